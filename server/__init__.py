@@ -1,0 +1,1 @@
+"""mlxcel: an MLX-backed llama-server (b10621) replacement."""

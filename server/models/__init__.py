@@ -1,0 +1,1 @@
+"""Model sources: GGUF import, the model store, loading, tokenizers."""

@@ -1,0 +1,229 @@
+"""`mlxcel convert GGUF OUT_DIR`: write an MLX checkpoint (that mlx-lm loads) from a GGUF file.
+
+Quantized blocks map losslessly onto MLX affine quantization (see gguf_quants); with `dtype="f32"`
+every tensor is dequantized to float32 instead. The tokenizer is rebuilt from the GGUF vocabulary.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from .gguf_quants import AFFINE_CONVERTERS, GROUP_SIZE, permute_rows
+from .gguf_tokenizer import GGUFVocab, tokenizer_config, tokenizer_json
+
+
+class ImportRefused(ValueError):
+    """The GGUF holds something this importer cannot carry over exactly."""
+
+
+SUPPORTED_ARCHITECTURES = ("llama",)
+
+# GGUF tensor name (per block, after "blk.N.") -> Hugging Face / mlx-lm name (after "model.layers.N.")
+_BLOCK_NAMES = {
+    "attn_norm.weight": "input_layernorm.weight",
+    "ffn_norm.weight": "post_attention_layernorm.weight",
+    "attn_q.weight": "self_attn.q_proj.weight",
+    "attn_k.weight": "self_attn.k_proj.weight",
+    "attn_v.weight": "self_attn.v_proj.weight",
+    "attn_output.weight": "self_attn.o_proj.weight",
+    "ffn_gate.weight": "mlp.gate_proj.weight",
+    "ffn_up.weight": "mlp.up_proj.weight",
+    "ffn_down.weight": "mlp.down_proj.weight",
+}
+_TOP_NAMES = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+}
+
+
+def hf_tensor_name(gguf_name: str) -> str:
+    if gguf_name in _TOP_NAMES:
+        return _TOP_NAMES[gguf_name]
+    parts = gguf_name.split(".", 2)
+    if len(parts) == 3 and parts[0] == "blk" and parts[2] in _BLOCK_NAMES:
+        return f"model.layers.{parts[1]}.{_BLOCK_NAMES[parts[2]]}"
+    raise ImportRefused(f"tensor '{gguf_name}' has no known mapping for this architecture")
+
+
+def _field(reader, key: str, default=None):
+    f = reader.fields.get(key)
+    if f is None:
+        return default
+    return f.contents()
+
+
+@dataclass(frozen=True)
+class LlamaHParams:
+    n_layer: int
+    n_embd: int
+    n_ff: int
+    n_head: int
+    n_head_kv: int
+    n_ctx_train: int
+    rope_theta: float
+    rms_eps: float
+    vocab_size: int
+    head_dim: int
+
+    @classmethod
+    def from_reader(cls, reader) -> "LlamaHParams":
+        a = "llama"
+        n_embd = int(_field(reader, f"{a}.embedding_length"))
+        n_head = int(_field(reader, f"{a}.attention.head_count"))
+        tokens = reader.fields["tokenizer.ggml.tokens"]
+        return cls(
+            n_layer=int(_field(reader, f"{a}.block_count")),
+            n_embd=n_embd,
+            n_ff=int(_field(reader, f"{a}.feed_forward_length")),
+            n_head=n_head,
+            n_head_kv=int(_field(reader, f"{a}.attention.head_count_kv", n_head)),
+            n_ctx_train=int(_field(reader, f"{a}.context_length")),
+            rope_theta=float(_field(reader, f"{a}.rope.freq_base", 10000.0)),
+            rms_eps=float(_field(reader, f"{a}.attention.layer_norm_rms_epsilon")),
+            vocab_size=int(_field(reader, f"{a}.vocab_size", len(tokens.data))),
+            head_dim=int(_field(reader, f"{a}.rope.dimension_count", n_embd // n_head)),
+        )
+
+    def hf_config(self, tied: bool) -> dict:
+        return {
+            "architectures": ["LlamaForCausalLM"],
+            "model_type": "llama",
+            "hidden_size": self.n_embd,
+            "intermediate_size": self.n_ff,
+            "num_hidden_layers": self.n_layer,
+            "num_attention_heads": self.n_head,
+            "num_key_value_heads": self.n_head_kv,
+            "head_dim": self.head_dim,
+            "max_position_embeddings": self.n_ctx_train,
+            "rms_norm_eps": self.rms_eps,
+            "rope_theta": self.rope_theta,
+            "vocab_size": self.vocab_size,
+            "tie_word_embeddings": tied,
+            "attention_bias": False,
+            "mlp_bias": False,
+            "hidden_act": "silu",
+        }
+
+
+def read_vocab(reader) -> GGUFVocab:
+    def opt_int(key):
+        v = _field(reader, key)
+        return None if v is None else int(v)
+
+    return GGUFVocab(
+        model=str(_field(reader, "tokenizer.ggml.model")),
+        pre=str(_field(reader, "tokenizer.ggml.pre", "default")),
+        tokens=list(_field(reader, "tokenizer.ggml.tokens")),
+        token_types=[int(t) for t in _field(reader, "tokenizer.ggml.token_type")],
+        merges=list(_field(reader, "tokenizer.ggml.merges", [])),
+        bos_id=opt_int("tokenizer.ggml.bos_token_id"),
+        eos_id=opt_int("tokenizer.ggml.eos_token_id"),
+        unk_id=opt_int("tokenizer.ggml.unknown_token_id"),
+        pad_id=opt_int("tokenizer.ggml.padding_token_id"),
+        add_bos=bool(_field(reader, "tokenizer.ggml.add_bos_token", True)),
+        add_eos=bool(_field(reader, "tokenizer.ggml.add_eos_token", False)),
+        chat_template=_field(reader, "tokenizer.chat_template"),
+    )
+
+
+def _converted_tensors(reader, hp: LlamaHParams, dtype: str) -> Iterator[tuple[str, np.ndarray, int | None]]:
+    """Yield (hf_name, array, bits) where bits is set for affine-quantized weights."""
+    import gguf  # local: only the importer needs it
+
+    for t in reader.tensors:
+        qtype = t.tensor_type.name
+        name = hf_tensor_name(t.name)
+        data = np.asarray(t.data)
+        n_head = {"attn_q.weight": hp.n_head, "attn_k.weight": hp.n_head_kv}.get(t.name.split(".", 2)[-1])
+        if qtype in AFFINE_CONVERTERS:
+            if n_head is not None:
+                data = permute_rows(data, n_head)
+            if dtype == "f32":
+                yield name, gguf.quants.dequantize(data, t.tensor_type), None
+            else:
+                q = AFFINE_CONVERTERS[qtype](data)
+                base = name.removesuffix(".weight")
+                yield f"{base}.weight", q.weight, q.bits
+                yield f"{base}.scales", q.scales, None
+                yield f"{base}.biases", q.biases, None
+        elif qtype in ("F32", "F16", "BF16"):
+            shape = tuple(int(x) for x in reversed(t.shape))
+            arr = data.reshape(shape)
+            if n_head is not None:
+                arr = permute_rows(arr, n_head)
+            if dtype == "f32" and qtype != "F32":
+                arr = gguf.quants.dequantize(arr, t.tensor_type).reshape(shape)
+            yield name, arr, ("bf16" if qtype == "BF16" and dtype != "f32" else None)
+        else:
+            raise ImportRefused(
+                f"tensor '{t.name}' has type {qtype}, which mlxcel cannot import losslessly "
+                f"(supported: F32, F16, BF16, Q4_0, Q4_1, Q8_0)"
+            )
+
+
+def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, dtype: str = "auto") -> Path:
+    """Convert `gguf_path` into an MLX checkpoint directory `out_dir`. dtype: "auto" (keep) or "f32"."""
+    import gguf
+    import mlx.core as mx
+
+    if dtype not in ("auto", "f32"):
+        raise ImportRefused(f"unknown dtype '{dtype}' (expected auto or f32)")
+    reader = gguf.GGUFReader(str(gguf_path))
+    arch = str(_field(reader, "general.architecture"))
+    if arch not in SUPPORTED_ARCHITECTURES:
+        raise ImportRefused(f"architecture '{arch}' is not supported (supported: {', '.join(SUPPORTED_ARCHITECTURES)})")
+    hp = LlamaHParams.from_reader(reader)
+    vocab = read_vocab(reader)
+    tok_json = tokenizer_json(vocab)  # raises on an unknown pre-tokenizer before any tensor work
+
+    weights: dict[str, mx.array] = {}
+    per_layer_quant: dict[str, dict] = {}
+    for name, arr, bits in _converted_tensors(reader, hp, dtype):
+        if bits == "bf16":
+            weights[name] = mx.array(np.ascontiguousarray(arr).view(np.uint16)).view(mx.bfloat16)
+            continue
+        weights[name] = mx.array(np.ascontiguousarray(arr))
+        if isinstance(bits, int):
+            per_layer_quant[name.removesuffix(".weight")] = {"group_size": GROUP_SIZE, "bits": bits}
+    tied = "lm_head.weight" not in weights
+
+    config = hp.hf_config(tied)
+    if per_layer_quant:
+        common_bits = max(set(q["bits"] for q in per_layer_quant.values()),
+                          key=lambda b: sum(q["bits"] == b for q in per_layer_quant.values()))
+        quant = {"group_size": GROUP_SIZE, "bits": common_bits, "mode": "affine"}
+        quant.update({k: v for k, v in per_layer_quant.items() if v["bits"] != common_bits})
+        config["quantization"] = quant
+        config["quantization_config"] = quant
+    config["eos_token_id"] = vocab.eog_ids()
+    if vocab.bos_id is not None:
+        config["bos_token_id"] = vocab.bos_id
+    config["mlxcel"] = {
+        "source": "gguf",
+        "gguf_name": Path(gguf_path).name,
+        "gguf_general_name": _field(reader, "general.name"),
+        "dtype": dtype,
+    }
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    mx.save_safetensors(str(out / "model.safetensors"), weights, metadata={"format": "mlx"})
+    _write_json(out / "config.json", config)
+    (out / "tokenizer.json").write_text(tok_json, encoding="utf-8")
+    _write_json(out / "tokenizer_config.json", tokenizer_config(vocab))
+    gen = {"eos_token_id": vocab.eog_ids()}
+    if vocab.bos_id is not None:
+        gen["bos_token_id"] = vocab.bos_id
+    _write_json(out / "generation_config.json", gen)
+    return out
+
+
+def _write_json(path: Path, obj) -> None:
+    path.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -1,0 +1,120 @@
+"""Rebuild a Hugging Face `tokenizers` tokenizer from a GGUF vocabulary, the way llama.cpp reads it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+
+from .vocab_rules import (
+    EOG_TEXTS,
+    PRE_TOKENIZER_REGEXES,
+    TOKEN_TYPE_CONTROL,
+    TOKEN_TYPE_USER_DEFINED,
+)
+
+
+class UnsupportedTokenizer(ValueError):
+    """The GGUF's tokenizer cannot be rebuilt faithfully; never fall back silently."""
+
+
+@dataclass(frozen=True)
+class GGUFVocab:
+    model: str  # tokenizer.ggml.model
+    pre: str  # tokenizer.ggml.pre
+    tokens: list[str]
+    token_types: list[int]
+    merges: list[str]
+    bos_id: int | None
+    eos_id: int | None
+    unk_id: int | None
+    pad_id: int | None
+    add_bos: bool
+    add_eos: bool
+    chat_template: str | None
+
+    def eog_ids(self) -> list[int]:
+        ids = {i for i, t in enumerate(self.tokens) if t in EOG_TEXTS}
+        if self.eos_id is not None:
+            ids.add(self.eos_id)
+        return sorted(ids)
+
+    def token_text(self, token_id: int | None) -> str | None:
+        return None if token_id is None else self.tokens[token_id]
+
+
+def _pre_tokenizer(pre: str) -> pre_tokenizers.PreTokenizer:
+    regexes = PRE_TOKENIZER_REGEXES.get(pre)
+    if regexes is None:
+        known = ", ".join(sorted(PRE_TOKENIZER_REGEXES))
+        raise UnsupportedTokenizer(f"unknown pre-tokenizer '{pre}' (known: {known})")
+    steps: list[pre_tokenizers.PreTokenizer] = []
+    for rx in regexes:
+        if rx == r"\p{N}":
+            steps.append(pre_tokenizers.Digits(individual_digits=True))
+        else:
+            steps.append(pre_tokenizers.Split(Regex(rx), behavior="isolated", invert=False))
+    steps.append(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False))
+    return pre_tokenizers.Sequence(steps)
+
+
+def build_tokenizer(vocab: GGUFVocab) -> Tokenizer:
+    if vocab.model != "gpt2":
+        raise UnsupportedTokenizer(f"tokenizer model '{vocab.model}' is not supported (only byte-level BPE 'gpt2')")
+    bpe = models.BPE(
+        vocab={t: i for i, t in enumerate(vocab.tokens)},
+        merges=[tuple(m.split(" ", 1)) for m in vocab.merges],
+        unk_token=None,
+        fuse_unk=False,
+        byte_fallback=False,
+        ignore_merges=False,
+    )
+    tok = Tokenizer(bpe)
+    tok.pre_tokenizer = _pre_tokenizer(vocab.pre)
+    tok.decoder = decoders.ByteLevel()
+    added = []
+    for i, (text, ttype) in enumerate(zip(vocab.tokens, vocab.token_types)):
+        if ttype in (TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER_DEFINED):
+            # control tokens are matched only when parse_special is on; user-defined ones always
+            added.append(AddedToken(text, special=ttype == TOKEN_TYPE_CONTROL, normalized=False))
+    tok.add_tokens(added)
+    return tok
+
+
+def tokenizer_config(vocab: GGUFVocab) -> dict:
+    """tokenizer_config.json for transformers / mlx-lm, plus the flags llama.cpp reads from GGUF."""
+    added_decoder = {
+        str(i): {
+            "content": t,
+            "lstrip": False,
+            "normalized": False,
+            "rstrip": False,
+            "single_word": False,
+            "special": tt == TOKEN_TYPE_CONTROL,
+        }
+        for i, (t, tt) in enumerate(zip(vocab.tokens, vocab.token_types))
+        if tt in (TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER_DEFINED)
+    }
+    cfg = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "add_bos_token": vocab.add_bos,
+        "add_eos_token": vocab.add_eos,
+        "bos_token": vocab.token_text(vocab.bos_id),
+        "eos_token": vocab.token_text(vocab.eos_id),
+        "unk_token": vocab.token_text(vocab.unk_id),
+        "pad_token": vocab.token_text(vocab.pad_id),
+        "clean_up_tokenization_spaces": False,
+        "model_max_length": 1 << 30,
+        "added_tokens_decoder": added_decoder,
+        # mlxcel: the GGUF facts the server needs at run time
+        "gguf_pre_tokenizer": vocab.pre,
+        "gguf_eog_token_ids": vocab.eog_ids(),
+    }
+    if vocab.chat_template is not None:
+        cfg["chat_template"] = vocab.chat_template
+    return cfg
+
+
+def tokenizer_json(vocab: GGUFVocab) -> str:
+    return json.dumps(json.loads(build_tokenizer(vocab).to_str()), ensure_ascii=False)
