@@ -1,0 +1,40 @@
+"""The FastAPI application: middleware for upstream's loading state and error envelope, then routes."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.middleware.base import BaseHTTPMiddleware
+
+from ..errors import LOADING_MODEL, ErrorKind, UpstreamError
+from . import health, native, tokenize
+from .jsonio import error_response
+from .state import AppState
+
+
+class LoadingGate(BaseHTTPMiddleware):
+    """b10621's middleware_server_state: every route answers 503 "Loading model" until ready."""
+
+    async def dispatch(self, request: Request, call_next):
+        state: AppState = request.app.state.mlxcel
+        if not state.engine.ready.is_set() or state.engine.load_error:
+            return error_response(UpstreamError(LOADING_MODEL, ErrorKind.UNAVAILABLE))
+        return await call_next(request)
+
+
+def create_app(state: AppState) -> FastAPI:
+    app = FastAPI(title="mlxcel", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.mlxcel = state
+    app.add_middleware(LoadingGate)
+
+    @app.exception_handler(UpstreamError)
+    async def _upstream(_: Request, exc: UpstreamError):
+        return error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError):
+        return error_response(UpstreamError(str(exc), ErrorKind.INVALID_REQUEST))
+
+    for module in (health, tokenize, native):
+        app.include_router(module.router)
+    return app

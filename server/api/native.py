@@ -1,0 +1,91 @@
+"""POST /completion (and /completions): b10621's native completion surface, non-streaming for now."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+
+from ..engine.types import ErrorEvent, FinalEvent, GenerationRequest, TokenEvent
+from ..errors import ErrorKind, UpstreamError
+from .jsonio import UpstreamJSON, read_json_object
+
+router = APIRouter()
+
+
+def _timings(final: FinalEvent) -> dict:
+    steps = max(final.n_decoded - 1, 0)  # the first token comes from the prompt's logits
+    return {
+        "cache_n": final.n_cached,
+        "prompt_n": final.n_prompt_processed,
+        "prompt_ms": final.t_prompt_ms,
+        "prompt_per_token_ms": final.t_prompt_ms / final.n_prompt_processed if final.n_prompt_processed else 0.0,
+        "prompt_per_second": 1e3 / final.t_prompt_ms * final.n_prompt_processed if final.t_prompt_ms > 0 else 0.0,
+        "predicted_n": final.n_decoded,
+        "predicted_ms": final.t_gen_ms,
+        "predicted_per_token_ms": final.t_gen_ms / steps if steps else 0.0,
+        "predicted_per_second": 1e3 / final.t_gen_ms * steps if final.t_gen_ms > 0 else 0.0,
+    }
+
+
+def _prompt_tokens(state, body: dict) -> list[int]:
+    if "prompt" not in body:
+        raise UpstreamError('"prompt" must be provided', ErrorKind.INVALID_REQUEST)
+    prompt = body["prompt"]
+    if isinstance(prompt, str) or (isinstance(prompt, list) and all(isinstance(p, (str, int)) for p in prompt)):
+        tokens = state.tokenizer.tokenize_mixed(prompt, add_special=True, parse_special=True)
+    else:
+        raise UpstreamError("mlxcel does not yet accept this prompt shape (multiple or multimodal prompts)",
+                            ErrorKind.NOT_SUPPORTED)
+    if not tokens:
+        raise UpstreamError("empty prompt", ErrorKind.INVALID_REQUEST)
+    return tokens
+
+
+@router.post("/completion")
+@router.post("/completions")
+async def completion(request: Request) -> UpstreamJSON:
+    state = request.app.state.mlxcel
+    body = await read_json_object(request)
+    if body.get("stream", False):
+        raise UpstreamError("mlxcel does not stream /completion yet (stream: true)", ErrorKind.NOT_SUPPORTED)
+    tokens = _prompt_tokens(state, body)
+    gen = GenerationRequest(
+        prompt_tokens=tuple(tokens),
+        n_predict=int(body.get("n_predict", -1)),
+        ignore_eos=bool(body.get("ignore_eos", False)),
+    )
+    handle = state.engine.submit(gen)
+    generated: list[int] = []
+    final: FinalEvent | None = None
+    try:
+        async for event in handle:
+            if isinstance(event, TokenEvent):
+                generated.append(event.token)
+            elif isinstance(event, FinalEvent):
+                final = event
+            elif isinstance(event, ErrorEvent):
+                raise UpstreamError(event.message, ErrorKind.SERVER)
+    finally:
+        handle.cancel()  # no-op once finished; stops the engine if the client went away
+    assert final is not None
+    tok = state.tokenizer
+    content = tok.detokenize(generated, special=False)
+    return UpstreamJSON(
+        {
+            "index": 0,
+            "content": content,
+            "tokens": generated if body.get("return_tokens", False) else [],
+            "id_slot": final.id_slot,
+            "stop": True,
+            "model": state.model_name,
+            "tokens_predicted": final.n_decoded,
+            "tokens_evaluated": final.n_prompt,
+            # generation_settings: absent until the sampler chain exists (issue: sampling)
+            "prompt": tok.detokenize(tokens, special=True),
+            "has_new_line": "\n" in content,
+            "truncated": final.truncated,
+            "stop_type": final.stop_type,
+            "stopping_word": "",
+            "tokens_cached": final.n_ctx_used - 1,
+            "timings": _timings(final),
+        }
+    )

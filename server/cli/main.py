@@ -1,0 +1,104 @@
+"""Entry points: `mlxcel-server` (b10621's command line) and `mlxcel` (serve, convert)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+log = logging.getLogger("mlxcel")
+
+
+def _configure_logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+
+
+def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
+    from .. import blas
+
+    blas.activate()  # before anything imports mlx
+    from .args import build_parser
+
+    args = build_parser(prog).parse_args(argv)
+    _configure_logging()
+    from ..models.bundled import DEFAULT_MODEL
+    from ..models.store import ModelNotFound, resolve_model
+
+    if not args.model:
+        print(f"{prog}: error: no model given (-m). Router mode (serving without -m) is not implemented yet; "
+              f"start with the bundled default model: -m {DEFAULT_MODEL.name}", file=sys.stderr)
+        return 2
+    try:
+        checkpoint = resolve_model(args.model)
+    except (ModelNotFound, RuntimeError) as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 1
+
+    blas.verify()
+    log.info(blas.describe())
+
+    import uvicorn
+
+    from ..api.app import create_app
+    from ..api.state import AppState
+    from ..engine.engine import Engine
+    from ..models.tokenizer import ModelTokenizer
+
+    tokenizer = ModelTokenizer(checkpoint)
+    engine = Engine(checkpoint, n_ctx=args.ctx_size, eog_ids=tokenizer.eog_ids)
+    state = AppState(engine=engine, tokenizer=tokenizer, model_name=args.alias or checkpoint.name)
+    app = create_app(state)
+    engine.start()
+
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", access_log=False)
+    server = uvicorn.Server(config)
+
+    import threading
+
+    def _exit_on_load_failure() -> None:
+        engine.ready.wait()
+        if engine.load_error:
+            log.error("exiting: %s", engine.load_error)
+            server.should_exit = True
+        else:
+            log.info("server is listening on http://%s:%d - model loaded", args.host, args.port)
+
+    threading.Thread(target=_exit_on_load_failure, daemon=True).start()
+    server.run()
+    return 1 if engine.load_error else 0
+
+
+def convert(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="mlxcel convert", description="convert a GGUF file into an MLX checkpoint")
+    p.add_argument("gguf")
+    p.add_argument("out_dir")
+    p.add_argument("--dtype", choices=["auto", "f32"], default="auto",
+                   help="auto keeps Q4_0/Q4_1/Q8_0 as MLX affine quantization; f32 dequantizes every tensor")
+    args = p.parse_args(argv)
+    from .. import blas
+
+    blas.activate()
+    from ..models.gguf_import import ImportRefused, convert_gguf
+    from ..models.gguf_tokenizer import UnsupportedTokenizer
+
+    try:
+        out = convert_gguf(args.gguf, args.out_dir, dtype=args.dtype)
+    except (ImportRefused, UnsupportedTokenizer, FileNotFoundError) as exc:
+        print(f"mlxcel convert: error: {exc}", file=sys.stderr)
+        return 1
+    print(out)
+    return 0
+
+
+def server_main() -> None:
+    sys.exit(serve(sys.argv[1:]))
+
+
+def mlxcel_main() -> None:
+    argv = sys.argv[1:]
+    commands = {"serve": lambda a: serve(a, "mlxcel serve"), "convert": convert}
+    if not argv or argv[0] not in commands:
+        print("usage: mlxcel {serve,convert} ...", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(commands[argv[0]](argv[1:]))

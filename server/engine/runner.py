@@ -1,0 +1,43 @@
+"""The only code that calls the model: prefill a prompt, then decode one token at a time."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+from mlx_lm.models.cache import make_prompt_cache
+
+from ..models.loader import LoadedModel
+
+
+class Runner:
+    def __init__(self, loaded: LoadedModel, n_batch: int = 2048):
+        self.loaded = loaded
+        self.n_batch = n_batch
+
+    def new_cache(self) -> list:
+        return make_prompt_cache(self.loaded.model)
+
+    def prefill(self, cache: list, tokens: list[int]) -> mx.array:
+        """Feed `tokens` in chunks of n_batch; returns the last position's logits (float32)."""
+        logits = None
+        for start in range(0, len(tokens), self.n_batch):
+            chunk = mx.array([tokens[start : start + self.n_batch]])
+            logits = self.loaded.model(chunk, cache=cache)[:, -1, :]
+            mx.eval(logits)
+        assert logits is not None
+        return logits.astype(mx.float32)
+
+    def decode(self, cache: list, token: int) -> mx.array:
+        logits = self.loaded.model(mx.array([[token]]), cache=cache)[:, -1, :]
+        return logits.astype(mx.float32)
+
+    @staticmethod
+    def greedy(logits: mx.array, banned: frozenset[int] = frozenset()) -> int:
+        if banned:
+            logits = _ban(logits, banned)
+        return int(mx.argmax(logits, axis=-1).item())
+
+
+def _ban(logits: mx.array, banned: frozenset[int]) -> mx.array:
+    mask = mx.zeros(logits.shape[-1], dtype=mx.bool_)
+    mask[mx.array(sorted(banned))] = True
+    return mx.where(mask, -mx.inf, logits)

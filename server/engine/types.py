@@ -1,0 +1,50 @@
+"""The plain-data boundary between the HTTP layer and the engine thread: no MLX objects cross it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    prompt_tokens: tuple[int, ...]
+    n_predict: int = -1  # -1: until end of generation or the context is full
+    ignore_eos: bool = False
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    token: int
+
+
+@dataclass(frozen=True)
+class FinalEvent:
+    stop_type: str  # "eos" | "limit" | "none"
+    n_prompt: int
+    n_prompt_processed: int
+    n_cached: int
+    n_decoded: int
+    n_ctx_used: int
+    truncated: bool
+    t_prompt_ms: float
+    t_gen_ms: float
+    id_slot: int = 0
+
+
+@dataclass(frozen=True)
+class ErrorEvent:
+    message: str
+    kind: str = "server"  # an errors.ErrorKind name
+
+
+Event = TokenEvent | FinalEvent | ErrorEvent
+
+
+@dataclass
+class EngineInfo:
+    """What the HTTP layer may read about the loaded model."""
+
+    model_path: str = ""
+    n_ctx: int = 0
+    n_slots: int = 1
+    extra: dict = field(default_factory=dict)

@@ -1,0 +1,57 @@
+"""Load an MLX checkpoint with mlx-lm, prepared for the device it will run on."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx.utils import tree_unflatten
+from mlx_lm.utils import load_model
+
+
+@dataclass
+class LoadedModel:
+    model: nn.Module
+    config: dict
+    path: Path
+    dequantized: bool
+
+    @property
+    def n_ctx_train(self) -> int:
+        return int(self.config.get("max_position_embeddings", 4096))
+
+
+def _dequantize_module(model: nn.Module) -> int:
+    """Replace quantized layers with float32 ones holding the exact dequantized values."""
+    replacements = []
+    for path, layer in model.named_modules():
+        if not isinstance(layer, (nn.QuantizedLinear, nn.QuantizedEmbedding)):
+            continue
+        w = mx.dequantize(layer.weight, layer.scales, layer.biases, group_size=layer.group_size,
+                          bits=layer.bits, mode=getattr(layer, "mode", "affine")).astype(mx.float32)
+        if isinstance(layer, nn.QuantizedLinear):
+            new = nn.Linear(w.shape[1], w.shape[0], bias="bias" in layer)
+            if "bias" in layer:
+                new.bias = layer.bias
+        else:
+            new = nn.Embedding(w.shape[0], w.shape[1])
+        new.weight = w
+        replacements.append((path, new))
+    if replacements:
+        model.update_modules(tree_unflatten(replacements))
+    return len(replacements)
+
+
+def load_checkpoint(path: Path, dequantize: bool | None = None) -> LoadedModel:
+    """dequantize: None means "on the CPU", where MLX's f32 matmul beats its quantized one."""
+    model, _ = load_model(path)
+    config = json.loads((path / "config.json").read_text())
+    if dequantize is None:
+        dequantize = mx.default_device() == mx.cpu
+    if dequantize:
+        _dequantize_module(model)
+    mx.eval(model.parameters())
+    return LoadedModel(model=model, config=config, path=path, dequantized=dequantize)

@@ -1,0 +1,94 @@
+"""Run-time tokenizer with llama.cpp's semantics (add_special, parse_special, token pieces as bytes)."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterable
+
+from tokenizers import Tokenizer
+
+
+@lru_cache(maxsize=1)
+def _byte_decoder() -> dict[str, int]:
+    """Inverse of GPT-2's bytes_to_unicode table."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs)}
+
+
+class ModelTokenizer:
+    """Two `tokenizers` instances: one matches control-token spellings (parse_special), one does not."""
+
+    def __init__(self, checkpoint: Path):
+        self._parse = Tokenizer.from_file(str(checkpoint / "tokenizer.json"))
+        self._literal = Tokenizer.from_file(str(checkpoint / "tokenizer.json"))
+        self._literal.encode_special_tokens = True
+        cfg = json.loads((checkpoint / "tokenizer_config.json").read_text(encoding="utf-8"))
+        self.add_bos = bool(cfg.get("add_bos_token", False))
+        self.add_eos = bool(cfg.get("add_eos_token", False))
+        vocab = self._parse.get_vocab(with_added_tokens=True)
+        self.bos_id = vocab.get(cfg["bos_token"]) if cfg.get("bos_token") else None
+        self.eos_id = vocab.get(cfg["eos_token"]) if cfg.get("eos_token") else None
+        self.special_ids = frozenset(
+            int(i) for i, t in cfg.get("added_tokens_decoder", {}).items() if t.get("special")
+        )
+        self.added_ids = frozenset(int(i) for i in cfg.get("added_tokens_decoder", {}))
+        self.eog_ids = frozenset(cfg.get("gguf_eog_token_ids") or ([self.eos_id] if self.eos_id is not None else []))
+        self.chat_template = cfg.get("chat_template")
+        self.vocab_size = self._parse.get_vocab_size(with_added_tokens=True)
+        self._pieces: list[bytes] = [self._piece_bytes(i) for i in range(self.vocab_size)]
+
+    def _piece_bytes(self, token_id: int) -> bytes:
+        text = self._parse.id_to_token(token_id)
+        if text is None:
+            return b""
+        if token_id in self.added_ids:
+            return text.encode("utf-8")
+        dec = _byte_decoder()
+        return bytes(dec[c] for c in text)
+
+    def tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
+        tok = self._parse if parse_special else self._literal
+        ids = tok.encode(text, add_special_tokens=False).ids
+        return self.with_special(ids) if add_special else ids
+
+    def with_special(self, ids: list[int]) -> list[int]:
+        if self.add_bos and self.bos_id is not None:
+            ids = [self.bos_id, *ids]
+        if self.add_eos and self.eos_id is not None:
+            ids = [*ids, self.eos_id]
+        return ids
+
+    def tokenize_mixed(self, content, add_special: bool, parse_special: bool) -> list[int]:
+        """llama.cpp's tokenize_mixed: a string, or an array of strings and token ids."""
+        if isinstance(content, str):
+            return self.tokenize(content, add_special, parse_special)
+        out: list[int] = []
+        first = True
+        for part in content:
+            if isinstance(part, str):
+                out.extend(self.tokenize(part, add_special and first, parse_special))
+                first = False
+            else:
+                out.append(int(part))
+                first = False
+        return out
+
+    def piece(self, token_id: int, special: bool = True) -> bytes:
+        """Bytes of one token, as common_token_to_piece; control tokens only when `special`."""
+        if not 0 <= token_id < self.vocab_size:
+            return b""
+        if token_id in self.special_ids and not special:
+            return b""
+        return self._pieces[token_id]
+
+    def detokenize(self, ids: Iterable[int], special: bool = True) -> str:
+        return b"".join(self.piece(i, special) for i in ids).decode("utf-8", errors="replace")
