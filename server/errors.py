@@ -27,6 +27,8 @@ class ErrorKind(Enum):
 
 # Sentences, verbatim from upstream.
 LOADING_MODEL = "Loading model"
+# /completion without "prompt": the JSON library's out_of_range error surfaces as a 400 upstream
+MISSING_PROMPT = "[json.exception.out_of_range.403] key 'prompt' not found"
 
 
 class UpstreamError(Exception):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 from ..engine.types import ErrorEvent, FinalEvent, GenerationRequest, TokenEvent
-from ..errors import ErrorKind, UpstreamError
+from ..errors import MISSING_PROMPT, ErrorKind, UpstreamError
 from .jsonio import UpstreamJSON, read_json_object
 
 router = APIRouter()
@@ -28,15 +28,13 @@ def _timings(final: FinalEvent) -> dict:
 
 def _prompt_tokens(state, body: dict) -> list[int]:
     if "prompt" not in body:
-        raise UpstreamError('"prompt" must be provided', ErrorKind.INVALID_REQUEST)
+        raise UpstreamError(MISSING_PROMPT, ErrorKind.INVALID_REQUEST)
     prompt = body["prompt"]
     if isinstance(prompt, str) or (isinstance(prompt, list) and all(isinstance(p, (str, int)) for p in prompt)):
         tokens = state.tokenizer.tokenize_mixed(prompt, add_special=True, parse_special=True)
     else:
         raise UpstreamError("mlxcel does not yet accept this prompt shape (multiple or multimodal prompts)",
                             ErrorKind.NOT_SUPPORTED)
-    if not tokens:
-        raise UpstreamError("empty prompt", ErrorKind.INVALID_REQUEST)
     return tokens
 
 
@@ -53,9 +51,12 @@ async def completion(request: Request) -> UpstreamJSON:
         n_predict=int(body.get("n_predict", -1)),
         ignore_eos=bool(body.get("ignore_eos", False)),
     )
-    handle = state.engine.submit(gen)
     generated: list[int] = []
     final: FinalEvent | None = None
+    if not tokens:  # b10621 answers an empty prompt with an empty, unstopped result
+        final = FinalEvent("none", 0, 0, 0, 0, 0, False, 0.0, 0.0)
+        return _response(state, body, tokens, generated, final)
+    handle = state.engine.submit(gen)
     try:
         async for event in handle:
             if isinstance(event, TokenEvent):
@@ -67,6 +68,10 @@ async def completion(request: Request) -> UpstreamJSON:
     finally:
         handle.cancel()  # no-op once finished; stops the engine if the client went away
     assert final is not None
+    return _response(state, body, tokens, generated, final)
+
+
+def _response(state, body: dict, tokens: list[int], generated: list[int], final: FinalEvent) -> UpstreamJSON:
     tok = state.tokenizer
     content = tok.detokenize(generated, special=False)
     return UpstreamJSON(
@@ -85,7 +90,7 @@ async def completion(request: Request) -> UpstreamJSON:
             "truncated": final.truncated,
             "stop_type": final.stop_type,
             "stopping_word": "",
-            "tokens_cached": final.n_ctx_used - 1,
+            "tokens_cached": final.n_tokens_cached,
             "timings": _timings(final),
         }
     )

@@ -37,6 +37,8 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
 
     blas.verify()
     log.info(blas.describe())
+    log.warning("sampling: this build decodes greedily (top-1) whatever the request's sampling fields say; "
+                "b10621's sampler chain is not implemented yet")
 
     import uvicorn
 

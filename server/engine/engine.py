@@ -127,7 +127,7 @@ class Engine:
                 n_prompt_processed=len(prompt),
                 n_cached=0,
                 n_decoded=n_decoded,
-                n_ctx_used=len(prompt) + n_decoded,
+                n_tokens_cached=len(prompt) + max(n_decoded - 1, 0),
                 truncated=truncated,
                 t_prompt_ms=(t_prompt - t_start) * 1e3,
                 t_gen_ms=max(t_gen_last - t_prompt, 1e-6) * 1e3 if n_decoded else 0.0,

@@ -24,7 +24,7 @@ class FinalEvent:
     n_prompt_processed: int
     n_cached: int
     n_decoded: int
-    n_ctx_used: int
+    n_tokens_cached: int  # tokens held in the KV cache at the end (the last sampled one is not)
     truncated: bool
     t_prompt_ms: float
     t_gen_ms: float

@@ -1,0 +1,62 @@
+"""/tokenize agrees with b10621's on the same vocabulary: a committed corpus plus generated strings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+CORPUS = json.loads((Path(__file__).parent.parent / "fixtures" / "corpora" / "tokenize.json").read_text("utf-8"))
+
+pytestmark = pytest.mark.reference
+
+
+def _tokenize(server, body: dict) -> tuple[int, dict]:
+    r = httpx.post(server.base_url + "/tokenize", json=body, timeout=60)
+    return r.status_code, r.json()
+
+
+def test_corpus_is_large_and_covers_special_spellings():
+    strings = CORPUS["strings"]
+    assert len(strings) >= 200
+    assert any("<|im_start|>" in s for s in strings) and any(s.isspace() for s in strings)
+
+
+@pytest.mark.parametrize("parse_special", [True, False])
+def test_tokenize_matches_reference_on_corpus(reference_q4_1, mlxcel_q4_1, parse_special):
+    mismatches = []
+    for text in CORPUS["strings"]:
+        body = {"content": text, "parse_special": parse_special, "with_pieces": True}
+        ref, mine = _tokenize(reference_q4_1, body), _tokenize(mlxcel_q4_1, body)
+        if ref != mine:
+            mismatches.append((text, ref, mine))
+    assert not mismatches, f"{len(mismatches)} of {len(CORPUS['strings'])} differ; first: {mismatches[0]}"
+
+
+def test_tokenize_mixed_content_and_add_special_match_reference(reference_q4_1, mlxcel_q4_1):
+    bodies = [
+        {"content": ["Hello", 42, " world<|im_end|>", 7]},
+        {"content": "x", "add_special": True},
+        {"content": []},
+        {},
+    ]
+    for body in bodies:
+        assert _tokenize(reference_q4_1, body) == _tokenize(mlxcel_q4_1, body), body
+
+
+_alphabet = st.characters(codec="utf-8", exclude_categories=("Cs",))
+_fragments = st.one_of(
+    st.text(_alphabet, max_size=24),
+    st.sampled_from(["<|im_start|>", "<|im_end|>", "<|endoftext|>", " ", "\n", "  ", "123", "'s", "🤖"]),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(parts=st.lists(_fragments, min_size=1, max_size=6), parse_special=st.booleans())
+def test_tokenize_matches_reference_on_generated_text(reference_q4_1, mlxcel_q4_1, parts, parse_special):
+    body = {"content": "".join(parts), "parse_special": parse_special}
+    assert _tokenize(reference_q4_1, body) == _tokenize(mlxcel_q4_1, body)

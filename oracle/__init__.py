@@ -1,0 +1,1 @@
+"""The differential oracle: the real b10621 llama-server and mlxcel, same weights, same requests."""

