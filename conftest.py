@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from server import blas
+
+blas.activate()  # before any test imports mlx: the reference BLAS would make every model test crawl
+
 
 @pytest.fixture(scope="session")
 def reference_binary():

@@ -1,0 +1,33 @@
+"""`mlxcel-oracle diff` runs both servers and reports the native-key-set difference honestly."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.reference
+
+REQUEST = Path(__file__).parent.parent / "fixtures" / "requests" / "completion_greedy.json"
+
+
+def test_diff_reports_what_mlxcel_lacks_and_nothing_it_matches(reference_binary, twin_f32):
+    proc = subprocess.run([sys.executable, "-c", "from oracle.cli import main; main()", "diff", str(REQUEST),
+                           "--twin", "f32", "--json"], capture_output=True, text=True, timeout=600)
+    divergences = json.loads(proc.stdout)
+    # generation_settings needs the sampler chain (the sampling issue); every other key, type and
+    # (unmasked) value already agrees on the F32 twins
+    assert [(d["path"], d["kind"]) for d in divergences] == [("$.generation_settings", "missing")]
+    assert proc.returncode == 1
+
+
+def test_diff_exits_zero_when_responses_agree(reference_binary, twin_q4_1, tmp_path):
+    req = tmp_path / "tok.json"
+    req.write_text(json.dumps({"method": "POST", "path": "/tokenize", "body": {"content": "Hello <|im_end|>"}}))
+    proc = subprocess.run([sys.executable, "-c", "from oracle.cli import main; main()", "diff", str(req)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "0 difference(s)" in proc.stdout

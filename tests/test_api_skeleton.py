@@ -1,0 +1,105 @@
+"""The walking-skeleton HTTP surface, in process: loading gate, health, tokenize, native completion."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from server.api.app import create_app
+from server.api.state import AppState
+from server.engine.engine import Engine
+from server.models.tokenizer import ModelTokenizer
+
+# b10621's to_json_non_oaicompat() key order; generation_settings is not produced yet (sampling issue)
+NATIVE_KEYS = ["index", "content", "tokens", "id_slot", "stop", "model", "tokens_predicted", "tokens_evaluated",
+               "prompt", "has_new_line", "truncated", "stop_type", "stopping_word", "tokens_cached", "timings"]
+TIMING_KEYS = ["cache_n", "prompt_n", "prompt_ms", "prompt_per_token_ms", "prompt_per_second", "predicted_n",
+               "predicted_ms", "predicted_per_token_ms", "predicted_per_second"]
+
+
+@pytest.fixture(scope="module")
+def ready_state(twin_q4_1):
+    tok = ModelTokenizer(twin_q4_1.mlx_dir)
+    engine = Engine(twin_q4_1.mlx_dir, eog_ids=tok.eog_ids)
+    engine.start()
+    engine.ready.wait(120)
+    assert engine.load_error is None
+    yield AppState(engine=engine, tokenizer=tok, model_name="smol")
+    engine.stop()
+
+
+def _client(state: AppState) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(state)), base_url="http://t")
+
+
+async def test_every_route_answers_503_loading_envelope_until_ready(twin_q4_1):
+    tok = ModelTokenizer(twin_q4_1.mlx_dir)
+    state = AppState(engine=Engine(twin_q4_1.mlx_dir), tokenizer=tok, model_name="smol")  # never started
+    async with _client(state) as c:
+        for method, path in (("GET", "/health"), ("POST", "/completion"), ("POST", "/tokenize")):
+            r = await c.request(method, path, json={})
+            assert r.status_code == 503
+            assert r.content == b'{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}'
+
+
+async def test_health_ok_when_ready(ready_state):
+    async with _client(ready_state) as c:
+        r = await c.get("/health")
+    assert r.status_code == 200 and r.content == b'{"status":"ok"}'
+    assert r.headers["content-type"] == "application/json; charset=utf-8"
+
+
+async def test_tokenize_pieces_are_strings_or_byte_arrays(ready_state):
+    async with _client(ready_state) as c:
+        r = await c.post("/tokenize", json={"content": "a 🤖", "with_pieces": True})
+        plain = await c.post("/tokenize", json={"content": "a 🤖"})
+    pieces = r.json()["tokens"]
+    assert [p["id"] for p in pieces] == plain.json()["tokens"]
+    assert any(isinstance(p["piece"], list) for p in pieces)
+    raw = b"".join(p["piece"].encode() if isinstance(p["piece"], str) else bytes(p["piece"]) for p in pieces)
+    assert raw == "a 🤖".encode()
+
+
+async def test_completion_has_native_keys_in_upstream_order(ready_state):
+    async with _client(ready_state) as c:
+        r = await c.post("/completion", json={"prompt": "The capital of France is", "n_predict": 4,
+                                              "return_tokens": True})
+    body = r.json()
+    assert r.status_code == 200
+    assert list(body) == NATIVE_KEYS
+    assert list(body["timings"]) == TIMING_KEYS
+    assert body["tokens_predicted"] == len(body["tokens"]) == 4
+    assert body["stop_type"] == "limit" and body["tokens_evaluated"] == 5
+    assert body["tokens_cached"] == 5 + 4 - 1
+    assert body["content"] == ready_state.tokenizer.detokenize(body["tokens"], special=False)
+
+
+async def test_completion_stops_on_end_of_generation(ready_state):
+    prompt = "<|im_start|>user\nSay hi.<|im_end|>\n<|im_start|>assistant\n"
+    async with _client(ready_state) as c:
+        r = await c.post("/completion", json={"prompt": prompt, "n_predict": 64, "return_tokens": True})
+    body = r.json()
+    assert body["stop_type"] == "eos"
+    assert body["tokens"][-1] in ready_state.tokenizer.eog_ids
+    assert "<|im_end|>" not in body["content"]
+
+
+async def test_missing_prompt_is_upstreams_400(ready_state):
+    async with _client(ready_state) as c:
+        r = await c.post("/completion", json={"n_predict": 4})
+    assert r.status_code == 400
+    assert r.json() == {"error": {"code": 400, "message": "[json.exception.out_of_range.403] key 'prompt' not found",
+                                  "type": "invalid_request_error"}}
+
+
+async def test_empty_prompt_answers_an_empty_unstopped_result(ready_state):
+    async with _client(ready_state) as c:
+        r = await c.post("/completion", json={"prompt": "", "n_predict": 2})
+    body = r.json()
+    assert (body["content"], body["tokens_predicted"], body["stop_type"], body["tokens_cached"]) == ("", 0, "none", 0)
+
+
+async def test_streaming_is_refused_out_loud_not_ignored(ready_state):
+    async with _client(ready_state) as c:
+        r = await c.post("/completion", json={"prompt": "x", "stream": True})
+    assert r.status_code == 501 and r.json()["error"]["type"] == "not_supported_error"

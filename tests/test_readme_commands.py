@@ -1,0 +1,54 @@
+"""The README's first command serves the bundled default model: /health and /completion answer."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+
+from oracle.processes import free_port
+from server.models.bundled import DEFAULT_MODEL
+
+README = Path(__file__).parent.parent / "README.md"
+
+
+def test_readme_first_command_names_the_default_model():
+    blocks = re.findall(r"```(?:sh|bash)\n(.*?)```", README.read_text(), re.S)
+    assert len(blocks) >= 2
+    assert f"mlxcel-server -m {DEFAULT_MODEL.name}" in blocks[0]
+
+
+def test_server_without_model_refuses_naming_the_default():
+    proc = subprocess.run([shutil.which("mlxcel-server") or "mlxcel-server"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2
+    assert DEFAULT_MODEL.name in proc.stderr and "Router mode" in proc.stderr
+
+
+def test_default_model_serves_health_and_completion():
+    port = free_port()
+    proc = subprocess.Popen([shutil.which("mlxcel-server") or "mlxcel-server", "-m", DEFAULT_MODEL.name,
+                             "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stdout.read().decode()
+            try:
+                if httpx.get(base + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.3)
+        r = httpx.post(base + "/completion", json={"prompt": "The capital of France is", "n_predict": 8},
+                       timeout=120)
+        assert r.status_code == 200
+        assert r.json()["tokens_predicted"] == 8 and r.json()["content"]
+    finally:
+        proc.terminate()
+        out = proc.communicate(timeout=30)[0].decode()
+    assert "fast BLAS in use" in out, out
