@@ -12,8 +12,31 @@ nox.options.default_venv_backend = "venv"
 def tests(session: nox.Session) -> None:
     """Every test: unit tests, then conformance against the reference (built once, cached outside the repo)."""
     session.install("-e", ".[test]")
+    session.run("python", "-m", "compat.validate", "--check-issues-open")
+    session.run("python", "-m", "compat.claims")
     session.run("mlxcel-oracle", "reference")  # build (or reuse) the reference before the clock of any test
     session.run("pytest", "-q", "-p", "no:cacheprovider", *session.posargs)
+
+
+@nox.session
+def manifest(session: nox.Session) -> None:
+    """The manifest gates: schema-4 validation (issues open) and the claims against the real surfaces."""
+    session.install("-e", ".")
+    session.run("python", "-m", "compat.validate", "--check-issues-open")
+    session.run("python", "-m", "compat.claims")
+
+
+@nox.session
+def extract(session: nox.Session) -> None:
+    """Regenerate the manifest's facts from the reference build and its pinned sources."""
+    session.install("-e", ".")
+    binary = session.run("mlxcel-oracle", "reference", silent=True).strip().splitlines()[-1]
+    src = session.run("python", "-c", "from oracle.reference import source_tree; print(source_tree())",
+                      silent=True).strip().splitlines()[-1]
+    sdist = session.run("python", "-c", "from oracle.reference import SDIST_NAME; from server.models.cache import "
+                        "cache_root; print(cache_root() / 'reference' / SDIST_NAME)", silent=True).strip()
+    session.run("python", "-m", "compat.extract", "--llama-server", binary, "--source-dir", src, "--sdist", sdist,
+                *session.posargs)
 
 
 @nox.session

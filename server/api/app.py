@@ -22,7 +22,7 @@ class LoadingGate(BaseHTTPMiddleware):
         return await call_next(request)
 
 
-def create_app(state: AppState) -> FastAPI:
+def create_app(state: AppState | None) -> FastAPI:
     app = FastAPI(title="mlxcel", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.mlxcel = state
     app.add_middleware(LoadingGate)
@@ -38,3 +38,18 @@ def create_app(state: AppState) -> FastAPI:
     for module in (health, tokenize, native):
         app.include_router(module.router)
     return app
+
+
+def registered_routes(app: FastAPI) -> set[tuple[str, str]]:
+    """(method, path) of every route the app serves, through included routers."""
+    out: set[tuple[str, str]] = set()
+
+    def walk(routes) -> None:
+        for r in routes:
+            if hasattr(r, "original_router"):  # FastAPI >= 0.120 keeps included routers as a unit
+                walk(r.original_router.routes)
+            elif hasattr(r, "methods") and r.methods:
+                out.update((m, r.path) for m in r.methods)
+
+    walk(app.routes)
+    return out

@@ -5,8 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 from ..engine.types import ErrorEvent, FinalEvent, GenerationRequest, TokenEvent
-from ..errors import MISSING_PROMPT, ErrorKind, UpstreamError
+from ..errors import ErrorKind, UpstreamError
 from .jsonio import UpstreamJSON, read_json_object
+from .schemas import NativeCompletionRequest
 
 router = APIRouter()
 
@@ -26,10 +27,7 @@ def _timings(final: FinalEvent) -> dict:
     }
 
 
-def _prompt_tokens(state, body: dict) -> list[int]:
-    if "prompt" not in body:
-        raise UpstreamError(MISSING_PROMPT, ErrorKind.INVALID_REQUEST)
-    prompt = body["prompt"]
+def _prompt_tokens(state, prompt) -> list[int]:
     if isinstance(prompt, str) or (isinstance(prompt, list) and all(isinstance(p, (str, int)) for p in prompt)):
         tokens = state.tokenizer.tokenize_mixed(prompt, add_special=True, parse_special=True)
     else:
@@ -42,20 +40,16 @@ def _prompt_tokens(state, body: dict) -> list[int]:
 @router.post("/completions")
 async def completion(request: Request) -> UpstreamJSON:
     state = request.app.state.mlxcel
-    body = await read_json_object(request)
-    if body.get("stream", False):
+    req = NativeCompletionRequest.parse(await read_json_object(request))
+    if req.stream:
         raise UpstreamError("mlxcel does not stream /completion yet (stream: true)", ErrorKind.NOT_SUPPORTED)
-    tokens = _prompt_tokens(state, body)
-    gen = GenerationRequest(
-        prompt_tokens=tuple(tokens),
-        n_predict=int(body.get("n_predict", -1)),
-        ignore_eos=bool(body.get("ignore_eos", False)),
-    )
+    tokens = _prompt_tokens(state, req.prompt)
+    gen = GenerationRequest(prompt_tokens=tuple(tokens), n_predict=req.n_predict, ignore_eos=req.ignore_eos)
     generated: list[int] = []
     final: FinalEvent | None = None
     if not tokens:  # b10621 answers an empty prompt with an empty, unstopped result
         final = FinalEvent("none", 0, 0, 0, 0, 0, False, 0.0, 0.0)
-        return _response(state, body, tokens, generated, final)
+        return _response(state, req, tokens, generated, final)
     handle = state.engine.submit(gen)
     try:
         async for event in handle:
@@ -68,17 +62,17 @@ async def completion(request: Request) -> UpstreamJSON:
     finally:
         handle.cancel()  # no-op once finished; stops the engine if the client went away
     assert final is not None
-    return _response(state, body, tokens, generated, final)
+    return _response(state, req, tokens, generated, final)
 
 
-def _response(state, body: dict, tokens: list[int], generated: list[int], final: FinalEvent) -> UpstreamJSON:
+def _response(state, req: NativeCompletionRequest, tokens: list[int], generated: list[int], final: FinalEvent) -> UpstreamJSON:
     tok = state.tokenizer
     content = tok.detokenize(generated, special=False)
     return UpstreamJSON(
         {
             "index": 0,
             "content": content,
-            "tokens": generated if body.get("return_tokens", False) else [],
+            "tokens": generated if req.return_tokens else [],
             "id_slot": final.id_slot,
             "stop": True,
             "model": state.model_name,

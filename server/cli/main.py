@@ -20,7 +20,13 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
     blas.activate()  # before anything imports mlx
     from .args import build_parser
 
-    args = build_parser(prog).parse_args(argv)
+    parser = build_parser(prog)
+    args = parser.parse_args(argv)
+    if args.dump_flag_surface:
+        from .surface import dump
+
+        print(dump(parser, prog))
+        return 0
     _configure_logging()
     from ..models.bundled import DEFAULT_MODEL
     from ..models.store import ModelNotFound, resolve_model

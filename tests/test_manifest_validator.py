@@ -1,0 +1,201 @@
+"""The manifest gate passes on main, and every rule rejects a throwaway copy mutated to break it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from compat.schema import MANIFEST_DIR, dumps, shard_document
+from compat.validate import validate
+
+
+def test_main_manifest_passes_every_gate():
+    assert [str(v) for v in validate(check_issues_open=True)] == []
+
+
+@pytest.fixture
+def copy(tmp_path) -> Path:
+    dst = tmp_path / "manifest"
+    shutil.copytree(MANIFEST_DIR, dst)
+    return dst
+
+
+def _edit(manifest: Path, shard: str, entry_id: str, fn: Callable[[dict], None], canonical: bool = True) -> None:
+    path = manifest / f"{shard}.json"
+    doc = json.loads(path.read_text())
+    entry = next(e for e in doc["entries"] if e["id"] == entry_id)
+    fn(entry)
+    text = dumps(shard_document(shard, doc["entries"])) if canonical else json.dumps(doc, indent=2) + "\n"
+    path.write_text(text)
+
+
+def _rules(manifest: Path, check_issues_open: bool = False) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for v in validate(manifest, check_issues_open=check_issues_open):
+        out.setdefault(v.rule, []).append(str(v))
+    return out
+
+
+BY_DESIGN_OK = {
+    "state": "by_design", "issue": 5, "test": "conformance/test_routes_health.py::test_health_matches_reference_bytes",
+    "notes": "why", "divergence": ["differs observably"],
+    "rationale": {"kind": "policy", "reason": "a reason", "revisit_if": "a condition"},
+}
+
+
+def _set(**kw) -> Callable[[dict], None]:
+    return lambda e: e.update(kw)
+
+
+MUTATIONS: list[tuple[str, str, str, Callable[[dict], None]]] = [
+    ("kind", "routes", "POST /tokenize", _set(kind="endpoint")),
+    ("key-set", "routes", "POST /tokenize", lambda e: e.update(divergance=e.pop("divergence"))),
+    ("state", "routes", "POST /tokenize", _set(state="partial")),
+    ("divergence-shape", "routes", "POST /tokenize", _set(divergence="differs")),
+    ("supported-divergence", "routes", "POST /tokenize", _set(state="supported")),
+    ("supported-evidence", "routes", "POST /detokenize", _set(state="supported", divergence=[])),
+    ("rationale-null", "routes", "POST /tokenize", _set(rationale={"kind": "policy", "reason": "r", "revisit_if": "x"})),
+    ("rationale-shape", "routes", "POST /tokenize", _set(**{**BY_DESIGN_OK, "rationale": {"kind": "policy"}})),
+    ("rationale-kind", "routes", "POST /tokenize",
+     _set(**{**BY_DESIGN_OK, "rationale": {"kind": "taste", "reason": "r", "revisit_if": None}})),
+    ("rationale-reason", "routes", "POST /tokenize",
+     _set(**{**BY_DESIGN_OK, "rationale": {"kind": "policy", "reason": " ", "revisit_if": "x"}})),
+    ("rationale-revisit", "routes", "POST /tokenize",
+     _set(**{**BY_DESIGN_OK, "rationale": {"kind": "policy", "reason": "r", "revisit_if": None}})),
+    ("rationale-revisit", "routes", "POST /detokenize",
+     _set(**{**BY_DESIGN_OK, "rationale": {"kind": "architectural", "reason": "r", "revisit_if": "x"}})),
+    ("by-design-divergence", "routes", "POST /tokenize", _set(**{**BY_DESIGN_OK, "divergence": []})),
+    ("by-design-notes", "routes", "POST /tokenize", _set(**{**BY_DESIGN_OK, "notes": None})),
+    ("by-design-test", "routes", "POST /tokenize", _set(**{**BY_DESIGN_OK, "test": None})),
+    ("issue-required", "routes", "POST /tokenize", _set(issue=None)),
+    ("shard-owner", "routes", "POST /tokenize", _set(issue=6)),
+    ("test-pointer", "routes", "POST /tokenize", _set(test="conformance/test_tokenize.py::test_no_such_thing")),
+    ("test-pointer", "routes", "POST /detokenize", _set(test="conformance/missing.py::test_x")),
+    ("claim-shape", "routes", "POST /tokenize", _set(mlxcel=["POST /tokenize"])),
+    ("claim-keys", "routes", "POST /tokenize", _set(mlxcel={"route": "POST /tokenize", "divergence": ["x"]})),
+]
+
+
+@pytest.mark.parametrize("rule,shard,entry_id,mutate", MUTATIONS, ids=[f"{m[0]}-{i}" for i, m in enumerate(MUTATIONS)])
+def test_entry_rule_rejects_its_mutation(copy, rule, shard, entry_id, mutate):
+    assert validate(copy) == []
+    _edit(copy, shard, entry_id, mutate)
+    rules = _rules(copy)
+    assert rule in rules, rules
+    assert any(entry_id in msg and f"[{rule}]" in msg and f"{shard}.json" in msg for msg in rules[rule])
+
+
+def test_supported_divergence_message_names_the_honest_alternatives(copy):
+    _edit(copy, "routes", "POST /tokenize", _set(state="supported"))
+    msg = _rules(copy)["supported-divergence"][0]
+    for alt in ("aliased", "not_applicable", "deferred", "by_design"):
+        assert alt in msg
+
+
+def test_well_formed_by_design_entry_passes(copy):
+    _edit(copy, "routes", "POST /tokenize", _set(**BY_DESIGN_OK))
+    assert _rules(copy) == {}
+
+
+def test_key_order_rule(copy):
+    _edit(copy, "routes", "POST /tokenize", lambda e: e.update(state=e.pop("state")), canonical=False)
+    assert "key-set" in _rules(copy)
+
+
+def test_canonical_rule(copy):
+    path = copy / "routes.json"
+    path.write_text(json.dumps(json.loads(path.read_text()), indent=4) + "\n")
+    assert "canonical" in _rules(copy)
+
+
+def test_counts_rule(copy):
+    pin = json.loads((copy / "pin.json").read_text())
+    pin["counts"]["help_entries"] = 250
+    (copy / "pin.json").write_text(json.dumps(pin, indent=2) + "\n")
+    assert "counts" in _rules(copy)
+
+
+def test_removing_an_entry_breaks_counts(copy):
+    path = copy / "authentication.json"
+    doc = json.loads(path.read_text())
+    doc["entries"] = doc["entries"][1:]
+    path.write_text(dumps(shard_document("authentication", doc["entries"])))
+    assert "counts" in _rules(copy)
+
+
+def test_schema_version_rule(copy):
+    path = copy / "routes.json"
+    doc = json.loads(path.read_text())
+    doc["schema_version"] = 3
+    path.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+    assert "schema-version" in _rules(copy)
+
+
+def test_shard_map_rule(copy):
+    pin = json.loads((copy / "pin.json").read_text())
+    del pin["shards"]["speculative"]
+    (copy / "pin.json").write_text(json.dumps(pin, indent=2) + "\n")
+    assert "shard-map" in _rules(copy)
+
+
+def test_unknown_shard_file_rule(copy):
+    (copy / "misc.json").write_text(dumps(shard_document("misc", [])))
+    assert "shard-map" in _rules(copy)
+
+
+def test_unclassified_rule(copy):
+    (copy / "_unclassified.json").write_text(dumps(shard_document("_unclassified", [])))
+    assert "unclassified" in _rules(copy)
+
+
+def test_duplicate_id_rule(copy):
+    src = json.loads((copy / "authentication.json").read_text())["entries"][0]
+    path = copy / "transport-tls-cors.json"
+    doc = json.loads(path.read_text())
+    doc["entries"].append({**src, "issue": 8})
+    path.write_text(dumps(shard_document("transport-tls-cors", doc["entries"])))
+    assert "duplicate-id" in _rules(copy)
+
+
+def test_deferred_entry_of_a_closed_issue_fails_only_with_check_issues_open(copy):
+    issues = json.loads((copy / "issues.json").read_text())
+    issues["issues"]["6"]["state"] = "closed"
+    (copy / "issues.json").write_text(json.dumps(issues, indent=2) + "\n")
+    assert "issue-open" not in _rules(copy)
+    assert "issue-open" in _rules(copy, check_issues_open=True)
+
+
+def test_by_design_entries_do_not_feed_the_open_issue_check(copy):
+    issues = json.loads((copy / "issues.json").read_text())
+    issues["issues"]["5"]["state"] = "closed"
+    (copy / "issues.json").write_text(json.dumps(issues, indent=2) + "\n")
+    _edit(copy, "routes", "POST /tokenize", _set(**BY_DESIGN_OK))
+    msgs = _rules(copy, check_issues_open=True).get("issue-open", [])
+    assert msgs and not any("POST /tokenize" in m for m in msgs)
+
+
+def test_validator_cli_exit_codes(copy):
+    import subprocess
+    import sys
+
+    ok = subprocess.run([sys.executable, "-m", "compat.validate", "--manifest-dir", str(copy),
+                         "--check-issues-open"], capture_output=True, text=True)
+    assert ok.returncode == 0 and "manifest: ok" in ok.stdout
+    _edit(copy, "routes", "POST /tokenize", _set(state="supported"))
+    bad = subprocess.run([sys.executable, "-m", "compat.validate", "--manifest-dir", str(copy)],
+                         capture_output=True, text=True)
+    assert bad.returncode == 1 and "routes.json: POST /tokenize: [supported-divergence]" in bad.stderr
+
+
+def test_every_rule_has_negative_coverage():
+    import re
+
+    source = (Path(__file__).parent.parent / "compat" / "validate.py").read_text()
+    rules = set(re.findall(r'bad\("([a-z-]+)"', source)) | set(re.findall(r'Violation\([^,]+, [^,]+, "([a-z-]+)"', source))
+    covered = {m[0] for m in MUTATIONS} | set(re.findall(r'"([a-z-]+)" in _rules\(copy', Path(__file__).read_text()))
+    assert len(rules) >= 15
+    assert rules <= covered, sorted(rules - covered)
