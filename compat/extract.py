@@ -19,7 +19,7 @@ from pathlib import Path
 
 from . import inventory
 from .classify import classify
-from .schema import (FACT_KEYS, MANIFEST_DIR, PIN_FILE, POLICY_KEYS, SCHEMA_VERSION, UNCLASSIFIED_FILE, dumps,
+from .schema import (FACT_KEYS, ISSUES_FILE, MANIFEST_DIR, PIN_FILE, POLICY_KEYS, SCHEMA_VERSION, UNCLASSIFIED_FILE, dumps,
                      load_json, shard_document, shard_files)
 
 SDIST_SHA256 = "487aea618a84199664d4e88fbe25f47334646d98432e3ebe4f09582289e0a5d8"
@@ -80,10 +80,22 @@ def counts(facts: list[dict]) -> dict:
     }
 
 
-def default_policy(issue: int | None) -> dict:
-    return {"state": "deferred", "issue": issue, "test": None,
-            "notes": "Not implemented in mlxcel yet; the owning issue implements it.",
-            "divergence": ["not implemented: mlxcel does not provide this yet"], "rationale": None, "mlxcel": None}
+def default_policy(fact: dict, issue: int | None, titles: dict[str, str]) -> dict:
+    """A new entry starts deferred, saying what mlxcel lacks and who owns it."""
+    owner = f"Owned by #{issue} ({titles.get(str(issue), 'untitled')})." if issue else "Needs an owner."
+    if fact["kind"] == "option":
+        notes = (f"Neither mlxcel-server nor mlxcel serve accepts {', '.join(fact['spellings'])} yet: passing it "
+                 f"is an argument error. {owner}")
+        divergence = ["not accepted: mlxcel's parser rejects the option as unknown"]
+    elif fact["kind"] == "route":
+        notes = f"mlxcel does not serve {fact['id']} yet (404). {owner}"
+        divergence = ["not served: mlxcel answers 404"]
+    else:
+        notes = (f"mlxcel does not read the `{fact['field']}` request field yet; a request that sets it gets a "
+                 f"logged warning naming the field. {owner}")
+        divergence = ["not read: the field has no effect on mlxcel's answer"]
+    return {"state": "deferred", "issue": issue, "test": None, "notes": notes, "divergence": divergence,
+            "rationale": None, "mlxcel": None}
 
 
 def extract(binary: Path, source_dir: Path, manifest_dir: Path, classify_new: bool) -> dict[str, int]:
@@ -94,6 +106,8 @@ def extract(binary: Path, source_dir: Path, manifest_dir: Path, classify_new: bo
         for e in doc.get("entries", []):
             existing[e["id"]] = (doc.get("area", path.stem), e)
 
+    issues_path = manifest_dir / ISSUES_FILE
+    titles = {k: v["title"] for k, v in load_json(issues_path)["issues"].items()} if issues_path.exists() else {}
     shards: dict[str, list[dict]] = {}
     unclassified: list[dict] = []
     for fact in facts:
@@ -104,9 +118,9 @@ def extract(binary: Path, source_dir: Path, manifest_dir: Path, classify_new: bo
             shards.setdefault(area, []).append({**fact, **policy})
         elif classify_new:
             area, issue = classify(fact)
-            shards.setdefault(area, []).append({**fact, **default_policy(issue)})
+            shards.setdefault(area, []).append({**fact, **default_policy(fact, issue, titles)})
         else:
-            unclassified.append({**fact, **default_policy(None)})
+            unclassified.append({**fact, **default_policy(fact, None, titles)})
 
     pin_path = manifest_dir / PIN_FILE
     pin = load_json(pin_path) if pin_path.exists() else {}

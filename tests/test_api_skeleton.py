@@ -103,3 +103,11 @@ async def test_streaming_is_refused_out_loud_not_ignored(ready_state):
     async with _client(ready_state) as c:
         r = await c.post("/completion", json={"prompt": "x", "stream": True})
     assert r.status_code == 501 and r.json()["error"]["type"] == "not_supported_error"
+
+
+async def test_fields_mlxcel_does_not_act_on_are_logged_not_silent(ready_state, caplog):
+    async with _client(ready_state) as c:
+        with caplog.at_level("WARNING", logger="mlxcel.api"):
+            r = await c.post("/completion", json={"prompt": "x", "n_predict": 1, "temperature": 0.7, "top_k": 5})
+    assert r.status_code == 200
+    assert "does not act on the request field(s) temperature, top_k" in caplog.text

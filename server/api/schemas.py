@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, fields
 from typing import Any
 
 from ..errors import MISSING_PROMPT, ErrorKind, UpstreamError
+
+log = logging.getLogger("mlxcel.api")
 
 
 @dataclass(frozen=True)
@@ -20,6 +23,9 @@ class NativeCompletionRequest:
     def parse(cls, body: dict) -> "NativeCompletionRequest":
         if "prompt" not in body:
             raise UpstreamError(MISSING_PROMPT, ErrorKind.INVALID_REQUEST)
+        ignored = sorted(set(body) - set(native_completion_fields()))
+        if ignored:  # never silently: b10621 would act on these
+            log.warning("/completion: mlxcel does not act on the request field(s) %s yet", ", ".join(ignored))
         return cls(
             prompt=body["prompt"],
             n_predict=int(body.get("n_predict", -1)),
