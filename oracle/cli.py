@@ -1,57 +1,138 @@
-"""mlxcel-oracle: reference | diff."""
+"""mlxcel-oracle: reference | run | diff | trace | record | verify | report."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from pathlib import Path
 
+from .corpus import CORPUS_DIR, REPO_ROOT, load_case, load_corpus
 from .diff import diff_exchanges
+from .evidence import evidence_dir, load_records, verify
 from .exchange import OracleRequest, send
-from .normalize import NATIVE_COMPLETION
-from .processes import F32_NUMERICS, mlxcel_server, reference_server
+from .processes import Pair
 from .reference import ReferenceBuildError, build_reference
-
-# Both servers get the same flags; the alias keeps the reported model name identical.
-COMMON_ARGS = ("--alias", "smollm2-135m-instruct")
+from .transcripts import RECORD_ENV
 
 
-def run_pair(request: OracleRequest, twin_kind: str):
-    """Start both servers on a twin, send `request` to each, return (reference, mlxcel) exchanges."""
-    from fixtures.twins import twin
+def _manifest_entries() -> dict[str, list[dict]]:
+    from compat.schema import MANIFEST_DIR, load_json, shard_files
 
-    binary = build_reference()
-    t = twin(twin_kind)
-    ref_args = [*COMMON_ARGS, *(F32_NUMERICS if twin_kind == "f32" else ())]
-    with reference_server(binary, t.gguf, ref_args) as ref, mlxcel_server(t.mlx_model, list(COMMON_ARGS)) as mine:
-        return send(ref.base_url, request), send(mine.base_url, request)
+    return {p.stem: load_json(p)["entries"] for p in shard_files(MANIFEST_DIR)}
 
 
 def cmd_reference(_: argparse.Namespace) -> int:
-    try:
-        print(build_reference())
-    except ReferenceBuildError as exc:
-        print(f"mlxcel-oracle: {exc}", file=sys.stderr)
-        return 1
+    print(build_reference())
     return 0
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    request = OracleRequest.from_file(args.request)
-    try:
-        ref, mine = run_pair(request, args.twin)
-    except ReferenceBuildError as exc:
-        print(f"mlxcel-oracle: {exc}", file=sys.stderr)
-        return 2
-    divergences = diff_exchanges(ref, mine, NATIVE_COMPLETION if request.path in ("/completion", "/completions") else ())
-    if args.json:
-        print(json.dumps([d.__dict__ for d in divergences], ensure_ascii=False, indent=2))
+    path = Path(args.request)
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if "request" in data:  # a corpus case
+        case = load_case(path)
+        request, names, twin = case.request, case.normalize, args.twin or case.twin
     else:
-        print(f"{request.method} {request.path} on the {args.twin} twins: "
-              f"{len(divergences)} difference(s)")
-        for d in divergences:
+        request, names, twin = OracleRequest.from_dict(data), (), args.twin or "q4_1"
+    with Pair(twin) as pair:
+        ref, mine = send(pair.reference.base_url, request), send(pair.mlxcel.base_url, request)
+    report = diff_exchanges(ref, mine, names)
+    if args.json:
+        print(json.dumps(report.to_dict()["divergences"], ensure_ascii=False, indent=2))
+    else:
+        print(f"{request.method} {request.path} on the {twin} twins: {len(report.divergences)} difference(s); "
+              f"bytes {'identical' if report.bytes_identical else 'differ'}; normalizations fired: "
+              f"{', '.join(report.normalizations_fired) or 'none'}")
+        for d in report.divergences:
             print("  " + d.describe())
-    return 1 if divergences else 0
+    return 0 if report.identical else 1
+
+
+def _run_corpus(live: bool) -> tuple[int, int]:
+    from .runner import run_case
+
+    cases = load_corpus()
+    failed = 0
+    for twin in sorted({c.twin for c in cases}):
+        mine = [c for c in cases if c.twin == twin]
+        if live:
+            with Pair(twin) as pair:
+                results = [run_case(c, pair.mlxcel.base_url, pair.reference.base_url) for c in mine]
+        else:
+            from fixtures.twins import twin as get_twin
+
+            from .processes import COMMON_ARGS, mlxcel_server
+
+            with mlxcel_server(get_twin(twin).mlx_model, list(COMMON_ARGS)) as srv:
+                results = [run_case(c, srv.base_url, None) for c in mine]
+        for r in results:
+            ok, why = r.meets_expectation()
+            failed += not ok
+            print(f"{'ok  ' if ok else 'FAIL'} {r.case.name} [{r.source}] "
+                  f"{'identical' if r.report.identical else f'{len(r.report.divergences)} diff(s)'}"
+                  + ("" if ok else f": {why}"))
+    return len(cases), failed
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    n, failed = _run_corpus(live=not args.offline)
+    rc = cmd_report(args)
+    print(f"{n} cases, {failed} not as expected")
+    return 1 if failed or rc else 0
+
+
+def cmd_record(_: argparse.Namespace) -> int:
+    os.environ[RECORD_ENV] = "1"
+    n, _failed = _run_corpus(live=True)
+    print(f"recorded {n} reference transcripts under fixtures/transcripts/")
+    return 0
+
+
+def cmd_verify(_: argparse.Namespace) -> int:
+    entries = [e for es in _manifest_entries().values() for e in es]
+    records = load_records()
+    failures = verify(entries, records)
+    for f in failures:
+        print(f, file=sys.stderr)
+    print(f"verify: {len(records)} evidence records; "
+          + ("ok" if not failures else f"{len(failures)} entr{'y' if len(failures) == 1 else 'ies'} not backed"))
+    return 1 if failures else 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .report import build_report, write_report
+
+    report = build_report(_manifest_entries(), load_records())
+    md, js = write_report(report, Path(getattr(args, "out", None) or evidence_dir().parent))
+    print(f"report: {md} and {js}")
+    return 0
+
+
+def cmd_trace(args: argparse.Namespace) -> int:
+    from .trace import trace
+
+    prompts = args.prompt or [
+        "The capital of France is", "Once upon a time, in a small village,", "def fibonacci(n):",
+        "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n", "List three colors:\n1."]
+    worst, disagreements = 0.0, 0
+    out = []
+    with Pair(args.twin) as pair:
+        for p in prompts:
+            t = trace(pair.reference.base_url, pair.mlxcel.base_url, p, args.twin, args.n_predict,
+                      threshold=args.threshold)
+            worst, disagreements = max(worst, t.max_abs_delta_logprob), disagreements + t.disagreements_at_decided
+            out.append(t.to_dict())
+            first = t.first_divergence
+            print(f"{p[:40]!r}: {t.positions} positions, {t.decided} decided, {t.disagreements_at_decided} "
+                  f"disagreements at decided positions, max |delta logprob| {t.max_abs_delta_logprob:.3g}"
+                  + (f", first divergence at {first['position']} (gap {first['gap']:.3g})" if first else ""))
+    print(f"trace ({args.twin}): {len(prompts)} prompts x {args.n_predict} tokens, {disagreements} disagreements "
+          f"at decided positions, max |delta logprob| {worst:.3g}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
+    return 1 if disagreements else 0
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -59,10 +140,31 @@ def main(argv: list[str] | None = None) -> None:
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("reference", help="build (once) and print the reference llama-server path").set_defaults(
         func=cmd_reference)
-    d = sub.add_parser("diff", help="send one request to both servers and diff the responses")
-    d.add_argument("request", help="JSON file: {method, path, body}")
-    d.add_argument("--twin", choices=["q4_1", "f32"], default="q4_1")
+    d = sub.add_parser("diff", help="send one request (or corpus case) to both servers and diff the responses")
+    d.add_argument("request", help="a corpus case, or a JSON file {method, path, body}")
+    d.add_argument("--twin", choices=["q4_1", "f32"], default=None)
     d.add_argument("--json", action="store_true", help="print the differences as JSON")
     d.set_defaults(func=cmd_diff)
+    r = sub.add_parser("run", help=f"run the corpus ({CORPUS_DIR.relative_to(REPO_ROOT)}), write evidence and a report")
+    r.add_argument("--offline", action="store_true", help="use recorded transcripts instead of the binary")
+    r.add_argument("--out", help="where report.md / report.json go (default: .oracle/)")
+    r.set_defaults(func=cmd_run)
+    sub.add_parser("record", help="re-record every case's reference transcript").set_defaults(func=cmd_record)
+    sub.add_parser("verify", help="gate: supported entries need identical evidence, by_design ones a difference"
+                   ).set_defaults(func=cmd_verify)
+    rep = sub.add_parser("report", help="write the Markdown and JSON report from the evidence")
+    rep.add_argument("--out")
+    rep.set_defaults(func=cmd_report)
+    t = sub.add_parser("trace", help="logit traces along the reference's greedy path")
+    t.add_argument("--twin", choices=["q4_1", "f32"], default="f32")
+    t.add_argument("--prompt", action="append")
+    t.add_argument("--n-predict", type=int, default=64)
+    t.add_argument("--threshold", type=float, default=None)
+    t.add_argument("--json", help="write the per-position traces here")
+    t.set_defaults(func=cmd_trace)
     args = p.parse_args(argv)
-    sys.exit(args.func(args))
+    try:
+        sys.exit(args.func(args))
+    except ReferenceBuildError as exc:
+        print(f"mlxcel-oracle: {exc}", file=sys.stderr)
+        sys.exit(2)

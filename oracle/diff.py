@@ -1,19 +1,19 @@
-"""Structural diff of two exchanges: status, content type, then keys, order, types and values."""
+"""Diffs of two exchanges: byte-level first (after normalization), then structural, per SSE frame too."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .exchange import Exchange
-from .normalize import Normalization, normalize
+from .normalize import MASK, normalize
 
 
 @dataclass(frozen=True)
 class Divergence:
     path: str
-    kind: str  # status | content-type | missing | extra | order | type | value | body
+    kind: str  # status | content-type | bytes | missing | extra | order | type | value | number-format | frames
     reference: Any = None
     mlxcel: Any = None
 
@@ -25,12 +25,30 @@ class Divergence:
         return f"{self.path}: {self.kind} differs: reference {_short(self.reference)} vs mlxcel {_short(self.mlxcel)}"
 
 
+@dataclass
+class DiffReport:
+    divergences: list[Divergence] = field(default_factory=list)
+    bytes_identical: bool = True
+    normalizations_fired: list[str] = field(default_factory=list)
+
+    @property
+    def identical(self) -> bool:
+        return self.bytes_identical and not self.divergences
+
+    def to_dict(self) -> dict:
+        return {"identical": self.identical, "bytes_identical": self.bytes_identical,
+                "normalizations_fired": self.normalizations_fired,
+                "divergences": [asdict(d) for d in self.divergences]}
+
+
 def _short(v: Any, n: int = 120) -> str:
     s = json.dumps(v, ensure_ascii=False)
     return s if len(s) <= n else s[: n - 3] + "..."
 
 
 def _json_type(v: Any) -> str:
+    if isinstance(v, list) and len(v) == 2 and v[0] == MASK:
+        return "masked"
     if isinstance(v, bool):
         return "boolean"
     if isinstance(v, (int, float)):
@@ -39,18 +57,13 @@ def _json_type(v: Any) -> str:
 
 
 def diff_values(ref: Any, got: Any, path: str = "$") -> list[Divergence]:
-    if isinstance(ref, tuple) and isinstance(got, tuple):  # both masked: compare the recorded JSON types
-        return [] if ref == got else [Divergence(path, "type", ref[1], got[1])]
-    if _json_type(ref) != _json_type(got) or isinstance(ref, tuple) != isinstance(got, tuple):
+    if _json_type(ref) != _json_type(got):
         return [Divergence(path, "type", ref, got)]
+    if _json_type(ref) == "masked":  # both masked: compare the recorded JSON types
+        return [] if ref == got else [Divergence(path, "type", ref[1], got[1])]
     if isinstance(ref, dict):
-        out: list[Divergence] = []
-        for k in ref:
-            if k not in got:
-                out.append(Divergence(f"{path}.{k}", "missing", reference=ref[k]))
-        for k in got:
-            if k not in ref:
-                out.append(Divergence(f"{path}.{k}", "extra", mlxcel=got[k]))
+        out = [Divergence(f"{path}.{k}", "missing", reference=ref[k]) for k in ref if k not in got]
+        out += [Divergence(f"{path}.{k}", "extra", mlxcel=got[k]) for k in got if k not in ref]
         common_ref = [k for k in ref if k in got]
         common_got = [k for k in got if k in ref]
         if common_ref != common_got:
@@ -61,10 +74,7 @@ def diff_values(ref: Any, got: Any, path: str = "$") -> list[Divergence]:
     if isinstance(ref, list):
         if len(ref) != len(got):
             return [Divergence(path, "value", ref, got)]
-        out = []
-        for i, (a, b) in enumerate(zip(ref, got)):
-            out.extend(diff_values(a, b, f"{path}[{i}]"))
-        return out
+        return [d for i, (a, b) in enumerate(zip(ref, got)) for d in diff_values(a, b, f"{path}[{i}]")]
     if ref != got:
         return [Divergence(path, "value", ref, got)]
     if isinstance(ref, float) != isinstance(got, float):  # 1 and 1.0 are different bytes on the wire
@@ -72,18 +82,50 @@ def diff_values(ref: Any, got: Any, path: str = "$") -> list[Divergence]:
     return []
 
 
-def diff_exchanges(ref: Exchange, got: Exchange, rules: tuple[Normalization, ...] = ()) -> list[Divergence]:
-    out: list[Divergence] = []
-    if ref.status != got.status:
-        out.append(Divergence("status", "status", ref.status, got.status))
-    if ref.headers.get("content-type") != got.headers.get("content-type"):
-        out.append(Divergence("header content-type", "content-type", ref.headers.get("content-type"),
-                              got.headers.get("content-type")))
+def _canonical(obj: Any) -> bytes:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def _body_layers(ref_body: bytes, got_body: bytes, names: tuple[str, ...], fired: set[str],
+                 where: str) -> tuple[bool, list[Divergence]]:
+    """(bytes identical after normalization, structural divergences) for one body or frame."""
     try:
-        a, b = ref.json(), got.json()
+        a, b = json.loads(ref_body), json.loads(got_body)
     except ValueError:
-        if ref.body != got.body:
-            out.append(Divergence("body", "body", ref.body[:200].decode(errors="replace"),
-                                  got.body[:200].decode(errors="replace")))
-        return out
-    return out + diff_values(normalize(a, rules), normalize(b, rules))
+        same = ref_body == got_body
+        return same, [] if same else [Divergence(where, "bytes", ref_body[:200].decode(errors="replace"),
+                                                 got_body[:200].decode(errors="replace"))]
+    na, nb = normalize(a, names, fired), normalize(b, names, fired)
+    # with nothing masked the wire bytes must agree; masked values compare by canonical re-serialization
+    same = (ref_body == got_body) if na == a and nb == b else _canonical(na) == _canonical(nb)
+    structural = diff_values(na, nb, where)
+    if not same and not structural:
+        structural = [Divergence(where, "bytes", ref_body[:200].decode(errors="replace"),
+                                 got_body[:200].decode(errors="replace"))]
+    return same, structural
+
+
+def diff_exchanges(ref: Exchange, got: Exchange, names: tuple[str, ...] = ()) -> DiffReport:
+    report = DiffReport()
+    fired: set[str] = set()
+    if ref.status != got.status:
+        report.divergences.append(Divergence("status", "status", ref.status, got.status))
+    if ref.headers.get("content-type") != got.headers.get("content-type"):
+        report.divergences.append(Divergence("header content-type", "content-type", ref.headers.get("content-type"),
+                                             got.headers.get("content-type")))
+    if ref.frames or got.frames:
+        if len(ref.frames) != len(got.frames):
+            report.divergences.append(Divergence("frames", "frames", len(ref.frames), len(got.frames)))
+        for i, (a, b) in enumerate(zip(ref.frames, got.frames)):
+            same, divs = _body_layers(a.removeprefix(b"data: "), b.removeprefix(b"data: "), names, fired,
+                                      f"frame[{i}]$")
+            report.bytes_identical &= same and a[:6] == b[:6]
+            report.divergences.extend(divs)
+        report.bytes_identical &= len(ref.frames) == len(got.frames)
+    else:
+        same, divs = _body_layers(ref.body, got.body, names, fired, "$")
+        report.bytes_identical = same
+        report.divergences.extend(divs)
+    report.bytes_identical &= ref.status == got.status
+    report.normalizations_fired = sorted(fired)
+    return report

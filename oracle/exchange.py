@@ -1,9 +1,15 @@
-"""One request to one server, captured raw: status, headers, body bytes."""
+"""One request to one server, captured raw: status, headers, body bytes and, for SSE, every frame.
+
+Also one command line run to its end: exit status, stdout and stderr (startup behaviour).
+"""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
-from dataclasses import dataclass
+import subprocess
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -14,16 +20,26 @@ class OracleRequest:
     method: str
     path: str
     body: Any = None  # JSON-serializable, sent as the same bytes to both servers
+    raw_body: str | None = None  # sent verbatim instead of `body` (malformed JSON cases)
 
     @classmethod
-    def from_file(cls, path) -> "OracleRequest":
-        data = json.loads(open(path, encoding="utf-8").read())
-        return cls(method=data.get("method", "POST").upper(), path=data["path"], body=data.get("body"))
+    def from_dict(cls, data: dict) -> "OracleRequest":
+        return cls(method=data.get("method", "POST").upper(), path=data["path"], body=data.get("body"),
+                   raw_body=data.get("raw_body"))
 
     def body_bytes(self) -> bytes | None:
+        if self.raw_body is not None:
+            return self.raw_body.encode("utf-8")
         if self.body is None:
             return None
         return json.dumps(self.body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+    @property
+    def streaming(self) -> bool:
+        return isinstance(self.body, dict) and self.body.get("stream") is True
+
+    def sha256(self) -> str:
+        return hashlib.sha256(f"{self.method} {self.path}\n".encode() + (self.body_bytes() or b"")).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -31,13 +47,54 @@ class Exchange:
     status: int
     headers: dict[str, str]
     body: bytes
+    frames: tuple[bytes, ...] = field(default=())  # SSE frames, each without its blank-line terminator
 
     def json(self) -> Any:
         return json.loads(self.body)
 
+    def sha256(self) -> str:
+        return hashlib.sha256(self.body).hexdigest()
+
+    def to_record(self) -> dict:
+        try:
+            body = {"text": self.body.decode("utf-8")}
+        except UnicodeDecodeError:
+            body = {"base64": base64.b64encode(self.body).decode()}
+        return {"status": self.status, "content_type": self.headers.get("content-type"), "body": body,
+                "frames": [f.decode("utf-8", "replace") for f in self.frames]}
+
+    @classmethod
+    def from_record(cls, rec: dict) -> "Exchange":
+        body = rec["body"]
+        raw = body["text"].encode("utf-8") if "text" in body else base64.b64decode(body["base64"])
+        headers = {"content-type": rec["content_type"]} if rec.get("content_type") else {}
+        return cls(status=rec["status"], headers=headers, body=raw,
+                   frames=tuple(f.encode("utf-8") for f in rec.get("frames", [])))
+
+
+def split_sse(body: bytes) -> tuple[bytes, ...]:
+    return tuple(f for f in body.replace(b"\r\n", b"\n").split(b"\n\n") if f.strip())
+
 
 def send(base_url: str, request: OracleRequest, timeout: float = 300.0) -> Exchange:
-    headers = {"Content-Type": "application/json"} if request.body is not None else {}
+    headers = {"Content-Type": "application/json"} if request.body_bytes() is not None else {}
     r = httpx.request(request.method, base_url + request.path, content=request.body_bytes(), headers=headers,
                       timeout=timeout)
-    return Exchange(status=r.status_code, headers={k.lower(): v for k, v in r.headers.items()}, body=r.content)
+    hdrs = {k.lower(): v for k, v in r.headers.items()}
+    frames = split_sse(r.content) if hdrs.get("content-type", "").startswith("text/event-stream") else ()
+    return Exchange(status=r.status_code, headers=hdrs, body=r.content, frames=frames)
+
+
+@dataclass(frozen=True)
+class CommandExchange:
+    """A command line run to its end: what a user sees at startup."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_command(argv: list[str], env: dict[str, str] | None = None, timeout: float = 60.0) -> CommandExchange:
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+    return CommandExchange(proc.returncode, proc.stdout, proc.stderr)

@@ -8,14 +8,20 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Normalization:
-    path: str  # a JSON path ("$.timings.*" masks every value under timings)
+    name: str
+    paths: tuple[str, ...]  # JSON paths; "$.timings.*" masks every value under timings
     reason: str
 
 
-NATIVE_COMPLETION = (
-    Normalization("$.timings.*", "wall-clock durations and rates"),
-    Normalization("$.id_slot", "b10621 defaults to 4 parallel slots and picks one; mlxcel has one slot so far"),
-)
+REGISTRY: dict[str, Normalization] = {n.name: n for n in (
+    Normalization("timings", ("$.timings.*",), "wall-clock durations and rates"),
+    Normalization("id_slot", ("$.id_slot",),
+                  "b10621 runs 4 parallel slots by default and picks one; mlxcel has one slot so far"),
+    Normalization("created", ("$.created",), "a clock"),
+    Normalization("completion_id", ("$.id",), "random per response"),
+    Normalization("system_fingerprint", ("$.system_fingerprint",), "the build's identity string"),
+    Normalization("model_path", ("$.model_path",), "the GGUF path versus the MLX checkpoint path"),
+)}
 MASK = "<masked>"
 
 
@@ -25,12 +31,18 @@ def _matches(path: str, pattern: str) -> bool:
     return path == pattern
 
 
-def normalize(value: Any, rules: tuple[Normalization, ...], path: str = "$") -> Any:
-    """Mask the values that rules name; a masked value keeps its JSON type as a marker."""
-    if any(_matches(path, r.path) for r in rules):
-        return (MASK, type(value).__name__)
+def normalize(value: Any, names: tuple[str, ...], fired: set[str] | None = None, path: str = "$") -> Any:
+    """Mask the values the named rules cover; a masked value keeps its JSON type as a marker.
+
+    `fired` collects the names of the rules that masked something.
+    """
+    for name in names:
+        if any(_matches(path, p) for p in REGISTRY[name].paths):
+            if fired is not None:
+                fired.add(name)
+            return [MASK, type(value).__name__]
     if isinstance(value, dict):
-        return {k: normalize(v, rules, f"{path}.{k}") for k, v in value.items()}
+        return {k: normalize(v, names, fired, f"{path}.{k}") for k, v in value.items()}
     if isinstance(value, list):
-        return [normalize(v, rules, f"{path}[{i}]") for i, v in enumerate(value)]
+        return [normalize(v, names, fired, f"{path}[{i}]") for i, v in enumerate(value)]
     return value

@@ -111,3 +111,38 @@ def mlxcel_server(model: str, args: list[str] = (), port: int | None = None) -> 
     sp.env = _clean_env(sp.workdir)
     sp.env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     return sp
+
+
+# Both servers get the same b10621 command line; the alias keeps the reported model name identical.
+COMMON_ARGS = ("--alias", "smollm2-135m-instruct")
+
+
+class Pair:
+    """The reference on a GGUF twin and mlxcel on its MLX twin, same flags, free ports.
+
+    On the F32 twins the reference also gets F32_NUMERICS: a declared oracle setting (flash attention
+    off, F32 KV), not a user flag difference.
+    """
+
+    def __init__(self, twin_kind: str, args: tuple[str, ...] = COMMON_ARGS, binary: Path | None = None):
+        from fixtures.twins import twin
+
+        from .reference import build_reference
+
+        t = twin(twin_kind)
+        ref_args = [*args, *(F32_NUMERICS if twin_kind == "f32" else ())]
+        self.reference = reference_server(binary or build_reference(), t.gguf, ref_args)
+        self.mlxcel = mlxcel_server(t.mlx_model, list(args))
+
+    def __enter__(self) -> "Pair":
+        self.reference.start()
+        try:
+            self.mlxcel.start()
+        except Exception:
+            self.reference.cleanup()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.mlxcel.cleanup()
+        self.reference.cleanup()

@@ -29,6 +29,30 @@ class ErrorKind(Enum):
 LOADING_MODEL = "Loading model"
 # /completion without "prompt": the JSON library's out_of_range error surfaces as a 400 upstream
 MISSING_PROMPT = "[json.exception.out_of_range.403] key 'prompt' not found"
+BAD_PROMPT = ('"prompt" elements must be a string, a list of tokens, a JSON object containing a prompt string, '
+              "or a list of mixed strings & tokens.")
+# Unknown path or method: httplib's 404, whose envelope orders its keys differently from format_error_response
+NOT_FOUND_BODY = {"error": {"message": "File Not Found", "type": "not_found_error", "code": 404}}
+
+
+def json_type_name(value) -> str:
+    """nlohmann::json's type_name() of a decoded JSON value."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    return {str: "string", list: "array", dict: "object"}[type(value)]
+
+
+def type_error(expected: str, value) -> str:
+    return f"[json.exception.type_error.302] type must be {expected}, but is {json_type_name(value)}"
+
+
+def field_type_error(name: str, expected: str, value) -> "UpstreamError":
+    """A schema field of the wrong JSON type: b10621 answers 400 naming the field."""
+    return UpstreamError(f"Field '{name}': {type_error(expected, value)}", ErrorKind.INVALID_REQUEST)
 
 
 class UpstreamError(Exception):

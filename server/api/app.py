@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.base import BaseHTTPMiddleware
 
-from ..errors import LOADING_MODEL, ErrorKind, UpstreamError
-from . import health, native, tokenize
-from .jsonio import error_response
+from ..errors import LOADING_MODEL, NOT_FOUND_BODY, ErrorKind, UpstreamError
+from . import health, native, scoring, tokenize
+from .jsonio import UpstreamJSON, error_response
 from .state import AppState
 
 
@@ -31,11 +32,16 @@ def create_app(state: AppState | None) -> FastAPI:
     async def _upstream(_: Request, exc: UpstreamError):
         return error_response(exc)
 
+    @app.exception_handler(StarletteHTTPException)
+    async def _not_found(_: Request, exc: StarletteHTTPException):
+        # unknown paths and unknown methods alike: b10621 (cpp-httplib) answers 404 File Not Found
+        return UpstreamJSON(NOT_FOUND_BODY, status_code=404)
+
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError):
         return error_response(UpstreamError(str(exc), ErrorKind.INVALID_REQUEST))
 
-    for module in (health, tokenize, native):
+    for module in (health, tokenize, native, scoring):
         app.include_router(module.router)
     return app
 

@@ -32,12 +32,26 @@ def error_response(err: UpstreamError) -> UpstreamJSON:
     return UpstreamJSON(err.body(), status_code=err.kind.status)
 
 
-async def read_json_object(request: Request) -> dict:
+async def read_json(request: Request) -> Any:
+    """The parsed body; like b10621, a body that is not JSON is a 500 parse error (wording differs)."""
     raw = await request.body()
     try:
-        body = json.loads(raw) if raw else None
+        return json.loads(raw)
     except ValueError as exc:
-        raise UpstreamError(f"[json.exception.parse_error] {exc}", ErrorKind.INVALID_REQUEST) from exc
-    if not isinstance(body, dict):
-        raise UpstreamError("request body must be a JSON object", ErrorKind.INVALID_REQUEST)
-    return body
+        raise UpstreamError(f"[json.exception.parse_error.101] parse error: {exc}", ErrorKind.SERVER) from exc
+
+
+async def read_json_object(request: Request) -> dict:
+    """The body's fields; a JSON value that is not an object has none (b10621's json::count answers 0)."""
+    body = await read_json(request)
+    return body if isinstance(body, dict) else {}
+
+
+def json_value(body: dict, key: str, default):
+    """b10621's json_value(): the value when present and of the default's JSON type, else the default."""
+    from ..errors import json_type_name
+
+    value = body.get(key)
+    if value is None or json_type_name(value) != json_type_name(default):
+        return default
+    return value

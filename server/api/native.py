@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 from ..engine.types import ErrorEvent, FinalEvent, GenerationRequest, TokenEvent
-from ..errors import ErrorKind, UpstreamError
+from ..errors import BAD_PROMPT, ErrorKind, UpstreamError
 from .jsonio import UpstreamJSON, read_json_object
 from .schemas import NativeCompletionRequest
 
@@ -27,13 +27,17 @@ def _timings(final: FinalEvent) -> dict:
     }
 
 
+def _is_token(p) -> bool:
+    return isinstance(p, int) and not isinstance(p, bool)
+
+
 def _prompt_tokens(state, prompt) -> list[int]:
-    if isinstance(prompt, str) or (isinstance(prompt, list) and all(isinstance(p, (str, int)) for p in prompt)):
-        tokens = state.tokenizer.tokenize_mixed(prompt, add_special=True, parse_special=True)
-    else:
-        raise UpstreamError("mlxcel does not yet accept this prompt shape (multiple or multimodal prompts)",
+    if isinstance(prompt, str) or (isinstance(prompt, list) and all(isinstance(p, str) or _is_token(p) for p in prompt)):
+        return state.tokenizer.tokenize_mixed(prompt, add_special=True, parse_special=True)
+    if isinstance(prompt, list) and all(isinstance(p, (str, list, dict)) for p in prompt):
+        raise UpstreamError("mlxcel does not accept several prompts in one request yet (an array of prompts)",
                             ErrorKind.NOT_SUPPORTED)
-    return tokens
+    raise UpstreamError(BAD_PROMPT, ErrorKind.INVALID_REQUEST)
 
 
 @router.post("/completion")

@@ -6,7 +6,7 @@ import logging
 from dataclasses import dataclass, fields
 from typing import Any
 
-from ..errors import MISSING_PROMPT, ErrorKind, UpstreamError
+from ..errors import MISSING_PROMPT, ErrorKind, UpstreamError, field_type_error, json_type_name
 
 log = logging.getLogger("mlxcel.api")
 
@@ -28,11 +28,21 @@ class NativeCompletionRequest:
             log.warning("/completion: mlxcel does not act on the request field(s) %s yet", ", ".join(ignored))
         return cls(
             prompt=body["prompt"],
-            n_predict=int(body.get("n_predict", -1)),
-            ignore_eos=bool(body.get("ignore_eos", False)),
-            return_tokens=bool(body.get("return_tokens", False)),
-            stream=bool(body.get("stream", False)),
+            n_predict=int(_typed(body, "n_predict", "number", -1)),
+            ignore_eos=_typed(body, "ignore_eos", "boolean", False),
+            return_tokens=_typed(body, "return_tokens", "boolean", False),
+            stream=_typed(body, "stream", "boolean", False),
         )
+
+
+def _typed(body: dict, name: str, expected: str, default):
+    """A schema field's value, or b10621's 400 when its JSON type is wrong (null means the default)."""
+    value = body.get(name)
+    if value is None:
+        return default
+    if json_type_name(value) != expected:
+        raise field_type_error(name, expected, value)
+    return value
 
 
 def native_completion_fields() -> list[str]:

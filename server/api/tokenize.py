@@ -2,7 +2,8 @@
 
 from fastapi import APIRouter, Request
 
-from .jsonio import UpstreamJSON, read_json_object
+from ..errors import ErrorKind, UpstreamError, type_error
+from .jsonio import UpstreamJSON, json_value, read_json_object
 
 router = APIRouter()
 
@@ -20,12 +21,15 @@ async def tokenize(request: Request) -> UpstreamJSON:
     body = await read_json_object(request)
     tokens: list = []
     if "content" in body:
+        content = body["content"]
+        if not isinstance(content, (str, list)):
+            raise UpstreamError(type_error("string", content), ErrorKind.SERVER)
         ids = state.tokenizer.tokenize_mixed(
-            body["content"],
-            add_special=bool(body.get("add_special", False)),
-            parse_special=bool(body.get("parse_special", True)),
+            content,
+            add_special=json_value(body, "add_special", False),
+            parse_special=json_value(body, "parse_special", True),
         )
-        if body.get("with_pieces", False):
+        if json_value(body, "with_pieces", False):
             tokens = [{"id": i, "piece": _piece_json(state.tokenizer.piece(i))} for i in ids]
         else:
             tokens = ids
@@ -36,5 +40,16 @@ async def tokenize(request: Request) -> UpstreamJSON:
 async def detokenize(request: Request) -> UpstreamJSON:
     state = request.app.state.mlxcel
     body = await read_json_object(request)
-    content = state.tokenizer.detokenize(body.get("tokens", [])) if "tokens" in body else ""
+    content = ""
+    if "tokens" in body:
+        tokens = body["tokens"]
+        if not isinstance(tokens, list):
+            raise UpstreamError(type_error("array", tokens), ErrorKind.SERVER)
+        for t in tokens:
+            if not isinstance(t, int) or isinstance(t, bool):
+                raise UpstreamError(type_error("number", t), ErrorKind.SERVER)
+            if not 0 <= t < state.tokenizer.vocab_size:  # b10621's vocabulary lookup throws std::out_of_range
+                raise UpstreamError(f"vector::_M_range_check: __n (which is {t}) >= this->size() "
+                                    f"(which is {state.tokenizer.vocab_size})", ErrorKind.SERVER)
+        content = state.tokenizer.detokenize(tokens)
     return UpstreamJSON({"content": content})

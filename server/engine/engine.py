@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import AsyncIterator
 
-from .types import EngineInfo, ErrorEvent, Event, FinalEvent, GenerationRequest, TokenEvent
+from .types import (EngineInfo, ErrorEvent, Event, FinalEvent, GenerationRequest, ScoredPosition, ScoreEvent,
+                    ScoreRequest, TokenEvent)
 
 log = logging.getLogger("mlxcel.engine")
 
@@ -38,7 +39,7 @@ class Handle:
         while True:
             event = await self.events.get()
             yield event
-            if isinstance(event, (FinalEvent, ErrorEvent)):
+            if isinstance(event, (FinalEvent, ErrorEvent, ScoreEvent)):
                 return
 
 
@@ -59,7 +60,7 @@ class Engine:
     def stop(self) -> None:
         self._queue.put(None)
 
-    def submit(self, request: GenerationRequest) -> Handle:
+    def submit(self, request: GenerationRequest | ScoreRequest) -> Handle:
         handle = Handle(loop=asyncio.get_running_loop())
         self._queue.put((request, handle))
         return handle
@@ -89,10 +90,19 @@ class Engine:
                 return
             request, handle = item
             try:
-                self._generate(request, handle)
+                if isinstance(request, ScoreRequest):
+                    self._score(request, handle)
+                else:
+                    self._generate(request, handle)
             except Exception as exc:  # never leave a client hanging
                 log.exception("generation failed")
                 handle.publish(ErrorEvent(f"{type(exc).__name__}: {exc}"))
+
+    def _score(self, req: ScoreRequest, handle: Handle) -> None:
+        from .runner import score
+
+        rows = score(self.runner, list(req.prompt_tokens), list(req.continuation), req.n_probs)
+        handle.publish(ScoreEvent(tuple(ScoredPosition(t, lp, top) for t, lp, top in rows)))
 
     def _generate(self, req: GenerationRequest, handle: Handle) -> None:
         t_start = time.perf_counter()

@@ -41,3 +41,18 @@ def _ban(logits: mx.array, banned: frozenset[int]) -> mx.array:
     mask = mx.zeros(logits.shape[-1], dtype=mx.bool_)
     mask[mx.array(sorted(banned))] = True
     return mx.where(mask, -mx.inf, logits)
+
+
+def score(runner: Runner, prompt: list[int], continuation: list[int], n_probs: int) -> list[tuple]:
+    """(token, logprob, top-k) for each continuation token, from one teacher-forced forward pass."""
+    cache = runner.new_cache()
+    tokens = prompt + continuation
+    logits = runner.loaded.model(mx.array([tokens[:-1]]), cache=cache)[0, len(prompt) - 1:, :].astype(mx.float32)
+    logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+    k = max(1, min(n_probs, logprobs.shape[-1]))
+    top_ids = mx.argsort(-logprobs, axis=-1)[:, :k]
+    top_lp = mx.take_along_axis(logprobs, top_ids, axis=-1)
+    chosen = mx.take_along_axis(logprobs, mx.array(continuation)[:, None], axis=-1)[:, 0]
+    mx.eval(top_ids, top_lp, chosen)
+    ids, lps, ch = top_ids.tolist(), top_lp.tolist(), chosen.tolist()
+    return [(t, ch[i], tuple(zip(ids[i], lps[i]))) for i, t in enumerate(continuation)]

@@ -13,6 +13,27 @@ class GenerationRequest:
 
 
 @dataclass(frozen=True)
+class ScoreRequest:
+    """Teacher-forced scoring: the log-probabilities of `continuation` after `prompt_tokens`."""
+
+    prompt_tokens: tuple[int, ...]
+    continuation: tuple[int, ...]
+    n_probs: int = 5
+
+
+@dataclass(frozen=True)
+class ScoredPosition:
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...]  # (token id, logprob), best first
+
+
+@dataclass(frozen=True)
+class ScoreEvent:
+    positions: tuple[ScoredPosition, ...]
+
+
+@dataclass(frozen=True)
 class TokenEvent:
     token: int
 
@@ -37,7 +58,7 @@ class ErrorEvent:
     kind: str = "server"  # an errors.ErrorKind name
 
 
-Event = TokenEvent | FinalEvent | ErrorEvent
+Event = TokenEvent | FinalEvent | ErrorEvent | ScoreEvent
 
 
 @dataclass

@@ -1,0 +1,59 @@
+"""The request corpus (fixtures/requests/*.json): one case per file, named by the entry it exercises.
+
+A case: {"entries": [manifest ids], "twin": "q4_1"|"f32", "request": {method, path, body|raw_body},
+"normalize": [rule names], "expect": {"identical": bool, "divergences": [[path, kind], ...]}}.
+`expect` pins what the oracle sees today, so a change in either direction fails until the case and the
+manifest entry are flipped together.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from .exchange import OracleRequest
+from .normalize import REGISTRY
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CORPUS_DIR = REPO_ROOT / "fixtures" / "requests"
+TRANSCRIPT_DIR = REPO_ROOT / "fixtures" / "transcripts"
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    entries: tuple[str, ...]
+    twin: str
+    request: OracleRequest
+    normalize: tuple[str, ...]
+    expect_identical: bool
+    expect_divergences: tuple[tuple[str, str], ...]
+
+    @property
+    def path(self) -> Path:
+        return CORPUS_DIR / f"{self.name}.json"
+
+    def reproduce(self) -> str:
+        return f"mlxcel-oracle diff fixtures/requests/{self.name}.json --twin {self.twin}"
+
+
+def load_case(path: Path) -> Case:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    unknown = [n for n in data.get("normalize", []) if n not in REGISTRY]
+    if unknown:
+        raise ValueError(f"{path.name}: unknown normalization(s) {unknown}")
+    expect = data.get("expect", {"identical": True})
+    return Case(
+        name=path.stem,
+        entries=tuple(data["entries"]),
+        twin=data.get("twin", "q4_1"),
+        request=OracleRequest.from_dict(data["request"]),
+        normalize=tuple(data.get("normalize", [])),
+        expect_identical=bool(expect.get("identical", True)),
+        expect_divergences=tuple(tuple(d) for d in expect.get("divergences", [])),
+    )
+
+
+def load_corpus(directory: Path = CORPUS_DIR) -> list[Case]:
+    return [load_case(p) for p in sorted(directory.glob("*.json"))]

@@ -1,0 +1,83 @@
+"""Evidence per manifest entry, and the gate that backs `supported` and `by_design` with it.
+
+Each comparing conformance case writes one record (entry ids, request, exchange hashes, normalizations
+that fired, the diff). `verify` fails a supported entry whose evidence shows a difference or that has no
+evidence, and a by_design entry whose evidence shows no difference.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .corpus import REPO_ROOT
+
+EVIDENCE_ENV = "MLXCEL_EVIDENCE_DIR"
+
+
+def evidence_dir() -> Path:
+    return Path(os.environ.get(EVIDENCE_ENV) or REPO_ROOT / ".oracle" / "evidence")
+
+
+def write_record(record: dict, directory: Path | None = None) -> Path:
+    d = directory or evidence_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / f"{record['case']}.json"
+    path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return path
+
+
+def make_record(case, ref, mine, report, source: str) -> dict:
+    return {
+        "case": case.name,
+        "entries": list(case.entries),
+        "twin": case.twin,
+        "request": {"method": case.request.method, "path": case.request.path, "sha256": case.request.sha256()},
+        "reference_sha256": ref.sha256(),
+        "mlxcel_sha256": mine.sha256(),
+        "reference_source": source,
+        **report.to_dict(),
+        "reproduce": case.reproduce(),
+    }
+
+
+def load_records(directory: Path | None = None) -> list[dict]:
+    d = directory or evidence_dir()
+    return [json.loads(p.read_text(encoding="utf-8")) for p in sorted(d.glob("*.json"))] if d.is_dir() else []
+
+
+@dataclass(frozen=True)
+class GateFailure:
+    entry: str
+    state: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.entry} ({self.state}): {self.message}"
+
+
+def verify(entries: list[dict], records: list[dict]) -> list[GateFailure]:
+    by_entry: dict[str, list[dict]] = {}
+    for r in records:
+        for eid in r["entries"]:
+            by_entry.setdefault(eid, []).append(r)
+    failures = []
+    for e in entries:
+        evid = by_entry.get(e["id"], [])
+        if e["state"] == "supported":
+            if not evid:
+                failures.append(GateFailure(e["id"], "supported", "no oracle evidence backs this entry"))
+            for r in evid:
+                if not r["identical"]:
+                    first = (r["divergences"] or [{"path": "bytes", "kind": "bytes"}])[0]
+                    failures.append(GateFailure(e["id"], "supported",
+                                                f"case {r['case']} differs at {first['path']} ({first['kind']}); "
+                                                f"reproduce: {r['reproduce']}"))
+        elif e["state"] == "by_design":
+            if not evid:
+                failures.append(GateFailure(e["id"], "by_design", "no oracle evidence pins the divergence"))
+            elif all(r["identical"] for r in evid):
+                failures.append(GateFailure(e["id"], "by_design", "the oracle saw no difference: it is supported"))
+    return failures
