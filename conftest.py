@@ -9,8 +9,17 @@ from server import blas
 blas.activate()  # before any test imports mlx: the reference BLAS would make every model test crawl
 
 
+def oracle_offline() -> bool:
+    """MLXCEL_ORACLE_OFFLINE=1: the reference binary is absent; recorded transcripts stand in for it."""
+    import os
+
+    return os.environ.get("MLXCEL_ORACLE_OFFLINE") == "1"
+
+
 @pytest.fixture(scope="session")
 def reference_binary():
+    if oracle_offline():
+        pytest.skip("needs the live reference binary (MLXCEL_ORACLE_OFFLINE=1)")
     from oracle.reference import build_reference
 
     return build_reference()
@@ -38,7 +47,9 @@ def _serve(proc):
         proc.cleanup()
 
 
-COMMON_ARGS = ["--alias", "smollm2-135m-instruct"]
+from oracle.processes import COMMON_ARGS  # noqa: E402  (after the BLAS interposition above)
+
+COMMON_ARGS = list(COMMON_ARGS)
 
 
 @pytest.fixture(scope="session")
@@ -67,3 +78,14 @@ def reference_f32(reference_binary, twin_f32):
     from oracle.processes import F32_NUMERICS, reference_server
 
     yield from _serve(reference_server(reference_binary, twin_f32.gguf, [*COMMON_ARGS, *F32_NUMERICS]))
+
+
+@pytest.fixture(scope="session")
+def live_reference_q4_1(request):
+    """The reference on the Q4_1 twin, or None when offline (recorded answers stand in)."""
+    return None if oracle_offline() else request.getfixturevalue("reference_q4_1")
+
+
+@pytest.fixture(scope="session")
+def live_reference_f32(request):
+    return None if oracle_offline() else request.getfixturevalue("reference_f32")

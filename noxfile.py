@@ -15,7 +15,23 @@ def tests(session: nox.Session) -> None:
     session.run("python", "-m", "compat.validate", "--check-issues-open")
     session.run("python", "-m", "compat.claims")
     session.run("mlxcel-oracle", "reference")  # build (or reuse) the reference before the clock of any test
-    session.run("pytest", "-q", "-p", "no:cacheprovider", *session.posargs)
+    evidence = ".oracle/evidence"
+    session.run("rm", "-rf", evidence, external=True)
+    session.run("pytest", "-q", "-p", "no:cacheprovider", *session.posargs,
+                env={"MLXCEL_EVIDENCE_DIR": evidence})
+    # the same conformance suite once more with the binary treated as absent: recorded transcripts only
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "conformance",
+                env={"MLXCEL_EVIDENCE_DIR": evidence + "-offline", "MLXCEL_ORACLE_OFFLINE": "1"})
+    session.run("mlxcel-oracle", "verify", env={"MLXCEL_EVIDENCE_DIR": evidence})
+    session.run("mlxcel-oracle", "report", env={"MLXCEL_EVIDENCE_DIR": evidence})
+
+
+@nox.session
+def oracle_run(session: nox.Session) -> None:
+    """Run the request corpus against the live reference, write evidence and the report, then verify."""
+    session.install("-e", ".")
+    session.run("mlxcel-oracle", "run", *session.posargs)
+    session.run("mlxcel-oracle", "verify")
 
 
 @nox.session

@@ -11,12 +11,12 @@ import pytest
 
 pytestmark = pytest.mark.reference
 
-REQUEST = Path(__file__).parent.parent / "fixtures" / "requests" / "completion_greedy.json"
+REQUEST = Path(__file__).parent.parent / "fixtures" / "requests" / "post-completion.greedy-f32.json"
 
 
 def test_diff_reports_what_mlxcel_lacks_and_nothing_it_matches(reference_binary, twin_f32):
     proc = subprocess.run([sys.executable, "-c", "from oracle.cli import main; main()", "diff", str(REQUEST),
-                           "--twin", "f32", "--json"], capture_output=True, text=True, timeout=600)
+                           "--json"], capture_output=True, text=True, timeout=600)
     divergences = json.loads(proc.stdout)
     # generation_settings needs the sampler chain (the sampling issue); every other key, type and
     # (unmasked) value already agrees on the F32 twins

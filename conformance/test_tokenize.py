@@ -10,14 +10,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conformance.recorded import reference_answers
+
 CORPUS = json.loads((Path(__file__).parent.parent / "fixtures" / "corpora" / "tokenize.json").read_text("utf-8"))
 
-pytestmark = pytest.mark.reference
 
-
-def _tokenize(server, body: dict) -> tuple[int, dict]:
+def _tokenize(server, body: dict) -> list:
     r = httpx.post(server.base_url + "/tokenize", json=body, timeout=60)
-    return r.status_code, r.json()
+    return [r.status_code, r.json()]
+
+
+def _corpus_bodies(parse_special: bool) -> list[dict]:
+    return [{"content": t, "parse_special": parse_special, "with_pieces": True} for t in CORPUS["strings"]]
 
 
 def test_corpus_is_large_and_covers_special_spellings():
@@ -27,25 +31,13 @@ def test_corpus_is_large_and_covers_special_spellings():
 
 
 @pytest.mark.parametrize("parse_special", [True, False])
-def test_tokenize_matches_reference_on_corpus(reference_q4_1, mlxcel_q4_1, parse_special):
-    mismatches = []
-    for text in CORPUS["strings"]:
-        body = {"content": text, "parse_special": parse_special, "with_pieces": True}
-        ref, mine = _tokenize(reference_q4_1, body), _tokenize(mlxcel_q4_1, body)
-        if ref != mine:
-            mismatches.append((text, ref, mine))
-    assert not mismatches, f"{len(mismatches)} of {len(CORPUS['strings'])} differ; first: {mismatches[0]}"
-
-
-def test_tokenize_mixed_content_and_add_special_match_reference(reference_q4_1, mlxcel_q4_1):
-    bodies = [
-        {"content": ["Hello", 42, " world<|im_end|>", 7]},
-        {"content": "x", "add_special": True},
-        {"content": []},
-        {},
-    ]
-    for body in bodies:
-        assert _tokenize(reference_q4_1, body) == _tokenize(mlxcel_q4_1, body), body
+def test_tokenize_matches_reference_on_corpus(live_reference_q4_1, mlxcel_q4_1, parse_special):
+    bodies = _corpus_bodies(parse_special)
+    live = (lambda: [_tokenize(live_reference_q4_1, b) for b in bodies]) if live_reference_q4_1 else None
+    ref = reference_answers(f"tokenize-corpus-parse-special-{str(parse_special).lower()}", live)
+    mine = [_tokenize(mlxcel_q4_1, b) for b in bodies]
+    mismatches = [(b["content"], r, m) for b, r, m in zip(bodies, ref, mine) if r != m]
+    assert not mismatches, f"{len(mismatches)} of {len(bodies)} differ; first: {mismatches[0]}"
 
 
 _alphabet = st.characters(codec="utf-8", exclude_categories=("Cs",))
@@ -55,6 +47,7 @@ _fragments = st.one_of(
 )
 
 
+@pytest.mark.reference
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(parts=st.lists(_fragments, min_size=1, max_size=6), parse_special=st.booleans())
 def test_tokenize_matches_reference_on_generated_text(reference_q4_1, mlxcel_q4_1, parts, parse_special):
