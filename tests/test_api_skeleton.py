@@ -111,3 +111,15 @@ async def test_fields_mlxcel_does_not_act_on_are_logged_not_silent(ready_state, 
             r = await c.post("/completion", json={"prompt": "x", "n_predict": 1, "temperature": 0.7, "top_k": 5})
     assert r.status_code == 200
     assert "does not act on the request field(s) temperature, top_k" in caplog.text
+
+
+async def test_score_route_agrees_with_greedy_generation(ready_state):
+    async with _client(ready_state) as c:
+        gen = (await c.post("/completion", json={"prompt": "The capital of France is", "n_predict": 6,
+                                                 "return_tokens": True})).json()
+        scored = (await c.post("/mlxcel/score", json={"prompt": "The capital of France is",
+                                                      "tokens": gen["tokens"], "n_probs": 3})).json()
+    positions = scored["positions"]
+    assert [p["top_logprobs"][0]["id"] for p in positions] == gen["tokens"]
+    assert all(p["logprob"] == p["top_logprobs"][0]["logprob"] <= 0 for p in positions)
+    assert all(len(p["top_logprobs"]) == 3 for p in positions)

@@ -1,0 +1,96 @@
+"""The oracle's pure layers: normalization, byte and structural diffs, SSE frames, command capture,
+the evidence gate and the decided-position rule."""
+
+from __future__ import annotations
+
+import sys
+
+from oracle.diff import diff_exchanges
+from oracle.evidence import verify
+from oracle.exchange import Exchange, run_command, split_sse
+from oracle.trace import compare
+
+JSON = {"content-type": "application/json; charset=utf-8"}
+
+
+def ex(body: bytes, status: int = 200, headers=JSON, frames=()) -> Exchange:
+    return Exchange(status, dict(headers), body, tuple(frames))
+
+
+def kinds(report):
+    return [(d.path, d.kind) for d in report.divergences]
+
+
+def test_identical_bytes_are_identical():
+    r = diff_exchanges(ex(b'{"a":1}'), ex(b'{"a":1}'))
+    assert r.identical and r.bytes_identical and r.divergences == []
+
+
+def test_whitespace_only_difference_is_caught_by_the_byte_layer():
+    r = diff_exchanges(ex(b'{"a":1}'), ex(b'{"a": 1}'))
+    assert not r.bytes_identical and kinds(r) == [("$", "bytes")]
+
+
+def test_structural_kinds():
+    r = diff_exchanges(ex(b'{"a":1,"b":2,"c":[1],"d":1.0}'), ex(b'{"b":2,"a":1,"c":[1,2],"d":1,"e":0}'))
+    assert set(kinds(r)) == {("$.e", "extra"), ("$", "order"), ("$.c", "value"), ("$.d", "number-format")}
+    r = diff_exchanges(ex(b'{"a":"1"}'), ex(b'{}', status=500))
+    assert set(kinds(r)) == {("status", "status"), ("$.a", "missing")}
+
+
+def test_masked_values_keep_types_and_report_the_rule_that_fired():
+    a = ex(b'{"timings":{"prompt_ms":1.5,"prompt_n":3},"id_slot":2}')
+    b = ex(b'{"timings":{"prompt_ms":9.25,"prompt_n":7},"id_slot":0}')
+    r = diff_exchanges(a, b, ("timings", "id_slot"))
+    assert r.identical and r.normalizations_fired == ["id_slot", "timings"]
+    c = ex(b'{"timings":{"prompt_ms":9,"prompt_n":7},"id_slot":0}')  # an int where a float was
+    assert kinds(diff_exchanges(a, c, ("timings", "id_slot"))) == [("$.timings.prompt_ms", "type")]
+
+
+def test_sse_frames_are_split_and_compared_one_by_one():
+    body = b'data: {"a":1}\n\ndata: {"a":2}\n\n'
+    frames = split_sse(body)
+    assert frames == (b'data: {"a":1}', b'data: {"a":2}')
+    sse = {"content-type": "text/event-stream"}
+    other = split_sse(b'data: {"a":1}\n\ndata: {"a":3}\n\n')
+    r = diff_exchanges(ex(body, headers=sse, frames=frames), ex(b"", headers=sse, frames=other))
+    assert kinds(r) == [("frame[1]$.a", "value")] and not r.bytes_identical
+
+
+def test_command_exchange_captures_exit_status_and_streams():
+    c = run_command([sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"])
+    assert (c.returncode, c.stdout, c.stderr) == (3, "out\n", "err\n")
+
+
+def _entry(eid, state):
+    return {"id": eid, "state": state}
+
+
+def _record(eid, identical):
+    return {"case": "c", "entries": [eid], "identical": identical, "reproduce": "mlxcel-oracle diff x",
+            "divergences": [] if identical else [{"path": "$.x", "kind": "value"}]}
+
+
+def test_evidence_gate():
+    assert verify([_entry("A", "supported")], [_record("A", True)]) == []
+    assert "no oracle evidence" in str(verify([_entry("A", "supported")], [])[0])
+    assert "differs at $.x" in str(verify([_entry("A", "supported")], [_record("A", False)])[0])
+    assert "it is supported" in str(verify([_entry("B", "by_design")], [_record("B", True)])[0])
+    assert verify([_entry("B", "by_design")], [_record("B", False)]) == []
+    assert verify([_entry("C", "deferred")], [_record("C", False)]) == []
+
+
+def _pos(top):
+    return {"logprob": top[0][1], "top_logprobs": [{"id": i, "logprob": lp} for i, lp in top]}
+
+
+def test_decided_position_rule():
+    ref = [_pos([(1, -0.1), (2, -3.0)]), _pos([(5, -0.6), (6, -0.9)]), _pos([(7, -0.01), (8, -5.0)])]
+    mine = [_pos([(1, -0.12), (2, -2.9)]), _pos([(6, -0.5), (5, -0.7)]), _pos([(7, -0.02), (8, -4.0)])]
+    mine[1]["logprob"] = -0.7
+    t = compare("p", [1, 5, 7], ref, mine, threshold=2.0)
+    assert (t.decided, t.disagreements_at_decided) == (2, 0)  # position 1 (gap 0.3) is undecided
+    assert t.first_divergence == {"position": 1, "reference": 5, "mlxcel": 6, "gap": ref[1]["top_logprobs"][0]["logprob"] - ref[1]["top_logprobs"][1]["logprob"]}
+    assert abs(t.max_abs_delta_logprob - 0.02) < 1e-9
+    t = compare("p", [1, 5, 7], ref, mine, threshold=0.1)
+    assert t.disagreements_at_decided == 1
