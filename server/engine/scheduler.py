@@ -1,0 +1,114 @@
+"""The scheduling policy, pure Python: slots, admission, prefill chunks and decode rows per step.
+
+No MLX here; the engine thread asks `schedule()` what to run, runs it, and reports back. Continuous
+batching: a request admitted while others decode joins the next step; prefill is chunked to the step's
+token budget (n_batch) and interleaved with decode rows. Without continuous batching a step either
+decodes or prefills, never both, and prompts wait until no slot is decoding (b10621's --no-cont-batching).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Sequence:
+    """One request's progress through the engine."""
+
+    rid: int
+    prompt: list[int]
+    payload: Any = None  # what the engine attaches (request, handle, caches); opaque here
+    slot: int | None = None
+    n_prefilled: int = 0  # prompt tokens already in the slot's KV cache (reused or fed)
+    n_decoded: int = 0
+    cancelled: bool = False
+
+    @property
+    def prefilling(self) -> bool:
+        return self.n_prefilled < len(self.prompt)
+
+
+@dataclass(frozen=True)
+class PrefillChunk:
+    seq: Sequence
+    start: int
+    end: int
+
+    @property
+    def completes_prompt(self) -> bool:
+        return self.end == len(self.seq.prompt)
+
+
+@dataclass
+class Step:
+    prefill: list[PrefillChunk] = field(default_factory=list)
+    decode: list[Sequence] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.prefill or self.decode)
+
+
+class Scheduler:
+    def __init__(self, n_slots: int, n_batch: int = 2048, cont_batching: bool = True):
+        if n_slots < 1 or n_batch < 1:
+            raise ValueError("n_slots and n_batch must be positive")
+        self.slots: list[Sequence | None] = [None] * n_slots
+        self.waiting: deque[Sequence] = deque()
+        self.n_batch = n_batch
+        self.cont_batching = cont_batching
+
+    # --- bookkeeping -----------------------------------------------------------------------------
+
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+
+    @property
+    def running(self) -> list[Sequence]:
+        return [s for s in self.slots if s is not None]
+
+    def idle(self) -> bool:
+        return not self.waiting and not self.running
+
+    def free(self, seq: Sequence) -> None:
+        if seq.slot is not None and self.slots[seq.slot] is seq:
+            self.slots[seq.slot] = None
+        if seq in self.waiting:
+            self.waiting.remove(seq)
+
+    def cancelled(self) -> list[Sequence]:
+        """Sequences cancelled by their clients; the engine finishes them, freeing their slots."""
+        return [s for s in [*self.running, *self.waiting] if s.cancelled]
+
+    # --- policy ----------------------------------------------------------------------------------
+
+    def _admit(self) -> list[Sequence]:
+        admitted = []
+        while self.waiting and None in self.slots:
+            seq = self.waiting.popleft()
+            seq.slot = self.slots.index(None)  # the lowest free slot
+            self.slots[seq.slot] = seq
+            admitted.append(seq)
+        return admitted
+
+    def schedule(self) -> Step:
+        step = Step()
+        decoding = [s for s in self.running if not s.prefilling]
+        if self.cont_batching or not decoding:
+            self._admit()
+        budget = self.n_batch
+        if self.cont_batching or not any(s.prefilling for s in self.running):
+            step.decode = [s for s in self.running if not s.prefilling]
+            budget -= len(step.decode)
+        if self.cont_batching or not step.decode:
+            for seq in sorted((s for s in self.running if s.prefilling), key=lambda s: s.slot):
+                if budget <= 0:
+                    break
+                end = min(len(seq.prompt), seq.n_prefilled + budget)
+                step.prefill.append(PrefillChunk(seq, seq.n_prefilled, end))
+                budget -= end - seq.n_prefilled
+        return step
+
+    def prefilled(self, chunk: PrefillChunk) -> None:
+        chunk.seq.n_prefilled = chunk.end
