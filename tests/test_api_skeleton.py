@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 
 from server.api.app import create_app
 from server.api.state import AppState
-from server.engine.engine import Engine
+from server.engine.engine import Engine, EngineConfig
 from server.models.tokenizer import ModelTokenizer
 
 # b10621's to_json_non_oaicompat() key order; generation_settings is not produced yet (sampling issue)
@@ -20,7 +22,8 @@ TIMING_KEYS = ["cache_n", "prompt_n", "prompt_ms", "prompt_per_token_ms", "promp
 @pytest.fixture(scope="module")
 def ready_state(twin_q4_1):
     tok = ModelTokenizer(twin_q4_1.mlx_dir)
-    engine = Engine(twin_q4_1.mlx_dir, eog_ids=tok.eog_ids)
+    engine = Engine(twin_q4_1.mlx_dir, EngineConfig(n_slots=2), eog_ids=tok.eog_ids,
+                    piece=lambda t: tok.piece(t, special=False))
     engine.start()
     engine.ready.wait(120)
     assert engine.load_error is None
@@ -99,10 +102,29 @@ async def test_empty_prompt_answers_an_empty_unstopped_result(ready_state):
     assert (body["content"], body["tokens_predicted"], body["stop_type"], body["tokens_cached"]) == ("", 0, "none", 0)
 
 
-async def test_streaming_is_refused_out_loud_not_ignored(ready_state):
+async def test_streamed_content_equals_the_non_streamed_content(ready_state):
+    body = {"prompt": "The capital of France is", "n_predict": 12}
     async with _client(ready_state) as c:
-        r = await c.post("/completion", json={"prompt": "x", "stream": True})
-    assert r.status_code == 501 and r.json()["error"]["type"] == "not_supported_error"
+        whole = (await c.post("/completion", json=body)).json()
+        r = await c.post("/completion", json={**body, "stream": True})
+    assert r.headers["content-type"].startswith("text/event-stream")
+    frames = [json.loads(f.removeprefix("data: ")) for f in r.text.split("\n\n") if f.strip()]
+    partials, final = frames[:-1], frames[-1]
+    assert all(f["id_slot"] == -1 and f["stop"] is False and len(f["tokens"]) == 1 for f in partials)
+    assert "".join(f["content"] for f in partials) == whole["content"]
+    assert final["stop"] is True and final["content"] == "" and final["tokens_predicted"] == 12
+    assert list(final) == NATIVE_KEYS
+
+
+async def test_stop_string_cuts_content_and_names_the_word(ready_state):
+    body = {"prompt": "The capital of France is", "n_predict": 16, "stop": ["answer"]}
+    async with _client(ready_state) as c:
+        whole = (await c.post("/completion", json=body)).json()
+        r = await c.post("/completion", json={**body, "stream": True})
+    frames = [json.loads(f.removeprefix("data: ")) for f in r.text.split("\n\n") if f.strip()]
+    assert (whole["stop_type"], whole["stopping_word"]) == ("word", "answer")
+    assert "answer" not in whole["content"] and whole["content"].endswith("The ")
+    assert "".join(f["content"] for f in frames[:-1]) == whole["content"]
 
 
 async def test_fields_mlxcel_does_not_act_on_are_logged_not_silent(ready_state, caplog):

@@ -1,18 +1,21 @@
-"""POST /completion (and /completions): b10621's native completion surface, non-streaming for now."""
+"""POST /completion (and /completions): b10621's native completion surface, JSON or SSE."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from typing import AsyncIterator
 
-from ..engine.types import ErrorEvent, FinalEvent, GenerationRequest, TokenEvent
-from ..errors import BAD_PROMPT, ErrorKind, UpstreamError
-from .jsonio import UpstreamJSON, read_json_object
+from fastapi import APIRouter, Request
+from fastapi.responses import StreamingResponse
+
+from ..engine.types import ErrorEvent, FinalEvent, GenerationRequest, Timings, TokenEvent
+from ..errors import BAD_PROMPT, ErrorKind, UpstreamError, error_body
+from .jsonio import UpstreamJSON, dumps, read_json_object
 from .schemas import NativeCompletionRequest
 
 router = APIRouter()
 
 
-def _timings(final: FinalEvent) -> dict:
+def _timings(final: FinalEvent | Timings) -> dict:
     steps = max(final.n_decoded - 1, 0)  # the first token comes from the prompt's logits
     return {
         "cache_n": final.n_cached,
@@ -40,21 +43,57 @@ def _prompt_tokens(state, prompt) -> list[int]:
     raise UpstreamError(BAD_PROMPT, ErrorKind.INVALID_REQUEST)
 
 
+def _final_object(state, req: NativeCompletionRequest, tokens: list[int], generated: list[int],
+                  final: FinalEvent) -> dict:
+    """to_json_non_oaicompat(): in stream mode content and tokens went out in the partials."""
+    tok = state.tokenizer
+    content = final.content.decode("utf-8", "replace")
+    return {
+        "index": 0,
+        "content": "" if req.stream else content,
+        "tokens": [] if req.stream or not req.return_tokens else generated,
+        "id_slot": final.id_slot,
+        "stop": True,
+        "model": state.model_name,
+        "tokens_predicted": final.n_decoded,
+        "tokens_evaluated": final.n_prompt,
+        # generation_settings: absent until the sampler chain exists (the sampling issue)
+        "prompt": tok.detokenize(tokens, special=True),
+        "has_new_line": "\n" in content,
+        "truncated": final.truncated,
+        "stop_type": final.stop_type,
+        "stopping_word": final.stopping_word,
+        "tokens_cached": final.n_tokens_cached,
+        "timings": _timings(final),
+    }
+
+
+def _partial(event: TokenEvent, n_prompt: int) -> dict:
+    out = {"index": 0, "content": event.text.decode("utf-8", "replace"), "tokens": [event.token], "stop": False,
+           "id_slot": -1, "tokens_predicted": event.n_decoded, "tokens_evaluated": n_prompt}
+    if event.timings is not None:
+        out["timings"] = _timings(event.timings)
+    return out
+
+
 @router.post("/completion")
 @router.post("/completions")
-async def completion(request: Request) -> UpstreamJSON:
+async def completion(request: Request):
     state = request.app.state.mlxcel
     req = NativeCompletionRequest.parse(await read_json_object(request))
-    if req.stream:
-        raise UpstreamError("mlxcel does not stream /completion yet (stream: true)", ErrorKind.NOT_SUPPORTED)
     tokens = _prompt_tokens(state, req.prompt)
-    gen = GenerationRequest(prompt_tokens=tuple(tokens), n_predict=req.n_predict, ignore_eos=req.ignore_eos)
-    generated: list[int] = []
-    final: FinalEvent | None = None
     if not tokens:  # b10621 answers an empty prompt with an empty, unstopped result
         final = FinalEvent("none", 0, 0, 0, 0, 0, False, 0.0, 0.0)
-        return _response(state, req, tokens, generated, final)
+        if req.stream:
+            return _sse([_final_object(state, req, tokens, [], final)])
+        return UpstreamJSON(_final_object(state, req, tokens, [], final))
+    gen = GenerationRequest(prompt_tokens=tuple(tokens), n_predict=req.n_predict, ignore_eos=req.ignore_eos,
+                            stop=req.stop)
     handle = state.engine.submit(gen)
+    if req.stream:
+        return _sse_response(_stream(state, req, tokens, handle))
+    generated: list[int] = []
+    final: FinalEvent | None = None
     try:
         async for event in handle:
             if isinstance(event, TokenEvent):
@@ -64,31 +103,32 @@ async def completion(request: Request) -> UpstreamJSON:
             elif isinstance(event, ErrorEvent):
                 raise UpstreamError(event.message, ErrorKind.SERVER)
     finally:
-        handle.cancel()  # no-op once finished; stops the engine if the client went away
+        handle.cancel()  # no-op once finished; frees the slot if the client went away
     assert final is not None
-    return _response(state, req, tokens, generated, final)
+    return UpstreamJSON(_final_object(state, req, tokens, generated, final))
 
 
-def _response(state, req: NativeCompletionRequest, tokens: list[int], generated: list[int], final: FinalEvent) -> UpstreamJSON:
-    tok = state.tokenizer
-    content = tok.detokenize(generated, special=False)
-    return UpstreamJSON(
-        {
-            "index": 0,
-            "content": content,
-            "tokens": generated if req.return_tokens else [],
-            "id_slot": final.id_slot,
-            "stop": True,
-            "model": state.model_name,
-            "tokens_predicted": final.n_decoded,
-            "tokens_evaluated": final.n_prompt,
-            # generation_settings: absent until the sampler chain exists (issue: sampling)
-            "prompt": tok.detokenize(tokens, special=True),
-            "has_new_line": "\n" in content,
-            "truncated": final.truncated,
-            "stop_type": final.stop_type,
-            "stopping_word": "",
-            "tokens_cached": final.n_tokens_cached,
-            "timings": _timings(final),
-        }
-    )
+def _sse_response(frames: AsyncIterator[bytes]) -> StreamingResponse:
+    # b10621's exact headers: no charset on text/event-stream, proxies told not to buffer
+    return StreamingResponse(frames, headers={"Content-Type": "text/event-stream", "X-Accel-Buffering": "no"})
+
+
+def _sse(objects: list[dict]) -> StreamingResponse:
+    async def frames() -> AsyncIterator[bytes]:
+        for obj in objects:
+            yield b"data: " + dumps(obj) + b"\n\n"
+
+    return _sse_response(frames())
+
+
+async def _stream(state, req, tokens, handle) -> AsyncIterator[bytes]:
+    try:
+        async for event in handle:
+            if isinstance(event, TokenEvent):
+                yield b"data: " + dumps(_partial(event, len(tokens))) + b"\n\n"
+            elif isinstance(event, FinalEvent):
+                yield b"data: " + dumps(_final_object(state, req, tokens, [], event)) + b"\n\n"
+            elif isinstance(event, ErrorEvent):
+                yield b"error: " + dumps(error_body(event.message, ErrorKind.SERVER)) + b"\n\n"
+    finally:
+        handle.cancel()  # the client disconnected (or we are done): free the slot

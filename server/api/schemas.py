@@ -18,6 +18,7 @@ class NativeCompletionRequest:
     ignore_eos: bool = False
     return_tokens: bool = False
     stream: bool = False
+    stop: tuple[str, ...] = ()
 
     @classmethod
     def parse(cls, body: dict) -> "NativeCompletionRequest":
@@ -32,6 +33,7 @@ class NativeCompletionRequest:
             ignore_eos=_typed(body, "ignore_eos", "boolean", False),
             return_tokens=_typed(body, "return_tokens", "boolean", False),
             stream=_typed(body, "stream", "boolean", False),
+            stop=_stop_strings(body),
         )
 
 
@@ -43,6 +45,16 @@ def _typed(body: dict, name: str, expected: str, default):
     if json_type_name(value) != expected:
         raise field_type_error(name, expected, value)
     return value
+
+
+def _stop_strings(body: dict) -> tuple[str, ...]:
+    """The "stop" field: a string or an array of strings; empty strings are dropped, as upstream does."""
+    value = body.get("stop")
+    if isinstance(value, str):
+        return (value,) if value else ()
+    if isinstance(value, list):
+        return tuple(s for s in value if isinstance(s, str) and s)
+    return ()
 
 
 def native_completion_fields() -> list[str]:

@@ -13,11 +13,31 @@ def _env_default(var: str, default, cast=str):
     return default if raw is None else cast(raw)
 
 
+def _env_bool(raw: str) -> bool:
+    """common/arg.cpp's boolean environment values."""
+    value = raw.strip().lower()
+    if value in ("1", "true", "on", "enabled", "yes"):
+        return True
+    if value in ("0", "false", "off", "disabled", "no"):
+        return False
+    raise ValueError(f"invalid boolean value '{raw}'")
+
+
+class _NegatableFlag(argparse.Action):
+    """A flag with positive and negative spellings (-cb/--cont-batching, -nocb/--no-cont-batching)."""
+
+    def __init__(self, option_strings, dest, type=None, **kw):  # noqa: A002 - argparse's keyword
+        super().__init__(option_strings, dest, nargs=0, **kw)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, not (option_string.startswith("-no") or option_string.startswith("--no-")))
+
+
 def _add(p: argparse.ArgumentParser, *spellings: str, env: str | None = None, **kw) -> None:
     """Add an option; `env` names its LLAMA_ARG_* binding (read here, recorded for --dump-flag-surface)."""
     declared = kw.get("default")
     if env is not None:
-        kw["default"] = _env_default(env, declared, kw.get("type", str))
+        kw["default"] = _env_default(env, declared, kw.get("type") or str)
         kw["help"] = f"{kw.get('help', '')} (env: {env})".strip()
     action = p.add_argument(*spellings, **kw)
     action.env = env
@@ -33,5 +53,12 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     _add(p, "--port", env="LLAMA_ARG_PORT", type=int, default=8080, help="port to listen on (default: 8080)")
     _add(p, "-c", "--ctx-size", env="LLAMA_ARG_CTX_SIZE", type=int, default=0,
          help="size of the prompt context (default: 0, 0 = loaded from model)")
+    _add(p, "-np", "--parallel", env="LLAMA_ARG_N_PARALLEL", type=int, default=-1,
+         help="number of server slots (default: -1, -1 = auto)")
+    _add(p, "-b", "--batch-size", env="LLAMA_ARG_BATCH", type=int, default=2048,
+         help="logical maximum batch size (default: 2048)")
+    _add(p, "-cb", "--cont-batching", "-nocb", "--no-cont-batching", env="LLAMA_ARG_CONT_BATCHING",
+         action=_NegatableFlag, default=True, type=_env_bool,
+         help="whether to enable continuous batching (a.k.a dynamic batching) (default: enabled)")
     p.add_argument(DUMP_FLAG, action="store_true", help=argparse.SUPPRESS)
     return p

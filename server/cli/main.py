@@ -7,6 +7,7 @@ import logging
 import sys
 
 log = logging.getLogger("mlxcel")
+AUTO_SLOTS = 4  # b10621's --parallel -1 (auto) serves 4 slots
 
 
 def _configure_logging() -> None:
@@ -50,11 +51,17 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
 
     from ..api.app import create_app
     from ..api.state import AppState
-    from ..engine.engine import Engine
+    from ..engine.engine import Engine, EngineConfig
     from ..models.tokenizer import ModelTokenizer
 
+    if args.parallel == 0:
+        print("error: invalid value for n_parallel", file=sys.stderr)
+        return 1
     tokenizer = ModelTokenizer(checkpoint)
-    engine = Engine(checkpoint, n_ctx=args.ctx_size, eog_ids=tokenizer.eog_ids)
+    n_slots = args.parallel if args.parallel > 0 else AUTO_SLOTS
+    engine = Engine(checkpoint, EngineConfig(n_ctx=args.ctx_size, n_slots=n_slots, n_batch=args.batch_size,
+                                             cont_batching=args.cont_batching),
+                    eog_ids=tokenizer.eog_ids, piece=lambda t: tokenizer.piece(t, special=False))
     state = AppState(engine=engine, tokenizer=tokenizer, model_name=args.alias or checkpoint.name)
     app = create_app(state)
     engine.start()

@@ -1,22 +1,26 @@
 """The engine thread: owns the model, takes plain requests, publishes plain events to asyncio.
 
-This walking-skeleton engine runs one request at a time (one slot) with greedy decoding; the scheduler
-with continuous batching and the b10621 sampler chain replace the loop body, not this interface.
+Each step asks the pure Scheduler what to run (prefill chunks and decode rows across slots), runs it with
+the Runner, samples, applies b10621's stop rules and publishes events. Rows run one forward pass each, so
+a request's numbers never depend on what else is in flight.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import queue
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable
 
+from .scheduler import Scheduler, Sequence
+from .stopping import TextStream
 from .types import (EngineInfo, ErrorEvent, Event, FinalEvent, GenerationRequest, ScoredPosition, ScoreEvent,
-                    ScoreRequest, TokenEvent)
+                    ScoreRequest, Timings, TokenEvent)
 
 log = logging.getLogger("mlxcel.engine")
 
@@ -43,15 +47,41 @@ class Handle:
                 return
 
 
+@dataclass
+class _Running:
+    """Engine-side state of one generation (lives in Sequence.payload)."""
+
+    request: GenerationRequest
+    handle: Handle
+    text: TextStream
+    cache: list | None = None
+    logits: object = None
+    last_token: int = -1
+    t_start: float = 0.0
+    t_prompt: float = 0.0
+    t_gen_last: float = 0.0
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    n_ctx: int = 0  # per slot; 0: the model's training context
+    n_slots: int = 1
+    n_batch: int = 2048
+    cont_batching: bool = True
+
+
 class Engine:
-    def __init__(self, checkpoint: Path, n_ctx: int = 0, eog_ids: frozenset[int] = frozenset()):
+    def __init__(self, checkpoint: Path, config: EngineConfig = EngineConfig(), eog_ids: frozenset[int] = frozenset(),
+                 piece: Callable[[int], bytes] = lambda _: b""):
         self.checkpoint = checkpoint
-        self.requested_n_ctx = n_ctx
+        self.config = config
         self.eog_ids = eog_ids
-        self.info = EngineInfo(model_path=str(checkpoint))
+        self.piece = piece  # token id -> bytes as b10621 renders generated text (special tokens empty)
+        self.info = EngineInfo(model_path=str(checkpoint), n_slots=config.n_slots)
         self.ready = threading.Event()
         self.load_error: str | None = None
         self._queue: queue.Queue = queue.Queue()
+        self._ids = itertools.count()
         self._thread = threading.Thread(target=self._main, name="mlxcel-engine", daemon=True)
 
     def start(self) -> None:
@@ -74,29 +104,48 @@ class Engine:
 
             started = time.perf_counter()
             loaded = load_checkpoint(self.checkpoint)
-            self.runner = Runner(loaded)
-            self.info.n_ctx = self.requested_n_ctx or loaded.n_ctx_train
-            log.info("model loaded in %.2f s (%s, dequantized=%s, n_ctx=%d)", time.perf_counter() - started,
-                     self.checkpoint, loaded.dequantized, self.info.n_ctx)
+            self.runner = Runner(loaded, n_batch=self.config.n_batch)
+            self.info.n_ctx = self.config.n_ctx or loaded.n_ctx_train
+            log.info("model loaded in %.2f s (%s, dequantized=%s, n_ctx=%d per slot, %d slot(s))",
+                     time.perf_counter() - started, self.checkpoint, loaded.dequantized, self.info.n_ctx,
+                     self.config.n_slots)
         except Exception as exc:  # the server reports load failures and exits
             self.load_error = f"{type(exc).__name__}: {exc}"
             log.error("failed to load model: %s", self.load_error)
             self.ready.set()
             return
         self.ready.set()
+        sched = Scheduler(self.config.n_slots, self.config.n_batch, self.config.cont_batching)
         while True:
-            item = self._queue.get()
-            if item is None:
+            if not self._drain(sched, block=sched.idle()):
                 return
-            request, handle = item
             try:
-                if isinstance(request, ScoreRequest):
-                    self._score(request, handle)
-                else:
-                    self._generate(request, handle)
+                self._step(sched)
             except Exception as exc:  # never leave a client hanging
-                log.exception("generation failed")
-                handle.publish(ErrorEvent(f"{type(exc).__name__}: {exc}"))
+                log.exception("engine step failed")
+                for seq in [*sched.running, *sched.waiting]:
+                    seq.payload.handle.publish(ErrorEvent(f"{type(exc).__name__}: {exc}"))
+                    sched.free(seq)
+
+    def _drain(self, sched: Scheduler, block: bool) -> bool:
+        """Move submitted requests into the scheduler; False when asked to stop."""
+        while True:
+            try:
+                item = self._queue.get(block=block)
+            except queue.Empty:
+                return True
+            block = False
+            if item is None:
+                return False
+            request, handle = item
+            if isinstance(request, ScoreRequest):  # scoring runs alone, between steps
+                try:
+                    self._score(request, handle)
+                except Exception as exc:
+                    handle.publish(ErrorEvent(f"{type(exc).__name__}: {exc}"))
+                continue
+            run = _Running(request, handle, TextStream(stops=[s.encode() for s in request.stop if s]))
+            sched.add(Sequence(next(self._ids), list(request.prompt_tokens), payload=run))
 
     def _score(self, req: ScoreRequest, handle: Handle) -> None:
         from .runner import score
@@ -104,42 +153,76 @@ class Engine:
         rows = score(self.runner, list(req.prompt_tokens), list(req.continuation), req.n_probs)
         handle.publish(ScoreEvent(tuple(ScoredPosition(t, lp, top) for t, lp, top in rows)))
 
-    def _generate(self, req: GenerationRequest, handle: Handle) -> None:
-        t_start = time.perf_counter()
+    def _step(self, sched: Scheduler) -> None:
+        for seq in [*sched.running, *sched.waiting]:
+            if seq.payload.handle.cancelled.is_set():
+                seq.cancelled = True
+        for seq in sched.cancelled():  # the client went away: free the slot within this step
+            sched.free(seq)
+        step = sched.schedule()
         runner = self.runner
-        n_ctx = self.info.n_ctx
-        prompt = list(req.prompt_tokens)
-        cache = runner.new_cache()
+        for chunk in step.prefill:
+            run: _Running = chunk.seq.payload
+            if chunk.start == 0:
+                run.cache, run.t_start = runner.new_cache(), time.perf_counter()
+            run.logits = runner.prefill(run.cache, chunk.seq.prompt[chunk.start:chunk.end])
+            sched.prefilled(chunk)
+            if chunk.completes_prompt:
+                run.t_prompt = time.perf_counter()
+                self._sample(sched, chunk.seq)
+        for seq in step.decode:
+            run = seq.payload
+            run.logits = runner.decode(run.cache, run.last_token)
+            self._sample(sched, seq)
+
+    def _sample(self, sched: Scheduler, seq: Sequence) -> None:
+        run: _Running = seq.payload
+        req = run.request
         banned = self.eog_ids if req.ignore_eos else frozenset()
-        logits = runner.prefill(cache, prompt)
-        t_prompt = time.perf_counter()
-        n_decoded, stop_type, truncated, t_gen_last = 0, "none", False, t_prompt
-        while not handle.cancelled.is_set():
-            token = runner.greedy(logits, banned)
-            n_decoded += 1
-            t_gen_last = time.perf_counter()
-            handle.publish(TokenEvent(token))
-            # the same checks, in the same order, as b10621's process_token: EOS wins over a limit
-            if token in self.eog_ids and not req.ignore_eos:
-                stop_type = "eos"
-                break
-            if len(prompt) + n_decoded >= n_ctx:
-                stop_type, truncated = "limit", True
-                break
-            if 0 <= req.n_predict <= n_decoded:
-                stop_type = "limit"
-                break
-            logits = runner.decode(cache, token)
-        handle.publish(
-            FinalEvent(
-                stop_type=stop_type,
-                n_prompt=len(prompt),
-                n_prompt_processed=len(prompt),
-                n_cached=0,
-                n_decoded=n_decoded,
-                n_tokens_cached=len(prompt) + max(n_decoded - 1, 0),
-                truncated=truncated,
-                t_prompt_ms=(t_prompt - t_start) * 1e3,
-                t_gen_ms=max(t_gen_last - t_prompt, 1e-6) * 1e3 if n_decoded else 0.0,
-            )
-        )
+        token = self.runner.greedy(run.logits, banned)
+        run.last_token = token
+        seq.n_decoded += 1
+        run.t_gen_last = time.perf_counter()
+        is_eog = token in self.eog_ids and not req.ignore_eos
+        text = run.text.push(self.piece(token), is_eog=is_eog)
+        # b10621 attaches the timings to a partial only when the stop is already known (a stop word)
+        timings = self._timings(seq) if run.text.stopped_by_word else None
+        run.handle.publish(TokenEvent(token, text, seq.n_decoded, timings))
+        # b10621's process_token order: a stop word, the context bound, the budget; EOS wins over a limit
+        stop_type, truncated = None, False
+        if run.text.stopped_by_word:
+            stop_type = "word"
+        if len(seq.prompt) + seq.n_decoded >= self.info.n_ctx:
+            stop_type, truncated = "limit", True
+        if stop_type is None and 0 <= req.n_predict <= seq.n_decoded:
+            stop_type = "limit"
+        if is_eog:
+            stop_type = "eos"
+        if stop_type is not None:
+            self._finish(sched, seq, stop_type, truncated)
+
+    @staticmethod
+    def _timings(seq: Sequence) -> Timings:
+        run: _Running = seq.payload
+        n = seq.n_decoded
+        return Timings(n_cached=0, n_prompt_processed=len(seq.prompt), t_prompt_ms=(run.t_prompt - run.t_start) * 1e3,
+                       n_decoded=n, t_gen_ms=max(run.t_gen_last - run.t_prompt, 1e-6) * 1e3 if n else 0.0)
+
+    def _finish(self, sched: Scheduler, seq: Sequence, stop_type: str, truncated: bool) -> None:
+        run: _Running = seq.payload
+        n = seq.n_decoded
+        run.handle.publish(FinalEvent(
+            stop_type=stop_type,
+            n_prompt=len(seq.prompt),
+            n_prompt_processed=len(seq.prompt),
+            n_cached=0,
+            n_decoded=n,
+            n_tokens_cached=len(seq.prompt) + max(n - 1, 0),
+            truncated=truncated,
+            t_prompt_ms=(run.t_prompt - run.t_start) * 1e3,
+            t_gen_ms=max(run.t_gen_last - run.t_prompt, 1e-6) * 1e3 if n else 0.0,
+            id_slot=seq.slot if seq.slot is not None else -1,
+            content=run.text.content,
+            stopping_word=run.text.stopping_word,
+        ))
+        sched.free(seq)

@@ -10,6 +10,7 @@ class GenerationRequest:
     prompt_tokens: tuple[int, ...]
     n_predict: int = -1  # -1: until end of generation or the context is full
     ignore_eos: bool = False
+    stop: tuple[str, ...] = ()  # stop strings, matched on the decoded bytes
 
 
 @dataclass(frozen=True)
@@ -34,13 +35,27 @@ class ScoreEvent:
 
 
 @dataclass(frozen=True)
+class Timings:
+    """A slot's counters and clocks (b10621's server_slot_stats)."""
+
+    n_cached: int
+    n_prompt_processed: int
+    t_prompt_ms: float
+    n_decoded: int
+    t_gen_ms: float
+
+
+@dataclass(frozen=True)
 class TokenEvent:
     token: int
+    text: bytes = b""  # what may be sent now (stop strings and incomplete UTF-8 withheld)
+    n_decoded: int = 0
+    timings: Timings | None = None  # set when this token already ended the request (a stop word)
 
 
 @dataclass(frozen=True)
 class FinalEvent:
-    stop_type: str  # "eos" | "limit" | "none"
+    stop_type: str  # "eos" | "limit" | "word" | "none"
     n_prompt: int
     n_prompt_processed: int
     n_cached: int
@@ -50,6 +65,8 @@ class FinalEvent:
     t_prompt_ms: float
     t_gen_ms: float
     id_slot: int = 0
+    content: bytes = b""  # the whole generated text, stop word cut
+    stopping_word: str = ""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,119 @@
+"""The engine with several slots: continuous batching by event order, slot ownership under load, and
+cancellation freeing a slot."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from server.engine.engine import Engine, EngineConfig
+from server.engine.types import FinalEvent, GenerationRequest, TokenEvent
+from server.models.tokenizer import ModelTokenizer
+
+PROMPTS = ["The capital of France is", "Once upon a time", "def f(x):", "List three colors:", "Hello, my name"]
+
+
+@pytest.fixture(scope="module")
+def make_engine(twin_q4_1):
+    tok = ModelTokenizer(twin_q4_1.mlx_dir)
+    engines = []
+
+    def make(**cfg) -> tuple[Engine, ModelTokenizer]:
+        e = Engine(twin_q4_1.mlx_dir, EngineConfig(**cfg), eog_ids=tok.eog_ids,
+                   piece=lambda t: tok.piece(t, special=False))
+        e.start()
+        e.ready.wait(120)
+        engines.append(e)
+        return e, tok
+
+    yield make
+    for e in engines:
+        e.stop()
+
+
+def _request(tok, prompt: str, n: int) -> GenerationRequest:
+    return GenerationRequest(tuple(tok.tokenize(prompt, True, True)), n_predict=n, ignore_eos=True)
+
+
+async def _collect(handle, log: list, name: str) -> list:
+    events = []
+    async for ev in handle:
+        events.append(ev)
+        log.append((name, ev))
+    return events
+
+
+async def test_a_request_arriving_mid_decode_gets_its_first_token_before_the_first_finishes(make_engine):
+    engine, tok = make_engine(n_slots=2)
+    log: list = []
+    a = engine.submit(_request(tok, PROMPTS[0], 48))
+    task_a = asyncio.create_task(_collect(a, log, "a"))
+    while sum(1 for n, e in log if n == "a" and isinstance(e, TokenEvent)) < 4:
+        await asyncio.sleep(0.01)
+    b = engine.submit(_request(tok, PROMPTS[1], 4))
+    await asyncio.gather(task_a, _collect(b, log, "b"))
+    order = [(n, type(e).__name__) for n, e in log]
+    assert order.index(("b", "TokenEvent")) < order.index(("a", "FinalEvent"))
+    tokens_a_before_b = [i for i, o in enumerate(order) if o == ("a", "TokenEvent")]
+    assert len(tokens_a_before_b) == 48  # a kept decoding while b joined
+
+
+async def test_without_continuous_batching_the_newcomer_waits(make_engine):
+    engine, tok = make_engine(n_slots=2, cont_batching=False)
+    log: list = []
+    a = engine.submit(_request(tok, PROMPTS[0], 24))
+    task_a = asyncio.create_task(_collect(a, log, "a"))
+    while not any(n == "a" and isinstance(e, TokenEvent) for n, e in log):
+        await asyncio.sleep(0.01)
+    b = engine.submit(_request(tok, PROMPTS[1], 2))
+    await asyncio.gather(task_a, _collect(b, log, "b"))
+    order = [(n, type(e).__name__) for n, e in log]
+    assert order.index(("a", "FinalEvent")) < order.index(("b", "TokenEvent"))
+
+
+async def test_five_requests_on_two_slots_all_finish_and_never_share_a_live_slot(make_engine):
+    engine, tok = make_engine(n_slots=2)
+    log: list = []
+    handles = [engine.submit(_request(tok, p, 6 + 3 * i)) for i, p in enumerate(PROMPTS)]
+    results = await asyncio.gather(*(_collect(h, log, str(i)) for i, h in enumerate(handles)))
+    finals = [r[-1] for r in results]
+    assert all(isinstance(f, FinalEvent) for f in finals)
+    assert [f.n_decoded for f in finals] == [6 + 3 * i for i in range(5)]
+    assert {f.id_slot for f in finals} <= {0, 1}
+    # a request's lifetime is from its first event to its final one; overlapping lifetimes never share a slot
+    span = {}
+    for pos, (name, _) in enumerate(log):
+        first, _last = span.get(name, (pos, pos))
+        span[name] = (first, pos)
+    for i in range(5):
+        for j in range(i + 1, 5):
+            (a0, a1), (b0, b1) = span[str(i)], span[str(j)]
+            if a0 < b1 and b0 < a1:
+                assert finals[i].id_slot != finals[j].id_slot, (i, j)
+
+
+async def test_results_do_not_depend_on_what_else_is_in_flight(make_engine):
+    engine, tok = make_engine(n_slots=3)
+    solo = []
+    for p in PROMPTS[:3]:
+        events = await _collect(engine.submit(_request(tok, p, 10)), [], p)
+        solo.append([e.token for e in events if isinstance(e, TokenEvent)])
+    together = await asyncio.gather(*(_collect(engine.submit(_request(tok, p, 10)), [], p) for p in PROMPTS[:3]))
+    assert [[e.token for e in ev if isinstance(e, TokenEvent)] for ev in together] == solo
+
+
+async def test_cancelling_frees_the_slot_for_a_waiting_request(make_engine):
+    engine, tok = make_engine(n_slots=1)
+    log: list = []
+    a = engine.submit(_request(tok, PROMPTS[0], 500))
+    task_a = asyncio.create_task(_collect(a, log, "a"))
+    b = engine.submit(_request(tok, PROMPTS[1], 3))
+    task_b = asyncio.create_task(_collect(b, log, "b"))
+    while sum(1 for n, e in log if n == "a") < 3:
+        await asyncio.sleep(0.01)
+    a.cancel()
+    events_b = await asyncio.wait_for(task_b, 60)
+    assert isinstance(events_b[-1], FinalEvent) and events_b[-1].n_decoded == 3
+    task_a.cancel()
+    assert sum(1 for n, e in log if n == "a" and isinstance(e, TokenEvent)) < 500
