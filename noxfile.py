@@ -70,3 +70,11 @@ def oracle(session: nox.Session) -> None:
     session.install("-e", ".")
     for request in sorted(glob.glob("fixtures/requests/*.json")):
         session.run("mlxcel-oracle", "diff", request, *session.posargs, success_codes=[0, 1])
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Speed side by side with the reference on the same twin, reported as mlxcel/reference ratios."""
+    session.install("-e", ".")
+    session.run("mlxcel-oracle", "reference")
+    session.run("python", "-m", "oracle.bench", *session.posargs)
