@@ -29,7 +29,7 @@ class NativeCompletionRequest:
             log.warning("/completion: mlxcel does not act on the request field(s) %s yet", ", ".join(ignored))
         return cls(
             prompt=body["prompt"],
-            n_predict=int(_typed(body, "n_predict", "number", -1)),
+            n_predict=_bounded(body, "n_predict", -1, INT32_MAX, -1),
             ignore_eos=_typed(body, "ignore_eos", "boolean", False),
             return_tokens=_typed(body, "return_tokens", "boolean", False),
             stream=_typed(body, "stream", "boolean", False),
@@ -44,6 +44,21 @@ def _typed(body: dict, name: str, expected: str, default):
         return default
     if json_type_name(value) != expected:
         raise field_type_error(name, expected, value)
+    return value
+
+
+INT32_MAX = 2**31 - 1
+
+
+def _bounded(body: dict, name: str, low: int, high: int, default: int) -> int:
+    """An integer field with b10621's hard limits (set_hard_limits): out of range is a 400."""
+    value = _typed(body, name, "number", None)
+    if value is None:
+        return default
+    value = int(value)  # nlohmann's get<int32_t>() truncates a fractional number
+    if not low <= value <= high:
+        raise UpstreamError(f"Field '{name}': Value must be between {low} <= value <= {high}, but got {value}",
+                            ErrorKind.INVALID_REQUEST)
     return value
 
 
