@@ -35,6 +35,12 @@ BAD_PROMPT = ('"prompt" elements must be a string, a list of tokens, a JSON obje
 NOT_FOUND_BODY = {"error": {"message": "File Not Found", "type": "not_found_error", "code": 404}}
 
 
+def exceeds_context(n_prompt: int, n_ctx: int) -> "UpstreamError":
+    """A prompt that does not fit its slot (context shift off, b10621's default)."""
+    return UpstreamError(f"request ({n_prompt} tokens) exceeds the available context size ({n_ctx} tokens), "
+                         "try increasing it", ErrorKind.EXCEED_CONTEXT_SIZE, n_prompt_tokens=n_prompt, n_ctx=n_ctx)
+
+
 def json_type_name(value) -> str:
     """nlohmann::json's type_name() of a decoded JSON value."""
     if value is None:
@@ -58,13 +64,16 @@ def field_type_error(name: str, expected: str, value) -> "UpstreamError":
 class UpstreamError(Exception):
     """An error that renders as upstream's {"error": {"code", "message", "type"}} envelope."""
 
-    def __init__(self, message: str, kind: ErrorKind = ErrorKind.INVALID_REQUEST):
+    def __init__(self, message: str, kind: ErrorKind = ErrorKind.INVALID_REQUEST, **extra):
         super().__init__(message)
         self.message = message
         self.kind = kind
+        self.extra = extra  # keys b10621 appends to the error object (n_prompt_tokens, n_ctx)
 
     def body(self) -> dict:
-        return error_body(self.message, self.kind)
+        body = error_body(self.message, self.kind)
+        body["error"].update(self.extra)
+        return body
 
 
 def error_body(message: str, kind: ErrorKind) -> dict:

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
 from ..engine.types import ErrorEvent, FinalEvent, GenerationRequest, Timings, TokenEvent
-from ..errors import BAD_PROMPT, ErrorKind, UpstreamError, error_body
+from ..errors import BAD_PROMPT, ErrorKind, UpstreamError, error_body, exceeds_context
 from .jsonio import UpstreamJSON, dumps, read_json_object
 from .schemas import NativeCompletionRequest
 
@@ -87,6 +87,8 @@ async def completion(request: Request):
         if req.stream:
             return _sse([_final_object(state, req, tokens, [], final)])
         return UpstreamJSON(_final_object(state, req, tokens, [], final))
+    if len(tokens) >= state.engine.info.n_ctx:
+        raise exceeds_context(len(tokens), state.engine.info.n_ctx)
     gen = GenerationRequest(prompt_tokens=tuple(tokens), n_predict=req.n_predict, ignore_eos=req.ignore_eos,
                             stop=req.stop)
     handle = state.engine.submit(gen)
