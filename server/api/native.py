@@ -80,7 +80,7 @@ def _partial(event: TokenEvent, n_prompt: int) -> dict:
 @router.post("/completions")
 async def completion(request: Request):
     state = request.app.state.mlxcel
-    req = NativeCompletionRequest.parse(await read_json_object(request))
+    req = NativeCompletionRequest.parse(await read_json_object(request), state.engine.info.n_slots)
     tokens = _prompt_tokens(state, req.prompt)
     if not tokens:  # b10621 answers an empty prompt with an empty, unstopped result
         final = FinalEvent("none", 0, 0, 0, 0, 0, False, 0.0, 0.0)

@@ -6,7 +6,8 @@ import logging
 from dataclasses import dataclass, fields
 from typing import Any
 
-from ..errors import MISSING_PROMPT, ErrorKind, UpstreamError, field_type_error, json_type_name
+from ..errors import MISSING_PROMPT, ErrorKind, UpstreamError
+from .native_fields import check_request
 
 log = logging.getLogger("mlxcel.api")
 
@@ -21,45 +22,25 @@ class NativeCompletionRequest:
     stop: tuple[str, ...] = ()
 
     @classmethod
-    def parse(cls, body: dict) -> "NativeCompletionRequest":
+    def parse(cls, body: dict, n_slots: int = 1) -> "NativeCompletionRequest":
+        checked = check_request(body, n_slots)  # upstream's type checks and hard limits, in its order
         if "prompt" not in body:
             raise UpstreamError(MISSING_PROMPT, ErrorKind.INVALID_REQUEST)
-        ignored = sorted(set(body) - set(native_completion_fields()))
+        if checked.get("n_cmpl", 1) > 1:
+            raise UpstreamError("mlxcel does not generate several completions per request yet (n_cmpl > 1)",
+                                ErrorKind.NOT_SUPPORTED)
+        acted_on = {*native_completion_fields(), "max_tokens", "max_completion_tokens"}
+        ignored = sorted(k for k in body if k not in acted_on and body[k] is not None)
         if ignored:  # never silently: b10621 would act on these
             log.warning("/completion: mlxcel does not act on the request field(s) %s yet", ", ".join(ignored))
         return cls(
             prompt=body["prompt"],
-            n_predict=_bounded(body, "n_predict", -1, INT32_MAX, -1),
-            ignore_eos=_typed(body, "ignore_eos", "boolean", False),
-            return_tokens=_typed(body, "return_tokens", "boolean", False),
-            stream=_typed(body, "stream", "boolean", False),
+            n_predict=checked.get("n_predict", -1),
+            ignore_eos=checked.get("ignore_eos", False),
+            return_tokens=checked.get("return_tokens", False),
+            stream=checked.get("stream", False),
             stop=_stop_strings(body),
         )
-
-
-def _typed(body: dict, name: str, expected: str, default):
-    """A schema field's value, or b10621's 400 when its JSON type is wrong (null means the default)."""
-    value = body.get(name)
-    if value is None:
-        return default
-    if json_type_name(value) != expected:
-        raise field_type_error(name, expected, value)
-    return value
-
-
-INT32_MAX = 2**31 - 1
-
-
-def _bounded(body: dict, name: str, low: int, high: int, default: int) -> int:
-    """An integer field with b10621's hard limits (set_hard_limits): out of range is a 400."""
-    value = _typed(body, name, "number", None)
-    if value is None:
-        return default
-    value = int(value)  # nlohmann's get<int32_t>() truncates a fractional number
-    if not low <= value <= high:
-        raise UpstreamError(f"Field '{name}': Value must be between {low} <= value <= {high}, but got {value}",
-                            ErrorKind.INVALID_REQUEST)
-    return value
 
 
 def _stop_strings(body: dict) -> tuple[str, ...]:
