@@ -56,11 +56,6 @@ def type_error(expected: str, value) -> str:
     return f"[json.exception.type_error.302] type must be {expected}, but is {json_type_name(value)}"
 
 
-def field_type_error(name: str, expected: str, value) -> "UpstreamError":
-    """A schema field of the wrong JSON type: b10621 answers 400 naming the field."""
-    return UpstreamError(f"Field '{name}': {type_error(expected, value)}", ErrorKind.INVALID_REQUEST)
-
-
 class UpstreamError(Exception):
     """An error that renders as upstream's {"error": {"code", "message", "type"}} envelope."""
 

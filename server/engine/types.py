@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -85,4 +85,3 @@ class EngineInfo:
     model_path: str = ""
     n_ctx: int = 0
     n_slots: int = 1
-    extra: dict = field(default_factory=dict)
