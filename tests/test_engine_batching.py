@@ -117,3 +117,67 @@ async def test_cancelling_frees_the_slot_for_a_waiting_request(make_engine):
     assert isinstance(events_b[-1], FinalEvent) and events_b[-1].n_decoded == 3
     task_a.cancel()
     assert sum(1 for n, e in log if n == "a" and isinstance(e, TokenEvent)) < 500
+
+
+LONG = ("The quick brown fox jumps over the lazy dog while the cat sleeps on the warm windowsill and "
+        "the birds sing outside in the garden.")
+
+
+def _tok_request(tok, text: str, n: int, cache_prompt: bool = True) -> GenerationRequest:
+    return GenerationRequest(tuple(tok.tokenize(text, True, True)), n_predict=n, ignore_eos=True,
+                             cache_prompt=cache_prompt)
+
+
+async def _run(engine, req) -> tuple[list[int], FinalEvent]:
+    events = await _collect(engine.submit(req), [], "x")
+    return [e.token for e in events if isinstance(e, TokenEvent)], events[-1]
+
+
+async def test_prompt_cache_hit_equals_cold_and_cache_prompt_false(make_engine):
+    cold_engine, tok = make_engine(n_slots=2, ubatch=8, cache_ram_mib=0)
+    engine, _ = make_engine(n_slots=2, ubatch=8)
+    first, second = LONG + " One", LONG + " Two more words"
+    cold_tokens, cold_final = await _run(cold_engine, _tok_request(tok, second, 12))
+    await _run(engine, _tok_request(tok, first, 4))  # leaves the shared prefix in the cache
+    hit_tokens, hit_final = await _run(engine, _tok_request(tok, second, 12))
+    off_tokens, off_final = await _run(engine, _tok_request(tok, second, 12, cache_prompt=False))
+    assert cold_final.n_cached == 0 and off_final.n_cached == 0
+    assert hit_final.n_cached >= 16 and hit_final.n_cached % 8 == 0
+    assert hit_final.n_prompt_processed == hit_final.n_prompt - hit_final.n_cached
+    assert hit_tokens == cold_tokens == off_tokens
+
+
+async def test_concurrent_requests_of_different_lengths_match_their_solo_runs(make_engine):
+    engine, tok = make_engine(n_slots=3, ubatch=8, n_batch=20, cache_ram_mib=0)
+    prompts = [LONG, LONG[:40], "Hi there"]
+    solo = [(await _run(engine, _tok_request(tok, p, 8)))[0] for p in prompts]
+    together = await asyncio.gather(*(_run(engine, _tok_request(tok, p, 8)) for p in prompts))
+    assert [t for t, _ in together] == solo
+
+
+def test_a_restored_prefix_gives_bit_identical_logits(twin_f32):
+    import mlx.core as mx
+
+    from server.engine.runner import Runner
+    from server.models.loader import load_checkpoint
+
+    runner = Runner(load_checkpoint(twin_f32.mlx_dir))
+    chunk = 8
+
+    def aligned(cache, tokens, start=0):
+        out, pos = None, start
+        while pos < start + len(tokens):
+            end = min(start + len(tokens), (pos // chunk + 1) * chunk)
+            out = runner.prefill(cache, tokens[pos - start:end - start])
+            pos = end
+        return out
+
+    prompt = [504, 3458, 282, 4649, 314, 7042, 30, 198, 198, 504, 2988, 314, 216, 33, 34, 35, 504, 3458, 282, 4649]
+    other = prompt[:16] + [1000, 1001, 1002, 1003]
+    cold = aligned(runner.new_cache(), prompt)
+    donor = runner.new_cache()
+    aligned(donor, other)
+    snap, nbytes = runner.snapshot(donor, 16)
+    assert nbytes > 0
+    hit = aligned(runner.restore(snap, 16), prompt[16:], start=16)
+    assert mx.array_equal(cold, hit).item()

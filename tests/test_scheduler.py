@@ -40,22 +40,35 @@ def test_waiting_requests_queue_until_a_slot_frees():
     assert b.slot == 0
 
 
-def test_prefill_is_chunked_to_the_token_budget_and_interleaved_with_decode():
-    s = Scheduler(n_slots=2, n_batch=4)
+def test_prefill_chunks_align_to_ubatch_fit_the_budget_and_interleave_with_decode():
+    s = Scheduler(n_slots=2, n_batch=6, ubatch=3)
     a = Sequence(0, [1, 2])
     s.add(a)
     step = run_step(s)
     assert [(c.start, c.end) for c in step.prefill] == [(0, 2)] and step.decode == []
-    b = Sequence(1, list(range(7)))
+    b = Sequence(1, list(range(10)))
     s.add(b)
-    step = run_step(s)  # a decodes (1 token of budget), b prefills 3
+    step = run_step(s)  # a decodes (1 token of the budget of 6), b prefills one aligned chunk of 3 (not 5)
     assert step.decode == [a] and [(c.seq.rid, c.start, c.end) for c in step.prefill] == [(1, 0, 3)]
     step = run_step(s)
     assert step.decode == [a] and [(c.start, c.end, c.completes_prompt) for c in step.prefill] == [(3, 6, False)]
-    step = run_step(s)
-    assert [(c.start, c.end, c.completes_prompt) for c in step.prefill] == [(6, 7, True)]
+    step = run_step(s)  # 5 tokens of budget: the chunk of 3 and the last one fit
+    assert [(c.start, c.end, c.completes_prompt) for c in step.prefill] == [(6, 9, False), (9, 10, True)]
     step = run_step(s)
     assert step.decode == [a, b] and step.prefill == []
+
+
+def test_a_reused_prefix_resumes_on_the_same_chunk_boundaries():
+    s = Scheduler(n_slots=1, n_batch=100, ubatch=4)
+    a = Sequence(0, list(range(11)), n_prefilled=8)  # 8 positions restored from the prompt cache
+    s.add(a)
+    assert [(c.start, c.end) for c in run_step(s).prefill] == [(8, 11)]
+
+
+def test_a_big_budget_takes_several_aligned_chunks_in_one_step():
+    s = Scheduler(n_slots=1, n_batch=100, ubatch=4)
+    s.add(Sequence(0, list(range(10))))
+    assert [(c.start, c.end) for c in run_step(s).prefill] == [(0, 4), (4, 8), (8, 10)]
 
 
 def test_without_continuous_batching_a_new_prompt_waits_for_the_decoders():

@@ -90,7 +90,7 @@ async def completion(request: Request):
     if len(tokens) >= state.engine.info.n_ctx:
         raise exceeds_context(len(tokens), state.engine.info.n_ctx)
     gen = GenerationRequest(prompt_tokens=tuple(tokens), n_predict=req.n_predict, ignore_eos=req.ignore_eos,
-                            stop=req.stop)
+                            stop=req.stop, cache_prompt=req.cache_prompt)
     handle = state.engine.submit(gen)
     if req.stream:
         return _sse_response(_stream(state, req, tokens, handle))

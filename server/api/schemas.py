@@ -20,6 +20,7 @@ class NativeCompletionRequest:
     return_tokens: bool = False
     stream: bool = False
     stop: tuple[str, ...] = ()
+    cache_prompt: bool = True
 
     @classmethod
     def parse(cls, body: dict, n_slots: int = 1) -> "NativeCompletionRequest":
@@ -40,6 +41,7 @@ class NativeCompletionRequest:
             return_tokens=checked.get("return_tokens", False),
             stream=checked.get("stream", False),
             stop=_stop_strings(body),
+            cache_prompt=checked.get("cache_prompt", True),
         )
 
 

@@ -60,5 +60,11 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     _add(p, "-cb", "--cont-batching", "-nocb", "--no-cont-batching", env="LLAMA_ARG_CONT_BATCHING",
          action=_NegatableFlag, default=True, type=_env_bool,
          help="whether to enable continuous batching (a.k.a dynamic batching) (default: enabled)")
+    _add(p, "-ub", "--ubatch-size", env="LLAMA_ARG_UBATCH", type=int, default=512,
+         help="physical maximum batch size (default: 512)")
+    _add(p, "--cache-prompt", "--no-cache-prompt", env="LLAMA_ARG_CACHE_PROMPT", action=_NegatableFlag,
+         default=True, type=_env_bool, help="whether to enable prompt caching (default: enabled)")
+    _add(p, "-cram", "--cache-ram", env="LLAMA_ARG_CACHE_RAM", type=int, default=8192,
+         help="set the maximum cache size in MiB (default: 8192, -1 - no limit, 0 - disable)")
     p.add_argument(DUMP_FLAG, action="store_true", help=argparse.SUPPRESS)
     return p

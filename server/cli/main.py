@@ -60,7 +60,8 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
     tokenizer = ModelTokenizer(checkpoint)
     n_slots = args.parallel if args.parallel > 0 else AUTO_SLOTS
     engine = Engine(checkpoint, EngineConfig(n_ctx=args.ctx_size, n_slots=n_slots, n_batch=args.batch_size,
-                                             cont_batching=args.cont_batching),
+                                             cont_batching=args.cont_batching, ubatch=args.ubatch_size,
+                                             cache_prompt=args.cache_prompt, cache_ram_mib=args.cache_ram),
                     eog_ids=tokenizer.eog_ids, piece=lambda t: tokenizer.piece(t, special=False))
     state = AppState(engine=engine, tokenizer=tokenizer, model_name=args.alias or checkpoint.name)
     app = create_app(state)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import AsyncIterator, Callable
 
+from .prompt_cache import PromptCache
 from .scheduler import Scheduler, Sequence
 from .stopping import TextStream
 from .types import (EngineInfo, ErrorEvent, Event, FinalEvent, GenerationRequest, ScoredPosition, ScoreEvent,
@@ -55,6 +56,7 @@ class _Running:
     handle: Handle
     text: TextStream
     cache: list | None = None
+    n_cached: int = 0  # prompt positions restored from the prompt cache
     logits: object = None
     last_token: int = -1
     t_start: float = 0.0
@@ -68,6 +70,9 @@ class EngineConfig:
     n_slots: int = 1
     n_batch: int = 2048
     cont_batching: bool = True
+    ubatch: int = 512  # prefill chunks end on multiples of this (see Scheduler)
+    cache_prompt: bool = True
+    cache_ram_mib: int = 8192  # -1: no limit, 0: no prompt cache
 
 
 class Engine:
@@ -82,6 +87,9 @@ class Engine:
         self.load_error: str | None = None
         self._queue: queue.Queue = queue.Queue()
         self._ids = itertools.count()
+        mib = config.cache_ram_mib
+        enabled = config.cache_prompt and mib != 0
+        self.prompt_cache = PromptCache(0 if not enabled else None if mib < 0 else mib << 20, config.ubatch)
         self._thread = threading.Thread(target=self._main, name="mlxcel-engine", daemon=True)
 
     def start(self) -> None:
@@ -115,7 +123,7 @@ class Engine:
             self.ready.set()
             return
         self.ready.set()
-        sched = Scheduler(self.config.n_slots, self.config.n_batch, self.config.cont_batching)
+        sched = Scheduler(self.config.n_slots, self.config.n_batch, self.config.cont_batching, self.config.ubatch)
         while True:
             if not self._drain(sched, block=sched.idle()):
                 return
@@ -145,7 +153,11 @@ class Engine:
                     handle.publish(ErrorEvent(f"{type(exc).__name__}: {exc}"))
                 continue
             run = _Running(request, handle, TextStream(stops=[s.encode() for s in request.stop if s]))
-            sched.add(Sequence(next(self._ids), list(request.prompt_tokens), payload=run))
+            prompt = list(request.prompt_tokens)
+            n_reuse, snap = self.prompt_cache.lookup(prompt) if request.cache_prompt else (0, None)
+            run.cache = self.runner.restore(snap, n_reuse) if n_reuse else self.runner.new_cache()
+            run.n_cached = n_reuse
+            sched.add(Sequence(next(self._ids), prompt, payload=run, n_prefilled=n_reuse))
 
     def _score(self, req: ScoreRequest, handle: Handle) -> None:
         from .runner import score
@@ -163,8 +175,8 @@ class Engine:
         runner = self.runner
         for chunk in step.prefill:
             run: _Running = chunk.seq.payload
-            if chunk.start == 0:
-                run.cache, run.t_start = runner.new_cache(), time.perf_counter()
+            if not run.t_start:
+                run.t_start = time.perf_counter()
             run.logits = runner.prefill(run.cache, chunk.seq.prompt[chunk.start:chunk.end])
             sched.prefilled(chunk)
             if chunk.completes_prompt:
@@ -205,7 +217,8 @@ class Engine:
     def _timings(seq: Sequence) -> Timings:
         run: _Running = seq.payload
         n = seq.n_decoded
-        return Timings(n_cached=0, n_prompt_processed=len(seq.prompt), t_prompt_ms=(run.t_prompt - run.t_start) * 1e3,
+        return Timings(n_cached=run.n_cached, n_prompt_processed=len(seq.prompt) - run.n_cached,
+                       t_prompt_ms=(run.t_prompt - run.t_start) * 1e3,
                        n_decoded=n, t_gen_ms=max(run.t_gen_last - run.t_prompt, 1e-6) * 1e3 if n else 0.0)
 
     def _finish(self, sched: Scheduler, seq: Sequence, stop_type: str, truncated: bool) -> None:
@@ -214,8 +227,8 @@ class Engine:
         run.handle.publish(FinalEvent(
             stop_type=stop_type,
             n_prompt=len(seq.prompt),
-            n_prompt_processed=len(seq.prompt),
-            n_cached=0,
+            n_prompt_processed=len(seq.prompt) - run.n_cached,
+            n_cached=run.n_cached,
             n_decoded=n,
             n_tokens_cached=len(seq.prompt) + max(n - 1, 0),
             truncated=truncated,
@@ -226,3 +239,9 @@ class Engine:
             stopping_word=run.text.stopping_word,
         ))
         sched.free(seq)
+        if run.request.cache_prompt and self.prompt_cache.enabled:
+            # only whole ubatch chunks of the prompt: those are computed identically by every run
+            n = len(seq.prompt) - len(seq.prompt) % self.config.ubatch
+            if n:
+                snap, nbytes = self.runner.snapshot(run.cache, n)
+                self.prompt_cache.store(tuple(seq.prompt[:n]), snap, nbytes)

@@ -16,6 +16,19 @@ class Runner:
     def new_cache(self) -> list:
         return make_prompt_cache(self.loaded.model)
 
+    @staticmethod
+    def snapshot(cache: list, n: int) -> tuple[list, int]:
+        """The first n positions of every layer's keys and values, evaluated, and their size in bytes."""
+        snap = [(c.keys[..., :n, :], c.values[..., :n, :]) for c in cache]
+        mx.eval(snap)
+        return snap, sum(k.nbytes + v.nbytes for k, v in snap)
+
+    def restore(self, snap: list, n: int) -> list:
+        cache = self.new_cache()
+        for c, (k, v) in zip(cache, snap):
+            c.keys, c.values, c.offset = k[..., :n, :], v[..., :n, :], n
+        return cache
+
     def prefill(self, cache: list, tokens: list[int]) -> mx.array:
         """Feed `tokens` in chunks of n_batch; returns the last position's logits (float32)."""
         logits = None

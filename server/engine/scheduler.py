@@ -51,9 +51,10 @@ class Step:
 
 
 class Scheduler:
-    def __init__(self, n_slots: int, n_batch: int = 2048, cont_batching: bool = True):
-        if n_slots < 1 or n_batch < 1:
-            raise ValueError("n_slots and n_batch must be positive")
+    def __init__(self, n_slots: int, n_batch: int = 2048, cont_batching: bool = True, ubatch: int = 512):
+        if n_slots < 1 or n_batch < 1 or ubatch < 1:
+            raise ValueError("n_slots, n_batch and ubatch must be positive")
+        self.ubatch = ubatch
         self.slots: list[Sequence | None] = [None] * n_slots
         self.waiting: deque[Sequence] = deque()
         self.n_batch = n_batch
@@ -103,11 +104,17 @@ class Scheduler:
             budget -= len(step.decode)
         if self.cont_batching or not step.decode:
             for seq in sorted((s for s in self.running if s.prefilling), key=lambda s: s.slot):
-                if budget <= 0:
-                    break
-                end = min(len(seq.prompt), seq.n_prefilled + budget)
-                step.prefill.append(PrefillChunk(seq, seq.n_prefilled, end))
-                budget -= end - seq.n_prefilled
+                start = seq.n_prefilled
+                while start < len(seq.prompt):
+                    # chunks end on multiples of ubatch counted from position 0, whatever else is in
+                    # flight, so every prompt position is always computed in the same chunk shape: that is
+                    # what makes a prompt-cache hit bit-identical to a cold run
+                    end = min(len(seq.prompt), (start // self.ubatch + 1) * self.ubatch)
+                    if end - start > budget and step.prefill:
+                        return step
+                    step.prefill.append(PrefillChunk(seq, start, end))
+                    budget -= end - start
+                    start = end
         return step
 
     def prefilled(self, chunk: PrefillChunk) -> None:

@@ -11,6 +11,7 @@ class GenerationRequest:
     n_predict: int = -1  # -1: until end of generation or the context is full
     ignore_eos: bool = False
     stop: tuple[str, ...] = ()  # stop strings, matched on the decoded bytes
+    cache_prompt: bool = True  # reuse (and offer) the prompt's prefix through the prompt cache
 
 
 @dataclass(frozen=True)
