@@ -48,7 +48,7 @@ def _final_object(state, req: NativeCompletionRequest, tokens: list[int], genera
     """to_json_non_oaicompat(): in stream mode content and tokens went out in the partials."""
     tok = state.tokenizer
     content = final.content.decode("utf-8", "replace")
-    return {
+    return _select(req.response_fields, {
         "index": 0,
         "content": "" if req.stream else content,
         "tokens": [] if req.stream or not req.return_tokens else generated,
@@ -65,7 +65,24 @@ def _final_object(state, req: NativeCompletionRequest, tokens: list[int], genera
         "stopping_word": final.stopping_word,
         "tokens_cached": final.n_tokens_cached,
         "timings": _timings(final),
-    }
+    })
+
+
+def _select(paths: tuple[str, ...], obj: dict) -> dict:
+    """response_fields (json_get_nested_values): each existing "a/b" path, keyed by the path itself."""
+    if not paths:
+        return obj
+    out = {}
+    for path in paths:
+        current, found = obj, True
+        for key in path.split("/"):
+            if found and isinstance(current, dict) and key in current:
+                current = current[key]
+            else:
+                found = False
+        if found:
+            out[path] = current
+    return out
 
 
 def _partial(event: TokenEvent, n_prompt: int) -> dict:
@@ -90,7 +107,7 @@ async def completion(request: Request):
     if len(tokens) >= state.engine.info.n_ctx:
         raise exceeds_context(len(tokens), state.engine.info.n_ctx)
     gen = GenerationRequest(prompt_tokens=tuple(tokens), n_predict=req.n_predict, ignore_eos=req.ignore_eos,
-                            stop=req.stop, cache_prompt=req.cache_prompt)
+                            stop=req.stop, cache_prompt=req.cache_prompt, timings_per_token=req.timings_per_token)
     handle = state.engine.submit(gen)
     if req.stream:
         return _sse_response(_stream(state, req, tokens, handle))

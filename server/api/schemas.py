@@ -21,6 +21,8 @@ class NativeCompletionRequest:
     stream: bool = False
     stop: tuple[str, ...] = ()
     cache_prompt: bool = True
+    timings_per_token: bool = False
+    response_fields: tuple[str, ...] = ()
 
     @classmethod
     def parse(cls, body: dict, n_slots: int = 1) -> "NativeCompletionRequest":
@@ -42,7 +44,17 @@ class NativeCompletionRequest:
             stream=checked.get("stream", False),
             stop=_stop_strings(body),
             cache_prompt=checked.get("cache_prompt", True),
+            timings_per_token=checked.get("timings_per_token", False),
+            response_fields=_string_list(body, "response_fields"),
         )
+
+
+def _string_list(body: dict, name: str) -> tuple[str, ...]:
+    """json_value(data, name, std::vector<std::string>()): anything but an array of strings is the default."""
+    value = body.get(name)
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    return ()
 
 
 def _stop_strings(body: dict) -> tuple[str, ...]:

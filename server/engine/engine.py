@@ -198,7 +198,7 @@ class Engine:
         is_eog = token in self.eog_ids and not req.ignore_eos
         text = run.text.push(self.piece(token), is_eog=is_eog)
         # b10621 attaches the timings to a partial only when the stop is already known (a stop word)
-        timings = self._timings(seq) if run.text.stopped_by_word else None
+        timings = self._timings(seq) if run.text.stopped_by_word or req.timings_per_token else None
         run.handle.publish(TokenEvent(token, text, seq.n_decoded, timings))
         # b10621's process_token order: a stop word, the context bound, the budget; EOS wins over a limit
         stop_type, truncated = None, False

@@ -12,6 +12,7 @@ class GenerationRequest:
     ignore_eos: bool = False
     stop: tuple[str, ...] = ()  # stop strings, matched on the decoded bytes
     cache_prompt: bool = True  # reuse (and offer) the prompt's prefix through the prompt cache
+    timings_per_token: bool = False  # every token event carries the slot's timings
 
 
 @dataclass(frozen=True)
