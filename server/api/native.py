@@ -59,7 +59,7 @@ def _final_object(state, req: NativeCompletionRequest, tokens: list[int], genera
         "tokens_evaluated": final.n_prompt,
         # generation_settings: absent until the sampler chain exists (the sampling issue)
         "prompt": tok.detokenize(tokens, special=True),
-        "has_new_line": "\n" in content,
+        "has_new_line": final.has_new_line,
         "truncated": final.truncated,
         "stop_type": final.stop_type,
         "stopping_word": final.stopping_word,
@@ -107,7 +107,8 @@ async def completion(request: Request):
     if len(tokens) >= state.engine.info.n_ctx:
         raise exceeds_context(len(tokens), state.engine.info.n_ctx)
     gen = GenerationRequest(prompt_tokens=tuple(tokens), n_predict=req.n_predict, ignore_eos=req.ignore_eos,
-                            stop=req.stop, cache_prompt=req.cache_prompt, timings_per_token=req.timings_per_token)
+                            stop=req.stop, cache_prompt=req.cache_prompt, timings_per_token=req.timings_per_token,
+                            n_indent=req.n_indent, t_max_predict_ms=req.t_max_predict_ms)
     handle = state.engine.submit(gen)
     if req.stream:
         return _sse_response(_stream(state, req, tokens, handle))

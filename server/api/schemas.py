@@ -23,6 +23,8 @@ class NativeCompletionRequest:
     cache_prompt: bool = True
     timings_per_token: bool = False
     response_fields: tuple[str, ...] = ()
+    n_indent: int = 0
+    t_max_predict_ms: int = -1
 
     @classmethod
     def parse(cls, body: dict, n_slots: int = 1) -> "NativeCompletionRequest":
@@ -46,6 +48,8 @@ class NativeCompletionRequest:
             cache_prompt=checked.get("cache_prompt", True),
             timings_per_token=checked.get("timings_per_token", False),
             response_fields=_string_list(body, "response_fields"),
+            n_indent=checked.get("n_indent", 0),
+            t_max_predict_ms=checked.get("t_max_predict_ms", -1),
         )
 
 

@@ -57,6 +57,8 @@ class _Running:
     text: TextStream
     cache: list | None = None
     n_cached: int = 0  # prompt positions restored from the prompt cache
+    has_new_line: bool = False
+    last_nl_pos: int = 0
     logits: object = None
     last_token: int = -1
     t_start: float = 0.0
@@ -208,10 +210,34 @@ class Engine:
             stop_type, truncated = "limit", True
         if stop_type is None and 0 <= req.n_predict <= seq.n_decoded:
             stop_type = "limit"
+        if self._line_limits(run, text):
+            stop_type = "limit"
         if is_eog:
             stop_type = "eos"
         if stop_type is not None:
             self._finish(sched, seq, stop_type, truncated)
+
+    @staticmethod
+    def _line_limits(run: _Running, text: bytes) -> bool:
+        """b10621's n_indent and t_max_predict_ms checks, in its order; True when either stops generation."""
+        req, g, stop = run.request, run.text.generated, False
+        if run.has_new_line and req.n_indent > 0:
+            if run.last_nl_pos > 0:
+                pos, n = run.last_nl_pos, 0
+                while pos < len(g) and g[pos] in b" \t":
+                    n, pos = n + 1, pos + 1
+                if pos < len(g) and n < req.n_indent:
+                    del g[pos:]  # cut the under-indented line, keeping its indentation
+                    stop = True
+            nl = g.find(b"\n", run.last_nl_pos)
+            if nl != -1:
+                run.last_nl_pos = nl + 1
+        if b"\n" in text:
+            run.has_new_line = True
+            elapsed_ms = (run.t_gen_last - run.t_prompt) * 1e3
+            if req.t_max_predict_ms > 0 and elapsed_ms > req.t_max_predict_ms:
+                stop = True
+        return stop
 
     @staticmethod
     def _timings(seq: Sequence) -> Timings:
@@ -237,6 +263,7 @@ class Engine:
             id_slot=seq.slot if seq.slot is not None else -1,
             content=run.text.content,
             stopping_word=run.text.stopping_word,
+            has_new_line=run.has_new_line,
         ))
         sched.free(seq)
         if run.request.cache_prompt and self.prompt_cache.enabled:

@@ -13,6 +13,8 @@ class GenerationRequest:
     stop: tuple[str, ...] = ()  # stop strings, matched on the decoded bytes
     cache_prompt: bool = True  # reuse (and offer) the prompt's prefix through the prompt cache
     timings_per_token: bool = False  # every token event carries the slot's timings
+    n_indent: int = 0  # stop when a line after the first newline is indented less than this
+    t_max_predict_ms: int = -1  # stop at a newline once generation has run this long
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,7 @@ class FinalEvent:
     id_slot: int = 0
     content: bytes = b""  # the whole generated text, stop word cut
     stopping_word: str = ""
+    has_new_line: bool = False  # a newline was among the text sent
 
 
 @dataclass(frozen=True)
