@@ -48,7 +48,8 @@ async def _ttft(client: httpx.AsyncClient, url: str) -> float:
 async def measure(url: str, n_predict: int) -> dict:
     gen = {"prompt": PROMPT, "n_predict": n_predict, "temperature": 0, "ignore_eos": True, "cache_prompt": False}
     out: dict = {}
-    async with httpx.AsyncClient() as client:
+    # no keep-alive: cpp-httplib closes idle connections after 5 s, racing a pooled reuse
+    async with httpx.AsyncClient(limits=httpx.Limits(max_keepalive_connections=0)) as client:
         await _one(client, url, {**gen, "n_predict": 4})  # warm up
         start = time.perf_counter()
         await _one(client, url, gen)
