@@ -17,6 +17,7 @@ REGISTRY: dict[str, Normalization] = {n.name: n for n in (
     Normalization("timings", ("$.timings.*",), "wall-clock durations and rates"),
     Normalization("id_slot", ("$.id_slot",),
                   "b10621 runs 4 parallel slots by default and picks one; mlxcel has one slot so far"),
+    Normalization("progress_time", ("$.prompt_progress.time_ms",), "a clock"),
     Normalization("created", ("$.created",), "a clock"),
     Normalization("completion_id", ("$.id",), "random per response"),
     Normalization("system_fingerprint", ("$.system_fingerprint",), "the build's identity string"),

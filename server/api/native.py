@@ -7,7 +7,7 @@ from typing import AsyncIterator
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
-from ..engine.types import ErrorEvent, FinalEvent, GenerationRequest, Timings, TokenEvent
+from ..engine.types import ErrorEvent, FinalEvent, GenerationRequest, ProgressEvent, Timings, TokenEvent
 from ..errors import BAD_PROMPT, ErrorKind, UpstreamError, error_body, exceeds_context
 from .jsonio import UpstreamJSON, dumps, read_json_object
 from .schemas import NativeCompletionRequest
@@ -85,6 +85,14 @@ def _select(paths: tuple[str, ...], obj: dict) -> dict:
     return out
 
 
+def _progress(event: ProgressEvent) -> dict:
+    # a progress partial carries b10621's placeholder token (0) and no text
+    return {"index": 0, "content": "", "tokens": [0], "stop": False, "id_slot": -1, "tokens_predicted": 0,
+            "tokens_evaluated": event.total,
+            "prompt_progress": {"total": event.total, "cache": event.cache, "processed": event.processed,
+                                "time_ms": event.time_ms}}
+
+
 def _partial(event: TokenEvent, n_prompt: int) -> dict:
     out = {"index": 0, "content": event.text.decode("utf-8", "replace"), "tokens": [event.token], "stop": False,
            "id_slot": -1, "tokens_predicted": event.n_decoded, "tokens_evaluated": n_prompt}
@@ -108,7 +116,8 @@ async def completion(request: Request):
         raise exceeds_context(len(tokens), state.engine.info.n_ctx)
     gen = GenerationRequest(prompt_tokens=tuple(tokens), n_predict=req.n_predict, ignore_eos=req.ignore_eos,
                             stop=req.stop, cache_prompt=req.cache_prompt, timings_per_token=req.timings_per_token,
-                            n_indent=req.n_indent, t_max_predict_ms=req.t_max_predict_ms)
+                            n_indent=req.n_indent, t_max_predict_ms=req.t_max_predict_ms,
+                            return_progress=req.stream and req.return_progress)
     handle = state.engine.submit(gen)
     if req.stream:
         return _sse_response(_stream(state, req, tokens, handle))
@@ -146,6 +155,8 @@ async def _stream(state, req, tokens, handle) -> AsyncIterator[bytes]:
         async for event in handle:
             if isinstance(event, TokenEvent):
                 yield b"data: " + dumps(_partial(event, len(tokens))) + b"\n\n"
+            elif isinstance(event, ProgressEvent):
+                yield b"data: " + dumps(_progress(event)) + b"\n\n"
             elif isinstance(event, FinalEvent):
                 yield b"data: " + dumps(_final_object(state, req, tokens, [], event)) + b"\n\n"
             elif isinstance(event, ErrorEvent):

@@ -25,6 +25,7 @@ class NativeCompletionRequest:
     response_fields: tuple[str, ...] = ()
     n_indent: int = 0
     t_max_predict_ms: int = -1
+    return_progress: bool = False
 
     @classmethod
     def parse(cls, body: dict, n_slots: int = 1) -> "NativeCompletionRequest":
@@ -50,6 +51,7 @@ class NativeCompletionRequest:
             response_fields=_string_list(body, "response_fields"),
             n_indent=checked.get("n_indent", 0),
             t_max_predict_ms=checked.get("t_max_predict_ms", -1),
+            return_progress=checked.get("return_progress", False),
         )
 
 

@@ -20,7 +20,8 @@ from typing import AsyncIterator, Callable
 from .prompt_cache import PromptCache
 from .scheduler import Scheduler, Sequence
 from .stopping import TextStream
-from .types import (EngineInfo, ErrorEvent, Event, FinalEvent, GenerationRequest, ScoredPosition, ScoreEvent,
+from .types import (EngineInfo, ErrorEvent, Event, FinalEvent, GenerationRequest, ProgressEvent, ScoredPosition,
+                    ScoreEvent,
                     ScoreRequest, Timings, TokenEvent)
 
 log = logging.getLogger("mlxcel.engine")
@@ -183,19 +184,33 @@ class Engine:
             sched.free(seq)
         step = sched.schedule()
         runner = self.runner
+        progressed: dict[int, Sequence] = {}
         for chunk in step.prefill:
             run: _Running = chunk.seq.payload
             if not run.t_start:
                 run.t_start = time.perf_counter()
+                self._progress(chunk.seq)  # the request has started: 0% (or its cached share)
+            progressed[chunk.seq.rid] = chunk.seq
             run.logits = runner.prefill(run.cache, chunk.seq.prompt[chunk.start:chunk.end])
             sched.prefilled(chunk)
             if chunk.completes_prompt:
                 run.t_prompt = time.perf_counter()
+                self._progress(chunk.seq)
+                progressed.pop(chunk.seq.rid)
                 self._sample(sched, chunk.seq)
+        for seq in progressed.values():  # prompts still being processed: one progress event per step
+            self._progress(seq)
         for seq in step.decode:
             run = seq.payload
             run.logits = runner.decode(run.cache, run.last_token)
             self._sample(sched, seq)
+
+    @staticmethod
+    def _progress(seq: Sequence) -> None:
+        run: _Running = seq.payload
+        if run.request.return_progress:
+            elapsed = int((time.perf_counter() - run.t_start) * 1e3) if seq.n_prefilled > run.n_cached else 0
+            run.handle.publish(ProgressEvent(len(seq.prompt), run.n_cached, seq.n_prefilled, elapsed))
 
     def _sample(self, sched: Scheduler, seq: Sequence) -> None:
         run: _Running = seq.payload

@@ -13,6 +13,7 @@ class GenerationRequest:
     stop: tuple[str, ...] = ()  # stop strings, matched on the decoded bytes
     cache_prompt: bool = True  # reuse (and offer) the prompt's prefix through the prompt cache
     timings_per_token: bool = False  # every token event carries the slot's timings
+    return_progress: bool = False  # publish prompt-processing progress events
     n_indent: int = 0  # stop when a line after the first newline is indented less than this
     t_max_predict_ms: int = -1  # stop at a newline once generation has run this long
 
@@ -50,6 +51,16 @@ class Timings:
 
 
 @dataclass(frozen=True)
+class ProgressEvent:
+    """Prompt processing progress (b10621's prompt_progress): sent at the start and after each step."""
+
+    total: int
+    cache: int
+    processed: int
+    time_ms: int
+
+
+@dataclass(frozen=True)
 class TokenEvent:
     token: int
     text: bytes = b""  # what may be sent now (stop strings and incomplete UTF-8 withheld)
@@ -80,7 +91,7 @@ class ErrorEvent:
     kind: str = "server"  # an errors.ErrorKind name
 
 
-Event = TokenEvent | FinalEvent | ErrorEvent | ScoreEvent
+Event = TokenEvent | FinalEvent | ErrorEvent | ScoreEvent | ProgressEvent
 
 
 @dataclass
