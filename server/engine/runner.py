@@ -46,14 +46,8 @@ class Runner:
     @staticmethod
     def greedy(logits: mx.array, banned: frozenset[int] = frozenset()) -> int:
         if banned:
-            logits = _ban(logits, banned)
+            logits[:, sorted(banned)] = -mx.inf  # a fresh array every step: banning in place is safe
         return int(mx.argmax(logits, axis=-1).item())
-
-
-def _ban(logits: mx.array, banned: frozenset[int]) -> mx.array:
-    mask = mx.zeros(logits.shape[-1], dtype=mx.bool_)
-    mask[mx.array(sorted(banned))] = True
-    return mx.where(mask, -mx.inf, logits)
 
 
 def score(runner: Runner, prompt: list[int], continuation: list[int], n_probs: int) -> list[tuple]:
