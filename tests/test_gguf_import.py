@@ -66,8 +66,9 @@ def test_checkpoint_files_and_configs(twin_q4_1):
     tok_cfg = json.loads((d / "tokenizer_config.json").read_text())
     assert tok_cfg["add_bos_token"] is False
     assert "<|im_start|>" in tok_cfg["chat_template"]
-    assert tok_cfg["gguf_eog_token_ids"] == [0, 2]
-    assert json.loads((d / "generation_config.json").read_text())["eos_token_id"] == [0, 2]
+    # <|endoftext|>, <|im_end|> and the FIM repository token <reponame>, as llama-vocab.cpp marks them
+    assert tok_cfg["gguf_eog_token_ids"] == [0, 2, 4]
+    assert json.loads((d / "generation_config.json").read_text())["eos_token_id"] == [0, 2, 4]
     cfg = json.loads((d / "config.json").read_text())
     assert cfg["tie_word_embeddings"] is True
     assert cfg["quantization"]["bits"] == 4 and cfg["quantization"]["model.embed_tokens"]["bits"] == 8

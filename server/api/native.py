@@ -11,6 +11,7 @@ from ..engine.types import ErrorEvent, FinalEvent, GenerationRequest, ProgressEv
 from ..errors import BAD_PROMPT, ErrorKind, UpstreamError, error_body, exceeds_context
 from .jsonio import UpstreamJSON, dumps, read_json_object
 from .schemas import NativeCompletionRequest
+from .task_params import generation_settings
 
 router = APIRouter()
 
@@ -46,18 +47,18 @@ def _prompt_tokens(state, prompt) -> list[int]:
 def _final_object(state, req: NativeCompletionRequest, tokens: list[int], generated: list[int],
                   final: FinalEvent) -> dict:
     """to_json_non_oaicompat(): in stream mode content and tokens went out in the partials."""
-    tok = state.tokenizer
+    tok, p = state.tokenizer, req.params
     content = final.content.decode("utf-8", "replace")
-    return _select(req.response_fields, {
+    return _select(p.response_fields, {
         "index": 0,
-        "content": "" if req.stream else content,
-        "tokens": [] if req.stream or not req.return_tokens else generated,
+        "content": "" if p.stream else content,
+        "tokens": [] if p.stream or not p.return_tokens else generated,
         "id_slot": final.id_slot,
         "stop": True,
         "model": state.model_name,
         "tokens_predicted": final.n_decoded,
         "tokens_evaluated": final.n_prompt,
-        # generation_settings: absent until the sampler chain exists (the sampling issue)
+        "generation_settings": generation_settings(p),
         "prompt": tok.detokenize(tokens, special=True),
         "has_new_line": final.has_new_line,
         "truncated": final.truncated,
@@ -68,7 +69,7 @@ def _final_object(state, req: NativeCompletionRequest, tokens: list[int], genera
     })
 
 
-def _select(paths: tuple[str, ...], obj: dict) -> dict:
+def _select(paths: list[str], obj: dict) -> dict:
     """response_fields (json_get_nested_values): each existing "a/b" path, keyed by the path itself."""
     if not paths:
         return obj
@@ -105,21 +106,22 @@ def _partial(event: TokenEvent, n_prompt: int) -> dict:
 @router.post("/completions")
 async def completion(request: Request):
     state = request.app.state.mlxcel
-    req = NativeCompletionRequest.parse(await read_json_object(request), state.engine.info.n_slots)
+    req = NativeCompletionRequest.parse(await read_json_object(request), state.engine.info.n_slots, state.tokenizer)
+    p = req.params
     tokens = _prompt_tokens(state, req.prompt)
     if not tokens:  # b10621 answers an empty prompt with an empty, unstopped result
         final = FinalEvent("none", 0, 0, 0, 0, 0, False, 0.0, 0.0)
-        if req.stream:
+        if p.stream:
             return _sse([_final_object(state, req, tokens, [], final)])
         return UpstreamJSON(_final_object(state, req, tokens, [], final))
     if len(tokens) >= state.engine.info.n_ctx:
         raise exceeds_context(len(tokens), state.engine.info.n_ctx)
-    gen = GenerationRequest(prompt_tokens=tuple(tokens), n_predict=req.n_predict, ignore_eos=req.ignore_eos,
-                            stop=req.stop, cache_prompt=req.cache_prompt, timings_per_token=req.timings_per_token,
-                            n_indent=req.n_indent, t_max_predict_ms=req.t_max_predict_ms,
-                            return_progress=req.stream and req.return_progress)
+    gen = GenerationRequest(prompt_tokens=tuple(tokens), n_predict=p.n_predict, ignore_eos=p.ignore_eos,
+                            stop=tuple(p.stop), cache_prompt=p.cache_prompt, timings_per_token=p.timings_per_token,
+                            n_indent=p.n_indent, t_max_predict_ms=p.t_max_predict_ms,
+                            return_progress=p.stream and p.return_progress)
     handle = state.engine.submit(gen)
-    if req.stream:
+    if p.stream:
         return _sse_response(_stream(state, req, tokens, handle))
     generated: list[int] = []
     final: FinalEvent | None = None

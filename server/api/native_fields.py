@@ -1,58 +1,69 @@
-"""b10621's native /completion schema (tools/server/server-schema.cpp), as data: the typed fields, their
-aliases and hard limits, in declaration order. Requests are type-checked against it exactly as upstream
-evaluates it: the first offending field answers 400 naming it; null means absent; soft limits clamp."""
+"""b10621's native /completion schema (tools/server/server-schema.cpp), as data: every field in declaration
+order with its spellings, C++ type and limits. Upstream evaluates the fields in this order, so the first
+offending field answers 400 naming the spelling used; null means absent; soft limits clamp, hard ones refuse.
+How each value is read lives in task_params.py."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import ErrorKind, UpstreamError, json_type_name, type_error
-
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
+FLT_MAX = 3.4028234663852886e38
 
 
 @dataclass(frozen=True)
 class Field:
     name: str
-    kind: str  # "bool" | "int" | "float"
+    # "bool" | "int" (int32_t) | "int64" | "uint32" | "float" | "str" | "json" (a custom handler) | "nested"
+    kind: str
     aliases: tuple[str, ...] = ()
     hard: tuple[float, float] | None = None  # inclusive; out of range is a 400
+    soft: tuple[float, float] | None = None  # inclusive; out of range is clamped
 
     @property
     def names(self) -> tuple[str, ...]:
         return (self.name, *self.aliases)
 
 
-# Only the fields upstream checks by type alone (no custom handler); declaration order matters.
+def _f(name: str, kind: str, *aliases: str, hard=None, soft=None) -> Field:
+    return Field(name, kind, aliases, hard, soft)
+
+
 SCHEMA: tuple[Field, ...] = (
-    Field("verbose", "bool"), Field("timings_per_token", "bool"), Field("stream", "bool"),
-    Field("cache_prompt", "bool"), Field("return_tokens", "bool"), Field("return_progress", "bool"),
-    Field("sse_ping_interval", "int", hard=(-1, INT32_MAX)),
-    Field("n_predict", "int", ("max_completion_tokens", "max_tokens"), hard=(-1, INT32_MAX)),
-    Field("n_indent", "int", hard=(0, INT32_MAX)), Field("n_keep", "int", hard=(-1, INT32_MAX)),
-    Field("n_discard", "int", hard=(0, INT32_MAX)),
-    Field("n_cmpl", "int", ("n",)),  # hard limits 1..--parallel, checked against the slot count
-    Field("n_cache_reuse", "int", hard=(0, INT32_MAX)), Field("t_max_predict_ms", "int", hard=(-1, INT64_MAX)),
-    Field("top_k", "int"), Field("top_p", "float"), Field("min_p", "float"), Field("top_n_sigma", "float"),
-    Field("xtc_probability", "float"), Field("xtc_threshold", "float"), Field("typical_p", "float"),
-    Field("temperature", "float"), Field("dynatemp_range", "float"), Field("dynatemp_exponent", "float"),
-    Field("repeat_last_n", "int", hard=(0, INT32_MAX)), Field("repeat_penalty", "float"),
-    Field("frequency_penalty", "float"), Field("presence_penalty", "float"), Field("dry_multiplier", "float"),
-    Field("dry_allowed_length", "int", hard=(0, INT32_MAX)), Field("dry_penalty_last_n", "int", hard=(0, INT32_MAX)),
-    Field("mirostat", "int"), Field("mirostat_tau", "float"), Field("mirostat_eta", "float"),
-    Field("adaptive_target", "float"), Field("adaptive_decay", "float", hard=(0.0, 0.99)),
-    Field("seed", "int"), Field("n_probs", "int", ("logprobs",)), Field("min_keep", "int", hard=(0, INT32_MAX)),
-    Field("backend_sampling", "bool"), Field("post_sampling_probs", "bool"), Field("grammar_lazy", "bool"),
-    Field("parse_tool_calls", "bool"), Field("echo", "bool"), Field("reasoning_control", "bool"),
-    Field("reasoning_budget_tokens", "int", hard=(-1, INT32_MAX)), Field("ignore_eos", "bool"),
+    _f("verbose", "bool"), _f("timings_per_token", "bool"), _f("stream", "bool"),
+    _f("stream_options", "nested"),  # its one subfield: include_usage (bool)
+    _f("cache_prompt", "bool"), _f("return_tokens", "bool"), _f("return_progress", "bool"),
+    _f("sse_ping_interval", "int", hard=(-1, INT32_MAX)),
+    _f("n_predict", "int", "max_completion_tokens", "max_tokens", hard=(-1, INT32_MAX)),
+    _f("n_indent", "int", hard=(0, INT32_MAX)), _f("n_keep", "int", hard=(-1, INT32_MAX)),
+    _f("n_discard", "int", hard=(0, INT32_MAX)),
+    _f("n_cmpl", "int", "n"),  # hard limits 1..--parallel: the slot count is known per server
+    _f("n_cache_reuse", "int", hard=(0, INT32_MAX)), _f("t_max_predict_ms", "int64", hard=(-1, INT64_MAX)),
+    _f("response_fields", "json"),
+    _f("top_k", "int", soft=(0, INT32_MAX)), _f("top_p", "float", soft=(0.0, 1.0)),
+    _f("min_p", "float", soft=(0.0, 1.0)), _f("top_n_sigma", "float"),
+    _f("xtc_probability", "float", soft=(0.0, 1.0)), _f("xtc_threshold", "float", soft=(0.0, 1.0)),
+    _f("typical_p", "float"), _f("temperature", "float", soft=(0.0, float("inf"))),
+    _f("dynatemp_range", "float"), _f("dynatemp_exponent", "float"),
+    _f("repeat_last_n", "int", hard=(0, INT32_MAX)), _f("repeat_penalty", "float"),
+    _f("frequency_penalty", "float"), _f("presence_penalty", "float"), _f("dry_multiplier", "float"),
+    _f("dry_base", "json"),  # a float; below 1.0 means the server default
+    _f("dry_allowed_length", "int", hard=(0, INT32_MAX)), _f("dry_penalty_last_n", "int", hard=(0, INT32_MAX)),
+    _f("mirostat", "int", soft=(0, 2)), _f("mirostat_tau", "float"), _f("mirostat_eta", "float"),
+    _f("adaptive_target", "float", soft=(-FLT_MAX, 1.0)), _f("adaptive_decay", "float", hard=(0.0, 0.99)),
+    _f("seed", "uint32"), _f("n_probs", "int", "logprobs"), _f("min_keep", "int", hard=(0, INT32_MAX)),
+    _f("backend_sampling", "bool"), _f("post_sampling_probs", "bool"),
+    _f("lora", "json"), _f("dry_sequence_breakers", "json"), _f("json_schema", "json", "grammar"),
+    _f("grammar_lazy", "bool"), _f("chat_format", "json"), _f("reasoning_format", "str"),
+    _f("generation_prompt", "str"), _f("parse_tool_calls", "bool"), _f("chat_parser", "str"),
+    _f("continue_final_message", "json"), _f("echo", "bool"), _f("preserved_tokens", "json"),
+    _f("grammar_triggers", "json"), _f("reasoning_control", "bool"),
+    _f("reasoning_budget_tokens", "int", hard=(-1, INT32_MAX)), _f("reasoning_budget_start_tag", "str"),
+    _f("reasoning_budget_end_tags", "json", "reasoning_budget_end_tag"), _f("reasoning_budget_message", "str"),
+    _f("logit_bias", "json"), _f("ignore_eos", "bool"), _f("stop", "json"), _f("samplers", "json"),
 )
 BY_NAME = {f.name: f for f in SCHEMA}
-
-
-def _fmt(kind: str, value) -> str:
-    """std::to_string of the field's C++ type."""
-    return f"{value:f}" if kind == "float" else str(int(value))
 
 
 def present(body: dict, f: Field) -> tuple[str, object] | None:
@@ -61,35 +72,3 @@ def present(body: dict, f: Field) -> tuple[str, object] | None:
         if body.get(n) is not None:
             return n, body[n]
     return None
-
-
-def check_value(f: Field, name: str, value):
-    """The value as upstream reads it, or its 400."""
-    if f.kind == "bool":
-        if not isinstance(value, bool):
-            raise UpstreamError(f"Field '{name}': {type_error('boolean', value)}", ErrorKind.INVALID_REQUEST)
-        return value
-    if json_type_name(value) not in ("number", "boolean"):  # nlohmann converts a boolean to a number
-        raise UpstreamError(f"Field '{name}': {type_error('number', value)}", ErrorKind.INVALID_REQUEST)
-    value = float(value) if f.kind == "float" else int(value)  # get<int>() truncates a fraction
-    if f.hard is not None and not f.hard[0] <= value <= f.hard[1]:
-        lo, hi = f.hard
-        raise UpstreamError(f"Field '{name}': Value must be between {_fmt(f.kind, lo)} <= value <= "
-                            f"{_fmt(f.kind, hi)}, but got {_fmt(f.kind, value)}", ErrorKind.INVALID_REQUEST)
-    return value
-
-
-def check_request(body: dict, n_slots: int) -> dict[str, object]:
-    """Type-check every schema field in declaration order; returns {field name: value} of those present."""
-    out: dict[str, object] = {}
-    for f in SCHEMA:
-        got = present(body, f)
-        if got is None:
-            continue
-        name, value = got
-        value = check_value(f, name, value)
-        if f.name == "n_cmpl" and not 1 <= value <= n_slots:
-            raise UpstreamError(f"Field '{name}': Value must be between 1 <= value <= {n_slots}, but got {value}",
-                                ErrorKind.INVALID_REQUEST)
-        out[f.name] = value
-    return out

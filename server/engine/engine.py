@@ -163,7 +163,7 @@ class Engine:
                 except Exception as exc:
                     handle.publish(ErrorEvent(f"{type(exc).__name__}: {exc}"))
                 continue
-            run = _Running(request, handle, TextStream(stops=[s.encode() for s in request.stop if s]))
+            run = _Running(request, handle, TextStream(stops=[s.encode() for s in request.stop]))
             prompt = list(request.prompt_tokens)
             n_reuse, snap = self.prompt_cache.lookup(prompt) if request.cache_prompt else (0, None)
             run.cache = self.runner.restore(snap, n_reuse) if n_reuse else self.runner.new_cache()

@@ -9,6 +9,7 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_token
 
 from .vocab_rules import (
     EOG_TEXTS,
+    FIM_EOG_TEXTS,
     PRE_TOKENIZER_REGEXES,
     TOKEN_TYPE_CONTROL,
     TOKEN_TYPE_USER_DEFINED,
@@ -36,6 +37,8 @@ class GGUFVocab:
 
     def eog_ids(self) -> list[int]:
         ids = {i for i, t in enumerate(self.tokens) if t in EOG_TEXTS}
+        for texts in FIM_EOG_TEXTS:
+            ids.update(next(([i] for i, t in enumerate(self.tokens) if t in texts), []))
         if self.eos_id is not None:
             ids.add(self.eos_id)
         return sorted(ids)

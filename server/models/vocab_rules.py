@@ -20,6 +20,13 @@ EOG_TEXTS = frozenset(
     }
 )
 
+# FIM padding, repository and file-separator tokens are end-of-generation too (the first of each found).
+FIM_EOG_TEXTS: tuple[frozenset[str], ...] = (
+    frozenset({"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"}),
+    frozenset({"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"}),
+    frozenset({"<|file_sep|>"}),
+)
+
 _GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
 _LLAMA3 = (
     r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
