@@ -89,3 +89,36 @@ def live_reference_q4_1(request):
 @pytest.fixture(scope="session")
 def live_reference_f32(request):
     return None if oracle_offline() else request.getfixturevalue("reference_f32")
+
+
+@pytest.fixture(scope="session")
+def corpus_servers(request):
+    """Servers for corpus cases with flags of their own: one fresh pair per (twin, flags), started on first use.
+
+    Returns get(twin, args) -> (mlxcel url, reference url or None when offline).
+    """
+    from oracle.processes import F32_NUMERICS, mlxcel_server, reference_server
+
+    started: dict = {}
+    procs: list = []
+
+    def get(twin_kind: str, args: tuple[str, ...]):
+        key = (twin_kind, args)
+        if key not in started:
+            t = request.getfixturevalue(f"twin_{twin_kind}")
+            mine = mlxcel_server(t.mlx_model, [*COMMON_ARGS, *args])
+            procs.append(mine)
+            mine.start()
+            ref_url = None
+            if not oracle_offline():
+                ref_args = [*COMMON_ARGS, *args, *(F32_NUMERICS if twin_kind == "f32" else ())]
+                ref = reference_server(request.getfixturevalue("reference_binary"), t.gguf, ref_args)
+                procs.append(ref)
+                ref.start()
+                ref_url = ref.base_url
+            started[key] = (mine.base_url, ref_url)
+        return started[key]
+
+    yield get
+    for p in procs:
+        p.cleanup()

@@ -17,9 +17,12 @@ CASES = load_corpus()
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_corpus_case(case, request):
-    mlxcel = request.getfixturevalue(f"mlxcel_{case.twin}")
-    reference_url = None if oracle_offline() else request.getfixturevalue(f"reference_{case.twin}").base_url
-    result = run_case(case, mlxcel.base_url, reference_url)
+    if case.args:  # flags of its own: a fresh server pair per (twin, flags), its cases in name order
+        mlxcel_url, reference_url = request.getfixturevalue("corpus_servers")(case.twin, case.args)
+    else:
+        mlxcel_url = request.getfixturevalue(f"mlxcel_{case.twin}").base_url
+        reference_url = None if oracle_offline() else request.getfixturevalue(f"reference_{case.twin}").base_url
+    result = run_case(case, mlxcel_url, reference_url)
     ok, why = result.meets_expectation()
     assert ok, f"{case.name}: {why}. Reproduce: {case.reproduce()}"
 

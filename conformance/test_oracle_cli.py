@@ -14,13 +14,17 @@ pytestmark = pytest.mark.reference
 REQUEST = Path(__file__).parent.parent / "fixtures" / "requests" / "post-completion.greedy-f32.json"
 
 
-def test_diff_reports_what_mlxcel_lacks_and_nothing_it_matches(reference_binary, twin_f32):
-    proc = subprocess.run([sys.executable, "-c", "from oracle.cli import main; main()", "diff", str(REQUEST),
+def test_diff_reports_what_mlxcel_lacks_and_nothing_it_matches(reference_binary, twin_f32, tmp_path):
+    # logit_bias is echoed but not applied yet (the sampling issue): the content differs, nothing else
+    case = json.loads(REQUEST.read_text())
+    case["request"]["body"]["logit_bias"] = [[" Paris", -100]]
+    req = tmp_path / "case.json"
+    req.write_text(json.dumps(case))
+    proc = subprocess.run([sys.executable, "-c", "from oracle.cli import main; main()", "diff", str(req),
                            "--json"], capture_output=True, text=True, timeout=600)
     divergences = json.loads(proc.stdout)
-    # generation_settings needs the sampler chain (the sampling issue); every other key, type and
-    # (unmasked) value already agrees on the F32 twins
-    assert [(d["path"], d["kind"]) for d in divergences] == [("$.generation_settings", "missing")]
+    assert ("$.content", "value") in [(d["path"], d["kind"]) for d in divergences]
+    assert all(d["path"] in ("$.content", "$.has_new_line") for d in divergences)
     assert proc.returncode == 1
 
 

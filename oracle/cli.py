@@ -50,22 +50,24 @@ def cmd_diff(args: argparse.Namespace) -> int:
     return 0 if report.identical else 1
 
 
-def _run_corpus(live: bool) -> tuple[int, int]:
+def _run_corpus(live: bool, only: str | None = None) -> tuple[int, int]:
     from .runner import run_case
 
-    cases = load_corpus()
+    from .processes import COMMON_ARGS
+
+    cases = [c for c in load_corpus() if only is None or c.name == only]
     failed = 0
-    for twin in sorted({c.twin for c in cases}):
-        mine = [c for c in cases if c.twin == twin]
+    for twin, extra in sorted({(c.twin, c.args) for c in cases}):
+        mine = [c for c in cases if (c.twin, c.args) == (twin, extra)]
         if live:
-            with Pair(twin) as pair:
+            with Pair(twin, (*COMMON_ARGS, *extra)) as pair:
                 results = [run_case(c, pair.mlxcel.base_url, pair.reference.base_url) for c in mine]
         else:
             from fixtures.twins import twin as get_twin
 
-            from .processes import COMMON_ARGS, mlxcel_server
+            from .processes import mlxcel_server
 
-            with mlxcel_server(get_twin(twin).mlx_model, list(COMMON_ARGS)) as srv:
+            with mlxcel_server(get_twin(twin).mlx_model, [*COMMON_ARGS, *extra]) as srv:
                 results = [run_case(c, srv.base_url, None) for c in mine]
         for r in results:
             ok, why = r.meets_expectation()
@@ -77,7 +79,7 @@ def _run_corpus(live: bool) -> tuple[int, int]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    n, failed = _run_corpus(live=not args.offline)
+    n, failed = _run_corpus(live=not args.offline, only=args.case)
     rc = cmd_report(args)
     print(f"{n} cases, {failed} not as expected")
     return 1 if failed or rc else 0
@@ -147,6 +149,7 @@ def main(argv: list[str] | None = None) -> None:
     d.set_defaults(func=cmd_diff)
     r = sub.add_parser("run", help=f"run the corpus ({CORPUS_DIR.relative_to(REPO_ROOT)}), write evidence and a report")
     r.add_argument("--offline", action="store_true", help="use recorded transcripts instead of the binary")
+    r.add_argument("--case", default=None, help="run this one case (its server pair started for it)")
     r.add_argument("--out", help="where report.md / report.json go (default: .oracle/)")
     r.set_defaults(func=cmd_run)
     sub.add_parser("record", help="re-record every case's reference transcript").set_defaults(func=cmd_record)

@@ -1,7 +1,9 @@
 """The request corpus (fixtures/requests/*.json): one case per file, named by the entry it exercises.
 
 A case: {"entries": [manifest ids], "twin": "q4_1"|"f32", "request": {method, path, body|raw_body},
-"normalize": [rule names], "expect": {"identical": bool, "divergences": [[path, kind], ...]}}.
+"normalize": [rule names], "expect": {"identical": bool, "divergences": [[path, kind], ...]}}, optionally
+"args": [server flags], whose cases get a server pair of their own (started fresh, run in name order), and
+"setup": [requests] sent to both servers before the compared one (their answers are not compared).
 `expect` pins what the oracle sees today, so a change in either direction fails until the case and the
 manifest entry are flipped together.
 """
@@ -29,13 +31,16 @@ class Case:
     normalize: tuple[str, ...]
     expect_identical: bool
     expect_divergences: tuple[tuple[str, str], ...]
+    args: tuple[str, ...] = ()
+    setup: tuple[OracleRequest, ...] = ()
 
     @property
     def path(self) -> Path:
         return CORPUS_DIR / f"{self.name}.json"
 
     def reproduce(self) -> str:
-        return f"mlxcel-oracle diff fixtures/requests/{self.name}.json --twin {self.twin}"
+        return f"mlxcel-oracle run --case {self.name}" if self.args or self.setup else \
+            f"mlxcel-oracle diff fixtures/requests/{self.name}.json --twin {self.twin}"
 
 
 def load_case(path: Path) -> Case:
@@ -52,6 +57,8 @@ def load_case(path: Path) -> Case:
         normalize=tuple(data.get("normalize", [])),
         expect_identical=bool(expect.get("identical", True)),
         expect_divergences=tuple(tuple(d) for d in expect.get("divergences", [])),
+        args=tuple(data.get("args", [])),
+        setup=tuple(OracleRequest.from_dict(r) for r in data.get("setup", [])),
     )
 
 

@@ -22,6 +22,7 @@ REGISTRY: dict[str, Normalization] = {n.name: n for n in (
     Normalization("completion_id", ("$.id",), "random per response"),
     Normalization("system_fingerprint", ("$.system_fingerprint",), "the build's identity string"),
     Normalization("model_path", ("$.model_path",), "the GGUF path versus the MLX checkpoint path"),
+    Normalization("build_info", ("$.build_info",), "the build's identity string (b<build>-<commit> upstream)"),
 )}
 MASK = "<masked>"
 

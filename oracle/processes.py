@@ -88,11 +88,16 @@ class ServerProcess:
         self.cleanup()
 
 
+# b10621 draws its media marker at random unless this pins it; both servers get the same one
+MEDIA_MARKER = "<__media_mlxcel_oracle__>"
+
+
 def _clean_env(home: Path) -> dict[str, str]:
     """No LLAMA_ARG_* or other settings leak in from the caller's environment."""
     keep = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "TMPDIR", "MLXCEL_CACHE_DIR",
                                                           "XDG_CACHE_HOME", "MLXCEL_BLAS")}
     keep["HOME"] = str(home)
+    keep["LLAMA_MEDIA_MARKER"] = MEDIA_MARKER
     return keep
 
 

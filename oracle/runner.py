@@ -29,6 +29,10 @@ class CaseResult:
 
 def run_case(case: Case, mlxcel_url: str, reference_url: str | None) -> CaseResult:
     """reference_url None: the recorded transcript stands in for the reference."""
+    for setup in case.setup:  # the state the compared request needs, built the same way on both
+        if reference_url:
+            send(reference_url, setup)
+        send(mlxcel_url, setup)
     live: Exchange | None = send(reference_url, case.request) if reference_url else None
     ref, source = live_or_recorded(case.name, case.request, live, case.normalize)
     mine = send(mlxcel_url, case.request)

@@ -31,6 +31,9 @@ LOADING_MODEL = "Loading model"
 MISSING_PROMPT = "[json.exception.out_of_range.403] key 'prompt' not found"
 BAD_PROMPT = ('"prompt" elements must be a string, a list of tokens, a JSON object containing a prompt string, '
               "or a list of mixed strings & tokens.")
+PROPS_DISABLED = "This server does not support changing global properties. Start it with `--props`"
+SLOTS_DISABLED = "This server does not support slots endpoint. Start it with `--slots`"
+NO_SLOT_AVAILABLE = "no slot available"
 # Unknown path or method: httplib's 404, whose envelope orders its keys differently from format_error_response
 NOT_FOUND_BODY = {"error": {"message": "File Not Found", "type": "not_found_error", "code": 404}}
 

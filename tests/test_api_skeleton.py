@@ -14,6 +14,7 @@ from server.models.tokenizer import ModelTokenizer
 
 # b10621's to_json_non_oaicompat() key order; generation_settings is not produced yet (sampling issue)
 NATIVE_KEYS = ["index", "content", "tokens", "id_slot", "stop", "model", "tokens_predicted", "tokens_evaluated",
+               "generation_settings",
                "prompt", "has_new_line", "truncated", "stop_type", "stopping_word", "tokens_cached", "timings"]
 TIMING_KEYS = ["cache_n", "prompt_n", "prompt_ms", "prompt_per_token_ms", "prompt_per_second", "predicted_n",
                "predicted_ms", "predicted_per_token_ms", "predicted_per_second"]

@@ -59,5 +59,7 @@ def test_streamed_concatenation_always_equals_the_final_content(text, cuts, stop
     else:  # ended by running out of tokens: only a withheld possible-stop tail may be missing
         assert ts.content.startswith(b"".join(sent))
         assert len(ts.content) - len(b"".join(sent)) < len(stop.encode()) + 4
-    if stop.encode() in data:
+    on_char_bounds = all(valid_utf8_prefix(data[:b]) == b for b in bounds)
+    if stop.encode() in data and on_char_bounds:
+        # (as upstream, a search skipped while a piece ended mid-character can miss a short stop word)
         assert ts.stopped_by_word and stop.encode() not in ts.content

@@ -106,7 +106,8 @@ def _partial(event: TokenEvent, n_prompt: int) -> dict:
 @router.post("/completions")
 async def completion(request: Request):
     state = request.app.state.mlxcel
-    req = NativeCompletionRequest.parse(await read_json_object(request), state.engine.info.n_slots, state.tokenizer)
+    req = NativeCompletionRequest.parse(await read_json_object(request), state.engine.info.n_slots, state.tokenizer,
+                                        state.settings.base_params)
     p = req.params
     tokens = _prompt_tokens(state, req.prompt)
     if not tokens:  # b10621 answers an empty prompt with an empty, unstopped result
@@ -119,7 +120,8 @@ async def completion(request: Request):
     gen = GenerationRequest(prompt_tokens=tuple(tokens), n_predict=p.n_predict, ignore_eos=p.ignore_eos,
                             stop=tuple(p.stop), cache_prompt=p.cache_prompt, timings_per_token=p.timings_per_token,
                             n_indent=p.n_indent, t_max_predict_ms=p.t_max_predict_ms,
-                            return_progress=p.stream and p.return_progress)
+                            return_progress=p.stream and p.return_progress, n_keep=p.n_keep, n_discard=p.n_discard,
+                            params_echo=generation_settings(p, only_metrics=True))
     handle = state.engine.submit(gen)
     if p.stream:
         return _sse_response(_stream(state, req, tokens, handle))

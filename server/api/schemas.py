@@ -15,8 +15,20 @@ log = logging.getLogger("mlxcel.api")
 # Fields whose value changes what mlxcel does. Every other schema field is type-checked, limited and echoed
 # in generation_settings like b10621, but not acted on yet (its manifest entry says which issue owns it).
 ACTED_ON: tuple[str, ...] = (
-    "prompt", "n_predict", "ignore_eos", "return_tokens", "stream", "stop", "cache_prompt", "timings_per_token",
-    "response_fields", "n_indent", "t_max_predict_ms", "return_progress",
+    "prompt",
+    "n_predict",
+    "ignore_eos",
+    "return_tokens",
+    "stream",
+    "stop",
+    "cache_prompt",
+    "timings_per_token",
+    "response_fields",
+    "n_indent",
+    "t_max_predict_ms",
+    "return_progress",
+    "n_keep",
+    "n_discard",
 )
 # Spellings of acted-on fields, and fields whose only effect is the echo or that change nothing b10621 shows
 _QUIET = {"max_tokens", "max_completion_tokens", "verbose"}
@@ -28,14 +40,17 @@ class NativeCompletionRequest:
     params: TaskParams
 
     @classmethod
-    def parse(cls, body: dict, n_slots: int = 1, vocab: Vocab | None = None,
-              base: TaskParams | None = None) -> "NativeCompletionRequest":
+    def parse(
+        cls, body: dict, n_slots: int = 1, vocab: Vocab | None = None, base: TaskParams | None = None
+    ) -> "NativeCompletionRequest":
         params = evaluate(body, n_slots, vocab, base)  # upstream's type checks and limits, in its order
         if "prompt" not in body:
             raise UpstreamError(MISSING_PROMPT, ErrorKind.INVALID_REQUEST)
         if params.n_cmpl > 1:
-            raise UpstreamError("mlxcel does not generate several completions per request yet (n_cmpl > 1)",
-                                ErrorKind.NOT_SUPPORTED)
+            raise UpstreamError(
+                "mlxcel does not generate several completions per request yet (n_cmpl > 1)",
+                ErrorKind.NOT_SUPPORTED,
+            )
         ignored = sorted(k for k in body if k not in ACTED_ON and k not in _QUIET and body[k] is not None)
         if ignored:  # never silently: b10621 would act on these
             log.warning("/completion: mlxcel does not act on the request field(s) %s yet", ", ".join(ignored))

@@ -1,11 +1,23 @@
-"""What every route may read: the tokenizer, the engine handle and the resolved model identity."""
+"""What every route may read: the tokenizer, the engine handle, the server's settings and model identity."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..engine.engine import Engine
 from ..models.tokenizer import ModelTokenizer
+from .task_params import TaskParams
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """The command line's answers the routes need (b10621's common_params)."""
+
+    endpoint_slots: bool = True  # --slots / --no-slots
+    endpoint_props: bool = False  # --props
+    endpoint_metrics: bool = False  # --metrics (not served yet)
+    base_params: TaskParams = field(default_factory=TaskParams)  # a request's defaults
+    slots_debug: bool = False  # LLAMA_SERVER_SLOTS_DEBUG: /slots shows prompts and generated text
 
 
 @dataclass
@@ -13,3 +25,6 @@ class AppState:
     engine: Engine
     tokenizer: ModelTokenizer
     model_name: str  # what responses report as "model" (alias, else the checkpoint's name)
+    settings: ServerSettings = field(default_factory=ServerSettings)
+    model_path: str = ""
+    model_ftype: str = ""

@@ -21,15 +21,36 @@ from ..errors import ErrorKind, UpstreamError, json_type_name, type_error
 from .native_fields import SCHEMA, Field, present
 
 LLAMA_DEFAULT_SEED = 0xFFFFFFFF
-DEFAULT_SAMPLERS = ("penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature")
+DEFAULT_SAMPLERS = (
+    "penalties",
+    "dry",
+    "top_n_sigma",
+    "top_k",
+    "typ_p",
+    "top_p",
+    "min_p",
+    "xtc",
+    "temperature",
+)
 DEFAULT_DRY_BREAKERS = ("\n", ":", '"', "*")
 CHAT_FORMATS = ("Content-only", "peg-simple", "peg-native", "peg-gemma4", "peg-minimax-m3")
 REASONING_FORMATS = ("none", "auto", "deepseek", "deepseek-legacy")
 GRAMMAR_TRIGGER_TOKEN, GRAMMAR_TRIGGER_WORD = 0, 1
 
 # common_sampler_type names, their one-letter spellings and the accepted aliases (common/sampling.cpp)
-SAMPLER_CHARS = {"d": "dry", "k": "top_k", "y": "typ_p", "p": "top_p", "s": "top_n_sigma", "m": "min_p",
-                 "t": "temperature", "x": "xtc", "i": "infill", "e": "penalties", "a": "adaptive_p"}
+SAMPLER_CHARS = {
+    "d": "dry",
+    "k": "top_k",
+    "y": "typ_p",
+    "p": "top_p",
+    "s": "top_n_sigma",
+    "m": "min_p",
+    "t": "temperature",
+    "x": "xtc",
+    "i": "infill",
+    "e": "penalties",
+    "a": "adaptive_p",
+}
 SAMPLER_NAMES: dict[str, str] = {n: n for n in SAMPLER_CHARS.values()}
 for _n in list(SAMPLER_NAMES):
     if "_" in _n:
@@ -129,6 +150,7 @@ def _invalid(message: str) -> UpstreamError:
 
 # --- nlohmann::json get<T>() ---------------------------------------------------------------------------
 
+
 def get_bool(v) -> bool:
     if not isinstance(v, bool):
         raise _invalid(type_error("boolean", v))
@@ -192,8 +214,10 @@ def convert(f: Field, value):
     if f.hard is not None:
         lo, hi = (f32(x) for x in f.hard) if f.kind == "float" else f.hard
         if not lo <= value <= hi:
-            raise _invalid(f"Value must be between {_std_to_string(f.kind, lo)} <= value <= "
-                           f"{_std_to_string(f.kind, hi)}, but got {_std_to_string(f.kind, value)}")
+            raise _invalid(
+                f"Value must be between {_std_to_string(f.kind, lo)} <= value <= "
+                f"{_std_to_string(f.kind, hi)}, but got {_std_to_string(f.kind, value)}"
+            )
     if f.soft is not None:
         lo, hi = (f32(x) for x in f.soft) if f.kind == "float" else f.soft
         value = max(lo, min(hi, value))
@@ -233,7 +257,8 @@ def _lora(p: TaskParams, body: dict, ctx: EvalContext) -> None:
         s = entry.get("scale")
         # json_value(entry, key, default): a value that does not convert is the default
         lora[get_int(i) if json_type_name(i) in ("number", "boolean") else -1] = (
-            f32(s) if json_type_name(s) in ("number", "boolean") else 0.0)
+            f32(s) if json_type_name(s) in ("number", "boolean") else 0.0
+        )
     p.lora = dict(sorted(lora.items()))
 
 
@@ -405,17 +430,31 @@ def _samplers(p: TaskParams, body: dict, ctx: EvalContext) -> None:
 
 
 HANDLERS: dict[str, Handler] = {
-    "response_fields": _response_fields, "dry_base": _dry_base, "lora": _lora,
-    "dry_sequence_breakers": _dry_sequence_breakers, "json_schema": _grammar, "chat_format": _chat_format,
-    "reasoning_format": _reasoning_format, "generation_prompt": _generation_prompt, "chat_parser": _chat_parser,
-    "continue_final_message": _continue_final_message, "preserved_tokens": _preserved_tokens,
-    "grammar_triggers": _grammar_triggers, "reasoning_budget_start_tag": _reasoning_budget_start_tag,
-    "reasoning_budget_end_tags": _reasoning_budget_end_tags, "reasoning_budget_message": _reasoning_budget_message,
-    "logit_bias": _logit_bias, "ignore_eos": _ignore_eos, "stop": _stop, "samplers": _samplers,
+    "response_fields": _response_fields,
+    "dry_base": _dry_base,
+    "lora": _lora,
+    "dry_sequence_breakers": _dry_sequence_breakers,
+    "json_schema": _grammar,
+    "chat_format": _chat_format,
+    "reasoning_format": _reasoning_format,
+    "generation_prompt": _generation_prompt,
+    "chat_parser": _chat_parser,
+    "continue_final_message": _continue_final_message,
+    "preserved_tokens": _preserved_tokens,
+    "grammar_triggers": _grammar_triggers,
+    "reasoning_budget_start_tag": _reasoning_budget_start_tag,
+    "reasoning_budget_end_tags": _reasoning_budget_end_tags,
+    "reasoning_budget_message": _reasoning_budget_message,
+    "logit_bias": _logit_bias,
+    "ignore_eos": _ignore_eos,
+    "stop": _stop,
+    "samplers": _samplers,
 }
 
 
-def evaluate(body: dict, n_slots: int, vocab: Vocab | None = None, base: TaskParams | None = None) -> TaskParams:
+def evaluate(
+    body: dict, n_slots: int, vocab: Vocab | None = None, base: TaskParams | None = None
+) -> TaskParams:
     """eval_llama_cmpl_schema(): the request's parameters over the server's, or the first field's 400."""
     base = base if base is not None else TaskParams()
     p = copy.deepcopy(base)
@@ -454,30 +493,79 @@ def _prefixed(name: str, fn, *args):
 
 # --- task_params::to_json() ------------------------------------------------------------------------------
 
+
 def _bias_json(bias: float):
     return None if math.isinf(bias) else bias  # nlohmann writes a non-finite number as null
 
 
-def generation_settings(p: TaskParams) -> dict:
+# keys task_params::to_json(only_metrics=true) leaves out (GET /props, GET /slots)
+_NOT_METRICS = frozenset(
+    {
+        "dry_sequence_breakers",
+        "stop",
+        "logit_bias",
+        "grammar",
+        "grammar_lazy",
+        "grammar_triggers",
+        "preserved_tokens",
+    }
+)
+
+
+def generation_settings(p: TaskParams, only_metrics: bool = False) -> dict:
+    out = _generation_settings(p)
+    return {k: v for k, v in out.items() if k not in _NOT_METRICS} if only_metrics else out
+
+
+def _generation_settings(p: TaskParams) -> dict:
     return {
-        "seed": p.seed, "temperature": p.temperature, "dynatemp_range": p.dynatemp_range,
-        "dynatemp_exponent": p.dynatemp_exponent, "top_k": p.top_k, "top_p": p.top_p, "min_p": p.min_p,
-        "top_n_sigma": p.top_n_sigma, "xtc_probability": p.xtc_probability, "xtc_threshold": p.xtc_threshold,
-        "typical_p": p.typical_p, "repeat_last_n": p.repeat_last_n, "repeat_penalty": p.repeat_penalty,
-        "presence_penalty": p.presence_penalty, "frequency_penalty": p.frequency_penalty,
-        "dry_multiplier": p.dry_multiplier, "dry_base": p.dry_base, "dry_allowed_length": p.dry_allowed_length,
-        "dry_penalty_last_n": p.dry_penalty_last_n, "dry_sequence_breakers": list(p.dry_sequence_breakers),
-        "mirostat": p.mirostat, "mirostat_tau": p.mirostat_tau, "mirostat_eta": p.mirostat_eta,
-        "adaptive_target": p.adaptive_target, "adaptive_decay": p.adaptive_decay, "stop": list(p.stop),
-        "max_tokens": p.n_predict, "n_predict": p.n_predict, "n_keep": p.n_keep, "n_discard": p.n_discard,
-        "ignore_eos": p.ignore_eos, "stream": p.stream,
+        "seed": p.seed,
+        "temperature": p.temperature,
+        "dynatemp_range": p.dynatemp_range,
+        "dynatemp_exponent": p.dynatemp_exponent,
+        "top_k": p.top_k,
+        "top_p": p.top_p,
+        "min_p": p.min_p,
+        "top_n_sigma": p.top_n_sigma,
+        "xtc_probability": p.xtc_probability,
+        "xtc_threshold": p.xtc_threshold,
+        "typical_p": p.typical_p,
+        "repeat_last_n": p.repeat_last_n,
+        "repeat_penalty": p.repeat_penalty,
+        "presence_penalty": p.presence_penalty,
+        "frequency_penalty": p.frequency_penalty,
+        "dry_multiplier": p.dry_multiplier,
+        "dry_base": p.dry_base,
+        "dry_allowed_length": p.dry_allowed_length,
+        "dry_penalty_last_n": p.dry_penalty_last_n,
+        "dry_sequence_breakers": list(p.dry_sequence_breakers),
+        "mirostat": p.mirostat,
+        "mirostat_tau": p.mirostat_tau,
+        "mirostat_eta": p.mirostat_eta,
+        "adaptive_target": p.adaptive_target,
+        "adaptive_decay": p.adaptive_decay,
+        "stop": list(p.stop),
+        "max_tokens": p.n_predict,
+        "n_predict": p.n_predict,
+        "n_keep": p.n_keep,
+        "n_discard": p.n_discard,
+        "ignore_eos": p.ignore_eos,
+        "stream": p.stream,
         "logit_bias": [{"bias": _bias_json(b), "token": t} for t, b in p.logit_bias],
-        "n_probs": p.n_probs, "min_keep": p.min_keep, "grammar": p.grammar, "grammar_lazy": p.grammar_lazy,
-        "grammar_triggers": [dict(t) for t in p.grammar_triggers], "preserved_tokens": sorted(p.preserved_tokens),
-        "chat_format": CHAT_FORMATS[p.chat_format], "reasoning_format": p.reasoning_format,
-        "reasoning_in_content": p.reasoning_in_content, "generation_prompt": p.generation_prompt,
-        "samplers": list(p.samplers), "speculative.types": "none", "timings_per_token": p.timings_per_token,
-        "post_sampling_probs": p.post_sampling_probs, "backend_sampling": p.backend_sampling,
+        "n_probs": p.n_probs,
+        "min_keep": p.min_keep,
+        "grammar": p.grammar,
+        "grammar_lazy": p.grammar_lazy,
+        "grammar_triggers": [dict(t) for t in p.grammar_triggers],
+        "preserved_tokens": sorted(p.preserved_tokens),
+        "chat_format": CHAT_FORMATS[p.chat_format],
+        "reasoning_format": p.reasoning_format,
+        "reasoning_in_content": p.reasoning_in_content,
+        "generation_prompt": p.generation_prompt,
+        "samplers": list(p.samplers),
+        "speculative.types": "none",
+        "timings_per_token": p.timings_per_token,
+        "post_sampling_probs": p.post_sampling_probs,
+        "backend_sampling": p.backend_sampling,
         "lora": [{"id": i, "scale": s} for i, s in p.lora.items()],
     }
-

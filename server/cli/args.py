@@ -13,6 +13,11 @@ def _env_default(var: str, default, cast=str):
     return default if raw is None else cast(raw)
 
 
+def _env_flag(raw: str) -> bool:
+    """A value-less flag's environment binding fires only for these values (common/arg.cpp)."""
+    return raw.strip().lower() in ("on", "enabled", "true", "1")
+
+
 def _env_bool(raw: str) -> bool:
     """common/arg.cpp's boolean environment values."""
     value = raw.strip().lower()
@@ -66,5 +71,14 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
          default=True, type=_env_bool, help="whether to enable prompt caching (default: enabled)")
     _add(p, "-cram", "--cache-ram", env="LLAMA_ARG_CACHE_RAM", type=int, default=8192,
          help="set the maximum cache size in MiB (default: 8192, -1 - no limit, 0 - disable)")
+    _add(p, "--context-shift", "--no-context-shift", env="LLAMA_ARG_CONTEXT_SHIFT", action=_NegatableFlag,
+         default=False, type=_env_bool,
+         help="whether to use context shift on infinite text generation (default: disabled)")
+    _add(p, "--keep", type=int, default=0,
+         help="number of tokens to keep from the initial prompt (default: 0, -1 = all)")
+    _add(p, "--slots", "--no-slots", env="LLAMA_ARG_ENDPOINT_SLOTS", action=_NegatableFlag, default=True,
+         type=_env_bool, help="expose slots monitoring endpoint (default: enabled)")
+    _add(p, "--props", env="LLAMA_ARG_ENDPOINT_PROPS", action=_NegatableFlag, default=False, type=_env_flag,
+         help="enable changing global properties via POST /props (default: disabled)")
     p.add_argument(DUMP_FLAG, action="store_true", help=argparse.SUPPRESS)
     return p

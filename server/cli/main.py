@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 log = logging.getLogger("mlxcel")
@@ -50,7 +51,9 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
     import uvicorn
 
     from ..api.app import create_app
-    from ..api.state import AppState
+    from ..api.state import AppState, ServerSettings
+    from ..api.task_params import TaskParams
+    from ..models.loader import model_ftype
     from ..engine.engine import Engine, EngineConfig
     from ..models.tokenizer import ModelTokenizer
 
@@ -61,9 +64,14 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
     n_slots = args.parallel if args.parallel > 0 else AUTO_SLOTS
     engine = Engine(checkpoint, EngineConfig(n_ctx=args.ctx_size, n_slots=n_slots, n_batch=args.batch_size,
                                              cont_batching=args.cont_batching, ubatch=args.ubatch_size,
-                                             cache_prompt=args.cache_prompt, cache_ram_mib=args.cache_ram),
+                                             cache_prompt=args.cache_prompt, cache_ram_mib=args.cache_ram,
+                                             ctx_shift=args.context_shift, add_bos=tokenizer.add_bos),
                     eog_ids=tokenizer.eog_ids, piece=lambda t: tokenizer.piece(t, special=False))
-    state = AppState(engine=engine, tokenizer=tokenizer, model_name=args.alias or checkpoint.name)
+    settings = ServerSettings(endpoint_slots=args.slots, endpoint_props=args.props,
+                              base_params=TaskParams(cache_prompt=args.cache_prompt, n_keep=args.keep),
+                              slots_debug=bool(int(os.environ.get("LLAMA_SERVER_SLOTS_DEBUG", "0") or 0)))
+    state = AppState(engine=engine, tokenizer=tokenizer, model_name=args.alias or checkpoint.name, settings=settings,
+                     model_path=str(checkpoint), model_ftype=model_ftype(checkpoint))
     app = create_app(state)
     engine.start()
 

@@ -8,6 +8,7 @@ a request's numbers never depend on what else is in flight.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import queue
@@ -21,8 +22,7 @@ from .prompt_cache import PromptCache
 from .scheduler import Scheduler, Sequence
 from .stopping import TextStream
 from .types import (EngineInfo, ErrorEvent, Event, FinalEvent, GenerationRequest, ProgressEvent, ScoredPosition,
-                    ScoreEvent,
-                    ScoreRequest, Timings, TokenEvent)
+                    ScoreEvent, ScoreRequest, SlotRecord, Timings, TokenEvent)
 
 log = logging.getLogger("mlxcel.engine")
 
@@ -65,6 +65,8 @@ class _Running:
     t_start: float = 0.0
     t_prompt: float = 0.0
     t_gen_last: float = 0.0
+    n_shifted: int = 0  # positions discarded by context shifts
+    shifted: bool = False
 
 
 # Prefill runs in chunks of this many tokens (at most --ubatch-size), ending on multiples of it counted from
@@ -83,6 +85,8 @@ class EngineConfig:
     ubatch: int = 512  # the largest prefill chunk
     cache_prompt: bool = True
     cache_ram_mib: int = 8192  # -1: no limit, 0: no prompt cache
+    ctx_shift: bool = False  # --context-shift: a full context discards old tokens instead of stopping
+    add_bos: bool = False  # the vocabulary adds BOS: a context shift keeps one more token
 
 
 class Engine:
@@ -96,7 +100,9 @@ class Engine:
         self.ready = threading.Event()
         self.load_error: str | None = None
         self._queue: queue.Queue = queue.Queue()
-        self._ids = itertools.count()
+        self._ids = itertools.count()  # b10621's task ids: one per generation and per slots query
+        self._slot_lock = threading.Lock()
+        self._slot_records: list[SlotRecord] = []
         mib = config.cache_ram_mib
         enabled = config.cache_prompt and mib != 0
         self.align = min(PREFILL_ALIGN, config.ubatch)
@@ -111,8 +117,15 @@ class Engine:
 
     def submit(self, request: GenerationRequest | ScoreRequest) -> Handle:
         handle = Handle(loop=asyncio.get_running_loop())
-        self._queue.put((request, handle))
+        task_id = next(self._ids) if isinstance(request, GenerationRequest) else -1
+        self._queue.put((request, handle, task_id))
         return handle
+
+    def slots(self) -> list[SlotRecord]:
+        """A copy of the slot registry, as of the last engine step; counts as a task, as upstream's does."""
+        next(self._ids)
+        with self._slot_lock:
+            return [dataclasses.replace(r) for r in self._slot_records]
 
     # --- engine thread -------------------------------------------------------------------------
 
@@ -133,6 +146,8 @@ class Engine:
             log.error("failed to load model: %s", self.load_error)
             self.ready.set()
             return
+        with self._slot_lock:
+            self._slot_records = [SlotRecord(i, self.info.n_ctx) for i in range(self.config.n_slots)]
         self.ready.set()
         sched = Scheduler(self.config.n_slots, self.config.n_batch, self.config.cont_batching, self.align)
         while True:
@@ -156,7 +171,7 @@ class Engine:
             block = False
             if item is None:
                 return False
-            request, handle = item
+            request, handle, task_id = item
             if isinstance(request, ScoreRequest):  # scoring runs alone, between steps
                 try:
                     self._score(request, handle)
@@ -168,7 +183,7 @@ class Engine:
             n_reuse, snap = self.prompt_cache.lookup(prompt) if request.cache_prompt else (0, None)
             run.cache = self.runner.restore(snap, n_reuse) if n_reuse else self.runner.new_cache()
             run.n_cached = n_reuse
-            sched.add(Sequence(next(self._ids), prompt, payload=run, n_prefilled=n_reuse))
+            sched.add(Sequence(task_id, prompt, payload=run, n_prefilled=n_reuse))
 
     def _score(self, req: ScoreRequest, handle: Handle) -> None:
         from .runner import score
@@ -181,8 +196,11 @@ class Engine:
             if seq.payload.handle.cancelled.is_set():
                 seq.cancelled = True
         for seq in sched.cancelled():  # the client went away: free the slot within this step
+            self._release(seq)
             sched.free(seq)
         step = sched.schedule()
+        if step:  # b10621 posts a NEXT_RESPONSE task (and so spends a task id) per busy loop iteration
+            next(self._ids)
         runner = self.runner
         progressed: dict[int, Sequence] = {}
         for chunk in step.prefill:
@@ -202,8 +220,62 @@ class Engine:
             self._progress(seq)
         for seq in step.decode:
             run = seq.payload
+            if self.config.ctx_shift and self._slot_tokens(seq) + 1 >= self.info.n_ctx:
+                self._shift(seq)
             run.logits = runner.decode(run.cache, run.last_token)
             self._sample(sched, seq)
+        self._publish_slots(sched.running)
+
+    @staticmethod
+    def _slot_tokens(seq: Sequence) -> int:
+        """Tokens in the slot's KV cache: the prompt fed so far and every generated token but the last."""
+        return seq.n_prefilled + max(seq.n_decoded - 1, 0) - seq.payload.n_shifted
+
+    def _shift_frees_nothing(self, seq: Sequence) -> bool:
+        """A shift that would discard nothing (n_keep covers the context): stop at the bound instead."""
+        req = seq.payload.request
+        n_keep = len(seq.prompt) if req.n_keep < 0 else req.n_keep
+        n_keep = min(self.info.n_ctx - 4, n_keep + (1 if self.config.add_bos else 0))
+        return self._slot_tokens(seq) - n_keep - 1 <= 0
+
+    def _shift(self, seq: Sequence) -> None:
+        """b10621's context shift (pre_decode): keep n_keep tokens, discard n_discard after them."""
+        run: _Running = seq.payload
+        req = run.request
+        n_keep = len(seq.prompt) if req.n_keep < 0 else req.n_keep
+        n_keep = min(self.info.n_ctx - 4, n_keep + (1 if self.config.add_bos else 0))
+        n_left = self._slot_tokens(seq) - n_keep
+        n_discard = req.n_discard if req.n_discard else int(n_left / 2)
+        n_discard = max(0, min(n_discard, max(0, n_left - 1)))
+        log.warning("slot %d: context shift, n_keep = %d, n_left = %d, n_discard = %d", seq.slot, n_keep, n_left,
+                    n_discard)
+        self.runner.shift(run.cache, n_keep, n_discard)
+        run.n_shifted += n_discard
+        run.shifted = True
+
+    def _publish_slots(self, running: list[Sequence]) -> None:
+        with self._slot_lock:
+            for seq in running:
+                run: _Running = seq.payload
+                req = run.request
+                self._slot_records[seq.slot] = SlotRecord(
+                    seq.slot, self.info.n_ctx, is_processing=True, id_task=seq.rid,
+                    n_prompt_tokens=self._slot_tokens(seq),
+                    n_prompt_tokens_processed=seq.n_prefilled - run.n_cached, n_prompt_tokens_cache=run.n_cached,
+                    params=req.params_echo, has_next_token=True, has_new_line=run.has_new_line,
+                    n_remain=req.n_predict - seq.n_decoded if req.n_predict != -1 else -1, n_decoded=seq.n_decoded,
+                    prompt_tokens=req.prompt_tokens, generated=bytes(run.text.generated))
+
+    def _release(self, seq: Sequence) -> None:
+        """b10621's release() then reset(): the slot keeps its tokens and last task, its counters go to zero."""
+        if seq.slot is None:
+            return
+        run: _Running = seq.payload
+        with self._slot_lock:
+            self._slot_records[seq.slot] = SlotRecord(
+                seq.slot, self.info.n_ctx, id_task=seq.rid,
+                n_prompt_tokens=self._slot_tokens(seq), params=run.request.params_echo,
+                prompt_tokens=run.request.prompt_tokens, generated=bytes(run.text.generated))
 
     @staticmethod
     def _progress(seq: Sequence) -> None:
@@ -229,7 +301,8 @@ class Engine:
         stop_type, truncated = None, False
         if run.text.stopped_by_word:
             stop_type = "word"
-        if len(seq.prompt) + seq.n_decoded >= self.info.n_ctx:
+        full = self._slot_tokens(seq) + 1 >= self.info.n_ctx
+        if full and (not self.config.ctx_shift or self._shift_frees_nothing(seq)):
             stop_type, truncated = "limit", True
         if stop_type is None and 0 <= req.n_predict <= seq.n_decoded:
             stop_type = "limit"
@@ -279,8 +352,8 @@ class Engine:
             n_prompt_processed=len(seq.prompt) - run.n_cached,
             n_cached=run.n_cached,
             n_decoded=n,
-            n_tokens_cached=len(seq.prompt) + max(n - 1, 0),
-            truncated=truncated,
+            n_tokens_cached=self._slot_tokens(seq),
+            truncated=truncated or run.shifted,
             t_prompt_ms=(run.t_prompt - run.t_start) * 1e3,
             t_gen_ms=max(run.t_gen_last - run.t_prompt, 1e-6) * 1e3 if n else 0.0,
             id_slot=seq.slot if seq.slot is not None else -1,
@@ -288,8 +361,9 @@ class Engine:
             stopping_word=run.text.stopping_word,
             has_new_line=run.has_new_line,
         ))
+        self._release(seq)
         sched.free(seq)
-        if run.request.cache_prompt and self.prompt_cache.enabled:
+        if run.request.cache_prompt and self.prompt_cache.enabled and not run.shifted:
             # only whole aligned chunks of the prompt: those are computed identically by every run
             n = len(seq.prompt) - len(seq.prompt) % self.align
             if n:

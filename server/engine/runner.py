@@ -29,6 +29,25 @@ class Runner:
             c.keys, c.values, c.offset = k[..., :n, :], v[..., :n, :], n
         return cache
 
+    def shift(self, cache: list, n_keep: int, n_discard: int) -> None:
+        """b10621's context shift: drop positions [n_keep, n_keep + n_discard) from every layer and move the
+        rest back by n_discard, re-rotating their keys (llama.cpp's seq_rm + seq_add K-shift)."""
+        rope = self.loaded.model.layers[0].self_attn.rope
+        if type(rope).__name__ != "RoPE":  # scaled variants (YaRN, Llama 3, ...) carry their own frequencies
+            raise NotImplementedError(f"context shift with {type(rope).__name__} is not implemented")
+        for c in cache:
+            n = c.offset
+            keys, values = c.keys[..., :n, :], c.values[..., :n, :]
+            tail = keys[..., n_keep + n_discard:, :]
+            b, h, t, d = tail.shape
+            # one position per row, all at offset -n_discard: a rotation by -n_discard * theta
+            tail = mx.fast.rope(tail.reshape(b * h * t, 1, d), rope.dims, traditional=rope.traditional,
+                                base=rope.base, scale=rope.scale, offset=-n_discard).reshape(b, h, t, d)
+            c.keys = mx.concatenate([keys[..., :n_keep, :], tail.astype(keys.dtype)], axis=2)
+            c.values = mx.concatenate([values[..., :n_keep, :], values[..., n_keep + n_discard:, :]], axis=2)
+            c.offset = n - n_discard
+            mx.eval(c.keys, c.values)
+
     def prefill(self, cache: list, tokens: list[int]) -> mx.array:
         """Feed `tokens` in chunks of n_batch; returns the last position's logits (float32)."""
         logits = None

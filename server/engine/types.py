@@ -16,6 +16,9 @@ class GenerationRequest:
     return_progress: bool = False  # publish prompt-processing progress events
     n_indent: int = 0  # stop when a line after the first newline is indented less than this
     t_max_predict_ms: int = -1  # stop at a newline once generation has run this long
+    n_keep: int = 0  # context shift: tokens kept from the start (-1: the whole prompt)
+    n_discard: int = 0  # context shift: tokens discarded after them (0: half of what is left)
+    params_echo: dict | None = None  # the resolved parameters as GET /slots shows them (JSON-ready)
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,26 @@ class ErrorEvent:
 
 
 Event = TokenEvent | FinalEvent | ErrorEvent | ScoreEvent | ProgressEvent
+
+
+@dataclass
+class SlotRecord:
+    """One slot as GET /slots shows it (b10621's server_slot::to_json inputs)."""
+
+    id: int
+    n_ctx: int
+    is_processing: bool = False
+    id_task: int | None = None  # the running task's, else the last one's; None before any
+    n_prompt_tokens: int = 0  # tokens held in the slot
+    n_prompt_tokens_processed: int = 0
+    n_prompt_tokens_cache: int = 0
+    params: dict | None = None
+    has_next_token: bool = False
+    has_new_line: bool = False
+    n_remain: int = -1
+    n_decoded: int = 0
+    prompt_tokens: tuple[int, ...] = ()
+    generated: bytes = b""
 
 
 @dataclass

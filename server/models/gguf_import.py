@@ -168,6 +168,10 @@ def _converted_tensors(reader, hp: LlamaHParams, dtype: str) -> Iterator[tuple[s
             )
 
 
+# GGUF general.file_type -> llama_model_ftype_name(), for the types the converter accepts
+FTYPE_NAMES = {0: "all F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 32: "BF16"}
+
+
 def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, dtype: str = "auto") -> Path:
     """Convert `gguf_path` into an MLX checkpoint directory `out_dir`. dtype: "auto" (keep) or "f32"."""
     import gguf
@@ -210,6 +214,8 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, dtype
         "gguf_name": Path(gguf_path).name,
         "gguf_general_name": _field(reader, "general.name"),
         "dtype": dtype,
+        # what GET /props reports as model_ftype, spelled as llama_model_ftype_name() spells it
+        "ftype": "all F32" if dtype == "f32" else FTYPE_NAMES.get(_field(reader, "general.file_type"), "unknown"),
     }
 
     out = Path(out_dir)

@@ -45,6 +45,17 @@ def _dequantize_module(model: nn.Module) -> int:
     return len(replacements)
 
 
+def model_ftype(path: Path) -> str:
+    """GET /props's model_ftype: the source GGUF's type for a converted checkpoint, else MLX's storage."""
+    config = json.loads((path / "config.json").read_text())
+    if (config.get("mlxcel") or {}).get("ftype"):
+        return config["mlxcel"]["ftype"]
+    q = config.get("quantization")
+    if q:
+        return f"MLX {q.get('mode', 'affine')} {q['bits']}-bit, group {q['group_size']}"
+    return str(config.get("torch_dtype") or "unknown")
+
+
 def load_checkpoint(path: Path, dequantize: bool | None = None) -> LoadedModel:
     """dequantize: None means "on the CPU", where MLX's f32 matmul beats its quantized one."""
     model, _ = load_model(path)

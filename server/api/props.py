@@ -1,0 +1,70 @@
+"""GET /props and POST /props, shaped as b10621's get_res_props() and post_props handler."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+
+from ..build import build_info, media_marker
+from ..chat.caps import template_caps
+from ..errors import PROPS_DISABLED, ErrorKind, UpstreamError
+from .jsonio import UpstreamJSON
+from .task_params import TaskParams, generation_settings
+
+router = APIRouter()
+
+
+def _token_text(tok, token_id: int | None) -> str:
+    return "" if token_id is None else tok.piece(token_id, special=True).decode("utf-8", "replace")
+
+
+def props_body(state) -> dict:
+    s, tok = state.settings, state.tokenizer
+    # a default task_params carrying the server's sampling settings (its own chat defaults, not the server's)
+    defaults = TaskParams(
+        **{
+            **vars(s.base_params),
+            "n_predict": -1,
+            "n_keep": 0,
+            "reasoning_format": "none",
+            "stream": False,
+            "timings_per_token": False,
+            "post_sampling_probs": False,
+        }
+    )
+    return {
+        "default_generation_settings": {
+            "params": generation_settings(defaults, only_metrics=True),
+            "n_ctx": state.engine.info.n_ctx,
+        },
+        "total_slots": state.engine.info.n_slots,
+        "model_alias": state.model_name,
+        "model_ftype": state.model_ftype,
+        "model_path": state.model_path,
+        "modalities": {"vision": False, "video": False, "audio": False},
+        "media_marker": media_marker(),
+        "endpoint_slots": s.endpoint_slots,
+        "endpoint_props": s.endpoint_props,
+        "endpoint_metrics": s.endpoint_metrics,
+        "ui": False,  # mlxcel serves no web UI
+        "ui_settings": {},
+        "chat_template": tok.chat_template or "",
+        "chat_template_caps": template_caps(tok.chat_template),
+        "bos_token": _token_text(tok, tok.bos_id),
+        "eos_token": _token_text(tok, tok.eos_id),
+        "build_info": build_info(),
+        "is_sleeping": False,
+        "cors_proxy_enabled": False,
+    }
+
+
+@router.get("/props")
+async def get_props(request: Request):
+    return UpstreamJSON(props_body(request.app.state.mlxcel))
+
+
+@router.post("/props")
+async def post_props(request: Request):
+    state = request.app.state.mlxcel
+    if not state.settings.endpoint_props:
+        raise UpstreamError(PROPS_DISABLED, ErrorKind.NOT_SUPPORTED)
+    return UpstreamJSON({"success": True})

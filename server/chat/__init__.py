@@ -1,0 +1,1 @@
+"""Chat templates: rendering (jinja2, HF style) and what a template can do."""
