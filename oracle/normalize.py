@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 
@@ -14,9 +16,9 @@ class Normalization:
 
 
 REGISTRY: dict[str, Normalization] = {n.name: n for n in (
-    Normalization("timings", ("$.timings.*",), "wall-clock durations and rates"),
-    Normalization("id_slot", ("$.id_slot",),
-                  "b10621 runs 4 parallel slots by default and picks one; mlxcel has one slot so far"),
+    Normalization("timings", ("$.timings.*", "$[*].timings.*"), "wall-clock durations and rates"),
+    Normalization("id_slot", ("$.id_slot", "$[*].id_slot"),
+                  "b10621 picks a slot by prompt similarity, else least recently used; mlxcel the lowest free one"),
     Normalization("progress_time", ("$.prompt_progress.time_ms",), "a clock"),
     Normalization("created", ("$.created",), "a clock"),
     Normalization("completion_id", ("$.id",), "random per response"),
@@ -27,10 +29,16 @@ REGISTRY: dict[str, Normalization] = {n.name: n for n in (
 MASK = "<masked>"
 
 
+@lru_cache(maxsize=None)
+def _regex(pattern: str) -> re.Pattern:
+    """"[*]" stands for any array index; a trailing ".*" for anything below the path."""
+    body = pattern[:-2] if pattern.endswith(".*") else pattern
+    rx = re.escape(body).replace(r"\[\*\]", r"\[\d+\]")
+    return re.compile(rx + (r"[.\[].*" if pattern.endswith(".*") else ""))
+
+
 def _matches(path: str, pattern: str) -> bool:
-    if pattern.endswith(".*"):
-        return path.startswith(pattern[:-2] + ".") or path.startswith(pattern[:-2] + "[")
-    return path == pattern
+    return _regex(pattern).fullmatch(path) is not None
 
 
 def normalize(value: Any, names: tuple[str, ...], fired: set[str] | None = None, path: str = "$") -> Any:

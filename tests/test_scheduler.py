@@ -96,3 +96,32 @@ def test_cancelled_sequences_are_reported_for_finishing():
     for q in s.cancelled():
         s.free(q)
     assert s.idle()
+
+
+def test_a_request_with_children_waits_until_all_fit_and_only_it_prefills():
+    s = Scheduler(n_slots=3)
+    busy = Sequence(0, [1, 2])
+    s.add(busy)
+    run_step(s)
+    parent = Sequence(1, [5, 6, 7])
+    parent.children = [Sequence(2, [5, 6, 7], held=True), Sequence(3, [5, 6, 7], held=True)]
+    s.add(parent)
+    step = run_step(s)
+    assert parent.slot is None and step.decode == [busy]  # two slots free, three needed: it waits
+    s.free(busy)
+    step = run_step(s)
+    assert [c.seq for c in step.prefill] == [parent]  # the children hold slots but do not prefill
+    assert sorted(x.slot for x in (parent, *parent.children)) == [0, 1, 2]
+    assert all(c.n_prefilled == 0 and c not in step.decode for c in parent.children)
+
+
+def test_children_of_a_cancelled_waiting_request_go_on_alone():
+    s = Scheduler(n_slots=1)
+    s.add(Sequence(0, [1]))
+    run_step(s)
+    parent = Sequence(1, [5])
+    child = Sequence(2, [5], held=True)
+    parent.children = [child]
+    s.add(parent)
+    s.free(parent)
+    assert list(s.waiting) == [child] and not child.held

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+from dataclasses import dataclass, field
 from typing import AsyncIterator
 
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
+from ..engine.engine import Handle
 from ..engine.types import ErrorEvent, FinalEvent, GenerationRequest, ProgressEvent, Timings, TokenEvent
-from ..errors import BAD_PROMPT, ErrorKind, UpstreamError, error_body, exceeds_context
+from ..errors import ErrorKind, UpstreamError, error_body, exceeds_context
 from .jsonio import UpstreamJSON, dumps, read_json_object
 from .schemas import NativeCompletionRequest
-from .task_params import generation_settings
+from .prompts import input_prompts
+from .task_params import LLAMA_DEFAULT_SEED, TaskParams, generation_settings
 
 router = APIRouter()
 
@@ -31,35 +36,33 @@ def _timings(final: FinalEvent | Timings) -> dict:
     }
 
 
-def _is_token(p) -> bool:
-    return isinstance(p, int) and not isinstance(p, bool)
+@dataclass
+class _Task:
+    """One completion of one prompt: b10621's server_task, as the HTTP side follows it."""
+
+    index: int
+    tokens: list[int]
+    params: TaskParams
+    handle: Handle | None = None  # None: an empty prompt, answered without the engine
+    generated: list[int] = field(default_factory=list)
+    final: FinalEvent | None = None
 
 
-def _prompt_tokens(state, prompt) -> list[int]:
-    if isinstance(prompt, str) or (isinstance(prompt, list) and all(isinstance(p, str) or _is_token(p) for p in prompt)):
-        return state.tokenizer.tokenize_mixed(prompt, add_special=True, parse_special=True)
-    if isinstance(prompt, list) and all(isinstance(p, (str, list, dict)) for p in prompt):
-        raise UpstreamError("mlxcel does not accept several prompts in one request yet (an array of prompts)",
-                            ErrorKind.NOT_SUPPORTED)
-    raise UpstreamError(BAD_PROMPT, ErrorKind.INVALID_REQUEST)
-
-
-def _final_object(state, req: NativeCompletionRequest, tokens: list[int], generated: list[int],
-                  final: FinalEvent) -> dict:
+def _final_object(state, t: _Task) -> dict:
     """to_json_non_oaicompat(): in stream mode content and tokens went out in the partials."""
-    tok, p = state.tokenizer, req.params
+    tok, p, final = state.tokenizer, t.params, t.final
     content = final.content.decode("utf-8", "replace")
     return _select(p.response_fields, {
-        "index": 0,
+        "index": t.index,
         "content": "" if p.stream else content,
-        "tokens": [] if p.stream or not p.return_tokens else generated,
+        "tokens": [] if p.stream or not p.return_tokens else t.generated,
         "id_slot": final.id_slot,
         "stop": True,
         "model": state.model_name,
         "tokens_predicted": final.n_decoded,
         "tokens_evaluated": final.n_prompt,
         "generation_settings": generation_settings(p),
-        "prompt": tok.detokenize(tokens, special=True),
+        "prompt": tok.detokenize(t.tokens, special=True),
         "has_new_line": final.has_new_line,
         "truncated": final.truncated,
         "stop_type": final.stop_type,
@@ -86,20 +89,70 @@ def _select(paths: list[str], obj: dict) -> dict:
     return out
 
 
-def _progress(event: ProgressEvent) -> dict:
+def _progress(event: ProgressEvent, index: int) -> dict:
     # a progress partial carries b10621's placeholder token (0) and no text
-    return {"index": 0, "content": "", "tokens": [0], "stop": False, "id_slot": -1, "tokens_predicted": 0,
+    return {"index": index, "content": "", "tokens": [0], "stop": False, "id_slot": -1, "tokens_predicted": 0,
             "tokens_evaluated": event.total,
             "prompt_progress": {"total": event.total, "cache": event.cache, "processed": event.processed,
                                 "time_ms": event.time_ms}}
 
 
-def _partial(event: TokenEvent, n_prompt: int) -> dict:
-    out = {"index": 0, "content": event.text.decode("utf-8", "replace"), "tokens": [event.token], "stop": False,
+def _partial(event: TokenEvent, n_prompt: int, index: int) -> dict:
+    out = {"index": index, "content": event.text.decode("utf-8", "replace"), "tokens": [event.token], "stop": False,
            "id_slot": -1, "tokens_predicted": event.n_decoded, "tokens_evaluated": n_prompt}
     if event.timings is not None:
         out["timings"] = _timings(event.timings)
     return out
+
+
+def _generation_request(p: TaskParams, tokens: list[int]) -> GenerationRequest:
+    return GenerationRequest(prompt_tokens=tuple(tokens), n_predict=p.n_predict, ignore_eos=p.ignore_eos,
+                             stop=tuple(p.stop), cache_prompt=p.cache_prompt, timings_per_token=p.timings_per_token,
+                             n_indent=p.n_indent, t_max_predict_ms=p.t_max_predict_ms,
+                             return_progress=p.stream and p.return_progress, n_keep=p.n_keep, n_discard=p.n_discard,
+                             params_echo=generation_settings(p, only_metrics=True))
+
+
+def _child_params(p: TaskParams, j: int) -> TaskParams:
+    """The j-th completion of a prompt: b10621 gives each child its own seed unless the seed is random."""
+    return p if j == 0 or p.seed == LLAMA_DEFAULT_SEED else dataclasses.replace(p, seed=(p.seed + j) % 2**32)
+
+
+def _start_tasks(state, p: TaskParams, prompts: list[list[int]]) -> list[_Task]:
+    n_ctx = state.engine.info.n_ctx
+    for tokens in prompts:  # every prompt is checked before any runs
+        if len(tokens) >= n_ctx:
+            raise exceeds_context(len(tokens), n_ctx)
+    tasks: list[_Task] = []
+    for i, tokens in enumerate(prompts):
+        group = [_Task(i * p.n_cmpl + j, tokens, _child_params(p, j)) for j in range(p.n_cmpl)]
+        if not tokens:  # b10621 answers an empty prompt with an empty, unstopped result
+            for t in group:
+                t.final = FinalEvent("none", 0, 0, 0, 0, 0, False, 0.0, 0.0)
+        else:
+            handles = state.engine.submit_group([_generation_request(t.params, tokens) for t in group])
+            for t, h in zip(group, handles):
+                t.handle = h
+        tasks.extend(group)
+    return tasks
+
+
+def _cancel(tasks: list[_Task]) -> None:
+    for t in tasks:
+        if t.handle is not None:
+            t.handle.cancel()  # no-op once finished; frees the slot if the client went away
+
+
+async def _collect(t: _Task) -> None:
+    if t.handle is None:
+        return
+    async for event in t.handle:
+        if isinstance(event, TokenEvent):
+            t.generated.append(event.token)
+        elif isinstance(event, FinalEvent):
+            t.final = event
+        elif isinstance(event, ErrorEvent):
+            raise UpstreamError(event.message, ErrorKind.SERVER)
 
 
 @router.post("/completion")
@@ -108,37 +161,15 @@ async def completion(request: Request):
     state = request.app.state.mlxcel
     req = NativeCompletionRequest.parse(await read_json_object(request), state.engine.info.n_slots, state.tokenizer,
                                         state.settings.base_params)
-    p = req.params
-    tokens = _prompt_tokens(state, req.prompt)
-    if not tokens:  # b10621 answers an empty prompt with an empty, unstopped result
-        final = FinalEvent("none", 0, 0, 0, 0, 0, False, 0.0, 0.0)
-        if p.stream:
-            return _sse([_final_object(state, req, tokens, [], final)])
-        return UpstreamJSON(_final_object(state, req, tokens, [], final))
-    if len(tokens) >= state.engine.info.n_ctx:
-        raise exceeds_context(len(tokens), state.engine.info.n_ctx)
-    gen = GenerationRequest(prompt_tokens=tuple(tokens), n_predict=p.n_predict, ignore_eos=p.ignore_eos,
-                            stop=tuple(p.stop), cache_prompt=p.cache_prompt, timings_per_token=p.timings_per_token,
-                            n_indent=p.n_indent, t_max_predict_ms=p.t_max_predict_ms,
-                            return_progress=p.stream and p.return_progress, n_keep=p.n_keep, n_discard=p.n_discard,
-                            params_echo=generation_settings(p, only_metrics=True))
-    handle = state.engine.submit(gen)
-    if p.stream:
-        return _sse_response(_stream(state, req, tokens, handle))
-    generated: list[int] = []
-    final: FinalEvent | None = None
+    tasks = _start_tasks(state, req.params, input_prompts(state.tokenizer, req.prompt))
+    if req.params.stream:
+        return _sse_response(_stream(state, tasks))
     try:
-        async for event in handle:
-            if isinstance(event, TokenEvent):
-                generated.append(event.token)
-            elif isinstance(event, FinalEvent):
-                final = event
-            elif isinstance(event, ErrorEvent):
-                raise UpstreamError(event.message, ErrorKind.SERVER)
+        await asyncio.gather(*(_collect(t) for t in tasks))
     finally:
-        handle.cancel()  # no-op once finished; frees the slot if the client went away
-    assert final is not None
-    return UpstreamJSON(_final_object(state, req, tokens, generated, final))
+        _cancel(tasks)
+    results = [_final_object(state, t) for t in tasks]
+    return UpstreamJSON(results[0] if len(results) == 1 else results)  # one result is an object, several an array
 
 
 def _sse_response(frames: AsyncIterator[bytes]) -> StreamingResponse:
@@ -146,24 +177,34 @@ def _sse_response(frames: AsyncIterator[bytes]) -> StreamingResponse:
     return StreamingResponse(frames, headers={"Content-Type": "text/event-stream", "X-Accel-Buffering": "no"})
 
 
-def _sse(objects: list[dict]) -> StreamingResponse:
-    async def frames() -> AsyncIterator[bytes]:
-        for obj in objects:
-            yield b"data: " + dumps(obj) + b"\n\n"
+async def _stream(state, tasks: list[_Task]) -> AsyncIterator[bytes]:
+    """Every task's frames in the order they happen; each carries its task's index."""
+    merged: asyncio.Queue = asyncio.Queue()
 
-    return _sse_response(frames())
+    async def pump(t: _Task) -> None:
+        if t.handle is None:
+            await merged.put((t, t.final))
+            return
+        async for event in t.handle:
+            await merged.put((t, event))
 
-
-async def _stream(state, req, tokens, handle) -> AsyncIterator[bytes]:
+    pumps = [asyncio.create_task(pump(t)) for t in tasks]
+    open_tasks = len(tasks)
     try:
-        async for event in handle:
+        while open_tasks:
+            t, event = await merged.get()
             if isinstance(event, TokenEvent):
-                yield b"data: " + dumps(_partial(event, len(tokens))) + b"\n\n"
+                yield b"data: " + dumps(_partial(event, len(t.tokens), t.index)) + b"\n\n"
             elif isinstance(event, ProgressEvent):
-                yield b"data: " + dumps(_progress(event)) + b"\n\n"
+                yield b"data: " + dumps(_progress(event, t.index)) + b"\n\n"
             elif isinstance(event, FinalEvent):
-                yield b"data: " + dumps(_final_object(state, req, tokens, [], event)) + b"\n\n"
+                t.final = event
+                open_tasks -= 1
+                yield b"data: " + dumps(_final_object(state, t)) + b"\n\n"
             elif isinstance(event, ErrorEvent):
+                open_tasks -= 1
                 yield b"error: " + dumps(error_body(event.message, ErrorKind.SERVER)) + b"\n\n"
     finally:
-        handle.cancel()  # the client disconnected (or we are done): free the slot
+        for pmp in pumps:
+            pmp.cancel()
+        _cancel(tasks)  # the client disconnected (or we are done): free the slots

@@ -29,9 +29,10 @@ ACTED_ON: tuple[str, ...] = (
     "return_progress",
     "n_keep",
     "n_discard",
+    "n_cmpl",
 )
 # Spellings of acted-on fields, and fields whose only effect is the echo or that change nothing b10621 shows
-_QUIET = {"max_tokens", "max_completion_tokens", "verbose"}
+_QUIET = {"max_tokens", "max_completion_tokens", "n", "verbose"}
 
 
 @dataclass(frozen=True)
@@ -46,11 +47,6 @@ class NativeCompletionRequest:
         params = evaluate(body, n_slots, vocab, base)  # upstream's type checks and limits, in its order
         if "prompt" not in body:
             raise UpstreamError(MISSING_PROMPT, ErrorKind.INVALID_REQUEST)
-        if params.n_cmpl > 1:
-            raise UpstreamError(
-                "mlxcel does not generate several completions per request yet (n_cmpl > 1)",
-                ErrorKind.NOT_SUPPORTED,
-            )
         ignored = sorted(k for k in body if k not in ACTED_ON and k not in _QUIET and body[k] is not None)
         if ignored:  # never silently: b10621 would act on these
             log.warning("/completion: mlxcel does not act on the request field(s) %s yet", ", ".join(ignored))

@@ -67,6 +67,7 @@ class _Running:
     t_gen_last: float = 0.0
     n_shifted: int = 0  # positions discarded by context shifts
     shifted: bool = False
+    is_child: bool = False  # an n_cmpl > 1 completion that takes its prompt state from the first
 
 
 # Prefill runs in chunks of this many tokens (at most --ubatch-size), ending on multiples of it counted from
@@ -116,10 +117,19 @@ class Engine:
         self._queue.put(None)
 
     def submit(self, request: GenerationRequest | ScoreRequest) -> Handle:
+        if isinstance(request, GenerationRequest):
+            return self.submit_group([request])[0]
         handle = Handle(loop=asyncio.get_running_loop())
-        task_id = next(self._ids) if isinstance(request, GenerationRequest) else -1
-        self._queue.put((request, handle, task_id))
+        self._queue.put(([request], [handle], [-1]))
         return handle
+
+    def submit_group(self, requests: list[GenerationRequest]) -> list[Handle]:
+        """Completions of one prompt (b10621's n_cmpl): the first processes the prompt, the others get a copy
+        of its state once it has. Each has its own handle and task id, the first's lowest."""
+        loop = asyncio.get_running_loop()
+        handles = [Handle(loop=loop) for _ in requests]
+        self._queue.put((requests, handles, [next(self._ids) for _ in requests]))
+        return handles
 
     def slots(self) -> list[SlotRecord]:
         """A copy of the slot registry, as of the last engine step; counts as a task, as upstream's does."""
@@ -157,7 +167,7 @@ class Engine:
                 self._step(sched)
             except Exception as exc:  # never leave a client hanging
                 log.exception("engine step failed")
-                for seq in [*sched.running, *sched.waiting]:
+                for seq in sched.everyone():
                     seq.payload.handle.publish(ErrorEvent(f"{type(exc).__name__}: {exc}"))
                     sched.free(seq)
 
@@ -171,19 +181,23 @@ class Engine:
             block = False
             if item is None:
                 return False
-            request, handle, task_id = item
-            if isinstance(request, ScoreRequest):  # scoring runs alone, between steps
+            requests, handles, task_ids = item
+            if isinstance(requests[0], ScoreRequest):  # scoring runs alone, between steps
                 try:
-                    self._score(request, handle)
+                    self._score(requests[0], handles[0])
                 except Exception as exc:
-                    handle.publish(ErrorEvent(f"{type(exc).__name__}: {exc}"))
+                    handles[0].publish(ErrorEvent(f"{type(exc).__name__}: {exc}"))
                 continue
-            run = _Running(request, handle, TextStream(stops=[s.encode() for s in request.stop]))
-            prompt = list(request.prompt_tokens)
-            n_reuse, snap = self.prompt_cache.lookup(prompt) if request.cache_prompt else (0, None)
-            run.cache = self.runner.restore(snap, n_reuse) if n_reuse else self.runner.new_cache()
-            run.n_cached = n_reuse
-            sched.add(Sequence(task_id, prompt, payload=run, n_prefilled=n_reuse))
+            seqs = []
+            for i, (request, handle, task_id) in enumerate(zip(requests, handles, task_ids)):
+                run = _Running(request, handle, TextStream(stops=[s.encode() for s in request.stop]), is_child=i > 0)
+                prompt = list(request.prompt_tokens)
+                n_reuse, snap = self.prompt_cache.lookup(prompt) if request.cache_prompt and i == 0 else (0, None)
+                run.cache = self.runner.restore(snap, n_reuse) if n_reuse else self.runner.new_cache()
+                run.n_cached = n_reuse
+                seqs.append(Sequence(task_id, prompt, payload=run, n_prefilled=n_reuse, held=i > 0))
+            seqs[0].children = seqs[1:]
+            sched.add(seqs[0])
 
     def _score(self, req: ScoreRequest, handle: Handle) -> None:
         from .runner import score
@@ -192,10 +206,12 @@ class Engine:
         handle.publish(ScoreEvent(tuple(ScoredPosition(t, lp, top) for t, lp, top in rows)))
 
     def _step(self, sched: Scheduler) -> None:
-        for seq in [*sched.running, *sched.waiting]:
+        for seq in sched.everyone():
             if seq.payload.handle.cancelled.is_set():
                 seq.cancelled = True
         for seq in sched.cancelled():  # the client went away: free the slot within this step
+            for child in seq.children:  # children it had not served yet process the prompt themselves
+                child.held = False
             self._release(seq)
             sched.free(seq)
         step = sched.schedule()
@@ -215,7 +231,9 @@ class Engine:
                 run.t_prompt = time.perf_counter()
                 self._progress(chunk.seq)
                 progressed.pop(chunk.seq.rid)
-                self._sample(sched, chunk.seq)
+                forked = [self._fork(chunk.seq, c) for c in chunk.seq.children if c.held and c.slot is not None]
+                for seq in (chunk.seq, *forked):
+                    self._sample(sched, seq)
         for seq in progressed.values():  # prompts still being processed: one progress event per step
             self._progress(seq)
         for seq in step.decode:
@@ -225,6 +243,17 @@ class Engine:
             run.logits = runner.decode(run.cache, run.last_token)
             self._sample(sched, seq)
         self._publish_slots(sched.running)
+
+    def _fork(self, parent: Sequence, child: Sequence) -> Sequence:
+        """b10621's copy_state_to(): the child gets the parent's prompt state, stats and last logits."""
+        prun, crun = parent.payload, child.payload
+        n = len(parent.prompt)
+        snap, _ = self.runner.snapshot(prun.cache, n)
+        crun.cache = self.runner.restore(snap, n)
+        crun.logits = prun.logits * 1  # its own array: sampling may ban tokens in place
+        crun.n_cached, crun.t_start, crun.t_prompt = prun.n_cached, prun.t_start, prun.t_prompt
+        child.n_prefilled, child.held = n, False
+        return child
 
     @staticmethod
     def _slot_tokens(seq: Sequence) -> int:
@@ -274,7 +303,8 @@ class Engine:
         with self._slot_lock:
             self._slot_records[seq.slot] = SlotRecord(
                 seq.slot, self.info.n_ctx, id_task=seq.rid,
-                n_prompt_tokens=self._slot_tokens(seq), params=run.request.params_echo,
+                # a child slot does not keep its context: the parent's is enough (b10621's release())
+                n_prompt_tokens=0 if run.is_child else self._slot_tokens(seq), params=run.request.params_echo,
                 prompt_tokens=run.request.prompt_tokens, generated=bytes(run.text.generated))
 
     @staticmethod
@@ -346,7 +376,7 @@ class Engine:
     def _finish(self, sched: Scheduler, seq: Sequence, stop_type: str, truncated: bool) -> None:
         run: _Running = seq.payload
         n = seq.n_decoded
-        run.handle.publish(FinalEvent(
+        final = FinalEvent(
             stop_type=stop_type,
             n_prompt=len(seq.prompt),
             n_prompt_processed=len(seq.prompt) - run.n_cached,
@@ -360,10 +390,11 @@ class Engine:
             content=run.text.content,
             stopping_word=run.text.stopping_word,
             has_new_line=run.has_new_line,
-        ))
-        self._release(seq)
+        )
+        self._release(seq)  # before the client hears of the end: a /slots read then sees the slot free
+        run.handle.publish(final)
         sched.free(seq)
-        if run.request.cache_prompt and self.prompt_cache.enabled and not run.shifted:
+        if run.request.cache_prompt and self.prompt_cache.enabled and not run.shifted and not run.is_child:
             # only whole aligned chunks of the prompt: those are computed identically by every run
             n = len(seq.prompt) - len(seq.prompt) % self.align
             if n:

@@ -24,6 +24,10 @@ class Sequence:
     n_prefilled: int = 0  # prompt tokens already in the slot's KV cache (reused or fed)
     n_decoded: int = 0
     cancelled: bool = False
+    # n_cmpl > 1: the other completions of the same prompt. They are admitted together with this one and wait
+    # (held) until its prompt is processed; the engine then gives them a copy of its state.
+    children: list["Sequence"] = field(default_factory=list)
+    held: bool = False
 
     @property
     def prefilling(self) -> bool:
@@ -77,33 +81,42 @@ class Scheduler:
             self.slots[seq.slot] = None
         if seq in self.waiting:
             self.waiting.remove(seq)
+            self.waiting.extendleft(reversed(seq.children))  # children still waiting go on alone, in place
+            for c in seq.children:
+                c.held = False
+
+    def everyone(self) -> list[Sequence]:
+        """Every sequence in a slot or waiting for one (children of waiting requests included)."""
+        return [*self.running, *(s for w in self.waiting for s in (w, *w.children))]
 
     def cancelled(self) -> list[Sequence]:
         """Sequences cancelled by their clients; the engine finishes them, freeing their slots."""
-        return [s for s in [*self.running, *self.waiting] if s.cancelled]
+        return [s for s in self.everyone() if s.cancelled]
 
     # --- policy ----------------------------------------------------------------------------------
 
     def _admit(self) -> list[Sequence]:
         admitted = []
-        while self.waiting and None in self.slots:
+        # first come, first served; a request with n_cmpl > 1 waits until it and its children all fit
+        while self.waiting and self.slots.count(None) > len(self.waiting[0].children):
             seq = self.waiting.popleft()
-            seq.slot = self.slots.index(None)  # the lowest free slot
-            self.slots[seq.slot] = seq
-            admitted.append(seq)
+            for s in (seq, *seq.children):
+                s.slot = self.slots.index(None)  # the lowest free slot
+                self.slots[s.slot] = s
+                admitted.append(s)
         return admitted
 
     def schedule(self) -> Step:
         step = Step()
-        decoding = [s for s in self.running if not s.prefilling]
+        decoding = [s for s in self.running if not s.prefilling and not s.held]
         if self.cont_batching or not decoding:
             self._admit()
         budget = self.n_batch
-        if self.cont_batching or not any(s.prefilling for s in self.running):
-            step.decode = [s for s in self.running if not s.prefilling]
+        if self.cont_batching or not any(s.prefilling and not s.held for s in self.running):
+            step.decode = [s for s in self.running if not s.prefilling and not s.held]
             budget -= len(step.decode)
         if self.cont_batching or not step.decode:
-            for seq in sorted((s for s in self.running if s.prefilling), key=lambda s: s.slot):
+            for seq in sorted((s for s in self.running if s.prefilling and not s.held), key=lambda s: s.slot):
                 start = seq.n_prefilled
                 while start < len(seq.prompt):
                     # chunks end on multiples of ubatch counted from position 0, whatever else is in

@@ -1,0 +1,40 @@
+"""The "prompt" field as b10621's tokenize_input_prompts() reads it: one prompt or several.
+
+A string, an array of token ids, a mixed array of strings and ids, or {"prompt_string": ...} is one prompt;
+an array holding no integer is several (each element one of the former).
+"""
+
+from __future__ import annotations
+
+from ..errors import BAD_PROMPT, EMPTY_PROMPTS, MULTIMODAL_UNSUPPORTED, ErrorKind, UpstreamError
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_mixed(v) -> bool:
+    return isinstance(v, list) and any(isinstance(e, str) for e in v) and any(_is_int(e) for e in v)
+
+
+def subprompt_tokens(tokenizer, prompt) -> list[int]:
+    if isinstance(prompt, str) or _is_mixed(prompt):
+        return tokenizer.tokenize_mixed(prompt, add_special=True, parse_special=True)
+    if isinstance(prompt, list) and all(_is_int(e) for e in prompt):
+        return list(prompt)
+    if isinstance(prompt, dict) and "prompt_string" in prompt:
+        if "multimodal_data" in prompt:
+            raise UpstreamError(MULTIMODAL_UNSUPPORTED, ErrorKind.INVALID_REQUEST)
+        inner = prompt["prompt_string"]
+        if not isinstance(inner, (str, list)):
+            raise UpstreamError(BAD_PROMPT, ErrorKind.INVALID_REQUEST)
+        return tokenizer.tokenize_mixed(inner, add_special=True, parse_special=True)
+    raise UpstreamError(BAD_PROMPT, ErrorKind.INVALID_REQUEST)
+
+
+def input_prompts(tokenizer, prompt) -> list[list[int]]:
+    if isinstance(prompt, list) and not any(_is_int(e) for e in prompt):
+        if not prompt:
+            raise UpstreamError(EMPTY_PROMPTS, ErrorKind.INVALID_REQUEST)
+        return [subprompt_tokens(tokenizer, p) for p in prompt]
+    return [subprompt_tokens(tokenizer, prompt)]
