@@ -39,6 +39,13 @@ def twin_f32():
     return twin("f32")
 
 
+@pytest.fixture(scope="session")
+def twin_f32_fim():
+    from fixtures.twins import twin
+
+    return twin("f32_fim")
+
+
 def _serve(proc):
     proc.start()
     try:
@@ -111,7 +118,7 @@ def corpus_servers(request):
             mine.start()
             ref_url = None
             if not oracle_offline():
-                ref_args = [*COMMON_ARGS, *args, *(F32_NUMERICS if twin_kind == "f32" else ())]
+                ref_args = [*COMMON_ARGS, *args, *(F32_NUMERICS if twin_kind.startswith("f32") else ())]
                 ref = reference_server(request.getfixturevalue("reference_binary"), t.gguf, ref_args)
                 procs.append(ref)
                 ref.start()

@@ -85,9 +85,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 1 if failed or rc else 0
 
 
-def cmd_record(_: argparse.Namespace) -> int:
+def cmd_record(args: argparse.Namespace) -> int:
     os.environ[RECORD_ENV] = "1"
-    n, _failed = _run_corpus(live=True)
+    n, _failed = _run_corpus(live=True, only=args.case)
     print(f"recorded {n} reference transcripts under fixtures/transcripts/")
     return 0
 
@@ -152,7 +152,9 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--case", default=None, help="run this one case (its server pair started for it)")
     r.add_argument("--out", help="where report.md / report.json go (default: .oracle/)")
     r.set_defaults(func=cmd_run)
-    sub.add_parser("record", help="re-record every case's reference transcript").set_defaults(func=cmd_record)
+    rec = sub.add_parser("record", help="re-record every case's reference transcript (or one case's)")
+    rec.add_argument("--case", default=None, help="record this one case")
+    rec.set_defaults(func=cmd_record)
     sub.add_parser("verify", help="gate: supported entries need identical evidence, by_design ones a difference"
                    ).set_defaults(func=cmd_verify)
     rep = sub.add_parser("report", help="write the Markdown and JSON report from the evidence")

@@ -17,6 +17,10 @@ class Normalization:
 
 REGISTRY: dict[str, Normalization] = {n.name: n for n in (
     Normalization("timings", ("$.timings.*", "$[*].timings.*"), "wall-clock durations and rates"),
+    Normalization("clocks", tuple(f"$.timings.{k}" for k in ("prompt_ms", "prompt_per_token_ms", "prompt_per_second",
+                                                               "predicted_ms", "predicted_per_token_ms",
+                                                               "predicted_per_second")),
+                  "wall-clock durations and rates only: the token counts in timings stay compared"),
     Normalization("id_slot", ("$.id_slot", "$[*].id_slot"),
                   "b10621 picks a slot by prompt similarity, else least recently used; mlxcel the lowest free one"),
     Normalization("progress_time", ("$.prompt_progress.time_ms",), "a clock"),

@@ -135,7 +135,7 @@ class Pair:
         from .reference import build_reference
 
         t = twin(twin_kind)
-        ref_args = [*args, *(F32_NUMERICS if twin_kind == "f32" else ())]
+        ref_args = [*args, *(F32_NUMERICS if twin_kind.startswith("f32") else ())]
         self.reference = reference_server(binary or build_reference(), t.gguf, ref_args)
         self.mlxcel = mlxcel_server(t.mlx_model, list(args))
 

@@ -24,7 +24,7 @@ TIMING_KEYS = ["cache_n", "prompt_n", "prompt_ms", "prompt_per_token_ms", "promp
 def ready_state(twin_q4_1):
     tok = ModelTokenizer(twin_q4_1.mlx_dir)
     engine = Engine(twin_q4_1.mlx_dir, EngineConfig(n_slots=2), eog_ids=tok.eog_ids,
-                    piece=lambda t: tok.piece(t, special=False))
+                    piece=tok.piece)
     engine.start()
     engine.ready.wait(120)
     assert engine.load_error is None

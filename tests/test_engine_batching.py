@@ -21,7 +21,7 @@ def make_engine(twin_q4_1):
 
     def make(**cfg) -> tuple[Engine, ModelTokenizer]:
         e = Engine(twin_q4_1.mlx_dir, EngineConfig(**cfg), eog_ids=tok.eog_ids,
-                   piece=lambda t: tok.piece(t, special=False))
+                   piece=tok.piece)
         e.start()
         e.ready.wait(120)
         engines.append(e)

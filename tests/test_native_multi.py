@@ -20,7 +20,7 @@ from server.models.tokenizer import ModelTokenizer
 def state(twin_q4_1):
     tok = ModelTokenizer(twin_q4_1.mlx_dir)
     engine = Engine(twin_q4_1.mlx_dir, EngineConfig(n_slots=3), eog_ids=tok.eog_ids,
-                    piece=lambda t: tok.piece(t, special=False))
+                    piece=tok.piece)
     engine.start()
     engine.ready.wait(120)
     assert engine.load_error is None

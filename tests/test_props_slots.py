@@ -21,7 +21,7 @@ def engine_and_tok(twin_q4_1):
         twin_q4_1.mlx_dir,
         EngineConfig(n_slots=2),
         eog_ids=tok.eog_ids,
-        piece=lambda t: tok.piece(t, special=False),
+        piece=tok.piece,
     )
     engine.start()
     engine.ready.wait(120)

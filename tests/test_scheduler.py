@@ -125,3 +125,20 @@ def test_children_of_a_cancelled_waiting_request_go_on_alone():
     s.add(parent)
     s.free(parent)
     assert list(s.waiting) == [child] and not child.held
+
+
+def test_a_requested_slot_is_waited_for_without_holding_up_others():
+    s = Scheduler(n_slots=2)
+    a = Sequence(0, [1], want_slot=1)
+    s.add(a)
+    run_step(s)
+    assert a.slot == 1
+    b = Sequence(1, [1], want_slot=1)  # its slot is busy: it waits ...
+    c = Sequence(2, [1])  # ... and the request behind it takes the free one
+    s.add(b)
+    s.add(c)
+    run_step(s)
+    assert (b.slot, c.slot) == (None, 0)
+    s.free(a)
+    run_step(s)
+    assert b.slot == 1

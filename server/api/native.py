@@ -12,7 +12,7 @@ from fastapi.responses import StreamingResponse
 
 from ..engine.engine import Handle
 from ..engine.types import ErrorEvent, FinalEvent, GenerationRequest, ProgressEvent, Timings, TokenEvent
-from ..errors import ErrorKind, UpstreamError, error_body, exceeds_context
+from ..errors import ErrorKind, UpstreamError, exceeds_context, json_type_name
 from .jsonio import UpstreamJSON, dumps, read_json_object
 from .schemas import NativeCompletionRequest
 from .prompts import input_prompts
@@ -105,11 +105,23 @@ def _partial(event: TokenEvent, n_prompt: int, index: int) -> dict:
     return out
 
 
-def _generation_request(p: TaskParams, tokens: list[int]) -> GenerationRequest:
-    return GenerationRequest(prompt_tokens=tuple(tokens), n_predict=p.n_predict, ignore_eos=p.ignore_eos,
+def _requested_slot(body: dict, n_slots: int) -> int | None:
+    """json_value(data, "id_slot", -1), then get_slot_by_id(): wraps around; a negative one means any slot."""
+    v = body.get("id_slot")
+    if json_type_name(v) not in ("number", "boolean"):
+        return None
+    v = int(v)
+    return v % n_slots if v >= 0 else None
+
+
+def _generation_request(p: TaskParams, tokens: list[int], base: TaskParams) -> GenerationRequest:
+    # the per-request limit takes priority over the server's (--predict), which an explicit -1 falls back to
+    n_predict = p.n_predict if p.n_predict != -1 else base.n_predict
+    return GenerationRequest(prompt_tokens=tuple(tokens), n_predict=n_predict, ignore_eos=p.ignore_eos,
                              stop=tuple(p.stop), cache_prompt=p.cache_prompt, timings_per_token=p.timings_per_token,
                              n_indent=p.n_indent, t_max_predict_ms=p.t_max_predict_ms,
                              return_progress=p.stream and p.return_progress, n_keep=p.n_keep, n_discard=p.n_discard,
+                             preserved_tokens=frozenset(p.preserved_tokens),
                              params_echo=generation_settings(p, only_metrics=True))
 
 
@@ -118,7 +130,7 @@ def _child_params(p: TaskParams, j: int) -> TaskParams:
     return p if j == 0 or p.seed == LLAMA_DEFAULT_SEED else dataclasses.replace(p, seed=(p.seed + j) % 2**32)
 
 
-def _start_tasks(state, p: TaskParams, prompts: list[list[int]]) -> list[_Task]:
+def _start_tasks(state, p: TaskParams, prompts: list[list[int]], id_slot: int | None) -> list[_Task]:
     n_ctx = state.engine.info.n_ctx
     for tokens in prompts:  # every prompt is checked before any runs
         if len(tokens) >= n_ctx:
@@ -130,7 +142,10 @@ def _start_tasks(state, p: TaskParams, prompts: list[list[int]]) -> list[_Task]:
             for t in group:
                 t.final = FinalEvent("none", 0, 0, 0, 0, 0, False, 0.0, 0.0)
         else:
-            handles = state.engine.submit_group([_generation_request(t.params, tokens) for t in group])
+            base = state.settings.base_params
+            requests = [_generation_request(t.params, tokens, base) for t in group]
+            requests[0] = dataclasses.replace(requests[0], id_slot=id_slot)  # children cannot choose their slot
+            handles = state.engine.submit_group(requests)
             for t, h in zip(group, handles):
                 t.handle = h
         tasks.extend(group)
@@ -159,11 +174,12 @@ async def _collect(t: _Task) -> None:
 @router.post("/completions")
 async def completion(request: Request):
     state = request.app.state.mlxcel
-    req = NativeCompletionRequest.parse(await read_json_object(request), state.engine.info.n_slots, state.tokenizer,
-                                        state.settings.base_params)
-    tasks = _start_tasks(state, req.params, input_prompts(state.tokenizer, req.prompt))
+    body = await read_json_object(request)
+    n_slots = state.engine.info.n_slots
+    req = NativeCompletionRequest.parse(body, n_slots, state.tokenizer, state.settings.base_params)
+    tasks = _start_tasks(state, req.params, input_prompts(state.tokenizer, req.prompt), _requested_slot(body, n_slots))
     if req.params.stream:
-        return _sse_response(_stream(state, tasks))
+        return await _start_stream(state, req.params, tasks)
     try:
         await asyncio.gather(*(_collect(t) for t in tasks))
     finally:
@@ -177,22 +193,53 @@ def _sse_response(frames: AsyncIterator[bytes]) -> StreamingResponse:
     return StreamingResponse(frames, headers={"Content-Type": "text/event-stream", "X-Accel-Buffering": "no"})
 
 
-async def _stream(state, tasks: list[_Task]) -> AsyncIterator[bytes]:
-    """Every task's frames in the order they happen; each carries its task's index."""
-    merged: asyncio.Queue = asyncio.Queue()
+class _Merged:
+    """The events of several tasks as one queue, in the order they happen."""
 
-    async def pump(t: _Task) -> None:
+    def __init__(self, tasks: list[_Task]):
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.pumps = [asyncio.create_task(self._pump(t)) for t in tasks]
+
+    async def _pump(self, t: _Task) -> None:
         if t.handle is None:
-            await merged.put((t, t.final))
+            await self.queue.put((t, t.final))
             return
         async for event in t.handle:
-            await merged.put((t, event))
+            await self.queue.put((t, event))
 
-    pumps = [asyncio.create_task(pump(t)) for t in tasks]
-    open_tasks = len(tasks)
+    async def next(self, timeout: float | None = None) -> tuple[_Task, object]:
+        return await asyncio.wait_for(self.queue.get(), timeout)
+
+    def close(self) -> None:
+        for pump in self.pumps:
+            pump.cancel()
+
+
+def _error_of(event: ErrorEvent) -> UpstreamError:
+    return UpstreamError(event.message, ErrorKind[event.kind.upper()])
+
+
+async def _start_stream(state, p: TaskParams, tasks: list[_Task]) -> StreamingResponse:
+    """As b10621: the first result decides the answer; an error there is a plain JSON error, not a stream."""
+    merged = _Merged(tasks)
     try:
-        while open_tasks:
-            t, event = await merged.get()
+        first = await merged.next()
+        if isinstance(first[1], ErrorEvent):
+            raise _error_of(first[1])
+    except BaseException:
+        merged.close()
+        _cancel(tasks)
+        raise
+    return _sse_response(_stream(state, tasks, merged, first, p.sse_ping_interval))
+
+
+async def _stream(state, tasks: list[_Task], merged: _Merged, first, ping_s: int) -> AsyncIterator[bytes]:
+    """Every task's frames in the order they happen, each with its task's index; an SSE comment ping
+    (":") whenever nothing has come for ping_s seconds; the stream ends at the last final or an error."""
+    open_tasks, item = len(tasks), first
+    try:
+        while True:
+            t, event = item
             if isinstance(event, TokenEvent):
                 yield b"data: " + dumps(_partial(event, len(t.tokens), t.index)) + b"\n\n"
             elif isinstance(event, ProgressEvent):
@@ -202,9 +249,16 @@ async def _stream(state, tasks: list[_Task]) -> AsyncIterator[bytes]:
                 open_tasks -= 1
                 yield b"data: " + dumps(_final_object(state, t)) + b"\n\n"
             elif isinstance(event, ErrorEvent):
-                open_tasks -= 1
-                yield b"error: " + dumps(error_body(event.message, ErrorKind.SERVER)) + b"\n\n"
+                yield b"data: " + dumps({"error": _error_of(event).body()["error"]}) + b"\n\n"
+                return
+            if not open_tasks:
+                return
+            while True:
+                try:
+                    item = await merged.next(ping_s if ping_s > 0 else None)
+                    break
+                except asyncio.TimeoutError:
+                    yield b":\n\n"  # keeps clients that time out on silence connected
     finally:
-        for pmp in pumps:
-            pmp.cancel()
+        merged.close()
         _cancel(tasks)  # the client disconnected (or we are done): free the slots

@@ -12,8 +12,9 @@ from .task_params import TaskParams, Vocab, evaluate
 
 log = logging.getLogger("mlxcel.api")
 
-# Fields whose value changes what mlxcel does. Every other schema field is type-checked, limited and echoed
-# in generation_settings like b10621, but not acted on yet (its manifest entry says which issue owns it).
+# Fields mlxcel serves as b10621 does (inert ones included where upstream's are). Every other schema field is
+# type-checked, limited and echoed in generation_settings like b10621, but not acted on yet (its manifest
+# entry says which issue owns it).
 ACTED_ON: tuple[str, ...] = (
     "prompt",
     "n_predict",
@@ -30,9 +31,14 @@ ACTED_ON: tuple[str, ...] = (
     "n_keep",
     "n_discard",
     "n_cmpl",
+    "id_slot",
+    "sse_ping_interval",
+    "verbose",
+    "stream_options",
+    "preserved_tokens",
 )
 # Spellings of acted-on fields, and fields whose only effect is the echo or that change nothing b10621 shows
-_QUIET = {"max_tokens", "max_completion_tokens", "n", "verbose"}
+_QUIET = {"max_tokens", "max_completion_tokens", "n"}
 
 
 @dataclass(frozen=True)

@@ -76,6 +76,14 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
          help="whether to use context shift on infinite text generation (default: disabled)")
     _add(p, "--keep", type=int, default=0,
          help="number of tokens to keep from the initial prompt (default: 0, -1 = all)")
+    _add(p, "--sse-ping-interval", env="LLAMA_ARG_SSE_PING_INTERVAL", type=int, default=30,
+         help="server SSE ping interval in seconds (-1 = disabled, default: 30)")
+    _add(p, "-n", "--predict", "--n-predict", env="LLAMA_ARG_N_PREDICT", type=int, default=-1,
+         help="number of tokens to predict (default: -1, -1 = infinity)")
+    _add(p, "-r", "--reverse-prompt", action="append", default=None,
+         help="halt generation at PROMPT (repeatable); the server's default stop strings")
+    _add(p, "-sp", "--special", action="store_true", default=False,
+         help="special tokens output enabled (default: false)")
     _add(p, "--slots", "--no-slots", env="LLAMA_ARG_ENDPOINT_SLOTS", action=_NegatableFlag, default=True,
          type=_env_bool, help="expose slots monitoring endpoint (default: enabled)")
     _add(p, "--props", env="LLAMA_ARG_ENDPOINT_PROPS", action=_NegatableFlag, default=False, type=_env_flag,

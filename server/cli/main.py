@@ -65,10 +65,14 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
     engine = Engine(checkpoint, EngineConfig(n_ctx=args.ctx_size, n_slots=n_slots, n_batch=args.batch_size,
                                              cont_batching=args.cont_batching, ubatch=args.ubatch_size,
                                              cache_prompt=args.cache_prompt, cache_ram_mib=args.cache_ram,
-                                             ctx_shift=args.context_shift, add_bos=tokenizer.add_bos),
-                    eog_ids=tokenizer.eog_ids, piece=lambda t: tokenizer.piece(t, special=False))
+                                             ctx_shift=args.context_shift, add_bos=tokenizer.add_bos,
+                                             special=args.special),
+                    eog_ids=tokenizer.eog_ids, piece=tokenizer.piece)
     settings = ServerSettings(endpoint_slots=args.slots, endpoint_props=args.props,
-                              base_params=TaskParams(cache_prompt=args.cache_prompt, n_keep=args.keep),
+                              base_params=TaskParams(cache_prompt=args.cache_prompt, n_keep=args.keep,
+                                                     sse_ping_interval=args.sse_ping_interval,
+                                                     n_predict=args.predict,
+                                                     stop=list(args.reverse_prompt or [])),
                               slots_debug=bool(int(os.environ.get("LLAMA_SERVER_SLOTS_DEBUG", "0") or 0)))
     state = AppState(engine=engine, tokenizer=tokenizer, model_name=args.alias or checkpoint.name, settings=settings,
                      model_path=str(checkpoint), model_ftype=model_ftype(checkpoint))

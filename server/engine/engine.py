@@ -88,15 +88,16 @@ class EngineConfig:
     cache_ram_mib: int = 8192  # -1: no limit, 0: no prompt cache
     ctx_shift: bool = False  # --context-shift: a full context discards old tokens instead of stopping
     add_bos: bool = False  # the vocabulary adds BOS: a context shift keeps one more token
+    special: bool = False  # --special: generated special tokens are rendered as text
 
 
 class Engine:
     def __init__(self, checkpoint: Path, config: EngineConfig = EngineConfig(), eog_ids: frozenset[int] = frozenset(),
-                 piece: Callable[[int], bytes] = lambda _: b""):
+                 piece: Callable[[int, bool], bytes] = lambda _t, _s: b""):
         self.checkpoint = checkpoint
         self.config = config
         self.eog_ids = eog_ids
-        self.piece = piece  # token id -> bytes as b10621 renders generated text (special tokens empty)
+        self.piece = piece  # (token id, render special tokens) -> the bytes b10621 adds to the generated text
         self.info = EngineInfo(model_path=str(checkpoint), n_slots=config.n_slots)
         self.ready = threading.Event()
         self.load_error: str | None = None
@@ -195,7 +196,8 @@ class Engine:
                 n_reuse, snap = self.prompt_cache.lookup(prompt) if request.cache_prompt and i == 0 else (0, None)
                 run.cache = self.runner.restore(snap, n_reuse) if n_reuse else self.runner.new_cache()
                 run.n_cached = n_reuse
-                seqs.append(Sequence(task_id, prompt, payload=run, n_prefilled=n_reuse, held=i > 0))
+                seqs.append(Sequence(task_id, prompt, payload=run, n_prefilled=n_reuse, held=i > 0,
+                                     want_slot=request.id_slot if i == 0 else None))
             seqs[0].children = seqs[1:]
             sched.add(seqs[0])
 
@@ -323,7 +325,8 @@ class Engine:
         seq.n_decoded += 1
         run.t_gen_last = time.perf_counter()
         is_eog = token in self.eog_ids and not req.ignore_eos
-        text = run.text.push(self.piece(token), is_eog=is_eog)
+        # b10621's accept_special_token(): special tokens show as text with --special or when preserved
+        text = run.text.push(self.piece(token, self.config.special or token in req.preserved_tokens), is_eog=is_eog)
         # b10621 attaches the timings to a partial only when the stop is already known (a stop word)
         timings = self._timings(seq) if run.text.stopped_by_word or req.timings_per_token else None
         run.handle.publish(TokenEvent(token, text, seq.n_decoded, timings))

@@ -28,6 +28,7 @@ class Sequence:
     # (held) until its prompt is processed; the engine then gives them a copy of its state.
     children: list["Sequence"] = field(default_factory=list)
     held: bool = False
+    want_slot: int | None = None  # the request asked for this slot (id_slot): it waits for that one
 
     @property
     def prefilling(self) -> bool:
@@ -96,13 +97,20 @@ class Scheduler:
     # --- policy ----------------------------------------------------------------------------------
 
     def _admit(self) -> list[Sequence]:
+        """Requests in arrival order take free slots; one that cannot start yet (its requested slot is busy,
+        or too few slots for its n_cmpl children) waits without holding up those behind it, as b10621 defers."""
         admitted = []
-        # first come, first served; a request with n_cmpl > 1 waits until it and its children all fit
-        while self.waiting and self.slots.count(None) > len(self.waiting[0].children):
-            seq = self.waiting.popleft()
-            for s in (seq, *seq.children):
-                s.slot = self.slots.index(None)  # the lowest free slot
-                self.slots[s.slot] = s
+        for seq in list(self.waiting):
+            free = [i for i, s in enumerate(self.slots) if s is None]
+            if not free:
+                break
+            first = seq.want_slot if seq.want_slot is not None else free[0]  # else the lowest free slot
+            if first not in free or len(free) - 1 < len(seq.children):
+                continue
+            self.waiting.remove(seq)
+            for s, slot in zip((seq, *seq.children), [first, *(i for i in free if i != first)]):
+                s.slot = slot
+                self.slots[slot] = s
                 admitted.append(s)
         return admitted
 

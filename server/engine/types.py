@@ -18,6 +18,8 @@ class GenerationRequest:
     t_max_predict_ms: int = -1  # stop at a newline once generation has run this long
     n_keep: int = 0  # context shift: tokens kept from the start (-1: the whole prompt)
     n_discard: int = 0  # context shift: tokens discarded after them (0: half of what is left)
+    preserved_tokens: frozenset[int] = frozenset()  # special tokens rendered as text in this request's output
+    id_slot: int | None = None  # run on this slot (waiting for it if busy); None: the lowest free one
     params_echo: dict | None = None  # the resolved parameters as GET /slots shows them (JSON-ready)
 
 

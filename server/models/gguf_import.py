@@ -130,6 +130,8 @@ def read_vocab(reader) -> GGUFVocab:
         add_bos=bool(_field(reader, "tokenizer.ggml.add_bos_token", True)),
         add_eos=bool(_field(reader, "tokenizer.ggml.add_eos_token", False)),
         chat_template=_field(reader, "tokenizer.chat_template"),
+        fim_declared={k: int(v) for k in ("pre", "suf", "mid", "pad", "rep", "sep")
+                      if (v := _field(reader, f"tokenizer.ggml.fim_{k}_token_id")) is not None},
     )
 
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
 
 from .vocab_rules import (
     EOG_TEXTS,
-    FIM_EOG_TEXTS,
+    FIM_EOG_KINDS,
+    FIM_TEXTS,
     PRE_TOKENIZER_REGEXES,
     TOKEN_TYPE_CONTROL,
     TOKEN_TYPE_USER_DEFINED,
@@ -34,11 +35,24 @@ class GGUFVocab:
     add_bos: bool
     add_eos: bool
     chat_template: str | None
+    fim_declared: dict[str, int] = field(default_factory=dict)  # tokenizer.ggml.fim_*_token_id
+
+    def fim_ids(self) -> dict[str, int]:
+        """The FIM tokens llama-vocab.cpp finds: declared in the GGUF, else by their spelling."""
+        out = {}
+        for kind, texts in FIM_TEXTS.items():
+            if kind in self.fim_declared:
+                out[kind] = self.fim_declared[kind]
+            else:
+                found = next((i for i, t in enumerate(self.tokens) if t in texts), None)
+                if found is not None:
+                    out[kind] = found
+        return out
 
     def eog_ids(self) -> list[int]:
         ids = {i for i, t in enumerate(self.tokens) if t in EOG_TEXTS}
-        for texts in FIM_EOG_TEXTS:
-            ids.update(next(([i] for i, t in enumerate(self.tokens) if t in texts), []))
+        fim = self.fim_ids()
+        ids.update(fim[k] for k in FIM_EOG_KINDS if k in fim)
         if self.eos_id is not None:
             ids.add(self.eos_id)
         return sorted(ids)
@@ -113,6 +127,7 @@ def tokenizer_config(vocab: GGUFVocab) -> dict:
         # mlxcel: the GGUF facts the server needs at run time
         "gguf_pre_tokenizer": vocab.pre,
         "gguf_eog_token_ids": vocab.eog_ids(),
+        "gguf_fim_token_ids": vocab.fim_ids(),
     }
     if vocab.chat_template is not None:
         cfg["chat_template"] = vocab.chat_template

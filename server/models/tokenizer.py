@@ -43,6 +43,7 @@ class ModelTokenizer:
         self.added_ids = frozenset(int(i) for i in cfg.get("added_tokens_decoder", {}))
         self.eog_ids = frozenset(cfg.get("gguf_eog_token_ids") or ([self.eos_id] if self.eos_id is not None else []))
         self.chat_template = cfg.get("chat_template")
+        self.fim_ids: dict[str, int] = {k: int(v) for k, v in (cfg.get("gguf_fim_token_ids") or {}).items()}
         self.vocab_size = self._parse.get_vocab_size(with_added_tokens=True)
         self._pieces: list[bytes] = [self._piece_bytes(i) for i in range(self.vocab_size)]
 

@@ -20,12 +20,19 @@ EOG_TEXTS = frozenset(
     }
 )
 
-# FIM padding, repository and file-separator tokens are end-of-generation too (the first of each found).
-FIM_EOG_TEXTS: tuple[frozenset[str], ...] = (
-    frozenset({"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"}),
-    frozenset({"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"}),
-    frozenset({"<|file_sep|>"}),
-)
+# FIM tokens by their spellings (first found wins), unless the GGUF names them (tokenizer.ggml.fim_*_token_id)
+FIM_TEXTS: dict[str, frozenset[str]] = {
+    "pre": frozenset({"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>",
+                      "<|code_prefix|>", "<|prefix|>"}),
+    "suf": frozenset({"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>",
+                      "<|code_suffix|>", "<|suffix|>"}),
+    "mid": frozenset({"<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>",
+                      "<|code_middle|>", "<|middle|>"}),
+    "pad": frozenset({"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"}),
+    "rep": frozenset({"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"}),
+    "sep": frozenset({"<|file_sep|>"}),
+}
+FIM_EOG_KINDS = ("pad", "rep", "sep")  # these FIM tokens end generation too
 
 _GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
 _LLAMA3 = (
