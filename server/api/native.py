@@ -173,8 +173,11 @@ async def _collect(t: _Task) -> None:
 @router.post("/completion")
 @router.post("/completions")
 async def completion(request: Request):
-    state = request.app.state.mlxcel
-    body = await read_json_object(request)
+    return await complete(request.app.state.mlxcel, await read_json_object(request))
+
+
+async def complete(state, body: dict):
+    """handle_completions_impl(): the native answer to a completion body (JSON, or an SSE stream)."""
     n_slots = state.engine.info.n_slots
     req = NativeCompletionRequest.parse(body, n_slots, state.tokenizer, state.settings.base_params)
     tasks = _start_tasks(state, req.params, input_prompts(state.tokenizer, req.prompt), _requested_slot(body, n_slots))

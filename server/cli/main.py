@@ -68,7 +68,7 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
                                              ctx_shift=args.context_shift, add_bos=tokenizer.add_bos,
                                              special=args.special),
                     eog_ids=tokenizer.eog_ids, piece=tokenizer.piece)
-    settings = ServerSettings(endpoint_slots=args.slots, endpoint_props=args.props,
+    settings = ServerSettings(endpoint_slots=args.slots, endpoint_props=args.props, n_batch=args.batch_size,
                               base_params=TaskParams(cache_prompt=args.cache_prompt, n_keep=args.keep,
                                                      sse_ping_interval=args.sse_ping_interval,
                                                      n_predict=args.predict,
