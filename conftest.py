@@ -102,30 +102,35 @@ def live_reference_f32(request):
 def corpus_servers(request):
     """Servers for corpus cases with flags of their own: one fresh pair per (twin, flags), started on first use.
 
-    Returns get(twin, args) -> (mlxcel url, reference url or None when offline).
+    Only the current group's pair stays up (the corpus is ordered by group): a pair per group at once would
+    not fit in memory. Returns get(twin, args) -> (mlxcel url, reference url or None when offline).
     """
     from oracle.processes import F32_NUMERICS, mlxcel_server, reference_server
 
-    started: dict = {}
-    procs: list = []
+    current: dict = {"key": None, "urls": None, "procs": []}
+
+    def stop() -> None:
+        for p in current["procs"]:
+            p.cleanup()
+        current.update(key=None, urls=None, procs=[])
 
     def get(twin_kind: str, args: tuple[str, ...]):
         key = (twin_kind, args)
-        if key not in started:
+        if current["key"] != key:
+            stop()
             t = request.getfixturevalue(f"twin_{twin_kind}")
             mine = mlxcel_server(t.mlx_model, [*COMMON_ARGS, *args])
-            procs.append(mine)
+            current["procs"].append(mine)
             mine.start()
             ref_url = None
             if not oracle_offline():
                 ref_args = [*COMMON_ARGS, *args, *(F32_NUMERICS if twin_kind.startswith("f32") else ())]
                 ref = reference_server(request.getfixturevalue("reference_binary"), t.gguf, ref_args)
-                procs.append(ref)
+                current["procs"].append(ref)
                 ref.start()
                 ref_url = ref.base_url
-            started[key] = (mine.base_url, ref_url)
-        return started[key]
+            current.update(key=key, urls=(mine.base_url, ref_url))
+        return current["urls"]
 
     yield get
-    for p in procs:
-        p.cleanup()
+    stop()

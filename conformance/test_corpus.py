@@ -12,7 +12,8 @@ from conftest import oracle_offline
 from oracle.corpus import load_corpus
 from oracle.runner import run_case
 
-CASES = load_corpus()
+# cases with flags of their own last, grouped by (twin, flags) in name order: one extra server pair at a time
+CASES = sorted(load_corpus(), key=lambda c: (bool(c.args), c.twin if c.args else "", c.args, c.name))
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
