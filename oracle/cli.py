@@ -50,12 +50,15 @@ def cmd_diff(args: argparse.Namespace) -> int:
     return 0 if report.identical else 1
 
 
-def _run_corpus(live: bool, only: str | None = None) -> tuple[int, int]:
+def _run_corpus(live: bool, only: str | None = None, missing: bool = False) -> tuple[int, int]:
     from .runner import run_case
 
     from .processes import COMMON_ARGS
 
-    cases = [c for c in load_corpus() if only is None or c.name == only]
+    from .corpus import TRANSCRIPT_DIR
+
+    cases = [c for c in load_corpus() if (only is None or c.name == only)
+             and not (missing and (TRANSCRIPT_DIR / f"{c.name}.json").is_file())]
     failed = 0
     for twin, extra in sorted({(c.twin, c.args) for c in cases}):
         mine = [c for c in cases if (c.twin, c.args) == (twin, extra)]
@@ -87,7 +90,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_record(args: argparse.Namespace) -> int:
     os.environ[RECORD_ENV] = "1"
-    n, _failed = _run_corpus(live=True, only=args.case)
+    n, _failed = _run_corpus(live=True, only=args.case, missing=args.missing)
     print(f"recorded {n} reference transcripts under fixtures/transcripts/")
     return 0
 
@@ -154,6 +157,7 @@ def main(argv: list[str] | None = None) -> None:
     r.set_defaults(func=cmd_run)
     rec = sub.add_parser("record", help="re-record every case's reference transcript (or one case's)")
     rec.add_argument("--case", default=None, help="record this one case")
+    rec.add_argument("--missing", action="store_true", help="record only the cases without a transcript")
     rec.set_defaults(func=cmd_record)
     sub.add_parser("verify", help="gate: supported entries need identical evidence, by_design ones a difference"
                    ).set_defaults(func=cmd_verify)

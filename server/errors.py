@@ -34,6 +34,7 @@ BAD_PROMPT = ('"prompt" elements must be a string, a list of tokens, a JSON obje
 PROPS_DISABLED = "This server does not support changing global properties. Start it with `--props`"
 SLOTS_DISABLED = "This server does not support slots endpoint. Start it with `--slots`"
 NO_SLOT_AVAILABLE = "no slot available"
+SAMPLERS_FAILED = "Failed to initialize samplers: "
 EMPTY_PROMPTS = '"prompt" must not be empty'
 MULTIMODAL_UNSUPPORTED = "Multimodal data provided, but model does not support multimodal requests."
 # Unknown path or method: httplib's 404, whose envelope orders its keys differently from format_error_response

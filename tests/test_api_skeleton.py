@@ -81,7 +81,7 @@ async def test_completion_has_native_keys_in_upstream_order(ready_state):
 async def test_completion_stops_on_end_of_generation(ready_state):
     prompt = "<|im_start|>user\nSay hi.<|im_end|>\n<|im_start|>assistant\n"
     async with _client(ready_state) as c:
-        r = await c.post("/completion", json={"prompt": prompt, "n_predict": 64, "return_tokens": True})
+        r = await c.post("/completion", json={"prompt": prompt, "n_predict": 64, "return_tokens": True, "temperature": 0})
     body = r.json()
     assert body["stop_type"] == "eos"
     assert body["tokens"][-1] in ready_state.tokenizer.eog_ids
@@ -104,7 +104,7 @@ async def test_empty_prompt_answers_an_empty_unstopped_result(ready_state):
 
 
 async def test_streamed_content_equals_the_non_streamed_content(ready_state):
-    body = {"prompt": "The capital of France is", "n_predict": 12}
+    body = {"prompt": "The capital of France is", "n_predict": 12, "temperature": 0}
     async with _client(ready_state) as c:
         whole = (await c.post("/completion", json=body)).json()
         r = await c.post("/completion", json={**body, "stream": True})
@@ -118,7 +118,7 @@ async def test_streamed_content_equals_the_non_streamed_content(ready_state):
 
 
 async def test_stop_string_cuts_content_and_names_the_word(ready_state):
-    body = {"prompt": "The capital of France is", "n_predict": 16, "stop": ["answer"]}
+    body = {"prompt": "The capital of France is", "n_predict": 16, "stop": ["answer"], "temperature": 0}
     async with _client(ready_state) as c:
         whole = (await c.post("/completion", json=body)).json()
         r = await c.post("/completion", json={**body, "stream": True})
@@ -131,15 +131,16 @@ async def test_stop_string_cuts_content_and_names_the_word(ready_state):
 async def test_fields_mlxcel_does_not_act_on_are_logged_not_silent(ready_state, caplog):
     async with _client(ready_state) as c:
         with caplog.at_level("WARNING", logger="mlxcel.api"):
-            r = await c.post("/completion", json={"prompt": "x", "n_predict": 1, "temperature": 0.7, "top_k": 5})
+            r = await c.post("/completion", json={"prompt": "x", "n_predict": 1, "dry_multiplier": 0.7, "top_k": 5,
+                                                  "samplers": ["top_k", "adaptive_p"]})
     assert r.status_code == 200
-    assert "does not act on the request field(s) temperature, top_k" in caplog.text
+    assert "does not act on the request field(s) dry_multiplier, samplers: adaptive_p" in caplog.text
 
 
 async def test_score_route_agrees_with_greedy_generation(ready_state):
     async with _client(ready_state) as c:
         gen = (await c.post("/completion", json={"prompt": "The capital of France is", "n_predict": 6,
-                                                 "return_tokens": True})).json()
+                                                 "return_tokens": True, "temperature": 0})).json()
         scored = (await c.post("/mlxcel/score", json={"prompt": "The capital of France is",
                                                       "tokens": gen["tokens"], "n_probs": 3})).json()
     positions = scored["positions"]

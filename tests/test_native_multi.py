@@ -44,7 +44,8 @@ def test_prompt_shapes(state):
 
 async def test_n_cmpl_children_share_the_prompt_and_get_their_own_seeds(state):
     async with _client(state) as c:
-        body = {"prompt": "The capital of France is", "n_predict": 6, "n_cmpl": 3, "seed": 7, "return_tokens": True}
+        body = {"prompt": "The capital of France is", "n_predict": 6, "n_cmpl": 3, "seed": 7, "return_tokens": True,
+                "temperature": 0}
         r = await c.post("/completion", json=body)
         slots = (await c.get("/slots")).json()
     results = r.json()

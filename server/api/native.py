@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import AsyncIterator
 
@@ -11,12 +12,13 @@ from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
 from ..engine.engine import Handle
-from ..engine.types import ErrorEvent, FinalEvent, GenerationRequest, ProgressEvent, Timings, TokenEvent
-from ..errors import ErrorKind, UpstreamError, exceeds_context, json_type_name
+from ..engine.types import (ErrorEvent, FinalEvent, GenerationRequest, ProgressEvent, SamplingParams, Timings,
+                            TokenEvent)
+from ..errors import SAMPLERS_FAILED, ErrorKind, UpstreamError, exceeds_context, json_type_name
 from .jsonio import UpstreamJSON, dumps, read_json_object
 from .schemas import NativeCompletionRequest
 from .prompts import input_prompts
-from .task_params import LLAMA_DEFAULT_SEED, TaskParams, generation_settings
+from .task_params import LLAMA_DEFAULT_SEED, TaskParams, f32, generation_settings
 
 router = APIRouter()
 
@@ -114,6 +116,23 @@ def _requested_slot(body: dict, n_slots: int) -> int | None:
     return v % n_slots if v >= 0 else None
 
 
+def sampling_params(p: TaskParams) -> SamplingParams:
+    """The chain's settings, checked as common_sampler_init() checks them."""
+    rp = p.repeat_penalty
+    if not math.isfinite(rp) or rp <= 0 or not math.isfinite(f32(1 / rp) if rp else math.inf):
+        raise UpstreamError(SAMPLERS_FAILED + "penalty_repeat must be finite and greater than 0", ErrorKind.INVALID_REQUEST)
+    for name, v in (("penalty_freq", p.frequency_penalty), ("penalty_present", p.presence_penalty)):
+        if not math.isfinite(v):
+            raise UpstreamError(SAMPLERS_FAILED + f"{name} must be finite", ErrorKind.INVALID_REQUEST)
+    return SamplingParams(
+        seed=p.seed, temperature=p.temperature, dynatemp_range=p.dynatemp_range, dynatemp_exponent=p.dynatemp_exponent,
+        top_k=p.top_k, top_p=p.top_p, min_p=p.min_p, top_n_sigma=p.top_n_sigma, xtc_probability=p.xtc_probability,
+        xtc_threshold=p.xtc_threshold, typical_p=p.typical_p, repeat_last_n=p.repeat_last_n,
+        repeat_penalty=p.repeat_penalty, frequency_penalty=p.frequency_penalty, presence_penalty=p.presence_penalty,
+        mirostat=p.mirostat, mirostat_tau=p.mirostat_tau, mirostat_eta=p.mirostat_eta, min_keep=p.min_keep,
+        samplers=tuple(p.samplers), logit_bias=tuple(p.logit_bias))
+
+
 def _generation_request(p: TaskParams, tokens: list[int], base: TaskParams) -> GenerationRequest:
     # the per-request limit takes priority over the server's (--predict), which an explicit -1 falls back to
     n_predict = p.n_predict if p.n_predict != -1 else base.n_predict
@@ -121,7 +140,7 @@ def _generation_request(p: TaskParams, tokens: list[int], base: TaskParams) -> G
                              stop=tuple(p.stop), cache_prompt=p.cache_prompt, timings_per_token=p.timings_per_token,
                              n_indent=p.n_indent, t_max_predict_ms=p.t_max_predict_ms,
                              return_progress=p.stream and p.return_progress, n_keep=p.n_keep, n_discard=p.n_discard,
-                             preserved_tokens=frozenset(p.preserved_tokens),
+                             preserved_tokens=frozenset(p.preserved_tokens), sampling=sampling_params(p),
                              params_echo=generation_settings(p, only_metrics=True))
 
 

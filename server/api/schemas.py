@@ -36,6 +36,28 @@ ACTED_ON: tuple[str, ...] = (
     "verbose",
     "stream_options",
     "preserved_tokens",
+    # the sampler chain (DRY, adaptive-p and grammars are not acted on yet)
+    "seed",
+    "temperature",
+    "dynatemp_range",
+    "dynatemp_exponent",
+    "top_k",
+    "top_p",
+    "min_p",
+    "top_n_sigma",
+    "xtc_probability",
+    "xtc_threshold",
+    "typical_p",
+    "repeat_last_n",
+    "repeat_penalty",
+    "frequency_penalty",
+    "presence_penalty",
+    "mirostat",
+    "mirostat_tau",
+    "mirostat_eta",
+    "min_keep",
+    "samplers",
+    "logit_bias",
 )
 # Spellings of acted-on fields, and fields whose only effect is the echo or that change nothing b10621 shows
 _QUIET = {"max_tokens", "max_completion_tokens", "n"}
@@ -54,6 +76,7 @@ class NativeCompletionRequest:
         if "prompt" not in body:
             raise UpstreamError(MISSING_PROMPT, ErrorKind.INVALID_REQUEST)
         ignored = sorted(k for k in body if k not in ACTED_ON and k not in _QUIET and body[k] is not None)
+        ignored += [f"samplers: {n}" for n in params.samplers if n in ("adaptive_p", "infill")]
         if ignored:  # never silently: b10621 would act on these
             log.warning("/completion: mlxcel does not act on the request field(s) %s yet", ", ".join(ignored))
         return cls(prompt=body["prompt"], params=params)

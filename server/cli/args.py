@@ -49,6 +49,57 @@ def _add(p: argparse.ArgumentParser, *spellings: str, env: str | None = None, **
     action.declared_default = declared  # what --dump-flag-surface reports, whatever the environment says
 
 
+def _stof(raw: str) -> float:
+    """std::stof: the longest leading number; none is an error."""
+    import re
+
+    m = re.match(r"\s*[+-]?(?:inf(?:inity)?|nan|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)", raw, re.IGNORECASE)
+    if not m:
+        raise ValueError(f"invalid float '{raw}'")
+    return float(m.group(0))
+
+
+def _seed(raw: str) -> int:
+    """std::stoul, folded into b10621's uint32 seed: -1 is the random sentinel 4294967295."""
+    return int(raw.strip(), 0 if raw.strip().lower().startswith("0x") else 10) % 2**32
+
+
+def _sampling_options(p: argparse.ArgumentParser) -> None:
+    """The server's default sampler settings (common/arg.cpp's sampling section)."""
+    _add(p, "-s", "--seed", type=_seed, default=0xFFFFFFFF, help="RNG seed (default: -1, use random seed for -1)")
+    _add(p, "--samplers", default=None,
+         help="samplers used for generation in order, separated by ';' "
+              "(default: penalties;dry;top_n_sigma;top_k;typ_p;top_p;min_p;xtc;temperature)")
+    _add(p, "--sampler-seq", "--sampling-seq", default=None,
+         help="simplified sequence for samplers that will be used (default: edskypmxt)")
+    _add(p, "--temp", "--temperature", type=_stof, default=0.8, help="temperature (default: 0.80)")
+    _add(p, "--top-k", env="LLAMA_ARG_TOP_K", type=int, default=40, help="top-k sampling (default: 40, 0 = disabled)")
+    _add(p, "--top-p", type=_stof, default=0.95, help="top-p sampling (default: 0.95, 1.0 = disabled)")
+    _add(p, "--min-p", type=_stof, default=0.05, help="min-p sampling (default: 0.05, 0.0 = disabled)")
+    _add(p, "--top-nsigma", "--top-n-sigma", type=_stof, default=-1.0,
+         help="top-n-sigma sampling (default: -1.00, -1.0 = disabled)")
+    _add(p, "--xtc-probability", type=_stof, default=0.0, help="xtc probability (default: 0.00, 0.0 = disabled)")
+    _add(p, "--xtc-threshold", type=_stof, default=0.1, help="xtc threshold (default: 0.10, 1.0 = disabled)")
+    _add(p, "--typical", "--typical-p", type=_stof, default=1.0,
+         help="locally typical sampling, parameter p (default: 1.00, 1.0 = disabled)")
+    _add(p, "--repeat-last-n", type=int, default=64,
+         help="last n tokens to consider for penalize (default: 64, 0 = disabled, -1 = ctx_size)")
+    _add(p, "--repeat-penalty", type=_stof, default=1.0,
+         help="penalize repeat sequence of tokens (default: 1.00, 1.0 = disabled)")
+    _add(p, "--presence-penalty", type=_stof, default=0.0,
+         help="repeat alpha presence penalty (default: 0.00, 0.0 = disabled)")
+    _add(p, "--frequency-penalty", type=_stof, default=0.0,
+         help="repeat alpha frequency penalty (default: 0.00, 0.0 = disabled)")
+    _add(p, "--dynatemp-range", type=_stof, default=0.0, help="dynamic temperature range (default: 0.00, 0.0 = disabled)")
+    _add(p, "--dynatemp-exp", type=_stof, default=1.0, help="dynamic temperature exponent (default: 1.00)")
+    _add(p, "--mirostat", type=int, default=0,
+         help="use Mirostat sampling (default: 0, 0 = disabled, 1 = Mirostat, 2 = Mirostat 2.0)")
+    _add(p, "--mirostat-lr", type=_stof, default=0.1, help="Mirostat learning rate, parameter eta (default: 0.10)")
+    _add(p, "--mirostat-ent", type=_stof, default=5.0, help="Mirostat target entropy, parameter tau (default: 5.00)")
+    _add(p, "-l", "--logit-bias", action="append", default=None,
+         help="modifies the likelihood of token appearing in the completion, i.e. `--logit-bias 15043+1`")
+
+
 def build_parser(prog: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description="mlxcel: an MLX-backed llama-server (b10621)")
     _add(p, "-m", "--model", env="LLAMA_ARG_MODEL", default=None,
@@ -84,6 +135,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
          help="halt generation at PROMPT (repeatable); the server's default stop strings")
     _add(p, "-sp", "--special", action="store_true", default=False,
          help="special tokens output enabled (default: false)")
+    _sampling_options(p)
     _add(p, "--slots", "--no-slots", env="LLAMA_ARG_ENDPOINT_SLOTS", action=_NegatableFlag, default=True,
          type=_env_bool, help="expose slots monitoring endpoint (default: enabled)")
     _add(p, "--props", env="LLAMA_ARG_ENDPOINT_PROPS", action=_NegatableFlag, default=False, type=_env_flag,

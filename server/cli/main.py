@@ -45,8 +45,6 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
 
     blas.verify()
     log.info(blas.describe())
-    log.warning("sampling: this build decodes greedily (top-1) whatever the request's sampling fields say; "
-                "b10621's sampler chain is not implemented yet")
 
     import uvicorn
 
@@ -68,8 +66,13 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
                                              ctx_shift=args.context_shift, add_bos=tokenizer.add_bos,
                                              special=args.special),
                     eog_ids=tokenizer.eog_ids, piece=tokenizer.piece)
+    try:
+        sampling = sampling_defaults(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     settings = ServerSettings(endpoint_slots=args.slots, endpoint_props=args.props, n_batch=args.batch_size,
-                              base_params=TaskParams(cache_prompt=args.cache_prompt, n_keep=args.keep,
+                              base_params=TaskParams(**sampling, cache_prompt=args.cache_prompt, n_keep=args.keep,
                                                      sse_ping_interval=args.sse_ping_interval,
                                                      n_predict=args.predict,
                                                      stop=list(args.reverse_prompt or [])),
@@ -95,6 +98,48 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
     threading.Thread(target=_exit_on_load_failure, daemon=True).start()
     server.run()
     return 1 if engine.load_error else 0
+
+
+def sampling_defaults(args) -> dict:
+    """The command line's sampling settings as request defaults, checked as common/arg.cpp checks them."""
+    import math
+    import re
+
+    from ..api.task_params import SAMPLER_CHARS, SAMPLER_NAMES, f32
+
+    if args.repeat_last_n < 0:
+        raise ValueError(f"invalid repeat-last-n = {args.repeat_last_n}")
+    rp = f32(args.repeat_penalty)
+    if not math.isfinite(rp) or rp <= 0 or not math.isfinite(f32(1 / rp)):
+        raise ValueError("repeat-penalty must be finite and greater than 0")
+    for name, v in (("presence-penalty", args.presence_penalty), ("frequency-penalty", args.frequency_penalty)):
+        if not math.isfinite(f32(v)):
+            raise ValueError(f"{name} must be finite")
+    out = {
+        "seed": args.seed, "temperature": max(f32(args.temp), 0.0), "top_k": args.top_k, "top_p": f32(args.top_p),
+        "min_p": f32(args.min_p), "top_n_sigma": f32(args.top_nsigma), "xtc_probability": f32(args.xtc_probability),
+        "xtc_threshold": f32(args.xtc_threshold), "typical_p": f32(args.typical), "repeat_last_n": args.repeat_last_n,
+        "repeat_penalty": rp, "presence_penalty": f32(args.presence_penalty),
+        "frequency_penalty": f32(args.frequency_penalty), "dynatemp_range": f32(args.dynatemp_range),
+        "dynatemp_exponent": f32(args.dynatemp_exp), "mirostat": args.mirostat, "mirostat_eta": f32(args.mirostat_lr),
+        "mirostat_tau": f32(args.mirostat_ent),
+    }
+    if args.samplers is not None:  # the later of --samplers / --sampler-seq wins in b10621; names first here
+        out["samplers"] = [SAMPLER_NAMES[n.lower()] for n in args.samplers.split(";") if n.lower() in SAMPLER_NAMES]
+    if args.sampler_seq is not None:
+        out["samplers"] = [SAMPLER_CHARS[c] for c in args.sampler_seq if c in SAMPLER_CHARS]
+    bias = []
+    for raw in args.logit_bias or []:
+        m = re.fullmatch(r"\s*([+-]?\d+)\s*([+-])(.*)", raw, re.DOTALL)
+        try:
+            if not m:
+                raise ValueError
+            bias.append((int(m.group(1)), f32(float(m.group(3).strip().split()[0]) * (-1 if m.group(2) == "-" else 1))))
+        except (ValueError, IndexError):
+            raise ValueError(f"invalid input format for --logit-bias '{raw}'") from None
+    if bias:
+        out["logit_bias"] = bias
+    return out
 
 
 def convert(argv: list[str]) -> int:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import AsyncIterator, Callable
 
 from .prompt_cache import PromptCache
+from .sampling import Chain
 from .scheduler import Scheduler, Sequence
 from .stopping import TextStream
 from .types import (EngineInfo, ErrorEvent, Event, FinalEvent, GenerationRequest, ProgressEvent, ScoredPosition,
@@ -68,6 +69,7 @@ class _Running:
     n_shifted: int = 0  # positions discarded by context shifts
     shifted: bool = False
     is_child: bool = False  # an n_cmpl > 1 completion that takes its prompt state from the first
+    chain: Chain | None = None  # the request's sampler chain, built at its first draw
 
 
 # Prefill runs in chunks of this many tokens (at most --ubatch-size), ending on multiples of it counted from
@@ -319,8 +321,15 @@ class Engine:
     def _sample(self, sched: Scheduler, seq: Sequence) -> None:
         run: _Running = seq.payload
         req = run.request
-        banned = self.eog_ids if req.ignore_eos else frozenset()
-        token = self.runner.greedy(run.logits, banned)
+        if req.sampling is None:
+            token = self.runner.greedy(run.logits, self.eog_ids if req.ignore_eos else frozenset())
+        else:
+            if run.chain is None:  # b10621's init_sampler(): the prompt's tokens are its first history
+                run.chain = Chain(req.sampling, self.runner.n_vocab)
+                for t in seq.prompt:
+                    run.chain.accept(t)
+            token = run.chain.sample(self.runner.to_numpy(run.logits))
+            run.chain.accept(token)
         run.last_token = token
         seq.n_decoded += 1
         run.t_gen_last = time.perf_counter()

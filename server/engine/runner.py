@@ -62,6 +62,16 @@ class Runner:
         logits = self.loaded.model(mx.array([[token]]), cache=cache)[:, -1, :]
         return logits.astype(mx.float32)
 
+    @property
+    def n_vocab(self) -> int:
+        return int(self.loaded.config.get("vocab_size", 0))
+
+    @staticmethod
+    def to_numpy(logits: mx.array):
+        import numpy as np
+
+        return np.array(logits[0], copy=False)
+
     @staticmethod
     def greedy(logits: mx.array, banned: frozenset[int] = frozenset()) -> int:
         if banned:

@@ -6,6 +6,34 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
+class SamplingParams:
+    """The request's resolved sampling settings (plain data across the engine boundary)."""
+
+    seed: int = 0xFFFFFFFF
+    temperature: float = 0.8
+    dynatemp_range: float = 0.0
+    dynatemp_exponent: float = 1.0
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    top_n_sigma: float = -1.0
+    xtc_probability: float = 0.0
+    xtc_threshold: float = 0.1
+    typical_p: float = 1.0
+    repeat_last_n: int = 64
+    repeat_penalty: float = 1.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    mirostat: int = 0
+    mirostat_tau: float = 5.0
+    mirostat_eta: float = 0.1
+    min_keep: int = 0
+    samplers: tuple[str, ...] = ("penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc",
+                                 "temperature")
+    logit_bias: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(frozen=True)
 class GenerationRequest:
     prompt_tokens: tuple[int, ...]
     n_predict: int = -1  # -1: until end of generation or the context is full
@@ -18,6 +46,7 @@ class GenerationRequest:
     t_max_predict_ms: int = -1  # stop at a newline once generation has run this long
     n_keep: int = 0  # context shift: tokens kept from the start (-1: the whole prompt)
     n_discard: int = 0  # context shift: tokens discarded after them (0: half of what is left)
+    sampling: SamplingParams | None = None  # b10621's sampler chain; None: plain argmax (engine-internal use)
     preserved_tokens: frozenset[int] = frozenset()  # special tokens rendered as text in this request's output
     id_slot: int | None = None  # run on this slot (waiting for it if busy); None: the lowest free one
     params_echo: dict | None = None  # the resolved parameters as GET /slots shows them (JSON-ready)

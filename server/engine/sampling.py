@@ -1,0 +1,404 @@
+"""b10621's sampler chain (src/llama-sampler.cpp, common/sampling.cpp) on one step's logits, in its order
+and its float32 arithmetic, so that on the same probabilities the same seed draws the same token.
+
+The candidates are b10621's llama_token_data_array: ids, logits, probabilities, a `sorted` flag and the
+selected index. Which samplers sort, which keep the vocabulary order and where a draw lands all follow
+upstream, because the order of the candidates decides which token a uniform draw selects.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .rng import MT19937, canonical_double, canonical_float, discrete, rng_seed
+from .types import SamplingParams
+
+F32 = np.float32
+NEG_INF = F32(-np.inf)
+
+
+def _expf(x: np.ndarray) -> np.ndarray:
+    """expf, correctly rounded (computed in double)."""
+    return np.exp(x.astype(np.float64)).astype(np.float32)
+
+
+def _logf(x) -> np.float32:
+    return F32(math.log(float(x))) if x > 0 else NEG_INF
+
+
+def _fsum(values: np.ndarray) -> np.float32:
+    """A float accumulated left to right, as upstream's loops do (np.sum would sum pairwise)."""
+    return np.cumsum(values, dtype=np.float32)[-1] if len(values) else F32(0)
+
+
+@dataclass
+class Candidates:
+    ids: np.ndarray
+    logits: np.ndarray
+    p: np.ndarray
+    sorted: bool = False
+    selected: int = -1
+
+    @classmethod
+    def from_logits(cls, logits: np.ndarray) -> "Candidates":
+        logits = np.ascontiguousarray(logits, dtype=np.float32).copy()
+        return cls(np.arange(len(logits), dtype=np.int32), logits, np.zeros(len(logits), np.float32))
+
+    @property
+    def size(self) -> int:
+        return len(self.ids)
+
+    def keep(self, index: np.ndarray | slice) -> None:
+        self.ids, self.logits, self.p = self.ids[index], self.logits[index], self.p[index]
+
+    def sort_desc(self, n: int | None = None) -> None:
+        """llama_token_data_array_partial_sort_inplace: the n best (all by default), best first."""
+        n = self.size if n is None else n
+        if n < self.size // 4:  # the best n only: partition first, then order them (ties by position)
+            part = np.argpartition(-self.logits, n - 1)[:n]
+            order = part[np.lexsort((part, -self.logits[part]))]
+        else:
+            order = np.argsort(-self.logits, kind="stable")[:n]
+        self.keep(order)
+        self.sorted = True
+
+    def softmax(self, do_sort: bool) -> None:
+        """llama_sampler_softmax_impl."""
+        if do_sort and not self.sorted:
+            self.sort_desc()
+        max_l = self.logits[0] if self.sorted else self.logits.max()
+        p = _expf(self.logits - max_l)
+        self.p = (p / _fsum(p)).astype(np.float32)
+
+
+def temp_impl(cur: Candidates, temp: np.float32) -> None:
+    if cur.size == 0:
+        return
+    if temp <= 0:  # keep the first highest logit only
+        best = int(np.argmax(cur.logits))
+        keep = cur.logits[best]
+        cur.logits[:] = NEG_INF
+        cur.logits[best] = keep
+        return
+    cur.logits = (cur.logits / temp).astype(np.float32)
+
+
+class Sampler:
+    def apply(self, cur: Candidates) -> None:
+        raise NotImplementedError
+
+    def accept(self, token: int) -> None:
+        pass
+
+
+@dataclass
+class LogitBias(Sampler):
+    bias: list[tuple[int, np.float32]]
+
+    def apply(self, cur: Candidates) -> None:
+        for tok, b in self.bias:
+            if 0 <= tok < cur.size and cur.ids[tok] == tok:
+                cur.logits[tok] = F32(cur.logits[tok] + b)
+            else:
+                hit = np.nonzero(cur.ids == tok)[0]
+                if len(hit):
+                    cur.logits[hit[0]] = F32(cur.logits[hit[0]] + b)
+
+
+@dataclass
+class Penalties(Sampler):
+    last_n: int
+    repeat: np.float32
+    freq: np.float32
+    present: np.float32
+    prev: list[int] = field(default_factory=list)
+    counts: dict[int, int] = field(default_factory=dict)
+
+    def accept(self, token: int) -> None:
+        self.counts[token] = self.counts.get(token, 0) + 1
+        if len(self.prev) >= self.last_n:
+            old = self.prev.pop(0)
+            self.counts[old] -= 1
+            if not self.counts[old]:
+                del self.counts[old]
+        self.prev.append(token)
+
+    def apply(self, cur: Candidates) -> None:
+        if not self.counts:
+            cur.sorted = False
+            return
+        toks = np.fromiter(self.counts, dtype=np.int32)
+        where = np.nonzero(np.isin(cur.ids, toks))[0]
+        for i in where:
+            count = self.counts[int(cur.ids[i])]
+            logit = cur.logits[i]
+            logit = F32(logit * self.repeat) if logit <= 0 else F32(logit / self.repeat)
+            cur.logits[i] = F32(logit - (F32(count) * self.freq + F32(count > 0) * self.present))
+        cur.sorted = False
+
+
+@dataclass
+class TopNSigma(Sampler):
+    n: np.float32
+
+    def apply(self, cur: Candidates) -> None:
+        if self.n <= 0 or cur.size <= 1:
+            return
+        valid = cur.logits[cur.logits != NEG_INF]
+        mx = max(cur.logits[0], valid.max()) if len(valid) else cur.logits[0]
+        mean = F32(_fsum(valid) / F32(len(valid))) if len(valid) else F32(0)
+        # float differences squared in double; upstream rounds the running sum to float at each step, this
+        # sums in double once (the threshold moves by an ulp at most)
+        sq = (valid - mean).astype(np.float64) ** 2
+        acc = F32(np.cumsum(sq)[-1]) if len(valid) else F32(0)
+        std = F32(math.sqrt(float(F32(acc / F32(len(valid)))))) if len(valid) else F32(0)
+        cur.logits[cur.logits < F32(mx - F32(self.n * std))] = NEG_INF
+
+
+@dataclass
+class TopK(Sampler):
+    k: int
+
+    def apply(self, cur: Candidates) -> None:
+        if self.k <= 0:
+            return
+        k = min(self.k, cur.size)
+        if not cur.sorted:
+            cur.sort_desc(k)
+        cur.keep(slice(0, k))
+
+
+@dataclass
+class Typical(Sampler):
+    p: np.float32
+    min_keep: int
+
+    def apply(self, cur: Candidates) -> None:
+        if self.p >= 1:
+            return
+        cur.softmax(True)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            logp = np.log(cur.p.astype(np.float64)).astype(np.float32)
+            entropy = _fsum((-cur.p * logp).astype(np.float32))
+        shifted = np.abs(-logp - entropy).astype(np.float32)
+        order = np.argsort(shifted, kind="stable")
+        cum = np.cumsum(cur.p[order], dtype=np.float32)
+        last = len(order)
+        for i in range(len(order)):
+            if cum[i] > self.p and (self.min_keep == 0 or i >= self.min_keep - 1):
+                last = i + 1
+                break
+        cur.keep(order[:last])
+        cur.sorted = False
+
+
+@dataclass
+class TopP(Sampler):
+    p: np.float32
+    min_keep: int
+
+    def apply(self, cur: Candidates) -> None:
+        if self.p >= 1:
+            return
+        cur.softmax(False)
+        if not cur.sorted:
+            order = np.argsort(-cur.logits, kind="stable")
+            cur.keep(order)
+            cur.sorted = True
+        cum = np.cumsum(cur.p, dtype=np.float32)
+        last = cur.size
+        for i in range(cur.size):
+            if cum[i] >= self.p and i + 1 >= self.min_keep:
+                last = i + 1
+                break
+        cur.keep(slice(0, last))
+
+
+@dataclass
+class MinP(Sampler):
+    p: np.float32
+    min_keep: int
+
+    def apply(self, cur: Candidates) -> None:
+        if self.p <= 0 or not cur.size:
+            return
+        if not cur.sorted:
+            min_logit = F32(max(F32(-3.4028235e38), cur.logits.max()) + _logf(self.p))
+            kept = np.nonzero(cur.logits >= min_logit)[0]
+            if len(kept) and len(kept) >= self.min_keep:
+                cur.keep(kept)
+                return
+            cur.sort_desc()
+        min_logit = F32(cur.logits[0] + _logf(self.p))
+        i = 1
+        while i < cur.size and not (cur.logits[i] < min_logit and i >= self.min_keep):
+            i += 1
+        cur.keep(slice(0, i))
+
+
+@dataclass
+class XTC(Sampler):
+    probability: np.float32
+    threshold: np.float32
+    min_keep: int
+    seed: int
+    rng: MT19937 = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.rng = MT19937(rng_seed(self.seed))
+
+    def apply(self, cur: Candidates) -> None:
+        if self.probability <= 0 or self.threshold > F32(0.5) or cur.size < 2:
+            return
+        if canonical_float(self.rng) > self.probability:
+            return
+        cur.softmax(True)
+        pos_last = 0
+        for i in range(cur.size):
+            if cur.p[i] >= self.threshold:
+                pos_last = i
+            else:
+                break
+        if cur.size - pos_last >= self.min_keep and pos_last > 0:
+            cur.keep(slice(pos_last, None))
+
+
+@dataclass
+class TempExt(Sampler):
+    temp: np.float32
+    delta: np.float32
+    exponent: np.float32
+
+    def apply(self, cur: Candidates) -> None:
+        if self.delta <= 0:
+            temp_impl(cur, self.temp)
+            return
+        min_temp, max_temp = max(F32(0), F32(self.temp - self.delta)), F32(self.temp + self.delta)
+        if cur.size <= 1:
+            return
+        max_entropy = F32(-_logf(F32(1) / F32(cur.size)))
+        cur.softmax(True)
+        pos = cur.p[cur.p > 0]
+        entropy = F32(-_fsum((pos * np.log(pos.astype(np.float64)).astype(np.float32)).astype(np.float32)))
+        norm = F32(entropy / max_entropy)
+        dyn = F32(min_temp + F32((max_temp - min_temp) * F32(float(norm) ** float(self.exponent))))
+        temp_impl(cur, dyn)
+        p = np.exp(cur.logits.astype(np.float64) - float(cur.logits[0]))
+        cur.p = (p.astype(np.float32) / np.cumsum(p)[-1]).astype(np.float32)
+
+
+@dataclass
+class Dist(Sampler):
+    seed: int
+    rng: MT19937 = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.rng = MT19937(rng_seed(self.seed))
+
+    def apply(self, cur: Candidates) -> None:
+        if cur.size == 0:
+            cur.selected = -1
+            return
+        cur.selected = 0
+        if cur.size == 1:
+            canonical_double(self.rng)  # one draw per output, as the backend sampler keeps it aligned
+            cur.p[0] = 1
+            return
+        max_l = cur.logits[0] if cur.sorted else cur.logits.max()
+        p = _expf(cur.logits - max_l)
+        cum = np.cumsum(p.astype(np.float64))
+        rnd = canonical_double(self.rng)
+        hit = np.nonzero(cum >= cum[-1] * rnd)[0]
+        cur.selected = int(hit[0]) if len(hit) else cur.size - 1
+        cur.p = (p / cum[-1]).astype(np.float32)
+
+
+@dataclass
+class Mirostat(Sampler):
+    n_vocab: int
+    seed: int
+    tau: np.float32
+    eta: np.float32
+    m: int = 100
+    version: int = 1
+    mu: np.float32 = field(init=False)
+    rng: MT19937 = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.mu = F32(2 * self.tau)
+        self.rng = MT19937(rng_seed(self.seed))
+
+    def apply(self, cur: Candidates) -> None:
+        cur.softmax(True)
+        if self.version == 1:
+            sum_ti_bi, sum_ti_sq = F32(0), F32(0)
+            for i in range(min(self.m - 1, cur.size - 1)):
+                t_i = _logf(F32(i + 2) / F32(i + 1))
+                b_i = _logf(F32(cur.p[i] / cur.p[i + 1]))
+                sum_ti_bi = F32(sum_ti_bi + F32(t_i * b_i))
+                sum_ti_sq = F32(sum_ti_sq + F32(t_i * t_i))
+            s_hat = F32(sum_ti_bi / sum_ti_sq)
+            eps = F32(s_hat - 1)
+            k = F32(F32(eps * F32(2.0 ** float(self.mu))) / F32(1 - F32(float(self.n_vocab) ** -float(eps))))
+            k = F32(float(k) ** (1 / float(s_hat)))
+            TopK(max(int(k), 1)).apply(cur)
+        else:
+            with np.errstate(divide="ignore"):
+                surprise = -np.log2(cur.p.astype(np.float64)).astype(np.float32)
+            over = np.nonzero(surprise > self.mu)[0]
+            cur.keep(slice(0, max(int(over[0]) if len(over) else cur.size, 1)))
+        cur.softmax(True)
+        idx = discrete(cur.p, self.rng)
+        cur.selected = idx
+        observed = F32(-math.log2(float(cur.p[idx]))) if cur.p[idx] > 0 else F32(np.inf)
+        self.mu = F32(self.mu - F32(self.eta * F32(observed - self.tau)))
+
+
+class Chain:
+    """common_sampler: the logit bias, then the samplers in order and a final draw (or Mirostat)."""
+
+    def __init__(self, params: SamplingParams, n_vocab: int):
+        f = F32
+        s = params
+        self.samplers: list[Sampler] = []
+        if s.logit_bias:
+            self.samplers.append(LogitBias([(t, f(b)) for t, b in s.logit_bias]))
+        if s.mirostat == 0:
+            build = {
+                "penalties": lambda: None if max(s.repeat_last_n, 0) == 0 or (
+                    f(s.repeat_penalty) == 1 and f(s.frequency_penalty) == 0 and f(s.presence_penalty) == 0)
+                else Penalties(max(s.repeat_last_n, 0), f(s.repeat_penalty), f(s.frequency_penalty),
+                               f(s.presence_penalty)),
+                "dry": lambda: None,  # DRY is not implemented yet: the request field is logged as not acted on
+                "top_n_sigma": lambda: TopNSigma(f(s.top_n_sigma)),
+                "top_k": lambda: TopK(s.top_k),
+                "typ_p": lambda: Typical(f(s.typical_p), s.min_keep),
+                "top_p": lambda: TopP(f(s.top_p), s.min_keep),
+                "min_p": lambda: MinP(f(s.min_p), s.min_keep),
+                "xtc": lambda: XTC(f(s.xtc_probability), f(s.xtc_threshold), s.min_keep, s.seed),
+                "temperature": lambda: TempExt(f(s.temperature), f(s.dynatemp_range), f(s.dynatemp_exponent)),
+                "infill": lambda: None,
+                "adaptive_p": lambda: None,
+            }
+            for name in s.samplers:
+                sampler = build[name]()
+                if sampler is not None:
+                    self.samplers.append(sampler)
+            self.samplers.append(Dist(s.seed))
+        else:
+            self.samplers.append(TempExt(f(s.temperature), f(0), f(1)))
+            self.samplers.append(Mirostat(n_vocab, s.seed, f(s.mirostat_tau), f(s.mirostat_eta),
+                                          version=s.mirostat))
+
+    def accept(self, token: int) -> None:
+        for s in self.samplers:
+            s.accept(token)
+
+    def sample(self, logits: np.ndarray) -> int:
+        cur = Candidates.from_logits(logits)
+        for s in self.samplers:
+            s.apply(cur)
+        return int(cur.ids[cur.selected])

@@ -1,0 +1,83 @@
+"""The sampler chain's pieces against facts of b10621 and the C++ standard library (the oracle's seeded
+grid, conformance cases post-completion.seeded-*, compares whole token streams with the reference)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from server.engine.rng import MT19937, canonical_double, canonical_float, discrete
+from server.engine.sampling import Candidates, Chain, MinP, TopK, TopP, temp_impl
+from server.engine.types import SamplingParams
+
+
+def test_mt19937_is_the_standard_engine():
+    rng = MT19937(5489)  # the default seed: the standard fixes its 10000th output
+    out = [rng.next_u32() for _ in range(10000)]
+    assert out[0] == 3499211612 and out[-1] == 4123659995
+
+
+def test_canonical_draws_consume_what_libstdcxx_consumes():
+    a, b = MT19937(7), MT19937(7)
+    x = canonical_double(a)
+    lo, hi = b.next_u32(), b.next_u32()
+    assert x == (lo + hi * 2.0**32) / 2.0**64  # two words, the first one low
+    c, d = MT19937(7), MT19937(7)
+    assert canonical_float(c) == np.float32(d.next_u32()) / np.float32(2.0**32)
+    e = MT19937(7)
+    assert discrete(np.array([1.0], np.float32), e) == 0 and e.next_u32() == MT19937(7).next_u32()  # no draw
+
+
+def test_temperature_zero_keeps_the_first_best_only():
+    cur = Candidates.from_logits(np.array([1.0, 3.0, 3.0, 2.0], np.float32))
+    temp_impl(cur, np.float32(0))
+    assert list(np.isfinite(cur.logits)) == [False, True, False, False]
+
+
+def test_top_k_sorts_and_top_p_min_p_cut_as_upstream():
+    cur = Candidates.from_logits(np.log(np.array([0.1, 0.4, 0.2, 0.3], np.float32)))
+    TopK(3).apply(cur)
+    assert list(cur.ids) == [1, 3, 2] and cur.sorted
+    TopP(np.float32(0.6), 0).apply(cur)
+    assert list(cur.ids) == [1, 3]  # 0.4/0.9 + 0.3/0.9 >= 0.6
+    cur = Candidates.from_logits(np.log(np.array([0.1, 0.4, 0.2, 0.3], np.float32)))
+    MinP(np.float32(0.6), 0).apply(cur)  # at least 0.6 of the best (0.4): 0.4 and 0.3
+    assert list(cur.ids) == [1, 3]
+    assert not cur.sorted  # the unsorted path keeps vocabulary order
+
+
+def test_penalties_see_the_prompt_and_greedy_follows_them():
+    logits = np.zeros(10, np.float32)
+    logits[4], logits[5] = 2.0, 1.9
+    chain = Chain(SamplingParams(temperature=0, repeat_penalty=1.5, seed=3), 10)
+    assert chain.sample(logits) == 4
+    chain.accept(4)  # 2.0 / 1.5 < 1.9: the repeated token loses
+    assert chain.sample(logits) == 5
+
+
+def test_the_same_seed_draws_the_same_stream():
+    logits = np.random.default_rng(0).normal(size=1000).astype(np.float32)
+    runs = []
+    for _ in range(2):
+        chain = Chain(SamplingParams(seed=1234, temperature=1.2, top_k=0, top_p=1.0, min_p=0.0), 1000)
+        toks = []
+        for _ in range(16):
+            toks.append(chain.sample(logits))
+            chain.accept(toks[-1])
+        runs.append(toks)
+    assert runs[0] == runs[1] and len(set(runs[0])) > 4
+
+
+def test_command_line_sampling_defaults_parse_and_refuse_as_b10621():
+    import pytest
+
+    from server.cli.args import build_parser
+    from server.cli.main import sampling_defaults
+
+    args = build_parser("t").parse_args(["--temp", "-1", "--samplers", "top_k;Temp;bogus", "-l", "15043+1",
+                                         "-l", "13-2.5", "-s", "-2", "--top-k", "7"])
+    got = sampling_defaults(args)
+    assert got["temperature"] == 0 and got["samplers"] == ["top_k", "temperature"] and got["seed"] == 4294967294
+    assert got["logit_bias"] == [(15043, 1.0), (13, -2.5)] and got["top_k"] == 7
+    for bad in (["--repeat-penalty", "0"], ["--repeat-last-n", "-1"], ["-l", "15043*1"]):
+        with pytest.raises(ValueError):
+            sampling_defaults(build_parser("t").parse_args(bad))
