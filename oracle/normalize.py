@@ -28,6 +28,10 @@ REGISTRY: dict[str, Normalization] = {n.name: n for n in (
     Normalization("completion_id", ("$.id",), "random per response"),
     Normalization("system_fingerprint", ("$.system_fingerprint",), "the build's identity string"),
     Normalization("model_path", ("$.model_path",), "the GGUF path versus the MLX checkpoint path"),
+    Normalization("probs", tuple(f"$.completion_probabilities[*].{k}" for k in (
+        "logprob", "prob", "top_logprobs[*].logprob", "top_probs[*].prob")),
+                  "the twins' logits differ ~1e-5: probability values are compared to 1e-3 by "
+                  "conformance/test_probabilities.py, ids, text and order here"),
     Normalization("build_info", ("$.build_info",), "the build's identity string (b<build>-<commit> upstream)"),
 )}
 MASK = "<masked>"

@@ -17,6 +17,7 @@ from ..engine.types import (ErrorEvent, FinalEvent, GenerationRequest, ProgressE
 from ..errors import SAMPLERS_FAILED, ErrorKind, UpstreamError, exceeds_context, json_type_name
 from .jsonio import UpstreamJSON, dumps, read_json_object
 from .schemas import NativeCompletionRequest
+from .probs import token_entry
 from .prompts import input_prompts
 from .task_params import LLAMA_DEFAULT_SEED, TaskParams, f32, generation_settings
 
@@ -47,6 +48,7 @@ class _Task:
     params: TaskParams
     handle: Handle | None = None  # None: an empty prompt, answered without the engine
     generated: list[int] = field(default_factory=list)
+    probs: list[dict] = field(default_factory=list)  # completion_probabilities, one entry per token
     final: FinalEvent | None = None
 
 
@@ -71,7 +73,16 @@ def _final_object(state, t: _Task) -> dict:
         "stopping_word": final.stopping_word,
         "tokens_cached": final.n_tokens_cached,
         "timings": _timings(final),
+        **({"completion_probabilities": probs} if not p.stream and (probs := _trimmed_probs(state, t)) else {}),
     })
+
+
+def _trimmed_probs(state, t: _Task) -> list[dict]:
+    """A stop word's tokens are not reported (as many as the word tokenizes to)."""
+    if t.final.stop_type != "word":
+        return t.probs
+    n = len(state.tokenizer.tokenize(t.final.stopping_word, add_special=False, parse_special=False))
+    return t.probs[: len(t.probs) - min(n, len(t.probs))]
 
 
 def _select(paths: list[str], obj: dict) -> dict:
@@ -99,11 +110,20 @@ def _progress(event: ProgressEvent, index: int) -> dict:
                                 "time_ms": event.time_ms}}
 
 
-def _partial(event: TokenEvent, n_prompt: int, index: int) -> dict:
+def _prob_entry(state, t: _Task, event: TokenEvent) -> dict:
+    p = t.params
+    special = state.settings.special
+    sent = state.tokenizer.piece(event.token, special=special or event.token in p.preserved_tokens)
+    return token_entry(state.tokenizer, event.token, sent, event.probs, p.post_sampling_probs, special)
+
+
+def _partial(event: TokenEvent, n_prompt: int, index: int, probs: dict | None = None) -> dict:
     out = {"index": index, "content": event.text.decode("utf-8", "replace"), "tokens": [event.token], "stop": False,
            "id_slot": -1, "tokens_predicted": event.n_decoded, "tokens_evaluated": n_prompt}
     if event.timings is not None:
         out["timings"] = _timings(event.timings)
+    if probs is not None and probs["top_probs" if "prob" in probs else "top_logprobs"]:
+        out["completion_probabilities"] = [probs]
     return out
 
 
@@ -141,6 +161,7 @@ def _generation_request(p: TaskParams, tokens: list[int], base: TaskParams) -> G
                              n_indent=p.n_indent, t_max_predict_ms=p.t_max_predict_ms,
                              return_progress=p.stream and p.return_progress, n_keep=p.n_keep, n_discard=p.n_discard,
                              preserved_tokens=frozenset(p.preserved_tokens), sampling=sampling_params(p),
+                             n_probs=max(p.n_probs, 0), post_sampling_probs=p.post_sampling_probs,
                              params_echo=generation_settings(p, only_metrics=True))
 
 
@@ -177,12 +198,14 @@ def _cancel(tasks: list[_Task]) -> None:
             t.handle.cancel()  # no-op once finished; frees the slot if the client went away
 
 
-async def _collect(t: _Task) -> None:
+async def _collect(state, t: _Task) -> None:
     if t.handle is None:
         return
     async for event in t.handle:
         if isinstance(event, TokenEvent):
             t.generated.append(event.token)
+            if event.probs is not None:
+                t.probs.append(_prob_entry(state, t, event))
         elif isinstance(event, FinalEvent):
             t.final = event
         elif isinstance(event, ErrorEvent):
@@ -203,7 +226,7 @@ async def complete(state, body: dict):
     if req.params.stream:
         return await _start_stream(state, req.params, tasks)
     try:
-        await asyncio.gather(*(_collect(t) for t in tasks))
+        await asyncio.gather(*(_collect(state, t) for t in tasks))
     finally:
         _cancel(tasks)
     results = [_final_object(state, t) for t in tasks]
@@ -263,7 +286,8 @@ async def _stream(state, tasks: list[_Task], merged: _Merged, first, ping_s: int
         while True:
             t, event = item
             if isinstance(event, TokenEvent):
-                yield b"data: " + dumps(_partial(event, len(t.tokens), t.index)) + b"\n\n"
+                entry = _prob_entry(state, t, event) if event.probs is not None else None
+                yield b"data: " + dumps(_partial(event, len(t.tokens), t.index, entry)) + b"\n\n"
             elif isinstance(event, ProgressEvent):
                 yield b"data: " + dumps(_progress(event, t.index)) + b"\n\n"
             elif isinstance(event, FinalEvent):

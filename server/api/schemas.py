@@ -58,9 +58,11 @@ ACTED_ON: tuple[str, ...] = (
     "min_keep",
     "samplers",
     "logit_bias",
+    "n_probs",
+    "post_sampling_probs",
 )
 # Spellings of acted-on fields, and fields whose only effect is the echo or that change nothing b10621 shows
-_QUIET = {"max_tokens", "max_completion_tokens", "n"}
+_QUIET = {"max_tokens", "max_completion_tokens", "n", "logprobs"}
 
 
 @dataclass(frozen=True)

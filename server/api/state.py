@@ -18,6 +18,7 @@ class ServerSettings:
     endpoint_metrics: bool = False  # --metrics (not served yet)
     base_params: TaskParams = field(default_factory=TaskParams)  # a request's defaults
     n_batch: int = 2048  # --batch-size (the infill prompt budget)
+    special: bool = False  # --special: special tokens rendered as text
     slots_debug: bool = False  # LLAMA_SERVER_SLOTS_DEBUG: /slots shows prompts and generated text
 
 

@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import AsyncIterator, Callable
 
 from .prompt_cache import PromptCache
-from .sampling import Chain
+from .sampling import Chain, pre_probs
 from .scheduler import Scheduler, Sequence
 from .stopping import TextStream
 from .types import (EngineInfo, ErrorEvent, Event, FinalEvent, GenerationRequest, ProgressEvent, ScoredPosition,
-                    ScoreEvent, ScoreRequest, SlotRecord, Timings, TokenEvent)
+                    ScoreEvent, ScoreRequest, SlotRecord, Timings, TokenEvent, TokenProbs)
 
 log = logging.getLogger("mlxcel.engine")
 
@@ -321,6 +321,7 @@ class Engine:
     def _sample(self, sched: Scheduler, seq: Sequence) -> None:
         run: _Running = seq.payload
         req = run.request
+        probs = None
         if req.sampling is None:
             token = self.runner.greedy(run.logits, self.eog_ids if req.ignore_eos else frozenset())
         else:
@@ -328,8 +329,13 @@ class Engine:
                 run.chain = Chain(req.sampling, self.runner.n_vocab)
                 for t in seq.prompt:
                     run.chain.accept(t)
-            token = run.chain.sample(self.runner.to_numpy(run.logits))
+            logits = self.runner.to_numpy(run.logits)
+            token = run.chain.sample(logits)
             run.chain.accept(token)
+            if req.n_probs > 0:
+                prob, top = (run.chain.post_probs(token, req.n_probs) if req.post_sampling_probs
+                             else pre_probs(logits, token, req.n_probs))
+                probs = TokenProbs(prob, tuple(top))
         run.last_token = token
         seq.n_decoded += 1
         run.t_gen_last = time.perf_counter()
@@ -338,7 +344,7 @@ class Engine:
         text = run.text.push(self.piece(token, self.config.special or token in req.preserved_tokens), is_eog=is_eog)
         # b10621 attaches the timings to a partial only when the stop is already known (a stop word)
         timings = self._timings(seq) if run.text.stopped_by_word or req.timings_per_token else None
-        run.handle.publish(TokenEvent(token, text, seq.n_decoded, timings))
+        run.handle.publish(TokenEvent(token, text, seq.n_decoded, timings, probs))
         # b10621's process_token order: a stop word, the context bound, the budget; EOS wins over a limit
         stop_type, truncated = None, False
         if run.text.stopped_by_word:

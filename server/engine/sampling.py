@@ -401,4 +401,30 @@ class Chain:
         cur = Candidates.from_logits(logits)
         for s in self.samplers:
             s.apply(cur)
+        self.last = cur
         return int(cur.ids[cur.selected])
+
+    def post_probs(self, token: int, n: int) -> tuple[float, list[tuple[int, float]]]:
+        """common_sampler_get_candidates(sorted) after the draw: the token's and the top n probabilities,
+        stopping at the first zero."""
+        cur = self.last
+        order = np.arange(cur.size) if cur.sorted else np.argsort(-cur.p, kind="stable")
+        ids, p = cur.ids[order], cur.p[order]
+        hit = np.nonzero(ids == token)[0]
+        top = []
+        for i in range(min(n, len(ids))):
+            if p[i] == 0:
+                break
+            top.append((int(ids[i]), float(p[i])))
+        return (float(p[hit[0]]) if len(hit) else 1.0), top
+
+
+def pre_probs(logits: np.ndarray, token: int, n: int) -> tuple[float, list[tuple[int, float]]]:
+    """get_token_probabilities(): the softmax of the raw logits, the token's and the top n probabilities."""
+    logits = np.asarray(logits, dtype=np.float32)
+    n = min(n, len(logits))
+    top = np.argpartition(-logits, n - 1)[:n] if n < len(logits) else np.arange(len(logits))
+    top = top[np.lexsort((top, -logits[top]))]
+    p = _expf(logits - logits[top[0]])
+    p = (p / _fsum(p)).astype(np.float32)
+    return float(p[token]), [(int(i), float(p[i])) for i in top]

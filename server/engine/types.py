@@ -46,6 +46,8 @@ class GenerationRequest:
     t_max_predict_ms: int = -1  # stop at a newline once generation has run this long
     n_keep: int = 0  # context shift: tokens kept from the start (-1: the whole prompt)
     n_discard: int = 0  # context shift: tokens discarded after them (0: half of what is left)
+    n_probs: int = 0  # report the top n probabilities of each generated token
+    post_sampling_probs: bool = False  # ... after the sampler chain instead of the raw softmax
     sampling: SamplingParams | None = None  # b10621's sampler chain; None: plain argmax (engine-internal use)
     preserved_tokens: frozenset[int] = frozenset()  # special tokens rendered as text in this request's output
     id_slot: int | None = None  # run on this slot (waiting for it if busy); None: the lowest free one
@@ -95,11 +97,20 @@ class ProgressEvent:
 
 
 @dataclass(frozen=True)
+class TokenProbs:
+    """n_probs: the sampled token's probability and the top candidates, as (id, probability)."""
+
+    prob: float
+    top: tuple[tuple[int, float], ...]
+
+
+@dataclass(frozen=True)
 class TokenEvent:
     token: int
     text: bytes = b""  # what may be sent now (stop strings and incomplete UTF-8 withheld)
     n_decoded: int = 0
     timings: Timings | None = None  # set when this token already ended the request (a stop word)
+    probs: TokenProbs | None = None  # with n_probs > 0
 
 
 @dataclass(frozen=True)
