@@ -81,3 +81,39 @@ def test_command_line_sampling_defaults_parse_and_refuse_as_b10621():
     for bad in (["--repeat-penalty", "0"], ["--repeat-last-n", "-1"], ["-l", "15043*1"]):
         with pytest.raises(ValueError):
             sampling_defaults(build_parser("t").parse_args(bad))
+
+
+def test_dry_penalizes_the_tokens_that_would_extend_a_repeat():
+    from server.engine.sampling import Dry
+
+    a, b, c, y = 1, 2, 3, 4  # upstream's own example: a b c c b c y a b c
+    dry = Dry(np.float32(1), np.float32(2), 1, 64, {})
+    for t in (a, b, c, c, b, c, y, a, b, c):
+        dry.accept(t)
+    cur = Candidates.from_logits(np.zeros(6, np.float32))
+    dry.apply(cur)
+    # repeat counts 0 0 3 1 0 2: c would make 4 (penalty 2^(3-1)), y 3 (2^(2-1)), b 2 (2^0)
+    assert list(cur.logits) == [0, 0, -1, -4, -2, 0]
+    breaker = Dry(np.float32(1), np.float32(2), 1, 64, {c: [()]})  # c is a one-token breaker
+    for t in (a, b, c, c, b, c, y, a, b, c):
+        breaker.accept(t)
+    cur = Candidates.from_logits(np.zeros(6, np.float32))
+    breaker.apply(cur)
+    assert not cur.logits.any()  # the repeat starts after the last c: nothing long enough to penalize
+
+
+def test_dry_breakers_from_the_vocabulary():
+    from server.api.dry import processed_breakers
+
+    class Tok:
+        vocab_size = 4
+        pieces = [b"a", b"x\n", b"Q", b":"]
+
+        def piece(self, i, special=True):
+            return self.pieces[i]
+
+        def tokenize(self, text, add_special, parse_special):
+            return [self.pieces.index(ch.encode()) for ch in text]
+
+    got = dict(processed_breakers(Tok(), ["\n", "Q:"]))
+    assert got == {1: ((),), 2: ((3,),)}  # "x\\n" holds "\\n"; "Q" starts "Q:", whose rest is ":"

@@ -17,6 +17,7 @@ from ..engine.types import (ErrorEvent, FinalEvent, GenerationRequest, ProgressE
 from ..errors import SAMPLERS_FAILED, ErrorKind, UpstreamError, exceeds_context, json_type_name
 from .jsonio import UpstreamJSON, dumps, read_json_object
 from .schemas import NativeCompletionRequest
+from .dry import processed_breakers
 from .probs import token_entry
 from .prompts import input_prompts
 from .task_params import LLAMA_DEFAULT_SEED, TaskParams, f32, generation_settings
@@ -136,7 +137,7 @@ def _requested_slot(body: dict, n_slots: int) -> int | None:
     return v % n_slots if v >= 0 else None
 
 
-def sampling_params(p: TaskParams) -> SamplingParams:
+def sampling_params(p: TaskParams, tok=None) -> SamplingParams:
     """The chain's settings, checked as common_sampler_init() checks them."""
     rp = p.repeat_penalty
     if not math.isfinite(rp) or rp <= 0 or not math.isfinite(f32(1 / rp) if rp else math.inf):
@@ -144,23 +145,27 @@ def sampling_params(p: TaskParams) -> SamplingParams:
     for name, v in (("penalty_freq", p.frequency_penalty), ("penalty_present", p.presence_penalty)):
         if not math.isfinite(v):
             raise UpstreamError(SAMPLERS_FAILED + f"{name} must be finite", ErrorKind.INVALID_REQUEST)
+    dry = "dry" in p.samplers and p.dry_multiplier != 0 and p.dry_base >= 1 and p.dry_penalty_last_n != 0
     return SamplingParams(
         seed=p.seed, temperature=p.temperature, dynatemp_range=p.dynatemp_range, dynatemp_exponent=p.dynatemp_exponent,
         top_k=p.top_k, top_p=p.top_p, min_p=p.min_p, top_n_sigma=p.top_n_sigma, xtc_probability=p.xtc_probability,
         xtc_threshold=p.xtc_threshold, typical_p=p.typical_p, repeat_last_n=p.repeat_last_n,
         repeat_penalty=p.repeat_penalty, frequency_penalty=p.frequency_penalty, presence_penalty=p.presence_penalty,
         mirostat=p.mirostat, mirostat_tau=p.mirostat_tau, mirostat_eta=p.mirostat_eta, min_keep=p.min_keep,
+        dry_multiplier=p.dry_multiplier, dry_base=p.dry_base, dry_allowed_length=p.dry_allowed_length,
+        dry_penalty_last_n=p.dry_penalty_last_n,
+        dry_breakers=processed_breakers(tok, p.dry_sequence_breakers) if dry and tok is not None else (),
         samplers=tuple(p.samplers), logit_bias=tuple(p.logit_bias))
 
 
-def _generation_request(p: TaskParams, tokens: list[int], base: TaskParams) -> GenerationRequest:
+def _generation_request(p: TaskParams, tokens: list[int], base: TaskParams, tok=None) -> GenerationRequest:
     # the per-request limit takes priority over the server's (--predict), which an explicit -1 falls back to
     n_predict = p.n_predict if p.n_predict != -1 else base.n_predict
     return GenerationRequest(prompt_tokens=tuple(tokens), n_predict=n_predict, ignore_eos=p.ignore_eos,
                              stop=tuple(p.stop), cache_prompt=p.cache_prompt, timings_per_token=p.timings_per_token,
                              n_indent=p.n_indent, t_max_predict_ms=p.t_max_predict_ms,
                              return_progress=p.stream and p.return_progress, n_keep=p.n_keep, n_discard=p.n_discard,
-                             preserved_tokens=frozenset(p.preserved_tokens), sampling=sampling_params(p),
+                             preserved_tokens=frozenset(p.preserved_tokens), sampling=sampling_params(p, tok),
                              n_probs=max(p.n_probs, 0), post_sampling_probs=p.post_sampling_probs,
                              params_echo=generation_settings(p, only_metrics=True))
 
@@ -183,7 +188,7 @@ def _start_tasks(state, p: TaskParams, prompts: list[list[int]], id_slot: int | 
                 t.final = FinalEvent("none", 0, 0, 0, 0, 0, False, 0.0, 0.0)
         else:
             base = state.settings.base_params
-            requests = [_generation_request(t.params, tokens, base) for t in group]
+            requests = [_generation_request(t.params, tokens, base, state.tokenizer) for t in group]
             requests[0] = dataclasses.replace(requests[0], id_slot=id_slot)  # children cannot choose their slot
             handles = state.engine.submit_group(requests)
             for t, h in zip(group, handles):

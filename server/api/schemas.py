@@ -36,7 +36,7 @@ ACTED_ON: tuple[str, ...] = (
     "verbose",
     "stream_options",
     "preserved_tokens",
-    # the sampler chain (DRY, adaptive-p and grammars are not acted on yet)
+    # the sampler chain (adaptive-p and grammars are not acted on yet)
     "seed",
     "temperature",
     "dynatemp_range",
@@ -60,6 +60,11 @@ ACTED_ON: tuple[str, ...] = (
     "logit_bias",
     "n_probs",
     "post_sampling_probs",
+    "dry_multiplier",
+    "dry_base",
+    "dry_allowed_length",
+    "dry_penalty_last_n",
+    "dry_sequence_breakers",
 )
 # Spellings of acted-on fields, and fields whose only effect is the echo or that change nothing b10621 shows
 _QUIET = {"max_tokens", "max_completion_tokens", "n", "logprobs"}

@@ -96,6 +96,14 @@ def _sampling_options(p: argparse.ArgumentParser) -> None:
          help="use Mirostat sampling (default: 0, 0 = disabled, 1 = Mirostat, 2 = Mirostat 2.0)")
     _add(p, "--mirostat-lr", type=_stof, default=0.1, help="Mirostat learning rate, parameter eta (default: 0.10)")
     _add(p, "--mirostat-ent", type=_stof, default=5.0, help="Mirostat target entropy, parameter tau (default: 5.00)")
+    _add(p, "--dry-multiplier", type=_stof, default=0.0, help="set DRY sampling multiplier (default: 0.00, 0.0 = disabled)")
+    _add(p, "--dry-base", type=_stof, default=1.75, help="set DRY sampling base value (default: 1.75)")
+    _add(p, "--dry-allowed-length", type=int, default=2, help="set allowed length for DRY sampling (default: 2)")
+    _add(p, "--dry-penalty-last-n", type=int, default=64,
+         help="set DRY penalty for the last n tokens (default: 64, 0 = disable)")
+    _add(p, "--dry-sequence-breaker", action="append", default=None,
+         help="add sequence breaker for DRY sampling, clearing out default breakers ('\\n', ':', '\"', '*') in the "
+              "process; use \"none\" to not use any sequence breakers")
     _add(p, "-l", "--logit-bias", action="append", default=None,
          help="modifies the likelihood of token appearing in the completion, i.e. `--logit-bias 15043+1`")
 

@@ -125,6 +125,17 @@ def sampling_defaults(args) -> dict:
         "dynatemp_exponent": f32(args.dynatemp_exp), "mirostat": args.mirostat, "mirostat_eta": f32(args.mirostat_lr),
         "mirostat_tau": f32(args.mirostat_ent),
     }
+    if args.dry_penalty_last_n < 0:
+        raise ValueError(f"invalid dry-penalty-last-n = {args.dry_penalty_last_n}")
+    out.update(dry_multiplier=f32(args.dry_multiplier), dry_allowed_length=args.dry_allowed_length,
+               dry_penalty_last_n=args.dry_penalty_last_n)
+    if f32(args.dry_base) >= 1:  # a smaller base keeps the default
+        out["dry_base"] = f32(args.dry_base)
+    if args.dry_sequence_breaker is not None:  # any use clears the defaults; "none" clears what came before
+        breakers: list[str] = []
+        for b in args.dry_sequence_breaker:
+            breakers = [] if b == "none" else [*breakers, b]
+        out["dry_sequence_breakers"] = breakers
     if args.samplers is not None:  # the later of --samplers / --sampler-seq wins in b10621; names first here
         out["samplers"] = [SAMPLER_NAMES[n.lower()] for n in args.samplers.split(";") if n.lower() in SAMPLER_NAMES]
     if args.sampler_seq is not None:

@@ -141,6 +141,83 @@ class Penalties(Sampler):
 
 
 @dataclass
+class Dry(Sampler):
+    """DRY (ported by b10621 from Koboldcpp): penalize tokens that would extend a repeat of the context's
+    tail, with sequence breakers (head token -> tail tokens) that cut the repeats it considers."""
+
+    multiplier: np.float32
+    base: np.float32
+    allowed_length: int
+    last_n: int
+    breakers: dict[int, list[tuple[int, ...]]]
+    last: list[int] = field(default_factory=list)
+
+    def accept(self, token: int) -> None:
+        self.last.append(token)
+        if len(self.last) > self.last_n:
+            del self.last[0]
+
+    def apply(self, cur: Candidates) -> None:
+        n = min(len(self.last), self.last_n)
+        if n <= self.allowed_length:
+            return
+        rat = self.last[::-1]  # rat(i): the i-th token from the end
+        rep_limit = n
+        for i in range(n):  # the nearest restart sequence limits the repeat length
+            tails = self.breakers.get(rat[i])
+            if tails is None:
+                continue
+            longest = -1
+            for tail in tails:
+                if longest < len(tail) <= i and all(tail[o] == rat[i - o - 1] for o in range(len(tail))):
+                    longest = len(tail)
+            if longest >= 0:
+                rep_limit = i - longest
+                break
+        if rep_limit < self.allowed_length:
+            return
+        last = n - 1
+        count = [0] * n
+        lt = rt = 0
+        for k in range(1, n):  # the Z-algorithm, backwards: how far each suffix repeats
+            if k > rt:
+                m = 0
+                while m + k < n and rat[m] == rat[m + k]:
+                    m += 1
+                count[last - k] = min(m, rep_limit)
+                if m > 0:
+                    lt, rt = k, k + m - 1
+            else:
+                p = k - lt
+                right = rt - k + 1
+                if count[last - p] < right:
+                    count[last - k] = min(count[last - p], rep_limit)
+                else:
+                    i = rt + 1
+                    while i < n and rat[i] == rat[i - k]:
+                        i += 1
+                    count[last - k] = min(i - k, rep_limit)
+                    lt, rt = k, i - 1
+        max_repeat: dict[int, int] = {}
+        for i in range(n - 1):
+            if count[i] >= self.allowed_length:
+                tok = rat[n - 2 - i]
+                if max_repeat.get(tok, -1) < count[i]:
+                    max_repeat[tok] = count[i]
+        max_exponent = int(F32(88.7228391) / F32(math.log(float(self.base)))) if self.base > F32(1.000001) else 0
+        for i in np.nonzero(np.isin(cur.ids, np.fromiter(max_repeat, dtype=np.int32)))[0] if max_repeat else []:
+            tok = int(cur.ids[i])
+            if any(len(t) == 0 for t in self.breakers.get(tok, ())):
+                continue  # a single-token breaker is never penalized
+            exp = max_repeat[tok] - self.allowed_length
+            if max_exponent > 0 and exp > max_exponent:
+                exp = max_exponent
+            penalty = F32(float(self.multiplier) * float(self.base) ** exp)
+            cur.logits[i] = F32(cur.logits[i] - penalty)
+        cur.sorted = False
+
+
+@dataclass
 class TopNSigma(Sampler):
     n: np.float32
 
@@ -372,7 +449,9 @@ class Chain:
                     f(s.repeat_penalty) == 1 and f(s.frequency_penalty) == 0 and f(s.presence_penalty) == 0)
                 else Penalties(max(s.repeat_last_n, 0), f(s.repeat_penalty), f(s.frequency_penalty),
                                f(s.presence_penalty)),
-                "dry": lambda: None,  # DRY is not implemented yet: the request field is logged as not acted on
+                "dry": lambda: Dry(f(s.dry_multiplier), f(s.dry_base), s.dry_allowed_length, max(s.dry_penalty_last_n, 0),
+                                   {h: [tuple(t) for t in tails] for h, tails in s.dry_breakers})
+                if f(s.dry_multiplier) != 0 and f(s.dry_base) >= 1 and max(s.dry_penalty_last_n, 0) != 0 else None,
                 "top_n_sigma": lambda: TopNSigma(f(s.top_n_sigma)),
                 "top_k": lambda: TopK(s.top_k),
                 "typ_p": lambda: Typical(f(s.typical_p), s.min_keep),

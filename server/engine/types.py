@@ -28,6 +28,12 @@ class SamplingParams:
     mirostat_tau: float = 5.0
     mirostat_eta: float = 0.1
     min_keep: int = 0
+    dry_multiplier: float = 0.0
+    dry_base: float = 1.75
+    dry_allowed_length: int = 2
+    dry_penalty_last_n: int = 64
+    # the sequence breakers as (head token, its tails): get_overlapping_token_sequences() of the strings
+    dry_breakers: tuple[tuple[int, tuple[tuple[int, ...], ...]], ...] = ()
     samplers: tuple[str, ...] = ("penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc",
                                  "temperature")
     logit_bias: tuple[tuple[int, float], ...] = ()
