@@ -152,6 +152,7 @@ def sampling_params(p: TaskParams, tok=None) -> SamplingParams:
         xtc_threshold=p.xtc_threshold, typical_p=p.typical_p, repeat_last_n=p.repeat_last_n,
         repeat_penalty=p.repeat_penalty, frequency_penalty=p.frequency_penalty, presence_penalty=p.presence_penalty,
         mirostat=p.mirostat, mirostat_tau=p.mirostat_tau, mirostat_eta=p.mirostat_eta, min_keep=p.min_keep,
+        adaptive_target=p.adaptive_target, adaptive_decay=p.adaptive_decay,
         dry_multiplier=p.dry_multiplier, dry_base=p.dry_base, dry_allowed_length=p.dry_allowed_length,
         dry_penalty_last_n=p.dry_penalty_last_n,
         dry_breakers=processed_breakers(tok, p.dry_sequence_breakers) if dry and tok is not None else (),

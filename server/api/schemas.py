@@ -36,7 +36,7 @@ ACTED_ON: tuple[str, ...] = (
     "verbose",
     "stream_options",
     "preserved_tokens",
-    # the sampler chain (adaptive-p and grammars are not acted on yet)
+    # the sampler chain (grammars and the infill sampler are not acted on yet)
     "seed",
     "temperature",
     "dynatemp_range",
@@ -65,6 +65,8 @@ ACTED_ON: tuple[str, ...] = (
     "dry_allowed_length",
     "dry_penalty_last_n",
     "dry_sequence_breakers",
+    "adaptive_target",
+    "adaptive_decay",
 )
 # Spellings of acted-on fields, and fields whose only effect is the echo or that change nothing b10621 shows
 _QUIET = {"max_tokens", "max_completion_tokens", "n", "logprobs"}
@@ -83,7 +85,7 @@ class NativeCompletionRequest:
         if "prompt" not in body:
             raise UpstreamError(MISSING_PROMPT, ErrorKind.INVALID_REQUEST)
         ignored = sorted(k for k in body if k not in ACTED_ON and k not in _QUIET and body[k] is not None)
-        ignored += [f"samplers: {n}" for n in params.samplers if n in ("adaptive_p", "infill")]
+        ignored += [f"samplers: {n}" for n in params.samplers if n == "infill"]
         if ignored:  # never silently: b10621 would act on these
             log.warning("/completion: mlxcel does not act on the request field(s) %s yet", ", ".join(ignored))
         return cls(prompt=body["prompt"], params=params)

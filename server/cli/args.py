@@ -104,6 +104,13 @@ def _sampling_options(p: argparse.ArgumentParser) -> None:
     _add(p, "--dry-sequence-breaker", action="append", default=None,
          help="add sequence breaker for DRY sampling, clearing out default breakers ('\\n', ':', '\"', '*') in the "
               "process; use \"none\" to not use any sequence breakers")
+    _add(p, "--adaptive-target", type=_stof, default=-1.0,
+         help="adaptive-p: select tokens near this probability (valid range 0.0 to 1.0; negative = disabled) "
+              "(default: -1.00)")
+    _add(p, "--adaptive-decay", type=_stof, default=0.9,
+         help="adaptive-p: decay rate for target adaptation over time (valid range 0.0 to 0.99) (default: 0.90)")
+    _add(p, "--ignore-eos", action="store_true", default=False,
+         help="ignore end of stream token and continue generating (implies --logit-bias EOS-inf)")
     _add(p, "-l", "--logit-bias", action="append", default=None,
          help="modifies the likelihood of token appearing in the completion, i.e. `--logit-bias 15043+1`")
 

@@ -67,7 +67,7 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
                                              special=args.special),
                     eog_ids=tokenizer.eog_ids, piece=tokenizer.piece)
     try:
-        sampling = sampling_defaults(args)
+        sampling = sampling_defaults(args, tokenizer.eog_ids)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -101,7 +101,7 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
     return 1 if engine.load_error else 0
 
 
-def sampling_defaults(args) -> dict:
+def sampling_defaults(args, eog_ids: frozenset[int] = frozenset()) -> dict:
     """The command line's sampling settings as request defaults, checked as common/arg.cpp checks them."""
     import math
     import re
@@ -149,6 +149,10 @@ def sampling_defaults(args) -> dict:
             bias.append((int(m.group(1)), f32(float(m.group(3).strip().split()[0]) * (-1 if m.group(2) == "-" else 1))))
         except (ValueError, IndexError):
             raise ValueError(f"invalid input format for --logit-bias '{raw}'") from None
+    out.update(adaptive_target=f32(args.adaptive_target), adaptive_decay=f32(args.adaptive_decay))
+    if args.ignore_eos:  # the end-of-generation bans join the default biases, as common_init does
+        out["ignore_eos"] = True
+        bias += [(t, float("-inf")) for t in sorted(eog_ids)]
     if bias:
         out["logit_bias"] = bias
     return out

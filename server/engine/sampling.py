@@ -368,6 +368,47 @@ class TempExt(Sampler):
 
 
 @dataclass
+class AdaptiveP(Sampler):
+    """adaptive-p: reshapes the distribution around a target probability steered by an EMA of the chosen
+    tokens' probabilities, then draws (it takes the final draw's place)."""
+
+    target: np.float32
+    decay: np.float32
+    seed: int
+
+    def __post_init__(self) -> None:
+        self.decay = F32(min(max(self.decay, F32(0)), F32(0.99)))
+        self.weighted_sum = F32(self.target / F32(1 - self.decay))
+        self.total_weight = F32(F32(1) / F32(1 - self.decay))
+        self.rng = MT19937(rng_seed(self.seed))
+        self.pending: tuple[int, np.float32] | None = None
+
+    def apply(self, cur: Candidates) -> None:
+        cur.softmax(False)
+        if self.target < 0:
+            cur.selected = discrete(cur.p, self.rng)
+            return
+        original = cur.p.copy()
+        t = min(max(self.target, F32(0)), F32(1))
+        adapted = t if self.total_weight == 0 else F32(F32(2) * t - F32(self.weighted_sum / self.total_weight))
+        adapted = min(max(adapted, F32(0)), F32(1))
+        finite = cur.logits != NEG_INF
+        dist = np.abs((cur.p - adapted) * (F32(1) / F32(0.3))).astype(np.float32)
+        shaped = (F32(5) - F32(10) * dist * dist / (F32(1) + dist)).astype(np.float32)
+        cur.logits = np.where(finite, shaped, cur.logits).astype(np.float32)
+        cur.softmax(False)
+        idx = discrete(cur.p, self.rng)
+        cur.selected = idx
+        self.pending = (int(cur.ids[idx]), original[idx])
+
+    def accept(self, token: int) -> None:
+        if self.pending is not None and self.pending[0] == token:
+            self.weighted_sum = F32(self.pending[1] + F32(self.decay * self.weighted_sum))
+            self.total_weight = F32(F32(1) + F32(self.decay * self.total_weight))
+        self.pending = None
+
+
+@dataclass
 class Dist(Sampler):
     seed: int
     rng: MT19937 = field(init=False)
@@ -460,13 +501,15 @@ class Chain:
                 "xtc": lambda: XTC(f(s.xtc_probability), f(s.xtc_threshold), s.min_keep, s.seed),
                 "temperature": lambda: TempExt(f(s.temperature), f(s.dynatemp_range), f(s.dynatemp_exponent)),
                 "infill": lambda: None,
-                "adaptive_p": lambda: None,
+                "adaptive_p": lambda: None,  # it replaces the final draw, below
             }
             for name in s.samplers:
                 sampler = build[name]()
                 if sampler is not None:
                     self.samplers.append(sampler)
-            self.samplers.append(Dist(s.seed))
+            final = AdaptiveP(f(s.adaptive_target), f(s.adaptive_decay), s.seed) if "adaptive_p" in s.samplers \
+                else Dist(s.seed)
+            self.samplers.append(final)
         else:
             self.samplers.append(TempExt(f(s.temperature), f(0), f(1)))
             self.samplers.append(Mirostat(n_vocab, s.seed, f(s.mirostat_tau), f(s.mirostat_eta),

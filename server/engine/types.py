@@ -28,6 +28,8 @@ class SamplingParams:
     mirostat_tau: float = 5.0
     mirostat_eta: float = 0.1
     min_keep: int = 0
+    adaptive_target: float = -1.0
+    adaptive_decay: float = 0.9
     dry_multiplier: float = 0.0
     dry_base: float = 1.75
     dry_allowed_length: int = 2
