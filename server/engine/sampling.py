@@ -282,6 +282,16 @@ class TopP(Sampler):
             return
         cur.softmax(False)
         if not cur.sorted:
+            # as upstream: the best 256 first, the whole vocabulary only if they do not reach p
+            if cur.size > 1024:
+                part = np.argpartition(-cur.logits, 255)[:256]
+                part = part[np.lexsort((part, -cur.logits[part]))]
+                cum = np.cumsum(cur.p[part], dtype=np.float32)
+                hit = np.nonzero((cum >= self.p) & (np.arange(1, 257) >= self.min_keep))[0]
+                if len(hit):
+                    cur.keep(part[: hit[0] + 1])
+                    cur.sorted = True
+                    return
             order = np.argsort(-cur.logits, kind="stable")
             cur.keep(order)
             cur.sorted = True
