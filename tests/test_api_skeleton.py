@@ -9,8 +9,9 @@ import pytest
 
 from server.api.app import create_app
 from server.api.state import AppState
-from server.engine.engine import Engine, EngineConfig
+from server.engine.engine import Engine
 from server.models.tokenizer import ModelTokenizer
+from tests.engines import running_engine
 
 # b10621's to_json_non_oaicompat() key order; generation_settings is not produced yet (sampling issue)
 NATIVE_KEYS = ["index", "content", "tokens", "id_slot", "stop", "model", "tokens_predicted", "tokens_evaluated",
@@ -22,14 +23,8 @@ TIMING_KEYS = ["cache_n", "prompt_n", "prompt_ms", "prompt_per_token_ms", "promp
 
 @pytest.fixture(scope="module")
 def ready_state(twin_q4_1):
-    tok = ModelTokenizer(twin_q4_1.mlx_dir)
-    engine = Engine(twin_q4_1.mlx_dir, EngineConfig(n_slots=2), eog_ids=tok.eog_ids,
-                    piece=tok.piece)
-    engine.start()
-    engine.ready.wait(120)
-    assert engine.load_error is None
-    yield AppState(engine=engine, tokenizer=tok, model_name="smol")
-    engine.stop()
+    with running_engine(twin_q4_1.mlx_dir, n_slots=2) as (engine, tok):
+        yield AppState(engine=engine, tokenizer=tok, model_name="smol")
 
 
 def _client(state: AppState) -> httpx.AsyncClient:

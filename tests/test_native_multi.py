@@ -11,21 +11,14 @@ import pytest
 from server.api.app import create_app
 from server.api.prompts import input_prompts
 from server.api.state import AppState
-from server.engine.engine import Engine, EngineConfig
 from server.errors import UpstreamError
-from server.models.tokenizer import ModelTokenizer
+from tests.engines import running_engine
 
 
 @pytest.fixture(scope="module")
 def state(twin_q4_1):
-    tok = ModelTokenizer(twin_q4_1.mlx_dir)
-    engine = Engine(twin_q4_1.mlx_dir, EngineConfig(n_slots=3), eog_ids=tok.eog_ids,
-                    piece=tok.piece)
-    engine.start()
-    engine.ready.wait(120)
-    assert engine.load_error is None
-    yield AppState(engine=engine, tokenizer=tok, model_name="smol")
-    engine.stop()
+    with running_engine(twin_q4_1.mlx_dir, n_slots=3) as (engine, tok):
+        yield AppState(engine=engine, tokenizer=tok, model_name="smol")
 
 
 def _client(state) -> httpx.AsyncClient:

@@ -10,24 +10,13 @@ import pytest
 
 from server.api.app import create_app
 from server.api.state import AppState, ServerSettings
-from server.engine.engine import Engine, EngineConfig
-from server.models.tokenizer import ModelTokenizer
+from tests.engines import running_engine
 
 
 @pytest.fixture(scope="module")
 def engine_and_tok(twin_q4_1):
-    tok = ModelTokenizer(twin_q4_1.mlx_dir)
-    engine = Engine(
-        twin_q4_1.mlx_dir,
-        EngineConfig(n_slots=2),
-        eog_ids=tok.eog_ids,
-        piece=tok.piece,
-    )
-    engine.start()
-    engine.ready.wait(120)
-    assert engine.load_error is None
-    yield engine, tok
-    engine.stop()
+    with running_engine(twin_q4_1.mlx_dir, n_slots=2) as pair:
+        yield pair
 
 
 def _client(engine, tok, **settings) -> httpx.AsyncClient:

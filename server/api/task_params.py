@@ -17,21 +17,12 @@ from typing import Callable, Protocol
 
 import numpy as np
 
+from ..engine.rng import LLAMA_DEFAULT_SEED
+from ..engine.types import SamplingParams
 from ..errors import ErrorKind, UpstreamError, json_type_name, type_error
 from .native_fields import SCHEMA, Field, present
 
-LLAMA_DEFAULT_SEED = 0xFFFFFFFF
-DEFAULT_SAMPLERS = (
-    "penalties",
-    "dry",
-    "top_n_sigma",
-    "top_k",
-    "typ_p",
-    "top_p",
-    "min_p",
-    "xtc",
-    "temperature",
-)
+DEFAULT_SAMPLERS = SamplingParams().samplers
 DEFAULT_DRY_BREAKERS = ("\n", ":", '"', "*")
 CHAT_FORMATS = ("Content-only", "peg-simple", "peg-native", "peg-gemma4", "peg-minimax-m3")
 REASONING_FORMATS = ("none", "auto", "deepseek", "deepseek-legacy")
@@ -57,6 +48,9 @@ for _n in list(SAMPLER_NAMES):
         SAMPLER_NAMES[_n.replace("_", "-")] = _n
         SAMPLER_NAMES[_n.replace("_", "")] = _n
 SAMPLER_NAMES.update({"nucleus": "top_p", "temp": "temperature", "typ": "typ_p"})
+
+
+_S = SamplingParams()
 
 
 def f32(x: float) -> float:
@@ -85,30 +79,30 @@ class TaskParams:
     n_cache_reuse: int = 0
     t_max_predict_ms: int = -1
     response_fields: list[str] = field(default_factory=list)
-    # sampling (common_params_sampling); floats are C++ floats
-    top_k: int = 40
-    top_p: float = f32(0.95)
-    min_p: float = f32(0.05)
-    top_n_sigma: float = -1.0
-    xtc_probability: float = 0.0
-    xtc_threshold: float = f32(0.10)
-    typical_p: float = 1.0
-    temperature: float = f32(0.80)
-    dynatemp_range: float = 0.0
-    dynatemp_exponent: float = 1.0
-    repeat_last_n: int = 64
-    repeat_penalty: float = 1.0
-    frequency_penalty: float = 0.0
-    presence_penalty: float = 0.0
-    dry_multiplier: float = 0.0
-    dry_base: float = 1.75
-    dry_allowed_length: int = 2
-    dry_penalty_last_n: int = 64
-    mirostat: int = 0
-    mirostat_tau: float = 5.0
-    mirostat_eta: float = f32(0.10)
-    adaptive_target: float = -1.0
-    adaptive_decay: float = f32(0.90)
+    # sampling: common_params_sampling's defaults (kept once, in SamplingParams), as C++ floats
+    top_k: int = _S.top_k
+    top_p: float = f32(_S.top_p)
+    min_p: float = f32(_S.min_p)
+    top_n_sigma: float = f32(_S.top_n_sigma)
+    xtc_probability: float = f32(_S.xtc_probability)
+    xtc_threshold: float = f32(_S.xtc_threshold)
+    typical_p: float = f32(_S.typical_p)
+    temperature: float = f32(_S.temperature)
+    dynatemp_range: float = f32(_S.dynatemp_range)
+    dynatemp_exponent: float = f32(_S.dynatemp_exponent)
+    repeat_last_n: int = _S.repeat_last_n
+    repeat_penalty: float = f32(_S.repeat_penalty)
+    frequency_penalty: float = f32(_S.frequency_penalty)
+    presence_penalty: float = f32(_S.presence_penalty)
+    dry_multiplier: float = f32(_S.dry_multiplier)
+    dry_base: float = f32(_S.dry_base)
+    dry_allowed_length: int = _S.dry_allowed_length
+    dry_penalty_last_n: int = _S.dry_penalty_last_n
+    mirostat: int = _S.mirostat
+    mirostat_tau: float = f32(_S.mirostat_tau)
+    mirostat_eta: float = f32(_S.mirostat_eta)
+    adaptive_target: float = f32(_S.adaptive_target)
+    adaptive_decay: float = f32(_S.adaptive_decay)
     seed: int = LLAMA_DEFAULT_SEED
     n_probs: int = 0
     min_keep: int = 0

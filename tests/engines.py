@@ -1,0 +1,23 @@
+"""An engine on a checkpoint, started and stopped around a test module (shared by the in-process tests)."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from server.engine.engine import Engine, EngineConfig
+from server.models.tokenizer import ModelTokenizer
+
+
+@contextmanager
+def running_engine(checkpoint: Path, **config) -> Iterator[tuple[Engine, ModelTokenizer]]:
+    tok = ModelTokenizer(checkpoint)
+    engine = Engine(checkpoint, EngineConfig(**config), eog_ids=tok.eog_ids, piece=tok.piece)
+    engine.start()
+    engine.ready.wait(120)
+    assert engine.load_error is None
+    try:
+        yield engine, tok
+    finally:
+        engine.stop()
