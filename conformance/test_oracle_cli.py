@@ -15,16 +15,17 @@ REQUEST = Path(__file__).parent.parent / "fixtures" / "requests" / "post-complet
 
 
 def test_diff_reports_what_mlxcel_lacks_and_nothing_it_matches(reference_binary, twin_f32, tmp_path):
-    # logit_bias is echoed but not applied yet (the sampling issue): the content differs, nothing else
+    # a grammar is echoed but not enforced yet (the sampling issue): the content differs, nothing else
     case = json.loads(REQUEST.read_text())
-    case["request"]["body"]["logit_bias"] = [[" Paris", -100]]
+    case["request"]["body"]["grammar"] = 'root ::= "yes" | "no"'
     req = tmp_path / "case.json"
     req.write_text(json.dumps(case))
     proc = subprocess.run([sys.executable, "-c", "from oracle.cli import main; main()", "diff", str(req),
                            "--json"], capture_output=True, text=True, timeout=600)
     divergences = json.loads(proc.stdout)
     assert ("$.content", "value") in [(d["path"], d["kind"]) for d in divergences]
-    assert all(d["path"] in ("$.content", "$.has_new_line") for d in divergences)
+    # values of what the grammar changed; the keys, types and generation_settings (grammar echoed) agree
+    assert all(d["kind"] == "value" and not d["path"].startswith("$.generation_settings") for d in divergences)
     assert proc.returncode == 1
 
 

@@ -73,7 +73,10 @@ class Exchange:
 
 
 def split_sse(body: bytes) -> tuple[bytes, ...]:
-    return tuple(f for f in body.replace(b"\r\n", b"\n").split(b"\n\n") if f.strip())
+    """The stream's events; comment frames (":", the SSE keep-alive pings) are left out: when they come
+    depends on how long the server was silent, a clock, so they are never compared."""
+    frames = body.replace(b"\r\n", b"\n").split(b"\n\n")
+    return tuple(f for f in frames if f.strip() and not f.startswith(b":"))
 
 
 def send(base_url: str, request: OracleRequest, timeout: float = 300.0) -> Exchange:

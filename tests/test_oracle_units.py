@@ -94,3 +94,8 @@ def test_decided_position_rule():
     assert abs(t.max_abs_delta_logprob - 0.02) < 1e-9
     t = compare("p", [1, 5, 7], ref, mine, threshold=0.1)
     assert t.disagreements_at_decided == 1
+
+
+def test_sse_keepalive_comments_are_not_frames():
+    # a ping comes after a silence, whose length is a clock: it is never compared
+    assert split_sse(b'data: {"a":1}\n\n:\n\ndata: {"b":2}\n\n') == (b'data: {"a":1}', b'data: {"b":2}')
