@@ -19,7 +19,6 @@ def tests(session: nox.Session) -> None:
     session.run("rm", "-rf", evidence, external=True)
     session.run("pytest", "-q", "-p", "no:cacheprovider", *session.posargs,
                 env={"MLXCEL_EVIDENCE_DIR": evidence})
-    # the same conformance suite once more with the binary treated as absent: recorded transcripts only
     # the same conformance suite on the recorded transcripts alone (the seeded sampling grid, long and already
     # compared live above, is left out of this second pass to keep CI's clock)
     session.run("pytest", "-q", "-p", "no:cacheprovider", "conformance", "-k", "not seeded and not cli-sampling",
