@@ -34,7 +34,7 @@ def slot_json(r: SlotRecord, tokenizer, debug: bool) -> dict:
     )
     if debug:  # LLAMA_SERVER_SLOTS_DEBUG: b10621's gate on showing text
         out["prompt"] = tokenizer.detokenize(r.prompt_tokens, special=True)
-        out["generated"] = r.generated.decode("utf-8", "replace")
+        out["generated"] = bytes(r.generated).decode("utf-8", "replace")
     return out
 
 

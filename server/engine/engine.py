@@ -297,7 +297,8 @@ class Engine:
                     n_prompt_tokens_processed=seq.n_prefilled - run.n_cached, n_prompt_tokens_cache=run.n_cached,
                     params=req.params_echo, has_next_token=True, has_new_line=run.has_new_line,
                     n_remain=req.n_predict - seq.n_decoded if req.n_predict != -1 else -1, n_decoded=seq.n_decoded,
-                    prompt_tokens=req.prompt_tokens, generated=bytes(run.text.generated))
+                    # the live buffer, not a copy per step: only the debug view reads it (copying it then)
+                    prompt_tokens=req.prompt_tokens, generated=run.text.generated)
 
     def _release(self, seq: Sequence) -> None:
         """b10621's release() then reset(): the slot keeps its tokens and last task, its counters go to zero."""

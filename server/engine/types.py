@@ -164,7 +164,7 @@ class SlotRecord:
     n_remain: int = -1
     n_decoded: int = 0
     prompt_tokens: tuple[int, ...] = ()
-    generated: bytes = b""
+    generated: bytes | bytearray = b""
 
 
 @dataclass
