@@ -62,7 +62,7 @@ async def test_tokenize_pieces_are_strings_or_byte_arrays(ready_state):
 async def test_completion_has_native_keys_in_upstream_order(ready_state):
     async with _client(ready_state) as c:
         r = await c.post("/completion", json={"prompt": "The capital of France is", "n_predict": 4,
-                                              "return_tokens": True})
+                                              "return_tokens": True, "temperature": 0})
     body = r.json()
     assert r.status_code == 200
     assert list(body) == NATIVE_KEYS

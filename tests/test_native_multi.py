@@ -53,7 +53,7 @@ async def test_n_cmpl_children_share_the_prompt_and_get_their_own_seeds(state):
 
 async def test_several_prompts_stream_frames_carry_their_index(state):
     async with _client(state) as c:
-        body = {"prompt": ["Once upon a time", "Hello"], "n_predict": 4, "stream": True, "n_cmpl": 1}
+        body = {"prompt": ["Once upon a time", "Hello"], "n_predict": 4, "stream": True, "n_cmpl": 1, "temperature": 0}
         r = await c.post("/completion", json=body)
     frames = [json.loads(line[6:]) for line in r.text.split("\n\n") if line.startswith("data: ")]
     finals = [f for f in frames if f["stop"]]
