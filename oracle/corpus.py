@@ -43,6 +43,10 @@ class Case:
             f"mlxcel-oracle diff fixtures/requests/{self.name}.json --twin {self.twin}"
 
 
+# "{repo}" in a case's args: this checkout's root, so a file-taking flag names a committed fixture
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
 def load_case(path: Path) -> Case:
     data = json.loads(path.read_text(encoding="utf-8"))
     unknown = [n for n in data.get("normalize", []) if n not in REGISTRY]
@@ -57,7 +61,7 @@ def load_case(path: Path) -> Case:
         normalize=tuple(data.get("normalize", [])),
         expect_identical=bool(expect.get("identical", True)),
         expect_divergences=tuple(tuple(d) for d in expect.get("divergences", [])),
-        args=tuple(data.get("args", [])),
+        args=tuple(a.replace("{repo}", str(REPO_ROOT)) for a in data.get("args", [])),
         setup=tuple(OracleRequest.from_dict(r) for r in data.get("setup", [])),
     )
 

@@ -127,9 +127,9 @@ async def test_fields_mlxcel_does_not_act_on_are_logged_not_silent(ready_state, 
     async with _client(ready_state) as c:
         with caplog.at_level("WARNING", logger="mlxcel.api"):
             r = await c.post("/completion", json={"prompt": "x", "n_predict": 1, "dry_multiplier": 0.7, "top_k": 5,
-                                                  "samplers": ["top_k", "infill"], "grammar": "root ::= \"a\""})
+                                                  "samplers": ["top_k", "infill"], "lora": []})
     assert r.status_code == 200
-    assert "does not act on the request field(s) grammar, samplers: infill" in caplog.text
+    assert "does not act on the request field(s) lora, samplers: infill" in caplog.text
 
 
 async def test_score_route_agrees_with_greedy_generation(ready_state):

@@ -48,8 +48,8 @@ def test_adding_an_unflipped_route_fails(entries, surfaces):
 
 def test_adding_an_unflipped_native_field_fails(entries, surfaces):
     widened = copy.deepcopy(surfaces)
-    widened.fields.add("grammar_lazy")
-    assert "grammar_lazy: mlxcel serves this field but the manifest does not claim it" in check_claims(entries, widened)
+    widened.fields.add("lora")
+    assert "lora: mlxcel serves this field but the manifest does not claim it" in check_claims(entries, widened)
 
 
 def test_dropping_a_claimed_flag_fails(entries, surfaces):

@@ -12,14 +12,22 @@ from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
 from ..engine.engine import Handle
-from ..engine.types import (ErrorEvent, FinalEvent, GenerationRequest, ProgressEvent, SamplingParams, Timings,
-                            TokenEvent)
+from ..engine.types import (
+    ErrorEvent,
+    FinalEvent,
+    GenerationRequest,
+    ProgressEvent,
+    SamplingParams,
+    Timings,
+    TokenEvent,
+)
 from ..errors import SAMPLERS_FAILED, ErrorKind, UpstreamError, exceeds_context, json_type_name
-from .jsonio import UpstreamJSON, dumps, read_json_object
-from .schemas import NativeCompletionRequest
 from .dry import processed_breakers
+from .grammars import grammar_spec
+from .jsonio import UpstreamJSON, dumps, read_json_object
 from .probs import token_entry
 from .prompts import input_prompts
+from .schemas import NativeCompletionRequest
 from .task_params import LLAMA_DEFAULT_SEED, TaskParams, f32, generation_settings
 
 router = APIRouter()
@@ -159,7 +167,8 @@ def sampling_params(p: TaskParams, tok=None) -> SamplingParams:
         samplers=tuple(p.samplers), logit_bias=tuple(p.logit_bias))
 
 
-def _generation_request(p: TaskParams, tokens: list[int], base: TaskParams, tok=None) -> GenerationRequest:
+def _generation_request(p: TaskParams, tokens: list[int], base: TaskParams, tok=None,
+                        grammar_vocab=None) -> GenerationRequest:
     # the per-request limit takes priority over the server's (--predict), which an explicit -1 falls back to
     n_predict = p.n_predict if p.n_predict != -1 else base.n_predict
     return GenerationRequest(prompt_tokens=tuple(tokens), n_predict=n_predict, ignore_eos=p.ignore_eos,
@@ -167,6 +176,7 @@ def _generation_request(p: TaskParams, tokens: list[int], base: TaskParams, tok=
                              n_indent=p.n_indent, t_max_predict_ms=p.t_max_predict_ms,
                              return_progress=p.stream and p.return_progress, n_keep=p.n_keep, n_discard=p.n_discard,
                              preserved_tokens=frozenset(p.preserved_tokens), sampling=sampling_params(p, tok),
+                             grammar=grammar_spec(p, grammar_vocab),  # after the chain's checks, as upstream
                              n_probs=max(p.n_probs, 0), post_sampling_probs=p.post_sampling_probs,
                              params_echo=generation_settings(p, only_metrics=True))
 
@@ -189,7 +199,8 @@ def _start_tasks(state, p: TaskParams, prompts: list[list[int]], id_slot: int | 
                 t.final = FinalEvent("none", 0, 0, 0, 0, 0, False, 0.0, 0.0)
         else:
             base = state.settings.base_params
-            requests = [_generation_request(t.params, tokens, base, state.tokenizer) for t in group]
+            requests = [_generation_request(t.params, tokens, base, state.tokenizer, state.grammar_vocab)
+                        for t in group]
             requests[0] = dataclasses.replace(requests[0], id_slot=id_slot)  # children cannot choose their slot
             handles = state.engine.submit_group(requests)
             for t, h in zip(group, handles):

@@ -36,7 +36,11 @@ ACTED_ON: tuple[str, ...] = (
     "verbose",
     "stream_options",
     "preserved_tokens",
-    # the sampler chain (grammars and the infill sampler are not acted on yet)
+    "grammar",
+    "json_schema",
+    "grammar_lazy",
+    "grammar_triggers",
+    # the sampler chain (the infill sampler is not acted on yet)
     "seed",
     "temperature",
     "dynatemp_range",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 from ..engine.engine import Engine
@@ -30,3 +31,15 @@ class AppState:
     settings: ServerSettings = field(default_factory=ServerSettings)
     model_path: str = ""
     model_ftype: str = ""
+    _grammar_vocab: object = None
+    _grammar_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def grammar_vocab(self):
+        """The vocabulary grammars compile against, built on first use and shared with the engine."""
+        with self._grammar_lock:
+            if self._grammar_vocab is None:
+                from ..grammar.constraint import GrammarVocab
+
+                self._grammar_vocab = GrammarVocab(self.tokenizer, frozenset(self.engine.eog_ids))
+                self.engine.grammar_vocab = self._grammar_vocab
+            return self._grammar_vocab

@@ -20,6 +20,7 @@ import numpy as np
 from ..engine.rng import LLAMA_DEFAULT_SEED
 from ..engine.types import SamplingParams
 from ..errors import ErrorKind, UpstreamError, json_type_name, type_error
+from ..grammar.json_schema import json_schema_to_grammar
 from .native_fields import SCHEMA, Field, present
 
 DEFAULT_SAMPLERS = SamplingParams().samplers
@@ -111,7 +112,6 @@ class TaskParams:
     lora: dict[int, float] = field(default_factory=dict)
     dry_sequence_breakers: list[str] = field(default_factory=lambda: list(DEFAULT_DRY_BREAKERS))
     grammar: str = ""
-    json_schema: object = None  # given, not yet converted to a grammar (the sampling issue)
     grammar_lazy: bool = False
     chat_format: int = 0
     reasoning_format: str = "deepseek"
@@ -266,7 +266,10 @@ def _dry_sequence_breakers(p: TaskParams, body: dict, ctx: EvalContext) -> None:
 def _grammar(p: TaskParams, body: dict, ctx: EvalContext) -> None:
     if "json_schema" in body and "grammar" not in body:
         v = body["json_schema"]
-        p.json_schema = v if isinstance(v, dict) else {}
+        try:  # json_value(data, "json_schema", json::object()): null reads as the default {}
+            p.grammar = json_schema_to_grammar({} if v is None else v)
+        except ValueError as e:
+            raise _invalid(f'"json_schema": {e}') from None
         return
     v = body.get("grammar")
     if isinstance(v, str) and v:

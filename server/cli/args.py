@@ -113,6 +113,24 @@ def _sampling_options(p: argparse.ArgumentParser) -> None:
          help="ignore end of stream token and continue generating (implies --logit-bias EOS-inf)")
     _add(p, "-l", "--logit-bias", action="append", default=None,
          help="modifies the likelihood of token appearing in the completion, i.e. `--logit-bias 15043+1`")
+    # b10621 runs these handlers in command-line order and the last one sets the grammar: one ordered list
+    _add(p, "--grammar", dest="grammar_args", action=_Ordered, default=None,
+         help="BNF-like grammar to constrain generations (see samples in grammars/ dir)")
+    _add(p, "--grammar-file", dest="grammar_args", action=_Ordered, default=None, metavar="FNAME",
+         help="file to read grammar from")
+    _add(p, "-j", "--json-schema", dest="grammar_args", action=_Ordered, default=None, metavar="SCHEMA",
+         help="JSON schema to constrain generations (https://json-schema.org/), e.g. `{}` for any JSON object")
+    _add(p, "-jf", "--json-schema-file", dest="grammar_args", action=_Ordered, default=None, metavar="FILE",
+         help="File containing a JSON schema to constrain generations (https://json-schema.org/), e.g. `{}` for "
+              "any JSON object")
+
+
+class _Ordered(argparse.Action):
+    """Record (long spelling, value) in command-line order on a list shared by several options."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        seen = getattr(namespace, self.dest) or []
+        setattr(namespace, self.dest, [*seen, (self.option_strings[-1], option_string, values)])
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:

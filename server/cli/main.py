@@ -155,7 +155,40 @@ def sampling_defaults(args, eog_ids: frozenset[int] = frozenset()) -> dict:
         bias += [(t, float("-inf")) for t in sorted(eog_ids)]
     if bias:
         out["logit_bias"] = bias
+    grammar = _grammar_default(args.grammar_args or [])
+    if grammar:
+        out["grammar"] = grammar
     return out
+
+
+def _grammar_default(given: list[tuple[str, str, str]]) -> str:
+    """--grammar / --grammar-file / -j / -jf, each handled in order as common/arg.cpp does (the last wins).
+    A schema is converted here, so a bad one fails startup; GBNF is parsed per request, as upstream."""
+    import json
+    from pathlib import Path
+
+    from ..grammar.json_schema import json_schema_to_grammar
+
+    grammar = ""
+    for option, spelling, value in given:
+        try:
+            if option in ("--grammar-file", "--json-schema-file"):
+                try:
+                    value = Path(value).read_bytes().decode("utf-8", errors="replace")
+                except OSError:
+                    raise ValueError(f"error: failed to open file '{value}'\n") from None
+            if option in ("--grammar", "--grammar-file"):
+                grammar = value
+                continue
+            try:
+                schema = json.loads(value)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"[json.exception.parse_error.101] parse error at line {e.lineno}, column {e.colno}: "
+                                 f"syntax error while parsing value - {e.msg}") from None
+            grammar = json_schema_to_grammar(schema)
+        except ValueError as e:
+            raise ValueError(f'error while handling argument "{spelling}": {e}') from None
+    return grammar
 
 
 def convert(argv: list[str]) -> int:

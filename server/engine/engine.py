@@ -18,12 +18,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import AsyncIterator, Callable
 
+from server.grammar.constraint import GrammarMatcher
+
 from .prompt_cache import PromptCache
-from .sampling import Chain, pre_probs
+from .sampling import Chain, GrammarDeadEnd, pre_probs, sample_constrained
 from .scheduler import Scheduler, Sequence
 from .stopping import TextStream
-from .types import (EngineInfo, ErrorEvent, Event, FinalEvent, GenerationRequest, ProgressEvent, ScoredPosition,
-                    ScoreEvent, ScoreRequest, SlotRecord, Timings, TokenEvent, TokenProbs)
+from .types import (
+    EngineInfo,
+    ErrorEvent,
+    Event,
+    FinalEvent,
+    GenerationRequest,
+    ProgressEvent,
+    ScoredPosition,
+    ScoreEvent,
+    ScoreRequest,
+    SlotRecord,
+    Timings,
+    TokenEvent,
+    TokenProbs,
+)
 
 log = logging.getLogger("mlxcel.engine")
 
@@ -70,6 +85,7 @@ class _Running:
     shifted: bool = False
     is_child: bool = False  # an n_cmpl > 1 completion that takes its prompt state from the first
     chain: Chain | None = None  # the request's sampler chain, built at its first draw
+    grammar: GrammarMatcher | None = None  # the request's grammar state, built with the chain
 
 
 # Prefill runs in chunks of this many tokens (at most --ubatch-size), ending on multiples of it counted from
@@ -95,11 +111,12 @@ class EngineConfig:
 
 class Engine:
     def __init__(self, checkpoint: Path, config: EngineConfig = EngineConfig(), eog_ids: frozenset[int] = frozenset(),
-                 piece: Callable[[int, bool], bytes] = lambda _t, _s: b""):
+                 piece: Callable[[int, bool], bytes] = lambda _t, _s: b"", grammar_vocab=None):
         self.checkpoint = checkpoint
         self.config = config
         self.eog_ids = eog_ids
         self.piece = piece  # (token id, render special tokens) -> the bytes b10621 adds to the generated text
+        self.grammar_vocab = grammar_vocab  # server.grammar.constraint.GrammarVocab, for requests with a grammar
         self.info = EngineInfo(model_path=str(checkpoint), n_slots=config.n_slots)
         self.ready = threading.Event()
         self.load_error: str | None = None
@@ -330,8 +347,17 @@ class Engine:
                 run.chain = Chain(req.sampling, self.runner.n_vocab)
                 for t in seq.prompt:
                     run.chain.accept(t)
+                if req.grammar is not None:  # the prompt is not fed to it (is_generated = false)
+                    run.grammar = GrammarMatcher(req.grammar, self.grammar_vocab)
             logits = self.runner.to_numpy(run.logits)
-            token = run.chain.sample(logits)
+            try:
+                token = sample_constrained(run.chain, run.grammar, logits)
+            except GrammarDeadEnd as dead:
+                self._fail(sched, seq, "got exception: Unexpected empty grammar stack after accepting piece: "
+                           f"{self.piece(dead.token, True).decode('utf-8', 'replace')} ({dead.token})")
+                return
+            if run.grammar is not None:
+                run.grammar.accept(token)
             run.chain.accept(token)
             if req.n_probs > 0:
                 prob, top = (run.chain.post_probs(token, req.n_probs) if req.post_sampling_probs
@@ -391,6 +417,12 @@ class Engine:
         return Timings(n_cached=run.n_cached, n_prompt_processed=len(seq.prompt) - run.n_cached,
                        t_prompt_ms=(run.t_prompt - run.t_start) * 1e3,
                        n_decoded=n, t_gen_ms=max(run.t_gen_last - run.t_prompt, 1e-6) * 1e3 if n else 0.0)
+
+    def _fail(self, sched: Scheduler, seq: Sequence, message: str) -> None:
+        """This sequence alone ends in an error (b10621's exception inside the slot's sampling)."""
+        self._release(seq)
+        seq.payload.handle.publish(ErrorEvent(message))
+        sched.free(seq)
 
     def _finish(self, sched: Scheduler, seq: Sequence, stop_type: str, truncated: bool) -> None:
         run: _Running = seq.payload

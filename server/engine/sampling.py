@@ -551,6 +551,28 @@ class Chain:
         return (float(p[hit[0]]) if len(hit) else 1.0), top
 
 
+def sample_constrained(chain: Chain, grammar, logits: np.ndarray) -> int:
+    """common_sampler_sample(grammar_first = false): draw unconstrained, keep the token if the grammar
+    takes it, otherwise draw again from the logits with the grammar applied first (the chain runs twice,
+    its random stream advancing twice, as upstream's does)."""
+    token = chain.sample(logits)
+    if grammar is None or not grammar.active or grammar.allows(token):
+        return token
+    allowed = grammar.mask()
+    if not allowed.any():  # upstream draws from all -inf and fails accepting it; nothing is drawn here
+        raise GrammarDeadEnd(token)
+    masked = np.where(allowed, np.asarray(logits, dtype=np.float32), np.float32(-np.inf))
+    return chain.sample(masked)
+
+
+class GrammarDeadEnd(RuntimeError):
+    """The grammar allows no token at all (a class like [z-a], an out-of-range token terminal)."""
+
+    def __init__(self, token: int):
+        super().__init__(token)
+        self.token = token
+
+
 def pre_probs(logits: np.ndarray, token: int, n: int) -> tuple[float, list[tuple[int, float]]]:
     """get_token_probabilities(): the softmax of the raw logits, the token's and the top n probabilities."""
     logits = np.asarray(logits, dtype=np.float32)

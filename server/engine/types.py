@@ -42,6 +42,16 @@ class SamplingParams:
 
 
 @dataclass(frozen=True)
+class GrammarSpec:
+    """A request grammar, already parsed and lowered to llguidance's Lark (server/grammar/)."""
+
+    lark: str
+    lazy: bool = False
+    trigger_tokens: tuple[int, ...] = ()
+    trigger_patterns: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class GenerationRequest:
     prompt_tokens: tuple[int, ...]
     n_predict: int = -1  # -1: until end of generation or the context is full
@@ -60,6 +70,7 @@ class GenerationRequest:
     preserved_tokens: frozenset[int] = frozenset()  # special tokens rendered as text in this request's output
     id_slot: int | None = None  # run on this slot (waiting for it if busy); None: the lowest free one
     params_echo: dict | None = None  # the resolved parameters as GET /slots shows them (JSON-ready)
+    grammar: GrammarSpec | None = None  # constrain every draw to keep the output parsable
 
 
 @dataclass(frozen=True)

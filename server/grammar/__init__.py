@@ -1,0 +1,1 @@
+"""GBNF grammars: parsing, JSON-schema conversion and constrained decoding."""
