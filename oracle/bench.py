@@ -1,8 +1,11 @@
 """`nox -s bench` / `python -m oracle.bench`: mlxcel against the reference on the same twin, in one run.
 
-Measured per server: decode tokens/s at 1 stream, aggregate tokens/s at 4 and 8 concurrent streams,
+Measured per server: decode tokens/s at 1 stream (greedy, then b10621's default sampler chain, a
+top-k/top-p/temperature chain and a JSON grammar), aggregate tokens/s at 4 and 8 concurrent streams,
 prompt tokens/s on a 512-token prompt, time to first token, and the prompt-cache hit speedup (a repeated
-prompt against its first run). Reported as mlxcel/reference ratios; nothing here asserts a speed.
+prompt against its first run). Reported as mlxcel/reference ratios, plus each server's sampled decode
+over its own greedy decode (the sampling overhead) and the cost of mlxcel's sampler chain per token at
+the fixture's vocabulary; nothing here asserts a speed.
 """
 
 from __future__ import annotations
@@ -18,6 +21,38 @@ import httpx
 from .processes import COMMON_ARGS, mlxcel_server, reference_server
 
 PROMPT = "Once upon a time, in a small village by the sea, there lived"
+
+
+# The sampled decode runs: None drops the greedy run's key (the server default applies). The grammar never
+# completes, so ignore_eos (an end-of-generation ban) cannot leave it without a token to draw.
+SAMPLED = {
+    "default_chain": {"temperature": None, "seed": 1},
+    "topk_topp_temp": {"temperature": 0.7, "top_k": 40, "top_p": 0.9, "min_p": 0.0, "seed": 1},
+    "json_grammar": {"temperature": 0.7, "seed": 1,
+                     "grammar": 'root ::= "[" item ("," " "? item)*\nitem ::= "\"" [a-z ]{1,12} "\""\n'},
+}
+
+
+def chain_cost_us(n_vocab: int = 49152, steps: int = 200) -> dict:
+    """mlxcel's sampler chain alone, microseconds per token on random logits of the fixture's vocabulary."""
+    import numpy as np
+
+    from server.engine.sampling import Chain
+    from server.engine.types import SamplingParams
+
+    chains = {"greedy": SamplingParams(temperature=0.0), "default_chain": SamplingParams(seed=1),
+              "topk_topp_temp": SamplingParams(seed=1, temperature=0.7, top_k=40, top_p=0.9, min_p=0.0),
+              "penalties_dry": SamplingParams(seed=1, repeat_penalty=1.1, frequency_penalty=0.1, dry_multiplier=0.8)}
+    rng = np.random.default_rng(0)
+    logits = [rng.standard_normal(n_vocab).astype(np.float32) * 3 for _ in range(steps)]
+    out = {}
+    for name, params in chains.items():
+        chain = Chain(params, n_vocab)
+        start = time.perf_counter()
+        for x in logits:
+            chain.accept(chain.sample(x))
+        out[f"chain_us_per_token_{name}"] = (time.perf_counter() - start) / steps * 1e6
+    return out
 
 
 def _long_prompt(n_tokens: int) -> list[int]:
@@ -54,6 +89,12 @@ async def measure(url: str, n_predict: int) -> dict:
         start = time.perf_counter()
         await _one(client, url, gen)
         out["decode_tps_1"] = n_predict / (time.perf_counter() - start)
+        for name, settings in SAMPLED.items():
+            body = {k: v for k, v in {**gen, **settings}.items() if v is not None}
+            start = time.perf_counter()
+            answer = await _one(client, url, body)
+            out[f"decode_tps_1_{name}"] = answer["tokens_predicted"] / (time.perf_counter() - start)
+            out[f"sampled_over_greedy_{name}"] = out[f"decode_tps_1_{name}"] / out["decode_tps_1"]
         for streams in (4, 8):
             start = time.perf_counter()
             await asyncio.gather(*(_one(client, url, gen) for _ in range(streams)))
@@ -86,6 +127,7 @@ def run(twin_kind: str, n_predict: int) -> dict:
                        ("mlxcel", mlxcel_server(t.mlx_model, args))):
         with proc:
             results[name] = asyncio.run(measure(proc.base_url, n_predict))
+    results["mlxcel_only"] = chain_cost_us()
     lower_is_better = {"ttft_s"}
     results["ratio_mlxcel_over_reference"] = {
         k: (results["reference"][k] / results["mlxcel"][k] if k in lower_is_better else
@@ -102,9 +144,11 @@ def main(argv: list[str] | None = None) -> None:
     results = run(args.twin, args.n_predict)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
-    print(f"{'metric':<20}{'reference':>12}{'mlxcel':>12}{'ratio':>10}   (ratio > 1: mlxcel better)")
+    print(f"{'metric':<34}{'reference':>12}{'mlxcel':>12}{'ratio':>10}   (ratio > 1: mlxcel better)")
     for k, ratio in results["ratio_mlxcel_over_reference"].items():
-        print(f"{k:<20}{results['reference'][k]:>12.3f}{results['mlxcel'][k]:>12.3f}{ratio:>10.3f}")
+        print(f"{k:<34}{results['reference'][k]:>12.3f}{results['mlxcel'][k]:>12.3f}{ratio:>10.3f}")
+    for k, v in results["mlxcel_only"].items():
+        print(f"{k:<34}{'':>12}{v:>12.1f}")
 
 
 if __name__ == "__main__":
