@@ -113,6 +113,9 @@ def _sampling_options(p: argparse.ArgumentParser) -> None:
          help="ignore end of stream token and continue generating (implies --logit-bias EOS-inf)")
     _add(p, "-l", "--logit-bias", action="append", default=None,
          help="modifies the likelihood of token appearing in the completion, i.e. `--logit-bias 15043+1`")
+    _add(p, "-bs", "--backend-sampling", env="LLAMA_ARG_BACKEND_SAMPLING", action=_NegatableFlag, default=False,
+         type=_env_flag, help="enable backend sampling (experimental) (default: disabled); mlxcel always runs "
+                              "b10621's CPU sampler chain, so this only sets the reported backend_sampling")
     # b10621 runs these handlers in command-line order and the last one sets the grammar: one ordered list
     _add(p, "--grammar", dest="grammar_args", action=_Ordered, default=None,
          help="BNF-like grammar to constrain generations (see samples in grammars/ dir)")

@@ -155,6 +155,10 @@ def sampling_defaults(args, eog_ids: frozenset[int] = frozenset()) -> dict:
         bias += [(t, float("-inf")) for t in sorted(eog_ids)]
     if bias:
         out["logit_bias"] = bias
+    if args.backend_sampling:  # echoed as b10621 echoes it; the draw is the common chain's either way
+        out["backend_sampling"] = True
+        log.warning("--backend-sampling: mlxcel samples every request with b10621's CPU sampler chain; "
+                    "there is no backend sampler, so seeded draws follow the CPU chain")
     grammar = _grammar_default(args.grammar_args or [])
     if grammar:
         out["grammar"] = grammar
