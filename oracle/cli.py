@@ -51,11 +51,9 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def _run_corpus(live: bool, only: str | None = None, missing: bool = False) -> tuple[int, int]:
-    from .runner import run_case
-
-    from .processes import COMMON_ARGS
-
     from .corpus import TRANSCRIPT_DIR
+    from .processes import COMMON_ARGS
+    from .runner import run_case
 
     cases = [c for c in load_corpus() if (only is None or c.name == only)
              and not (missing and (TRANSCRIPT_DIR / f"{c.name}.json").is_file())]

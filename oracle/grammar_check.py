@@ -8,8 +8,19 @@ mlxcel's lowering cannot hide behind the same lowering.
 
 from __future__ import annotations
 
-from server.grammar.gbnf import (ALT, CHAR, CHAR_ALT, CHAR_ANY, CHAR_NOT, CHAR_RNG_UPPER, END, RULE_REF, TOKEN,
-                                 TOKEN_NOT, Grammar)
+from server.grammar.gbnf import (
+    ALT,
+    CHAR,
+    CHAR_ALT,
+    CHAR_ANY,
+    CHAR_NOT,
+    CHAR_RNG_UPPER,
+    END,
+    RULE_REF,
+    TOKEN,
+    TOKEN_NOT,
+    Grammar,
+)
 
 Pos = tuple[int, int]  # (rule index, element index)
 Stack = tuple[Pos, ...]

@@ -117,12 +117,11 @@ def test_llguidance_lowering_accepts_exactly_the_recognizers_prefixes(source, vo
 
 
 def test_a_grammar_that_allows_no_token_is_a_dead_end_not_a_free_draw(vocab):
-    from server.engine.sampling import GrammarDeadEnd, sample_constrained
-    from server.engine.types import SamplingParams
-    from server.engine.sampling import Chain
-    from server.grammar.constraint import GrammarMatcher
-
     import numpy as np
+
+    from server.engine.sampling import Chain, GrammarDeadEnd, sample_constrained
+    from server.engine.types import SamplingParams
+    from server.grammar.constraint import GrammarMatcher
 
     spec = vocab.compile("root ::= [z-a]\n")  # b10621 parses this; no character can ever match it
     matcher = GrammarMatcher(spec, vocab)

@@ -16,6 +16,7 @@ from ..engine.types import (
     ErrorEvent,
     FinalEvent,
     GenerationRequest,
+    GrammarSpec,
     ProgressEvent,
     SamplingParams,
     Timings,
@@ -168,7 +169,7 @@ def sampling_params(p: TaskParams, tok=None) -> SamplingParams:
 
 
 def _generation_request(p: TaskParams, tokens: list[int], base: TaskParams, tok=None,
-                        grammar_vocab=None) -> GenerationRequest:
+                        grammar: GrammarSpec | None = None) -> GenerationRequest:
     # the per-request limit takes priority over the server's (--predict), which an explicit -1 falls back to
     n_predict = p.n_predict if p.n_predict != -1 else base.n_predict
     return GenerationRequest(prompt_tokens=tuple(tokens), n_predict=n_predict, ignore_eos=p.ignore_eos,
@@ -176,7 +177,7 @@ def _generation_request(p: TaskParams, tokens: list[int], base: TaskParams, tok=
                              n_indent=p.n_indent, t_max_predict_ms=p.t_max_predict_ms,
                              return_progress=p.stream and p.return_progress, n_keep=p.n_keep, n_discard=p.n_discard,
                              preserved_tokens=frozenset(p.preserved_tokens), sampling=sampling_params(p, tok),
-                             grammar=grammar_spec(p, grammar_vocab),  # after the chain's checks, as upstream
+                             grammar=grammar,
                              n_probs=max(p.n_probs, 0), post_sampling_probs=p.post_sampling_probs,
                              params_echo=generation_settings(p, only_metrics=True))
 
@@ -186,11 +187,25 @@ def _child_params(p: TaskParams, j: int) -> TaskParams:
     return p if j == 0 or p.seed == LLAMA_DEFAULT_SEED else dataclasses.replace(p, seed=(p.seed + j) % 2**32)
 
 
-def _start_tasks(state, p: TaskParams, prompts: list[list[int]], id_slot: int | None) -> list[_Task]:
+def _check_prompts(state, prompts: list[list[int]]) -> None:
     n_ctx = state.engine.info.n_ctx
     for tokens in prompts:  # every prompt is checked before any runs
         if len(tokens) >= n_ctx:
             raise exceeds_context(len(tokens), n_ctx)
+
+
+async def _grammar(state, p: TaskParams, prompts: list[list[int]]) -> GrammarSpec | None:
+    """The request's grammar, compiled off the event loop; checked where b10621's sampler init checks it,
+    after the prompt and the chain's own settings (an empty prompt never builds a sampler)."""
+    if not p.grammar or not any(prompts):
+        return None
+    sampling_params(p)
+    return await asyncio.to_thread(grammar_spec, p, state.grammar_vocab)
+
+
+def _start_tasks(state, p: TaskParams, prompts: list[list[int]], id_slot: int | None,
+                 grammar: GrammarSpec | None = None) -> list[_Task]:
+    _check_prompts(state, prompts)
     tasks: list[_Task] = []
     for i, tokens in enumerate(prompts):
         group = [_Task(i * p.n_cmpl + j, tokens, _child_params(p, j)) for j in range(p.n_cmpl)]
@@ -199,8 +214,7 @@ def _start_tasks(state, p: TaskParams, prompts: list[list[int]], id_slot: int | 
                 t.final = FinalEvent("none", 0, 0, 0, 0, 0, False, 0.0, 0.0)
         else:
             base = state.settings.base_params
-            requests = [_generation_request(t.params, tokens, base, state.tokenizer, state.grammar_vocab)
-                        for t in group]
+            requests = [_generation_request(t.params, tokens, base, state.tokenizer, grammar) for t in group]
             requests[0] = dataclasses.replace(requests[0], id_slot=id_slot)  # children cannot choose their slot
             handles = state.engine.submit_group(requests)
             for t, h in zip(group, handles):
@@ -239,7 +253,11 @@ async def complete(state, body: dict):
     """handle_completions_impl(): the native answer to a completion body (JSON, or an SSE stream)."""
     n_slots = state.engine.info.n_slots
     req = NativeCompletionRequest.parse(body, n_slots, state.tokenizer, state.settings.base_params)
-    tasks = _start_tasks(state, req.params, input_prompts(state.tokenizer, req.prompt), _requested_slot(body, n_slots))
+    prompts = input_prompts(state.tokenizer, req.prompt)
+    id_slot = _requested_slot(body, n_slots)
+    _check_prompts(state, prompts)
+    grammar = await _grammar(state, req.params, prompts)
+    tasks = _start_tasks(state, req.params, prompts, id_slot, grammar)
     if req.params.stream:
         return await _start_stream(state, req.params, tasks)
     try:

@@ -51,8 +51,8 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
     from ..api.app import create_app
     from ..api.state import AppState, ServerSettings
     from ..api.task_params import TaskParams
-    from ..models.loader import model_ftype
     from ..engine.engine import Engine, EngineConfig
+    from ..models.loader import model_ftype
     from ..models.tokenizer import ModelTokenizer
 
     if args.parallel == 0:

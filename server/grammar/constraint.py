@@ -17,10 +17,19 @@ import numpy as np
 
 from server.engine.types import GrammarSpec
 
-from .gbnf import Grammar, GrammarError, parse_gbnf
+from .gbnf import Grammar, GrammarError, GrammarTooDeep, parse_gbnf
 
 # b10621's sampler-init failure for a grammar it cannot parse (common_sampler_init)
 PARSE_FAILED = "failed to parse grammar"
+# mlxcel's bound on GBNF source (b10621 has none): it keeps parsing and lowering to a fraction of a second
+MAX_GRAMMAR_SOURCE = 256 * 1024
+# llguidance's per-step guards, widened so any grammar under the source cap runs as b10621 runs it (its
+# defaults stop a rule with more than 2000 alternatives, which b10621 walks without a limit)
+LIMITS = dict(max_items_in_row=MAX_GRAMMAR_SOURCE // 4, step_max_items=1_000_000)
+
+
+def _limits() -> llguidance.LLParserLimits:
+    return llguidance.LLParserLimits(**LIMITS)
 
 
 class GrammarRefused(ValueError):
@@ -56,13 +65,24 @@ class GrammarVocab:
 
     def compile(self, source: str, lazy: bool = False, trigger_tokens=(), trigger_patterns=()) -> GrammarSpec:
         """Parse GBNF as b10621 would and lower it; GrammarRefused where b10621's sampler init fails."""
+        if len(source.encode("utf-8")) > MAX_GRAMMAR_SOURCE:
+            raise GrammarRefused(f"{PARSE_FAILED} (the grammar is larger than mlxcel's limit of "
+                                 f"{MAX_GRAMMAR_SOURCE} bytes)")
         try:
             grammar = _parse_cached(source, id(self))
         except GrammarError:
             raise GrammarRefused(PARSE_FAILED) from None
-        message = llguidance.LLMatcher.validate_grammar(llguidance.LLMatcher.grammar_from_lark(grammar.lark), self.ll)
-        if message:  # a grammar b10621 takes that the lowering cannot serve: refused, never run unconstrained
-            raise GrammarRefused(f"{PARSE_FAILED} ({message})")
+        except GrammarTooDeep as e:
+            raise GrammarRefused(f"{PARSE_FAILED} ({e})") from None
+        # a grammar b10621 takes that llguidance cannot serve (its 65535-symbol bound, for one) is refused,
+        # never run unconstrained; building a matcher is the only check that sees every such bound
+        matcher = llguidance.LLMatcher(self.ll, llguidance.LLMatcher.grammar_from_lark(grammar.lark), log_level=0,
+                                       limits=_limits())
+        if matcher.is_error():
+            reason = matcher.get_error().split("\n", 1)[0]
+            if "symbols.len()" in reason:
+                reason = "more than 65535 grammar symbols once lowered to one terminal per character"
+            raise GrammarRefused(f"{PARSE_FAILED} (mlxcel's grammar engine cannot take it: {reason})")
         for pattern in trigger_patterns:
             try:
                 re.compile(pattern)
@@ -93,7 +113,8 @@ class GrammarMatcher:
     def __init__(self, spec: GrammarSpec, vocab: GrammarVocab):
         self.vocab = vocab
         self.spec = spec
-        self.m = llguidance.LLMatcher(vocab.ll, llguidance.LLMatcher.grammar_from_lark(spec.lark), log_level=0)
+        self.m = llguidance.LLMatcher(vocab.ll, llguidance.LLMatcher.grammar_from_lark(spec.lark), log_level=0,
+                                      limits=_limits())
         self.awaiting_trigger = spec.lazy
         self._buffer = b""
         self._positions: list[tuple[int, int, int]] = []  # (token, start, end) in the buffer

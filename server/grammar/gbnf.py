@@ -12,6 +12,7 @@ lexer is greedy, so a multi-character lexeme could end where a GBNF parse would 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -27,6 +28,10 @@ Rule = list[Element]
 
 class GrammarError(ValueError):
     """A grammar b10621 refuses; the message is the one its parser logs."""
+
+
+class GrammarTooDeep(ValueError):
+    """A grammar b10621 takes whose nesting exceeds what mlxcel lowers safely (a recorded divergence)."""
 
 
 def _is_digit(c: int) -> bool:
@@ -149,9 +154,13 @@ class Grammar:
 
 @dataclass
 class _Seq:
-    """One alternative in Lark form: a list of items; `last` is the item repetition applies to."""
+    """One alternative in Lark form: its symbols as (text, is_atom); repetition applies to the last.
 
-    items: list[str] = field(default_factory=list)
+    An atom is one Lark term (a rule name, a one-character regex, a token); a literal of several
+    characters is not, and is moved into a rule of its own before an operator applies to it, so the
+    Lark source never nests parentheses (llguidance refuses deep nesting)."""
+
+    items: list[tuple[str, bool]] = field(default_factory=list)
 
 
 class _Parser:
@@ -162,6 +171,8 @@ class _Parser:
         self.symbol_ids: dict[str, int] = {}
         self.rules: list[Rule] = []
         self.lark_rules: dict[int, list[_Seq]] = {}
+        self.hoisted: list[str] = []  # bodies of the h<n> rules that carry an operand of an operator
+        self.terminals: dict[str, str] = {}  # character-class regex -> its terminal's name
 
     # symbol table, as get_symbol_id / generate_symbol_id
     def symbol(self, name: str) -> int:
@@ -257,20 +268,20 @@ class _Parser:
             if n_opt > 0:
                 rule.append((RULE_REF, last_rec))
             n_prev_rules *= total
-            # Lark: the operator wraps the last item (erased by x{0}, as the elements are)
-            item = seq.items.pop()
+            # Lark: the operator applies to the last item (erased by x{0}, as the elements are)
+            text, atom = seq.items.pop()
             if lo == hi == 0:
                 return
             op = {(0, UINT64_MAX): "*", (1, UINT64_MAX): "+", (0, 1): "?"}.get((lo, hi))
             if op is None:
                 op = f"{{{lo},}}" if no_max else f"{{{lo},{hi}}}"
-            seq.items.append(f"({item}){op}")
+            seq.items.append((f"{text if atom else self.hoist(text)}{op}", False))
 
         def symbol_start(item: str) -> None:
             nonlocal last_sym_start, n_prev_rules
             last_sym_start = len(rule)
             n_prev_rules = 1
-            seq.items.append(item)
+            seq.items.append((item, True))
 
         while _at(src, pos):
             c = src[pos]
@@ -283,9 +294,9 @@ class _Parser:
                         raise GrammarError("unexpected end of input")
                     ch, pos = _parse_char(src, pos)
                     rule.append((CHAR, ch))
-                    chars.append(_char_class([(ch, ch)], False))
+                    chars.append(self.terminal(_char_class([(ch, ch)], False)))
                 if chars:
-                    seq.items.append("(" + " ".join(chars) + ")")
+                    seq.items.append((" ".join(chars), len(chars) == 1))
                 pos = _parse_space(src, pos + 1, nested)
             elif c == ord("["):
                 pos += 1
@@ -308,7 +319,7 @@ class _Parser:
                         rule.append((CHAR_RNG_UPPER, hi_ch))
                     ranges.append((ch, hi_ch))
                 if ranges:  # "[]" and "[^]" leave no element at all: they match the empty string
-                    seq.items.append(_char_class(ranges, negated))
+                    seq.items.append((self.terminal(_char_class(ranges, negated)), True))
                 pos = _parse_space(src, pos + 1, nested)
             elif c in (ord("<"), ord("!")):
                 kind = TOKEN
@@ -330,15 +341,16 @@ class _Parser:
                 n_before = len(self.symbol_ids)
                 sub_id = self.generate(name)
                 pos, alts = self.parse_alternates(pos, name, sub_id, True)
+                self.lark_rules[sub_id] = alts
                 n_prev = max(1, len(self.symbol_ids) - n_before)
-                symbol_start(_alternation(alts))
+                symbol_start(f"r{sub_id}")
                 n_prev_rules = n_prev
                 rule.append((RULE_REF, sub_id))
                 if _at(src, pos) != ord(")"):
                     raise GrammarError(f"expecting ')' at {_rest(src, pos)}")
                 pos = _parse_space(src, pos + 1, nested)
             elif c == ord("."):
-                symbol_start(ANY_CHAR)
+                symbol_start(self.terminal(ANY_CHAR))
                 rule.append((CHAR_ANY, 0))
                 pos = _parse_space(src, pos + 1, nested)
             elif c in (ord("*"), ord("+"), ord("?")):
@@ -376,9 +388,18 @@ class _Parser:
                 break
         return pos
 
+    def terminal(self, regex: str) -> str:
+        """One named Lark terminal per distinct character class: llguidance counts every inline regex as a
+        terminal of its own, and a large grammar would pass its 65535-symbol bound."""
+        return self.terminals.setdefault(regex, f"T{len(self.terminals)}")
+
+    def hoist(self, body: str) -> str:
+        self.hoisted.append(body)
+        return f"h{len(self.hoisted) - 1}"
+
     def token_item(self, kind: int, token: int) -> str:
         if self.n_vocab is not None and token >= self.n_vocab:  # b10621 has no range check: no token is it
-            return NOTHING if kind == TOKEN else "<[*]>"
+            return self.terminal(NOTHING) if kind == TOKEN else "<[*]>"
         return f"<[{token}]>" if kind == TOKEN else f"<[^{token}]>"
 
     def parse_token(self, pos: int) -> tuple[int, int]:
@@ -449,16 +470,47 @@ NOTHING = r"/[^\x{0}-\x{10FFFF}]/"
 
 
 def _sequence(seq: _Seq) -> str:
-    return " ".join(seq.items)
+    return " ".join(text for text, _ in seq.items)
 
 
 def _alternation(alts: list[_Seq]) -> str:
-    """An alternation as one Lark item; empty alternatives make it optional."""
+    """A rule body; empty alternatives make it optional."""
     nonempty = [_sequence(a) for a in alts if a.items]
     if not nonempty:
         return '""'
     body = " | ".join(nonempty)
-    return f"({body})?" if len(nonempty) < len(alts) else f"({body})"
+    return f"({body})?" if len(nonempty) < len(alts) else body
+
+
+# llguidance compiles rule references recursively; a reference chain a few thousand deep overflows its
+# stack and takes the process down. b10621 has no such bound, so this one is recorded as a divergence.
+MAX_LOWERED_DEPTH = 1000
+
+
+def _reference_depth(lark: str) -> int:
+    """The deepest stack a depth-first walk of the Lark rules from `start` reaches (cycles cut)."""
+    refs: dict[str, list[str]] = {}
+    for line in lark.splitlines()[1:]:
+        name, body = line.split(": ", 1)
+        if name.startswith("T"):
+            continue
+        terms = (t.strip("()|?*+") for t in body.split() if not t.startswith(("/", "<")))
+        refs[name] = [t for t in (re.sub(r"\{[0-9,]*\}$", "", t) for t in terms) if re.fullmatch(r"[rh][0-9]+", t)]
+    deepest, done, on_stack = 0, set(), set()
+    stack = [("start", iter(refs["start"]))]
+    on_stack.add("start")
+    while stack:
+        deepest = max(deepest, len(stack))
+        name, it = stack[-1]
+        nxt = next((r for r in it if r not in done and r not in on_stack), None)
+        if nxt is None:
+            stack.pop()
+            on_stack.discard(name)
+            done.add(name)
+        else:
+            on_stack.add(nxt)
+            stack.append((nxt, iter(refs.get(nxt, []))))
+    return deepest
 
 
 def _lark(parser: _Parser, root: int) -> str:
@@ -467,6 +519,8 @@ def _lark(parser: _Parser, root: int) -> str:
     lines = ['%llguidance {"no_forcing": true}', f"start: r{root}"]
     for rule_id in sorted(parser.lark_rules):
         lines.append(f"r{rule_id}: {_alternation(parser.lark_rules[rule_id])}")
+    lines += [f"h{i}: {body}" for i, body in enumerate(parser.hoisted)]
+    lines += [f"{name}: {regex}" for regex, name in parser.terminals.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -525,13 +579,19 @@ def parse_gbnf(source: str | bytes, tokenize: TokenizeFn | None = None, root: st
     try:
         parser.parse()
     except RecursionError:
-        raise GrammarError("grammar nesting is too deep") from None
+        raise GrammarTooDeep(f"grammar rules nest deeper than mlxcel's limit of {MAX_LOWERED_DEPTH}") from None
     if not parser.rules:
         raise GrammarError("failed to parse grammar")
     if root not in parser.symbol_ids:
         raise GrammarError(f"grammar does not contain a '{root}' symbol")
-    bad = _left_recursive(parser.rules)
+    try:
+        bad = _left_recursive(parser.rules)
+    except RecursionError:
+        raise GrammarTooDeep(f"grammar rules nest deeper than mlxcel's limit of {MAX_LOWERED_DEPTH}") from None
     if bad is not None:
         raise GrammarError(f"unsupported grammar, left recursion detected for nonterminal at index {bad}")
     root_id = parser.symbol_ids[root]
-    return Grammar(parser.rules, parser.symbol_ids, _lark(parser, root_id), root_id)
+    lark = _lark(parser, root_id)
+    if _reference_depth(lark) > MAX_LOWERED_DEPTH:
+        raise GrammarTooDeep(f"grammar rules nest deeper than mlxcel's limit of {MAX_LOWERED_DEPTH}")
+    return Grammar(parser.rules, parser.symbol_ids, lark, root_id)
