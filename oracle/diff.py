@@ -105,6 +105,14 @@ def _body_layers(ref_body: bytes, got_body: bytes, names: tuple[str, ...], fired
     return same, structural
 
 
+def _event_line(frame: bytes) -> tuple[bytes, bytes]:
+    """(the "event: name" line or b"", the rest of the frame)."""
+    if frame.startswith(b"event: ") and b"\n" in frame:
+        head, rest = frame.split(b"\n", 1)
+        return head, rest
+    return b"", frame
+
+
 def diff_exchanges(ref: Exchange, got: Exchange, names: tuple[str, ...] = ()) -> DiffReport:
     report = DiffReport()
     fired: set[str] = set()
@@ -117,9 +125,13 @@ def diff_exchanges(ref: Exchange, got: Exchange, names: tuple[str, ...] = ()) ->
         if len(ref.frames) != len(got.frames):
             report.divergences.append(Divergence("frames", "frames", len(ref.frames), len(got.frames)))
         for i, (a, b) in enumerate(zip(ref.frames, got.frames)):
+            (ev_a, a), (ev_b, b) = _event_line(a), _event_line(b)
+            if ev_a != ev_b:  # an Anthropic stream names each event before its data
+                report.divergences.append(Divergence(f"frame[{i}] event", "value", ev_a.decode(errors="replace"),
+                                                     ev_b.decode(errors="replace")))
             same, divs = _body_layers(a.removeprefix(b"data: "), b.removeprefix(b"data: "), names, fired,
                                       f"frame[{i}]$")
-            report.bytes_identical &= same and a[:6] == b[:6]
+            report.bytes_identical &= same and a[:6] == b[:6] and ev_a == ev_b
             report.divergences.extend(divs)
         report.bytes_identical &= len(ref.frames) == len(got.frames)
     else:

@@ -25,7 +25,7 @@ REGISTRY: dict[str, Normalization] = {n.name: n for n in (
                   "b10621 picks a slot by prompt similarity, else least recently used; mlxcel the lowest free one"),
     Normalization("progress_time", ("$.prompt_progress.time_ms",), "a clock"),
     Normalization("created", ("$.created",), "a clock"),
-    Normalization("completion_id", ("$.id",), "random per response"),
+    Normalization("completion_id", ("$.id", "$.message.id"), "random per response"),
     Normalization("system_fingerprint", ("$.system_fingerprint",), "the build's identity string"),
     Normalization("model_path", ("$.model_path",), "the GGUF path versus the MLX checkpoint path"),
     Normalization("probs", tuple(f"$.completion_probabilities[*].{k}" for k in (
@@ -33,6 +33,15 @@ REGISTRY: dict[str, Normalization] = {n.name: n for n in (
                   "the twins' logits differ ~1e-5: probability values are compared to 1e-3 by "
                   "conformance/test_probabilities.py, ids, text and order here"),
     Normalization("build_info", ("$.build_info",), "the build's identity string (b<build>-<commit> upstream)"),
+    Normalization("chat_probs", ("$.choices[*].logprobs.content[*].logprob",
+                                 "$.choices[*].logprobs.content[*].top_logprobs[*].logprob"),
+                  "the twins' logits differ ~1e-5: ids, text, bytes and order are compared, the values are not"),
+    Normalization("anthropic_cache_usage", ("$.usage.cache_read_input_tokens", "$.usage.input_tokens",
+                                            "$.message.usage.cache_read_input_tokens", "$.message.usage.input_tokens"),
+                  "how much of the prompt the cache served: b10621 reuses any common prefix, mlxcel whole 64-token "
+                  "chunks (--cache-prompt's recorded divergence); an Anthropic body cannot turn the cache off"),
+    Normalization("verbose_echo", ("$.__verbose.id_slot", "$.__verbose.timings.*"),
+                  "the native result a verbose chat answer embeds: its slot choice and clocks, as id_slot and timings"),
 )}
 MASK = "<masked>"
 

@@ -37,12 +37,28 @@ def _triggers(p: TaskParams) -> tuple[tuple[int, ...], tuple[str, ...]]:
     return tuple(tokens), tuple(patterns)
 
 
+def _prefill(p: TaskParams, vocab) -> tuple[int, ...]:
+    """common_sampler_init's prefill: the generation prompt's tokens, for schema and chat grammars only
+    (a leading space token some tokenizers add before a special token is skipped)."""
+    if p.grammar_lazy or p.grammar_type not in ("output_format", "tool_calls") or not p.generation_prompt:
+        return ()
+    tokens = vocab.tokenizer.tokenize(p.generation_prompt, add_special=False, parse_special=True)
+    out = []
+    for i, t in enumerate(tokens):
+        piece = vocab.tokenizer.piece(t, special=True)
+        if i == 0 and piece[:1].isspace() and not p.generation_prompt[:1].isspace():
+            continue
+        out.append(t)
+    return tuple(out)
+
+
 def grammar_spec(p: TaskParams, vocab_of) -> GrammarSpec | None:
     """The request's grammar, parsed and lowered; None without one. `vocab_of()` gives the GrammarVocab."""
     if not p.grammar:
         return None
     tokens, patterns = _triggers(p) if p.grammar_lazy else ((), ())
+    vocab = vocab_of()
     try:
-        return vocab_of().compile(p.grammar, p.grammar_lazy, tokens, patterns)
+        return vocab.compile(p.grammar, p.grammar_lazy, tokens, patterns, _prefill(p, vocab))
     except GrammarRefused as e:
         raise UpstreamError(SAMPLERS_FAILED + str(e), ErrorKind.INVALID_REQUEST) from None

@@ -6,7 +6,7 @@ import asyncio
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable
 
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
@@ -137,6 +137,33 @@ def _partial(event: TokenEvent, n_prompt: int, index: int, probs: dict | None = 
     return out
 
 
+@dataclass(frozen=True)
+class Shape:
+    """How one response type renders the same tasks (b10621's task_response_type): the native shape here,
+    the OpenAI and Anthropic ones in their route modules. Streaming hooks return the frames to send."""
+
+    final: Callable  # (state, task) -> the task's finished result (non-streaming)
+    combine: Callable  # (results) -> the body
+    stream_partial: Callable  # (state, task, token event, probability entry | None) -> frames
+    stream_progress: Callable  # (state, task, progress event) -> frames
+    stream_final: Callable  # (state, task) -> frames
+    done: bytes = b""  # what closes a finished stream
+    sse: Callable | None = None  # frames -> bytes; None: "data: <json>" per frame
+
+
+def _native_partial(state, t: _Task, event: TokenEvent, entry: dict | None) -> list[dict]:
+    return [_partial(event, len(t.tokens), t.index, entry)]
+
+
+NATIVE = Shape(
+    final=lambda state, t: _final_object(state, t),
+    combine=lambda results: results[0] if len(results) == 1 else results,  # one result an object, several an array
+    stream_partial=_native_partial,
+    stream_progress=lambda state, t, event: [_progress(event, t.index)],
+    stream_final=lambda state, t: [_final_object(state, t)],
+)
+
+
 def _requested_slot(body: dict, n_slots: int) -> int | None:
     """json_value(data, "id_slot", -1), then get_slot_by_id(): wraps around; a negative one means any slot."""
     v = body.get("id_slot")
@@ -249,23 +276,23 @@ async def completion(request: Request):
     return await complete(request.app.state.mlxcel, await read_json_object(request))
 
 
-async def complete(state, body: dict):
-    """handle_completions_impl(): the native answer to a completion body (JSON, or an SSE stream)."""
+async def complete(state, body: dict, shape: Shape = NATIVE, acted_on: frozenset[str] | None = None,
+                   route: str = "/completion"):
+    """handle_completions_impl(): the answer to a completion body (JSON, or an SSE stream) in `shape`."""
     n_slots = state.engine.info.n_slots
-    req = NativeCompletionRequest.parse(body, n_slots, state.tokenizer, state.settings.base_params)
+    req = NativeCompletionRequest.parse(body, n_slots, state.tokenizer, state.settings.base_params, acted_on, route)
     prompts = input_prompts(state.tokenizer, req.prompt)
     id_slot = _requested_slot(body, n_slots)
     _check_prompts(state, prompts)
     grammar = await _grammar(state, req.params, prompts)
     tasks = _start_tasks(state, req.params, prompts, id_slot, grammar)
     if req.params.stream:
-        return await _start_stream(state, req.params, tasks)
+        return await _start_stream(state, req.params, tasks, shape)
     try:
         await asyncio.gather(*(_collect(state, t) for t in tasks))
     finally:
         _cancel(tasks)
-    results = [_final_object(state, t) for t in tasks]
-    return UpstreamJSON(results[0] if len(results) == 1 else results)  # one result is an object, several an array
+    return UpstreamJSON(shape.combine([shape.final(state, t) for t in tasks]))
 
 
 def _sse_response(frames: AsyncIterator[bytes]) -> StreamingResponse:
@@ -299,7 +326,7 @@ def _error_of(event: ErrorEvent) -> UpstreamError:
     return UpstreamError(event.message, ErrorKind[event.kind.upper()])
 
 
-async def _start_stream(state, p: TaskParams, tasks: list[_Task]) -> StreamingResponse:
+async def _start_stream(state, p: TaskParams, tasks: list[_Task], shape: Shape = NATIVE) -> StreamingResponse:
     """As b10621: the first result decides the answer; an error there is a plain JSON error, not a stream."""
     merged = _Merged(tasks)
     try:
@@ -310,29 +337,42 @@ async def _start_stream(state, p: TaskParams, tasks: list[_Task]) -> StreamingRe
         merged.close()
         _cancel(tasks)
         raise
-    return _sse_response(_stream(state, tasks, merged, first, p.sse_ping_interval))
+    return _sse_response(_stream(state, tasks, merged, first, p.sse_ping_interval, shape))
 
 
-async def _stream(state, tasks: list[_Task], merged: _Merged, first, ping_s: int) -> AsyncIterator[bytes]:
+def _frames(frames: list[dict]) -> bytes:
+    return b"".join(b"data: " + dumps(f) + b"\n\n" for f in frames)
+
+
+async def _stream(state, tasks: list[_Task], merged: _Merged, first, ping_s: int,
+                  shape: Shape = NATIVE) -> AsyncIterator[bytes]:
     """Every task's frames in the order they happen, each with its task's index; an SSE comment ping
     (":") whenever nothing has come for ping_s seconds; the stream ends at the last final or an error."""
     open_tasks, item = len(tasks), first
+    sse = shape.sse or _frames
     try:
         while True:
             t, event = item
             if isinstance(event, TokenEvent):
+                t.generated.append(event.token)
                 entry = _prob_entry(state, t, event) if event.probs is not None else None
-                yield b"data: " + dumps(_partial(event, len(t.tokens), t.index, entry)) + b"\n\n"
+                if frames := sse(shape.stream_partial(state, t, event, entry)):
+                    yield frames
             elif isinstance(event, ProgressEvent):
-                yield b"data: " + dumps(_progress(event, t.index)) + b"\n\n"
+                if frames := sse(shape.stream_progress(state, t, event)):
+                    yield frames
             elif isinstance(event, FinalEvent):
                 t.final = event
                 open_tasks -= 1
-                yield b"data: " + dumps(_final_object(state, t)) + b"\n\n"
+                yield sse(shape.stream_final(state, t))
             elif isinstance(event, ErrorEvent):
-                yield b"data: " + dumps({"error": _error_of(event).body()["error"]}) + b"\n\n"
+                error = _error_of(event).body()["error"]
+                # Anthropic streams name the event; the others send {"error": ...} as data
+                yield shape.sse([{"event": "error", "data": error}]) if shape.sse else _frames([{"error": error}])
                 return
             if not open_tasks:
+                if shape.done:
+                    yield shape.done
                 return
             while True:
                 try:

@@ -19,6 +19,7 @@ def _token_text(tok, token_id: int | None) -> str:
 
 def props_body(state) -> dict:
     s, tok = state.settings, state.tokenizer
+    template = s.chat.template if s.chat is not None else tok.chat_template or ""
     # a default task_params carrying the server's sampling settings (its own chat defaults, not the server's)
     defaults = TaskParams(
         **{
@@ -47,8 +48,8 @@ def props_body(state) -> dict:
         "endpoint_metrics": s.endpoint_metrics,
         "ui": False,  # mlxcel serves no web UI
         "ui_settings": {},
-        "chat_template": tok.chat_template or "",
-        "chat_template_caps": template_caps(tok.chat_template),
+        "chat_template": template,
+        "chat_template_caps": template_caps(template),
         "bos_token": _token_text(tok, tok.bos_id),
         "eos_token": _token_text(tok, tok.eos_id),
         "build_info": build_info(),

@@ -73,7 +73,7 @@ ACTED_ON: tuple[str, ...] = (
     "adaptive_decay",
 )
 # Spellings of acted-on fields, and fields whose only effect is the echo or that change nothing b10621 shows
-_QUIET = {"max_tokens", "max_completion_tokens", "n", "logprobs"}
+_QUIET = {"max_tokens", "max_completion_tokens", "n", "logprobs", "grammar_type"}
 
 
 @dataclass(frozen=True)
@@ -83,15 +83,18 @@ class NativeCompletionRequest:
 
     @classmethod
     def parse(
-        cls, body: dict, n_slots: int = 1, vocab: Vocab | None = None, base: TaskParams | None = None
+        cls, body: dict, n_slots: int = 1, vocab: Vocab | None = None, base: TaskParams | None = None,
+        also_acted_on: frozenset[str] | None = None, route: str = "/completion",
     ) -> "NativeCompletionRequest":
         params = evaluate(body, n_slots, vocab, base)  # upstream's type checks and limits, in its order
         if "prompt" not in body:
             raise UpstreamError(MISSING_PROMPT, ErrorKind.INVALID_REQUEST)
-        ignored = sorted(k for k in body if k not in ACTED_ON and k not in _QUIET and body[k] is not None)
+        known = also_acted_on or frozenset()
+        ignored = sorted(k for k in body
+                         if k not in ACTED_ON and k not in _QUIET and k not in known and body[k] is not None)
         ignored += [f"samplers: {n}" for n in params.samplers if n == "infill"]
         if ignored:  # never silently: b10621 would act on these
-            log.warning("/completion: mlxcel does not act on the request field(s) %s yet", ", ".join(ignored))
+            log.warning("%s: mlxcel does not act on the request field(s) %s yet", route, ", ".join(ignored))
         return cls(prompt=body["prompt"], params=params)
 
 

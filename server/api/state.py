@@ -21,6 +21,7 @@ class ServerSettings:
     n_batch: int = 2048  # --batch-size (the infill prompt budget)
     special: bool = False  # --special: special tokens rendered as text
     slots_debug: bool = False  # LLAMA_SERVER_SLOTS_DEBUG: /slots shows prompts and generated text
+    chat: object = None  # server.chat.params.ChatSettings; None: the checkpoint's template, defaults
 
 
 @dataclass

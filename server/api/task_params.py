@@ -117,6 +117,7 @@ class TaskParams:
     reasoning_format: str = "deepseek"
     reasoning_in_content: bool = False
     generation_prompt: str = ""
+    grammar_type: str = "user"  # common_grammar_type: user, output_format (a schema) or tool_calls (chat's)
     parse_tool_calls: bool = False
     chat_parser: str = ""
     is_continuation: bool = False
@@ -270,10 +271,12 @@ def _grammar(p: TaskParams, body: dict, ctx: EvalContext) -> None:
             p.grammar = json_schema_to_grammar({} if v is None else v)
         except ValueError as e:
             raise _invalid(f'"json_schema": {e}') from None
+        p.grammar_type = "output_format"
         return
     v = body.get("grammar")
     if isinstance(v, str) and v:
         p.grammar = v
+        p.grammar_type = "tool_calls" if body.get("grammar_type") == "tool_calls" else "user"
 
 
 def _chat_format(p: TaskParams, body: dict, ctx: EvalContext) -> None:

@@ -41,7 +41,9 @@ class _NegatableFlag(argparse.Action):
 def _add(p: argparse.ArgumentParser, *spellings: str, env: str | None = None, **kw) -> None:
     """Add an option; `env` names its LLAMA_ARG_* binding (read here, recorded for --dump-flag-surface)."""
     declared = kw.get("default")
-    if env is not None:
+    if env is not None and kw.get("action") is _Ordered:  # read by _ordered_env_defaults
+        kw["help"] = f"{kw.get('help', '')} (env: {env})".strip()
+    elif env is not None:
         kw["default"] = _env_default(env, declared, kw.get("type") or str)
         kw["help"] = f"{kw.get('help', '')} (env: {env})".strip()
     action = p.add_argument(*spellings, **kw)
@@ -129,11 +131,46 @@ def _sampling_options(p: argparse.ArgumentParser) -> None:
 
 
 class _Ordered(argparse.Action):
-    """Record (long spelling, value) in command-line order on a list shared by several options."""
+    """Record (long spelling, spelling given, value) in command-line order on a list shared by several
+    options; values from the environment are replaced by any given on the command line."""
 
     def __call__(self, parser, namespace, values, option_string=None):
         seen = getattr(namespace, self.dest) or []
+        if isinstance(seen, _FromEnv):
+            seen = []
         setattr(namespace, self.dest, [*seen, (self.option_strings[-1], option_string, values)])
+
+
+class _FromEnv(list):
+    """An _Ordered list that came from LLAMA_ARG_* variables."""
+
+
+def _ordered_env_defaults(p: argparse.ArgumentParser, dest: str) -> None:
+    """The environment values of every option sharing `dest`, as one _Ordered list."""
+    found = _FromEnv()
+    for action in p._actions:
+        if action.dest == dest and getattr(action, "env", None) and os.environ.get(action.env) is not None:
+            found.append((action.option_strings[-1], action.env, os.environ[action.env]))
+    p.set_defaults(**{dest: found or None})
+
+
+def _chat_options(p: argparse.ArgumentParser) -> None:
+    """How chat requests become prompts (common/arg.cpp's chat-template options)."""
+    _add(p, "--jinja", "--no-jinja", env="LLAMA_ARG_JINJA", action=_NegatableFlag, default=True, type=_env_bool,
+         help="whether to use jinja template engine for chat (default: enabled); mlxcel renders with Jinja only")
+    _add(p, "--chat-template", env="LLAMA_ARG_CHAT_TEMPLATE", dest="chat_template_args", action=_Ordered,
+         default=None, metavar="JINJA_TEMPLATE",
+         help="set custom jinja chat template (default: template taken from model's metadata)")
+    _add(p, "--chat-template-file", env="LLAMA_ARG_CHAT_TEMPLATE_FILE", dest="chat_template_args",
+         action=_Ordered, default=None, metavar="JINJA_TEMPLATE_FILE",
+         help="set custom jinja chat template file (default: template taken from model's metadata)")
+    _ordered_env_defaults(p, "chat_template_args")
+    _add(p, "--chat-template-kwargs", env="LLAMA_ARG_CHAT_TEMPLATE_KWARGS", default=None, metavar="STRING",
+         help="sets additional params for the json template parser, must be a valid json object string")
+    _add(p, "--prefill-assistant", "--no-prefill-assistant", env="LLAMA_ARG_PREFILL_ASSISTANT",
+         action=_NegatableFlag, default=True, type=_env_bool,
+         help="whether to prefill the assistant's response if the last message is an assistant message "
+              "(default: prefill enabled)")
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -172,6 +209,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     _add(p, "-sp", "--special", action="store_true", default=False,
          help="special tokens output enabled (default: false)")
     _sampling_options(p)
+    _chat_options(p)
     _add(p, "--slots", "--no-slots", env="LLAMA_ARG_ENDPOINT_SLOTS", action=_NegatableFlag, default=True,
          type=_env_bool, help="expose slots monitoring endpoint (default: enabled)")
     _add(p, "--props", env="LLAMA_ARG_ENDPOINT_PROPS", action=_NegatableFlag, default=False, type=_env_flag,

@@ -71,7 +71,12 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    settings = ServerSettings(endpoint_slots=args.slots, endpoint_props=args.props, n_batch=args.batch_size,
+    try:
+        chat = chat_settings(args, tokenizer)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    settings = ServerSettings(chat=chat, endpoint_slots=args.slots, endpoint_props=args.props, n_batch=args.batch_size,
                               special=args.special,
                               base_params=TaskParams(**sampling, cache_prompt=args.cache_prompt, n_keep=args.keep,
                                                      sse_ping_interval=args.sse_ping_interval,
@@ -163,6 +168,46 @@ def sampling_defaults(args, eog_ids: frozenset[int] = frozenset()) -> dict:
     if grammar:
         out["grammar"] = grammar
     return out
+
+
+def chat_settings(args, tokenizer):
+    """--chat-template / --chat-template-file (the last given wins, as upstream's handlers run in order),
+    --chat-template-kwargs, --prefill-assistant and --jinja, checked as b10621's handlers check them."""
+    import json
+    from pathlib import Path
+
+    from ..chat.builtin import BUILTIN_TEMPLATES
+    from ..chat.params import ChatSettings
+
+    if not args.jinja:
+        raise ValueError("--no-jinja: mlxcel renders chat templates with Jinja only; b10621's legacy C++ templates "
+                         "are not available (drop --no-jinja: the checkpoint's Jinja template is the default)")
+    given = args.chat_template_args or []
+    template = tokenizer.chat_template or ""
+    for option, spelling, value in given:
+        if option == "--chat-template-file":
+            try:
+                value = Path(value).read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                raise ValueError(f'error while handling argument "{spelling}": error: failed to open file '
+                                 f"'{value}'") from None
+        elif value.strip() in BUILTIN_TEMPLATES:
+            raise ValueError(f"{spelling} {value}: '{value}' names one of b10621's built-in chat templates; mlxcel "
+                             "has no built-in template library (the checkpoint's own template is the default): "
+                             "pass the Jinja template text, or a file with --chat-template-file")
+        template = value
+    kwargs = {}
+    if args.chat_template_kwargs is not None:
+        try:
+            parsed = json.loads(args.chat_template_kwargs)
+            if not isinstance(parsed, dict):
+                raise ValueError("not an object")
+        except ValueError as e:
+            raise ValueError(f'error while handling argument "--chat-template-kwargs": {e}') from None
+        kwargs = {k: json.dumps(v) for k, v in parsed.items()}
+    piece = lambda i: tokenizer.piece(i).decode("utf-8", "replace") if i is not None else ""  # noqa: E731
+    return ChatSettings(template=template, bos_token=piece(tokenizer.bos_id), eos_token=piece(tokenizer.eos_id),
+                        prefill_assistant=args.prefill_assistant, template_kwargs=kwargs)
 
 
 def _grammar_default(given: list[tuple[str, str, str]]) -> str:

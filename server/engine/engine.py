@@ -371,7 +371,7 @@ class Engine:
         text = run.text.push(self.piece(token, self.config.special or token in req.preserved_tokens), is_eog=is_eog)
         # b10621 attaches the timings to a partial only when the stop is already known (a stop word)
         timings = self._timings(seq) if run.text.stopped_by_word or req.timings_per_token else None
-        run.handle.publish(TokenEvent(token, text, seq.n_decoded, timings, probs))
+        run.handle.publish(TokenEvent(token, text, seq.n_decoded, timings, probs, run.n_cached))
         # b10621's process_token order: a stop word, the context bound, the budget; EOS wins over a limit
         stop_type, truncated = None, False
         if run.text.stopped_by_word:

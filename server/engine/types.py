@@ -49,6 +49,7 @@ class GrammarSpec:
     lazy: bool = False
     trigger_tokens: tuple[int, ...] = ()
     trigger_patterns: tuple[str, ...] = ()
+    prefill: tuple[int, ...] = ()  # the generation prompt's tokens, accepted before the first draw
 
 
 @dataclass(frozen=True)
@@ -130,6 +131,7 @@ class TokenEvent:
     n_decoded: int = 0
     timings: Timings | None = None  # set when this token already ended the request (a stop word)
     probs: TokenProbs | None = None  # with n_probs > 0
+    n_cached: int = 0  # prompt tokens reused from the cache (the Anthropic stream's first event reports it)
 
 
 @dataclass(frozen=True)

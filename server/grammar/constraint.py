@@ -63,7 +63,8 @@ class GrammarVocab:
     def tokenize_special(self, text: str) -> list[int]:
         return self.tokenizer.tokenize(text, add_special=False, parse_special=True)
 
-    def compile(self, source: str, lazy: bool = False, trigger_tokens=(), trigger_patterns=()) -> GrammarSpec:
+    def compile(self, source: str, lazy: bool = False, trigger_tokens=(), trigger_patterns=(),
+                prefill: tuple[int, ...] = ()) -> GrammarSpec:
         """Parse GBNF as b10621 would and lower it; GrammarRefused where b10621's sampler init fails."""
         if len(source.encode("utf-8")) > MAX_GRAMMAR_SOURCE:
             raise GrammarRefused(f"{PARSE_FAILED} (the grammar is larger than mlxcel's limit of "
@@ -83,12 +84,15 @@ class GrammarVocab:
             if "symbols.len()" in reason:
                 reason = "more than 65535 grammar symbols once lowered to one terminal per character"
             raise GrammarRefused(f"{PARSE_FAILED} (mlxcel's grammar engine cannot take it: {reason})")
+        for token in prefill:  # b10621 rethrows the failure sliced to a bare std::exception
+            if token not in self.eog_ids and not matcher.consume_token(token):
+                raise GrammarRefused("std::exception")
         for pattern in trigger_patterns:
             try:
                 re.compile(pattern)
             except re.error as e:
                 raise GrammarRefused(f"invalid trigger pattern '{pattern}': {e}") from None
-        return GrammarSpec(grammar.lark, lazy, tuple(trigger_tokens), tuple(trigger_patterns))
+        return GrammarSpec(grammar.lark, lazy, tuple(trigger_tokens), tuple(trigger_patterns), tuple(prefill))
 
 
 class _Wrapped:
@@ -120,6 +124,8 @@ class GrammarMatcher:
         self._positions: list[tuple[int, int, int]] = []  # (token, start, end) in the buffer
         self._patterns = [re.compile(p.encode("utf-8"), re.S) for p in spec.trigger_patterns]
         self._bits = np.zeros((vocab.n_vocab + 31) // 32, dtype=np.int32)
+        for token in spec.prefill:  # the template already wrote these: the grammar starts after them
+            self.accept(token)
 
     @property
     def active(self) -> bool:

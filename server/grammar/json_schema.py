@@ -1179,8 +1179,9 @@ class _SchemaConverter:
         return build_min_max_int(min_value, max_value)
 
 
-def json_schema_to_grammar(schema: object) -> str:
-    """GBNF for a parsed JSON schema, byte-identical to b10621's json_schema_to_grammar().
+def json_schema_to_grammar(schema: object, name: str = "") -> str:
+    """GBNF for a parsed JSON schema, byte-identical to b10621's json_schema_to_grammar(); with `name`, the
+    schema's rules as its grammar builder's add_schema(name, schema) writes them (no root rule).
 
     Raises ValueError with the C++ exception's what() text when the schema is refused.
     """
@@ -1188,7 +1189,7 @@ def json_schema_to_grammar(schema: object) -> str:
     converter = _SchemaConverter()
     try:
         converter.resolve_refs(raw, "")
-        converter.visit(raw, "")
+        converter.visit(raw, name)
         converter.check_errors()
     except _CppError as err:
         raise ValueError(_from_raw(str(err))) from None

@@ -1,0 +1,185 @@
+"""POST /v1/chat/completions (and /chat/completions), /apply-template and the input_tokens pair, in b10621's
+OpenAI shapes (server-task.cpp to_json_oaicompat_chat, its streaming deltas and [DONE])."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import string
+import time
+
+from fastapi import APIRouter, Request
+
+from ..build import build_info
+from ..chat.params import ChatInfo, ChatSettings, chat_params, chat_request
+from ..engine.types import FinalEvent, TokenEvent
+from .jsonio import UpstreamJSON, read_json_object
+from .native import NATIVE, Shape, _final_object, _trimmed_probs, complete
+from .native import _timings as _task_timings
+
+router = APIRouter()
+
+# Chat-body fields the chat layer itself consumes (they are not native fields)
+CHAT_FIELDS = frozenset({
+    "messages", "model", "tools", "tool_choice", "parallel_tool_calls", "response_format", "top_logprobs",
+    "add_generation_prompt", "chat_template_kwargs", "reasoning_effort", "stream_options", "json_schema",
+})
+
+
+def chat_settings(state) -> ChatSettings:
+    configured = getattr(state.settings, "chat", None)
+    if configured is not None:
+        return configured
+    tok = state.tokenizer
+    piece = lambda i: tok.piece(i).decode("utf-8", "replace") if i is not None else ""  # noqa: E731
+    return ChatSettings(template=tok.chat_template or "", bos_token=piece(tok.bos_id), eos_token=piece(tok.eos_id))
+
+
+def _completion_id() -> str:
+    """gen_chatcmplid(): "chatcmpl-" and 32 random alphanumerics."""
+    chars = string.ascii_letters + string.digits
+    return "chatcmpl-" + "".join(secrets.choice(chars) for _ in range(32))
+
+
+def _usage(final: FinalEvent) -> dict:
+    return {"completion_tokens": final.n_decoded, "prompt_tokens": final.n_prompt,
+            "total_tokens": final.n_decoded + final.n_prompt,
+            "prompt_tokens_details": {"cached_tokens": final.n_cached}}
+
+
+def _finish_reason(final: FinalEvent) -> str:
+    return "stop" if final.stop_type in ("word", "eos") else "length"
+
+
+def plain_content(text: str, partial: bool) -> str:
+    return text
+
+
+def response_format_content(text: str, partial: bool) -> str:
+    """The JSON a response-format grammar lets through, as b10621's parser reads it: leading space and an
+    optional ```json fence are not content, nor is anything after a complete JSON value."""
+    t = text.lstrip(" \t\n")
+    if t.startswith("```json"):
+        t = t[len("```json"):].lstrip(" \t\n")
+    elif "```json".startswith(t):
+        return ""
+    try:
+        _, end = _DECODER.raw_decode(t)
+    except ValueError:
+        return t if partial else t.rstrip(" \t\n")
+    return t[:end]
+
+
+_DECODER = json.JSONDecoder()
+
+
+def content_reader(info: ChatInfo):
+    """The chat parser for one request: the continued text, then what the model wrote (or its JSON)."""
+    read = response_format_content if info.response_format else plain_content
+    if not info.continuation:
+        return read
+    return lambda text, partial: info.continuation + read(text, partial)
+
+
+def chat_shape(state, verbose: bool, include_usage: bool, content_of=plain_content) -> Shape:
+    """The chat response type for one request: its id and clock shared by every task and frame.
+    `content_of(text, partial)` is the chat parser: the message content in the generated text."""
+    cid, model, fingerprint = _completion_id(), state.model_name, build_info()
+    raw: dict[int, str] = {}  # per task: the text generated so far
+    sent: dict[int, str] = {}  # per task: the content the stream has delivered
+
+    def envelope(obj: str, choices: list, **extra) -> dict:
+        return {"choices": choices, "created": int(time.time()), "model": model, "system_fingerprint": fingerprint,
+                "object": obj, **extra}
+
+    def chunk(t, delta: dict, finish=None) -> dict:
+        c = {"choices": [{"finish_reason": finish, "index": t.index, "delta": delta}], "created": int(time.time()),
+             "id": cid, "model": model, "system_fingerprint": fingerprint, "object": "chat.completion.chunk"}
+        return c
+
+    def final(state, t) -> dict:
+        content = content_of(t.final.content.decode("utf-8", "replace"), False)
+        choice = {"finish_reason": _finish_reason(t.final), "index": t.index,
+                  "message": {"role": "assistant", "content": content}}
+        if probs := _trimmed_probs(state, t):
+            choice["logprobs"] = {"content": probs}
+        res = envelope("chat.completion", [choice], usage=_usage(t.final), id=cid)
+        if verbose:
+            res["__verbose"] = _final_object(state, t)
+        res["timings"] = _task_timings(t.final)
+        return res
+
+    def combine(results: list[dict]) -> dict:
+        first = results[0]
+        for other in results[1:]:  # several tasks: one body, every task's choice
+            first["choices"].append(other["choices"][0])
+        return first
+
+    def stream_partial(state, t, event: TokenEvent, entry: dict | None) -> list[dict]:
+        frames = []
+        if event.n_decoded == 1:  # OpenAI clients expect the role first
+            frames.append(chunk(t, {"role": "assistant", "content": None}))
+        raw[t.index] = raw.get(t.index, "") + event.text.decode("utf-8", "replace")
+        content, already = content_of(raw[t.index], True), sent.get(t.index, "")
+        if len(content) > len(already) and content.startswith(already):
+            sent[t.index] = content
+            frames.append(chunk(t, {"content": content[len(already):]}))
+        if frames:
+            if entry is not None:
+                frames[-1]["choices"][0]["logprobs"] = {"content": [entry]}
+            if event.timings is not None:
+                frames[-1]["timings"] = _task_timings(event.timings)
+        return frames
+
+    def stream_final(state, t) -> list[dict]:
+        content = content_of(t.final.content.decode("utf-8", "replace"), False)
+        already = sent.get(t.index, "")
+        frames = []
+        if content.startswith(already) and len(content) > len(already):
+            frames.append(chunk(t, {"content": content[len(already):]}))
+        frames.append(chunk(t, {}, _finish_reason(t.final)))
+        if include_usage:
+            frames.append({"choices": [], "created": int(time.time()), "id": cid, "model": model,
+                           "system_fingerprint": fingerprint, "object": "chat.completion.chunk",
+                           "usage": _usage(t.final)})
+        frames[-1]["timings"] = _task_timings(t.final)
+        if verbose:
+            frames[0]["__verbose"] = _final_object(state, t)
+        return frames
+
+    return Shape(final=final, combine=combine, stream_partial=stream_partial,
+                 stream_progress=lambda state, t, event: NATIVE.stream_progress(state, t, event),
+                 stream_final=stream_final, done=b"data: [DONE]\n\n")
+
+
+def _include_usage(body: dict) -> bool:
+    opts = body.get("stream_options")
+    return isinstance(opts, dict) and opts.get("include_usage") is True
+
+
+@router.post("/chat/completions")
+@router.post("/v1/chat/completions")
+async def chat_completions(request: Request):
+    state = request.app.state.mlxcel
+    body = await read_json_object(request)
+    native, info = chat_request(body, chat_settings(state))
+    shape = chat_shape(state, verbose=body.get("verbose") is True, include_usage=_include_usage(body),
+                       content_of=content_reader(info))
+    return await complete(state, native, shape, CHAT_FIELDS, route="/v1/chat/completions")
+
+
+@router.post("/apply-template")
+async def apply_template(request: Request):
+    state = request.app.state.mlxcel
+    body = await read_json_object(request)
+    return UpstreamJSON({"prompt": chat_params(body, chat_settings(state))["prompt"]})
+
+
+@router.post("/chat/completions/input_tokens")
+@router.post("/v1/chat/completions/input_tokens")
+async def chat_input_tokens(request: Request):
+    state = request.app.state.mlxcel
+    body = await read_json_object(request)
+    prompt = chat_params(body, chat_settings(state))["prompt"]
+    tokens = state.tokenizer.tokenize(prompt, add_special=True, parse_special=True)
+    return UpstreamJSON({"input_tokens": len(tokens), "object": "response.input_tokens"})
