@@ -59,3 +59,22 @@ def test_bad_request_surfaces_as_openai_error(client):
     with pytest.raises(openai.BadRequestError) as err:
         client.chat.completions.create(model="m", messages=HI, response_format={"type": "bogus"})
     assert "response_format type must be one of" in str(err.value)
+
+
+def test_responses_api_round_trip_and_stream(client):
+    r = client.responses.create(model="m", input="Hi", max_output_tokens=8, temperature=0)
+    assert r.status == "completed" and r.output[0].type == "message"
+    text = r.output_text
+    assert text and r.usage.output_tokens <= 8
+    events = list(client.responses.create(model="m", input="Hi", max_output_tokens=8, temperature=0, stream=True))
+    kinds = [e.type for e in events]
+    assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == text
+
+
+def test_text_completions_route(client):
+    r = client.completions.create(model="m", prompt="The capital of France is", max_tokens=6, temperature=0)
+    assert r.object == "text_completion" and r.choices[0].text
+    streamed = "".join(c.choices[0].text for c in client.completions.create(
+        model="m", prompt="The capital of France is", max_tokens=6, temperature=0, stream=True) if c.choices)
+    assert streamed == r.choices[0].text

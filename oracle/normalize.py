@@ -40,6 +40,10 @@ REGISTRY: dict[str, Normalization] = {n.name: n for n in (
                                             "$.message.usage.cache_read_input_tokens", "$.message.usage.input_tokens"),
                   "how much of the prompt the cache served: b10621 reuses any common prefix, mlxcel whole 64-token "
                   "chunks (--cache-prompt's recorded divergence); an Anthropic body cannot turn the cache off"),
+    Normalization("responses_ids", ("$.output[*].id", "$.created_at", "$.completed_at", "$.response.id",
+                                    "$.response.created_at", "$.response.output[*].id", "$.item_id", "$.item.id",
+                                    "$.timings.*"),
+                  "the Responses API's random resp_/msg_ ids, its clocks and timings"),
     Normalization("verbose_echo", ("$.__verbose.id_slot", "$.__verbose.timings.*"),
                   "the native result a verbose chat answer embeds: its slot choice and clocks, as id_slot and timings"),
 )}

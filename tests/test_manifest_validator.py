@@ -57,7 +57,7 @@ MUTATIONS: list[tuple[str, str, str, Callable[[dict], None]]] = [
     ("state", "routes", "POST /v1/responses", _set(state="partial")),
     ("divergence-shape", "routes", "POST /v1/responses", _set(divergence="differs")),
     ("supported-divergence", "routes", "POST /v1/responses", _set(state="supported")),
-    ("supported-evidence", "routes", "POST /responses", _set(state="supported", divergence=[])),
+    ("supported-evidence", "routes", "GET /models", _set(state="supported", divergence=[])),
     ("rationale-null", "routes", "POST /v1/responses", _set(rationale={"kind": "policy", "reason": "r", "revisit_if": "x"})),
     ("rationale-shape", "routes", "POST /v1/responses", _set(**{**BY_DESIGN_OK, "rationale": {"kind": "policy"}})),
     ("rationale-kind", "routes", "POST /v1/responses",

@@ -8,7 +8,19 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.base import BaseHTTPMiddleware
 
 from ..errors import LOADING_MODEL, NOT_FOUND_BODY, ErrorKind, UpstreamError
-from . import anthropic, chat, health, infill, native, oai_completions, props, scoring, slots, tokenize
+from . import (
+    anthropic,
+    chat,
+    health,
+    infill,
+    native,
+    oai_completions,
+    props,
+    responses,
+    scoring,
+    slots,
+    tokenize,
+)
 from .jsonio import UpstreamJSON, error_response
 from .state import AppState
 
@@ -41,7 +53,8 @@ def create_app(state: AppState | None) -> FastAPI:
     async def _invalid(_: Request, exc: RequestValidationError):
         return error_response(UpstreamError(str(exc), ErrorKind.INVALID_REQUEST))
 
-    for module in (health, tokenize, native, chat, oai_completions, anthropic, infill, props, slots, scoring):
+    for module in (health, tokenize, native, chat, oai_completions, anthropic, responses, infill, props, slots,
+                   scoring):
         app.include_router(module.router)
     return app
 
