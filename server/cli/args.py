@@ -165,8 +165,22 @@ def _chat_options(p: argparse.ArgumentParser) -> None:
          action=_Ordered, default=None, metavar="JINJA_TEMPLATE_FILE",
          help="set custom jinja chat template file (default: template taken from model's metadata)")
     _ordered_env_defaults(p, "chat_template_args")
-    _add(p, "--chat-template-kwargs", env="LLAMA_ARG_CHAT_TEMPLATE_KWARGS", default=None, metavar="STRING",
+    # these four write the same template-kwargs map upstream, handler by handler: one ordered list
+    _add(p, "--chat-template-kwargs", env="LLAMA_ARG_CHAT_TEMPLATE_KWARGS", dest="template_kwargs_args",
+         action=_Ordered, default=None, metavar="STRING",
          help="sets additional params for the json template parser, must be a valid json object string")
+    _add(p, "-rea", "--reasoning", env="LLAMA_ARG_REASONING", dest="template_kwargs_args", action=_Ordered,
+         default=None, metavar="[on|off|auto]",
+         help="Use reasoning/thinking in the chat ('on', 'off', or 'auto', default: 'auto' (detect from template))")
+    _add(p, "--reasoning-effort", env="LLAMA_ARG_REASONING_EFFORT", dest="template_kwargs_args", action=_Ordered,
+         default=None, metavar="LEVEL", help="reasoning effort level given to the chat template (default: default)")
+    _add(p, "--reasoning-preserve", "--no-reasoning-preserve", env="LLAMA_ARG_REASONING_PRESERVE",
+         dest="template_kwargs_args", action=_Ordered, nargs=0, default=None,
+         help="preserve reasoning trace in the full history, not just the last assistant message "
+              "(default: template default)")
+    _ordered_env_defaults(p, "template_kwargs_args")
+    _add(p, "--reasoning-format", env="LLAMA_ARG_THINK", default="auto", metavar="FORMAT",
+         help="controls whether thought tags are allowed and/or extracted from the response (default: auto)")
     _add(p, "--prefill-assistant", "--no-prefill-assistant", env="LLAMA_ARG_PREFILL_ASSISTANT",
          action=_NegatableFlag, default=True, type=_env_bool,
          help="whether to prefill the assistant's response if the last message is an assistant message "

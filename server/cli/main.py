@@ -81,7 +81,10 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
                               base_params=TaskParams(**sampling, cache_prompt=args.cache_prompt, n_keep=args.keep,
                                                      sse_ping_interval=args.sse_ping_interval,
                                                      n_predict=args.predict,
-                                                     stop=list(args.reverse_prompt or [])),
+                                                     stop=list(args.reverse_prompt or []),
+                                                     # auto resolves to deepseek in b10621's task defaults
+                                                     reasoning_format="deepseek" if args.reasoning_format == "auto"
+                                                     else args.reasoning_format),
                               slots_debug=bool(int(os.environ.get("LLAMA_SERVER_SLOTS_DEBUG", "0") or 0)))
     state = AppState(engine=engine, tokenizer=tokenizer, model_name=args.alias or checkpoint.name, settings=settings,
                      model_path=str(checkpoint), model_ftype=model_ftype(checkpoint))
@@ -173,7 +176,6 @@ def sampling_defaults(args, eog_ids: frozenset[int] = frozenset()) -> dict:
 def chat_settings(args, tokenizer):
     """--chat-template / --chat-template-file (the last given wins, as upstream's handlers run in order),
     --chat-template-kwargs, --prefill-assistant and --jinja, checked as b10621's handlers check them."""
-    import json
     from pathlib import Path
 
     from ..chat.builtin import BUILTIN_TEMPLATES
@@ -196,18 +198,56 @@ def chat_settings(args, tokenizer):
                              "has no built-in template library (the checkpoint's own template is the default): "
                              "pass the Jinja template text, or a file with --chat-template-file")
         template = value
-    kwargs = {}
-    if args.chat_template_kwargs is not None:
-        try:
-            parsed = json.loads(args.chat_template_kwargs)
-            if not isinstance(parsed, dict):
-                raise ValueError("not an object")
-        except ValueError as e:
-            raise ValueError(f'error while handling argument "--chat-template-kwargs": {e}') from None
-        kwargs = {k: json.dumps(v) for k, v in parsed.items()}
+    kwargs, enable_reasoning = _template_kwargs(args.template_kwargs_args or [])
+    if args.reasoning_format not in ("none", "auto", "deepseek", "deepseek-legacy"):
+        raise ValueError(f'error while handling argument "--reasoning-format": Unknown reasoning format: '
+                         f"{args.reasoning_format}")
+    # b10621 thinks by default only where its autoparser finds thinking markers in the template
+    supports_thinking = "<think>" in template
     piece = lambda i: tokenizer.piece(i).decode("utf-8", "replace") if i is not None else ""  # noqa: E731
     return ChatSettings(template=template, bos_token=piece(tokenizer.bos_id), eos_token=piece(tokenizer.eos_id),
-                        prefill_assistant=args.prefill_assistant, template_kwargs=kwargs)
+                        prefill_assistant=args.prefill_assistant, template_kwargs=kwargs,
+                        enable_thinking=enable_reasoning != 0 and supports_thinking)
+
+
+def _template_kwargs(given: list) -> tuple[dict[str, str], int]:
+    """--chat-template-kwargs, --reasoning, --reasoning-effort and --reasoning-preserve in command-line
+    order, each writing b10621's default_template_kwargs as its handler does (values as JSON text)."""
+    import json
+
+    kwargs: dict[str, str] = {}
+    enable_reasoning = -1
+    for option, spelling, value in given:
+        if option == "--chat-template-kwargs":
+            try:
+                parsed = json.loads(value)
+                if not isinstance(parsed, dict):
+                    raise ValueError("not an object")
+            except ValueError as e:
+                raise ValueError(f'error while handling argument "{spelling}": {e}') from None
+            kwargs.update({k: json.dumps(v, ensure_ascii=False) for k, v in parsed.items()})
+        elif option == "--reasoning":
+            if value in ("on", "enabled", "true", "1"):
+                enable_reasoning, kwargs["enable_thinking"] = 1, "true"
+            elif value in ("off", "disabled", "false", "0"):
+                enable_reasoning, kwargs["enable_thinking"] = 0, "false"
+            elif value in ("auto", "-1"):
+                enable_reasoning = -1
+            else:
+                raise ValueError(f'error while handling argument "{spelling}": error: unknown value for --reasoning: '
+                                 f"'{value}'")
+        elif option == "--reasoning-effort":
+            if value == "default":
+                kwargs.pop("reasoning_effort", None)
+            else:
+                kwargs["reasoning_effort"] = json.dumps(value, ensure_ascii=False)
+        else:  # --reasoning-preserve / --no-reasoning-preserve, or their environment value
+            if spelling == "LLAMA_ARG_REASONING_PRESERVE":
+                on = value.strip().lower() in ("1", "true", "on", "enabled", "yes")
+            else:
+                on = not spelling.startswith("--no-")
+            kwargs["preserve_reasoning"] = "true" if on else "false"
+    return kwargs, enable_reasoning
 
 
 def _grammar_default(given: list[tuple[str, str, str]]) -> str:
