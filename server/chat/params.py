@@ -58,6 +58,7 @@ class ChatSettings:
     reasoning_format: str = "deepseek"
     enable_thinking: bool = True
     template_kwargs: dict = field(default_factory=dict)  # --chat-template-kwargs, values as JSON text
+    skip_chat_parsing: bool = False  # --skip-chat-parsing: b10621's forced pure-content template path
 
     @property
     def caps(self) -> dict[str, bool]:
@@ -239,7 +240,10 @@ def chat_request(body: dict, settings: ChatSettings) -> tuple[dict, ChatInfo]:
         n += 1
     generation_prompt = with_prompt[n:]
     continuation = ""
-    if continue_msg is not None:
+    if settings.skip_chat_parsing:  # force_pure_content: the plain render, no continuation, no format grammar
+        prompt = with_prompt if add_generation_prompt and continue_msg is None else no_prompt
+        json_schema = None
+    elif continue_msg is not None:
         continuation = continue_msg.content or _concat_text(continue_msg.content_parts)
         prompt = with_prompt + continuation
     else:

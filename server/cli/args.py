@@ -181,6 +181,9 @@ def _chat_options(p: argparse.ArgumentParser) -> None:
     _ordered_env_defaults(p, "template_kwargs_args")
     _add(p, "--reasoning-format", env="LLAMA_ARG_THINK", default="auto", metavar="FORMAT",
          help="controls whether thought tags are allowed and/or extracted from the response (default: auto)")
+    _add(p, "--skip-chat-parsing", "--no-skip-chat-parsing", env="LLAMA_ARG_SKIP_CHAT_PARSING",
+         action=_NegatableFlag, default=False, type=_env_bool,
+         help="force a pure content parser, even if a Jinja template is specified (default: disabled)")
     _add(p, "--prefill-assistant", "--no-prefill-assistant", env="LLAMA_ARG_PREFILL_ASSISTANT",
          action=_NegatableFlag, default=True, type=_env_bool,
          help="whether to prefill the assistant's response if the last message is an assistant message "

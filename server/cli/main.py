@@ -207,6 +207,7 @@ def chat_settings(args, tokenizer):
     piece = lambda i: tokenizer.piece(i).decode("utf-8", "replace") if i is not None else ""  # noqa: E731
     return ChatSettings(template=template, bos_token=piece(tokenizer.bos_id), eos_token=piece(tokenizer.eos_id),
                         prefill_assistant=args.prefill_assistant, template_kwargs=kwargs,
+                        skip_chat_parsing=args.skip_chat_parsing,
                         enable_thinking=enable_reasoning != 0 and supports_thinking)
 
 
