@@ -9,27 +9,15 @@ the reference's; the share that is identical is reported.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import httpx
 import pytest
 
+from fixtures.grammar_corpus import VERDICTS
+from fixtures.grammar_corpus import grammar_source as _source
 from oracle.grammar_check import Recognizer
 from server.grammar.gbnf import TOKEN, TOKEN_NOT, parse_gbnf
 
-ROOT = Path(__file__).resolve().parents[1]
-VERDICTS = json.loads((ROOT / "fixtures/grammars/verdicts.json").read_text(encoding="utf-8"))
 _identical: list[bool] = []
-
-
-def _source(key: str) -> str:
-    kind, name = key.split("/", 1)
-    if kind == "edge":
-        return (ROOT / "fixtures/grammars/edge" / name).read_text(encoding="utf-8")
-    from oracle.reference import source_tree
-
-    return (source_tree() / "grammars" / name).read_text(encoding="utf-8")
 
 
 @pytest.fixture(scope="module")

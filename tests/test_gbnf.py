@@ -8,28 +8,16 @@ past sampler init (a 200, or a 500 when the grammar can never match); refused is
 
 from __future__ import annotations
 
-import json
 import random
-from pathlib import Path
 
 import llguidance
 import pytest
 
+from fixtures.grammar_corpus import VERDICTS
+from fixtures.grammar_corpus import grammar_source as _source
 from oracle.grammar_check import Recognizer, parses
 from server.grammar.constraint import GrammarRefused, GrammarVocab
 from server.grammar.gbnf import GrammarError, parse_gbnf
-
-ROOT = Path(__file__).resolve().parents[1]
-VERDICTS = json.loads((ROOT / "fixtures/grammars/verdicts.json").read_text(encoding="utf-8"))
-
-
-def _source(key: str) -> str:
-    kind, name = key.split("/", 1)
-    if kind == "edge":
-        return (ROOT / "fixtures/grammars/edge" / name).read_text(encoding="utf-8")
-    from oracle.reference import source_tree
-
-    return (source_tree() / "grammars" / name).read_text(encoding="utf-8")
 
 
 @pytest.fixture(scope="module")

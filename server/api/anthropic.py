@@ -8,9 +8,9 @@ import json
 
 from fastapi import APIRouter, Request
 
-from ..chat.params import chat_params, chat_request
+from ..chat.params import chat_request
 from ..errors import ErrorKind, UpstreamError
-from .chat import _completion_id, chat_settings, content_reader
+from .chat import _completion_id, chat_settings, content_reader, count_input_tokens
 from .jsonio import UpstreamJSON, read_json_object
 from .native import Shape, complete
 
@@ -234,7 +234,5 @@ async def messages(request: Request):
 async def count_tokens(request: Request):
     state = request.app.state.mlxcel
     body = await read_json_object(request)
-    prompt = chat_params(to_chat_body(body), chat_settings(state))["prompt"]
-    tokens = state.tokenizer.tokenize(prompt, add_special=True, parse_special=True)
-    return UpstreamJSON({"input_tokens": len(tokens)})
+    return UpstreamJSON({"input_tokens": count_input_tokens(state, to_chat_body(body))})
 

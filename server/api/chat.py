@@ -109,12 +109,6 @@ def chat_shape(state, verbose: bool, include_usage: bool, content_of=plain_conte
         res["timings"] = _task_timings(t.final)
         return res
 
-    def combine(results: list[dict]) -> dict:
-        first = results[0]
-        for other in results[1:]:  # several tasks: one body, every task's choice
-            first["choices"].append(other["choices"][0])
-        return first
-
     def stream_partial(state, t, event: TokenEvent, entry: dict | None) -> list[dict]:
         frames = []
         if event.n_decoded == 1:  # OpenAI clients expect the role first
@@ -147,9 +141,23 @@ def chat_shape(state, verbose: bool, include_usage: bool, content_of=plain_conte
             frames[0]["__verbose"] = _final_object(state, t)
         return frames
 
-    return Shape(final=final, combine=combine, stream_partial=stream_partial,
+    return Shape(final=final, combine=combine_choices, stream_partial=stream_partial,
                  stream_progress=lambda state, t, event: NATIVE.stream_progress(state, t, event),
                  stream_final=stream_final, done=b"data: [DONE]\n\n")
+
+
+def combine_choices(results: list[dict]) -> dict:
+    """Several tasks in an OpenAI shape: one body carrying every task's choice."""
+    first = results[0]
+    for other in results[1:]:
+        first["choices"].append(other["choices"][0])
+    return first
+
+
+def count_input_tokens(state, chat_body: dict) -> int:
+    """handle_count_tokens(): the tokens the chat body's rendered prompt prefills."""
+    prompt = chat_params(chat_body, chat_settings(state))["prompt"]
+    return len(state.tokenizer.tokenize(prompt, add_special=True, parse_special=True))
 
 
 def _include_usage(body: dict) -> bool:
@@ -180,6 +188,4 @@ async def apply_template(request: Request):
 async def chat_input_tokens(request: Request):
     state = request.app.state.mlxcel
     body = await read_json_object(request)
-    prompt = chat_params(body, chat_settings(state))["prompt"]
-    tokens = state.tokenizer.tokenize(prompt, add_special=True, parse_special=True)
-    return UpstreamJSON({"input_tokens": len(tokens), "object": "response.input_tokens"})
+    return UpstreamJSON({"input_tokens": count_input_tokens(state, body), "object": "response.input_tokens"})

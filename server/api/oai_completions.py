@@ -8,7 +8,7 @@ import time
 from fastapi import APIRouter, Request
 
 from ..build import build_info
-from .chat import _completion_id, _finish_reason, _usage
+from .chat import _completion_id, _finish_reason, _usage, combine_choices
 from .jsonio import read_json_object
 from .native import NATIVE, Shape, _final_object, _trimmed_probs, complete
 from .native import _timings as _task_timings
@@ -38,12 +38,6 @@ def completion_shape(state, verbose: bool) -> Shape:
         res["timings"] = _task_timings(t.final)
         return res
 
-    def combine(results: list[dict]) -> dict:
-        first = results[0]
-        for other in results[1:]:
-            first["choices"].append(other["choices"][0])
-        return first
-
     def stream_partial(state, t, event, entry) -> list[dict]:
         res = body(t, event.text.decode("utf-8", "replace"), {"content": [entry]} if entry else None, None)
         res["id"] = cid
@@ -53,7 +47,7 @@ def completion_shape(state, verbose: bool) -> Shape:
             res["timings"] = _task_timings(event.timings)
         return [res]
 
-    return Shape(final=final, combine=combine, stream_partial=stream_partial,
+    return Shape(final=final, combine=combine_choices, stream_partial=stream_partial,
                  stream_progress=lambda state, t, event: NATIVE.stream_progress(state, t, event),
                  stream_final=lambda state, t: [final(state, t)], done=b"data: [DONE]\n\n")
 

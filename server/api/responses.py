@@ -14,7 +14,7 @@ from fastapi import APIRouter, Request
 from ..chat.params import chat_request
 from ..errors import ErrorKind, UpstreamError
 from .anthropic import _sse
-from .chat import chat_settings, content_reader
+from .chat import chat_settings, content_reader, count_input_tokens
 from .jsonio import UpstreamJSON, read_json_object
 from .native import Shape, complete
 from .native import _timings as _task_timings
@@ -261,7 +261,5 @@ async def responses(request: Request):
 async def responses_input_tokens(request: Request):
     state = request.app.state.mlxcel
     body = await read_json_object(request)
-    prompt = chat_request(to_chat_body(body), chat_settings(state))[0]["prompt"]
-    tokens = state.tokenizer.tokenize(prompt, add_special=True, parse_special=True)
-    return UpstreamJSON({"input_tokens": len(tokens), "object": "response.input_tokens"})
-
+    count = count_input_tokens(state, to_chat_body(body))
+    return UpstreamJSON({"input_tokens": count, "object": "response.input_tokens"})
