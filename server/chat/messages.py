@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from ..errors import type_error
+
 
 def dump(value) -> str:
     """nlohmann's compact dump(), as upstream's messages quote the offending JSON."""
@@ -32,9 +34,7 @@ class ChatMsg:
 
 def _string(v, what: str) -> str:
     if not isinstance(v, str):
-        kind = "null" if v is None else "boolean" if isinstance(v, bool) else "number" \
-            if isinstance(v, int | float) else "array" if isinstance(v, list) else "object"
-        raise ValueError(f"[json.exception.type_error.302] type must be string, but is {kind}")
+        raise ValueError(type_error("string", v))
     return v
 
 

@@ -19,6 +19,8 @@ import re
 import struct
 from fractions import Fraction
 
+from ..errors import type_error
+
 __all__ = ["json_schema_to_grammar"]
 
 INT_MAX = 2**31 - 1
@@ -117,20 +119,8 @@ def _is_number_integer(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and INT64_MIN <= v <= UINT64_MAX
 
 
-def _type_name(v: object) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "boolean"
-    if isinstance(v, (int, float)):
-        return "number"
-    if isinstance(v, str):
-        return "string"
-    return "array" if isinstance(v, list) else "object"
-
-
 def _type_error(expected: str, v: object) -> _CppError:
-    return _CppError(f"[json.exception.type_error.302] type must be {expected}, but is {_type_name(v)}")
+    return _CppError(type_error(expected, v))
 
 
 def _get_str(v: object) -> str:
