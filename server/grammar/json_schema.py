@@ -17,11 +17,12 @@ from __future__ import annotations
 import math
 import re
 import struct
+from collections.abc import Callable
 from fractions import Fraction
 
 from ..errors import type_error
 
-__all__ = ["json_schema_to_grammar"]
+__all__ = ["GrammarBuilder", "build_grammar", "json_schema_to_grammar"]
 
 INT_MAX = 2**31 - 1
 INT64_MIN = -(2**63)
@@ -1180,6 +1181,40 @@ def json_schema_to_grammar(schema: object, name: str = "") -> str:
     try:
         converter.resolve_refs(raw, "")
         converter.visit(raw, name)
+        converter.check_errors()
+    except _CppError as err:
+        raise ValueError(_from_raw(str(err))) from None
+    return _from_raw(converter.format_grammar())
+
+
+class GrammarBuilder:
+    """common_grammar_builder: the callbacks build_grammar() lends its caller, on one converter.
+
+    Everything crosses in ordinary text and is carried as raw bytes inside, like the schemas."""
+
+    def __init__(self, converter: _SchemaConverter) -> None:
+        self._converter = converter
+
+    def add_rule(self, name: str, rule: str) -> str:
+        """Adds a rule, or finds an identical one; a clashing name gets a numeric suffix."""
+        return _from_raw(self._converter.add_rule(_to_raw(name), _to_raw(rule)))
+
+    def add_schema(self, name: str, schema: object) -> str:
+        """The rule name for a parsed JSON schema, its rules added (as the root's when name is "root")."""
+        return _from_raw(self._converter.visit(_to_raw(schema), "" if name == "root" else _to_raw(name)))
+
+    def resolve_refs(self, schema: object) -> None:
+        """Records the schema's local $ref targets for later add_schema() calls."""
+        # the C++ rewrites each local "$ref" to base url + ref with an empty url, i.e. leaves it as is
+        self._converter.resolve_refs(_to_raw(schema), "")
+
+
+def build_grammar(callback: Callable[[GrammarBuilder], None], dotall: bool = False) -> str:
+    """The GBNF text of whatever `callback` adds through the builder, as b10621's build_grammar() writes
+    it (the space rule is always there). Raises ValueError with the C++ what() text on schema errors."""
+    converter = _SchemaConverter(dotall)
+    try:
+        callback(GrammarBuilder(converter))
         converter.check_errors()
     except _CppError as err:
         raise ValueError(_from_raw(str(err))) from None

@@ -1,0 +1,45 @@
+"""Port of b10621's generic PEG parser (common/peg-parser.{h,cpp}): build parsers with PegBuilder,
+parse complete or streaming (LENIENT) input with PegArena.parse, emit GBNF with
+PegArena.build_grammar."""
+
+from .arena import PegArena
+from .builder import PegBuilder, PegParser, build_peg_parser
+from .context import (
+    DEBUG,
+    FAIL,
+    INVALID_AST_ID,
+    LENIENT,
+    NEED_MORE_INPUT,
+    NONE,
+    SUCCESS,
+    AstArena,
+    AstNode,
+    ParseContext,
+    ParseFlags,
+    ParseResult,
+    ParseResultType,
+    parse_result_type_name,
+)
+from .parsers import INVALID_PARSER_ID
+
+__all__ = [
+    "DEBUG",
+    "FAIL",
+    "INVALID_AST_ID",
+    "INVALID_PARSER_ID",
+    "LENIENT",
+    "NEED_MORE_INPUT",
+    "NONE",
+    "SUCCESS",
+    "AstArena",
+    "AstNode",
+    "ParseContext",
+    "ParseFlags",
+    "ParseResult",
+    "ParseResultType",
+    "PegArena",
+    "PegBuilder",
+    "PegParser",
+    "build_peg_parser",
+    "parse_result_type_name",
+]
