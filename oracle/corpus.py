@@ -43,8 +43,18 @@ class Case:
             f"mlxcel-oracle diff fixtures/requests/{self.name}.json --twin {self.twin}"
 
 
-# "{repo}" in a case's args: this checkout's root, so a file-taking flag names a committed fixture
+# "{repo}" in a case's args: this checkout's root, so a file-taking flag names a committed fixture;
+# "{templates}": the reference sdist's models/templates (real checkpoints' chat templates, never committed)
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _substitute(arg: str) -> str:
+    arg = arg.replace("{repo}", str(REPO_ROOT))
+    if "{templates}" in arg:
+        from .reference import source_tree  # only a case that names a template fetches the sources
+
+        arg = arg.replace("{templates}", str(source_tree() / "models" / "templates"))
+    return arg
 
 
 def load_case(path: Path) -> Case:
@@ -61,7 +71,7 @@ def load_case(path: Path) -> Case:
         normalize=tuple(data.get("normalize", [])),
         expect_identical=bool(expect.get("identical", True)),
         expect_divergences=tuple(tuple(d) for d in expect.get("divergences", [])),
-        args=tuple(a.replace("{repo}", str(REPO_ROOT)) for a in data.get("args", [])),
+        args=tuple(_substitute(a) for a in data.get("args", [])),
         setup=tuple(OracleRequest.from_dict(r) for r in data.get("setup", [])),
     )
 

@@ -44,6 +44,10 @@ REGISTRY: dict[str, Normalization] = {n.name: n for n in (
                                     "$.response.created_at", "$.response.output[*].id", "$.item_id", "$.item.id",
                                     "$.timings.*"),
                   "the Responses API's random resp_/msg_ ids, its clocks and timings"),
+    Normalization("tool_call_ids", ("$.choices[*].message.tool_calls[*].id", "$.choices[*].delta.tool_calls[*].id",
+                                    "$.content[*].id", "$.content_block.id", "$.output[*].call_id",
+                                    "$.item.call_id", "$.response.output[*].call_id"),
+                  "b10621 hands every parsed tool call a random 32-character id (gen_tool_call_id)"),
     Normalization("verbose_echo", ("$.__verbose.id_slot", "$.__verbose.timings.*"),
                   "the native result a verbose chat answer embeds: its slot choice and clocks, as id_slot and timings"),
 )}

@@ -8,9 +8,10 @@ import json
 
 from fastapi import APIRouter, Request
 
-from ..chat.params import chat_request
+from ..chat.diffs import NO_INDEX
+from ..chat.params import ChatInfo, chat_request
 from ..errors import ErrorKind, UpstreamError
-from .chat import _completion_id, chat_settings, content_reader, count_input_tokens
+from .chat import _completion_id, chat_settings, count_input_tokens, final_update, message_states
 from .jsonio import UpstreamJSON, read_json_object
 from .native import Shape, complete
 
@@ -140,7 +141,7 @@ def to_chat_body(body: dict) -> dict:
             out["tool_choice"] = "required"
     if "stop_sequences" in body:
         out["stop"] = body["stop_sequences"]
-    out["max_tokens"] = body["max_tokens"] if "max_tokens" in body else 4096
+    out["max_tokens"] = body.get("max_tokens", 4096)
     for key in ("temperature", "top_p", "top_k", "stream", "chat_template_kwargs"):
         if key in body:
             out[key] = body[key]
@@ -155,8 +156,10 @@ def to_chat_body(body: dict) -> dict:
     return out
 
 
-def _stop_reason(final) -> str:
-    return "end_turn" if final.stop_type in ("word", "eos") else "max_tokens"
+def _stop_reason(final, msg) -> str:
+    if final.stop_type not in ("word", "eos"):
+        return "max_tokens"
+    return "tool_use" if msg.tool_calls else "end_turn"
 
 
 def _sse(frames: list[dict]) -> bytes:
@@ -168,53 +171,125 @@ def _sse(frames: list[dict]) -> bytes:
     return out
 
 
-def messages_shape(state, content_of) -> Shape:
+def _event(kind: str, **data) -> dict:
+    return {"event": kind, "data": {"type": kind, **data}}
+
+
+def _block_start(index: int, block: dict) -> dict:
+    return _event("content_block_start", index=index, content_block=block)
+
+
+def _block_delta(index: int, delta: dict) -> dict:
+    return _event("content_block_delta", index=index, delta=delta)
+
+
+def _tool_input(arguments: str) -> dict:
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return {}
+    return value
+
+
+class _Blocks:
+    """Which content blocks a stream has opened: thinking first, then text, then one per tool call."""
+
+    def __init__(self) -> None:
+        self.thinking = False
+        self.text = False
+
+
+def _diff_events(diffs, has_reasoning: bool, blocks: _Blocks, text_index: int, tool_index) -> list[dict]:
+    events = []
+    for d in diffs:
+        if d.reasoning_content_delta:
+            if not blocks.thinking:
+                events.append(_block_start(0, {"type": "thinking", "thinking": ""}))
+                blocks.thinking = True
+            events.append(_block_delta(0, {"type": "thinking_delta", "thinking": d.reasoning_content_delta}))
+        if d.content_delta:
+            if not blocks.text:
+                events.append(_block_start(text_index, {"type": "text", "text": ""}))
+                blocks.text = True
+            events.append(_block_delta(text_index, {"type": "text_delta", "text": d.content_delta}))
+        if d.tool_call_index != NO_INDEX:
+            index, start = tool_index(d)
+            if start is not None:
+                events.append(_block_start(index, start))
+            if d.tool_call_delta.arguments:
+                events.append(_block_delta(index, {"type": "input_json_delta",
+                                                   "partial_json": d.tool_call_delta.arguments}))
+    return events
+
+
+def messages_shape(state, info: ChatInfo) -> Shape:
+    """to_json_anthropic() and its streaming pair; the block bookkeeping follows b10621's, quirks included
+    (the final events re-open blocks for what the final update adds)."""
     cid, model = _completion_id(), state.model_name
-    text_started: dict[int, bool] = {}
-    raw: dict[int, str] = {}
-    sent: dict[int, str] = {}
+    state_of = message_states(info)
+    blocks: dict[int, _Blocks] = {}
 
     def usage(final) -> dict:
         return {"cache_read_input_tokens": final.n_cached, "input_tokens": final.n_prompt - final.n_cached,
                 "output_tokens": final.n_decoded}
 
     def final(state, t) -> dict:
-        content = content_of(t.final.content.decode("utf-8", "replace"), False)
+        msg = final_update(state_of, t)[1]
+        content: list[dict] = []
+        if msg.reasoning_content:
+            content.append({"type": "thinking", "thinking": msg.reasoning_content, "signature": ""})
+        if msg.content:
+            content.append({"type": "text", "text": msg.content})
+        for tc in msg.tool_calls:
+            content.append({"type": "tool_use", "id": tc.id, "name": tc.name, "input": _tool_input(tc.arguments)})
         word = t.final.stopping_word
-        return {"id": cid, "type": "message", "role": "assistant",
-                "content": [{"type": "text", "text": content}] if content else [], "model": model,
-                "stop_reason": _stop_reason(t.final), "stop_sequence": word or None, "usage": usage(t.final)}
+        return {"id": cid, "type": "message", "role": "assistant", "content": content, "model": model,
+                "stop_reason": _stop_reason(t.final, msg), "stop_sequence": word or None, "usage": usage(t.final)}
 
     def stream_partial(state, t, event, entry) -> list[dict]:
         events = []
         if event.n_decoded == 1:
-            events.append({"event": "message_start", "data": {"type": "message_start", "message": {
+            events.append(_event("message_start", message={
                 "id": cid, "type": "message", "role": "assistant", "content": [], "model": model,
                 "stop_reason": None, "stop_sequence": None,
                 "usage": {"cache_read_input_tokens": event.n_cached, "input_tokens": len(t.tokens) - event.n_cached,
-                          "output_tokens": 0}}}})
-        raw[t.index] = raw.get(t.index, "") + event.text.decode("utf-8", "replace")
-        content, already = content_of(raw[t.index], True), sent.get(t.index, "")
-        text = content[len(already):] if len(content) > len(already) and content.startswith(already) else ""
-        if text:
-            sent[t.index] = content
-            if not text_started.get(t.index):
-                text_started[t.index] = True
-                events.append({"event": "content_block_start", "data": {
-                    "type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}})
-            events.append({"event": "content_block_delta", "data": {
-                "type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}})
-        return events
+                          "output_tokens": 0}}))
+        st = state_of(t.index)
+        diffs = st.update(event.text.decode("utf-8", "replace"), True)
+        has_reasoning = bool(st.chat_msg.reasoning_content)
+        b = blocks.setdefault(t.index, _Blocks())
+
+        def tool_index(d):
+            index = (1 if has_reasoning else 0) + (1 if b.text else 0) + d.tool_call_index
+            tc = d.tool_call_delta
+            return index, ({"type": "tool_use", "id": tc.id, "name": tc.name} if tc.name else None)
+        return events + _diff_events(diffs, has_reasoning, b, 1 if has_reasoning else 0, tool_index)
 
     def stream_final(state, t) -> list[dict]:
-        events = []
-        if content_of(t.final.content.decode("utf-8", "replace"), False):
-            events.append({"event": "content_block_stop", "data": {"type": "content_block_stop", "index": 0}})
+        diffs, msg = final_update(state_of, t)
+        has_thinking, has_text = bool(msg.reasoning_content), bool(msg.content)
+        started: set[int] = set()
+
+        def tool_index(d):
+            index = (1 if has_thinking else 0) + (1 if has_text else 0) + d.tool_call_index
+            if d.tool_call_index in started:
+                return index, None
+            started.add(d.tool_call_index)
+            tc = msg.tool_calls[d.tool_call_index]
+            return index, {"type": "tool_use", "id": tc.id, "name": tc.name}
+        events = _diff_events(diffs, has_thinking, _Blocks(), 1 if has_thinking else 0, tool_index)
+        if has_thinking:
+            events.append(_block_delta(0, {"type": "signature_delta", "signature": ""}))
+            events.append(_event("content_block_stop", index=0))
+        if has_text:
+            events.append(_event("content_block_stop", index=1 if has_thinking else 0))
+        for i in range(len(msg.tool_calls)):
+            events.append(_event("content_block_stop", index=(1 if has_thinking else 0) + (1 if has_text else 0) + i))
         word = t.final.stopping_word
-        events.append({"event": "message_delta", "data": {
-            "type": "message_delta", "delta": {"stop_reason": _stop_reason(t.final), "stop_sequence": word or None},
-            "usage": {"output_tokens": t.final.n_decoded}}})
-        events.append({"event": "message_stop", "data": {"type": "message_stop"}})
+        events.append(_event("message_delta", delta={"stop_reason": _stop_reason(t.final, msg),
+                                                     "stop_sequence": word or None},
+                             usage={"output_tokens": t.final.n_decoded}))
+        events.append(_event("message_stop"))
         return events
 
     return Shape(final=final, combine=lambda results: results[0], stream_partial=stream_partial,
@@ -226,7 +301,7 @@ async def messages(request: Request):
     state = request.app.state.mlxcel
     body = await read_json_object(request)
     native, info = chat_request(to_chat_body(body), chat_settings(state))
-    return await complete(state, native, messages_shape(state, content_reader(info)), ANTHROPIC_FIELDS,
+    return await complete(state, native, messages_shape(state, info), ANTHROPIC_FIELDS,
                           route="/v1/messages")
 
 

@@ -11,6 +11,8 @@ import time
 from fastapi import APIRouter, Request
 
 from ..build import build_info
+from ..chat.diffs import MessageState, MsgDiff, Parse, delta_json, is_empty, message_json
+from ..chat.messages import ChatMsg
 from ..chat.params import ChatInfo, ChatSettings, chat_params, chat_request
 from ..engine.types import FinalEvent, TokenEvent
 from .jsonio import UpstreamJSON, read_json_object
@@ -31,7 +33,7 @@ def chat_settings(state) -> ChatSettings:
     if configured is not None:
         return configured
     tok = state.tokenizer
-    piece = lambda i: tok.piece(i).decode("utf-8", "replace") if i is not None else ""  # noqa: E731
+    piece = lambda i: tok.piece(i).decode("utf-8", "replace") if i is not None else ""
     return ChatSettings(template=tok.chat_template or "", bos_token=piece(tok.bos_id), eos_token=piece(tok.eos_id))
 
 
@@ -47,8 +49,10 @@ def _usage(final: FinalEvent) -> dict:
             "prompt_tokens_details": {"cached_tokens": final.n_cached}}
 
 
-def _finish_reason(final: FinalEvent) -> str:
-    return "stop" if final.stop_type in ("word", "eos") else "length"
+def _finish_reason(final: FinalEvent, msg: ChatMsg) -> str:
+    if final.stop_type not in ("word", "eos"):
+        return "length"
+    return "tool_calls" if msg.tool_calls else "stop"
 
 
 def plain_content(text: str, partial: bool) -> str:
@@ -73,20 +77,39 @@ def response_format_content(text: str, partial: bool) -> str:
 _DECODER = json.JSONDecoder()
 
 
-def content_reader(info: ChatInfo):
-    """The chat parser for one request: the continued text, then what the model wrote (or its JSON)."""
+def message_parser(info: ChatInfo) -> Parse:
+    """The chat parser for one request: what the model wrote (after the continued text) as a message."""
     read = response_format_content if info.response_format else plain_content
-    if not info.continuation:
-        return read
-    return lambda text, partial: info.continuation + read(text, partial)
+
+    def parse(text: str, partial: bool) -> ChatMsg:
+        return ChatMsg(role="assistant", content=info.continuation + read(text, partial))
+    return parse
 
 
-def chat_shape(state, verbose: bool, include_usage: bool, content_of=plain_content) -> Shape:
-    """The chat response type for one request: its id and clock shared by every task and frame.
-    `content_of(text, partial)` is the chat parser: the message content in the generated text."""
+def message_states(info: ChatInfo):
+    """One MessageState per task, made on first use."""
+    parse, states = message_parser(info), {}
+
+    def state_of(index: int) -> MessageState:
+        if index not in states:
+            states[index] = MessageState(parse, is_continuation=info.is_continuation, echo=info.echo)
+        return states[index]
+    return state_of
+
+
+def final_update(state_of, t) -> tuple[list[MsgDiff], ChatMsg]:
+    """The final update (the text not yet seen, all of it when not streaming, parsed as complete): its
+    diffs and the finished message."""
+    st = state_of(t.index)
+    full = t.final.content.decode("utf-8", "replace")
+    diffs = st.update(full[len(st.generated_text):] if full.startswith(st.generated_text) else "", False)
+    return diffs, (st.chat_msg if not is_empty(st.chat_msg) else ChatMsg(role="assistant", content=full))
+
+
+def chat_shape(state, verbose: bool, include_usage: bool, info: ChatInfo) -> Shape:
+    """The chat response type for one request: its id and clock shared by every task and frame."""
     cid, model, fingerprint = _completion_id(), state.model_name, build_info()
-    raw: dict[int, str] = {}  # per task: the text generated so far
-    sent: dict[int, str] = {}  # per task: the content the stream has delivered
+    state_of = message_states(info)
 
     def envelope(obj: str, choices: list, **extra) -> dict:
         return {"choices": choices, "created": int(time.time()), "model": model, "system_fingerprint": fingerprint,
@@ -98,9 +121,8 @@ def chat_shape(state, verbose: bool, include_usage: bool, content_of=plain_conte
         return c
 
     def final(state, t) -> dict:
-        content = content_of(t.final.content.decode("utf-8", "replace"), False)
-        choice = {"finish_reason": _finish_reason(t.final), "index": t.index,
-                  "message": {"role": "assistant", "content": content}}
+        msg = final_update(state_of, t)[1]
+        choice = {"finish_reason": _finish_reason(t.final, msg), "index": t.index, "message": message_json(msg)}
         if probs := _trimmed_probs(state, t):
             choice["logprobs"] = {"content": probs}
         res = envelope("chat.completion", [choice], usage=_usage(t.final), id=cid)
@@ -113,11 +135,8 @@ def chat_shape(state, verbose: bool, include_usage: bool, content_of=plain_conte
         frames = []
         if event.n_decoded == 1:  # OpenAI clients expect the role first
             frames.append(chunk(t, {"role": "assistant", "content": None}))
-        raw[t.index] = raw.get(t.index, "") + event.text.decode("utf-8", "replace")
-        content, already = content_of(raw[t.index], True), sent.get(t.index, "")
-        if len(content) > len(already) and content.startswith(already):
-            sent[t.index] = content
-            frames.append(chunk(t, {"content": content[len(already):]}))
+        for diff in state_of(t.index).update(event.text.decode("utf-8", "replace"), True):
+            frames.append(chunk(t, delta_json(diff)))
         if frames:
             if entry is not None:
                 frames[-1]["choices"][0]["logprobs"] = {"content": [entry]}
@@ -126,12 +145,9 @@ def chat_shape(state, verbose: bool, include_usage: bool, content_of=plain_conte
         return frames
 
     def stream_final(state, t) -> list[dict]:
-        content = content_of(t.final.content.decode("utf-8", "replace"), False)
-        already = sent.get(t.index, "")
-        frames = []
-        if content.startswith(already) and len(content) > len(already):
-            frames.append(chunk(t, {"content": content[len(already):]}))
-        frames.append(chunk(t, {}, _finish_reason(t.final)))
+        diffs, msg = final_update(state_of, t)
+        frames = [chunk(t, delta_json(diff)) for diff in diffs]
+        frames.append(chunk(t, {}, _finish_reason(t.final, msg)))
         if include_usage:
             frames.append({"choices": [], "created": int(time.time()), "id": cid, "model": model,
                            "system_fingerprint": fingerprint, "object": "chat.completion.chunk",
@@ -171,8 +187,7 @@ async def chat_completions(request: Request):
     state = request.app.state.mlxcel
     body = await read_json_object(request)
     native, info = chat_request(body, chat_settings(state))
-    shape = chat_shape(state, verbose=body.get("verbose") is True, include_usage=_include_usage(body),
-                       content_of=content_reader(info))
+    shape = chat_shape(state, verbose=body.get("verbose") is True, include_usage=_include_usage(body), info=info)
     return await complete(state, native, shape, CHAT_FIELDS, route="/v1/chat/completions")
 
 

@@ -11,10 +11,10 @@ import time
 
 from fastapi import APIRouter, Request
 
-from ..chat.params import chat_request
+from ..chat.params import ChatInfo, chat_request
 from ..errors import ErrorKind, UpstreamError
 from .anthropic import _sse
-from .chat import chat_settings, content_reader, count_input_tokens
+from .chat import chat_settings, count_input_tokens, final_update, message_states
 from .jsonio import UpstreamJSON, read_json_object
 from .native import Shape, complete
 from .native import _timings as _task_timings
@@ -176,74 +176,123 @@ def _usage(final) -> dict:
             "total_tokens": final.n_decoded + final.n_prompt, "input_tokens_details": {"cached_tokens": final.n_cached}}
 
 
-def responses_shape(state, content_of) -> Shape:
-    resp_id, msg_id, model = "resp_" + _random(), "msg_" + _random(), state.model_name
-    raw: dict[int, str] = {}
-    sent: dict[int, str] = {}
-    started: set[int] = set()
+def _event(kind: str, **data) -> dict:
+    return {"event": kind, "data": {"type": kind, **data}}
+
+
+def _function_call(tc, status: str) -> dict:
+    return {"id": "fc_" + tc.id, "type": "function_call", "status": status, "arguments": tc.arguments,
+            "call_id": "call_" + tc.id, "name": tc.name}
+
+
+def _output_text(text: str) -> dict:
+    return {"type": "output_text", "annotations": [], "logprobs": [], "text": text}
+
+
+class _Progress:
+    """What a stream has opened so far (b10621's task_result_state flags and the current function call)."""
+
+    def __init__(self) -> None:
+        self.created = self.thinking = self.text = False
+        self.fc_id = ""
+
+
+def responses_shape(state, info: ChatInfo) -> Shape:
+    resp_id, reasoning_id, msg_id, model = "resp_" + _random(), "rs_" + _random(), "msg_" + _random(), state.model_name
+    state_of = message_states(info)
+    progress: dict[int, _Progress] = {}
 
     def final(state, t) -> dict:
-        content = content_of(t.final.content.decode("utf-8", "replace"), False)
+        msg = final_update(state_of, t)[1]
         output = []
-        if content:
-            output.append({"content": [{"type": "output_text", "annotations": [], "logprobs": [], "text": content}],
-                           "id": "msg_" + _random(), "role": "assistant", "status": "completed", "type": "message"})
+        if msg.reasoning_content:
+            output.append({"id": "rs_" + _random(), "summary": [], "type": "reasoning",
+                           "content": [{"text": msg.reasoning_content, "type": "reasoning_text"}],
+                           "encrypted_content": "", "status": "completed"})
+        if msg.content:
+            output.append({"content": [_output_text(msg.content)], "id": "msg_" + _random(), "role": msg.role,
+                           "status": "completed", "type": "message"})
+        output += [_function_call(tc, "completed") for tc in msg.tool_calls]
         now = int(time.time())
         return {"completed_at": now, "created_at": now, "id": resp_id, "model": model, "object": "response",
                 "output": output, "status": "completed", "usage": _usage(t.final)}
 
-    def progress_event() -> dict:
-        return {"event": "response.in_progress", "data": {
-            "type": "response.in_progress", "response": {"id": resp_id, "object": "response", "status": "in_progress"}}}
+    def in_progress() -> dict:
+        return _event("response.in_progress", response={"id": resp_id, "object": "response", "status": "in_progress"})
 
     def stream_partial(state, t, event, entry) -> list[dict]:
         events = []
-        if event.n_decoded == 1:
-            events.append({"event": "response.created", "data": {
-                "type": "response.created", "response": {"id": resp_id, "object": "response",
-                                                         "status": "in_progress"}}})
-            events.append(progress_event())
-        raw[t.index] = raw.get(t.index, "") + event.text.decode("utf-8", "replace")
-        content, already = content_of(raw[t.index], True), sent.get(t.index, "")
-        if len(content) > len(already) and content.startswith(already):
-            sent[t.index] = content
-            if t.index not in started:
-                started.add(t.index)
-                events.append({"event": "response.output_item.added", "data": {
-                    "type": "response.output_item.added", "item": {
-                        "content": [], "id": msg_id, "role": "assistant", "status": "in_progress", "type": "message"}}})
-                events.append({"event": "response.content_part.added", "data": {
-                    "type": "response.content_part.added", "item_id": msg_id,
-                    "part": {"type": "output_text", "text": ""}}})
-            events.append({"event": "response.output_text.delta", "data": {
-                "type": "response.output_text.delta", "item_id": msg_id, "delta": content[len(already):]}})
+        p = progress.setdefault(t.index, _Progress())
+        if not p.created:
+            p.created = True
+            events.append(_event("response.created",
+                                 response={"id": resp_id, "object": "response", "status": "in_progress"}))
+            events.append(in_progress())
+        for d in state_of(t.index).update(event.text.decode("utf-8", "replace"), True):
+            if d.reasoning_content_delta:
+                if not p.thinking:
+                    p.thinking = True
+                    events.append(_event("response.output_item.added", item={
+                        "id": reasoning_id, "summary": [], "type": "reasoning", "content": [],
+                        "encrypted_content": "", "status": "in_progress"}))
+                events.append(_event("response.reasoning_text.delta", delta=d.reasoning_content_delta,
+                                     item_id=reasoning_id))
+            if d.content_delta:
+                if not p.text:
+                    p.text = True
+                    events.append(_event("response.output_item.added", item={
+                        "content": [], "id": msg_id, "role": "assistant", "status": "in_progress", "type": "message"}))
+                    events.append(_event("response.content_part.added", item_id=msg_id,
+                                         part={"type": "output_text", "text": ""}))
+                events.append(_event("response.output_text.delta", item_id=msg_id, delta=d.content_delta))
+            tc = d.tool_call_delta
+            if tc.name:
+                events.append(_event("response.output_item.added", item={
+                    "id": "fc_" + tc.id, "arguments": "", "call_id": "call_" + tc.id, "name": tc.name,
+                    "type": "function_call", "status": "in_progress"}))
+                p.fc_id = tc.id
+            if tc.arguments:
+                events.append(_event("response.function_call_arguments.delta", delta=tc.arguments,
+                                     item_id="fc_" + p.fc_id))
         if events and event.timings is not None:
             events[-1]["data"]["timings"] = _task_timings(event.timings)
         return events
 
+    def stream_progress(state, t, event) -> list[dict]:
+        p = progress.setdefault(t.index, _Progress())
+        if not p.created:  # the first progress chunk opens the response
+            p.created = True
+            return [_event("response.created", response={"id": resp_id, "object": "response",
+                                                         "status": "in_progress"}), in_progress()]
+        return [in_progress()]
+
     def stream_final(state, t) -> list[dict]:
-        content = content_of(t.final.content.decode("utf-8", "replace"), False)
+        msg = final_update(state_of, t)[1]
         events, output = [], []
-        if content:
-            part = {"type": "output_text", "annotations": [], "logprobs": [], "text": content}
-            item = {"type": "message", "status": "completed", "id": msg_id, "content": [part], "role": "assistant"}
-            events += [
-                {"event": "response.output_text.done", "data": {
-                    "type": "response.output_text.done", "item_id": msg_id, "text": content}},
-                {"event": "response.content_part.done", "data": {
-                    "type": "response.content_part.done", "item_id": msg_id, "part": part}},
-                {"event": "response.output_item.done", "data": {"type": "response.output_item.done", "item": item}},
-            ]
+        if msg.reasoning_content:
+            item = {"id": reasoning_id, "summary": [], "type": "reasoning",
+                    "content": [{"text": msg.reasoning_content, "type": "reasoning_text"}], "encrypted_content": ""}
+            events.append(_event("response.output_item.done", item=item))
             output.append(item)
-        events.append({"event": "response.completed", "data": {
-            "type": "response.completed", "response": {
-                "id": resp_id, "object": "response", "created_at": int(time.time()), "status": "completed",
-                "model": model, "output": output, "usage": _usage(t.final)}}})
+        if msg.content:
+            part = _output_text(msg.content)
+            item = {"type": "message", "status": "completed", "id": msg_id, "content": [part], "role": "assistant"}
+            events += [_event("response.output_text.done", item_id=msg_id, text=msg.content),
+                       _event("response.content_part.done", item_id=msg_id, part=part),
+                       _event("response.output_item.done", item=item)]
+            output.append(item)
+        for tc in msg.tool_calls:
+            item = _function_call(tc, "completed")
+            events.append(_event("response.output_item.done", item=item))
+            output.append(item)
+        events.append(_event("response.completed", response={
+            "id": resp_id, "object": "response", "created_at": int(time.time()), "status": "completed",
+            "model": model, "output": output, "usage": _usage(t.final)}))
         events[-1]["data"]["timings"] = _task_timings(t.final)
         return events
 
     return Shape(final=final, combine=lambda results: results[0], stream_partial=stream_partial,
-                 stream_progress=lambda state, t, event: [progress_event()], stream_final=stream_final, sse=_sse)
+                 stream_progress=stream_progress, stream_final=stream_final, sse=_sse)
 
 
 @router.post("/responses")
@@ -252,7 +301,7 @@ async def responses(request: Request):
     state = request.app.state.mlxcel
     body = await read_json_object(request)
     native, info = chat_request(to_chat_body(body), chat_settings(state))
-    return await complete(state, native, responses_shape(state, content_reader(info)), RESPONSES_FIELDS,
+    return await complete(state, native, responses_shape(state, info), RESPONSES_FIELDS,
                           route="/v1/responses")
 
 

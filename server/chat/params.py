@@ -125,6 +125,17 @@ class ChatInfo:
     generation_prompt: str = ""
     continuation: str = ""  # a continued assistant message's text: the answer's content starts with it
     response_format: bool = False  # a response-format grammar: the content is the JSON it lets through
+    # the body's own continue_final_message (not a prefill the server inferred): b10621 then keeps the
+    # continued text out of the streamed deltas unless the body also asks for echo
+    is_continuation: bool = False
+    echo: bool = False
+
+
+def continuation_mode(value) -> str:
+    """common_chat_continuation_parse(): "auto", "content", "reasoning", or "" for none."""
+    if value is True:
+        return "auto"
+    return {"reasoning_content": "reasoning", "content": "content"}.get(value, "") if isinstance(value, str) else ""
 
 
 def chat_params(body: dict, settings: ChatSettings) -> dict:
@@ -194,7 +205,7 @@ def chat_request(body: dict, settings: ChatSettings) -> tuple[dict, ChatInfo]:
     add_generation_prompt = bool(_value(body, "add_generation_prompt", True))
     continuing = False
     if "continue_final_message" in body:
-        continuing = body["continue_final_message"] is True or body["continue_final_message"] in ("content",)
+        continuing = bool(continuation_mode(body["continue_final_message"]))
     if not continuing and settings.prefill_assistant and messages and messages[-1].role == "assistant":
         if len(messages) >= 2 and messages[-2].role == "assistant":
             raise _bad("Cannot have 2 or more assistant messages at the end of the list.")
@@ -269,5 +280,7 @@ def chat_request(body: dict, settings: ChatSettings) -> tuple[dict, ChatInfo]:
     for key, value in body.items():  # llama.cpp-specific fields pass through; n_predict beats max_tokens
         if key not in out or key == "n_predict":
             out[key] = value
+    explicit = continuation_mode(body.get("continue_final_message")) if "continue_final_message" in body else ""
     return out, ChatInfo(generation_prompt, continuation, "grammar_type" in out and "grammar" in out
-                         and out.get("grammar_type") == "tool_calls")
+                         and out.get("grammar_type") == "tool_calls", is_continuation=bool(explicit),
+                         echo=body.get("echo") is True)
