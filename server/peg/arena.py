@@ -10,6 +10,7 @@ isspace() (ASCII only), as in the C++. There is no memoisation, as in the C++.
 
 from __future__ import annotations
 
+import logging
 import re
 import sys
 from collections.abc import Callable, Mapping
@@ -46,6 +47,8 @@ from .parsers import (
 
 if TYPE_CHECKING:
     from ..grammar.json_schema import GrammarBuilder
+
+log = logging.getLogger("mlxcel.peg")
 
 _C_SPACE = frozenset(" \t\n\v\f\r")
 _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
@@ -241,7 +244,9 @@ def _literal(arena: PegArena, p: LiteralParser, ctx: ParseContext, start: int) -
 def _sequence(arena: PegArena, p: SequenceParser, ctx: ParseContext, start: int) -> ParseResult:
     debug = ctx.is_debug()
     if debug:
-        _debug(ctx, f"SEQ start at {start} '{_snippet(ctx, start)}' ({len(p.children)} children)")
+        # the C++ sends this one line to the debug log rather than straight to stderr
+        indent = "  " * ctx.parse_depth
+        log.debug("%sSEQ start at %d '%s' (%d children)", indent, start, _snippet(ctx, start), len(p.children))
     ctx.parse_depth += 1
     pos = start
     nodes: list[int] = []
