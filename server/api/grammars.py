@@ -8,6 +8,7 @@ import re
 from ..engine.types import GrammarSpec
 from ..errors import SAMPLERS_FAILED, ErrorKind, UpstreamError
 from ..grammar.constraint import GrammarRefused
+from .budget import prefill_tokens
 from .task_params import GRAMMAR_TRIGGER_TOKEN, GRAMMAR_TRIGGER_WORD, TaskParams
 
 GRAMMAR_TRIGGER_PATTERN, GRAMMAR_TRIGGER_PATTERN_FULL = 2, 3
@@ -38,18 +39,10 @@ def _triggers(p: TaskParams) -> tuple[tuple[int, ...], tuple[str, ...]]:
 
 
 def _prefill(p: TaskParams, vocab) -> tuple[int, ...]:
-    """common_sampler_init's prefill: the generation prompt's tokens, for schema and chat grammars only
-    (a leading space token some tokenizers add before a special token is skipped)."""
-    if p.grammar_lazy or p.grammar_type not in ("output_format", "tool_calls") or not p.generation_prompt:
+    """common_sampler_init's grammar prefill: for schema and chat grammars only, never a lazy one."""
+    if p.grammar_lazy or p.grammar_type not in ("output_format", "tool_calls"):
         return ()
-    tokens = vocab.tokenizer.tokenize(p.generation_prompt, add_special=False, parse_special=True)
-    out = []
-    for i, t in enumerate(tokens):
-        piece = vocab.tokenizer.piece(t, special=True)
-        if i == 0 and piece[:1].isspace() and not p.generation_prompt[:1].isspace():
-            continue
-        out.append(t)
-    return tuple(out)
+    return prefill_tokens(p.generation_prompt, vocab.tokenizer)
 
 
 def grammar_spec(p: TaskParams, vocab_of) -> GrammarSpec | None:

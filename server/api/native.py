@@ -23,6 +23,7 @@ from ..engine.types import (
     TokenEvent,
 )
 from ..errors import SAMPLERS_FAILED, ErrorKind, UpstreamError, exceeds_context, json_type_name
+from .budget import reasoning_budget_spec
 from .dry import processed_breakers
 from .grammars import grammar_spec
 from .jsonio import UpstreamJSON, dumps, read_json_object
@@ -204,7 +205,7 @@ def _generation_request(p: TaskParams, tokens: list[int], base: TaskParams, tok=
                              n_indent=p.n_indent, t_max_predict_ms=p.t_max_predict_ms,
                              return_progress=p.stream and p.return_progress, n_keep=p.n_keep, n_discard=p.n_discard,
                              preserved_tokens=frozenset(p.preserved_tokens), sampling=sampling_params(p, tok),
-                             grammar=grammar,
+                             grammar=grammar, reasoning_budget=reasoning_budget_spec(p, tok) if tok else None,
                              n_probs=max(p.n_probs, 0), post_sampling_probs=p.post_sampling_probs,
                              params_echo=generation_settings(p, only_metrics=True))
 

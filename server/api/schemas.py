@@ -40,6 +40,11 @@ ACTED_ON: tuple[str, ...] = (
     "json_schema",
     "grammar_lazy",
     "grammar_triggers",
+    "generation_prompt",
+    "reasoning_budget_tokens",
+    "reasoning_budget_start_tag",
+    "reasoning_budget_end_tags",
+    "reasoning_budget_message",
     # the sampler chain (the infill sampler is not acted on yet)
     "seed",
     "temperature",

@@ -126,6 +126,9 @@ class TaskParams:
     grammar_triggers: list[dict] = field(default_factory=list)
     reasoning_control: bool = False
     reasoning_budget_tokens: int = -1
+    reasoning_budget_start_tag: str = ""
+    reasoning_budget_end_tags: list[str] = field(default_factory=list)
+    reasoning_budget_message: str | None = None  # None: absent, nothing is forced when the budget is spent
     logit_bias: list[tuple[int, float]] = field(default_factory=list)
     ignore_eos: bool = False
     stop: list[str] = field(default_factory=list)  # the antiprompt
@@ -345,19 +348,22 @@ def _grammar_triggers(p: TaskParams, body: dict, ctx: EvalContext) -> None:
 
 
 def _reasoning_budget_start_tag(p: TaskParams, body: dict, ctx: EvalContext) -> None:
-    get_str(body["reasoning_budget_start_tag"])
+    p.reasoning_budget_start_tag = get_str(body["reasoning_budget_start_tag"])
 
 
 def _reasoning_budget_end_tags(p: TaskParams, body: dict, ctx: EvalContext) -> None:
+    # the handler tests presence, not value: a null "..._end_tags" next to "..._end_tag" gives no tags
     if "reasoning_budget_end_tags" in body:
-        for t in _elements(body["reasoning_budget_end_tags"]):
-            get_str(t)
+        v = body["reasoning_budget_end_tags"]
+        tags = [] if v is None else _elements(v)
     else:
-        get_str(body["reasoning_budget_end_tag"])
+        tags = [body["reasoning_budget_end_tag"]]
+    p.reasoning_budget_end_tags = [t for t in (get_str(t) for t in tags) if t]
 
 
 def _reasoning_budget_message(p: TaskParams, body: dict, ctx: EvalContext) -> None:
-    pass  # read with json_value(): any type is accepted
+    message = body["reasoning_budget_message"]  # json_value(): any type is accepted, a wrong one reads as ""
+    p.reasoning_budget_message = message if isinstance(message, str) else ""
 
 
 _STRTOL = re.compile(r"[ \t\n\v\f\r]*([+-]?\d+)")

@@ -59,6 +59,8 @@ class ChatSettings:
     enable_thinking: bool = True
     template_kwargs: dict = field(default_factory=dict)  # --chat-template-kwargs, values as JSON text
     skip_chat_parsing: bool = False  # --skip-chat-parsing: b10621's forced pure-content template path
+    reasoning_budget: int = -1  # --reasoning-budget
+    reasoning_budget_message: str = ""  # --reasoning-budget-message
 
     @property
     def caps(self) -> dict[str, bool]:

@@ -181,6 +181,11 @@ def _chat_options(p: argparse.ArgumentParser) -> None:
     _ordered_env_defaults(p, "template_kwargs_args")
     _add(p, "--reasoning-format", env="LLAMA_ARG_THINK", default="auto", metavar="FORMAT",
          help="controls whether thought tags are allowed and/or extracted from the response (default: auto)")
+    _add(p, "--reasoning-budget", env="LLAMA_ARG_THINK_BUDGET", type=int, default=-1, metavar="N",
+         help="token budget for thinking: -1 for unrestricted, 0 for immediate end, N>0 for token budget "
+              "(default: -1)")
+    _add(p, "--reasoning-budget-message", env="LLAMA_ARG_THINK_BUDGET_MESSAGE", default="", metavar="MESSAGE",
+         help="message injected before the end-of-thinking tag when reasoning budget is exhausted (default: none)")
     _add(p, "--skip-chat-parsing", "--no-skip-chat-parsing", env="LLAMA_ARG_SKIP_CHAT_PARSING",
          action=_NegatableFlag, default=False, type=_env_bool,
          help="force a pure content parser, even if a Jinja template is specified (default: disabled)")

@@ -81,6 +81,7 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
                               base_params=TaskParams(**sampling, cache_prompt=args.cache_prompt, n_keep=args.keep,
                                                      sse_ping_interval=args.sse_ping_interval,
                                                      n_predict=args.predict,
+                                                     reasoning_budget_tokens=args.reasoning_budget,
                                                      stop=list(args.reverse_prompt or []),
                                                      # auto resolves to deepseek in b10621's task defaults
                                                      reasoning_format="deepseek" if args.reasoning_format == "auto"
@@ -199,6 +200,8 @@ def chat_settings(args, tokenizer):
                              "pass the Jinja template text, or a file with --chat-template-file")
         template = value
     kwargs, enable_reasoning = _template_kwargs(args.template_kwargs_args or [])
+    if args.reasoning_budget < -1:
+        raise ValueError('error while handling argument "--reasoning-budget": invalid value')
     if args.reasoning_format not in ("none", "auto", "deepseek", "deepseek-legacy"):
         raise ValueError(f'error while handling argument "--reasoning-format": Unknown reasoning format: '
                          f"{args.reasoning_format}")
@@ -207,7 +210,8 @@ def chat_settings(args, tokenizer):
     piece = lambda i: tokenizer.piece(i).decode("utf-8", "replace") if i is not None else ""  # noqa: E731
     return ChatSettings(template=template, bos_token=piece(tokenizer.bos_id), eos_token=piece(tokenizer.eos_id),
                         prefill_assistant=args.prefill_assistant, template_kwargs=kwargs,
-                        skip_chat_parsing=args.skip_chat_parsing,
+                        skip_chat_parsing=args.skip_chat_parsing, reasoning_budget=args.reasoning_budget,
+                        reasoning_budget_message=args.reasoning_budget_message,
                         enable_thinking=enable_reasoning != 0 and supports_thinking)
 
 

@@ -21,6 +21,7 @@ from typing import AsyncIterator, Callable
 from server.grammar.constraint import GrammarMatcher
 
 from .prompt_cache import PromptCache
+from .reasoning_budget import ReasoningBudget, accept_generated, grammar_should_apply
 from .sampling import Chain, GrammarDeadEnd, pre_probs, sample_constrained
 from .scheduler import Scheduler, Sequence
 from .stopping import TextStream
@@ -86,6 +87,7 @@ class _Running:
     is_child: bool = False  # an n_cmpl > 1 completion that takes its prompt state from the first
     chain: Chain | None = None  # the request's sampler chain, built at its first draw
     grammar: GrammarMatcher | None = None  # the request's grammar state, built with the chain
+    budget: ReasoningBudget | None = None  # the request's reasoning-budget sampler, built with the chain
 
 
 # Prefill runs in chunks of this many tokens (at most --ubatch-size), ending on multiples of it counted from
@@ -349,15 +351,21 @@ class Engine:
                     run.chain.accept(t)
                 if req.grammar is not None:  # the prompt is not fed to it (is_generated = false)
                     run.grammar = GrammarMatcher(req.grammar, self.grammar_vocab)
+                if (spec := req.reasoning_budget) is not None:
+                    run.budget = ReasoningBudget([spec.start], spec.ends, spec.forced, spec.budget,
+                                                 token_bytes=lambda t: self.piece(t, False))
+                    for t in spec.prefill:
+                        run.budget.accept(t)
             logits = self.runner.to_numpy(run.logits)
+            lazy = req.grammar is not None and req.grammar.lazy
+            grammar = run.grammar if grammar_should_apply(run.grammar is not None, run.budget, lazy) else None
             try:
-                token = sample_constrained(run.chain, run.grammar, logits)
+                token = sample_constrained(run.chain, grammar, run.budget.apply(logits) if run.budget else logits)
             except GrammarDeadEnd as dead:
                 self._fail(sched, seq, "got exception: Unexpected empty grammar stack after accepting piece: "
                            f"{self.piece(dead.token, True).decode('utf-8', 'replace')} ({dead.token})")
                 return
-            if run.grammar is not None:
-                run.grammar.accept(token)
+            accept_generated(token, run.budget, run.grammar, lazy)
             run.chain.accept(token)
             if req.n_probs > 0:
                 prob, top = (run.chain.post_probs(token, req.n_probs) if req.post_sampling_probs

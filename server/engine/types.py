@@ -53,6 +53,17 @@ class GrammarSpec:
 
 
 @dataclass(frozen=True)
+class ReasoningBudgetSpec:
+    """A request's reasoning-budget sampler as token ids (server/engine/reasoning_budget.py builds it)."""
+
+    start: tuple[int, ...]  # the start tag's tokens: arms the budget
+    ends: tuple[tuple[int, ...], ...]  # each end tag's tokens: a natural end of the block
+    forced: tuple[int, ...]  # the message then the first end tag, forced once the budget is spent
+    budget: int  # tokens allowed inside the block
+    prefill: tuple[int, ...] = ()  # the generation prompt's tokens, accepted before the first draw
+
+
+@dataclass(frozen=True)
 class GenerationRequest:
     prompt_tokens: tuple[int, ...]
     n_predict: int = -1  # -1: until end of generation or the context is full
@@ -72,6 +83,7 @@ class GenerationRequest:
     id_slot: int | None = None  # run on this slot (waiting for it if busy); None: the lowest free one
     params_echo: dict | None = None  # the resolved parameters as GET /slots shows them (JSON-ready)
     grammar: GrammarSpec | None = None  # constrain every draw to keep the output parsable
+    reasoning_budget: ReasoningBudgetSpec | None = None  # cap the tokens spent inside a reasoning block
 
 
 @dataclass(frozen=True)
