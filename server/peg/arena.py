@@ -2,10 +2,13 @@
 its parser_executor).
 
 The input is a Python str, so positions count code points and a character can never be cut in
-half. Where the C++ reports an incomplete UTF-8 sequence at the end of the input, the str
-equivalent is simply the end of the input, which every parser below already handles the way the
-C++ handles running out of bytes; its INVALID-UTF-8 failures cannot occur. Whitespace is C
-isspace() (ASCII only), as in the C++. There is no memoisation, as in the C++.
+half; the C++'s failures on malformed UTF-8 cannot happen. At the end of the input every parser
+behaves as the C++ does when it runs out of bytes. In lenient mode the C++ also takes a trailing
+incomplete UTF-8 sequence for the end of the input in any(), chars(), string content and until(),
+but end(), literals and repetitions still see bytes there: on "Caf\\xC3" one_or_more(any()) + end() needs
+more input, where this port, given "Caf", succeeds. A caller that holds back incomplete bytes gets
+the C++ results everywhere else. Whitespace is C isspace() (ASCII only). There is no memoisation,
+as in the C++.
 """
 
 from __future__ import annotations
@@ -112,7 +115,7 @@ class PegArena:
         return self.parse_id(self._root, ctx, start)
 
     def parse_id(self, parser_id: int, ctx: ParseContext, start: int) -> ParseResult:
-        parser = self.get(parser_id)
+        parser = self._parsers[parser_id] if parser_id >= 0 else self.get(parser_id)
         return _EXECUTORS[type(parser)](self, parser, ctx, start)
 
     # building
@@ -246,7 +249,9 @@ def _sequence(arena: PegArena, p: SequenceParser, ctx: ParseContext, start: int)
     if debug:
         # the C++ sends this one line to the debug log rather than straight to stderr
         indent = "  " * ctx.parse_depth
-        log.debug("%sSEQ start at %d '%s' (%d children)", indent, start, _snippet(ctx, start), len(p.children))
+        log.debug(
+            "%sSEQ start at %d '%s' (%d children)", indent, start, _snippet(ctx, start), len(p.children)
+        )
     ctx.parse_depth += 1
     pos = start
     nodes: list[int] = []

@@ -39,6 +39,8 @@ class ParseFlags(enum.IntFlag):
 NONE = ParseFlags.NONE
 LENIENT = ParseFlags.LENIENT
 DEBUG = ParseFlags.DEBUG
+_LENIENT_BIT = int(LENIENT)
+_DEBUG_BIT = int(DEBUG)
 
 
 class ParseResult:
@@ -174,12 +176,13 @@ class ParseContext:
 
     def __init__(self, input: str = "", flags: int = NONE) -> None:
         self.input = input
-        self.flags = flags
+        # a plain int: flag tests run on every sequence, and IntFlag arithmetic is slow
+        self.flags = int(flags)
         self.ast = AstArena()
         self.parse_depth = 0
 
     def is_lenient(self) -> bool:
-        return bool(self.flags & LENIENT)
+        return self.flags & _LENIENT_BIT != 0
 
     def is_debug(self) -> bool:
-        return bool(self.flags & DEBUG)
+        return self.flags & _DEBUG_BIT != 0
