@@ -461,7 +461,7 @@ def _functions(tools: list) -> list[tuple[str, object]]:
 
 
 def _properties(params) -> dict:
-    return params.get("properties") or {} if isinstance(params, dict) else {}
+    return (params.get("properties") or {}) if isinstance(params, dict) else {}
 
 
 def _key_spec(key: str) -> tuple[str, str]:
@@ -539,17 +539,17 @@ def _content_only_parser() -> PegArena:
     """What upstream parses with when the format brings no parser: everything is content."""
     global _content_only
     if _content_only is None:
-        _content_only = build_chat_peg_parser(lambda p: p.content(p.rest()) + p.end())
+        _content_only = build_chat_peg_parser(lambda p: p._sum(lambda: p.content(p.rest()), p.end))
     return _content_only
 
 
-def chat_peg_parse(parser_arena: PegArena | None, text: str, is_partial: bool, generation_prompt: str = "",
+def chat_peg_parse(parser_arena: PegArena | None, input: str, is_partial: bool, generation_prompt: str = "",
                    fmt: str = FORMAT_PEG_NATIVE) -> ChatMsg:
     """common_chat_peg_parse(): the model's output (after the generation prompt, which the parser sees
     first) as an assistant message. Parsing is always lenient; a failed parse of a partial output still
     gives what was mapped so far, otherwise ValueError with upstream's message."""
     parser = _content_only_parser() if parser_arena is None or parser_arena.empty() else parser_arena
-    ctx = ParseContext(generation_prompt + text, ParseFlags.LENIENT)
+    ctx = ParseContext(generation_prompt + input, ParseFlags.LENIENT)
     result = parser.parse(ctx)
     if result.fail() and not (is_partial and result.end > 0):
         raise ValueError(f"The model produced output that does not match the expected {fmt} format")
