@@ -9,6 +9,58 @@ instead (those are not ported).
 
 from __future__ import annotations
 
+from dataclasses import replace
+from functools import lru_cache
+
+from ..caps import template_caps
+from .analysis import Autoparser, ReasoningMode
+from .generator import GRAMMAR_TRIGGER_TYPE_WORD, ChatParams, GenerationParams, generate_parser
+from .helpers import Template, trim_whitespace
+
+__all__ = ["GRAMMAR_TRIGGER_TYPE_WORD", "ChatParams", "GenerationParams", "analyze", "generate_chat_params",
+           "specialized_template_kind"]
+
+
+@lru_cache(maxsize=16)
+def analyze(source: str, bos_token: str = "", eos_token: str = "") -> Autoparser:
+    """The template's analysis (pure, so cached): what b10621 computes for each request. Do not modify it."""
+    analysis = Autoparser()
+    analysis.analyze_template(Template(source, bos_token, eos_token, template_caps(source)))
+    return analysis
+
+
+def generate_chat_params(template_source: str, inputs: GenerationParams) -> ChatParams:
+    """The autoparser half of common_chat_templates_apply_jinja(): `inputs` as that function prepares them
+    (messages with the template workarounds applied and, when continuing, without the continued message;
+    the BOS/EOS strings, date and template kwargs in extra_context).
+
+    Raises ValueError("Unable to generate parser for this template. Automatic parser generation failed: ...")
+    as b10621 throws std::invalid_argument.
+    """
+    if inputs.continue_final_message == "auto" and inputs.continue_msg is not None:
+        msg = inputs.continue_msg
+        reasoning_only = bool(msg.reasoning_content) and not msg.content and not msg.content_parts
+        inputs = replace(inputs, continue_final_message="reasoning" if reasoning_only else "content")
+    bos, eos = inputs.extra_context.get("bos_token", ""), inputs.extra_context.get("eos_token", "")
+    try:
+        analysis = analyze(template_source, bos, eos)
+        tmpl = Template(template_source, bos, eos, analysis.jinja_caps)
+        params = generate_parser(tmpl, inputs, analysis)
+    except Exception as e:
+        raise ValueError("Unable to generate parser for this template. Automatic parser generation failed: "
+                         f"{e}") from e
+    if analysis.assistant_start:
+        params.message_delimiters["assistant"] = analysis.assistant_start
+    if analysis.user_start:
+        params.message_delimiters["user"] = analysis.user_start
+    params.supports_thinking = analysis.reasoning.mode != ReasoningMode.NONE
+    if params.supports_thinking:
+        params.thinking_start_tag = trim_whitespace(analysis.reasoning.start)
+        end_tag = trim_whitespace(analysis.reasoning.end)
+        if end_tag:
+            params.thinking_end_tags = [end_tag]
+    return params
+
 
 def _is_lfm2(src: str) -> bool:
     return "<|tool_list_start|>" in src and "<|tool_list_end|>" in src

@@ -212,7 +212,8 @@ class Template:
 
 
 def direct_apply(tmpl: Template, messages: list, tools: list | None, add_generation_prompt: bool,
-                 enable_thinking: bool, extra_context: dict | None = None) -> str:
+                 enable_thinking: bool, extra_context: dict | None = None, add_bos: bool = False,
+                 add_eos: bool = False) -> str:
     """common_chat_template_direct_apply_impl(): the template rendered with b10621's context variables
     (the extra context overrides them). Raises TemplateError when the template fails."""
     ctx: dict = {"messages": normalize(messages, tmpl.caps), "bos_token": tmpl.bos_token,
@@ -229,8 +230,27 @@ def direct_apply(tmpl: Template, messages: list, tools: list | None, add_generat
     effort = ctx.get("reasoning_effort")
     if isinstance(effort, str) and effort:  # jinja::caps_apply_reasoning_effort
         ctx["reasoning_strength"] = effort
-    return render(tmpl.source, ctx.pop("messages"), add_generation_prompt=ctx.pop("add_generation_prompt", False),
-                  tools=ctx.pop("tools", None), **ctx)
+    out = render(tmpl.source, ctx.pop("messages"), add_generation_prompt=ctx.pop("add_generation_prompt", False),
+                 tools=ctx.pop("tools", None), **ctx)
+    # the tokenizer adds BOS/EOS itself: not twice
+    if add_bos and tmpl.bos_token and out.startswith(tmpl.bos_token):
+        out = out[len(tmpl.bos_token):]
+    if add_eos and tmpl.eos_token and out.endswith(tmpl.eos_token):
+        out = out[:len(out) - len(tmpl.eos_token)]
+    return out
+
+
+def generation_prompt(tmpl: Template, messages: list, tools: list | None, enable_thinking: bool,
+                      extra_context: dict | None = None, add_bos: bool = False, add_eos: bool = False) -> str:
+    """common_chat_template_generation_prompt(): what add_generation_prompt appends to the render."""
+    without = direct_apply(tmpl, messages, tools, False, enable_thinking, extra_context, add_bos, add_eos)
+    with_prompt = direct_apply(tmpl, messages, tools, True, enable_thinking, extra_context, add_bos, add_eos)
+    n = 0
+    for a, b in zip(without, with_prompt):
+        if a != b:
+            break
+        n += 1
+    return with_prompt[n:]
 
 
 @dataclass
