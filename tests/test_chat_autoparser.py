@@ -500,13 +500,16 @@ def test_seed_oss_diffs():
         assert needle in diff.suffix
 
 
-def test_analysis_failure_is_upstreams_error():
+def test_upstreams_errors():
     from server.chat.autoparser import GenerationParams, generate_chat_params
 
+    user = [{"role": "user", "content": "x"}]
     with pytest.raises(ValueError, match="^Unable to generate parser for this template. Automatic parser "
                                          "generation failed: "):
-        generate_chat_params("{{ raise_exception('no') }}", GenerationParams(messages=[{"role": "user",
-                                                                                        "content": "x"}]))
+        generate_chat_params("{{ raise_exception('no') }}", GenerationParams(messages=user))
+    with pytest.raises(RuntimeError, match="^Cannot specify grammar with tools$"):
+        generate_chat_params("{{ messages }}", GenerationParams(messages=user, tools=[SPECIAL_FUNCTION],
+                                                                grammar="root ::= [a]"))
 
 
 @pytest.mark.parametrize("name,kind", [

@@ -35,8 +35,10 @@ def generate_chat_params(template_source: str, inputs: GenerationParams) -> Chat
     the BOS/EOS strings, date and template kwargs in extra_context).
 
     Raises ValueError("Unable to generate parser for this template. Automatic parser generation failed: ...")
-    as b10621 throws std::invalid_argument.
+    as b10621 throws std::invalid_argument, RuntimeError (its std::runtime_error) for a grammar next to tools.
     """
+    if inputs.tools and inputs.tool_choice != "none" and inputs.grammar:
+        raise RuntimeError("Cannot specify grammar with tools")
     if inputs.continue_final_message == "auto" and inputs.continue_msg is not None:
         msg = inputs.continue_msg
         reasoning_only = bool(msg.reasoning_content) and not msg.content and not msg.content_parts

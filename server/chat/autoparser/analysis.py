@@ -280,7 +280,6 @@ class AnalyzeContent:
     mode: ContentMode = ContentMode.PLAIN
     start: str = ""  # "<response>", ""
     end: str = ""  # "</response>", ""
-    requires_nonnull_content: bool = False
 
     @classmethod
     def analyze(cls, tmpl: Template, reasoning: AnalyzeReasoning) -> AnalyzeContent:

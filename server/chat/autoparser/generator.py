@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from ...grammar.json_schema import build_grammar
 from ...peg import PegArena, PegParser
+from ..diffs import is_empty
 from ..messages import ChatMsg
 from ..peg_chat import FORMAT_PEG_NATIVE, ChatPegBuilder, build_chat_peg_parser
 from .analysis import Autoparser, CallIdPosition, ReasoningMode, ToolFormat
@@ -32,7 +33,7 @@ class GenerationParams:
     json_schema: dict | None = None
     parallel_tool_calls: bool = True
     reasoning_format: str = "auto"  # "none" | "auto" | "deepseek" | "deepseek-legacy"
-    grammar: str = ""
+    grammar: str = ""  # the request's own grammar: refused next to tools
     add_generation_prompt: bool = False
     continue_final_message: str = "none"  # "none" | "content" | "reasoning" | "auto"
     continue_msg: ChatMsg | None = None
@@ -42,8 +43,8 @@ class GenerationParams:
     add_eos: bool = False
 
     def has_continuation(self) -> bool:
-        return self.continue_final_message != "none" and self.continue_msg is not None and not _empty(
-            self.continue_msg)
+        return (self.continue_final_message != "none" and self.continue_msg is not None
+                and not is_empty(self.continue_msg))
 
 
 @dataclass
@@ -63,11 +64,6 @@ class ChatParams:
     thinking_start_tag: str = ""
     thinking_end_tags: list[str] = field(default_factory=list)
     message_delimiters: dict[str, str] = field(default_factory=dict)  # role -> the marker opening its turn
-
-
-def _empty(msg: ChatMsg) -> bool:
-    return not (msg.content or msg.content_parts or msg.tool_calls or msg.reasoning_content or msg.tool_name
-                or msg.tool_call_id)
 
 
 def _render_content(msg: ChatMsg) -> str:
