@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.api.chat import message_parser, response_format_content
+from server.api.chat import message_parser
 from server.chat.diffs import DiffError, MessageState, compute_diffs, delta_json, message_json
 from server.chat.messages import ChatMsg, ToolCall
-from server.chat.params import ChatInfo
+from server.chat.params import ChatInfo, ChatSettings, chat_request
 
 
 def _streamed(parse, pieces: list[str], continuation: bool = False) -> tuple[dict, dict]:
@@ -35,38 +36,81 @@ def _streamed(parse, pieces: list[str], continuation: bool = False) -> tuple[dic
     return folded, whole
 
 
-JSONISH = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5),
-                       lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner,
-                                                                                   max_size=3), max_leaves=6)
+TEMPLATE = (Path(__file__).resolve().parents[1] / "fixtures" / "chat" / "think-tools.jinja").read_text()
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+TEXT = st.text(alphabet=st.characters(blacklist_characters="<", blacklist_categories=("Cs",)), max_size=12)
 
 
+def _info(**body) -> ChatInfo:
+    return chat_request({"messages": [{"role": "user", "content": "Weather?"}], **body},
+                        ChatSettings(template=TEMPLATE))[1]
+
+
+def _call(city: str) -> str:
+    return '<tool_call>\n{"name": "get_weather", "arguments": {"city": ' + json.dumps(city) + "}}\n</tool_call>"
+
+
+@st.composite
+def answers(draw) -> str:
+    """What a thinking, tool-calling model writes: an optional think block, text, then calls."""
+    out = ""
+    if draw(st.booleans()):
+        out += "<think>\n" + draw(TEXT) + "\n</think>\n\n"
+    out += draw(TEXT).strip()
+    for city in draw(st.lists(TEXT, max_size=2)):
+        out += ("\n" if out else "") + _call(city)
+    return out
+
+
+def _chunks(text: str, cuts: list[int]) -> list[str]:
+    at = sorted({c % (len(text) + 1) for c in cuts})
+    return [text[i:j] for i, j in zip([0, *at], [*at, len(text)], strict=True)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(answers(), st.lists(st.integers(0, 400), max_size=10),
+       st.sampled_from(["none", "auto", "deepseek", "deepseek-legacy"]), st.booleans())
+def test_streamed_deltas_fold_to_the_whole_message_under_every_reasoning_format(text, cuts, fmt, tools):
+    parse = message_parser(_info(reasoning_format=fmt, **({"tools": TOOLS} if tools else {})))
+    folded, whole = _streamed(parse, _chunks(text, cuts))
+    assert folded["content"] == whole["content"]
+    assert folded["reasoning_content"] == whole.get("reasoning_content", "")
+    calls = [folded["tool_calls"][i] for i in sorted(folded["tool_calls"])]
+    assert calls == [{"name": c["function"]["name"], "arguments": c["function"]["arguments"]}
+                     for c in whole.get("tool_calls", [])]
+
+
+def test_the_parser_splits_reasoning_content_and_tool_calls():
+    parse = message_parser(_info(tools=TOOLS))
+    msg = message_json(parse("<think>\nHm.\n</think>\n\nLet me check.\n" + _call("Paris"), False))
+    assert msg["reasoning_content"] == "Hm.\n"  # as b10621: the newline before </think> stays reasoning
+    assert msg["content"] == "Let me check.\n"  # content runs up to the call marker
+    assert msg["tool_calls"][0]["function"] == {"name": "get_weather", "arguments": '{"city": "Paris"}'}
+    none = message_json(message_parser(_info(reasoning_format="none"))("<think>\nHm.\n</think>\n\nHi", False))
+    assert none == {"role": "assistant", "content": "<think>\nHm.\n</think>\n\nHi"}
+
+
+def test_without_tools_a_tool_call_stays_content():
+    msg = message_json(message_parser(_info())(_call("Paris"), False))
+    assert "tool_calls" not in msg and msg["content"] == _call("Paris")
+
+
+@settings(deadline=None)
 @given(st.lists(st.text(max_size=6), max_size=12))
 def test_plain_content_streams_to_the_whole(pieces):
-    folded, whole = _streamed(message_parser(ChatInfo()), pieces)
+    folded, whole = _streamed(message_parser(_info()), pieces)
     assert folded["content"] == whole["content"]
 
 
+@settings(deadline=None)
 @given(st.lists(st.text(max_size=6), max_size=12), st.sampled_from(["Sure:", "A"]))
 def test_a_continued_message_streams_only_what_follows_the_prefill(pieces, continuation):
-    folded, whole = _streamed(message_parser(ChatInfo(continuation=continuation)), pieces, continuation=True)
+    info = _info(messages=[{"role": "user", "content": "Hi"}, {"role": "assistant", "content": continuation}],
+                 continue_final_message="content", add_generation_prompt=False)
+    folded, whole = _streamed(message_parser(info), pieces, continuation=True)
     assert whole["content"] == continuation + "".join(pieces)
     assert folded["content"] == "".join(pieces)
-
-
-@given(JSONISH, st.booleans(), st.sampled_from(["", " ", "\n"]), st.integers(1, 7), st.sampled_from(["", "\n"]))
-def test_response_format_streams_to_the_whole_json(value, fenced, lead, cut, trail):
-    body = json.dumps(value, indent=2)
-    text = lead + ("```json\n" + body + "\n```" if fenced else body + trail)
-    pieces = [text[i:i + cut] for i in range(0, len(text), cut)]
-    folded, whole = _streamed(message_parser(ChatInfo(response_format=True)), pieces)
-    assert whole["content"] == body
-    assert folded["content"] == body
-
-
-def test_response_format_withholds_a_fence_and_what_follows_the_json():
-    assert response_format_content("```", True) == ""
-    assert response_format_content("```json\n{\"a\": 1", True) == "{\"a\": 1"
-    assert response_format_content("```json\n{\"a\": 1}\n``", True) == "{\"a\": 1}"
 
 
 def test_tool_call_diffs_name_the_call_once_then_stream_its_arguments():

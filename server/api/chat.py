@@ -3,7 +3,6 @@ OpenAI shapes (server-task.cpp to_json_oaicompat_chat, its streaming deltas and 
 
 from __future__ import annotations
 
-import json
 import secrets
 import string
 import time
@@ -14,7 +13,9 @@ from ..build import build_info
 from ..chat.diffs import MessageState, MsgDiff, Parse, delta_json, is_empty, message_json
 from ..chat.messages import ChatMsg
 from ..chat.params import ChatInfo, ChatSettings, chat_params, chat_request
+from ..chat.peg_chat import chat_peg_parse
 from ..engine.types import FinalEvent, TokenEvent
+from ..errors import ErrorKind, UpstreamError
 from .jsonio import UpstreamJSON, read_json_object
 from .native import NATIVE, Shape, _final_object, _trimmed_probs, complete
 from .native import _timings as _task_timings
@@ -34,7 +35,8 @@ def chat_settings(state) -> ChatSettings:
         return configured
     tok = state.tokenizer
     piece = lambda i: tok.piece(i).decode("utf-8", "replace") if i is not None else ""
-    return ChatSettings(template=tok.chat_template or "", bos_token=piece(tok.bos_id), eos_token=piece(tok.eos_id))
+    return ChatSettings(template=tok.chat_template or "", bos_token=piece(tok.bos_id), eos_token=piece(tok.eos_id),
+                        add_bos=tok.add_bos, add_eos=tok.add_eos)
 
 
 def _completion_id() -> str:
@@ -55,34 +57,13 @@ def _finish_reason(final: FinalEvent, msg: ChatMsg) -> str:
     return "tool_calls" if msg.tool_calls else "stop"
 
 
-def plain_content(text: str, partial: bool) -> str:
-    return text
-
-
-def response_format_content(text: str, partial: bool) -> str:
-    """The JSON a response-format grammar lets through, as b10621's parser reads it: leading space and an
-    optional ```json fence are not content, nor is anything after a complete JSON value."""
-    t = text.lstrip(" \t\n")
-    if t.startswith("```json"):
-        t = t[len("```json"):].lstrip(" \t\n")
-    elif "```json".startswith(t):
-        return ""
-    try:
-        _, end = _DECODER.raw_decode(t)
-    except ValueError:
-        return t if partial else t.rstrip(" \t\n")
-    return t[:end]
-
-
-_DECODER = json.JSONDecoder()
-
-
 def message_parser(info: ChatInfo) -> Parse:
-    """The chat parser for one request: what the model wrote (after the continued text) as a message."""
-    read = response_format_content if info.response_format else plain_content
-
+    """The chat parser for one request: the output after the generation prompt, read as a message."""
     def parse(text: str, partial: bool) -> ChatMsg:
-        return ChatMsg(role="assistant", content=info.continuation + read(text, partial))
+        try:
+            return chat_peg_parse(info.parser, text, partial, info.generation_prompt, info.fmt)
+        except ValueError as e:  # b10621's std::runtime_error: the answer becomes a 500
+            raise UpstreamError(str(e), ErrorKind.SERVER) from None
     return parse
 
 

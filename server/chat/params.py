@@ -1,8 +1,10 @@
 """A chat-completions body turned into native completion parameters, as b10621's oaicompat_chat_params_parse()
-does for a template without tool or reasoning syntax of its own (the content-only path of its autoparser).
+does: the messages, tools and options checked in its order and wording, then the template analysed by the
+autoparser (server/chat/autoparser/) for the prompt, the grammar and the parser that reads the answer back.
 
-The result is the body b10621 hands to its native schema: the rendered prompt, stop list, grammar, the
-chat echo fields (chat_format, generation_prompt), with every other request field copied through.
+The result is the body b10621 hands to its native schema: the rendered prompt, stop list, grammar and
+triggers, the reasoning-budget fields, the chat echo fields (chat_format, generation_prompt), with every
+other request field copied through; and the ChatInfo the response side parses the output with.
 """
 
 from __future__ import annotations
@@ -13,28 +15,16 @@ import logging
 from dataclasses import dataclass, field
 
 from ..errors import ErrorKind, UpstreamError
-from ..grammar.json_schema import json_schema_to_grammar
+from ..peg import PegArena
+from .autoparser import ChatParams, GenerationParams, generate_chat_params, pure_content_params
 from .caps import template_caps
-from .messages import _concat_parts as _concat_text
-from .messages import apply_workarounds, normalize, parse_messages, to_template_json
-from .template import TemplateError, render
+from .messages import apply_workarounds, dump, parse_messages, to_template_json
+from .template import TemplateError
 
 log = logging.getLogger("mlxcel.chat")
 
 PEG_NATIVE = 2  # common_chat_format index b10621 reports for templates its autoparser handles
-
-# The JSON rules b10621's PEG grammar builder always emits next to a response-format schema
-_JSON_RULES = {
-    "json-array": '"[" space ("]" | json-value (space "," space json-value)* space "]")',
-    "json-bool": '"true" | "false"',
-    "json-null": '"null"',
-    "json-number": '"-"? ("0" | [1-9] [0-9]*) ("." [0-9]+)? (("e" | "E") [+-]? [0-9]+)?',
-    "json-object": '"{" space ("}" | json-string space ":" space json-value (space "," space json-string space ":" '
-                   'space json-value)* space "}")',
-    "json-string": '"\\"" ( [^"\\\\] | "\\\\" ( ["\\\\/ bfnrt] | "u" [0-9a-fA-F]{4} ) )* "\\""',
-    "json-value": "json-object | json-array | json-string | json-number | json-bool | json-null",
-}
-
+REASONING_FORMATS = ("none", "auto", "deepseek", "deepseek-legacy")
 
 def _bad(message: str) -> UpstreamError:
     """std::invalid_argument upstream: a 400."""
@@ -61,6 +51,8 @@ class ChatSettings:
     skip_chat_parsing: bool = False  # --skip-chat-parsing: b10621's forced pure-content template path
     reasoning_budget: int = -1  # --reasoning-budget
     reasoning_budget_message: str = ""  # --reasoning-budget-message
+    add_bos: bool = False  # the vocabulary adds BOS itself: a rendered leading BOS is dropped
+    add_eos: bool = False
 
     @property
     def caps(self) -> dict[str, bool]:
@@ -76,42 +68,13 @@ def _caps(source: str) -> dict[str, bool]:
     return _CAPS[source]
 
 
-def _gbnf_literal(text: str) -> str:
-    out = []
-    for ch in text:
-        out.append({"\n": "\\n", "\r": "\\r", "\t": "\\t", '"': '\\"', "\\": "\\\\"}.get(ch, ch))
-    return '"' + "".join(out) + '"'
-
-
-def response_format_grammar(schema: dict, generation_prompt: str) -> str:
-    """The grammar b10621's autoparser builds for a response-format schema: the generation prompt, then the
-    JSON, bare or in a ```json fence, the schema's rules under response-format-schema."""
-    rules: dict[str, str] = dict(_JSON_RULES)
-    for line in json_schema_to_grammar(schema, "response-format-schema").splitlines():
-        if " ::= " in line:
-            name, body = line.split(" ::= ", 1)
-            rules[name] = body
-    rules["response-format"] = "response-format-schema"
-    rules["root"] = (f"{_gbnf_literal(generation_prompt)} space space (\"```json\" space response-format space "
-                     f"\"```\" | space response-format space)")
-    return "".join(f"{name} ::= {rules[name]}\n" for name in sorted(rules, key=lambda n: n.encode()))
-
-
-def _context(settings: ChatSettings, kwargs: dict, enable_thinking: bool) -> dict:
+def _context(settings: ChatSettings, kwargs: dict) -> dict:
+    """common_chat_extra_context() and the template kwargs; the BOS/EOS strings the template may use."""
     now = datetime.datetime.now()
-    ctx = {"bos_token": settings.bos_token, "eos_token": settings.eos_token, "enable_thinking": enable_thinking,
+    ctx = {"bos_token": settings.bos_token, "eos_token": settings.eos_token,
            "datetime": now.strftime("%b %d %Y"), "date_string": now.strftime("%d %b %Y")}
     ctx.update(kwargs)
     return ctx
-
-
-def _render(settings: ChatSettings, messages: list[dict], add_generation_prompt: bool, ctx: dict,
-            tools: list | None) -> str:
-    try:
-        out = render(settings.template, messages, add_generation_prompt=add_generation_prompt, tools=tools, **ctx)
-    except TemplateError as e:
-        raise _fails(str(e)) from None
-    return out
 
 
 def _value(body: dict, key: str, default):
@@ -120,13 +83,42 @@ def _value(body: dict, key: str, default):
     return default if v is None else v
 
 
+def _tools(body: dict) -> list | None:
+    """common_chat_tools_parse_oaicompat() then common_chat_tools_to_json_oaicompat(): each tool as the
+    template sees it (description "" when absent); None for no tools."""
+    tools = body.get("tools")
+    if tools is None:
+        return None
+    try:
+        if not isinstance(tools, list):
+            raise ValueError(f"Expected 'tools' to be an array, got {dump(tools)}")  # noqa: TRY004
+        out = []
+        for tool in tools:
+            if not isinstance(tool, dict) or "type" not in tool:
+                raise ValueError(f"Missing tool type: {dump(tool)}")
+            if tool["type"] != "function":
+                raise ValueError(f"Unsupported tool type: {dump(tool)}")
+            if "function" not in tool:
+                raise ValueError(f"Missing tool function: {dump(tool)}")
+            fn = tool["function"]
+            if not isinstance(fn, dict) or "name" not in fn:
+                raise ValueError("[json.exception.out_of_range.403] key 'name' not found")
+            out.append({"type": "function", "function": {
+                "name": fn["name"], "description": fn.get("description", ""),
+                "parameters": fn.get("parameters", {})}})
+    except ValueError as e:
+        pretty = json.dumps(tools, indent=2, ensure_ascii=False)
+        raise _fails(f"Failed to parse tools: {e}; tools = {pretty}") from None
+    return out or None
+
+
 @dataclass(frozen=True)
 class ChatInfo:
     """What the response side needs to read the model's output back (b10621's chat parser inputs)."""
 
-    generation_prompt: str = ""
-    continuation: str = ""  # a continued assistant message's text: the answer's content starts with it
-    response_format: bool = False  # a response-format grammar: the content is the JSON it lets through
+    generation_prompt: str = ""  # what the parser reads before the output (a continued message included)
+    parser: PegArena | None = None  # b10621's chat parser for this request; None: content only
+    fmt: str = "peg-native"
     # the body's own continue_final_message (not a prefill the server inferred): b10621 then keeps the
     # continued text out of the streamed deltas unless the body also asks for echo
     is_continuation: bool = False
@@ -150,6 +142,8 @@ def chat_request(body: dict, settings: ChatSettings) -> tuple[dict, ChatInfo]:
     tools = body.get("tools")
     has_tools = isinstance(tools, list) and bool(tools)
     tool_choice = _value(body, "tool_choice", "auto")
+    if not isinstance(tool_choice, str):  # json_value(): a wrong type is the default (an object form included)
+        tool_choice = "auto"
     if not settings.use_jinja:
         if has_tools:
             raise _fails("tools param requires --jinja flag")
@@ -199,21 +193,31 @@ def chat_request(body: dict, settings: ChatSettings) -> tuple[dict, ChatInfo]:
         elif content is not None and not isinstance(content, str):
             raise _bad("Expected 'content' to be a string or an array")
 
+    caps = settings.caps
     try:
         messages = parse_messages(raw)
     except ValueError as e:
         raise _fails(str(e)) from None
+    tool_list = _tools(body)
+    if tool_choice not in ("auto", "none", "required"):
+        raise _bad(f"Invalid tool_choice: {tool_choice}")
+    parallel = _value(body, "parallel_tool_calls", caps["supports_parallel_tool_calls"])
 
     add_generation_prompt = bool(_value(body, "add_generation_prompt", True))
-    continuing = False
-    if "continue_final_message" in body:
-        continuing = bool(continuation_mode(body["continue_final_message"]))
-    if not continuing and settings.prefill_assistant and messages and messages[-1].role == "assistant":
+    mode = continuation_mode(body["continue_final_message"]) if "continue_final_message" in body else ""
+    if not mode and settings.prefill_assistant and messages and messages[-1].role == "assistant":
         if len(messages) >= 2 and messages[-2].role == "assistant":
             raise _bad("Cannot have 2 or more assistant messages at the end of the list.")
-        continuing, add_generation_prompt = True, False
-    if continuing and add_generation_prompt:
+        mode, add_generation_prompt = "auto", False
+    if mode and add_generation_prompt:
         raise _bad("Cannot set both add_generation_prompt and continue_final_message to true.")
+    reasoning_format = settings.reasoning_format
+    if "reasoning_format" in body:
+        reasoning_format = body["reasoning_format"] if isinstance(body["reasoning_format"], str) else ""
+        if reasoning_format not in REASONING_FORMATS:
+            raise _bad(f"Unknown reasoning format: {reasoning_format}")
+    if tool_list and tool_choice != "none" and "grammar" in body:
+        raise _bad("Cannot use custom grammar constraints with tools.")
 
     kwargs = {k: json.loads(v) for k, v in settings.template_kwargs.items()}
     request_kwargs = _value(body, "chat_template_kwargs", {})
@@ -234,55 +238,68 @@ def chat_request(body: dict, settings: ChatSettings) -> tuple[dict, ChatInfo]:
         else:
             kwargs["reasoning_effort"] = effort
 
-    caps = settings.caps
-    if has_tools and tool_choice != "none" and caps["supports_tool_calls"]:
-        # never silently: b10621's autoparser would turn this template's tool-call syntax into tool_calls
-        log.warning("chat: the template writes tool calls, but mlxcel does not parse them into tool_calls yet; "
-                    "they stay in the message content")
     rendered = [to_template_json(m) for m in messages]
     continue_msg = None
-    if continuing and rendered:
+    if mode and rendered:
         continue_msg, rendered = messages[-1], rendered[:-1]
-    rendered = normalize(apply_workarounds(rendered, caps, settings.template), caps)
-    ctx = _context(settings, kwargs, enable_thinking)
-    tool_list = tools if has_tools else None
-    no_prompt = _render(settings, rendered, False, ctx, tool_list)
-    with_prompt = _render(settings, rendered, True, ctx, tool_list)
-    n = 0
-    while n < min(len(no_prompt), len(with_prompt)) and no_prompt[n] == with_prompt[n]:
-        n += 1
-    generation_prompt = with_prompt[n:]
-    continuation = ""
-    if settings.skip_chat_parsing:  # force_pure_content: the plain render, no continuation, no format grammar
-        prompt = with_prompt if add_generation_prompt and continue_msg is None else no_prompt
-        json_schema = None
-    elif continue_msg is not None:
-        continuation = continue_msg.content or _concat_text(continue_msg.content_parts)
-        prompt = with_prompt + continuation
-    else:
-        prompt = with_prompt if add_generation_prompt else no_prompt
+    rendered = apply_workarounds(rendered, caps, settings.template)
+    inputs = GenerationParams(
+        messages=rendered, tools=tool_list, tool_choice=tool_choice,
+        json_schema=json_schema if isinstance(json_schema, dict) else None, parallel_tool_calls=bool(parallel),
+        reasoning_format=reasoning_format, grammar=grammar if isinstance(grammar, str) else "",
+        add_generation_prompt=add_generation_prompt and not mode, continue_final_message=mode or "none",
+        continue_msg=continue_msg, enable_thinking=enable_thinking, extra_context=_context(settings, kwargs),
+        add_bos=settings.add_bos, add_eos=settings.add_eos)
+    try:
+        params = pure_content_params(settings.template, inputs) if settings.skip_chat_parsing \
+            else generate_chat_params(settings.template, inputs)
+    except TemplateError as e:
+        raise _fails(str(e)) from None
+    except RuntimeError as e:  # "Cannot specify grammar with tools": std::runtime_error upstream
+        raise _fails(str(e)) from None
+    except ValueError as e:  # std::invalid_argument: a 400
+        raise _bad(str(e)) from None
 
     out["chat_format"] = PEG_NATIVE
-    out["prompt"] = prompt
-    if json_schema:  # an empty schema (json_object without one) adds no response-format grammar
-        try:
-            out["grammar"] = response_format_grammar(json_schema, generation_prompt)
-        except ValueError as e:
-            raise _bad(f'"json_schema": {e}') from None
+    out["prompt"] = params.prompt
+    if params.grammar:
+        out["grammar"] = params.grammar
         out["grammar_type"] = "tool_calls"
-    out["grammar_lazy"] = False
-    out["grammar_triggers"] = []
-    out["preserved_tokens"] = []
-    out["generation_prompt"] = generation_prompt
+    out["grammar_lazy"] = params.grammar_lazy
+    out["grammar_triggers"] = [{"type": kind, "value": value} for kind, value in params.grammar_triggers]
+    out["preserved_tokens"] = list(params.preserved_tokens)
+    out["generation_prompt"] = params.generation_prompt
+    out["stop"] = list(out["stop"]) + list(params.additional_stops) if params.additional_stops else out["stop"]
+    if tool_list and tool_choice != "none":
+        out["parse_tool_calls"] = True
+    if params.thinking_end_tags:
+        out.update(reasoning_budget_fields(body, params, settings))
 
     if _value(body, "logprobs", False):
+        if tool_list and body.get("stream") is True:
+            raise _bad("logprobs is not supported with tools + stream")
         out["n_probs"] = _value(body, "top_logprobs", 20)
     elif body.get("top_logprobs") is not None:
         raise _bad("top_logprobs requires logprobs to be set to true")
     for key, value in body.items():  # llama.cpp-specific fields pass through; n_predict beats max_tokens
         if key not in out or key == "n_predict":
             out[key] = value
-    explicit = continuation_mode(body.get("continue_final_message")) if "continue_final_message" in body else ""
-    return out, ChatInfo(generation_prompt, continuation, "grammar_type" in out and "grammar" in out
-                         and out.get("grammar_type") == "tool_calls", is_continuation=bool(explicit),
+    return out, ChatInfo(params.generation_prompt, params.parser, params.format,
+                         is_continuation="continue_final_message" in body and bool(
+                             continuation_mode(body["continue_final_message"])),
                          echo=body.get("echo") is True)
+
+
+def reasoning_budget_fields(body: dict, params: ChatParams, settings: ChatSettings) -> dict:
+    """The reasoning-budget task fields oaicompat_chat_params_parse sets from the template's thinking tags
+    (they override the body's own)."""
+    def as_int(v, default: int) -> int:
+        return int(v) if isinstance(v, int | float) else default
+    budget = as_int(body.get("reasoning_budget_tokens"), as_int(body.get("thinking_budget_tokens"), -1))
+    if budget == -1:
+        budget = settings.reasoning_budget
+    message, control = body.get("reasoning_budget_message"), body.get("reasoning_control")
+    return {"reasoning_budget_tokens": budget, "reasoning_budget_start_tag": params.thinking_start_tag,
+            "reasoning_budget_end_tags": list(params.thinking_end_tags),
+            "reasoning_budget_message": message if isinstance(message, str) else settings.reasoning_budget_message,
+            "reasoning_control": control if isinstance(control, bool) else False}

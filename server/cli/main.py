@@ -179,6 +179,7 @@ def chat_settings(args, tokenizer):
     --chat-template-kwargs, --prefill-assistant and --jinja, checked as b10621's handlers check them."""
     from pathlib import Path
 
+    from ..chat.autoparser import template_supports_thinking
     from ..chat.builtin import BUILTIN_TEMPLATES
     from ..chat.params import ChatSettings
 
@@ -200,17 +201,18 @@ def chat_settings(args, tokenizer):
                              "pass the Jinja template text, or a file with --chat-template-file")
         template = value
     kwargs, enable_reasoning = _template_kwargs(args.template_kwargs_args or [])
+    piece = lambda i: tokenizer.piece(i).decode("utf-8", "replace") if i is not None else ""  # noqa: E731
     if args.reasoning_budget < -1:
         raise ValueError('error while handling argument "--reasoning-budget": invalid value')
     if args.reasoning_format not in ("none", "auto", "deepseek", "deepseek-legacy"):
         raise ValueError(f'error while handling argument "--reasoning-format": Unknown reasoning format: '
                          f"{args.reasoning_format}")
     # b10621 thinks by default only where its autoparser finds thinking markers in the template
-    supports_thinking = "<think>" in template
-    piece = lambda i: tokenizer.piece(i).decode("utf-8", "replace") if i is not None else ""  # noqa: E731
+    supports_thinking = template_supports_thinking(template, piece(tokenizer.bos_id), piece(tokenizer.eos_id))
     return ChatSettings(template=template, bos_token=piece(tokenizer.bos_id), eos_token=piece(tokenizer.eos_id),
                         prefill_assistant=args.prefill_assistant, template_kwargs=kwargs,
                         skip_chat_parsing=args.skip_chat_parsing, reasoning_budget=args.reasoning_budget,
+                        add_bos=tokenizer.add_bos, add_eos=tokenizer.add_eos,
                         reasoning_budget_message=args.reasoning_budget_message,
                         enable_thinking=enable_reasoning != 0 and supports_thinking)
 

@@ -9,16 +9,20 @@ instead (those are not ported).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from functools import lru_cache
 
 from ..caps import template_caps
+from ..peg_chat import build_chat_peg_parser
 from .analysis import Autoparser, ReasoningMode
 from .generator import GRAMMAR_TRIGGER_TYPE_WORD, ChatParams, GenerationParams, generate_parser
-from .helpers import Template, trim_whitespace
+from .helpers import Template, direct_apply, generation_prompt, trim_whitespace
+
+log = logging.getLogger("mlxcel.chat")
 
 __all__ = ["GRAMMAR_TRIGGER_TYPE_WORD", "ChatParams", "GenerationParams", "analyze", "generate_chat_params",
-           "specialized_template_kind"]
+           "pure_content_params", "specialized_template_kind", "template_supports_thinking"]
 
 
 @lru_cache(maxsize=16)
@@ -62,6 +66,34 @@ def generate_chat_params(template_source: str, inputs: GenerationParams) -> Chat
         if end_tag:
             params.thinking_end_tags = [end_tag]
     return params
+
+
+def pure_content_params(template_source: str, inputs: GenerationParams) -> ChatParams:
+    """--skip-chat-parsing (force_pure_content): the plain render with reasoning_format none, and a parser
+    that takes everything after the generation prompt as content; no grammar, no tool calls."""
+    bos, eos = inputs.extra_context.get("bos_token", ""), inputs.extra_context.get("eos_token", "")
+    tmpl = Template(template_source, bos, eos, template_caps(template_source))
+    args = (inputs.messages, inputs.tools, inputs.enable_thinking, inputs.extra_context, inputs.add_bos,
+            inputs.add_eos)
+    prompt = direct_apply(tmpl, args[0], args[1], inputs.add_generation_prompt, *args[2:])
+    gen = generation_prompt(tmpl, *args)
+    parser = build_chat_peg_parser(lambda p: p.literal(gen) << p.content(p.rest()))
+    return ChatParams(prompt=prompt, generation_prompt=gen, parser=parser)
+
+
+def template_supports_thinking(source: str, bos_token: str = "", eos_token: str = "") -> bool:
+    """common_chat_templates_support_enable_thinking(): the analysis found reasoning markers. A template
+    b10621 hands to a specialized handler is named in a warning: mlxcel reads it with the autoparser."""
+    kind = specialized_template_kind(source)
+    if kind is not None:
+        log.warning("chat template: b10621 reads this template family (%s) with a dedicated parser that mlxcel "
+                    "does not have; mlxcel uses its automatic template analysis, so reasoning and tool calls "
+                    "may be split differently than upstream", kind)
+    try:
+        return analyze(source, bos_token, eos_token).reasoning.mode != ReasoningMode.NONE
+    except Exception as e:  # noqa: BLE001 - a template the analysis cannot render has no thinking markers
+        log.warning("chat template: the template analysis failed (%s); answers are read as plain content", e)
+        return False
 
 
 def _is_lfm2(src: str) -> bool:
