@@ -41,6 +41,14 @@ ACTED_ON: tuple[str, ...] = (
     "grammar_lazy",
     "grammar_triggers",
     "generation_prompt",
+    # chat plumbing, acted on as upstream: none of it changes a native answer there either (the parser's
+    # format index, a flag no parser reads, spans that only place context checkpoints, the stream switches)
+    "chat_format",
+    "parse_tool_calls",
+    "message_delimiters",
+    "echo",
+    "continue_final_message",
+    "reasoning_format",
     "reasoning_budget_tokens",
     "reasoning_budget_start_tag",
     "reasoning_budget_end_tags",
