@@ -17,6 +17,8 @@ from ..autoparser.helpers import Template
 # specialized_template_kind() name -> "module:function" in this package, the function taking
 # (tmpl: Template, inputs: GenerationParams) -> ChatParams. One line per family.
 HANDLERS: dict[str, str] = {
+    "Ministral/Magistral Large 3": "ministral_3:params_init",
+    "GPT-OSS": "gpt_oss:params_init",
     "Muse Glimmer": "muse_glimmer:params_init",
     "Functionary v3.2": "functionary_v3_2:params_init",
     "Kimi K2 Thinking": "kimi_k2:params_init",
@@ -27,7 +29,9 @@ HANDLERS: dict[str, str] = {
     "GigaChatV3": "gigachat_v3:params_init",
     "MiniMax-M3": "minimax_m3:params_init",
     "DeepSeek V3.2/V4": "deepseek_v3_2:params_init",
+    "Gemma4": "gemma4:params_init",
     "MiniCPM5": "minicpm5:params_init",
+    "Qwen3-Coder": "qwen3_coder:params_init",
 }
 
 

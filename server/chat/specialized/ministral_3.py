@@ -1,0 +1,117 @@
+"""Ministral 3 / Magistral / Mistral Large 3: common_chat_params_init_ministral_3() of b10621's
+common/chat.cpp.
+
+    [THINK]REASONING[/THINK]CONTENT[TOOL_CALLS]NAME[ARGS]{...}[TOOL_CALLS]NAME[ARGS]{...}
+
+System and assistant messages are handed to the template as content blocks, the reasoning as a "thinking"
+block (https://huggingface.co/mistralai/Ministral-3-14B-Reasoning-2512/blob/main/chat_template.jinja).
+Parsers are created in the order b10621's GCC build creates them (their ids name grammar rules).
+"""
+
+from __future__ import annotations
+
+from ...grammar.json_schema import build_grammar
+from ..autoparser.generator import GRAMMAR_TRIGGER_TYPE_WORD, ChatParams, GenerationParams
+from ..autoparser.helpers import Template
+from ..peg_chat import FORMAT_PEG_NATIVE, ChatPegBuilder, build_chat_peg_parser
+from ._common_a import (
+    apply,
+    functions,
+    generation_prompt,
+    has_response_format,
+    has_tools,
+    plus,
+    render_content,
+)
+
+
+def adjust_messages(messages: list) -> list:
+    """System and assistant messages with their reasoning and content as typed blocks."""
+    out = []
+    for msg in messages:
+        if msg.get("role", "") not in ("system", "assistant"):
+            out.append(msg)  # the system message may carry reasoning too
+            continue
+        content = []
+        if isinstance(msg.get("reasoning_content"), str):
+            content.append({"type": "thinking", "thinking": msg["reasoning_content"]})
+        if "content" in msg:
+            if isinstance(msg["content"], str):
+                content.append({"type": "text", "text": msg["content"]})
+            elif isinstance(msg["content"], list):
+                content.extend(msg["content"])
+        adjusted = dict(msg)
+        adjusted["content"] = content
+        adjusted.pop("reasoning_content", None)
+        out.append(adjusted)
+    return out
+
+
+def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
+    adjusted = adjust_messages(inputs.messages)
+    with_tools = has_tools(inputs)
+    with_response_format = has_response_format(inputs)
+    extract_reasoning = inputs.reasoning_format != "none"
+
+    data = ChatParams(prompt=apply(tmpl, inputs, adjusted), generation_prompt=generation_prompt(tmpl, inputs, adjusted),
+                      format=FORMAT_PEG_NATIVE)
+    data.supports_thinking = True
+    data.thinking_start_tag = "[THINK]"
+    data.thinking_end_tags = ["[/THINK]"]
+    data.preserved_tokens = ["[THINK]", "[/THINK]", "[TOOL_CALLS]", "[ARGS]"]
+
+    if inputs.has_continuation():
+        msg = inputs.continue_msg
+        data.generation_prompt = "[THINK]" + msg.reasoning_content
+        if inputs.continue_final_message == "content":
+            data.generation_prompt += "[/THINK]" + render_content(msg)
+        data.prompt += data.generation_prompt
+
+    include_grammar = True
+
+    def build(p: ChatPegBuilder):
+        nonlocal include_grammar
+        gen_prefix = p.eps()
+        if extract_reasoning:
+            reasoning = p.optional(plus("[THINK]", lambda: p.reasoning(p.until("[/THINK]")), "[/THINK]"))
+        else:
+            reasoning = p.eps()
+
+        if with_response_format:
+            # Ministral writes its JSON in a code fence
+            return gen_prefix + (reasoning << "```json"
+                                 << p.content(p.schema(p.json(), "response-format", inputs.json_schema)) << "```")
+
+        if with_tools and inputs.tool_choice != "none":
+            def tool_parser(name: str, schema: object):
+                return plus(lambda: p.tool_open(p.tool_name(p.literal(name)) + "[ARGS]"),
+                            lambda: p.tool_args(p.schema(p.json(), f"tool-{name}-schema", schema)))
+
+            tool_choice = p.choice()
+            for tool in functions(inputs.tools):
+                name = tool["function"]["name"]
+                tool_choice |= p.rule(f"tool-{name}", tool_parser(name, tool["function"]["parameters"]))
+            min_calls = 1 if inputs.tool_choice == "required" else 0
+            max_calls = -1 if inputs.parallel_tool_calls else 1
+            tool_calls = p.trigger_rule("tool-call", p.repeat("[TOOL_CALLS]" + tool_choice, min_calls, max_calls))
+            return gen_prefix + (reasoning << p.content(p.until("[TOOL_CALLS]")) << tool_calls)
+
+        include_grammar = False  # content only
+        return gen_prefix + (reasoning << p.content(p.rest()))
+
+    parser = build_chat_peg_parser(build)
+    data.parser = parser
+
+    if include_grammar:
+        data.grammar_lazy = with_tools and inputs.tool_choice == "auto"
+
+        def add_rules(builder) -> None:
+            for tool in functions(inputs.tools):
+                builder.resolve_refs(tool["function"]["parameters"])
+            if with_response_format:
+                builder.resolve_refs(inputs.json_schema)
+            parser.build_grammar(builder, data.grammar_lazy)
+
+        data.grammar = build_grammar(add_rules)
+        data.grammar_triggers = [(GRAMMAR_TRIGGER_TYPE_WORD, "[TOOL_CALLS]")]
+    return data
