@@ -1,0 +1,76 @@
+"""GigaChat V3 (common_chat_params_init_gigachat_v3 of b10621's common/chat.cpp): content, then at most one
+<|message_sep|>\\n\\nfunction call<|role_sep|>\\n{"name": ..., "arguments": {...}}. No reasoning, no parallel
+calls. (GigaChat 3.1, with <|function_call|>, is left to the autoparser.)
+
+Parsers are created in the order of b10621's GCC build (the operands of a C++ `a + b` right to left, of
+`<<` left to right).
+"""
+
+from __future__ import annotations
+
+from ..autoparser import GenerationParams
+from ..autoparser.helpers import Template
+from ..peg_chat import FORMAT_PEG_NATIVE, ChatPegBuilder, build_chat_peg_parser
+from ._handler_kit import (
+    TRIGGER_WORD,
+    ChatParams,
+    apply,
+    functions,
+    generation_prompt_of,
+    has_tools,
+    render_content,
+    tool_grammar,
+)
+
+TOOL_CALL_START_PREFIX = "<|message_sep|>\n\nfunction call<|role_sep|>\n"
+GEN_PROMPT = "assistant<|role_sep|>\n"
+
+
+def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
+    data = ChatParams(
+        prompt=apply(tmpl, inputs),
+        generation_prompt=generation_prompt_of(tmpl, inputs),
+        format=FORMAT_PEG_NATIVE,
+        supports_thinking=False,
+        preserved_tokens=["<|message_sep|>\n\n", "<|role_sep|>\n"],
+    )
+    if inputs.has_continuation():
+        data.generation_prompt = GEN_PROMPT + render_content(inputs.continue_msg)
+        data.prompt += data.generation_prompt
+
+    tools = has_tools(inputs)
+    include_grammar = tools and inputs.tool_choice != "none"
+
+    def build(p: ChatPegBuilder):
+        nonlocal include_grammar
+        ret = p.eps()
+        if tools and inputs.tool_choice != "none":
+            tool_choice = p.choice()
+            for tool in inputs.tools:  # every tool, not only the function ones (upstream reads tool["function"])
+                tool_choice = tool_choice | _tool_parser(p, tool["function"])
+            min_calls = 1 if inputs.tool_choice == "required" else 0
+            max_calls = 1  # no parallel tool calls
+            tool_call = p.rule("tool-call", p.literal(TOOL_CALL_START_PREFIX) + tool_choice)
+            tool_calls = p.trigger_rule("tool-call-root", p.repeat(tool_call, min_calls, max_calls))
+            ret = p.content(p.until("<|message_sep|>\n\n")) << tool_calls
+        else:
+            include_grammar = False
+            ret = p.content(p.rest())
+        return p.literal(GEN_PROMPT) + ret
+
+    parser = build_chat_peg_parser(build)
+    data.parser = parser
+    if include_grammar:
+        data.grammar_lazy = tools and inputs.tool_choice == "auto"
+        data.grammar = tool_grammar(parser, data.grammar_lazy, (f["parameters"] for f in functions(inputs.tools)))
+        data.grammar_triggers = [(TRIGGER_WORD, TOOL_CALL_START_PREFIX)]
+    return data
+
+
+def _tool_parser(p: ChatPegBuilder, function: dict):
+    """{"name": "<name>", "arguments": {...}}"""
+    name, schema = function["name"], function["parameters"]
+    tool_name = p.json_member("name", p._sum('"', lambda: p.tool_name(p.literal(name)), '"'))
+    tool_args = p.json_member("arguments", p.tool_args(p.schema(p.json(), f"tool-{name}-schema", schema)))
+    tool_open = p.tool_open(p.literal("{") << tool_name)
+    return p.rule(f"tool-{name}", tool_open << "," << tool_args << "}")

@@ -1,0 +1,150 @@
+"""Muse Glimmer (common_chat_params_init_muse_glimmer of b10621's common/chat.cpp): an assistant turn is one
+or more messages "<|start|>assistant to=<recipient><|message|>{content}{END}", END being <|eom|> (more
+follow) or <|eot|> (end of turn):
+
+  - chain of thought: to=self, closed by <|eom|>
+  - final answer:     to=user, closed by <|eot|>
+  - tool call:        to=<tool>, <atem:function_calls><atem:invoke name="f"><atem:parameter name="k">v
+                      </atem:parameter></atem:invoke></atem:function_calls>
+
+The generation prompt is just "<|start|>assistant"; the model writes its own " to=...<|message|>".
+
+Parsers are created in the order of b10621's GCC build (the operands of a C++ `a + b` right to left, of
+`<<` left to right).
+"""
+
+from __future__ import annotations
+
+from ..autoparser import GenerationParams
+from ..autoparser.helpers import Template
+from ..peg_chat import FORMAT_PEG_NATIVE, ChatPegBuilder, build_chat_peg_parser
+from ._handler_kit import (
+    TRIGGER_PATTERN,
+    ChatParams,
+    apply,
+    functions,
+    has_tools,
+    render_content,
+    resolves_to_string,
+    tool_grammar,
+)
+
+GEN_PROMPT = "<|start|>assistant"
+# a message to a recipient other than self or user
+TOOL_CALL_PATTERN = r"<\|start\|>assistant( to=(?!self<\|message\|>)(?!user<\|message\|>)[^<]*?<\|message\|>)"
+
+
+def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
+    data = ChatParams(
+        prompt=apply(tmpl, inputs),
+        generation_prompt=GEN_PROMPT,
+        format=FORMAT_PEG_NATIVE,
+        supports_thinking=True,
+        preserved_tokens=["<|start|>", "<|message|>", "<|eom|>", "<|eot|>",
+                          # the ATEM markup of " to=<tool>" messages
+                          "<atem:function_calls>", "<atem:invoke", "<atem:parameter", "</atem:parameter>",
+                          "</atem:invoke>", "</atem:function_calls>"],
+        message_delimiters={
+            "assistant": "<|start|>assistant",
+            "user": "<|start|>user",
+            "system": "<|start|>system",
+            "tool": "<|start|>tool",
+        },
+    )
+    if inputs.has_continuation():
+        msg = inputs.continue_msg
+        data.generation_prompt = "<|start|>assistant to=self<|message|>" + msg.reasoning_content
+        if inputs.continue_final_message == "content":
+            data.generation_prompt += "<|eom|><|start|>assistant to=user<|message|>" + render_content(msg)
+        data.prompt += data.generation_prompt
+
+    extract_reasoning = inputs.reasoning_format != "none"
+    tools = has_tools(inputs)
+    include_grammar = tools and inputs.tool_choice != "none"  # a grammar whenever tools are offered
+
+    def build(p: ChatPegBuilder):
+        start = p.rule("start", p.literal(GEN_PROMPT))
+
+        if not extract_reasoning and not include_grammar:
+            return start + p.content(p.rest())
+
+        if extract_reasoning:
+            p.rule("analysis", p._sum(lambda: p.literal(" to=self<|message|>"), lambda: p.reasoning(p.until("<|eom|>")),
+                                      lambda: p.literal("<|eom|>")))
+        else:
+            p.rule("analysis", p._sum(lambda: p.literal(" to=self<|message|>"), lambda: p.content(p.until("<|eom|>")),
+                                      lambda: p.literal("<|eom|>")))
+        analysis = p.ref("analysis")
+
+        recipient = p.optional(p.literal(" to=user"))
+        final_msg = p.rule("final", p._sum(recipient, lambda: p.literal("<|message|>"),
+                                           lambda: p.content(p.until_one_of(["<|eot|>", "<|eom|>"]))))
+
+        if tools and inputs.tool_choice != "none":
+            string_value = p.ac(p._sum(lambda: p.tool_arg_string_value(p.until("</atem:parameter>")),
+                                       lambda: p.tool_arg_close(p.literal("</atem:parameter>"))),
+                                "</atem:parameter>")
+            tool_choice = p.choice()
+            for function in functions(inputs.tools):
+                tool_choice = tool_choice | _tool_parser(p, function, string_value)
+
+            if inputs.parallel_tool_calls:
+                tool_calls = p.trigger_rule("tool-call", tool_choice + p.zero_or_more(
+                    p._sum(lambda: p.literal("<|eom|>"), start, tool_choice)))
+            else:
+                tool_calls = p.trigger_rule("tool-call", tool_choice)
+
+            if inputs.tool_choice == "required":
+                return p._sum(lambda: p.zero_or_more(start + analysis), start, tool_calls)
+            trailing_calls = p.optional(p._sum(lambda: p.literal("<|eom|>"), start, tool_calls))
+            return p._sum(lambda: p.zero_or_more(start + analysis), start,
+                          lambda: tool_calls | (final_msg + trailing_calls))
+
+        return p._sum(lambda: p.zero_or_more(start + analysis), start, final_msg)
+
+    parser = build_chat_peg_parser(build)
+    data.parser = parser
+    if include_grammar:
+        data.grammar_lazy = inputs.tool_choice != "required"
+        data.grammar = tool_grammar(parser, data.grammar_lazy,
+                                    (f.get("parameters", {}) for f in functions(inputs.tools)))
+        data.grammar_triggers = [(TRIGGER_PATTERN, TOOL_CALL_PATTERN)]
+    return data
+
+
+def _tool_parser(p: ChatPegBuilder, function: dict, string_value):
+    name = function["name"]
+    params = function.get("parameters", {})
+    args = p.eps()
+    properties = params.get("properties") if isinstance(params, dict) else None
+    if isinstance(properties, dict) and properties:
+        arg_choice = p.choice()
+        for prop_name, prop_schema in properties.items():
+            arg_choice = arg_choice | _arg_parser(p, name, prop_name, prop_schema,
+                                                  resolves_to_string(prop_schema, params), string_value)
+        args = p.zero_or_more(arg_choice + p.space())
+    tool_open = p.tool_open(p._sum(
+        lambda: p.literal(" to="), lambda: p.until("<|message|>"), lambda: p.literal("<|message|><atem:function_calls>"),
+        p.space, lambda: p.literal('<atem:invoke name="'), lambda: p.tool_name(p.literal(name)),
+        lambda: p.literal('">'), p.space))
+    tool_parser = p.tool(
+        tool_open
+        << p.tool_args(args)
+        << p.tool_close(p._sum(lambda: p.literal("</atem:invoke>"), p.space,
+                               lambda: p.literal("</atem:function_calls>"))))
+    return p.rule(f"tool-{name}", tool_parser)
+
+
+def _arg_parser(p: ChatPegBuilder, name: str, prop_name: str, prop_schema: object, is_string: bool, string_value):
+    value_parser = p.eps()
+    if is_string:
+        value_parser = string_value
+    else:
+        value_parser = p._sum(
+            lambda: p.tool_arg_json_value(p.schema(p.json(), f"tool-{name}-arg-{prop_name}-schema", prop_schema,
+                                                   False)),
+            lambda: p.tool_arg_close(p.literal("</atem:parameter>")))
+    return p.tool_arg(p._sum(
+        lambda: p.tool_arg_open(p._sum(lambda: p.literal('<atem:parameter name="'),
+                                       lambda: p.tool_arg_name(p.literal(prop_name)), lambda: p.literal('">'))),
+        value_parser))
