@@ -152,4 +152,5 @@ def alt(*parts: Part) -> PegParser:
     return result
 
 
-GRAMMAR_TRIGGER_TYPE_PATTERN = 2  # common_grammar_trigger_type: the match of the first group starts the grammar
+# common_grammar_trigger_type PATTERN: where the regex (its first group) matches, the grammar starts
+GRAMMAR_TRIGGER_TYPE_PATTERN = 2

@@ -26,7 +26,7 @@ log = logging.getLogger("mlxcel.chat")
 OFFICIAL_TEMPLATE_MARK = "{#- OpenAI Chat Completions:"
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # workaround::convert_tool_responses_gemma4
 
 
@@ -120,7 +120,7 @@ def prepare(template_source: str, inputs: GenerationParams) -> GenerationParams:
     return replace(inputs, messages=convert_tool_responses(inputs.messages))
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # common_chat_params_init_gemma4
 
 
@@ -157,7 +157,8 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
         start = p.rule("start", p.optional(p.literal("<|turn>model\n")))
         if extract_reasoning:
             p.rule("thought", plus(lambda: p.literal("<|channel>thought"), p.space,
-                                   lambda: p.reasoning(p.until("<channel|>")), lambda: p.literal("<channel|>")))
+                                   lambda: p.reasoning(p.until("<channel|>")),
+                                   lambda: p.literal("<channel|>")))
         else:
             p.rule("thought", p.content(plus(lambda: p.literal("<|channel>thought"), p.space,
                                              lambda: p.until("<channel|>"), lambda: p.literal("<channel|>"))))
@@ -192,8 +193,8 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
                     ws = p.space()
                     item = p.ref(element)
                     items = p.sequence([item, p.zero_or_more(p.sequence([p.literal(","), ws, item]))])
-                    return p.sequence([p.literal(opening), ws,
-                                       p.choice([p.literal(closing), p.sequence([items, ws, p.literal(closing)])])])
+                    closed = p.choice([p.literal(closing), p.sequence([items, ws, p.literal(closing)])])
+                    return p.sequence([p.literal(opening), ws, closed])
                 return build_container
 
             p.rule("gemma4-dict", container("{", "}", "gemma4-dict-kv"))
@@ -219,7 +220,8 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
                 1 if inputs.tool_choice == "required" else 0,
                 -1 if inputs.parallel_tool_calls else 1))
             scan_to_toolcall = p.rule("scan-to-toolcall", p.until("<|tool_call>"))
-            content = p.rule("content", p.content(p.until_one_of(["<|channel>", "<channel|>", "<|tool_call>"])))
+            content = p.rule("content", p.content(p.until_one_of(["<|channel>", "<channel|>",
+                                                                  "<|tool_call>"])))
             message = p.rule("message", thought + content)
             return start + p.zero_or_more(message) + scan_to_toolcall + tool_call
 

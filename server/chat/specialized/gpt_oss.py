@@ -74,7 +74,8 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
         msg = inputs.continue_msg
         data.generation_prompt = "<|start|>assistant<|channel|>analysis<|message|>" + msg.reasoning_content
         if inputs.continue_final_message == "content":
-            data.generation_prompt += "<|end|><|start|>assistant<|channel|>final<|message|>" + render_content(msg)
+            data.generation_prompt += ("<|end|><|start|>assistant<|channel|>final<|message|>"
+                                       + render_content(msg))
         data.prompt += data.generation_prompt
 
     with_tools = has_tools(inputs)
@@ -106,8 +107,8 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
         final_msg = p.rule("final", plus(stray_commentary, lambda: p.literal("<|channel|>final<|message|>"),
                                          lambda: p.content(content)))
         # unsolicited tool calls (builtin functions) are consumed
-        unsolicited = p.rule("unsolicited", p.atomic(plus(lambda: p.optional(channel), lambda: p.literal(" to="),
-                                                          content, end)))
+        unsolicited = p.rule("unsolicited", p.atomic(plus(lambda: p.optional(channel),
+                                                          lambda: p.literal(" to="), content, end)))
         any_ = p.rule("any", preamble | analysis)
 
         def constraint():
@@ -126,7 +127,8 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
                 constraint_ = constraint()
                 args = p.tool_args(p.schema(p.json(), f"tool-{name}-schema", schema))
                 # recipient in the role header:
-                #   <|start|>assistant to=functions.NAME<|channel|>(commentary|analysis)[constraint]<|message|>ARGS
+                #   <|start|>assistant to=functions.NAME<|channel|>(commentary|analysis)[constraint]
+                #   <|message|>ARGS
                 tool_in_role = p.tool(p.tool_open(plus(func_name, channel, constraint_,
                                                        lambda: p.literal("<|message|>"))) + args)
                 # recipient in the channel header:

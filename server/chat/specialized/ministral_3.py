@@ -53,8 +53,8 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
     with_response_format = has_response_format(inputs)
     extract_reasoning = inputs.reasoning_format != "none"
 
-    data = ChatParams(prompt=apply(tmpl, inputs, adjusted), generation_prompt=generation_prompt(tmpl, inputs, adjusted),
-                      format=FORMAT_PEG_NATIVE)
+    data = ChatParams(prompt=apply(tmpl, inputs, adjusted),
+                      generation_prompt=generation_prompt(tmpl, inputs, adjusted), format=FORMAT_PEG_NATIVE)
     data.supports_thinking = True
     data.thinking_start_tag = "[THINK]"
     data.thinking_end_tags = ["[/THINK]"]
@@ -80,7 +80,8 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
         if with_response_format:
             # Ministral writes its JSON in a code fence
             return gen_prefix + (reasoning << "```json"
-                                 << p.content(p.schema(p.json(), "response-format", inputs.json_schema)) << "```")
+                                 << p.content(p.schema(p.json(), "response-format", inputs.json_schema))
+                                 << "```")
 
         if with_tools and inputs.tool_choice != "none":
             def tool_parser(name: str, schema: object):
@@ -93,7 +94,8 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
                 tool_choice |= p.rule(f"tool-{name}", tool_parser(name, tool["function"]["parameters"]))
             min_calls = 1 if inputs.tool_choice == "required" else 0
             max_calls = -1 if inputs.parallel_tool_calls else 1
-            tool_calls = p.trigger_rule("tool-call", p.repeat("[TOOL_CALLS]" + tool_choice, min_calls, max_calls))
+            tool_calls = p.trigger_rule("tool-call",
+                                        p.repeat("[TOOL_CALLS]" + tool_choice, min_calls, max_calls))
             return gen_prefix + (reasoning << p.content(p.until("[TOOL_CALLS]")) << tool_calls)
 
         include_grammar = False  # content only

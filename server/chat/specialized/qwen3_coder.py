@@ -50,7 +50,8 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
         data.preserved_tokens += ["<think>", "</think>"]
     # b10621 lists the tool role twice: "<|im_start|>user\n<tool_response>" (Qwen3-Coder, Qwen3.5,
     # Nemotron Nano 3) and "<|im_start|>tool_response" (StepFun-3.5-Flash); a dict keeps the first
-    data.message_delimiters = {"assistant": "<|im_start|>assistant", "tool": "<|im_start|>user\n<tool_response>",
+    data.message_delimiters = {"assistant": "<|im_start|>assistant",
+                               "tool": "<|im_start|>user\n<tool_response>",
                                "user": "<|im_start|>user", "system": "<|im_start|>system"}
 
     with_tools = has_tools(inputs)
@@ -71,7 +72,8 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
 
     # the whole <function=NAME> opener also starts a call, for models that leave out <tool_call>: a
     # hallucinated name beats constraining on "<function", which may be content (#include <functional>)
-    tool_call_starts = ["<tool_call>"] + [f"<function={t['function']['name']}>" for t in functions(inputs.tools)]
+    tool_call_starts = ["<tool_call>"] + [f"<function={t['function']['name']}>"
+                                          for t in functions(inputs.tools)]
 
     def build(p: ChatPegBuilder):
         gen_prefix = p.literal(GEN_PREFIX)
@@ -82,12 +84,13 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
                 lambda: alt(lambda: p.literal("</think>"), lambda: p.peek(p.literal("<tool_call>")))))
 
         if with_response_format:
-            return gen_prefix + (reasoning << p.content(p.schema(p.json(), "response-format", inputs.json_schema)))
+            schema = p.schema(p.json(), "response-format", inputs.json_schema)
+            return gen_prefix + (reasoning << p.content(schema))
 
         if with_tools and inputs.tool_choice != "none":
             arg_close = p.tool_arg_close(p.literal(ARG_CLOSE))
-            arg_string = p.rule("xml-arg-string", p.ac(p.tool_arg_string_value(p.until(ARG_CLOSE)) + arg_close,
-                                                       ARG_CLOSE))
+            arg_string = p.rule("xml-arg-string",
+                                p.ac(p.tool_arg_string_value(p.until(ARG_CLOSE)) + arg_close, ARG_CLOSE))
             def arg_rule(name: str, param_name: str, param_schema: object, schema_root: object):
                 rule_name = f"tool-{name}-arg-{param_name}"
                 arg_open = p.tool_arg_open(plus("<parameter=", lambda: p.tool_arg_name(p.literal(param_name)),
@@ -124,7 +127,9 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
             tool_call_first = p.rule("tool-call-first", plus(lambda: p.optional(p.literal("<tool_call>\n")),
                                                              tool_call_body))
             tool_call = p.rule("tool-call", "<tool_call>\n" + tool_call_body)
-            calls = tool_call_first + p.zero_or_more(tool_call) if inputs.parallel_tool_calls else tool_call_first
+            calls = tool_call_first
+            if inputs.parallel_tool_calls:
+                calls = tool_call_first + p.zero_or_more(tool_call)
             tool_calls = p.trigger_rule("tool-call-root", p.repeat(calls, min_calls, 1))
             return gen_prefix + ((reasoning << p.content(p.until_one_of(tool_call_starts))) << tool_calls)
 
