@@ -21,6 +21,7 @@ from .context import (
     parse_result_type_name,
 )
 from .parsers import INVALID_PARSER_ID
+from .serialize import arena_from_json, arena_to_json, load, save
 
 __all__ = [
     "DEBUG",
@@ -40,6 +41,10 @@ __all__ = [
     "PegArena",
     "PegBuilder",
     "PegParser",
+    "arena_from_json",
+    "arena_to_json",
     "build_peg_parser",
+    "load",
     "parse_result_type_name",
+    "save",
 ]
