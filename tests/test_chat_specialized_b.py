@@ -1,0 +1,739 @@
+"""b10621's specialized chat handlers for Kimi K2 Thinking, Kimi K3, LFM2/LFM2.5, GigaChat V3, DeepSeek V3.2/V4,
+MiniCPM5, Functionary v3.2, Cohere2 MoE, MiniMax-M3 and Muse Glimmer (server/chat/specialized) against b10621.
+
+The end-to-end cases are tests/test-chat.cpp's peg_tester cases for these templates (each output parsed prefix
+by prefix as a stream and whole), its test_template_generation_prompt cases and its DeepSeek V4 history
+tests; the chat parameters of requests with tools were recorded from the b10621 llama-server binary
+(fixtures/chat/specialized_b_b10621.json). Templates are read from the pinned sdist's models/templates; those
+tests skip when it is not unpacked.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from server.chat.autoparser import GenerationParams, specialized_template_kind
+from server.chat.autoparser.helpers import Template
+from server.chat.caps import template_caps
+from server.chat.messages import ChatMsg, ToolCall, apply_workarounds, to_template_json
+from server.chat.specialized import HANDLERS, try_specialized
+from tests.test_chat_autoparser import _msg, _tool, message_user, template_source
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "chat" / "specialized_b_b10621.json"
+
+KIMI_K2 = "Kimi-K2-Thinking.jinja"
+KIMI_K2_OLD = "moonshotai-Kimi-K2.jinja"
+KIMI_K2_INSTRUCT = "Kimi-K2-Instruct.jinja"
+KIMI_K3 = "Kimi-K3.jinja"
+LFM2 = "LFM2-8B-A1B.jinja"
+LFM25 = "LFM2.5-Instruct.jinja"
+LFM25_THINKING = "LFM2.5-8B-A1B.jinja"
+GIGACHAT = "GigaChat3-10B-A1.8B.jinja"
+DEEPSEEK_V32 = "deepseek-ai-DeepSeek-V3.2.jinja"
+DEEPSEEK_V4 = "deepseek-ai-DeepSeek-V4.jinja"
+DEEPSEEK_V4_FLASH = "deepseek-ai-DeepSeek-V4-Flash-0731.jinja"
+MINICPM5 = "openbmb-MiniCPM5-1B.jinja"
+FUNCTIONARY = "meetkai-functionary-medium-v3.2.jinja"
+COHERE2MOE = "Cohere2MoE.jinja"
+MINIMAX_M3 = "MiniMax-M3.jinja"
+MUSE = "muse-glimmer.jinja"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# test-chat.cpp's tools and messages
+
+
+def _obj(properties: dict, required: list | None = None) -> dict:
+    out: dict = {"type": "object", "properties": properties}
+    if required is not None:
+        out["required"] = required
+    return out
+
+
+def _int(description: str = "") -> dict:
+    return {"type": "integer", "description": description} if description else {"type": "integer"}
+
+
+def _str(description: str = "") -> dict:
+    return {"type": "string", "description": description} if description else {"type": "string"}
+
+
+SPECIAL_FUNCTION = _tool("special_function", "I'm special", _obj({"arg1": _int("The arg.")}, ["arg1"]))
+SPECIAL_FUNCTION_OPT = _tool("special_function_with_opt", "I'm special but have optional stuff",
+                             _obj({"arg1": _int("The arg."), "arg2": _int("The optional arg.")}, ["arg1"]))
+EMPTY_ARGS = _tool("empty_args", "A tool that takes no arguments", _obj({}))
+PYTHON = _tool("python", "an ipython interpreter", _obj({"code": _str("Python code to execute.")}, ["code"]))
+HTML = _tool("html", "an html validator", _obj({"markup": _str("HTML markup to validate.")}, ["markup"]))
+GET_TIME = _tool("get_time", "Get the current time in a city", _obj({"city": _str("City name")}, ["city"]))
+GET_WEATHER = _tool("get_weather", "Get the current weather in a city", _obj({"city": _str("City name")}, ["city"]))
+TODO_LIST = _tool("todo_list", "Create or update the todo list",
+                  _obj({"todos": {"type": "array", "description": "List of TODO list items"}}, ["todos"]))
+MAGIC_INT = _tool("magic_int", "Magic tool that takes a hash", _obj({"ref": _int(), "name": _str()}, ["ref"]))
+AMOUNT = _tool("amount", "Amount converter", _obj({"orig": {"type": "number"}}, ["orig"]))
+TOGGLE = _tool("toggle", "Toggle a feature",
+               _obj({"enabled": {"type": "boolean", "description": "Whether to enable the feature"}}, ["enabled"]))
+NULLABLE = _tool("set_nullable", "Set a nullable value",
+                 _obj({"value": {"type": "null", "description": "A null value"}}, ["value"]))
+CONFIG = _tool("set_config", "Set configuration",
+               _obj({"config": {"type": "object", "description": "Configuration dict"}}, ["config"]))
+CALENDAR = _tool("Calendar.create_event", "Create a calendar event", _obj({
+    "title": {"type": "string"}, "participants": {"type": "array", "items": {"type": "string"}},
+    "metadata": {"type": "object"}}, ["title", "participants", "metadata"]))
+IMAGINARY_NUMBER = _tool("imaginary_number", "Imaginary number converter", _obj({"number": _obj(
+    {"real": {"type": "number"}, "imaginary": {"type": "number"}}, ["real", "imaginary"])}, ["number"]))
+NESTED_ARGS = _tool("nested_args", "Tool with nested array arguments", _obj({
+    "tags": {"type": "array", "items": {"type": "string"}},
+    "entries": {"type": "array", "items": _obj({"id": {"type": "integer"}, "label": {"type": "string"}},
+                                               ["id", "label"])}}, ["tags", "entries"]))
+UNION_ARGS = _tool("union_args", "Tool with union arguments", _obj({
+    "filter": {"anyOf": [{"type": "array", "items": {"type": "string"}},
+                         _obj({"field": {"type": "string"}, "op": {"type": "string"}}, ["field", "op"])]},
+    "label": {"oneOf": [{"type": "string"}, _obj({"text": {"type": "string"}})]},
+    "limit": {"oneOf": [{"type": "integer"}, _obj({"max": {"type": "integer"}}, ["max"])]}}))
+EXECUTE_COMMAND = _tool("execute_command", "Execute shell command", _obj({
+    "command": _str("Shell command to execute"), "cwd": _str("Working directory"),
+    "timeout": _int("The timeout in seconds")}, ["command"]))
+
+INVOICE_SCHEMA = _obj({"amount": {"type": "number"}, "date": {"type": "string"}})
+
+HELLO = "Hello, world!\nWhat's up?"
+THINKING = "I'm\nthinking"
+CALL = ("special_function", '{"arg1": 1}', "")
+MESSAGE_ASSIST = _msg(HELLO)
+MESSAGE_ASSIST_THOUGHTS = _msg(HELLO, THINKING)
+MESSAGE_ASSIST_CALL = _msg(calls=[CALL])
+
+
+def prefill_content() -> ChatMsg:
+    return _msg("Hello, ", "I'm thinking")
+
+
+def prefill_reasoning() -> ChatMsg:
+    return _msg("", "I'm")
+
+
+def _call(name: str, args: str, call_id: str = "") -> tuple[str, str, str]:
+    return (name, args, call_id)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# test-chat.cpp's harness: common_chat_templates_apply() on a request, test_peg_parser()
+
+
+def chat_params(name: str, *, messages=None, tools=(), tool_choice="auto", reasoning_format="none",
+                enable_thinking=True, parallel_tool_calls=False, add_generation_prompt=True,
+                continue_final_message="none", json_schema=None, kwargs=None, bos="", eos=""):
+    """common_chat_templates_apply() on a test request (common_chat_templates_inputs' defaults), through
+    try_specialized() as common_chat_templates_apply_jinja() prepares its inputs."""
+    source = template_source(name)
+    caps = template_caps(source)
+    messages = list(messages or [message_user()])
+    rendered = [to_template_json(m) for m in messages]
+    continue_msg = None
+    if continue_final_message != "none":
+        add_generation_prompt = False
+        continue_msg, rendered = messages[-1], rendered[:-1]
+    extra = {"datetime": "Jan 01 2026", "date_string": "01 Jan 2026", **(kwargs or {})}
+    inputs = GenerationParams(
+        messages=apply_workarounds(rendered, caps, source), tools=list(tools) or None, tool_choice=tool_choice,
+        json_schema=json_schema, parallel_tool_calls=parallel_tool_calls, reasoning_format=reasoning_format,
+        add_generation_prompt=add_generation_prompt, continue_final_message=continue_final_message,
+        continue_msg=continue_msg, enable_thinking=enable_thinking, extra_context=extra)
+    params = try_specialized(source, Template(source, bos, eos, caps), inputs)
+    assert params is not None, f"{name}: no specialized handler"
+    return params
+
+
+def _renormalize(arguments: str) -> str:
+    """renormalize_json(): a partial JSON compares as ""."""
+    try:
+        return json.dumps(json.loads(arguments), separators=(",", ":"), ensure_ascii=False)
+    except json.JSONDecodeError:
+        return ""
+
+
+def assert_msg_equals(expected: ChatMsg, actual: ChatMsg) -> None:
+    """test-chat.cpp's assert_msg_equals(..., ignore_whitespace_differences = true)."""
+    ws = " \t\n\v\f\r"
+    assert actual.role == expected.role
+    assert actual.content.strip(ws) == expected.content.strip(ws)
+    assert actual.reasoning_content.strip(ws) == expected.reasoning_content.strip(ws)
+    assert len(actual.tool_calls) == len(expected.tool_calls), actual.tool_calls
+    for a, e in zip(actual.tool_calls, expected.tool_calls):
+        assert a.name == e.name
+        assert _renormalize(a.arguments) == _renormalize(e.arguments), (a.arguments, e.arguments)
+        assert a.id == e.id
+
+
+def peg_test(name: str, output: str, expected: ChatMsg, *, partial: bool = False, **request) -> None:
+    """test_peg_parser(): every prefix of `output` parsed as a partial answer must grow the message the way a
+    stream would, the whole of it parse to `expected`; the grammar must load."""
+    from server.chat.diffs import compute_diffs
+    from server.chat.peg_chat import chat_peg_parse
+    from server.grammar.gbnf import parse_gbnf
+
+    params = chat_params(name, **request)
+
+    def parse(text: str, is_partial: bool) -> ChatMsg:
+        return chat_peg_parse(params.parser, text, is_partial, params.generation_prompt, params.format)
+
+    prev, accum = ChatMsg(role="assistant"), ChatMsg(role="assistant")
+    for i in range(1, len(output) + 1):
+        current = parse(output[:i], i < len(output) or partial)
+        for diff in compute_diffs(prev, current):
+            accum.reasoning_content += diff.reasoning_content_delta
+            accum.content += diff.content_delta
+            if diff.tool_call_index >= 0:
+                while len(accum.tool_calls) <= diff.tool_call_index:
+                    accum.tool_calls.append(ToolCall("", ""))
+                call, delta = accum.tool_calls[diff.tool_call_index], diff.tool_call_delta
+                call.name = delta.name or call.name
+                call.id = delta.id or call.id
+                call.arguments += delta.arguments
+        assert_msg_equals(current, accum)
+        prev = current
+    if not partial:
+        assert_msg_equals(expected, parse(output, False))
+    assert_msg_equals(expected, accum)
+    if params.grammar:
+        parse_gbnf(params.grammar)
+
+
+def _expect(content: str = "", reasoning: str = "", calls=()) -> ChatMsg:
+    return _msg(content, reasoning, tuple(calls))
+
+
+CONTINUE_CONTENT = {"messages": [message_user(), prefill_content()], "add_generation_prompt": False,
+                    "continue_final_message": "content"}
+CONTINUE_REASONING = {"messages": [message_user(), prefill_reasoning()], "add_generation_prompt": False,
+                      "continue_final_message": "reasoning"}
+PREFILLED = _expect(HELLO, "I'm thinking")
+
+
+def test_handlers_cover_the_families():
+    # which templates each handler claims, by b10621's detection substrings
+    for name, kind in [(KIMI_K2, "Kimi K2 Thinking"), (KIMI_K2_OLD, "Kimi K2 Thinking"),
+                       (KIMI_K2_INSTRUCT, "Kimi K2 Thinking"), (KIMI_K3, "Kimi K3"), (LFM2, "LFM2"),
+                       (LFM25, "LFM2.5"), (LFM25_THINKING, "LFM2.5"), (GIGACHAT, "GigaChatV3"),
+                       (DEEPSEEK_V32, "DeepSeek V3.2/V4"), (DEEPSEEK_V4, "DeepSeek V3.2/V4"),
+                       (DEEPSEEK_V4_FLASH, "DeepSeek V3.2/V4"), (MINICPM5, "MiniCPM5"),
+                       (FUNCTIONARY, "Functionary v3.2"), (COHERE2MOE, "Cohere2 MoE"), (MINIMAX_M3, "MiniMax-M3"),
+                       (MUSE, "Muse Glimmer")]:
+        assert specialized_template_kind(template_source(name)) == kind, name
+        assert kind in HANDLERS
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# DeepSeek V3.2 / V4: DSML tool calls
+
+
+def _dsml(block: str, *invokes: str) -> str:
+    return f"<｜DSML｜{block}>\n" + "".join(invokes) + f"</｜DSML｜{block}>"
+
+
+def _invoke(name: str, *params: tuple[str, bool, str]) -> str:
+    body = "".join(f'<｜DSML｜parameter name="{k}" string="{"true" if s else "false"}">{v}</｜DSML｜parameter>\n'
+                   for k, s, v in params)
+    return f'<｜DSML｜invoke name="{name}">\n{body}</｜DSML｜invoke>\n'
+
+
+DS = {"reasoning_format": "deepseek"}
+
+
+def _deepseek_cases(block: str) -> list:
+    think = {**DS, "enable_thinking": True}
+    no_think = {**DS, "enable_thinking": False}
+    return [
+        (HELLO, MESSAGE_ASSIST, no_think),
+        ("I'm\nthinking</think>" + HELLO, MESSAGE_ASSIST_THOUGHTS, think),
+        ("Let me check the time</think>\n\n" + _dsml(block, _invoke("get_time", ("city", True, "Tokyo"))),
+         _expect("", "Let me check the time", [_call("get_time", '{"city": "Tokyo"}')]),
+         {**think, "tools": [GET_TIME]}),
+        (_dsml(block, _invoke("special_function", ("arg1", False, "1"))), MESSAGE_ASSIST_CALL,
+         {**no_think, "tools": [SPECIAL_FUNCTION]}),
+        ("Calling both</think>\n\n" + _dsml(block, _invoke("get_time", ("city", True, "Paris")),
+                                             _invoke("get_weather", ("city", True, "Paris"))),
+         _expect("", "Calling both", [_call("get_time", '{"city": "Paris"}'),
+                                      _call("get_weather", '{"city": "Paris"}')]),
+         {**think, "parallel_tool_calls": True, "tools": [GET_TIME, GET_WEATHER]}),
+        ("Thinking about it</think>Let me call the function.\n\n"
+         + _dsml(block, _invoke("special_function", ("arg1", False, "1"))),
+         _expect("Let me call the function.", "Thinking about it", [CALL]), {**think, "tools": [SPECIAL_FUNCTION]}),
+        ("Multi-arg call</think>\n\n" + _dsml(block, _invoke("magic_int", ("ref", False, "42"),
+                                                               ("name", True, "foo bar"))),
+         _expect("", "Multi-arg call", [_call("magic_int", '{"ref": 42, "name": "foo bar"}')]),
+         {**think, "tools": [MAGIC_INT]}),
+        ("world!\nWhat's up?", PREFILLED, {**think, **CONTINUE_CONTENT}),
+        (" thinking</think>" + HELLO, PREFILLED, {**think, **CONTINUE_REASONING}),
+    ]
+
+
+V32_ONLY = [
+    ("Test negative</think>\n\n" + _dsml("function_calls", _invoke("magic_int", ("ref", False, "-14"))),
+     _expect("", "Test negative", [_call("magic_int", '{"ref": -14}')]), {"tools": [MAGIC_INT]}),
+    ("Test decimal</think>\n\n" + _dsml("function_calls", _invoke("amount", ("orig", False, "3.14"))),
+     _expect("", "Test decimal", [_call("amount", '{"orig": 3.14}')]), {"tools": [AMOUNT]}),
+    ("Test boolean</think>\n\n" + _dsml("function_calls", _invoke("toggle", ("enabled", False, "true"))),
+     _expect("", "Test boolean", [_call("toggle", '{"enabled": true}')]), {"tools": [TOGGLE]}),
+    ("Test array</think>\n\n" + _dsml("function_calls", _invoke("todo_list", ("todos", False,
+                                                                               '["buy milk","walk dog"]'))),
+     _expect("", "Test array", [_call("todo_list", '{"todos": ["buy milk", "walk dog"]}')]), {"tools": [TODO_LIST]}),
+    ("Test object</think>\n\n" + _dsml("function_calls", _invoke("set_config", ("config", False,
+                                                                                '{"theme":"dark","level":2}'))),
+     _expect("", "Test object", [_call("set_config", '{"config": {"theme": "dark", "level": 2}}')]),
+     {"tools": [CONFIG]}),
+    ("</think>\n\n" + _dsml("function_calls", _invoke("get_time", ("city", True, "XYZCITY"))),
+     _expect(calls=[_call("get_time", '{"city": "XYZCITY"}')]), {"tools": [GET_TIME]}),
+]
+
+V4_ONLY = [
+    # no </think> after the calls: the grammar ends the output there
+    ("Let me check the time\n\n" + _dsml("tool_calls", _invoke("get_time", ("city", True, "Tokyo"))),
+     _expect("", "Let me check the time", [_call("get_time", '{"city": "Tokyo"}')]), {"tools": [GET_TIME]}),
+]
+
+
+@pytest.mark.parametrize("case", _deepseek_cases("function_calls") + [(o, e, {**DS, **r}) for o, e, r in V32_ONLY],
+                         ids=lambda c: c[0][:40])
+def test_peg_deepseek_v3_2(case):
+    output, expected, request = case
+    peg_test(DEEPSEEK_V32, output, expected, **request)
+
+
+@pytest.mark.parametrize("case", _deepseek_cases("tool_calls") + [(o, e, {**DS, **r}) for o, e, r in V4_ONLY],
+                         ids=lambda c: c[0][:40])
+def test_peg_deepseek_v4(case):
+    output, expected, request = case
+    peg_test(DEEPSEEK_V4, output, expected, **request)
+
+
+def test_peg_deepseek_v4_flash_separator():
+    # the \n\n before the DSML block belongs to the tool call block, not to the content
+    peg_test(DEEPSEEK_V4_FLASH, "\n\n" + _dsml("tool_calls", _invoke("special_function", ("arg1", False, "1"))),
+             MESSAGE_ASSIST_CALL, enable_thinking=False, reasoning_format="deepseek", tools=[SPECIAL_FUNCTION])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Kimi K2 Thinking: functions.<name>:<index> call ids
+
+
+def _kimi_call(name: str, index: int, args: str, end: bool = True) -> str:
+    return (f"<|tool_call_begin|>functions.{name}:{index}<|tool_call_argument_begin|>{args}"
+            + ("<|tool_call_end|>" if end else ""))
+
+
+def _kimi_section(*calls: str) -> str:
+    return "<|tool_calls_section_begin|>" + "".join(calls) + "<|tool_calls_section_end|>"
+
+
+AUTO = {"reasoning_format": "auto"}
+KIMI_SF = _call("special_function", '{"arg1": 1}', "functions.special_function:0")
+KIMI_K2_CASES = [
+    (HELLO, MESSAGE_ASSIST, {}, False),
+    (_kimi_section(_kimi_call("special_function", 0, '{"arg1": 1}')), _expect(calls=[KIMI_SF]),
+     {"tools": [SPECIAL_FUNCTION]}, False),
+    ("<think>I'm thinking about this</think>" + _kimi_section(_kimi_call("special_function", 0, '{"arg1": 1}')),
+     _expect("", "I'm thinking about this", [KIMI_SF]), {**AUTO, "tools": [SPECIAL_FUNCTION]}, False),
+    (HELLO + _kimi_section(_kimi_call("special_function", 0, '{"arg1": 1}')), _expect(HELLO, calls=[KIMI_SF]),
+     {"tools": [SPECIAL_FUNCTION]}, False),
+    (_kimi_section(_kimi_call("special_function", 0, '{"arg1": 1}'),
+                   _kimi_call("special_function_with_opt", 1, '{"arg1": 1, "arg2": 2}')),
+     _expect(calls=[KIMI_SF, _call("special_function_with_opt", '{"arg1": 1, "arg2": 2}',
+                                   "functions.special_function_with_opt:1")]),
+     {**AUTO, "parallel_tool_calls": True, "tools": [SPECIAL_FUNCTION, SPECIAL_FUNCTION_OPT]}, False),
+    ("<think>I need to call two functions</think>"
+     + _kimi_section(_kimi_call("special_function", 0, '{"arg1": 1}'),
+                     _kimi_call("python", 1, '{"code": "print(\'hey\')"}')),
+     _expect("", "I need to call two functions",
+             [KIMI_SF, _call("python", '{"code": "print(\'hey\')"}', "functions.python:1")]),
+     {**AUTO, "parallel_tool_calls": True, "tools": [SPECIAL_FUNCTION, PYTHON]}, False),
+    (_kimi_section(_kimi_call("python", 0, '{"code": "def hello():\\n    print(\\"Hello, world!\\")\\n\\nhello()"}')),
+     _expect(calls=[_call("python", '{"code": "def hello():\\n    print(\\"Hello, world!\\")\\n\\nhello()"}',
+                          "functions.python:0")]), {"tools": [PYTHON]}, False),
+    (_kimi_section(_kimi_call("empty_args", 0, "{}")), _expect(calls=[_call("empty_args", "{}",
+                                                                            "functions.empty_args:0")]),
+     {"tools": [EMPTY_ARGS]}, False),
+    (("<|tool_calls_section_begin|><|tool_call_begin|>functions.special_function:0<|tool_call_argument_begin|>"
+     '{"arg1": '), _expect(calls=[_call("special_function", '{"arg1": ', "functions.special_function:0")]),
+     {**AUTO, "tools": [SPECIAL_FUNCTION]}, True),
+    (_kimi_section(_kimi_call("special_function", 0, '{"arg1": 1}'), _kimi_call("python", 1, '{"code": "print(1)"}'),
+                   _kimi_call("html", 2, '{"markup": "<p>test</p>"}')),
+     _expect(calls=[KIMI_SF, _call("python", '{"code": "print(1)"}', "functions.python:1"),
+                    _call("html", '{"markup": "<p>test</p>"}', "functions.html:2")]),
+     {**AUTO, "parallel_tool_calls": True, "tools": [SPECIAL_FUNCTION, PYTHON, HTML]}, False),
+    # calls inside the thinking block
+    ("<think>I need to call two functions" + _kimi_section(_kimi_call("special_function", 0, '{"arg1": 1}'),
+                                                           _kimi_call("python", 1, '{"code": "print(\'hey\')"}')),
+     _expect("", "I need to call two functions",
+             [KIMI_SF, _call("python", '{"code": "print(\'hey\')"}', "functions.python:1")]),
+     {**AUTO, "parallel_tool_calls": True, "tools": [SPECIAL_FUNCTION, PYTHON]}, False),
+    # ... without the section markers nor the end markers
+    ("<think>I need to call two functions" + _kimi_call("special_function", 0, '{"arg1": 1}', end=False)
+     + _kimi_call("python", 1, '{"code": "print(\'hey\')"}', end=False),
+     _expect("", "I need to call two functions",
+             [KIMI_SF, _call("python", '{"code": "print(\'hey\')"}', "functions.python:1")]),
+     {**AUTO, "parallel_tool_calls": True, "tools": [SPECIAL_FUNCTION, PYTHON]}, False),
+    (_kimi_call("execute_command", 0, '{"command": "ls -lah", "cwd": "/home/user/development/exllamav3", '
+                                      '"timeout": 10}', end=False),
+     _expect(calls=[_call("execute_command", '{"command": "ls -lah", "cwd": "/home/user/development/exllamav3", '
+                                             '"timeout": 10}', "functions.execute_command:0")]),
+     {**AUTO, "parallel_tool_calls": True, "tools": [EXECUTE_COMMAND]}, False),
+    ("world!\nWhat's up?", PREFILLED, {**AUTO, **CONTINUE_CONTENT}, False),
+    (" thinking</think>" + HELLO, PREFILLED, {**AUTO, **CONTINUE_REASONING}, False),
+]
+
+
+@pytest.mark.parametrize("case", KIMI_K2_CASES, ids=lambda c: c[0][:40])
+def test_peg_kimi_k2_thinking(case):
+    output, expected, request, partial = case
+    peg_test(KIMI_K2, output, expected, partial=partial, **request)
+
+
+@pytest.mark.parametrize("name", [KIMI_K2_OLD, KIMI_K2_INSTRUCT])
+def test_peg_kimi_k2_older_templates(name):
+    peg_test(name, HELLO, MESSAGE_ASSIST)
+    peg_test(name, _kimi_section(_kimi_call("special_function", 0, '{"arg1": 1}')), _expect(calls=[KIMI_SF]),
+             tools=[SPECIAL_FUNCTION])
+    peg_test(name, "world!\nWhat's up?", PREFILLED, **AUTO, **CONTINUE_CONTENT)
+    peg_test(name, " thinking</think>" + HELLO, PREFILLED, **AUTO, **CONTINUE_REASONING)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Kimi K3: <|open|>/<|close|>/<|sep|> sections
+
+
+def _k3_call(name: str, index: int, *args: tuple[str, str, str]) -> str:
+    body = "".join(f'<|open|>argument key="{k}" type="{t}"<|sep|>{v}<|close|>argument<|sep|>' for k, t, v in args)
+    return f'<|open|>call tool="{name}" index="{index}"<|sep|>{body}<|close|>call<|sep|>'
+
+
+K3_EMPTY_RESPONSE = "<|open|>response<|sep|><|close|>response<|sep|>"
+K3_END = "<|close|>message<|sep|>"
+
+
+def _k3_tools(*calls: str) -> str:
+    return "<|open|>tools<|sep|>" + "".join(calls) + "<|close|>tools<|sep|>" + K3_END
+
+
+KIMI_K3_CASES = [
+    ("<|open|>response<|sep|>" + HELLO + "<|close|>response<|sep|>" + K3_END, MESSAGE_ASSIST, {}, False),
+    ("I'm thinking about this<|close|>think<|sep|><|open|>response<|sep|>" + HELLO + "<|close|>response<|sep|>"
+     + K3_END, _expect(HELLO, "I'm thinking about this"), AUTO, False),
+    ("<|open|>response<|sep|>Use the response tag, then message the handler.<|close|>response<|sep|>" + K3_END,
+     _expect("Use the response tag, then message the handler."), {}, False),
+    ("I was still thinking when the budget ran out", _expect("", "I was still thinking when the budget ran out"),
+     AUTO, False),
+    (K3_EMPTY_RESPONSE + _k3_tools(_k3_call("special_function", 1, ("arg1", "number", "1"))),
+     _expect(calls=[_call("special_function", '{"arg1":1}')]), {"tools": [SPECIAL_FUNCTION]}, False),
+    ("I should call it<|close|>think<|sep|><|open|>response<|sep|>On it.<|close|>response<|sep|>"
+     + _k3_tools(_k3_call("special_function", 1, ("arg1", "number", "1"))),
+     _expect("On it.", "I should call it", [_call("special_function", '{"arg1":1}')]),
+     {**AUTO, "tools": [SPECIAL_FUNCTION]}, False),
+    (K3_EMPTY_RESPONSE + _k3_tools(_k3_call("special_function_with_opt", 1, ("arg1", "number", "1"),
+                                            ("arg2", "number", "2"))),
+     _expect(calls=[_call("special_function_with_opt", '{"arg1":1,"arg2":2}')]), {"tools": [SPECIAL_FUNCTION_OPT]},
+     False),
+    (K3_EMPTY_RESPONSE + _k3_tools(_k3_call("special_function", 1, ("arg1", "number", "1")),
+                                   _k3_call("special_function_with_opt", 2, ("arg1", "number", "1"),
+                                            ("arg2", "number", "2"))),
+     _expect(calls=[_call("special_function", '{"arg1":1}'),
+                    _call("special_function_with_opt", '{"arg1":1,"arg2":2}')]),
+     {"parallel_tool_calls": True, "tools": [SPECIAL_FUNCTION, SPECIAL_FUNCTION_OPT]}, False),
+    # a string-typed argument keeps its text
+    (K3_EMPTY_RESPONSE + _k3_tools(_k3_call("python", 1, ("code", "string", "print('hey')"))),
+     _expect(calls=[_call("python", '{"code":"print(\'hey\')"}')]), {"tools": [PYTHON]}, False),
+]
+
+
+@pytest.mark.parametrize("case", KIMI_K3_CASES, ids=lambda c: c[0][:40])
+def test_peg_kimi_k3(case):
+    output, expected, request, partial = case
+    peg_test(KIMI_K3, output, expected, partial=partial, **request)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# LFM2 / LFM2.5: <|tool_call_start|>[name(arg=value)]<|tool_call_end|>
+
+
+def _lfm(calls: str) -> str:
+    return f"<|tool_call_start|>[{calls}]<|tool_call_end|>"
+
+
+LFM2_CASES = [
+    (HELLO, MESSAGE_ASSIST, {}, False),
+    (_lfm("special_function(arg1=1)"), MESSAGE_ASSIST_CALL, {"tools": [SPECIAL_FUNCTION]}, False),
+    (_lfm('get_time(city="XYZCITY")'), _expect(calls=[_call("get_time", '{"city":"XYZCITY"}')]),
+     {"tools": [GET_TIME]}, False),
+    # Python literals become JSON
+    (_lfm("toggle(enabled=True)"), _expect(calls=[_call("toggle", '{"enabled": true}')]), {"tools": [TOGGLE]}, False),
+    (_lfm("set_nullable(value=None)"), _expect(calls=[_call("set_nullable", '{"value": null}')]),
+     {"tools": [NULLABLE]}, False),
+    (_lfm('set_config(config={"enabled": True, "count": 3})'),
+     _expect(calls=[_call("set_config", '{"config": {"enabled": true, "count": 3}}')]), {"tools": [CONFIG]}, False),
+    # JSON literals too
+    (_lfm('set_config(config={"enabled": true, "note": null})'),
+     _expect(calls=[_call("set_config", '{"config": {"enabled": true, "note": null}}')]), {"tools": [CONFIG]}, False),
+    (_lfm('Calendar.create_event(title="demo", participants=["Alice", "Bob"], '
+          'metadata={"priority": "high", "reminder": true})'),
+     _expect(calls=[_call("Calendar.create_event", '{"title": "demo", "participants": ["Alice", "Bob"], '
+                                                   '"metadata": {"priority": "high", "reminder": true}}')]),
+     {"tools": [CALENDAR]}, False),
+    # markdown links stay content
+    ("Use this format: [link text](url). Example: [Wikipedia](https://www.wikipedia.org).",
+     _expect("Use this format: [link text](url). Example: [Wikipedia](https://www.wikipedia.org)."),
+     {"tools": [GET_TIME]}, False),
+    # escapes in a string decode to their characters
+    (_lfm("python(code=\"def hello():\\n    print('hey')\")"),
+     _expect(calls=[_call("python", '{"code": "def hello():\\n    print(\'hey\')"}')]), {"tools": [PYTHON]}, False),
+    (_lfm('python(code="First line\\nSecond line\\tindented")'),
+     _expect(calls=[_call("python", '{"code": "First line\\nSecond line\\tindented"}')]), {"tools": [PYTHON]}, False),
+    (_lfm('python(code="print(\\"hi\\")")'), _expect(calls=[_call("python", '{"code": "print(\\"hi\\")"}')]),
+     {"tools": [PYTHON]}, False),
+    ("Let me check the time." + _lfm('get_time(city="Paris")'),
+     _expect("Let me check the time.", calls=[_call("get_time", '{"city":"Paris"}')]), {"tools": [GET_TIME]}, False),
+    (_lfm("special_function(arg1=1), special_function_with_opt(arg1=1, arg2=2)"),
+     _expect(calls=[_call("special_function", '{"arg1": 1}'),
+                    _call("special_function_with_opt", '{"arg1": 1, "arg2": 2}')]),
+     {"parallel_tool_calls": True, "tools": [SPECIAL_FUNCTION, SPECIAL_FUNCTION_OPT]}, False),
+    ("<|tool_call_start|>[special_function(arg1=", _expect(calls=[_call("special_function", '{"arg1": ')]),
+     {"tools": [SPECIAL_FUNCTION]}, True),
+    (_lfm("empty_args()"), _expect(calls=[_call("empty_args", "{}")]), {"tools": [EMPTY_ARGS]}, False),
+]
+
+
+@pytest.mark.parametrize("name", [LFM2, LFM25, LFM25_THINKING])
+@pytest.mark.parametrize("case", LFM2_CASES, ids=lambda c: c[0][:40])
+def test_peg_lfm2(name, case):
+    output, expected, request, partial = case
+    peg_test(name, output, expected, partial=partial, **request)
+
+
+LFM25_THINKING_CASES = [
+    ("<think>I'm\nthinking</think>" + _lfm("special_function(arg1=1)"), _expect("", THINKING, [CALL]),
+     {**AUTO, "tools": [SPECIAL_FUNCTION]}),
+    ("<think>I need to call a function</think>Let me check the time." + _lfm('get_time(city="Paris")'),
+     _expect("Let me check the time.", "I need to call a function", [_call("get_time", '{"city":"Paris"}')]),
+     {**AUTO, "tools": [GET_TIME]}),
+    # a tool call marker inside the reasoning is not a call
+    ("<think>Let me think about " + _lfm("special_function(arg1=1)") + " hmm</think>"
+     + _lfm("special_function(arg1=1)"),
+     _expect("", "Let me think about " + _lfm("special_function(arg1=1)") + " hmm", [CALL]),
+     {**AUTO, "tools": [SPECIAL_FUNCTION]}),
+    # enable_thinking false still takes the reasoning the model writes
+    ("<think>I'm\nthinking</think>" + HELLO, MESSAGE_ASSIST_THOUGHTS, {**AUTO, "enable_thinking": False}),
+    ("<think>I'm\nthinking</think>" + _lfm("special_function(arg1=1)"), _expect("", THINKING, [CALL]),
+     {**AUTO, "enable_thinking": False, "tools": [SPECIAL_FUNCTION]}),
+    ("world!\nWhat's up?", PREFILLED, {**AUTO, **CONTINUE_CONTENT}),
+    (" thinking</think>" + HELLO, PREFILLED, {**AUTO, **CONTINUE_REASONING}),
+]
+
+
+@pytest.mark.parametrize("case", LFM25_THINKING_CASES, ids=lambda c: c[0][:40])
+def test_peg_lfm25_thinking(case):
+    output, expected, request = case
+    peg_test(LFM25_THINKING, output, expected, **request)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# GigaChat V3, Functionary v3.2, MiniCPM5
+
+
+GIGACHAT_CALL = '<|message_sep|>\n\nfunction call<|role_sep|>\n{"name": "special_function", "arguments": {"arg1": 1}}'
+
+
+@pytest.mark.parametrize("case", [
+    (HELLO, MESSAGE_ASSIST, {}),
+    (GIGACHAT_CALL, MESSAGE_ASSIST_CALL, {"tools": [SPECIAL_FUNCTION]}),
+    (HELLO + GIGACHAT_CALL, _expect(HELLO, calls=[CALL]), {"tools": [SPECIAL_FUNCTION]}),
+    ("world!\nWhat's up?", MESSAGE_ASSIST, CONTINUE_CONTENT),
+], ids=lambda c: c[0][:40])
+def test_peg_gigachat_v3(case):
+    output, expected, request = case
+    peg_test(GIGACHAT, output, expected, **request)
+
+
+@pytest.mark.parametrize("case", [
+    ("all\n" + HELLO, MESSAGE_ASSIST, {}),
+    ('special_function\n{"arg1": 1}', MESSAGE_ASSIST_CALL, {"tools": [SPECIAL_FUNCTION]}),
+    ("world!\nWhat's up?", MESSAGE_ASSIST, CONTINUE_CONTENT),
+], ids=lambda c: c[0][:40])
+def test_peg_functionary_v3_2(case):
+    output, expected, request = case
+    peg_test(FUNCTIONARY, output, expected, **request)
+
+
+MINICPM5_CASES = [
+    (HELLO, MESSAGE_ASSIST, {"enable_thinking": False}),
+    ("<function name=\"python\"><param name=\"code\">print('Hello, World!')</param></function>",
+     _expect(calls=[_call("python", '{"code": "print(\'Hello, World!\')"}')]),
+     {"enable_thinking": False, "tools": [PYTHON]}),
+    ('<function name="empty_args"></function>', _expect(calls=[_call("empty_args", "{}")]),
+     {"enable_thinking": False, "tools": [EMPTY_ARGS]}),
+    ("<function name=\"python\"><param name=\"code\">print('x')</param></function>",
+     _expect(calls=[_call("python", '{"code": "print(\'x\')"}')]),
+     {"enable_thinking": False, "parallel_tool_calls": True, "tools": [PYTHON]}),
+    # CDATA lets a string value hold what would close the tag
+    ('<function name="html"><param name="markup"><![CDATA[<a href="/x">hi</a> </param>]]></param></function>',
+     _expect(calls=[_call("html", '{"markup": "<a href=\\"/x\\">hi</a> </param>"}')]),
+     {"enable_thinking": False, "tools": [HTML]}),
+    ("I'm thinking</think><function name=\"python\"><param name=\"code\">print('hey')</param></function>",
+     _expect("", "I'm thinking", [_call("python", '{"code": "print(\'hey\')"}')]),
+     {"enable_thinking": True, "tools": [PYTHON]}),
+    (("<function name=\"python\"><param name=\"code\">print('x')</param></function>\n"
+     "<function name=\"python\"><param name=\"code\">print('y')</param></function>"),
+     _expect(calls=[_call("python", '{"code": "print(\'x\')"}'), _call("python", '{"code": "print(\'y\')"}')]),
+     {"enable_thinking": False, "parallel_tool_calls": True, "tools": [PYTHON]}),
+    (" thinking</think>" + HELLO, PREFILLED, {"enable_thinking": True, **CONTINUE_REASONING}),
+]
+
+
+@pytest.mark.parametrize("case", MINICPM5_CASES, ids=lambda c: c[0][:40])
+def test_peg_minicpm5(case):
+    output, expected, request = case
+    peg_test(MINICPM5, output, expected, reasoning_format="auto", **request)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Cohere2 MoE: <|START_THINKING|>, <|START_TEXT|> or <|START_ACTION|>[...]
+
+
+def _action(*calls: str) -> str:
+    return "<|START_ACTION|>[\n" + ",\n".join(f"    {c}" for c in calls) + "\n]<|END_ACTION|>"
+
+
+COHERE_SF = '{"tool_call_id": "0", "tool_name": "special_function", "parameters": {"arg1": 1}}'
+COHERE_TEXT = "<|START_TEXT|>" + HELLO + "<|END_TEXT|>"
+
+COHERE2MOE_CASES = [
+    ("I'm\nthinking<|END_THINKING|>" + COHERE_TEXT, MESSAGE_ASSIST_THOUGHTS, DS, False),
+    # reasoning_format none: the thinking block stays in the content, markers included
+    ("I'm\nthinking<|END_THINKING|>" + COHERE_TEXT,
+     _expect("<|START_THINKING|>I'm\nthinking<|END_THINKING|>Hello, world!\nWhat's up?"), {}, False),
+    ("<|END_THINKING|>" + COHERE_TEXT, MESSAGE_ASSIST, DS, False),
+    (('I need to output the invoice details in JSON<|END_THINKING|><|START_TEXT|>{"amount": 123.45, '
+     '"date": "2025-12-03"}<|END_TEXT|>'),
+     _expect('{"amount": 123.45, "date": "2025-12-03"}', "I need to output the invoice details in JSON"),
+     {**DS, "json_schema": INVOICE_SCHEMA, "tools": [SPECIAL_FUNCTION]}, False),
+    ("I'm\nthinking<|END_THINKING|>" + _action(COHERE_SF),
+     _expect("", THINKING, [_call("special_function", '{"arg1": 1}', "0")]), {**DS, "tools": [SPECIAL_FUNCTION]},
+     False),
+    ("<|END_THINKING|>" + _action(COHERE_SF), _expect(calls=[_call("special_function", '{"arg1":1}', "0")]),
+     {**DS, "tools": [SPECIAL_FUNCTION]}, False),
+    ("<|END_THINKING|>" + _action('{"tool_call_id": "0", "tool_name": "todo_list", "parameters": '
+                                  '{"todos": ["buy milk", "walk dog"]}}'),
+     _expect(calls=[_call("todo_list", '{"todos": ["buy milk", "walk dog"]}', "0")]), {**DS, "tools": [TODO_LIST]},
+     False),
+    ("I'm\nthinking<|END_THINKING|>" + _action(COHERE_SF, '{"tool_call_id": "1", "tool_name": "python", '
+                                                          '"parameters": {"code": "print(\'hey\')"}}'),
+     _expect("", THINKING, [_call("special_function", '{"arg1": 1}', "0"),
+                            _call("python", '{"code": "print(\'hey\')"}', "1")]),
+     {**DS, "parallel_tool_calls": True, "tools": [SPECIAL_FUNCTION, PYTHON]}, False),
+    ("I'm\nthinking<|END_THINKING|>" + COHERE_TEXT, MESSAGE_ASSIST_THOUGHTS, {**DS, "tools": [SPECIAL_FUNCTION]},
+     False),
+    # streaming: the name and id come before the arguments
+    ('I\'m\nthinking<|END_THINKING|><|START_ACTION|>[\n    {"tool_call_id": "0", "tool_name": "special_function", ',
+     _expect("", THINKING, [_call("special_function", "", "0")]), {**DS, "tools": [SPECIAL_FUNCTION]}, True),
+]
+
+
+@pytest.mark.parametrize("case", COHERE2MOE_CASES, ids=lambda c: c[0][:40])
+def test_peg_cohere2moe(case):
+    output, expected, request, partial = case
+    peg_test(COHERE2MOE, output, expected, partial=partial, **request)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# MiniMax-M3: namespaced XML tool calls, nested arguments
+
+
+NS = "]<]minimax[>["
+
+
+def _mm_el(tag: str, inner: str) -> str:
+    return f"{NS}<{tag}>{inner}{NS}</{tag}>"
+
+
+def _mm_calls(*invokes: tuple[str, str]) -> str:
+    body = "".join(f'{NS}<invoke name="{name}">{args}{NS}</invoke>\n' for name, args in invokes)
+    return f"{NS}<tool_call>\n{body}{NS}</tool_call>"
+
+
+def _mm_case(reasoning: str, invoke: tuple[str, str], tool: dict, args: str) -> tuple:
+    return (f"<mm:think>{reasoning}</mm:think>" + _mm_calls(invoke),
+            _expect("", reasoning, [_call(invoke[0], args)]), {"tools": [tool]})
+
+
+MINIMAX_M3_CASES = [
+    ("</mm:think>" + HELLO, MESSAGE_ASSIST, {}),
+    ("<mm:think>I'm\nthinking</mm:think>" + HELLO, MESSAGE_ASSIST_THOUGHTS, {}),
+    _mm_case("Let me check the time", ("get_time", _mm_el("city", "Tokyo")), GET_TIME, '{"city": "Tokyo"}'),
+    ("</mm:think>" + _mm_calls(("special_function", _mm_el("arg1", "1"))), MESSAGE_ASSIST_CALL,
+     {"tools": [SPECIAL_FUNCTION]}),
+    _mm_case("Let's call a tool:", ("empty_args", ""), EMPTY_ARGS, "{}"),
+    ("<mm:think>Calling both</mm:think>" + _mm_calls(("get_time", _mm_el("city", "Paris")),
+                                                     ("get_weather", _mm_el("city", "Paris"))),
+     _expect("", "Calling both", [_call("get_time", '{"city": "Paris"}'), _call("get_weather", '{"city": "Paris"}')]),
+     {"parallel_tool_calls": True, "tools": [GET_TIME, GET_WEATHER]}),
+    ("<mm:think>Thinking about it</mm:think>Let me call the function."
+     + _mm_calls(("special_function", _mm_el("arg1", "1"))),
+     _expect("Let me call the function.", "Thinking about it", [CALL]), {"tools": [SPECIAL_FUNCTION]}),
+    _mm_case("Test negative", ("magic_int", _mm_el("ref", "-14")), MAGIC_INT, '{"ref": -14}'),
+    _mm_case("Test decimal", ("amount", _mm_el("orig", "3.14")), AMOUNT, '{"orig": 3.14}'),
+    _mm_case("Test boolean", ("toggle", _mm_el("enabled", "true")), TOGGLE, '{"enabled": true}'),
+    _mm_case("Multi-arg call", ("magic_int", _mm_el("ref", "42") + _mm_el("name", "foo bar")), MAGIC_INT,
+             '{"ref": 42, "name": "foo bar"}'),
+    _mm_case("Nested object", ("imaginary_number", _mm_el("number", _mm_el("real", "1.5") + _mm_el("imaginary", "-2.5"))),
+             IMAGINARY_NUMBER, '{"number": {"real": 1.5, "imaginary": -2.5}}'),
+    _mm_case("Nested arrays", ("nested_args", _mm_el("tags", _mm_el("item", "alpha") + _mm_el("item", "beta"))
+                               + _mm_el("entries", _mm_el("item", _mm_el("id", "1") + _mm_el("label", "one")))),
+             NESTED_ARGS, '{"tags": ["alpha", "beta"], "entries": [{"id": 1, "label": "one"}]}'),
+    _mm_case("Union array", ("union_args", _mm_el("filter", _mm_el("item", "alpha") + _mm_el("item", "beta"))),
+             UNION_ARGS, '{"filter": ["alpha", "beta"]}'),
+    _mm_case("Union scalar", ("union_args", _mm_el("limit", "5")), UNION_ARGS, '{"limit": 5}'),
+    _mm_case("Union nested", ("union_args", _mm_el("limit", _mm_el("max", "10"))), UNION_ARGS,
+             '{"limit": {"max": 10}}'),
+    # a union with a string alternative is a string, even when the value looks structured
+    _mm_case("Union string", ("union_args", _mm_el("label", "hi")), UNION_ARGS, '{"label": "hi"}'),
+    _mm_case("Union string", ("union_args", _mm_el("label", _mm_el("text", "hi"))), UNION_ARGS,
+             json.dumps({"label": _mm_el("text", "hi")})),
+    ("<mm:think></mm:think>" + _mm_calls(("get_time", _mm_el("city", "XYZCITY"))),
+     _expect(calls=[_call("get_time", '{"city": "XYZCITY"}')]), {"tools": [GET_TIME]}),
+    ("world!\nWhat's up?", PREFILLED, CONTINUE_CONTENT),
+    (" thinking</mm:think>" + HELLO, PREFILLED, CONTINUE_REASONING),
+]
+
+
+@pytest.mark.parametrize("case", MINIMAX_M3_CASES, ids=lambda c: c[0][:40])
+def test_peg_minimax_m3(case):
+    output, expected, request = case
+    peg_test(MINIMAX_M3, output, expected, enable_thinking=True, reasoning_format="auto", **request)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Muse Glimmer: " to=<recipient><|message|>" messages
+
+
+MUSE_CALL_MARKUP = ('<atem:function_calls>\n<atem:invoke name="special_function">\n'
+                    '<atem:parameter name="arg1">1</atem:parameter>\n</atem:invoke>\n</atem:function_calls>')
+
+MUSE_CASES = [
+    (" to=user<|message|>" + HELLO + "<|eot|>", MESSAGE_ASSIST, {}),
+    # inform then act: the answer closed by <|eom|>, then the call
+    (" to=user<|message|>" + HELLO + "<|eom|><|start|>assistant to=special_function<|message|>" + MUSE_CALL_MARKUP,
+     _expect(HELLO, calls=[_call("special_function", '{"arg1":1}')]), {"tools": [SPECIAL_FUNCTION]}),
+    # markup quoted in an answer (no <|eom|> before it) stays content
+    (" to=user<|message|>You invoke it like this:\n" + MUSE_CALL_MARKUP + "<|eot|>",
+     _expect("You invoke it like this:\n" + MUSE_CALL_MARKUP), {"tools": [SPECIAL_FUNCTION]}),
+    # markup in the analysis channel is reasoning
+    (" to=self<|message|>I could use " + MUSE_CALL_MARKUP + " here<|eom|><|start|>assistant to=user<|message|>"
+     "Hello!<|eot|>", _expect("Hello!", "I could use " + MUSE_CALL_MARKUP + " here"), {"tools": [SPECIAL_FUNCTION]}),
+]
+
+
+@pytest.mark.parametrize("case", MUSE_CASES, ids=lambda c: c[0][:40])
+def test_peg_muse_glimmer(case):
+    output, expected, request = case
+    peg_test(MUSE, output, expected, reasoning_format="auto", **request)
