@@ -20,6 +20,7 @@ from server.chat.autoparser.helpers import Template
 from server.chat.caps import template_caps
 from server.chat.messages import ChatMsg, ToolCall, apply_workarounds, to_template_json
 from server.chat.specialized import HANDLERS, try_specialized
+from server.chat.specialized.deepseek_v3_2 import sort_tool_results
 from tests.test_chat_autoparser import _msg, _tool, message_user, template_source
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "chat" / "specialized_b_b10621.json"
@@ -737,3 +738,196 @@ MUSE_CASES = [
 def test_peg_muse_glimmer(case):
     output, expected, request = case
     peg_test(MUSE, output, expected, reasoning_format="auto", **request)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# test-chat.cpp's test_template_generation_prompt
+
+
+SYSTEM = _msg("You are a helpful assistant.", role="system")
+TOOL_CALL_MSG = _expect(calls=[_call("special_function", '{"arg1": 1}')])
+
+
+def _tool_msg(content: str, call_id: str, name: str = "special_function") -> ChatMsg:
+    return ChatMsg(role="tool", content=content, tool_name=name, tool_call_id=call_id)
+
+
+def check_generation_prompt(name: str, kind: str, expected: str, **request) -> None:
+    messages = {"basic": [SYSTEM, message_user()],
+                "content": [SYSTEM, message_user(), prefill_content()],
+                "reasoning": [SYSTEM, message_user(), prefill_reasoning()]}[kind]
+    cont = {"basic": "none", "content": "content", "reasoning": "reasoning"}[kind]
+    params = chat_params(name, messages=request.pop("messages", messages), continue_final_message=cont, **request)
+    assert SYSTEM.content in params.prompt
+    assert message_user().content in params.prompt
+    assert params.generation_prompt == expected
+    assert params.prompt.endswith(expected)
+
+
+@pytest.mark.parametrize("name,basic,content,reasoning", [
+    (FUNCTIONARY, "<|start_header_id|>assistant<|end_header_id|>\n\n>>>",
+     "<|start_header_id|>assistant<|end_header_id|>\n\n>>>all\nHello, ",
+     "<|start_header_id|>assistant<|end_header_id|>\n\n>>>all\n"),
+    (KIMI_K2_OLD, "<|im_assistant|>assistant<|im_middle|>",
+     "<|im_assistant|>assistant<|im_middle|><think>I'm thinking</think>Hello, ",
+     "<|im_assistant|>assistant<|im_middle|><think>I'm"),
+    (LFM2, "<|im_start|>assistant\n", "<|im_start|>assistant\n<think>I'm thinking</think>Hello, ",
+     "<|im_start|>assistant\n<think>I'm"),
+    (LFM25, "<|im_start|>assistant\n", "<|im_start|>assistant\n<think>I'm thinking</think>Hello, ",
+     "<|im_start|>assistant\n<think>I'm"),
+    (LFM25_THINKING, "<|im_start|>assistant\n", "<|im_start|>assistant\n<think>I'm thinking</think>Hello, ",
+     "<|im_start|>assistant\n<think>I'm"),
+    (GIGACHAT, "assistant<|role_sep|>\n", "assistant<|role_sep|>\nHello, ", "assistant<|role_sep|>\n"),
+    (DEEPSEEK_V32, "<｜Assistant｜><think>", "<｜Assistant｜><think>I'm thinking</think>Hello, ",
+     "<｜Assistant｜><think>I'm"),
+    (DEEPSEEK_V4, "<｜Assistant｜><think>", "<｜Assistant｜><think>I'm thinking</think>Hello, ",
+     "<｜Assistant｜><think>I'm"),
+    (DEEPSEEK_V4_FLASH, "<｜Assistant｜><think>", "<｜Assistant｜><think>I'm thinking</think>Hello, ",
+     "<｜Assistant｜><think>I'm"),
+    (MINICPM5, "<|im_start|>assistant\n<think>\n", "<|im_start|>assistant\n<think>\nI'm thinking\n</think>\n\nHello, ",
+     "<|im_start|>assistant\n<think>\nI'm"),
+])
+def test_generation_prompt(name, basic, content, reasoning):
+    check_generation_prompt(name, "basic", basic)
+    check_generation_prompt(name, "content", content)
+    check_generation_prompt(name, "reasoning", reasoning)
+
+
+def test_lfm25_renders_reasoning_from_the_thinking_field():
+    params = chat_params(LFM25_THINKING, messages=[message_user(), _expect("", THINKING, [CALL]),
+                                                   _tool_msg("Sunny", "call0")])
+    assert "<think>I'm\nthinking</think>" in params.prompt
+
+
+@pytest.mark.parametrize("name", [DEEPSEEK_V4, DEEPSEEK_V4_FLASH])
+def test_deepseek_v4_continuation_without_thinking(name):
+    check_generation_prompt(name, "content", "<｜Assistant｜></think>Hello, ",
+                            messages=[SYSTEM, message_user(), _msg("Hello, ")], enable_thinking=False)
+
+
+EFFORT_MAX = "Reasoning Effort: Absolute maximum"
+EFFORT_BEYOND = "Reasoning Effort: Beyond maximum"
+
+
+def _prompt(name: str, **request) -> str:
+    return chat_params(name, **request).prompt
+
+
+def test_deepseek_v4_reasoning_effort_and_response_format():
+    msgs = [SYSTEM, message_user()]
+    assert EFFORT_MAX in _prompt(DEEPSEEK_V4, messages=msgs, kwargs={"reasoning_effort": "max"})
+    for effort in ("high", "low"):
+        assert EFFORT_MAX not in _prompt(DEEPSEEK_V4, messages=msgs, kwargs={"reasoning_effort": effort})
+    assert EFFORT_MAX not in _prompt(DEEPSEEK_V4, messages=msgs)
+    assert EFFORT_MAX not in _prompt(DEEPSEEK_V4, messages=msgs, kwargs={"reasoning_effort": "max"},
+                                     enable_thinking=False)
+
+    # the response format goes into the prompt, after the tools
+    prompt = _prompt(DEEPSEEK_V4, messages=msgs, tools=[GET_TIME],
+                     json_schema={"type": "object", "properties": {"answer": {"type": "string"}}})
+    tools_at = prompt.find("## Tools")
+    format_at = prompt.find("## Response Format:\n\nYou MUST strictly adhere to the following schema to reply:\n")
+    assert 0 <= tools_at < format_at
+    assert '"answer": {"type": "string"}' in prompt
+    prompt = _prompt(DEEPSEEK_V4, messages=msgs, tools=[GET_TIME], json_schema={})
+    assert "## Response Format:\n\nYou MUST strictly adhere to the following schema to reply:\n{}" in prompt
+
+
+def test_deepseek_v4_history_reasoning():
+    history = [message_user(), _msg("Previous answer", "Previous reasoning"), _msg("Follow up", role="user")]
+    assert "<｜Assistant｜></think>Previous answer" in _prompt(DEEPSEEK_V4, messages=history)
+    kept = "<｜Assistant｜><think>Previous reasoning</think>Previous answer"
+    assert kept in _prompt(DEEPSEEK_V4, messages=history, kwargs={"drop_thinking": False})
+    assert kept in _prompt(DEEPSEEK_V4, messages=history, kwargs={"preserve_reasoning": True})
+    assert "<｜Assistant｜></think>Previous answer" in _prompt(DEEPSEEK_V4, messages=history,
+                                                              kwargs={"preserve_reasoning": False})
+    prompt = _prompt(DEEPSEEK_V4, messages=[message_user(), _expect(calls=[_call("empty_args", "{}")])],
+                     tools=[EMPTY_ARGS])
+    assert '<｜DSML｜invoke name="empty_args">\n\n</｜DSML｜invoke>' in prompt
+
+
+@pytest.mark.xfail(reason="server/chat/caps.py does not detect supports_preserve_reasoning (b10621 does)")
+def test_deepseek_v4_supports_preserve_reasoning():
+    assert template_caps(template_source(DEEPSEEK_V4))["supports_preserve_reasoning"]
+
+
+def test_deepseek_v4_flash_reasoning_effort_and_response_format():
+    msgs = [SYSTEM, message_user()]
+    assert EFFORT_MAX in _prompt(DEEPSEEK_V4_FLASH, messages=msgs, kwargs={"reasoning_effort": "high"})
+    assert EFFORT_BEYOND in _prompt(DEEPSEEK_V4_FLASH, messages=msgs, kwargs={"reasoning_effort": "max"})
+    for request in ({"kwargs": {"reasoning_effort": "low"}}, {}):
+        prompt = _prompt(DEEPSEEK_V4_FLASH, messages=msgs, **request)
+        assert EFFORT_MAX not in prompt and EFFORT_BEYOND not in prompt
+    assert EFFORT_BEYOND not in _prompt(DEEPSEEK_V4_FLASH, messages=msgs, kwargs={"reasoning_effort": "max"},
+                                        enable_thinking=False)
+    prompt = _prompt(DEEPSEEK_V4_FLASH, messages=msgs, tools=[GET_TIME],
+                     json_schema={"type": "object", "properties": {"answer": {"type": "string"}}})
+    assert "## Response Format:\n\nYou MUST strictly adhere to the following schema to reply:\n" in prompt
+    assert '"answer": {"type": "string"}' in prompt
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# test-chat.cpp's test_deepseek_v4_thinking_retention and test_deepseek_v4_tool_result_ordering
+
+
+def test_deepseek_v4_thinking_retention():
+    q1, q2 = _msg("Question 1", role="user"), _msg("Question 2", role="user")
+    a1, a2 = _msg("Answer 1", "thinking A1"), _msg("Answer 2", "thinking A2")
+    tool_assist = _expect(calls=[_call("special_function", '{"arg1": 1}')])
+    tool_result = _tool_msg("result", "0")
+    think_a1 = "<｜Assistant｜><think>thinking A1</think>"
+    think_a2 = "<｜Assistant｜><think>thinking A2</think>"
+
+    def render(messages, drop_thinking: bool) -> str:
+        return _prompt(DEEPSEEK_V4, messages=messages, add_generation_prompt=False,
+                       kwargs={"thinking": True, "drop_thinking": drop_thinking})
+
+    prompt = render([q1, a1, q2, a2], False)
+    assert think_a1 in prompt and think_a2 in prompt
+    # only the last reasoning is kept; the dropped turn opens with the bare end token
+    prompt = render([q1, a1, q2, a2], True)
+    assert think_a1 not in prompt and think_a2 in prompt
+    assert "<｜Assistant｜></think>Answer 1" in prompt
+    assert think_a1 in render([q1, a1], True)
+    assert think_a1 in render([q1, a1], False)
+    # tool calls keep every reasoning
+    for drop in (True, False):
+        prompt = render([q1, a1, q2, tool_assist, tool_result, a2], drop)
+        assert think_a1 in prompt and think_a2 in prompt
+
+
+def test_deepseek_v4_tool_result_ordering():
+    calls = _expect(calls=[_call("get_time", '{"city": "Paris"}', "call_1"),
+                           _call("get_weather", '{"city": "Paris"}', "call_2")])
+    time_result = _tool_msg("12:00", "call_1", "get_time")
+    weather_result = _tool_msg("sunny", "call_2", "get_weather")
+    in_order = "<tool_result>12:00</tool_result>\n\n<tool_result>sunny</tool_result>"
+
+    def render(messages) -> str:
+        return _prompt(DEEPSEEK_V4, messages=messages, add_generation_prompt=False)
+
+    user = _msg("Question", role="user")
+    assert in_order in render([user, calls, weather_result, time_result])
+    assert in_order in render([user, calls, time_result, weather_result])
+    # without ids there is nothing to match: the order stays
+    no_ids = _expect(calls=[_call("get_time", '{"city": "Paris"}'), _call("get_weather", '{"city": "Paris"}')])
+    prompt = render([user, no_ids, _tool_msg("sunny", "", "get_weather"), _tool_msg("12:00", "", "get_time")])
+    assert "<tool_result>sunny</tool_result>\n\n<tool_result>12:00</tool_result>" in prompt
+
+
+def test_sort_tool_results_runs():
+    # a run of user/tool messages is sorted by the call order of the assistant message before it; an unknown
+    # id counts as the first call, and a later assistant message starts a new order
+    messages = [
+        {"role": "assistant", "tool_calls": [{"id": "a"}, {"id": "b"}, {"id": "c"}]},
+        {"role": "tool", "tool_call_id": "c", "content": "C"},
+        {"role": "user", "content": "between"},
+        {"role": "tool", "tool_call_id": "x", "content": "X"},
+        {"role": "tool", "tool_call_id": "b", "content": "B"},
+        {"role": "system", "content": "stop"},
+        {"role": "tool", "tool_call_id": "b", "content": "B2"},
+        {"role": "tool", "tool_call_id": "a", "content": "A2"},
+    ]
+    out = sort_tool_results(messages)
+    assert [m.get("content") for m in out] == [None, "X", "between", "B", "C", "stop", "A2", "B2"]
+    assert messages[1]["content"] == "C"  # the input is left alone
