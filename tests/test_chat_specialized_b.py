@@ -169,9 +169,12 @@ def assert_msg_equals(expected: ChatMsg, actual: ChatMsg) -> None:
         assert a.id == e.id
 
 
-def peg_test(name: str, output: str, expected: ChatMsg, *, partial: bool = False, **request) -> None:
+def peg_test(name: str, output: str, expected: ChatMsg, *, partial: bool = False, reconstruct: bool = False,
+             **request) -> None:
     """test_peg_parser(): every prefix of `output` parsed as a partial answer must grow the message the way a
-    stream would, the whole of it parse to `expected`; the grammar must load."""
+    stream would, the whole of it parse to `expected`; the grammar must load. With `reconstruct`, the expected
+    message (its arguments as parsed) rendered after the request's messages must give the prompt followed by
+    the output (and maybe an end of turn)."""
     from server.chat.diffs import compute_diffs
     from server.chat.peg_chat import chat_peg_parse
     from server.grammar.gbnf import parse_gbnf
@@ -201,6 +204,14 @@ def peg_test(name: str, output: str, expected: ChatMsg, *, partial: bool = False
     assert_msg_equals(expected, accum)
     if params.grammar:
         parse_gbnf(params.grammar)
+    if reconstruct and not partial:
+        parsed = parse(output, False)
+        msg = ChatMsg(role=expected.role, content=expected.content, reasoning_content=expected.reasoning_content,
+                      tool_calls=[ToolCall(c.name, p.arguments, c.id) for c, p in zip(expected.tool_calls,
+                                                                                       parsed.tool_calls)])
+        messages = [*(request.get("messages") or [message_user()]), msg]
+        rendered = chat_params(name, **{**request, "messages": messages, "add_generation_prompt": False}).prompt
+        assert rendered.startswith(params.prompt + output), (rendered, params.prompt + output)
 
 
 def _expect(content: str = "", reasoning: str = "", calls=()) -> ChatMsg:
@@ -262,7 +273,8 @@ def _deepseek_cases(block: str) -> list:
          {**think, "parallel_tool_calls": True, "tools": [GET_TIME, GET_WEATHER]}),
         ("Thinking about it</think>Let me call the function.\n\n"
          + _dsml(block, _invoke("special_function", ("arg1", False, "1"))),
-         _expect("Let me call the function.", "Thinking about it", [CALL]), {**think, "tools": [SPECIAL_FUNCTION]}),
+         _expect("Let me call the function.", "Thinking about it", [CALL]),
+         {**think, "tools": [SPECIAL_FUNCTION], "reconstruct": True}),
         ("Multi-arg call</think>\n\n" + _dsml(block, _invoke("magic_int", ("ref", False, "42"),
                                                                ("name", True, "foo bar"))),
          _expect("", "Multi-arg call", [_call("magic_int", '{"ref": 42, "name": "foo bar"}')]),
@@ -314,7 +326,8 @@ def test_peg_deepseek_v4(case):
 def test_peg_deepseek_v4_flash_separator():
     # the \n\n before the DSML block belongs to the tool call block, not to the content
     peg_test(DEEPSEEK_V4_FLASH, "\n\n" + _dsml("tool_calls", _invoke("special_function", ("arg1", False, "1"))),
-             MESSAGE_ASSIST_CALL, enable_thinking=False, reasoning_format="deepseek", tools=[SPECIAL_FUNCTION])
+             MESSAGE_ASSIST_CALL, enable_thinking=False, reasoning_format="deepseek", tools=[SPECIAL_FUNCTION],
+             reconstruct=True)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -395,9 +408,9 @@ def test_peg_kimi_k2_thinking(case):
 
 @pytest.mark.parametrize("name", [KIMI_K2_OLD, KIMI_K2_INSTRUCT])
 def test_peg_kimi_k2_older_templates(name):
-    peg_test(name, HELLO, MESSAGE_ASSIST)
+    peg_test(name, HELLO, MESSAGE_ASSIST, reconstruct=True)
     peg_test(name, _kimi_section(_kimi_call("special_function", 0, '{"arg1": 1}')), _expect(calls=[KIMI_SF]),
-             tools=[SPECIAL_FUNCTION])
+             tools=[SPECIAL_FUNCTION], reconstruct=True)
     peg_test(name, "world!\nWhat's up?", PREFILLED, **AUTO, **CONTINUE_CONTENT)
     peg_test(name, " thinking</think>" + HELLO, PREFILLED, **AUTO, **CONTINUE_REASONING)
 
@@ -546,9 +559,9 @@ GIGACHAT_CALL = '<|message_sep|>\n\nfunction call<|role_sep|>\n{"name": "special
 
 
 @pytest.mark.parametrize("case", [
-    (HELLO, MESSAGE_ASSIST, {}),
-    (GIGACHAT_CALL, MESSAGE_ASSIST_CALL, {"tools": [SPECIAL_FUNCTION]}),
-    (HELLO + GIGACHAT_CALL, _expect(HELLO, calls=[CALL]), {"tools": [SPECIAL_FUNCTION]}),
+    (HELLO, MESSAGE_ASSIST, {"reconstruct": True}),
+    (GIGACHAT_CALL, MESSAGE_ASSIST_CALL, {"tools": [SPECIAL_FUNCTION], "reconstruct": True}),
+    (HELLO + GIGACHAT_CALL, _expect(HELLO, calls=[CALL]), {"tools": [SPECIAL_FUNCTION], "reconstruct": True}),
     ("world!\nWhat's up?", MESSAGE_ASSIST, CONTINUE_CONTENT),
 ], ids=lambda c: c[0][:40])
 def test_peg_gigachat_v3(case):
@@ -557,13 +570,20 @@ def test_peg_gigachat_v3(case):
 
 
 @pytest.mark.parametrize("case", [
-    ("all\n" + HELLO, MESSAGE_ASSIST, {}),
+    ("all\n" + HELLO, MESSAGE_ASSIST, {"reconstruct": True}),
     ('special_function\n{"arg1": 1}', MESSAGE_ASSIST_CALL, {"tools": [SPECIAL_FUNCTION]}),
     ("world!\nWhat's up?", MESSAGE_ASSIST, CONTINUE_CONTENT),
 ], ids=lambda c: c[0][:40])
 def test_peg_functionary_v3_2(case):
     output, expected, request = case
     peg_test(FUNCTIONARY, output, expected, **request)
+
+
+@pytest.mark.xfail(reason="render difference: the template's string + arguments object renders the object as JSON "
+                          "in b10621's engine, as a Python dict in server/chat/template.py")
+def test_peg_functionary_v3_2_call_reconstruction():
+    peg_test(FUNCTIONARY, 'special_function\n{"arg1": 1}', MESSAGE_ASSIST_CALL, tools=[SPECIAL_FUNCTION],
+             reconstruct=True)
 
 
 MINICPM5_CASES = [
@@ -664,23 +684,24 @@ def _mm_calls(*invokes: tuple[str, str]) -> str:
 
 def _mm_case(reasoning: str, invoke: tuple[str, str], tool: dict, args: str) -> tuple:
     return (f"<mm:think>{reasoning}</mm:think>" + _mm_calls(invoke),
-            _expect("", reasoning, [_call(invoke[0], args)]), {"tools": [tool]})
+            _expect("", reasoning, [_call(invoke[0], args)]), {"tools": [tool], "reconstruct": True})
 
 
 MINIMAX_M3_CASES = [
-    ("</mm:think>" + HELLO, MESSAGE_ASSIST, {}),
-    ("<mm:think>I'm\nthinking</mm:think>" + HELLO, MESSAGE_ASSIST_THOUGHTS, {}),
+    ("</mm:think>" + HELLO, MESSAGE_ASSIST, {"reconstruct": True}),
+    ("<mm:think>I'm\nthinking</mm:think>" + HELLO, MESSAGE_ASSIST_THOUGHTS, {"reconstruct": True}),
     _mm_case("Let me check the time", ("get_time", _mm_el("city", "Tokyo")), GET_TIME, '{"city": "Tokyo"}'),
     ("</mm:think>" + _mm_calls(("special_function", _mm_el("arg1", "1"))), MESSAGE_ASSIST_CALL,
-     {"tools": [SPECIAL_FUNCTION]}),
+     {"tools": [SPECIAL_FUNCTION], "reconstruct": True}),
     _mm_case("Let's call a tool:", ("empty_args", ""), EMPTY_ARGS, "{}"),
     ("<mm:think>Calling both</mm:think>" + _mm_calls(("get_time", _mm_el("city", "Paris")),
                                                      ("get_weather", _mm_el("city", "Paris"))),
      _expect("", "Calling both", [_call("get_time", '{"city": "Paris"}'), _call("get_weather", '{"city": "Paris"}')]),
-     {"parallel_tool_calls": True, "tools": [GET_TIME, GET_WEATHER]}),
+     {"parallel_tool_calls": True, "tools": [GET_TIME, GET_WEATHER], "reconstruct": True}),
     ("<mm:think>Thinking about it</mm:think>Let me call the function."
      + _mm_calls(("special_function", _mm_el("arg1", "1"))),
-     _expect("Let me call the function.", "Thinking about it", [CALL]), {"tools": [SPECIAL_FUNCTION]}),
+     _expect("Let me call the function.", "Thinking about it", [CALL]),
+     {"tools": [SPECIAL_FUNCTION], "reconstruct": True}),
     _mm_case("Test negative", ("magic_int", _mm_el("ref", "-14")), MAGIC_INT, '{"ref": -14}'),
     _mm_case("Test decimal", ("amount", _mm_el("orig", "3.14")), AMOUNT, '{"orig": 3.14}'),
     _mm_case("Test boolean", ("toggle", _mm_el("enabled", "true")), TOGGLE, '{"enabled": true}'),
