@@ -12,6 +12,7 @@ from ...peg import PegArena
 from ..autoparser import ChatParams, GenerationParams
 from ..autoparser.generator import _resolves_to_string
 from ..autoparser.helpers import Template
+from ..caps import template_caps
 from ..messages import ChatMsg, normalize
 from ..template import render
 
@@ -31,7 +32,8 @@ def apply(tmpl: Template, inputs: GenerationParams, messages: list | None = None
     typed/string content normalization, as upstream's messages_override), `tools` the inputs' tools, and
     `additional_context` goes over the extra context."""
     agp = inputs.add_generation_prompt if add_generation_prompt is None else add_generation_prompt
-    ctx: dict = {"messages": messages if messages is not None else normalize(inputs.messages, tmpl.caps),
+    caps = tmpl.caps or template_caps(tmpl.source)
+    ctx: dict = {"messages": messages if messages is not None else normalize(inputs.messages, caps),
                  "bos_token": tmpl.bos_token, "eos_token": tmpl.eos_token, "enable_thinking": inputs.enable_thinking}
     if tools is not None or inputs.tools:
         ctx["tools"] = tools if tools is not None else inputs.tools
