@@ -2,13 +2,15 @@
 Ministral 3 (server/chat/specialized) against b10621.
 
 The end-to-end cases are tests/test-chat.cpp's peg_tester cases for these templates (each output parsed prefix
-by prefix as a stream and whole); the chat parameters of one request with tools per family were recorded from
-the b10621 llama-server binary (fixtures/chat/specialized_a_b10621.json). Templates are read from the pinned
-sdist's models/templates; those tests skip when it is not unpacked.
+by prefix as a stream and whole). The prompt, generation prompt, grammar, laziness and triggers of six requests
+(tools, tool_choice required, a tool-call history, a JSON schema, no reasoning extraction, a continued answer)
+on eight templates were recorded from the b10621 llama-server binary (fixtures/chat/specialized_a_b10621.json).
+Templates are read from the pinned sdist's models/templates; those tests skip when it is not unpacked.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 from pathlib import Path
 
@@ -17,7 +19,7 @@ import pytest
 from server.chat.autoparser import GenerationParams, specialized_template_kind
 from server.chat.autoparser.helpers import Template
 from server.chat.caps import template_caps
-from server.chat.messages import ChatMsg, ToolCall, apply_workarounds, to_template_json
+from server.chat.messages import ChatMsg, ToolCall, apply_workarounds, parse_messages, to_template_json
 from server.chat.specialized import try_specialized
 from tests.test_chat_autoparser import _msg, _tool, assert_msg_equals, message_user, template_source
 
@@ -749,5 +751,50 @@ def test_gemma4_generation_prompt_continuing_after_tool_response():
 # (fixtures/chat/specialized_a_b10621.json, recorded from `"verbose": true` answers and /apply-template)
 
 
-def _fixture() -> dict:
-    return json.loads(FIXTURE.read_text(encoding="utf-8"))
+FIXTURE_DATA = json.loads(FIXTURE.read_text(encoding="utf-8"))
+SERVER_CASES = [(name, request) for name, entry in FIXTURE_DATA["templates"].items()
+                for request in entry["answers"]]
+
+
+def _server_params(name: str, body: dict, bos: str, eos: str, today: datetime.date):
+    """The request as b10621's server hands it to its chat handler (oaicompat_chat_params_parse with its
+    defaults: reasoning format deepseek, a trailing assistant message continued)."""
+    source = template_source(name)
+    caps = template_caps(source)
+    messages = parse_messages(body["messages"])
+    continue_msg = None
+    if messages[-1].role == "assistant":  # --prefill-assistant
+        continue_msg, messages = messages[-1], messages[:-1]
+    tools = [{"type": "function", "function": {"name": t["function"]["name"],
+                                               "description": t["function"].get("description", ""),
+                                               "parameters": t["function"].get("parameters", {})}}
+             for t in body.get("tools", [])]
+    response_format = body.get("response_format")
+    inputs = GenerationParams(
+        messages=apply_workarounds([to_template_json(m) for m in messages], caps, source),
+        tools=tools or None,
+        tool_choice=body.get("tool_choice", "auto"),
+        json_schema=response_format["json_schema"]["schema"] if response_format else None,
+        parallel_tool_calls=body.get("parallel_tool_calls", caps["supports_parallel_tool_calls"]),
+        reasoning_format=body.get("reasoning_format", "deepseek"), add_generation_prompt=continue_msg is None,
+        continue_final_message="auto" if continue_msg else "none", continue_msg=continue_msg,
+        extra_context={"bos_token": bos, "eos_token": eos, "datetime": today.strftime("%b %d %Y"),
+                       "date_string": today.strftime("%d %b %Y")})
+    return try_specialized(source, Template(source, bos, eos, caps), inputs)
+
+
+@pytest.mark.parametrize("name,request_name", SERVER_CASES)
+def test_matches_b10621_server(name, request_name):
+    entry = FIXTURE_DATA["templates"][name]
+    answer = entry["answers"][request_name]
+    today = datetime.date.today()
+    body = FIXTURE_DATA["requests"][request_name]
+    params = _server_params(name, body, entry["bos_token"], entry["eos_token"], today)
+    # gpt-oss renders the date of the day (strftime_now)
+    assert params.prompt == answer["prompt"].replace(FIXTURE_DATA["captured_on"], today.isoformat())
+    assert params.generation_prompt == answer["generation_prompt"]
+    assert params.format == answer["chat_format"]
+    assert params.grammar == (FIXTURE_DATA["grammars"][answer["grammar"]] if answer["grammar"] else "")
+    assert params.grammar_lazy == answer["grammar_lazy"]
+    triggers = [{"type": kind, "value": value} for kind, value in params.grammar_triggers]
+    assert triggers == answer["grammar_triggers"]
