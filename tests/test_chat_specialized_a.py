@@ -1,11 +1,12 @@
 """b10621's specialized chat handlers for Qwen3-Coder (Nemotron Nano 3, Qwen3.5, StepFun), GPT-OSS, Gemma4 and
 Ministral 3 (server/chat/specialized) against b10621.
 
-The end-to-end cases are tests/test-chat.cpp's peg_tester cases for these templates (each output parsed prefix
-by prefix as a stream and whole). The prompt, generation prompt, grammar, laziness and triggers of six requests
-(tools, tool_choice required, a tool-call history, a JSON schema, no reasoning extraction, a continued answer)
-on eight templates were recorded from the b10621 llama-server binary (fixtures/chat/specialized_a_b10621.json).
-Templates are read from the pinned sdist's models/templates; those tests skip when it is not unpacked.
+The end-to-end cases are tests/test-chat.cpp's peg_tester cases for these templates (each output parsed
+prefix by prefix as a stream and whole). The prompt, generation prompt, grammar, laziness and triggers of six
+requests (tools, tool_choice required, a tool-call history, a JSON schema, no reasoning extraction, a continued
+answer) on eight templates were recorded from the b10621 llama-server binary
+(fixtures/chat/specialized_a_b10621.json). Templates are read from the pinned sdist's models/templates; those
+tests skip when it is not unpacked.
 """
 
 from __future__ import annotations
