@@ -51,10 +51,11 @@ def _usage(final: FinalEvent) -> dict:
             "prompt_tokens_details": {"cached_tokens": final.n_cached}}
 
 
-def _finish_reason(final: FinalEvent, msg: ChatMsg) -> str:
+def _finish_reason(final: FinalEvent, msg: ChatMsg | None = None) -> str:
+    """"length" unless a stop word or EOS ended it; a chat answer with tool calls is "tool_calls"."""
     if final.stop_type not in ("word", "eos"):
         return "length"
-    return "tool_calls" if msg.tool_calls else "stop"
+    return "tool_calls" if msg is not None and msg.tool_calls else "stop"
 
 
 def message_parser(info: ChatInfo) -> Parse:

@@ -11,6 +11,10 @@ from typing import AsyncIterator, Callable
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
+from ..chat.diffs import DiffError, MessageState
+from ..chat.formats import CHAT_FORMATS
+from ..chat.messages import ChatMsg
+from ..chat.peg_chat import chat_peg_parse
 from ..engine.engine import Handle
 from ..engine.types import (
     ErrorEvent,
@@ -23,6 +27,7 @@ from ..engine.types import (
     TokenEvent,
 )
 from ..errors import SAMPLERS_FAILED, ErrorKind, UpstreamError, exceeds_context, json_type_name
+from ..peg import load as load_arena
 from .budget import reasoning_budget_spec
 from .dry import processed_breakers
 from .grammars import grammar_spec
@@ -165,6 +170,36 @@ NATIVE = Shape(
 )
 
 
+def _with_chat_parser(shape: Shape, p: TaskParams) -> Shape:
+    """A native body that carries a chat_parser: b10621 parses every result with it (task_result_state)
+    although no native shape shows the message; a final parse that fails is its 500."""
+    arena, fmt = load_arena(p.chat_parser), CHAT_FORMATS[p.chat_format]
+
+    def parse(text: str, partial: bool) -> ChatMsg:
+        return chat_peg_parse(arena, text, partial, p.generation_prompt, fmt)
+    states: dict[int, MessageState] = {}
+
+    def update(t: _Task, text: str, partial: bool) -> None:
+        st = states.setdefault(t.index, MessageState(parse, p.is_continuation, p.echo))
+        try:
+            st.update(text, partial)
+        except (ValueError, DiffError) as e:
+            raise UpstreamError(str(e), ErrorKind.SERVER) from None
+
+    def final(state, t: _Task):
+        update(t, t.final.content.decode("utf-8", "replace"), False)
+        return shape.final(state, t)
+
+    def stream_partial(state, t: _Task, event: TokenEvent, entry):
+        update(t, event.text.decode("utf-8", "replace"), True)
+        return shape.stream_partial(state, t, event, entry)
+
+    def stream_final(state, t: _Task):
+        update(t, "", False)
+        return shape.stream_final(state, t)
+    return dataclasses.replace(shape, final=final, stream_partial=stream_partial, stream_final=stream_final)
+
+
 def _requested_slot(body: dict, n_slots: int) -> int | None:
     """json_value(data, "id_slot", -1), then get_slot_by_id(): wraps around; a negative one means any slot."""
     v = body.get("id_slot")
@@ -286,6 +321,8 @@ async def complete(state, body: dict, shape: Shape = NATIVE, acted_on: frozenset
     id_slot = _requested_slot(body, n_slots)
     _check_prompts(state, prompts)
     grammar = await _grammar(state, req.params, prompts)
+    if req.params.chat_parser and shape is NATIVE:
+        shape = _with_chat_parser(shape, req.params)
     tasks = _start_tasks(state, req.params, prompts, id_slot, grammar)
     if req.params.stream:
         return await _start_stream(state, req.params, tasks, shape)
@@ -345,27 +382,37 @@ def _frames(frames: list[dict]) -> bytes:
     return b"".join(b"data: " + dumps(f) + b"\n\n" for f in frames)
 
 
+def _event_frames(state, t: _Task, event, shape: Shape) -> bytes:
+    """The SSE bytes one engine event becomes in `shape` (nothing for an error: the caller ends the stream)."""
+    sse = shape.sse or _frames
+    if isinstance(event, TokenEvent):
+        t.generated.append(event.token)
+        entry = _prob_entry(state, t, event) if event.probs is not None else None
+        return sse(shape.stream_partial(state, t, event, entry)) or b""
+    if isinstance(event, ProgressEvent):
+        return sse(shape.stream_progress(state, t, event)) or b""
+    if isinstance(event, FinalEvent):
+        t.final = event
+        return sse(shape.stream_final(state, t))
+    return b""
+
+
 async def _stream(state, tasks: list[_Task], merged: _Merged, first, ping_s: int,
                   shape: Shape = NATIVE) -> AsyncIterator[bytes]:
     """Every task's frames in the order they happen, each with its task's index; an SSE comment ping
     (":") whenever nothing has come for ping_s seconds; the stream ends at the last final or an error."""
     open_tasks, item = len(tasks), first
-    sse = shape.sse or _frames
     try:
         while True:
             t, event = item
-            if isinstance(event, TokenEvent):
-                t.generated.append(event.token)
-                entry = _prob_entry(state, t, event) if event.probs is not None else None
-                if frames := sse(shape.stream_partial(state, t, event, entry)):
-                    yield frames
-            elif isinstance(event, ProgressEvent):
-                if frames := sse(shape.stream_progress(state, t, event)):
-                    yield frames
-            elif isinstance(event, FinalEvent):
-                t.final = event
+            try:
+                frames = _event_frames(state, t, event, shape)
+            except UpstreamError as e:  # a chat parse that fails mid-stream ends it with the error
+                event, frames = ErrorEvent(e.message, e.kind.name.lower()), b""
+            if frames:
+                yield frames
+            if isinstance(event, FinalEvent):
                 open_tasks -= 1
-                yield sse(shape.stream_final(state, t))
             elif isinstance(event, ErrorEvent):
                 error = _error_of(event).body()["error"]
                 # Anthropic streams name the event; the others send {"error": ...} as data

@@ -46,6 +46,7 @@ ACTED_ON: tuple[str, ...] = (
     "chat_format",
     "parse_tool_calls",
     "message_delimiters",
+    "chat_parser",
     "echo",
     "continue_final_message",
     "reasoning_format",

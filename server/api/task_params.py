@@ -19,14 +19,14 @@ import numpy as np
 
 from ..engine.rng import LLAMA_DEFAULT_SEED
 from ..engine.types import SamplingParams
+from ..chat.formats import CHAT_FORMATS, REASONING_FORMATS
 from ..errors import ErrorKind, UpstreamError, json_type_name, type_error
 from ..grammar.json_schema import json_schema_to_grammar
+from ..peg import load as load_arena
 from .native_fields import SCHEMA, Field, present
 
 DEFAULT_SAMPLERS = SamplingParams().samplers
 DEFAULT_DRY_BREAKERS = ("\n", ":", '"', "*")
-CHAT_FORMATS = ("Content-only", "peg-simple", "peg-native", "peg-gemma4", "peg-minimax-m3")
-REASONING_FORMATS = ("none", "auto", "deepseek", "deepseek-legacy")
 GRAMMAR_TRIGGER_TOKEN, GRAMMAR_TRIGGER_WORD = 0, 1
 
 # common_sampler_type names, their one-letter spellings and the accepted aliases (common/sampling.cpp)
@@ -301,7 +301,13 @@ def _generation_prompt(p: TaskParams, body: dict, ctx: EvalContext) -> None:
 
 
 def _chat_parser(p: TaskParams, body: dict, ctx: EvalContext) -> None:
+    """b10621 loads the serialized parser (common_peg_arena::load) and refuses what does not load; no native
+    answer reads the parsed message, so mlxcel only checks that it loads."""
     p.chat_parser = get_str(body["chat_parser"])
+    try:
+        load_arena(p.chat_parser)
+    except ValueError as e:
+        raise _invalid(str(e)) from None
 
 
 def _continue_final_message(p: TaskParams, body: dict, ctx: EvalContext) -> None:

@@ -18,13 +18,12 @@ from ..errors import ErrorKind, UpstreamError
 from ..peg import PegArena
 from .autoparser import ChatParams, GenerationParams, generate_chat_params, pure_content_params
 from .caps import template_caps
+from .formats import CHAT_FORMATS, REASONING_FORMATS
 from .messages import apply_workarounds, dump, parse_messages, to_template_json
 from .template import TemplateError
 
 log = logging.getLogger("mlxcel.chat")
 
-PEG_NATIVE = 2  # common_chat_format index b10621 reports for templates its autoparser handles
-REASONING_FORMATS = ("none", "auto", "deepseek", "deepseek-legacy")
 
 def _bad(message: str) -> UpstreamError:
     """std::invalid_argument upstream: a 400."""
@@ -260,7 +259,7 @@ def chat_request(body: dict, settings: ChatSettings) -> tuple[dict, ChatInfo]:
     except ValueError as e:  # std::invalid_argument: a 400
         raise _bad(str(e)) from None
 
-    out["chat_format"] = PEG_NATIVE
+    out["chat_format"] = CHAT_FORMATS.index(params.format)
     out["prompt"] = params.prompt
     if params.grammar:
         out["grammar"] = params.grammar

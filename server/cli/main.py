@@ -181,6 +181,7 @@ def chat_settings(args, tokenizer):
 
     from ..chat.autoparser import template_supports_thinking
     from ..chat.builtin import BUILTIN_TEMPLATES
+    from ..chat.formats import REASONING_FORMATS
     from ..chat.params import ChatSettings
 
     if not args.jinja:
@@ -204,7 +205,7 @@ def chat_settings(args, tokenizer):
     piece = lambda i: tokenizer.piece(i).decode("utf-8", "replace") if i is not None else ""  # noqa: E731
     if args.reasoning_budget < -1:
         raise ValueError('error while handling argument "--reasoning-budget": invalid value')
-    if args.reasoning_format not in ("none", "auto", "deepseek", "deepseek-legacy"):
+    if args.reasoning_format not in REASONING_FORMATS:
         raise ValueError(f'error while handling argument "--reasoning-format": Unknown reasoning format: '
                          f"{args.reasoning_format}")
     # b10621 thinks by default only where its autoparser finds thinking markers in the template
