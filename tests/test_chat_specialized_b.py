@@ -580,8 +580,8 @@ def test_peg_functionary_v3_2(case):
     peg_test(FUNCTIONARY, output, expected, **request)
 
 
-@pytest.mark.xfail(reason="render difference: the template's string + arguments object renders the object as JSON "
-                          "in b10621's engine, as a Python dict in server/chat/template.py")
+@pytest.mark.xfail(reason="render difference until server/chat/template.py renders string + object as b10621's engine "
+                          "does (the object as JSON, not as a Python dict)")
 def test_peg_functionary_v3_2_call_reconstruction():
     peg_test(FUNCTIONARY, 'special_function\n{"arg1": 1}', MESSAGE_ASSIST_CALL, tools=[SPECIAL_FUNCTION],
              reconstruct=True)
