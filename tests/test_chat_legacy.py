@@ -71,12 +71,6 @@ def test_names_in_table_order():
     assert BUILTIN_LIST.startswith("bailing, bailing-think, bailing2, chatglm3, chatglm4, chatml, ")
 
 
-def test_names_match_the_cli_refusal_list():
-    from server.chat.builtin import BUILTIN_TEMPLATES
-
-    assert set(LEGACY_TEMPLATES) == BUILTIN_TEMPLATES
-
-
 def test_template_from_name():
     assert template_from_name("chatml") == "chatml"
     assert template_from_name("seed_oss") == "seed_oss"

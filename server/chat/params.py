@@ -9,17 +9,21 @@ other request field copied through; and the ChatInfo the response side parses th
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import logging
 from dataclasses import dataclass, field
 
 from ..errors import ErrorKind, UpstreamError
+from ..grammar.json_schema import json_schema_to_grammar
 from ..peg import PegArena
 from .autoparser import ChatParams, GenerationParams, generate_chat_params, pure_content_params
+from .autoparser.helpers import trim_whitespace
 from .caps import template_caps
 from .formats import CHAT_FORMATS, REASONING_FORMATS
-from .messages import apply_workarounds, dump, parse_messages, to_template_json
+from .legacy import apply_legacy, legacy_content
+from .messages import ChatMsg, apply_workarounds, dump, parse_messages, to_template_json
 from .template import TemplateError
 
 log = logging.getLogger("mlxcel.chat")
@@ -237,7 +241,7 @@ def chat_request(body: dict, settings: ChatSettings) -> tuple[dict, ChatInfo]:
         else:
             kwargs["reasoning_effort"] = effort
 
-    rendered = [to_template_json(m) for m in messages]
+    rendered = [to_template_json(m) for m in (_trimmed(messages) if STEPFUN_MARKER in settings.template else messages)]
     continue_msg = None
     if mode and rendered:
         continue_msg, rendered = messages[-1], rendered[:-1]
@@ -250,8 +254,12 @@ def chat_request(body: dict, settings: ChatSettings) -> tuple[dict, ChatInfo]:
         continue_msg=continue_msg, enable_thinking=enable_thinking, extra_context=_context(settings, kwargs),
         add_bos=settings.add_bos, add_eos=settings.add_eos)
     try:
-        params = pure_content_params(settings.template, inputs) if settings.skip_chat_parsing \
-            else generate_chat_params(settings.template, inputs)
+        if not settings.use_jinja:
+            params = legacy_params(settings.template, messages, add_generation_prompt, json_schema, grammar)
+        elif settings.skip_chat_parsing:
+            params = pure_content_params(settings.template, inputs)
+        else:
+            params = generate_chat_params(settings.template, inputs)
     except TemplateError as e:
         raise _fails(str(e)) from None
     except RuntimeError as e:  # "Cannot specify grammar with tools": std::runtime_error upstream
@@ -287,6 +295,36 @@ def chat_request(body: dict, settings: ChatSettings) -> tuple[dict, ChatInfo]:
                          is_continuation="continue_final_message" in body and bool(
                              continuation_mode(body["continue_final_message"])),
                          echo=body.get("echo") is True)
+
+
+# StepFun's templates: b10621 trims every message's text before rendering (stray whitespace drives the model
+# into reasoning loops, llama.cpp #24181); the continued message keeps its own
+STEPFUN_MARKER = "You have access to the following functions in JSONSchema format"
+
+
+def _trimmed(messages: list[ChatMsg]) -> list[ChatMsg]:
+    """workaround::trim_all_content."""
+    return [dataclasses.replace(m, content=trim_whitespace(m.content),
+                                reasoning_content=trim_whitespace(m.reasoning_content),
+                                content_parts=[(k, trim_whitespace(t) if k == "text" else t)
+                                               for k, t in m.content_parts]) for m in messages]
+
+
+def legacy_params(template: str, messages: list, add_generation_prompt: bool, json_schema, grammar) -> ChatParams:
+    """common_chat_templates_apply_legacy() (--no-jinja): the built-in formatting of every message's text
+    (a trailing assistant turn stays closed), the response-format schema or the body's grammar, the
+    content-only parser. An unformattable template is its std::runtime_error."""
+    turns = [(m.role, legacy_content(m.content, m.content_parts)) for m in messages]
+    try:
+        prompt = apply_legacy(template, turns, add_generation_prompt)
+    except ValueError as e:
+        raise _fails(str(e)) from None
+    if json_schema is not None:  # any schema, {} included: json_schema_to_grammar() of it
+        try:
+            grammar = json_schema_to_grammar(json_schema)
+        except ValueError as e:
+            raise _fails(str(e)) from None
+    return ChatParams(prompt=prompt, format=CHAT_FORMATS[0], grammar=grammar if isinstance(grammar, str) else "")
 
 
 def reasoning_budget_fields(body: dict, params: ChatParams, settings: ChatSettings) -> dict:

@@ -73,6 +73,9 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
         return 1
     try:
         chat = chat_settings(args, tokenizer)
+    except UnsupportedTemplate as exc:  # b10621's own sentence, printed as it prints it
+        print(exc, file=sys.stderr)
+        return 1
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -174,21 +177,27 @@ def sampling_defaults(args, eog_ids: frozenset[int] = frozenset()) -> dict:
     return out
 
 
+class UnsupportedTemplate(ValueError):
+    """A --chat-template(-file) the legacy built-ins cannot format under --no-jinja."""
+
+
 def chat_settings(args, tokenizer):
     """--chat-template / --chat-template-file (the last given wins, as upstream's handlers run in order),
     --chat-template-kwargs, --prefill-assistant and --jinja, checked as b10621's handlers check them."""
     from pathlib import Path
 
     from ..chat.autoparser import template_supports_thinking
-    from ..chat.builtin import BUILTIN_TEMPLATES
     from ..chat.formats import REASONING_FORMATS
+    from ..chat.legacy import (
+        LEGACY_TEMPLATES,
+        default_template_source,
+        unsupported_template_message,
+        verify_legacy,
+    )
     from ..chat.params import ChatSettings
 
-    if not args.jinja:
-        raise ValueError("--no-jinja: mlxcel renders chat templates with Jinja only; b10621's legacy C++ templates "
-                         "are not available (drop --no-jinja: the checkpoint's Jinja template is the default)")
     given = args.chat_template_args or []
-    template = tokenizer.chat_template or ""
+    override = ""
     for option, spelling, value in given:
         if option == "--chat-template-file":
             try:
@@ -196,11 +205,15 @@ def chat_settings(args, tokenizer):
             except OSError:
                 raise ValueError(f'error while handling argument "{spelling}": error: failed to open file '
                                  f"'{value}'") from None
-        elif value.strip() in BUILTIN_TEMPLATES:
-            raise ValueError(f"{spelling} {value}: '{value}' names one of b10621's built-in chat templates; mlxcel "
-                             "has no built-in template library (the checkpoint's own template is the default): "
-                             "pass the Jinja template text, or a file with --chat-template-file")
-        template = value
+        elif args.jinja and value in LEGACY_TEMPLATES and value != "chatml":
+            raise ValueError(f"{spelling} {value}: '{value}' names one of b10621's built-in chat templates, which "
+                             "it renders only without Jinja (under --jinja the name itself would become every "
+                             "prompt): add --no-jinja for the built-in formatting, or pass Jinja template text "
+                             "or a file with --chat-template-file")
+        if not args.jinja and not verify_legacy(value):  # common_chat_verify_template, at argument parsing
+            raise UnsupportedTemplate(unsupported_template_message(value, use_jinja=False))
+        override = value
+    template = default_template_source(override, tokenizer.chat_template or "")
     kwargs, enable_reasoning = _template_kwargs(args.template_kwargs_args or [])
     piece = lambda i: tokenizer.piece(i).decode("utf-8", "replace") if i is not None else ""  # noqa: E731
     if args.reasoning_budget < -1:
@@ -209,11 +222,12 @@ def chat_settings(args, tokenizer):
         raise ValueError(f'error while handling argument "--reasoning-format": Unknown reasoning format: '
                          f"{args.reasoning_format}")
     # b10621 thinks by default only where its autoparser finds thinking markers in the template
-    supports_thinking = template_supports_thinking(template, piece(tokenizer.bos_id), piece(tokenizer.eos_id))
+    supports_thinking = args.jinja and template_supports_thinking(template, piece(tokenizer.bos_id),
+                                                                  piece(tokenizer.eos_id))
     return ChatSettings(template=template, bos_token=piece(tokenizer.bos_id), eos_token=piece(tokenizer.eos_id),
                         prefill_assistant=args.prefill_assistant, template_kwargs=kwargs,
                         skip_chat_parsing=args.skip_chat_parsing, reasoning_budget=args.reasoning_budget,
-                        add_bos=tokenizer.add_bos, add_eos=tokenizer.add_eos,
+                        add_bos=tokenizer.add_bos, add_eos=tokenizer.add_eos, use_jinja=args.jinja,
                         reasoning_budget_message=args.reasoning_budget_message,
                         enable_thinking=enable_reasoning != 0 and supports_thinking)
 

@@ -22,7 +22,7 @@ from .helpers import Template, direct_apply, generation_prompt, trim_whitespace
 log = logging.getLogger("mlxcel.chat")
 
 __all__ = ["GRAMMAR_TRIGGER_TYPE_WORD", "ChatParams", "GenerationParams", "analyze", "generate_chat_params",
-           "pure_content_params", "specialized_template_kind", "template_supports_thinking"]
+           "prepare_inputs", "pure_content_params", "specialized_template_kind", "template_supports_thinking"]
 
 
 @lru_cache(maxsize=16)
@@ -33,20 +33,36 @@ def analyze(source: str, bos_token: str = "", eos_token: str = "") -> Autoparser
     return analysis
 
 
-def generate_chat_params(template_source: str, inputs: GenerationParams) -> ChatParams:
-    """The autoparser half of common_chat_templates_apply_jinja(): `inputs` as that function prepares them
-    (messages with the template workarounds applied and, when continuing, without the continued message;
-    the BOS/EOS strings, date and template kwargs in extra_context).
-
-    Raises ValueError("Unable to generate parser for this template. Automatic parser generation failed: ...")
-    as b10621 throws std::invalid_argument, RuntimeError (its std::runtime_error) for a grammar next to tools.
-    """
+def prepare_inputs(inputs: GenerationParams) -> GenerationParams:
+    """What common_chat_templates_apply_jinja() settles before any template path: a grammar next to tools is
+    refused (RuntimeError: its std::runtime_error), continue_final_message "auto" becomes "reasoning" (a
+    continued message with reasoning only) or "content"."""
     if inputs.tools and inputs.tool_choice != "none" and inputs.grammar:
         raise RuntimeError("Cannot specify grammar with tools")
     if inputs.continue_final_message == "auto" and inputs.continue_msg is not None:
         msg = inputs.continue_msg
         reasoning_only = bool(msg.reasoning_content) and not msg.content and not msg.content_parts
         inputs = replace(inputs, continue_final_message="reasoning" if reasoning_only else "content")
+    return inputs
+
+
+def generate_chat_params(template_source: str, inputs: GenerationParams) -> ChatParams:
+    """common_chat_templates_apply_jinja() past force_pure_content: the family's specialized handler where
+    b10621 has one, else the autoparser. `inputs` as that function prepares them (messages with the template
+    workarounds applied and, when continuing, without the continued message; the BOS/EOS strings, date and
+    template kwargs in extra_context).
+
+    Raises ValueError("Unable to generate parser for this template. Automatic parser generation failed: ...")
+    as b10621 throws std::invalid_argument, RuntimeError (its std::runtime_error) for a grammar next to tools.
+    """
+    from ..specialized import try_specialized  # the handlers build on this package
+
+    inputs = prepare_inputs(inputs)
+    bos, eos = inputs.extra_context.get("bos_token", ""), inputs.extra_context.get("eos_token", "")
+    special = try_specialized(template_source, Template(template_source, bos, eos, template_caps(template_source)),
+                              inputs)
+    if special is not None:
+        return special
     bos, eos = inputs.extra_context.get("bos_token", ""), inputs.extra_context.get("eos_token", "")
     try:
         analysis = analyze(template_source, bos, eos)
@@ -82,16 +98,15 @@ def pure_content_params(template_source: str, inputs: GenerationParams) -> ChatP
 
 
 def template_supports_thinking(source: str, bos_token: str = "", eos_token: str = "") -> bool:
-    """common_chat_templates_support_enable_thinking(): the analysis found reasoning markers. A template
-    b10621 hands to a specialized handler is named in a warning: mlxcel reads it with the autoparser."""
-    kind = specialized_template_kind(source)
-    if kind is not None:
-        log.warning("chat template: b10621 reads this template family (%s) with a dedicated parser that mlxcel "
-                    "does not have; mlxcel uses its automatic template analysis, so reasoning and tool calls "
-                    "may be split differently than upstream", kind)
+    """common_chat_templates_support_enable_thinking(): the template's chat params for one user message
+    (deepseek format, thinking on) support thinking. A template that cannot be rendered has no thinking
+    markers, as b10621 then fails to start (logged here)."""
+    inputs = GenerationParams(messages=[{"role": "user", "content": "test"}], add_generation_prompt=True,
+                              reasoning_format="deepseek", enable_thinking=True,
+                              extra_context={"bos_token": bos_token, "eos_token": eos_token})
     try:
-        return analyze(source, bos_token, eos_token).reasoning.mode != ReasoningMode.NONE
-    except Exception as e:  # noqa: BLE001 - a template the analysis cannot render has no thinking markers
+        return generate_chat_params(source, inputs).supports_thinking
+    except Exception as e:  # noqa: BLE001 - any failure of the template leaves it without thinking
         log.warning("chat template: the template analysis failed (%s); answers are read as plain content", e)
         return False
 

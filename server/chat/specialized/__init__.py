@@ -8,10 +8,9 @@ no handler claims, and goes to the autoparser.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from importlib import import_module
 
-from ..autoparser import ChatParams, GenerationParams, specialized_template_kind
+from ..autoparser import ChatParams, GenerationParams, prepare_inputs, specialized_template_kind
 from ..autoparser.helpers import Template
 
 # specialized_template_kind() name -> "module:function" in this package, the function taking
@@ -35,18 +34,6 @@ HANDLERS: dict[str, str] = {
 }
 
 
-def _prepared(inputs: GenerationParams) -> GenerationParams:
-    """What common_chat_templates_apply_jinja() settles before it tries the handlers: a grammar next to tools
-    is refused, and continue_final_message "auto" becomes "reasoning" or "content"."""
-    if inputs.tools and inputs.tool_choice != "none" and inputs.grammar:
-        raise RuntimeError("Cannot specify grammar with tools")
-    if inputs.continue_final_message == "auto" and inputs.continue_msg is not None:
-        msg = inputs.continue_msg
-        reasoning_only = bool(msg.reasoning_content) and not msg.content and not msg.content_parts
-        inputs = replace(inputs, continue_final_message="reasoning" if reasoning_only else "content")
-    return inputs
-
-
 def try_specialized(template_source: str, tmpl: Template, inputs: GenerationParams) -> ChatParams | None:
     """common_chat_try_specialized_template(): the chat params of the family's handler, or None when the
     template is left to the autoparser. `inputs` as common_chat_templates_apply_jinja() prepares them
@@ -57,4 +44,4 @@ def try_specialized(template_source: str, tmpl: Template, inputs: GenerationPara
         return None
     module, function = target.split(":")
     handler = getattr(import_module(f"{__name__}.{module}"), function)
-    return handler(tmpl, _prepared(inputs))
+    return handler(tmpl, prepare_inputs(inputs))
