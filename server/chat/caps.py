@@ -1,91 +1,98 @@
-"""What a chat template supports (b10621's chat_template_caps), found by rendering probe conversations.
-
-b10621 (common/jinja/caps.cpp) watches how the template uses each value; mlxcel renders a probe per
-capability and looks for its marker in the output, which agrees on the templates it has been compared on.
-"""
+"""What a chat template supports (b10621's chat_template_caps), found as b10621's caps_get() (common/jinja/caps.cpp)
+finds it: it renders probe conversations and watches which of their values the template reads, and how."""
 
 from __future__ import annotations
 
-from .template import TemplateError, render
+from .template import render_usage
 
-_USER = {"role": "user", "content": "USER_MARKER"}
-
-
-def _call(name: str, arguments, call_id: str = "call00001") -> dict:
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
-
-
-_TOOL = {  # b10621's probe tool, its function renamed to a marker
+_TOOLS = [{  # caps.cpp's probe tool
     "name": "tool",
     "type": "function",
     "function": {
-        "name": "tool_marker_fn",
+        "name": "tool1",
         "description": "Tool description",
         "parameters": {"type": "object", "properties": {"arg": {"type": "string", "description": "Arg description"}},
                        "required": ["arg"]},
     },
-}
+}]
 
 
-def _try_render(source: str, messages: list, tools: list | None = None) -> str | None:
-    """A probe rendered in b10621's probe context: empty BOS/EOS, generation prompt on, a tool list always."""
-    try:
-        return render(source, messages, add_generation_prompt=True, tools=tools or [], bos_token="", eos_token="")
-    except TemplateError:
-        return None
+def _probe(source: str, messages: list, tools: list | None = None, extra: dict | None = None):
+    """caps_try_execute(): (output or None, the rendered copy of the context, what the template read)."""
+    context = {"messages": messages, "tools": tools or [], "bos_token": "", "eos_token": "",
+               "add_generation_prompt": True, **(extra or {})}
+    return render_usage(source, context)
 
 
-def _renders(source: str, messages: list, marker: str | tuple[str, ...], tools: list | None = None) -> bool:
-    out = _try_render(source, messages, tools)
-    markers = (marker,) if isinstance(marker, str) else marker
-    return out is not None and all(m in out for m in markers)
+def _user(text: str = "User message") -> dict:
+    return {"role": "user", "content": text}
 
 
-def _tool_conversation(*calls: dict) -> list:
-    """b10621's tool probes: the calls (content "", as some templates need), their result, a reply, a user turn."""
-    return [_USER, {"role": "assistant", "content": "", "tool_calls": list(calls)},
+def _tool_conversation(*arguments) -> list:
+    """A user turn, the tool calls (content "", as some templates need), their result, a reply, a user turn."""
+    calls = [{"id": f"call0000{i + 1}", "type": "function", "function": {"name": "tool1", "arguments": args}}
+             for i, args in enumerate(arguments)]
+    return [_user(), {"role": "assistant", "content": "", "tool_calls": calls},
             {"role": "tool", "content": "Tool response", "tool_call_id": "call00001"},
-            {"role": "assistant", "content": "The tool response was 'tool response'"}, _USER]
-
-
-def _tool_caps(source: str) -> dict[str, bool]:
-    """The tool capabilities the way b10621's caps_get() settles them: assumed until a probe shows otherwise."""
-    caps = {"supports_tools": True, "supports_tool_calls": True, "supports_object_arguments": False,
-            "supports_parallel_tool_calls": True}
-    out = _try_render(source, _tool_conversation(_call("call_marker_a", {"arg": "obj_marker"})), tools=[_TOOL])
-    if out is not None:  # a failure here proves nothing
-        caps["supports_tools"] = "tool_marker_fn" in out
-        if "call_marker_a" not in out:
-            caps["supports_tool_calls"] = False
-        else:
-            caps["supports_object_arguments"] = "obj_marker" in out
-    if not caps["supports_object_arguments"]:
-        out = _try_render(source, _tool_conversation(_call("call_marker_a", '{"arg": "value"}')), tools=[_TOOL])
-        if out is None:
-            caps["supports_tools"] = caps["supports_tool_calls"] = False
-        else:
-            caps["supports_tools"] &= "tool_marker_fn" in out
-            caps["supports_tool_calls"] &= "call_marker_a" in out
-    args = {"arg": "value"} if caps["supports_object_arguments"] else '{"arg": "value"}'
-    calls = (_call("call_marker_a", args), _call("call_marker_b", args, "call00002"))
-    caps["supports_parallel_tool_calls"] = _renders(source, _tool_conversation(*calls), "call_marker_b",
-                                                    tools=[_TOOL])
-    return caps
+            {"role": "assistant", "content": "The tool response was 'tool response'"}, _user()]
 
 
 def template_caps(source: str | None) -> dict[str, bool]:
     s = source or ""
-    reasoning = {"role": "assistant", "content": "done", "reasoning_content": "REASONING_MARKER"}
-    caps = {
-        "supports_preserve_reasoning": _renders(s, [_USER, reasoning, _USER], "REASONING_MARKER"),
-        "supports_reasoning_effort": "reasoning_effort" in s,
-        "supports_string_content": _renders(s, [_USER], "USER_MARKER"),
-        "supports_system_role": _renders(
-            s, [{"role": "system", "content": "SYSTEM_MARKER"}, _USER], "SYSTEM_MARKER"
-        ),
-        "supports_typed_content": _renders(
-            s, [{"role": "user", "content": [{"type": "text", "text": "TYPED_MARKER"}]}], "TYPED_MARKER"
-        ),
-        **_tool_caps(s),
-    }
+    caps = {"supports_tools": True, "supports_tool_calls": True, "supports_system_role": True,
+            "supports_parallel_tool_calls": True, "supports_preserve_reasoning": False,
+            "supports_reasoning_effort": False, "supports_string_content": True, "supports_typed_content": False,
+            "supports_object_arguments": False}
+
+    # typed content: the (string) content read as an array
+    out, ctx, usage = _probe(s, [_user("STRING_MARKER")])
+    content = ctx["messages"][0]["content"]
+    as_array = usage.has_op(content, "selectattr") or usage.has_op(content, "array_access")
+    caps["supports_typed_content"] = as_array
+    if out is None or (as_array and "STRING_MARKER" not in out):
+        caps["supports_string_content"] = False
+
+    # system role: the system message's content read at all
+    _, ctx, usage = _probe(s, [{"role": "system", "content": "System message"}, _user()])
+    caps["supports_system_role"] = usage.is_used(ctx["messages"][0]["content"])
+
+    # tools, with object arguments
+    out, ctx, usage = _probe(s, _tool_conversation({"arg": "value"}), _TOOLS)
+    if out is not None:  # a failure here proves nothing
+        caps["supports_tools"] = usage.is_used(ctx["tools"][0]["function"]["name"])
+        calls = ctx["messages"][1]["tool_calls"]
+        if not usage.is_used(calls):
+            caps["supports_tool_calls"] = False
+        elif usage.is_used(calls[0]["function"]["arguments"]["arg"]):
+            caps["supports_object_arguments"] = True
+    if not caps["supports_object_arguments"]:  # tools, with string arguments
+        out, ctx, usage = _probe(s, _tool_conversation('{"arg": "value"}'), _TOOLS)
+        if out is None:
+            caps["supports_tools"] = caps["supports_tool_calls"] = False
+        else:
+            if not usage.is_used(ctx["tools"][0]["function"]["name"]):
+                caps["supports_tools"] = False
+            if not usage.is_used(ctx["messages"][1]["tool_calls"]):
+                caps["supports_tool_calls"] = False
+
+    # parallel tool calls: the second call read
+    args = {"arg": "value"} if caps["supports_object_arguments"] else '{"arg": "value"}'
+    out, ctx, usage = _probe(s, _tool_conversation(args, args), _TOOLS)
+    if out is None or not usage.is_used(ctx["messages"][1]["tool_calls"][1]["function"]):
+        caps["supports_parallel_tool_calls"] = False
+
+    # reasoning kept in the history: it shows in the output
+    placeholder = "<REASONING_CONTENT_PLACEHOLDER>"
+    history = [_user(), {"role": "assistant", "content": "Assistant message", "reasoning_content": placeholder},
+               _user(), {"role": "assistant", "content": "Assistant message", "reasoning_content": "Reasoning content"},
+               _user()]
+    out, _, _ = _probe(s, history, extra={"enable_thinking": True, "preserve_thinking": True, "clear_thinking": False,
+                                          "truncate_history_thinking": False, "drop_thinking": False})
+    caps["supports_preserve_reasoning"] = out is not None and placeholder in out
+
+    # reasoning effort: the variable read (upstream binds reasoning_strength to the same value)
+    _, ctx, usage = _probe(s, [_user()], extra={"enable_thinking": True, "reasoning_effort": "low",
+                                                "reasoning_strength": "low"})
+    caps["supports_reasoning_effort"] = usage.is_used(ctx["reasoning_effort"]) or usage.is_used(
+        ctx["reasoning_strength"])
     return dict(sorted(caps.items()))  # std::map order
