@@ -4,7 +4,7 @@ Most cases port tests/test-chat-peg-parser.cpp; the expected values are what b10
 captured by fixtures/chat/capture_peg_chat.py into fixtures/chat/peg_chat_b10621.json: the GBNF, a digest
 of the whole parser arena (every parser in id order), and the message mapped from the whole input and from
 every prefix of it (partial parses, as a stream sees them). The parsers below rebuild the C++ ones in the
-order GCC creates them (`p._sum` for a C++ `a + b + ...` whose operands build parsers).
+order GCC creates them (`plus` for a C++ `a + b + ...` whose operands build parsers).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from server.chat.peg_chat import (
 )
 from server.chat.peg_mapper import ChatPegMapper, normalize_quotes_to_json
 from server.grammar.json_schema import build_grammar
-from server.peg import LENIENT, NONE, ParseContext, PegArena
+from server.peg import LENIENT, NONE, ParseContext, PegArena, plus
 
 FIXTURE = json.loads((Path(__file__).resolve().parents[1] / "fixtures/chat/peg_chat_b10621.json").read_text())
 TOOLS = FIXTURE["tools"]
@@ -117,7 +117,7 @@ NATIVE_CASES = {  # name: (tools, reasoning format none, response schema, parall
 
 def _native_parser(tools, reasoning_none: bool, schema, parallel: bool) -> PegArena:
     def fn(p: ChatPegBuilder):
-        reasoning = p.optional(p._sum("<think>", lambda: p.reasoning(p.until("</think>")), "</think>", p.space))
+        reasoning = p.optional(plus("<think>", lambda: p.reasoning(p.until("</think>")), "</think>", p.space))
         if tools:
             tool_call = p.standard_json_tools("<tool_call>[", "]</tool_call>", tools, parallel, False)
             return p.sequence([p.eps() if reasoning_none else reasoning, p.content(p.until("<tool_call>")),
@@ -190,12 +190,12 @@ def _hermes_parser(parallel: bool, required: bool) -> PegArena:
 
     def fn(p: ChatPegBuilder):
         p.eps()  # parser_build_context's reasoning parser
-        reasoning = p.optional(p._sum(lambda: p.optspace("<think>\n"), lambda: p.reasoning(p.until("</think>")),
-                                      lambda: p.optspace("\n</think>\n\n")))
+        reasoning = p.optional(plus(lambda: p.optspace("<think>\n"), lambda: p.reasoning(p.until("</think>")),
+                                    lambda: p.optspace("\n</think>\n\n")))
         p.eps(), p.eps()  # the parser and tools parser placeholders
         single = p.standard_json_tools("<tool_call>\n", "</tool_call>", tools, parallel, required, "name", "arguments")
         tools_parser = p.trigger_rule("tool-calls", p.one_or_more(single + p.space()))
-        parser = p._sum(reasoning, lambda: p.optional(p.content(p.until("<tool_call>\n"))), tools_parser, p.end)
+        parser = plus(reasoning, lambda: p.optional(p.content(p.until("<tool_call>\n"))), tools_parser, p.end)
         return p.prefix(GP, "<think>") << parser
 
     return build_chat_peg_parser(fn)
@@ -311,7 +311,7 @@ def _constructed_parser(parallel: bool) -> PegArena:
     def fn(p: ChatPegBuilder):
         content = p.rule("content", p.content(p.until("<tool_call>")))
         tool_call = p.standard_constructed_tools(markers, TOOLS["prefix"], parallel, False)
-        return p._sum(content, lambda: p.zero_or_more(p.space() + tool_call), p.end)
+        return plus(content, lambda: p.zero_or_more(p.space() + tool_call), p.end)
 
     return build_chat_peg_parser(fn)
 
@@ -358,7 +358,7 @@ def _qwen3_coder_parser() -> PegArena:
             tool_parsers.append(p.rule(f"tool-{name}", p.tool_open("<function=" + p.tool_name(p.literal(name)) + ">")
                                        << p.sequence(args) << p.tool_close(p.literal("</function>"))))
         tool_call = p.trigger_rule("tool-call", "<tool_call>" << p.choice(tool_parsers) << "</tool_call>")
-        return p._sum(content, lambda: p.zero_or_more(p.space() + tool_call), p.end)
+        return plus(content, lambda: p.zero_or_more(p.space() + tool_call), p.end)
 
     return build_chat_peg_parser(fn)
 
@@ -384,9 +384,9 @@ def test_python_style_tool_calls(allow_json, parallel):
 
     def fn(p: ChatPegBuilder):
         calls = p.python_style_tool_calls(tools, parallel, allow_json)
-        return p._sum(lambda: p.content(p.until("<|tool_call_start|>")),
-                      lambda: p.optional(p._sum(lambda: p.literal("<|tool_call_start|>"), calls,
-                                                lambda: p.literal("<|tool_call_end|>"))), p.end)
+        return plus(lambda: p.content(p.until("<|tool_call_start|>")),
+                    lambda: p.optional(plus(lambda: p.literal("<|tool_call_start|>"), calls,
+                                            lambda: p.literal("<|tool_call_end|>"))), p.end)
 
     arena = build_chat_peg_parser(fn)
     expected = FIXTURE["python_style"][("json" if allow_json else "python") + ("_parallel" if parallel else "_single")]
@@ -426,7 +426,7 @@ def test_command7():
         tool_calls = p.rule("tool-calls", "<|START_ACTION|>" << (
             "[" << tool_call << p.zero_or_more(p.literal(",") << tool_call) << "]") << "<|END_ACTION|>")
         optional_thinking = p.optional(thinking)
-        return optional_thinking << p._sum(lambda: tool_calls | response, p.end)
+        return optional_thinking << plus(lambda: tool_calls | response, p.end)
 
     arena = build_chat_peg_parser(fn)
     expected = FIXTURE["command7"]
@@ -441,7 +441,7 @@ def test_command7():
 
 def test_permute():
     def permute_of(prefix: str, letters: str):
-        return build_chat_peg_parser(lambda p: p._sum(
+        return build_chat_peg_parser(lambda p: plus(
             lambda: p.permute(prefix, [p.literal(c) for c in letters]), p.end))
 
     abc = permute_of("abc", "abc")
@@ -467,9 +467,9 @@ def test_permute():
 @pytest.mark.parametrize("marker", ["<tool_call>", ""])
 def test_tag_with_safe_content(marker):
     def fn(p: ChatPegBuilder):
-        call = p.tool(p._sum(lambda: p.tool_open(p.literal("<tool_call>")), lambda: p.tool_name(p.until("</tool_call>")),
-                             lambda: p.tool_close(p.literal("</tool_call>"))))
-        return p._sum(lambda: p.tag_with_safe_content("content-chunk", marker, call), p.end)
+        call = p.tool(plus(lambda: p.tool_open(p.literal("<tool_call>")), lambda: p.tool_name(p.until("</tool_call>")),
+                           lambda: p.tool_close(p.literal("</tool_call>"))))
+        return plus(lambda: p.tag_with_safe_content("content-chunk", marker, call), p.end)
 
     arena = build_chat_peg_parser(fn)
     expected = FIXTURE["misc"]["safe_content" if marker else "safe_content_no_marker"]
@@ -495,21 +495,21 @@ def test_gemma4_mapper():
 
     def fn(p: ChatPegBuilder):
         start = p.rule("start", p.optional(p.literal("<|turn>model\n")))
-        p.rule("thought", p._sum(lambda: p.literal("<|channel>thought"), p.space,
-                                 lambda: p.reasoning(p.until("<channel|>")), lambda: p.literal("<channel|>")))
-        empty_channels = p.gbnf(p.zero_or_more(p._sum(lambda: p.literal("<|channel>"),
-                                                      lambda: p.negate(p.literal("thought")))), "")
+        p.rule("thought", plus(lambda: p.literal("<|channel>thought"), p.space,
+                               lambda: p.reasoning(p.until("<channel|>")), lambda: p.literal("<channel|>")))
+        empty_channels = p.gbnf(p.zero_or_more(plus(lambda: p.literal("<|channel>"),
+                                                    lambda: p.negate(p.literal("thought")))), "")
         no_channel = p.negate(p.literal("<|channel>"))
-        thought = p._sum(lambda: p.peek(p.literal("<|channel>")), empty_channels, lambda: p.ref("thought")) | no_channel
+        thought = plus(lambda: p.peek(p.literal("<|channel>")), empty_channels, lambda: p.ref("thought")) | no_channel
         p.rule("gemma4-string-content", p.until('<|"|>'))
-        p.rule("gemma4-string", p._sum(lambda: p.literal('<|"|>'), lambda: p.ref("gemma4-string-content"),
-                                       lambda: p.literal('<|"|>')))
+        p.rule("gemma4-string", plus(lambda: p.literal('<|"|>'), lambda: p.ref("gemma4-string-content"),
+                                     lambda: p.literal('<|"|>')))
         p.rule("gemma4-bool", p.json_bool())
         p.rule("gemma4-null", p.json_null())
         p.rule("gemma4-number", p.json_number())
-        p.rule("gemma4-dict-key", p._sum(lambda: p.rule("gemma4-dict-key-name", p.chars("[^:}]", 1, -1)),
-                                         lambda: p.literal(":")))
-        p.rule("gemma4-dict-kv", p._sum(lambda: p.ref("gemma4-dict-key"), p.space, lambda: p.ref("gemma4-value")))
+        p.rule("gemma4-dict-key", plus(lambda: p.rule("gemma4-dict-key-name", p.chars("[^:}]", 1, -1)),
+                                       lambda: p.literal(":")))
+        p.rule("gemma4-dict-kv", plus(lambda: p.ref("gemma4-dict-key"), p.space, lambda: p.ref("gemma4-value")))
 
         def container(opening: str, closing: str, item: str):
             def build():
@@ -524,7 +524,7 @@ def test_gemma4_mapper():
         p.rule("gemma4-value", lambda: p.choice([p.ref(f"gemma4-{kind}") for kind in
                                                  ("string", "dict", "array", "number", "bool", "null")]))
         def tool_rule(name: str):
-            opening = p.tool_open(p._sum(lambda: p.tool_name(p.literal(name)), lambda: p.peek(p.literal("{"))))
+            opening = p.tool_open(plus(lambda: p.tool_name(p.literal(name)), lambda: p.peek(p.literal("{"))))
             return p.rule(f"tool-{name}", p.tool(p.sequence([opening, p.tool_args(p.ref("gemma4-dict"))])))
 
         tool_choice = p.choice()
@@ -548,32 +548,32 @@ def test_minimax_m3_mapper():
             return p.tool_arg_close(p.literal(f"</{tag}>"))
 
         def opening(tag: str):
-            return p.tool_arg_open(p._sum(lambda: p.literal("<"), lambda: p.tool_arg_name(p.literal(tag)),
-                                          lambda: p.literal(">")))
+            return p.tool_arg_open(plus(lambda: p.literal("<"), lambda: p.tool_arg_name(p.literal(tag)),
+                                        lambda: p.literal(">")))
 
         def str_el(tag: str):
-            return p.tool_arg(p._sum(lambda: opening(tag), lambda: p.tool_arg_string_value(p.until(f"</{tag}>")),
-                                     lambda: close(tag)))
+            return p.tool_arg(plus(lambda: opening(tag), lambda: p.tool_arg_string_value(p.until(f"</{tag}>")),
+                                   lambda: close(tag)))
 
         def num_el(tag: str):
-            return p.tool_arg(p._sum(lambda: opening(tag), lambda: p.tool_arg_json_value(p.json_number()),
-                                     lambda: close(tag)))
+            return p.tool_arg(plus(lambda: opening(tag), lambda: p.tool_arg_json_value(p.json_number()),
+                                   lambda: close(tag)))
 
-        item = p.tag("tool-arg-item", p._sum(lambda: p.literal("<item>"),
-                                             lambda: p.tool_arg_string_value(p.until("</item>")),
-                                             lambda: p.tool_arg_close(p.literal("</item>"))))
-        arr_el = p.tool_arg(p._sum(lambda: opening("tags"),
-                                   lambda: p.tag("tool-arg-array", p.repeat(p.space() + item, 0, -1)), p.space,
-                                   lambda: close("tags")))
-        obj_el = p.tool_arg(p._sum(lambda: opening("where"), lambda: p.tag("tool-arg-object", p._sum(
+        item = p.tag("tool-arg-item", plus(lambda: p.literal("<item>"),
+                                           lambda: p.tool_arg_string_value(p.until("</item>")),
+                                           lambda: p.tool_arg_close(p.literal("</item>"))))
+        arr_el = p.tool_arg(plus(lambda: opening("tags"),
+                                 lambda: p.tag("tool-arg-array", p.repeat(p.space() + item, 0, -1)), p.space,
+                                 lambda: close("tags")))
+        obj_el = p.tool_arg(plus(lambda: opening("where"), lambda: p.tag("tool-arg-object", plus(
             lambda: str_el("city"), p.space, lambda: num_el("zip"))), p.space, lambda: close("where")))
         n_el = num_el("n")
-        body = p.zero_or_more(p._sum(p.space, str_el("q") | arr_el | obj_el | n_el))
-        call = p.tool(p._sum(lambda: p.tool_open(p._sum(lambda: p.literal('<invoke name="'),
-                                                        lambda: p.tool_name(p.literal("search")),
-                                                        lambda: p.literal('">'))),
-                             body, p.space, lambda: p.tool_close(p.literal("</invoke>"))))
-        return p._sum(lambda: p.content(p.until("<invoke")), lambda: p.zero_or_more(call + p.space()), p.end)
+        body = p.zero_or_more(plus(p.space, str_el("q") | arr_el | obj_el | n_el))
+        call = p.tool(plus(lambda: p.tool_open(plus(lambda: p.literal('<invoke name="'),
+                                                    lambda: p.tool_name(p.literal("search")),
+                                                    lambda: p.literal('">'))),
+                           body, p.space, lambda: p.tool_close(p.literal("</invoke>"))))
+        return plus(lambda: p.content(p.until("<invoke")), lambda: p.zero_or_more(call + p.space()), p.end)
 
     case = FIXTURE["minimax_m3"]
     assert _chat_stream(build_chat_peg_parser(fn), case) == case["transitions"]

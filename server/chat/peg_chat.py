@@ -3,8 +3,8 @@ build_chat_peg_parser, tagged_peg_parser) and common_chat_peg_parse() of common/
 
 Parser ids name some grammar rules (`until-<id>`, `ac-<id>`), so the helpers create their parsers in the
 order upstream's binary does: GCC builds both operands of a C++ `a + b` (or `a | b`) right operand first,
-which `_sum` reproduces for chains of `+` whose operands create parsers; `<<` and braced lists go left to
-right, as Python does.
+which server.peg.plus() reproduces for chains of `+` whose operands create parsers; `<<` and braced lists go
+left to right, as Python does.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ..peg import ParseContext, ParseFlags, ParseResult, PegArena, PegBuilder, PegParser
+from ..peg import ParseContext, ParseFlags, ParseResult, PegArena, PegBuilder, PegParser, plus
 from . import peg_mapper as m
 from .messages import ChatMsg
 
@@ -21,9 +21,6 @@ COMMON_CHAT_MAX_PERMUTE = 6
 FORMAT_PEG_NATIVE = "peg-native"  # common_chat_format_name(COMMON_CHAT_FORMAT_PEG_NATIVE)
 FORMAT_PEG_GEMMA4 = "peg-gemma4"
 FORMAT_PEG_MINIMAX_M3 = "peg-minimax-m3"
-
-Part = PegParser | str | Callable[[], PegParser]
-
 
 class ChatPegBuilder(PegBuilder):
     """common_chat_peg_builder: the PEG builder plus the tags the chat mappers read and the tool-call
@@ -45,16 +42,6 @@ class ChatPegBuilder(PegBuilder):
     TOOL_ARG_VALUE = m.TOOL_ARG_VALUE
     TOOL_ARG_STRING_VALUE = m.TOOL_ARG_STRING_VALUE  # schema-declared strings: never read as JSON
 
-    def _sum(self, *parts: Part) -> PegParser:
-        """C++ `parts[0] + parts[1] + ...`: the operands built right to left, as GCC evaluates them, then
-        the sequences left to right. A callable part is built when its turn comes; a str is a literal made
-        by the `+` itself."""
-        built = [part() if callable(part) else part for part in reversed(parts)][::-1]
-        result = built[0]
-        for part in built[1:]:
-            result = result + part
-        return result
-
     def reasoning_block(self, p: PegParser) -> PegParser:
         return self.tag(self.REASONING_BLOCK, p)
 
@@ -69,7 +56,7 @@ class ChatPegBuilder(PegBuilder):
         `marker`)."""
         if not marker:
             return self.zero_or_more(self.choice([p, self.rule(tag_name, self.content(self.any()))]))
-        chunk = self._sum(lambda: self.negate(self.literal(marker)), self.any, lambda: self.until(marker))
+        chunk = plus(lambda: self.negate(self.literal(marker)), self.any, lambda: self.until(marker))
         content_chunk = self.rule(tag_name, self.content(chunk))
         return self.zero_or_more(self.choice([p, content_chunk]))
 
@@ -187,14 +174,14 @@ class ChatPegBuilder(PegBuilder):
                                                             accept_openai_wrapper)
         tool_calls = tool_choices
         if parallel_tool_calls:
-            more = self._sum(self.space, lambda: self.literal(","), self.space, tool_choices)
+            more = plus(self.space, lambda: self.literal(","), self.space, tool_choices)
             tool_calls = tool_calls + self.zero_or_more(more)
         if array_wrapped:
-            tool_calls = self._sum(lambda: self.literal("["), self.space, tool_calls, self.space,
-                                   lambda: self.literal("]"))
-        section = self.trigger_rule("tool-call", self._sum(lambda: self.literal(section_start), self.space,
-                                                           tool_calls, self.space,
-                                                           lambda: self.literal(section_end)))
+            tool_calls = plus(lambda: self.literal("["), self.space, tool_calls, self.space,
+                              lambda: self.literal("]"))
+        section = self.trigger_rule("tool-call", plus(lambda: self.literal(section_start), self.space,
+                                                      tool_calls, self.space,
+                                                      lambda: self.literal(section_end)))
         return section if force_tool_calls else self.optional(section)
 
     def _id_field(self, key: str, numbers: bool) -> PegParser:
@@ -203,9 +190,9 @@ class ChatPegBuilder(PegBuilder):
         quoted = (lambda: self.literal('"'), lambda: self.tool_id(self.string_content('"')),
                   lambda: self.literal('"'))
         if not numbers:
-            return self.atomic(self._sum(*key_parts, *quoted))
-        return self.atomic(self._sum(*key_parts, lambda: self.choice([self._sum(*quoted),
-                                                                      self.tool_id(self.json_number())])))
+            return self.atomic(plus(*key_parts, *quoted))
+        return self.atomic(plus(*key_parts, lambda: self.choice([plus(*quoted),
+                                                                 self.tool_id(self.json_number())])))
 
     def _args_schema(self, name: str, params) -> PegParser:
         return self.tool_args(self.schema(self.json(), f"tool-{name}-schema", params))
@@ -223,8 +210,8 @@ class ChatPegBuilder(PegBuilder):
     def _optional_id_field(self, key: str, numbers: bool) -> PegParser:
         """An id field and its comma, all optional (function_is_key layout)."""
         id_parser = self._id_field(key, numbers)
-        return self.optional(self._sum(id_parser, self.space,
-                                       lambda: self.optional(self._sum(lambda: self.literal(","), self.space))))
+        return self.optional(plus(id_parser, self.space,
+                                  lambda: self.optional(plus(lambda: self.literal(","), self.space))))
 
     def _json_tool_function_is_key(self, name: str, params, args_key: str, effective_args_key: str,
                                    call_id_key: str, gen_call_id_key: str) -> PegParser:
@@ -237,20 +224,20 @@ class ChatPegBuilder(PegBuilder):
         if not args_key:
             inner_fields.append(self._args_schema(name, params))
         else:
-            inner_fields.append(self._sum(lambda: self.literal(f'"{effective_args_key}"'), self.space,
-                                          lambda: self.literal(":"), self.space,
-                                          lambda: self._args_schema(name, params)))
+            inner_fields.append(plus(lambda: self.literal(f'"{effective_args_key}"'), self.space,
+                                     lambda: self.literal(":"), self.space,
+                                     lambda: self._args_schema(name, params)))
         self.eps()  # and for the inner object
         if not args_key and len(inner_fields) == 1:
             inner_object = inner_fields[0]
         else:
-            inner_object = self._sum(lambda: self.literal("{"), self.space)
+            inner_object = plus(lambda: self.literal("{"), self.space)
             for i, field_ in enumerate(inner_fields):
                 inner_object = inner_object + field_
                 if i < len(inner_fields) - 1:
                     inner_object = inner_object + self.space()
-            inner_object = self._sum(inner_object, self.space, lambda: self.literal("}"))
-        return self.tool(self._sum(
+            inner_object = plus(inner_object, self.space, lambda: self.literal("}"))
+        return self.tool(plus(
             lambda: self.tool_open(self.literal("{")), self.space, lambda: self.literal('"'),
             lambda: self.tool_name(self.literal(name)), lambda: self.literal('"'), self.space,
             lambda: self.literal(":"), self.space, inner_object, self.space,
@@ -272,27 +259,27 @@ class ChatPegBuilder(PegBuilder):
 
     def _json_tool_nested(self, name: str, params, nested_prefix: str, name_field: str, args_field: str,
                           call_id_key: str, gen_call_id_key: str) -> PegParser:
-        nested_name = self._sum(lambda: self.literal(f'"{name_field}"'), self.space, lambda: self.literal(":"),
-                                self.space, lambda: self._quoted_name(name))
-        nested_args = self._sum(lambda: self.literal(f'"{args_field}"'), self.space, lambda: self.literal(":"),
-                                self.space, lambda: self._args_schema(name, params))
-        nested_object = self._sum(lambda: self.literal("{"), self.space, nested_name, self.space,
-                                  lambda: self.literal(","), self.space, nested_args, self.space,
-                                  lambda: self.literal("}"))
-        body = self._sum(lambda: self.tool_open(self.literal("{")), self.space)
+        nested_name = plus(lambda: self.literal(f'"{name_field}"'), self.space, lambda: self.literal(":"),
+                           self.space, lambda: self._quoted_name(name))
+        nested_args = plus(lambda: self.literal(f'"{args_field}"'), self.space, lambda: self.literal(":"),
+                           self.space, lambda: self._args_schema(name, params))
+        nested_object = plus(lambda: self.literal("{"), self.space, nested_name, self.space,
+                             lambda: self.literal(","), self.space, nested_args, self.space,
+                             lambda: self.literal("}"))
+        body = plus(lambda: self.tool_open(self.literal("{")), self.space)
         # only top-level id keys: a dotted one is not looked for
         for key, numbers in ((call_id_key, False), (gen_call_id_key, True)):
             if key and not _key_spec(key)[0]:
                 id_parser = self._id_field(key, numbers)
-                body = body + self.optional(self._sum(id_parser, self.space, lambda: self.literal(","),
-                                                      self.space))
-        nested_field = self._sum(lambda: self.literal(f'"{nested_prefix}"'), self.space,
-                                 lambda: self.literal(":"), self.space, nested_object)
-        return self.tool(self._sum(body, nested_field, self.space, lambda: self.tool_close(self.literal("}"))))
+                body = body + self.optional(plus(id_parser, self.space, lambda: self.literal(","),
+                                                 self.space))
+        nested_field = plus(lambda: self.literal(f'"{nested_prefix}"'), self.space,
+                            lambda: self.literal(":"), self.space, nested_object)
+        return self.tool(plus(body, nested_field, self.space, lambda: self.tool_close(self.literal("}"))))
 
     def _quoted_name(self, name: str) -> PegParser:
-        return self.atomic(self._sum(lambda: self.literal('"'), lambda: self.tool_name(self.literal(name)),
-                                     lambda: self.literal('"')))
+        return self.atomic(plus(lambda: self.literal('"'), lambda: self.tool_name(self.literal(name)),
+                                lambda: self.literal('"')))
 
     def _build_json_tools_flat_keys(self, tools: list, effective_name_key: str, effective_args_key: str,
                                     call_id_key: str, gen_call_id_key: str, parameters_order: Sequence[str],
@@ -311,10 +298,10 @@ class ChatPegBuilder(PegBuilder):
     def _json_tool_flat(self, name: str, params, name_key_parser: PegParser, args_key_parser: PegParser,
                         name_key: str, args_key: str, call_id_key: str, gen_call_id_key: str,
                         order: list[str], accept_openai_wrapper: bool) -> PegParser:
-        tool_name_ = self._sum(name_key_parser, self.space, lambda: self.literal(":"), self.space,
-                               lambda: self._quoted_name(name))
-        tool_args_ = self._sum(args_key_parser, self.space, lambda: self.literal(":"), self.space,
-                               lambda: self._args_schema(name, params))
+        tool_name_ = plus(name_key_parser, self.space, lambda: self.literal(":"), self.space,
+                          lambda: self._quoted_name(name))
+        tool_args_ = plus(args_key_parser, self.space, lambda: self.literal(":"), self.space,
+                          lambda: self._args_schema(name, params))
         # upstream builds a placeholder eps for each id field first; kept for the parser ids
         id_parser = self.eps()
         if call_id_key:
@@ -331,15 +318,15 @@ class ChatPegBuilder(PegBuilder):
         pairs.sort(key=lambda pair: order.index(pair[1]) if pair[1] in order else len(order))
         type_field = self.eps()
         if accept_openai_wrapper:
-            type_field = self.optional(self._sum(
+            type_field = self.optional(plus(
                 lambda: self.literal('"type"'), self.space, lambda: self.literal(":"), self.space,
                 lambda: self.literal('"function"'), self.space, lambda: self.literal(","), self.space))
-        body = self._sum(lambda: self.tool_open(self.literal("{")), self.space, type_field)
+        body = plus(lambda: self.tool_open(self.literal("{")), self.space, type_field)
         for i, (parser, _key) in enumerate(pairs):
             body = body + parser
             if i < len(pairs) - 1:
-                body = self._sum(body, self.space, lambda: self.literal(","), self.space)
-        return self.tool(self._sum(body, self.space, lambda: self.tool_close(self.literal("}"))))
+                body = plus(body, self.space, lambda: self.literal(","), self.space)
+        return self.tool(plus(body, self.space, lambda: self.tool_close(self.literal("}"))))
 
     def standard_constructed_tools(self, markers: dict[str, str], tools, parallel_tool_calls: bool,
                                    force_tool_calls: bool) -> PegParser:
@@ -353,12 +340,12 @@ class ChatPegBuilder(PegBuilder):
         for name, params in _functions(tools):
             tool_choices = tool_choices | self.rule(f"tool-{name}", self._constructed_tool(name, params, markers))
         if parallel_tool_calls:
-            body = self._sum(lambda: self.literal(section_start), self.space,
-                             lambda: self.one_or_more(tool_choices + self.space()),
-                             lambda: self.literal(section_end))
+            body = plus(lambda: self.literal(section_start), self.space,
+                        lambda: self.one_or_more(tool_choices + self.space()),
+                        lambda: self.literal(section_end))
         else:
-            body = self._sum(lambda: self.literal(section_start), self.space, tool_choices, self.space,
-                             lambda: self.literal(section_end))
+            body = plus(lambda: self.literal(section_start), self.space, tool_choices, self.space,
+                        lambda: self.literal(section_end))
         section = self.trigger_rule("tool-call", body)
         return section if force_tool_calls else self.optional(section)
 
@@ -369,10 +356,10 @@ class ChatPegBuilder(PegBuilder):
             for prop_name in _properties(params):
                 arg_choice = arg_choice | self._constructed_arg(prop_name, markers)
             args = self.zero_or_more(arg_choice + self.space())
-        return self.tool(self._sum(
-            lambda: self.tool_open(self._sum(lambda: self.literal(markers.get("function_opener", "<function=")),
-                                             lambda: self.tool_name(self.literal(name)),
-                                             lambda: self.literal(markers.get("function_name_suffix", ">")))),
+        return self.tool(plus(
+            lambda: self.tool_open(plus(lambda: self.literal(markers.get("function_opener", "<function=")),
+                                   lambda: self.tool_name(self.literal(name)),
+                                   lambda: self.literal(markers.get("function_name_suffix", ">")))),
             self.space, lambda: self.tool_args(args), self.space,
             lambda: self.tool_close(self.literal(markers.get("function_closer", "</function>")))))
 
@@ -381,7 +368,7 @@ class ChatPegBuilder(PegBuilder):
         # the name may come bare, double- or single-quoted
         arg_name_parser = self.choice([self.literal(prop_name), self.literal(f'"{prop_name}"'),
                                        self.literal(f"'{prop_name}'")])
-        return self.tool_arg(self._sum(
+        return self.tool_arg(plus(
             lambda: self.tool_arg_open(self.literal(markers.get("parameter_key_prefix", "<param="))),
             lambda: self.tool_arg_name(arg_name_parser),
             lambda: self.literal(markers.get("parameter_key_suffix", ">")),
@@ -419,9 +406,9 @@ class ChatPegBuilder(PegBuilder):
             tool_parser = self._python_style_tool(name, params, allow_json_literals)
             tool_choices = tool_choices | self.rule(f"tool-{name}", tool_parser)
         if parallel_tool_calls:
-            return self._sum("[", self.space, tool_choices,
-                             lambda: self.zero_or_more("," + self.space() + tool_choices), self.space, "]")
-        return self._sum("[", self.space, tool_choices, self.space, "]")
+            return plus("[", self.space, tool_choices,
+                        lambda: self.zero_or_more("," + self.space() + tool_choices), self.space, "]")
+        return plus("[", self.space, tool_choices, self.space, "]")
 
     def _python_style_tool(self, name: str, params, allow_json_literals: bool) -> PegParser:
         args = self.eps()
@@ -430,9 +417,9 @@ class ChatPegBuilder(PegBuilder):
             for prop_name, prop_def in _properties(params).items():
                 arg_choice = arg_choice | self._python_style_arg(prop_name, prop_def, allow_json_literals)
             args = arg_choice + self.zero_or_more("," + self.space() + arg_choice)
-        return self.tool(self._sum(
-            lambda: self.tool_open(self._sum(lambda: self.tool_name(self.literal(name)),
-                                             lambda: self.literal("("))),
+        return self.tool(plus(
+            lambda: self.tool_open(plus(lambda: self.tool_name(self.literal(name)),
+                                   lambda: self.literal("("))),
             self.space, lambda: self.tool_args(args), self.space, lambda: self.tool_close(self.literal(")"))))
 
     def _python_style_arg(self, prop_name: str, prop_def, allow_json_literals: bool) -> PegParser:
@@ -441,16 +428,16 @@ class ChatPegBuilder(PegBuilder):
         self.eps()  # upstream's placeholder value parser, kept for the parser ids
         # a quoted value keeps its escapes: normalize_quotes_to_json reads them
         string_value_parser = self.tool_arg_value(self.choice([
-            self._sum(lambda: self.literal('"'), lambda: self.string_content('"'), lambda: self.literal('"')),
-            self._sum(lambda: self.literal("'"), lambda: self.string_content("'"), lambda: self.literal("'"))]))
+            plus(lambda: self.literal('"'), lambda: self.string_content('"'), lambda: self.literal('"')),
+            plus(lambda: self.literal("'"), lambda: self.string_content("'"), lambda: self.literal("'"))]))
         if is_string_type:
             arg_value_parser = string_value_parser
         else:
             arg_value_parser = self.tool_arg_value(
                 self._python_or_json_value() if allow_json_literals else self.python_value())
-        return self.tool_arg(self._sum(
-            lambda: self.tool_arg_open(self._sum(lambda: self.tool_arg_name(arg_name_parser),
-                                                 lambda: self.literal("="))),
+        return self.tool_arg(plus(
+            lambda: self.tool_arg_open(plus(lambda: self.tool_arg_name(arg_name_parser),
+                                       lambda: self.literal("="))),
             arg_value_parser, lambda: self.tool_arg_close(self.eps())))
 
 
@@ -539,7 +526,7 @@ def _content_only_parser() -> PegArena:
     """What upstream parses with when the format brings no parser: everything is content."""
     global _content_only
     if _content_only is None:
-        _content_only = build_chat_peg_parser(lambda p: p._sum(lambda: p.content(p.rest()), p.end))
+        _content_only = build_chat_peg_parser(lambda p: plus(lambda: p.content(p.rest()), p.end))
     return _content_only
 
 

@@ -3,7 +3,7 @@ parse complete or streaming (LENIENT) input with PegArena.parse, emit GBNF with
 PegArena.build_grammar."""
 
 from .arena import PegArena
-from .builder import PegBuilder, PegParser, build_peg_parser
+from .builder import Part, PegBuilder, PegParser, alt, build_peg_parser, plus
 from .context import (
     DEBUG,
     FAIL,
@@ -38,13 +38,16 @@ __all__ = [
     "ParseFlags",
     "ParseResult",
     "ParseResultType",
+    "Part",
     "PegArena",
     "PegBuilder",
     "PegParser",
+    "alt",
     "arena_from_json",
     "arena_to_json",
     "build_peg_parser",
     "load",
     "parse_result_type_name",
+    "plus",
     "save",
 ]

@@ -454,6 +454,34 @@ class PegBuilder:
         return arena
 
 
+Part = PegParser | str | Callable[[], PegParser]
+
+
+def _built(parts: tuple[Part, ...]) -> list[PegParser | str]:
+    """The operands of a C++ chain of binary operators, built right to left as GCC evaluates them: a
+    callable part is built when its turn comes; a str stays a str (the operator makes its literal)."""
+    return [part() if callable(part) else part for part in reversed(parts)][::-1]
+
+
+def plus(*parts: Part) -> PegParser:
+    """C++ `parts[0] + parts[1] + ...` in GCC's order: the operands built right to left, then the
+    sequences left to right."""
+    built = _built(parts)
+    result = built[0]
+    for part in built[1:]:
+        result = result + part
+    return result
+
+
+def alt(*parts: Part) -> PegParser:
+    """C++ `parts[0] | parts[1] | ...` in GCC's order (see plus())."""
+    built = _built(parts)
+    result = built[0]
+    for part in built[1:]:
+        result = result | part
+    return result
+
+
 def build_peg_parser(fn: Callable[[PegBuilder], PegParser]) -> PegArena:
     """The arena of the parser `fn` builds, with that parser as root."""
     builder = PegBuilder()

@@ -3,17 +3,16 @@ of a template turned into the PEG parser that reads the model's answer back (rea
 and the grammar, triggers and preserved tokens that constrain generation.
 
 Parser ids name grammar rules (`until-N`, `ac-N`), so every parser is created in the order b10621's binary
-creates it: GCC builds the operands of a C++ `a + b` right to left (see `_plus`), `<<` and braced lists left
-to right.
+creates it: GCC builds the operands of a C++ `a + b` right to left (see server.peg.plus), `<<` and braced
+lists left to right.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ...grammar.json_schema import build_grammar
-from ...peg import PegArena, PegParser
+from ...peg import PegArena, PegParser, plus
 from ..diffs import is_empty
 from ..messages import ChatMsg
 from ..peg_chat import FORMAT_PEG_NATIVE, ChatPegBuilder, build_chat_peg_parser
@@ -73,16 +72,6 @@ def _render_content(msg: ChatMsg) -> str:
     if msg.content:
         return msg.content
     return "\n\n".join(text for kind, text in msg.content_parts if kind == "text")
-
-
-def _plus(*parts: PegParser | str | Callable[[], PegParser]) -> PegParser:
-    """C++ `parts[0] + parts[1] + ...` in GCC's order: the operands built right to left (a callable part
-    when its turn comes), then the sequences left to right, a str part becoming a literal in its `+`."""
-    built = [part() if callable(part) else part for part in reversed(parts)][::-1]
-    result = built[0]
-    for part in built[1:]:
-        result = result + part
-    return result
 
 
 def _functions(tools: list | None) -> list[dict]:
@@ -151,10 +140,10 @@ def _reasoning_parser(ctx: _Context) -> PegParser:
     if r.mode in (ReasoningMode.TAG_BASED, ReasoningMode.TOOLS_ONLY) and r.end:
         end = trim_whitespace(r.end)
         if r.start:
-            return p.optional(_plus(lambda: p.optspace(r.start), lambda: p.reasoning(p.until(end)),
-                                    lambda: p.optspace(r.end)))
+            return p.optional(plus(lambda: p.optspace(r.start), lambda: p.reasoning(p.until(end)),
+                                   lambda: p.optspace(r.end)))
         # delimiter style: no start marker
-        return p.optional(_plus(lambda: p.reasoning(p.until(end)), lambda: p.optspace(r.end)))
+        return p.optional(plus(lambda: p.reasoning(p.until(end)), lambda: p.optspace(r.end)))
     return p.eps()
 
 
@@ -162,17 +151,17 @@ def _content_parser(ctx: _Context) -> PegParser:
     p, c = ctx.p, ctx.analysis.content
     if c.is_always_wrapped():
         if ctx.extracting_reasoning:
-            return _plus(ctx.reasoning_parser, c.start, lambda: p.content(p.until(c.end)), c.end, p.end)
-        return _plus(lambda: p.content(p.until(c.start)), c.start, lambda: p.content(p.until(c.end)), c.end,
-                     p.end)
-    return _plus(ctx.reasoning_parser, lambda: p.content(p.rest()), p.end)
+            return plus(ctx.reasoning_parser, c.start, lambda: p.content(p.until(c.end)), c.end, p.end)
+        return plus(lambda: p.content(p.until(c.start)), c.start, lambda: p.content(p.until(c.end)), c.end,
+                    p.end)
+    return plus(ctx.reasoning_parser, lambda: p.content(p.rest()), p.end)
 
 
 def _optional_wrapped_content(ctx: _Context) -> PegParser:
     """analyze_content::build_optional_wrapped()."""
     p, c = ctx.p, ctx.analysis.content
     if c.is_always_wrapped():
-        return p.optional(_plus(c.start, lambda: p.content(p.until(c.end)), c.end))
+        return p.optional(plus(c.start, lambda: p.content(p.until(c.end)), c.end))
     return p.eps()
 
 
@@ -213,9 +202,9 @@ def _json_native_parser(ctx: _Context) -> PegParser:
 
     if ctx.analysis.content.is_always_wrapped():
         wrapped = _optional_wrapped_content(ctx)
-        return _plus(ctx.reasoning_parser, wrapped, tools_parser, p.end)
+        return plus(ctx.reasoning_parser, wrapped, tools_parser, p.end)
     tool_start = fmt.section_start or fmt.per_call_start or "{"
-    return _plus(ctx.reasoning_parser, lambda: p.optional(p.content(p.until(tool_start))), tools_parser, p.end)
+    return plus(ctx.reasoning_parser, lambda: p.optional(p.content(p.until(tool_start))), tools_parser, p.end)
 
 
 def _func_parser(ctx: _Context, name: str, call_id_section: PegParser, have_call_id: bool, args: PegParser,
@@ -224,28 +213,28 @@ def _func_parser(ctx: _Context, name: str, call_id_section: PegParser, have_call
     and the close."""
     p, t = ctx.p, ctx.analysis.tools
     fn, fmt = t.function, t.format
-    tool_open = p.tool_open(_plus(fn.name_prefix, lambda: p.tool_name(p.literal(name)), fn.name_suffix))
+    tool_open = p.tool_open(plus(fn.name_prefix, lambda: p.tool_name(p.literal(name)), fn.name_suffix))
     p.eps()  # upstream's func_parser placeholder, kept for the parser ids
     if fn.args_separator:
-        tool_open = _plus(tool_open, p.space, lambda: p.literal(fn.args_separator))
+        tool_open = plus(tool_open, p.space, lambda: p.literal(fn.args_separator))
 
     matched_atomic = True
     if fn.name_suffix:
-        func = _plus(tool_open, call_id_section, p.space, args)
+        func = plus(tool_open, call_id_section, p.space, args)
     elif have_call_id:
-        func = _plus(lambda: p.atomic(tool_open + call_id_section), p.space, args)
+        func = plus(lambda: p.atomic(tool_open + call_id_section), p.space, args)
     elif atomic_peek is not None:
-        func = p.atomic(_plus(tool_open, call_id_section, p.space, atomic_peek)) + args
+        func = p.atomic(plus(tool_open, call_id_section, p.space, atomic_peek)) + args
     else:
-        func = _plus(tool_open, call_id_section, p.space, args)
+        func = plus(tool_open, call_id_section, p.space, args)
         matched_atomic = False
 
     if fn.close:
-        func = _plus(func, p.space, lambda: p.tool_close(p.literal(fn.close)))
+        func = plus(func, p.space, lambda: p.tool_close(p.literal(fn.close)))
     elif fmt.per_call_end:
         # close only once the end marker is in sight: a partial "</" may yet turn out to be an argument tag
         if t.arguments.tolerate_intertag_whitespace:
-            close_peek = p.peek(_plus(p.space, lambda: p.literal(fmt.per_call_end)))
+            close_peek = p.peek(plus(p.space, lambda: p.literal(fmt.per_call_end)))
         else:
             close_peek = p.peek(p.literal(fmt.per_call_end))
         func = func + p.tool_close(close_peek)
@@ -263,10 +252,10 @@ def _call_id_between(ctx: _Context, suffix_inside: bool) -> tuple[PegParser, boo
     if not (cid.pos == CallIdPosition.BETWEEN_FUNC_AND_ARGS and cid.prefix and (cid.suffix or args.start)):
         return none, False
     if not cid.suffix:
-        return p.optional(_plus(cid.prefix, lambda: p.tool_id(p.until(args.start)))), True
+        return p.optional(plus(cid.prefix, lambda: p.tool_id(p.until(args.start)))), True
     if suffix_inside:
-        return p.optional(_plus(cid.prefix, lambda: p.tool_id(p.until(cid.suffix)), cid.suffix)), True
-    return _plus(lambda: p.optional(_plus(cid.prefix, lambda: p.tool_id(p.until(cid.suffix)))), cid.suffix), True
+        return p.optional(plus(cid.prefix, lambda: p.tool_id(p.until(cid.suffix)), cid.suffix)), True
+    return plus(lambda: p.optional(plus(cid.prefix, lambda: p.tool_id(p.until(cid.suffix)))), cid.suffix), True
 
 
 def _with_args_markers(ctx: _Context, args: PegParser) -> PegParser:
@@ -286,42 +275,42 @@ def _tool_calls_section(ctx: _Context, tool_choice: PegParser, tagged: bool) -> 
     p.eps()  # upstream's tool_calls placeholder, kept for the parser ids
     if fmt.per_call_start:
         if tagged:
-            wrapped = _plus(fmt.per_call_start, p.space, tool_choice, p.space, fmt.per_call_end)
+            wrapped = plus(fmt.per_call_start, p.space, tool_choice, p.space, fmt.per_call_end)
             if parallel:
-                body = _plus(wrapped, lambda: p.zero_or_more(p.space() + wrapped), p.space)
+                body = plus(wrapped, lambda: p.zero_or_more(p.space() + wrapped), p.space)
             else:
                 body = wrapped + p.space()
         else:
-            wrapped = _plus(fmt.per_call_start, tool_choice, fmt.per_call_end)
+            wrapped = plus(fmt.per_call_start, tool_choice, fmt.per_call_end)
             body = wrapped + p.zero_or_more(p.space() + wrapped) if parallel else wrapped
         tool_calls = p.trigger_rule("tool-call", body)
         if fmt.section_start:
             if not fmt.section_end:
                 section_end = p.end
             elif tagged:
-                section_end = lambda: _plus(lambda: p.literal(fmt.section_end), p.space)
+                section_end = lambda: plus(lambda: p.literal(fmt.section_end), p.space)
             else:
                 section_end = lambda: p.literal(fmt.section_end)
-            tool_calls = p.trigger_rule("tool-calls", _plus(lambda: p.literal(fmt.section_start), p.space,
-                                                            tool_calls, p.space, section_end))
+            tool_calls = p.trigger_rule("tool-calls", plus(lambda: p.literal(fmt.section_start), p.space,
+                                                           tool_calls, p.space, section_end))
     else:
         separator = ", "
         more = lambda: p.zero_or_more(separator + tool_choice)
         if tagged and parallel:
-            body = _plus(fmt.section_start, p.space, tool_choice, more, p.space, fmt.section_end)
+            body = plus(fmt.section_start, p.space, tool_choice, more, p.space, fmt.section_end)
         elif tagged:
-            body = _plus(fmt.section_start, p.space, tool_choice, p.space, fmt.section_end)
+            body = plus(fmt.section_start, p.space, tool_choice, p.space, fmt.section_end)
         elif parallel:
-            body = _plus(fmt.section_start, tool_choice, more, fmt.section_end)
+            body = plus(fmt.section_start, tool_choice, more, fmt.section_end)
         else:
-            body = _plus(fmt.section_start, tool_choice, fmt.section_end)
+            body = plus(fmt.section_start, tool_choice, fmt.section_end)
         tool_calls = p.trigger_rule("tool-call", body)
 
     if inputs.tool_choice != "required":
         tool_calls = p.optional(tool_calls)
     trigger_marker = fmt.section_start or fmt.per_call_start
     content_before_tools = p.until(trigger_marker) if trigger_marker else p.eps()
-    return _plus(ctx.reasoning_parser, lambda: p.optional(p.content(content_before_tools)), tool_calls, p.end)
+    return plus(ctx.reasoning_parser, lambda: p.optional(p.content(content_before_tools)), tool_calls, p.end)
 
 
 def _tag_json_parser(ctx: _Context) -> PegParser:
@@ -350,16 +339,16 @@ def _tagged_arg(ctx: _Context, name: str, param_name: str, param_schema: object,
 
     if is_string:
         def value() -> PegParser:
-            return p.ac(_plus(lambda: p.tool_arg_string_value(until_suffix), close), a.value_suffix)
+            return p.ac(plus(lambda: p.tool_arg_string_value(until_suffix), close), a.value_suffix)
     else:
         def value() -> PegParser:
             schema = p.schema(p.json(), f"tool-{name}-arg-{param_name}-schema", param_schema, False)
-            return _plus(lambda: p.tool_arg_json_value(schema), close)
+            return plus(lambda: p.tool_arg_json_value(schema), close)
 
     def arg_open() -> PegParser:
-        return p.tool_arg_open(_plus(a.name_prefix, lambda: p.tool_arg_name(p.literal(param_name)), a.name_suffix))
+        return p.tool_arg_open(plus(a.name_prefix, lambda: p.tool_arg_name(p.literal(param_name)), a.name_suffix))
 
-    return p.tool_arg(_plus(arg_open, a.value_prefix, value))
+    return p.tool_arg(plus(arg_open, a.value_prefix, value))
 
 
 def _tag_tagged_parser(ctx: _Context) -> PegParser:
@@ -426,10 +415,10 @@ def build_parser(analysis: Autoparser, inputs: GenerationParams, generation_prom
         if has_response_format:
             response_format = p.rule("response-format", p.content(
                 p.schema(p.json(), "response-format-schema", inputs.json_schema)))
-            fenced = lambda: _plus(lambda: p.literal("```json"), p.space, response_format, p.space,
-                                   lambda: p.literal("```"))
-            bare = lambda: _plus(p.space, response_format, p.space)
-            parser = _plus(ctx.reasoning_parser, p.space, lambda: p.choice([fenced(), bare()]), p.end)
+            fenced = lambda: plus(lambda: p.literal("```json"), p.space, response_format, p.space,
+                                  lambda: p.literal("```"))
+            bare = lambda: plus(p.space, response_format, p.space)
+            parser = plus(ctx.reasoning_parser, p.space, lambda: p.choice([fenced(), bare()]), p.end)
             pure_content = False
         elif has_tools and inputs.tool_choice != "none" and analysis.jinja_caps["supports_tool_calls"]:
             parser = _tools_parser(ctx)

@@ -6,15 +6,12 @@ common_chat_msg::render_content and the C++ operand order of `a + b` and `a | b`
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 
-from ...peg import PegParser
+from ...peg import alt, plus  # noqa: F401 - the handlers' operators
 from ..autoparser.generator import GenerationParams
 from ..autoparser.helpers import Template, direct_apply
 from ..messages import ChatMsg
-
-Part = PegParser | str | Callable[[], PegParser]
 
 # a messages override is already built for the template: its content parts are left as they are
 _NO_NORMALIZE = {"supports_string_content": True, "supports_typed_content": True}
@@ -112,7 +109,7 @@ def resolves_to_string(schema: object, root: object) -> bool:
         kind = s.get("type")
         if kind == "string" or (isinstance(kind, list) and "string" in kind):
             return True
-        if any(check(alt) for key in ("oneOf", "anyOf") for alt in s.get(key) or []):
+        if any(check(option) for key in ("oneOf", "anyOf") for option in s.get(key) or []):
             return True
         if "allOf" in s and all(check(c) for c in s["allOf"]):
             return True
@@ -126,30 +123,6 @@ def resolves_to_string(schema: object, root: object) -> bool:
         return isinstance(fmt, str) and (fmt in _STRING_FORMATS or fmt.startswith("uuid"))
 
     return check(schema)
-
-
-def _built(parts: tuple[Part, ...]) -> list:
-    """The operands of a C++ chain of binary operators, built right to left as GCC evaluates them (a str
-    stays a str: the operator itself makes its literal)."""
-    return [part() if callable(part) else part for part in reversed(parts)][::-1]
-
-
-def plus(*parts: Part) -> PegParser:
-    """C++ `parts[0] + parts[1] + ...` in GCC's order."""
-    built = _built(parts)
-    result = built[0]
-    for part in built[1:]:
-        result = result + part
-    return result
-
-
-def alt(*parts: Part) -> PegParser:
-    """C++ `parts[0] | parts[1] | ...` in GCC's order."""
-    built = _built(parts)
-    result = built[0]
-    for part in built[1:]:
-        result = result | part
-    return result
 
 
 # common_grammar_trigger_type PATTERN: where the regex (its first group) matches, the grammar starts

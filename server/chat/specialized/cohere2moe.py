@@ -15,6 +15,7 @@ Parsers are created in the order of b10621's GCC build (the operands of a C++ `a
 
 from __future__ import annotations
 
+from ...peg import plus
 from ..autoparser import GenerationParams
 from ..autoparser.helpers import Template
 from ..peg_chat import FORMAT_PEG_NATIVE, ChatPegBuilder, build_chat_peg_parser
@@ -82,26 +83,26 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
         # the thinking block is always there: its body is the reasoning, or (markers included) content
         reasoning = p.eps()
         if extract_reasoning:
-            reasoning = p.optional(p._sum(
+            reasoning = p.optional(plus(
                 lambda: p.literal(THINK_START),
                 lambda: p.reasoning(p.until_one_of([THINK_END, TEXT_START, ACTION_START])),
                 lambda: p.optional(p.literal(THINK_END))))
         else:
-            reasoning = p.optional(p.content(p._sum(
+            reasoning = p.optional(p.content(plus(
                 lambda: p.literal(THINK_START), lambda: p.until_one_of([THINK_END, TEXT_START, ACTION_START]),
                 lambda: p.optional(p.literal(THINK_END)))))
 
         if has_response_format:
-            text_content = p._sum(
+            text_content = plus(
                 lambda: p.literal(TEXT_START),
                 lambda: p.content(p.schema(p.json(), "response-format-schema", inputs.json_schema)),
                 lambda: p.optional(p.literal(TEXT_END)))
         else:
-            text_content = p._sum(lambda: p.literal(TEXT_START), lambda: p.content(p.until(TEXT_END)),
-                                  lambda: p.optional(p.literal(TEXT_END)))
+            text_content = plus(lambda: p.literal(TEXT_START), lambda: p.content(p.until(TEXT_END)),
+                                lambda: p.optional(p.literal(TEXT_END)))
 
         if not tools or inputs.tool_choice == "none":
-            return p._sum(generation_prompt, reasoning, text_content, lambda: p.optional(p.literal(TURN_END)), end)
+            return plus(generation_prompt, reasoning, text_content, lambda: p.optional(p.literal(TURN_END)), end)
 
         require_tools = inputs.tool_choice == "required"
         tool_calls = p.standard_json_tools(
@@ -110,7 +111,7 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
             gen_call_id_key="tool_call_id", parameters_order=("tool_call_id", "tool_name", "parameters"))
         # content and tool calls are exclusive in this format
         body = tool_calls if require_tools else p.choice([tool_calls, text_content])
-        return p._sum(generation_prompt, reasoning, body, lambda: p.optional(p.literal(TURN_END)), end)
+        return plus(generation_prompt, reasoning, body, lambda: p.optional(p.literal(TURN_END)), end)
 
     parser = build_chat_peg_parser(build)
     data.parser = parser

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 
+from ...peg import plus
 from ..autoparser import GenerationParams
 from ..autoparser.helpers import Template
 from ..peg_chat import FORMAT_PEG_NATIVE, ChatPegBuilder, build_chat_peg_parser
@@ -135,11 +136,11 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
 
         tool_calls = p.eps()
         if inputs.parallel_tool_calls:
-            tool_calls = p.trigger_rule("tool-call", p._sum(
+            tool_calls = p.trigger_rule("tool-call", plus(
                 lambda: p.literal(fc_start), p.space, tool_choice,
                 lambda: p.zero_or_more(p.space() + tool_choice), p.space, lambda: p.literal(fc_end)))
         else:
-            tool_calls = p.trigger_rule("tool-call", p._sum(
+            tool_calls = p.trigger_rule("tool-call", plus(
                 lambda: p.literal(fc_start), p.space, tool_choice, p.space, lambda: p.literal(fc_end)))
 
         reasoning = p.eps()
@@ -151,8 +152,8 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
             tool_calls = p.optional(tool_calls)
 
         if extract_reasoning and inputs.enable_thinking:
-            reasoning = p.optional(p._sum(THINK_START, lambda: p.reasoning(p.until(THINK_END)), THINK_END))
-            reasoning_with_tc = p._sum(
+            reasoning = p.optional(plus(THINK_START, lambda: p.reasoning(p.until(THINK_END)), THINK_END))
+            reasoning_with_tc = plus(
                 THINK_START, lambda: p.reasoning(p.until_one_of([TC_SEPARATOR + fc_start, fc_start, THINK_END])),
                 p.space, obligatory_tool_calls)
             allow_reasoning_with_tc = True
@@ -162,26 +163,26 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
             if is_v4:
                 reasoning = p.optional(p.literal(THINK_END))
             else:
-                reasoning = p.optional(p._sum(lambda: p.literal(THINK_START), lambda: p.until(THINK_END),
-                                              lambda: p.literal(THINK_END)))
+                reasoning = p.optional(plus(lambda: p.literal(THINK_START), lambda: p.until(THINK_END),
+                                            lambda: p.literal(THINK_END)))
 
         if has_response_format:
-            response_format = p.rule("response-format", p._sum(
+            response_format = p.rule("response-format", plus(
                 lambda: p.literal("```json"), p.space,
                 lambda: p.content(p.schema(p.json(), "response-format-schema", inputs.json_schema)),
                 p.space, lambda: p.literal("```")))
-            return p._sum(generation_prompt, reasoning, response_format, end)
+            return plus(generation_prompt, reasoning, response_format, end)
 
         if not has_tool_calls:
-            return p._sum(generation_prompt, reasoning, lambda: p.content(p.rest()), end)
+            return plus(generation_prompt, reasoning, lambda: p.content(p.rest()), end)
 
-        content_before_tools = p._sum(lambda: p.negate(p.literal(THINK_START)),
-                                      lambda: p.content(p.until_one_of([TC_SEPARATOR + fc_start, fc_start])),
-                                      p.space)
+        content_before_tools = plus(lambda: p.negate(p.literal(THINK_START)),
+                                    lambda: p.content(p.until_one_of([TC_SEPARATOR + fc_start, fc_start])),
+                                    p.space)
         if allow_reasoning_with_tc:
-            return p._sum(generation_prompt,
-                          lambda: reasoning_with_tc | (reasoning + content_before_tools + tool_calls), end)
-        return p._sum(generation_prompt, reasoning, content_before_tools, tool_calls, end)
+            return plus(generation_prompt,
+                        lambda: reasoning_with_tc | (reasoning + content_before_tools + tool_calls), end)
+        return plus(generation_prompt, reasoning, content_before_tools, tool_calls, end)
 
     parser = build_chat_peg_parser(build)
     data.parser = parser
@@ -219,9 +220,9 @@ def _tool_parser(p: ChatPegBuilder, function: dict):
             any_opt = any_opt | parser
         args_seq = args_seq + p.repeat(p.space() + any_opt, 0, -1)
 
-    func_parser = p.tool(p._sum(
-        lambda: p.tool_open(p._sum(lambda: p.literal(INVOKE_START + ' name="'), lambda: p.tool_name(p.literal(name)),
-                                   lambda: p.literal('">\n'))),
+    func_parser = p.tool(plus(
+        lambda: p.tool_open(plus(lambda: p.literal(INVOKE_START + ' name="'), lambda: p.tool_name(p.literal(name)),
+                               lambda: p.literal('">\n'))),
         args_seq, p.space, lambda: p.tool_close(p.literal(INVOKE_END))))
     return p.rule(f"tool-{name}", func_parser)
 
@@ -235,10 +236,10 @@ def _arg_parser(p: ChatPegBuilder, name: str, param_name: str, param_schema: obj
         return p.tool_arg_json_value(p.schema(p.json(), f"tool-{name}-arg-{param_name}-schema", param_schema, False))
 
     string_attr = "true" if is_string else "false"
-    arg = p.tool_arg(p._sum(
-        lambda: p.tool_arg_open(p._sum(lambda: p.literal(PARAM_START + ' name="'),
-                                       lambda: p.tool_arg_name(p.literal(param_name)),
-                                       lambda: p.literal(f'" string="{string_attr}">'))),
+    arg = p.tool_arg(plus(
+        lambda: p.tool_arg_open(plus(lambda: p.literal(PARAM_START + ' name="'),
+                                   lambda: p.tool_arg_name(p.literal(param_name)),
+                                   lambda: p.literal(f'" string="{string_attr}">'))),
         value,
         lambda: p.tool_arg_close(p.literal(PARAM_END))))
     return p.rule(f"tool-{name}-arg-{param_name}", arg)

@@ -7,6 +7,7 @@ Parsers are created in the order of b10621's GCC build (the operands of a C++ `a
 
 from __future__ import annotations
 
+from ...peg import plus
 from ..autoparser import GenerationParams
 from ..autoparser.helpers import Template
 from ..peg_chat import FORMAT_PEG_NATIVE, ChatPegBuilder, build_chat_peg_parser
@@ -40,12 +41,12 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
 
     def build(p: ChatPegBuilder):
         # with tools the content stops at the next ">>>" (a tool call), without it runs to the end
-        content_until_tool = p._sum(lambda: p.literal("all\n"), lambda: p.content(p.until(">>>")))
-        content_until_end = p._sum(lambda: p.literal("all\n"), lambda: p.content(p.rest()))
+        content_until_tool = plus(lambda: p.literal("all\n"), lambda: p.content(p.until(">>>")))
+        content_until_end = plus(lambda: p.literal("all\n"), lambda: p.content(p.rest()))
         generation_prompt = p.literal(GEN_PROMPT)
 
         if not tools or inputs.tool_choice == "none":
-            return p._sum(generation_prompt, content_until_end, p.end)
+            return plus(generation_prompt, content_until_end, p.end)
 
         tool_choice = p.choice()
         for function in functions(inputs.tools):
@@ -58,14 +59,14 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
         ret = p.eps()
         if inputs.tool_choice == "required":
             if inputs.parallel_tool_calls:
-                ret = p._sum(lambda: p.choice([content_and_tools, tools_only]), p.end)
+                ret = plus(lambda: p.choice([content_and_tools, tools_only]), p.end)
             else:
-                ret = p._sum(lambda: p.choice([content_until_tool + tool_choice, tools_only]), p.end)
+                ret = plus(lambda: p.choice([content_until_tool + tool_choice, tools_only]), p.end)
         elif inputs.parallel_tool_calls:
-            ret = p._sum(lambda: p.choice([content_and_tools, content_only, tools_only]), p.end)
+            ret = plus(lambda: p.choice([content_and_tools, content_only, tools_only]), p.end)
         else:
             content_and_tool = content_until_tool + tool_choice
-            ret = p._sum(lambda: p.choice([content_and_tool, content_only, tool_choice]), p.end)
+            ret = plus(lambda: p.choice([content_and_tool, content_only, tool_choice]), p.end)
         return generation_prompt + ret
 
     parser = build_chat_peg_parser(build)
@@ -81,7 +82,7 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
 def _tool_parser(p: ChatPegBuilder, function: dict):
     """<name>\\n{json arguments}"""
     name, schema = function["name"], function["parameters"]
-    tool_parser = p.tool(p._sum(
-        lambda: p.tool_open(p._sum(lambda: p.tool_name(p.literal(name)), lambda: p.literal("\n"))),
+    tool_parser = p.tool(plus(
+        lambda: p.tool_open(plus(lambda: p.tool_name(p.literal(name)), lambda: p.literal("\n"))),
         lambda: p.tool_args(p.schema(p.json(), f"tool-{name}-schema", schema))))
     return p.rule(f"tool-{name}", tool_parser)

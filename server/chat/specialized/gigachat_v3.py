@@ -8,6 +8,7 @@ Parsers are created in the order of b10621's GCC build (the operands of a C++ `a
 
 from __future__ import annotations
 
+from ...peg import plus
 from ..autoparser import GenerationParams
 from ..autoparser.helpers import Template
 from ..peg_chat import FORMAT_PEG_NATIVE, ChatPegBuilder, build_chat_peg_parser
@@ -70,7 +71,7 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
 def _tool_parser(p: ChatPegBuilder, function: dict):
     """{"name": "<name>", "arguments": {...}}"""
     name, schema = function["name"], function["parameters"]
-    tool_name = p.json_member("name", p._sum('"', lambda: p.tool_name(p.literal(name)), '"'))
+    tool_name = p.json_member("name", plus('"', lambda: p.tool_name(p.literal(name)), '"'))
     tool_args = p.json_member("arguments", p.tool_args(p.schema(p.json(), f"tool-{name}-schema", schema)))
     tool_open = p.tool_open(p.literal("{") << tool_name)
     return p.rule(f"tool-{name}", tool_open << "," << tool_args << "}")

@@ -8,6 +8,7 @@ Parsers are created in the order of b10621's GCC build (the operands of a C++ `a
 
 from __future__ import annotations
 
+from ...peg import plus
 from ..autoparser import GenerationParams
 from ..autoparser.helpers import Template
 from ..peg_chat import FORMAT_PEG_NATIVE, ChatPegBuilder, build_chat_peg_parser
@@ -57,7 +58,7 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
         end = p.end()
         # the model may call tools at the end of its reasoning without closing it
         if extract_reasoning:
-            reasoning = p.optional(p._sum(
+            reasoning = p.optional(plus(
                 THINK_START, lambda: p.reasoning(p.until_one_of([THINK_END, SECTION_BEGIN, CALL_BEGIN])),
                 lambda: p.optional(p.literal(THINK_END))))
         else:
@@ -65,7 +66,7 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
         generation_prompt = p.literal(GEN_PROMPT)
 
         if not tools or inputs.tool_choice == "none":
-            return p._sum(generation_prompt, reasoning, lambda: p.content(p.rest()), end)
+            return plus(generation_prompt, reasoning, lambda: p.content(p.rest()), end)
 
         tool_choice = p.choice()
         for function in functions(inputs.tools):
@@ -73,12 +74,12 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
 
         min_calls = 1 if inputs.tool_choice == "required" else 0
         max_calls = -1 if inputs.parallel_tool_calls else 1
-        tool_calls = p.rule("tool-calls", p._sum(
+        tool_calls = p.rule("tool-calls", plus(
             lambda: p.optional(p.literal(SECTION_BEGIN)),
-            lambda: p.trigger_rule("tool-call", p._sum(lambda: p.repeat(CALL_BEGIN + tool_choice, min_calls, max_calls),
-                                                       lambda: p.optional(p.literal(SECTION_END))))))
+            lambda: p.trigger_rule("tool-call", plus(lambda: p.repeat(CALL_BEGIN + tool_choice, min_calls, max_calls),
+                                                   lambda: p.optional(p.literal(SECTION_END))))))
         content_before_tools = p.content(p.until_one_of([SECTION_BEGIN, CALL_BEGIN]))
-        return p._sum(generation_prompt, reasoning, content_before_tools, tool_calls, end)
+        return plus(generation_prompt, reasoning, content_before_tools, tool_calls, end)
 
     parser = build_chat_peg_parser(build)
     data.parser = parser
@@ -93,9 +94,9 @@ def _tool_parser(p: ChatPegBuilder, function: dict):
     """functions.<name>:<digits><|tool_call_argument_begin|>{json}<|tool_call_end|>, the whole call id
     (functions.<name>:<digits>) being the tool id."""
     name, schema = function["name"], function["parameters"]
-    tool_id = p.tool_id(p._sum(lambda: p.literal("functions."), lambda: p.tool_name(p.literal(name)),
-                               lambda: p.literal(":"), lambda: p.chars("[0-9]", 1, -1)))
-    tool_parser = p.tool(p._sum(
+    tool_id = p.tool_id(plus(lambda: p.literal("functions."), lambda: p.tool_name(p.literal(name)),
+                             lambda: p.literal(":"), lambda: p.chars("[0-9]", 1, -1)))
+    tool_parser = p.tool(plus(
         lambda: p.tool_open(tool_id + p.literal(ARGS_BEGIN)),
         lambda: p.tool_args(p.schema(p.json(), f"tool-{name}-schema", schema)),
         lambda: p.tool_close(p.optional(p.literal(CALL_END)))))

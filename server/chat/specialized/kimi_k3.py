@@ -10,6 +10,7 @@ Parsers are created in the order of b10621's GCC build (the operands of a C++ `a
 
 from __future__ import annotations
 
+from ...peg import plus
 from ..autoparser import GenerationParams
 from ..autoparser.helpers import Template
 from ..peg_chat import FORMAT_PEG_NATIVE, ChatPegBuilder, build_chat_peg_parser
@@ -79,17 +80,17 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
             think_body = p.reasoning(p.until_one_of([THINK_END, RESP_START]))
         else:
             think_body = p.content(p.until_one_of([THINK_END, RESP_START]))
-        reasoning = p.optional(p._sum(lambda: p.optional(p.literal(THINK_START)), think_body,
-                                      lambda: p.optional(p.literal(THINK_END))))
+        reasoning = p.optional(plus(lambda: p.optional(p.literal(THINK_START)), think_body,
+                                    lambda: p.optional(p.literal(THINK_END))))
         # content runs to the response closer, or to the next section when truncated
-        response = p._sum(lambda: p.optional(p.literal(RESP_START)),
-                          lambda: p.content(p.until_one_of([RESP_END, TOOLS_START, MSG_END])),
-                          lambda: p.optional(p.literal(RESP_END)))
+        response = plus(lambda: p.optional(p.literal(RESP_START)),
+                        lambda: p.content(p.until_one_of([RESP_END, TOOLS_START, MSG_END])),
+                        lambda: p.optional(p.literal(RESP_END)))
         # the end-of-generation token after the message closer reaches the parser as text
-        trailer = p._sum(lambda: p.optional(p.literal(MSG_END)), lambda: p.optional(p.literal(EOM_TOKEN)))
+        trailer = plus(lambda: p.optional(p.literal(MSG_END)), lambda: p.optional(p.literal(EOM_TOKEN)))
 
         if not tools or inputs.tool_choice == "none":
-            return p._sum(start, reasoning, response, trailer, end)
+            return plus(start, reasoning, response, trailer, end)
 
         tool_choices = p.choice()
         for function in functions(inputs.tools):
@@ -97,11 +98,11 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
 
         # all calls in one tools section, then the message closer: inside the trigger rule, or the lazy
         # grammar would reject it once the calls started
-        tools_section = p.trigger_rule("kimi-k3-tool-call", p._sum(
+        tools_section = p.trigger_rule("kimi-k3-tool-call", plus(
             lambda: p.literal(TOOLS_START), lambda: p.one_or_more(tool_choices), lambda: p.literal(TOOLS_END),
             lambda: p.optional(p.literal(MSG_END)), lambda: p.optional(p.literal(EOM_TOKEN))))
         tools_parser = tools_section if inputs.tool_choice == "required" else p.optional(tools_section)
-        return p._sum(start, reasoning, response, tools_parser, trailer, end)
+        return plus(start, reasoning, response, tools_parser, trailer, end)
 
     parser = build_chat_peg_parser(build)
     data.parser = parser
@@ -127,9 +128,9 @@ def _tool_parser(p: ChatPegBuilder, function: dict):
             arg_choices = arg_choices | _arg_parser(p, name, key, prop)
         args = p.zero_or_more(arg_choices)
     # the index="N" attribute is skipped up to <|sep|>
-    call = p.tool(p._sum(
-        lambda: p.tool_open(p._sum(lambda: p.literal(CALL_START), lambda: p.tool_name(p.literal(name)),
-                                   lambda: p.literal('"'), lambda: p.until(SEP), lambda: p.literal(SEP))),
+    call = p.tool(plus(
+        lambda: p.tool_open(plus(lambda: p.literal(CALL_START), lambda: p.tool_name(p.literal(name)),
+                               lambda: p.literal('"'), lambda: p.until(SEP), lambda: p.literal(SEP))),
         lambda: p.tool_args(args), lambda: p.tool_close(p.literal(CALL_END))))
     return p.rule(f"kimi-k3-tool-{name}", call)
 
@@ -143,7 +144,7 @@ def _arg_parser(p: ChatPegBuilder, name: str, key: str, prop: object):
     else:
         value = p.tool_arg_value(p.until(ARG_END))
     # the type="..." attribute is skipped up to <|sep|>
-    return p.rule(f"kimi-k3-arg-{name}-{key}", p.tool_arg(p._sum(
+    return p.rule(f"kimi-k3-arg-{name}-{key}", p.tool_arg(plus(
         lambda: p.tool_arg_open(p.literal(ARG_START)), lambda: p.tool_arg_name(p.literal(key)),
         lambda: p.literal('"'), lambda: p.until(SEP), lambda: p.literal(SEP), value,
         lambda: p.tool_arg_close(p.literal(ARG_END)))))

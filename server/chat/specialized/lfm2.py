@@ -8,6 +8,7 @@ Parsers are created in the order of b10621's GCC build (the operands of a C++ `a
 
 from __future__ import annotations
 
+from ...peg import plus
 from ..autoparser import GenerationParams
 from ..autoparser.helpers import Template
 from ..peg_chat import FORMAT_PEG_NATIVE, ChatPegBuilder, build_chat_peg_parser
@@ -79,20 +80,20 @@ def params_init(tmpl: Template, inputs: GenerationParams, tool_list_tokens: bool
 
         reasoning = p.eps()
         if extract_reasoning:
-            reasoning = p.optional(p._sum(THINK_START, lambda: p.reasoning(p.until(THINK_END)), THINK_END))
+            reasoning = p.optional(plus(THINK_START, lambda: p.reasoning(p.until(THINK_END)), THINK_END))
 
         if not tools or inputs.tool_choice == "none":
             if has_response_format:
                 response_format = p.content(p.schema(p.json(), "response-format-schema", inputs.json_schema))
-                return p._sum(generation_prompt, reasoning, response_format, end)
-            return p._sum(generation_prompt, reasoning, lambda: p.content(p.rest()), end)
+                return plus(generation_prompt, reasoning, response_format, end)
+            return plus(generation_prompt, reasoning, lambda: p.content(p.rest()), end)
 
-        tool_calls = p.rule("tool-calls", p.trigger_rule("tool-call", p._sum(
+        tool_calls = p.rule("tool-calls", p.trigger_rule("tool-call", plus(
             lambda: p.literal(TOOL_CALL_START),
             lambda: p.python_style_tool_calls(inputs.tools, inputs.parallel_tool_calls, True),
             lambda: p.literal(TOOL_CALL_END))))
         content = p.content(p.until(TOOL_CALL_START))
-        return p._sum(generation_prompt, reasoning, content, tool_calls, end)
+        return plus(generation_prompt, reasoning, content, tool_calls, end)
 
     parser = build_chat_peg_parser(build)
     data.parser = parser

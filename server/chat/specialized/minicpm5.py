@@ -8,6 +8,7 @@ Parsers are created in the order of b10621's GCC build (the operands of a C++ `a
 
 from __future__ import annotations
 
+from ...peg import plus
 from ..autoparser import GenerationParams
 from ..autoparser.helpers import Template
 from ..peg_chat import FORMAT_PEG_NATIVE, ChatPegBuilder, build_chat_peg_parser
@@ -61,19 +62,19 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
             reasoning = ("<think>" << p.reasoning(p.until("</think>")) << "</think>") + space
 
         if has_response_format:
-            return p._sum(generation_prompt, reasoning,
-                          lambda: p.content(p.schema(p.json(), "response-format", inputs.json_schema)))
+            return plus(generation_prompt, reasoning,
+                        lambda: p.content(p.schema(p.json(), "response-format", inputs.json_schema)))
 
         if tools and inputs.tool_choice != "none":
             # CDATA lets a value hold what would close the tag (</param>); only its inner text is the value
             string_value = p.choice([
-                p._sum(lambda: p.literal("<![CDATA["),
-                       lambda: p.ac(p._sum(lambda: p.tool_arg_string_value(p.until("]]>")), lambda: p.literal("]]>")),
-                                    "]]>"),
-                       lambda: p.tool_arg_close(p.literal("</param>"))),
-                p._sum(lambda: p.negate(p.literal("<![CDATA[")),
-                       lambda: p.ac(p._sum(lambda: p.tool_arg_string_value(p.until("</param>")),
-                                           lambda: p.tool_arg_close(p.literal("</param>"))), "</param>")),
+                plus(lambda: p.literal("<![CDATA["),
+                     lambda: p.ac(plus(lambda: p.tool_arg_string_value(p.until("]]>")), lambda: p.literal("]]>")),
+                                  "]]>"),
+                     lambda: p.tool_arg_close(p.literal("</param>"))),
+                plus(lambda: p.negate(p.literal("<![CDATA[")),
+                     lambda: p.ac(plus(lambda: p.tool_arg_string_value(p.until("</param>")),
+                                       lambda: p.tool_arg_close(p.literal("</param>"))), "</param>")),
             ])
 
             tool_choice = p.choice()
@@ -83,9 +84,9 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
             max_calls = -1 if inputs.parallel_tool_calls else 1
             tool_calls = p.trigger_rule("tool-call", p.repeat(tool_choice + p.space(), 1, max_calls))
             content = p.content(p.until("<function"))
-            return p._sum(generation_prompt, reasoning, content, tool_calls, p.end)
+            return plus(generation_prompt, reasoning, content, tool_calls, p.end)
 
-        return p._sum(generation_prompt, reasoning, lambda: p.content(p.rest()), p.end)
+        return plus(generation_prompt, reasoning, lambda: p.content(p.rest()), p.end)
 
     parser = build_chat_peg_parser(build)
     data.parser = parser
@@ -111,8 +112,8 @@ def _tool_parser(p: ChatPegBuilder, function: dict, string_value):
                                                   resolves_to_string(prop_schema, params), string_value)
         args = p.zero_or_more(arg_choice + p.space())
     tool_parser = p.tool(
-        p.tool_open(p._sum(lambda: p.literal('<function name="'), lambda: p.tool_name(p.literal(name)),
-                           lambda: p.literal('">')))
+        p.tool_open(plus(lambda: p.literal('<function name="'), lambda: p.tool_name(p.literal(name)),
+                         lambda: p.literal('">')))
         << p.tool_args(args)
         << p.tool_close(p.literal("</function>")))
     return p.rule(f"tool-{name}", tool_parser)
@@ -123,11 +124,11 @@ def _arg_parser(p: ChatPegBuilder, name: str, prop_name: str, prop_schema: objec
     if is_string:
         value_parser = string_value
     else:
-        value_parser = p._sum(
+        value_parser = plus(
             lambda: p.tool_arg_json_value(p.schema(p.json(), f"tool-{name}-arg-{prop_name}-schema", prop_schema,
-                                                   False)),
+                                                 False)),
             lambda: p.tool_arg_close(p.literal("</param>")))
-    return p.tool_arg(p._sum(
-        lambda: p.tool_arg_open(p._sum(lambda: p.literal('<param name="'), lambda: p.tool_arg_name(p.literal(prop_name)),
-                                       lambda: p.literal('">'))),
+    return p.tool_arg(plus(
+        lambda: p.tool_arg_open(plus(lambda: p.literal('<param name="'), lambda: p.tool_arg_name(p.literal(prop_name)),
+                                   lambda: p.literal('">'))),
         value_parser))

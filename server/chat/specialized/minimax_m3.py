@@ -14,6 +14,7 @@ Parsers are created in the order of b10621's GCC build (the operands of a C++ `a
 
 from __future__ import annotations
 
+from ...peg import plus
 from ..autoparser import GenerationParams
 from ..autoparser.helpers import Template
 from ..peg_chat import FORMAT_PEG_MINIMAX_M3, ChatPegBuilder, build_chat_peg_parser
@@ -75,24 +76,24 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
         reasoning = p.eps()
         if extract_reasoning:
             if inputs.enable_thinking:
-                block = p._sum(lambda: p.literal(THINK_START), p.space, lambda: p.ac(
-                    p._sum(lambda: p.reasoning(p.until(THINK_END)), lambda: p.literal(THINK_END)), THINK_END))
+                block = plus(lambda: p.literal(THINK_START), p.space, lambda: p.ac(
+                    plus(lambda: p.reasoning(p.until(THINK_END)), lambda: p.literal(THINK_END)), THINK_END))
             else:
-                block = p._sum(lambda: p.literal(THINK_START), lambda: p.ac(
-                    p._sum(lambda: p.until(THINK_END), lambda: p.literal(THINK_END)), THINK_END))
+                block = plus(lambda: p.literal(THINK_START), lambda: p.ac(
+                    plus(lambda: p.until(THINK_END), lambda: p.literal(THINK_END)), THINK_END))
             # a turn without reasoning opens with a bare </mm:think>, from the generation prompt (thinking
             # disabled) or from the model
             reasoning = p.optional(p.choice([block, p.literal(THINK_END)]))
 
         if has_response_format:
-            response_format = p.rule("response-format", p._sum(
+            response_format = p.rule("response-format", plus(
                 lambda: p.literal("```json"), p.space,
                 lambda: p.content(p.schema(p.json(), "response-format-schema", inputs.json_schema)),
                 p.space, lambda: p.literal("```")))
-            return p._sum(generation_prompt, reasoning, response_format, end)
+            return plus(generation_prompt, reasoning, response_format, end)
 
         if not tools or inputs.tool_choice == "none":
-            return p._sum(generation_prompt, reasoning, lambda: p.content(p.rest()), end)
+            return plus(generation_prompt, reasoning, lambda: p.content(p.rest()), end)
 
         tool_choice = p.choice()
         for function in functions(inputs.tools):
@@ -101,17 +102,17 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
         require_tools = inputs.tool_choice == "required"
         tool_calls = p.eps()
         if inputs.parallel_tool_calls:
-            tool_calls = p.trigger_rule("tool-call", p._sum(
+            tool_calls = p.trigger_rule("tool-call", plus(
                 lambda: p.literal(FC_START), p.space, tool_choice,
                 lambda: p.zero_or_more(p.space() + tool_choice), p.space, lambda: p.literal(FC_END)))
         else:
-            tool_calls = p.trigger_rule("tool-call", p._sum(
+            tool_calls = p.trigger_rule("tool-call", plus(
                 lambda: p.literal(FC_START), p.space, tool_choice, p.space, lambda: p.literal(FC_END)))
         if not require_tools:
             tool_calls = p.optional(tool_calls)
 
         content_before_tools = p.content(p.until(FC_START))
-        return p._sum(generation_prompt, reasoning, content_before_tools, tool_calls, end)
+        return plus(generation_prompt, reasoning, content_before_tools, tool_calls, end)
 
     parser = build_chat_peg_parser(build)
     data.parser = parser
@@ -146,18 +147,18 @@ class _ToolBuilder:
         p, name = self.p, self.name
         has_properties = isinstance(self.params, dict) and "properties" in self.params
         invoke_body = self.members_of(self.params, f"tool-{name}-arg") if has_properties else p.eps()
-        func_parser = p.tool(p._sum(
-            lambda: p.tool_open(p._sum(lambda: p.literal(NS + '<invoke name="'), lambda: p.tool_name(p.literal(name)),
-                                       lambda: p.literal('">'))),
+        func_parser = p.tool(plus(
+            lambda: p.tool_open(plus(lambda: p.literal(NS + '<invoke name="'), lambda: p.tool_name(p.literal(name)),
+                                   lambda: p.literal('">'))),
             p.space, invoke_body, p.space, lambda: p.tool_close(p.literal(INVOKE_END))))
         return p.rule(f"tool-{name}", func_parser)
 
     def element_of(self, tag: str, schema: object, rule_name: str):
         p = self.p
         close = NS + "</" + tag + ">"
-        return p.rule(rule_name, p.tool_arg(p._sum(
-            lambda: p.tool_arg_open(p._sum(lambda: p.literal(NS + "<"), lambda: p.tool_arg_name(p.literal(tag)),
-                                           lambda: p.literal(">"))),
+        return p.rule(rule_name, p.tool_arg(plus(
+            lambda: p.tool_arg_open(plus(lambda: p.literal(NS + "<"), lambda: p.tool_arg_name(p.literal(tag)),
+                                         lambda: p.literal(">"))),
             lambda: self.value_of(schema, rule_name, close))))
 
     def value_of(self, schema: object, rule_name: str, close: str):
@@ -166,7 +167,7 @@ class _ToolBuilder:
 
         # a string takes anything, so a union with a string alternative is a string
         if resolves_to_string(schema, self.params):
-            return p.ac(p._sum(lambda: p.tool_arg_string_value(p.until(close)), close_tag), close)
+            return p.ac(plus(lambda: p.tool_arg_string_value(p.until(close)), close_tag), close)
 
         alternatives = _alternatives_of(schema)
         if alternatives is not None:
@@ -177,15 +178,15 @@ class _ToolBuilder:
         kind = schema.get("type") if isinstance(schema, dict) else None
         kind = kind if isinstance(kind, str) else ""
         if kind == "object" and "properties" in schema:
-            return p._sum(lambda: p.tag(Mm3.TOOL_ARG_OBJECT, self.members_of(schema, rule_name)), p.space, close_tag)
+            return plus(lambda: p.tag(Mm3.TOOL_ARG_OBJECT, self.members_of(schema, rule_name)), p.space, close_tag)
         if kind == "array" and "items" in schema:
             item_close = NS + "</item>"
-            item = p.rule(f"{rule_name}-item", p.tag(Mm3.TOOL_ARG_ITEM, p._sum(
+            item = p.rule(f"{rule_name}-item", p.tag(Mm3.TOOL_ARG_ITEM, plus(
                 lambda: p.literal(NS + "<item>"),
                 lambda: self.value_of(schema["items"], f"{rule_name}-item", item_close))))
-            return p._sum(lambda: p.tag(Mm3.TOOL_ARG_ARRAY, p.repeat(p.space() + item, 0, -1)), p.space, close_tag)
-        return p._sum(lambda: p.tool_arg_json_value(p.schema(p.json(), f"{rule_name}-schema", schema, False)),
-                      close_tag)
+            return plus(lambda: p.tag(Mm3.TOOL_ARG_ARRAY, p.repeat(p.space() + item, 0, -1)), p.space, close_tag)
+        return plus(lambda: p.tool_arg_json_value(p.schema(p.json(), f"{rule_name}-schema", schema, False)),
+                    close_tag)
 
     def members_of(self, schema: dict, rule_prefix: str):
         """The required properties in schema order, then any number of the optional ones in any order."""

@@ -15,6 +15,7 @@ Parsers are created in the order of b10621's GCC build (the operands of a C++ `a
 
 from __future__ import annotations
 
+from ...peg import plus
 from ..autoparser import GenerationParams
 from ..autoparser.helpers import Template
 from ..peg_chat import FORMAT_PEG_NATIVE, ChatPegBuilder, build_chat_peg_parser
@@ -69,20 +70,20 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
             return start + p.content(p.rest())
 
         if extract_reasoning:
-            p.rule("analysis", p._sum(lambda: p.literal(" to=self<|message|>"), lambda: p.reasoning(p.until("<|eom|>")),
-                                      lambda: p.literal("<|eom|>")))
+            p.rule("analysis", plus(lambda: p.literal(" to=self<|message|>"), lambda: p.reasoning(p.until("<|eom|>")),
+                                    lambda: p.literal("<|eom|>")))
         else:
-            p.rule("analysis", p._sum(lambda: p.literal(" to=self<|message|>"), lambda: p.content(p.until("<|eom|>")),
-                                      lambda: p.literal("<|eom|>")))
+            p.rule("analysis", plus(lambda: p.literal(" to=self<|message|>"), lambda: p.content(p.until("<|eom|>")),
+                                    lambda: p.literal("<|eom|>")))
         analysis = p.ref("analysis")
 
         recipient = p.optional(p.literal(" to=user"))
-        final_msg = p.rule("final", p._sum(recipient, lambda: p.literal("<|message|>"),
-                                           lambda: p.content(p.until_one_of(["<|eot|>", "<|eom|>"]))))
+        final_msg = p.rule("final", plus(recipient, lambda: p.literal("<|message|>"),
+                                         lambda: p.content(p.until_one_of(["<|eot|>", "<|eom|>"]))))
 
         if tools and inputs.tool_choice != "none":
-            string_value = p.ac(p._sum(lambda: p.tool_arg_string_value(p.until("</atem:parameter>")),
-                                       lambda: p.tool_arg_close(p.literal("</atem:parameter>"))),
+            string_value = p.ac(plus(lambda: p.tool_arg_string_value(p.until("</atem:parameter>")),
+                                     lambda: p.tool_arg_close(p.literal("</atem:parameter>"))),
                                 "</atem:parameter>")
             tool_choice = p.choice()
             for function in functions(inputs.tools):
@@ -90,17 +91,17 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
 
             if inputs.parallel_tool_calls:
                 tool_calls = p.trigger_rule("tool-call", tool_choice + p.zero_or_more(
-                    p._sum(lambda: p.literal("<|eom|>"), start, tool_choice)))
+                    plus(lambda: p.literal("<|eom|>"), start, tool_choice)))
             else:
                 tool_calls = p.trigger_rule("tool-call", tool_choice)
 
             if inputs.tool_choice == "required":
-                return p._sum(lambda: p.zero_or_more(start + analysis), start, tool_calls)
-            trailing_calls = p.optional(p._sum(lambda: p.literal("<|eom|>"), start, tool_calls))
-            return p._sum(lambda: p.zero_or_more(start + analysis), start,
-                          lambda: tool_calls | (final_msg + trailing_calls))
+                return plus(lambda: p.zero_or_more(start + analysis), start, tool_calls)
+            trailing_calls = p.optional(plus(lambda: p.literal("<|eom|>"), start, tool_calls))
+            return plus(lambda: p.zero_or_more(start + analysis), start,
+                        lambda: tool_calls | (final_msg + trailing_calls))
 
-        return p._sum(lambda: p.zero_or_more(start + analysis), start, final_msg)
+        return plus(lambda: p.zero_or_more(start + analysis), start, final_msg)
 
     parser = build_chat_peg_parser(build)
     data.parser = parser
@@ -123,15 +124,15 @@ def _tool_parser(p: ChatPegBuilder, function: dict, string_value):
             arg_choice = arg_choice | _arg_parser(p, name, prop_name, prop_schema,
                                                   resolves_to_string(prop_schema, params), string_value)
         args = p.zero_or_more(arg_choice + p.space())
-    tool_open = p.tool_open(p._sum(
+    tool_open = p.tool_open(plus(
         lambda: p.literal(" to="), lambda: p.until("<|message|>"), lambda: p.literal("<|message|><atem:function_calls>"),
         p.space, lambda: p.literal('<atem:invoke name="'), lambda: p.tool_name(p.literal(name)),
         lambda: p.literal('">'), p.space))
     tool_parser = p.tool(
         tool_open
         << p.tool_args(args)
-        << p.tool_close(p._sum(lambda: p.literal("</atem:invoke>"), p.space,
-                               lambda: p.literal("</atem:function_calls>"))))
+        << p.tool_close(plus(lambda: p.literal("</atem:invoke>"), p.space,
+                             lambda: p.literal("</atem:function_calls>"))))
     return p.rule(f"tool-{name}", tool_parser)
 
 
@@ -140,11 +141,11 @@ def _arg_parser(p: ChatPegBuilder, name: str, prop_name: str, prop_schema: objec
     if is_string:
         value_parser = string_value
     else:
-        value_parser = p._sum(
+        value_parser = plus(
             lambda: p.tool_arg_json_value(p.schema(p.json(), f"tool-{name}-arg-{prop_name}-schema", prop_schema,
-                                                   False)),
+                                                 False)),
             lambda: p.tool_arg_close(p.literal("</atem:parameter>")))
-    return p.tool_arg(p._sum(
-        lambda: p.tool_arg_open(p._sum(lambda: p.literal('<atem:parameter name="'),
-                                       lambda: p.tool_arg_name(p.literal(prop_name)), lambda: p.literal('">'))),
+    return p.tool_arg(plus(
+        lambda: p.tool_arg_open(plus(lambda: p.literal('<atem:parameter name="'),
+                                   lambda: p.tool_arg_name(p.literal(prop_name)), lambda: p.literal('">'))),
         value_parser))
