@@ -23,7 +23,7 @@ from .autoparser.helpers import trim_whitespace
 from .caps import template_caps
 from .formats import CHAT_FORMATS, REASONING_FORMATS
 from .legacy import apply_legacy, legacy_content
-from .messages import ChatMsg, apply_workarounds, dump, parse_messages, to_template_json
+from .messages import ChatMsg, apply_workarounds, dump, normalize, parse_messages, to_template_json
 from .template import TemplateError
 
 log = logging.getLogger("mlxcel.chat")
@@ -241,7 +241,9 @@ def chat_request(body: dict, settings: ChatSettings) -> tuple[dict, ChatInfo]:
         else:
             kwargs["reasoning_effort"] = effort
 
-    rendered = [to_template_json(m) for m in (_trimmed(messages) if STEPFUN_MARKER in settings.template else messages)]
+    # render_message_to_json(): typed content flattened (or wrapped) for the template before any workaround
+    rendered = normalize([to_template_json(m) for m in (_trimmed(messages) if STEPFUN_MARKER in settings.template
+                                                        else messages)], caps)
     continue_msg = None
     if mode and rendered:
         continue_msg, rendered = messages[-1], rendered[:-1]
