@@ -9,6 +9,7 @@ lists left to right.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ...grammar.json_schema import build_grammar
@@ -17,7 +18,15 @@ from ..diffs import is_empty
 from ..messages import ChatMsg
 from ..peg_chat import FORMAT_PEG_NATIVE, ChatPegBuilder, build_chat_peg_parser
 from .analysis import Autoparser, CallIdPosition, ReasoningMode, ToolFormat
-from .helpers import Template, direct_apply, generation_prompt, trim_whitespace
+from .helpers import (
+    Template,
+    apply,
+    functions,
+    generation_prompt_of,
+    render_content,
+    resolves_to_string,
+    trim_whitespace,
+)
 
 GRAMMAR_TRIGGER_TYPE_WORD = 1  # common_grammar_trigger_type
 
@@ -45,6 +54,13 @@ class GenerationParams:
         return (self.continue_final_message != "none" and self.continue_msg is not None
                 and not is_empty(self.continue_msg))
 
+    def has_tools(self) -> bool:
+        return isinstance(self.tools, list) and bool(self.tools)
+
+    def has_response_format(self) -> bool:
+        """`json_schema.is_object() && !json_schema.empty()`."""
+        return isinstance(self.json_schema, dict) and bool(self.json_schema)
+
 
 @dataclass
 class ChatParams:
@@ -63,59 +79,6 @@ class ChatParams:
     thinking_start_tag: str = ""
     thinking_end_tags: list[str] = field(default_factory=list)
     message_delimiters: dict[str, str] = field(default_factory=dict)  # role -> the marker opening its turn
-
-
-def _render_content(msg: ChatMsg) -> str:
-    """common_chat_msg::render_content(): the content, or its text parts joined by blank lines."""
-    if msg.content and msg.content_parts:
-        raise RuntimeError("Cannot specify both content and content_parts")
-    if msg.content:
-        return msg.content
-    return "\n\n".join(text for kind, text in msg.content_parts if kind == "text")
-
-
-def _functions(tools: list | None) -> list[dict]:
-    """The function tools, as foreach_function() visits them."""
-    return [t for t in tools or [] if isinstance(t, dict) and t.get("type") == "function" and "function" in t]
-
-
-def _resolves_to_string(schema: object, root: object) -> bool:
-    """common_schema_info::resolves_to_string(): some branch of the schema (type, oneOf/anyOf, all of allOf,
-    const, a local $ref into `root`) permits a string."""
-    visited: set[str] = set()
-
-    def resolve(ref: str) -> object:
-        if not ref.startswith("#/"):
-            return None  # b10621 fetches no remote schema: nothing to resolve
-        target = root
-        for sel in ref[2:].split("/"):
-            if isinstance(target, dict) and sel in target:
-                target = target[sel]
-            elif isinstance(target, list) and sel.isdigit() and int(sel) < len(target):
-                target = target[int(sel)]
-            else:
-                return None
-        return target
-
-    def check(s: object) -> bool:
-        if not isinstance(s, dict):
-            return False
-        if "$ref" in s:
-            ref = s["$ref"]
-            if ref in visited:  # circular: assume not a string
-                return False
-            visited.add(ref)
-            return check(resolve(ref))
-        kind = s.get("type")
-        if kind == "string" or (isinstance(kind, list) and "string" in kind):
-            return True
-        if any(check(alt) for key in ("oneOf", "anyOf") for alt in s.get(key, [])):
-            return True
-        if "allOf" in s and all(check(c) for c in s["allOf"]):
-            return True
-        return isinstance(s.get("const"), str)
-
-    return check(schema)
 
 
 @dataclass
@@ -316,8 +279,7 @@ def _tool_calls_section(ctx: _Context, tool_choice: PegParser, tagged: bool) -> 
 def _tag_json_parser(ctx: _Context) -> PegParser:
     p, t = ctx.p, ctx.analysis.tools
     tool_choice = p.choice()
-    for tool in _functions(ctx.inputs.tools):
-        func = tool["function"]
+    for func in functions(ctx.inputs.tools):
         name = func["name"]
         schema = func.get("parameters", {})
         call_id_section, have_call_id = _call_id_between(ctx, suffix_inside=False)
@@ -355,8 +317,7 @@ def _tag_tagged_parser(ctx: _Context) -> PegParser:
     p, args_a = ctx.p, ctx.analysis.tools.arguments
     until_suffix = p.rule("until-suffix", p.until(args_a.value_suffix))
     tool_choice = p.choice()
-    for tool in _functions(ctx.inputs.tools):
-        func = tool["function"]
+    for func in functions(ctx.inputs.tools):
         name = func["name"]
         params = func.get("parameters", {})
         properties = params.get("properties", {})
@@ -364,7 +325,7 @@ def _tag_tagged_parser(ctx: _Context) -> PegParser:
 
         required_parsers, optional_parsers = [], []
         for param_name, param_schema in properties.items():
-            arg = _tagged_arg(ctx, name, param_name, param_schema, _resolves_to_string(param_schema, params),
+            arg = _tagged_arg(ctx, name, param_name, param_schema, resolves_to_string(param_schema, params),
                               until_suffix)
             named = p.rule(f"tool-{name}-arg-{param_name}", arg)
             (required_parsers if param_name in required else optional_parsers).append(named)
@@ -409,10 +370,8 @@ def build_parser(analysis: Autoparser, inputs: GenerationParams, generation_prom
                                     and analysis.reasoning.mode != ReasoningMode.NONE)
         ctx.reasoning_parser = _reasoning_parser(ctx)
         p.eps()  # upstream's `parser` placeholder, kept for the parser ids
-        has_tools = isinstance(inputs.tools, list) and bool(inputs.tools)
-        has_response_format = isinstance(inputs.json_schema, dict) and bool(inputs.json_schema)
         pure_content = analysis.reasoning.mode == ReasoningMode.NONE
-        if has_response_format:
+        if inputs.has_response_format():
             response_format = p.rule("response-format", p.content(
                 p.schema(p.json(), "response-format-schema", inputs.json_schema)))
             fenced = lambda: plus(lambda: p.literal("```json"), p.space, response_format, p.space,
@@ -420,7 +379,8 @@ def build_parser(analysis: Autoparser, inputs: GenerationParams, generation_prom
             bare = lambda: plus(p.space, response_format, p.space)
             parser = plus(ctx.reasoning_parser, p.space, lambda: p.choice([fenced(), bare()]), p.end)
             pure_content = False
-        elif has_tools and inputs.tool_choice != "none" and analysis.jinja_caps["supports_tool_calls"]:
+        elif (inputs.has_tools() and inputs.tool_choice != "none"
+              and analysis.jinja_caps["supports_tool_calls"]):
             parser = _tools_parser(ctx)
             pure_content = False
         else:
@@ -434,10 +394,8 @@ def build_parser(analysis: Autoparser, inputs: GenerationParams, generation_prom
 def generate_parser(tmpl: Template, inputs: GenerationParams, analysis: Autoparser) -> ChatParams:
     """peg_generator::generate_parser(): prompt, generation prompt, parser and grammar for one request."""
     data = ChatParams(
-        prompt=direct_apply(tmpl, inputs.messages, inputs.tools, inputs.add_generation_prompt,
-                            inputs.enable_thinking, inputs.extra_context, inputs.add_bos, inputs.add_eos),
-        generation_prompt=generation_prompt(tmpl, inputs.messages, inputs.tools, inputs.enable_thinking,
-                                            inputs.extra_context, inputs.add_bos, inputs.add_eos),
+        prompt=apply(tmpl, inputs),
+        generation_prompt=generation_prompt_of(tmpl, inputs),
         preserved_tokens=list(analysis.preserved_tokens),
         additional_stops=list(analysis.additional_stops),
     )
@@ -453,30 +411,38 @@ def generate_parser(tmpl: Template, inputs: GenerationParams, analysis: Autopars
                 gp += reasoning.end
             data.generation_prompt = gp
         if inputs.continue_final_message == "content":
-            data.generation_prompt += _render_content(msg)
+            data.generation_prompt += render_content(msg)
         data.prompt += data.generation_prompt
 
     parser = build_parser(analysis, inputs, parser_generation_prompt)
     data.parser = parser
 
     fmt = analysis.tools.format
-    has_tools = fmt.mode != ToolFormat.NONE and isinstance(inputs.tools, list) and bool(inputs.tools)
+    has_tools = fmt.mode != ToolFormat.NONE and inputs.has_tools()
     trigger_marker = fmt.section_start or fmt.per_call_start
-    has_response_format = isinstance(inputs.json_schema, dict) and bool(inputs.json_schema)
+    has_response_format = inputs.has_response_format()
     if has_response_format or (has_tools and ((inputs.tool_choice == "auto" and trigger_marker)
                                               or inputs.tool_choice == "required")):
         data.grammar_lazy = not has_response_format and inputs.tool_choice == "auto"
-
-        def add_rules(builder) -> None:
-            for tool in _functions(inputs.tools):
-                builder.resolve_refs(tool["function"].get("parameters", {}))
-            if has_response_format:
-                builder.resolve_refs(inputs.json_schema)
-            parser.build_grammar(builder, data.grammar_lazy)
-
-        data.grammar = build_grammar(add_rules)
+        schemas = [f.get("parameters", {}) for f in functions(inputs.tools)]
+        if has_response_format:
+            schemas.append(inputs.json_schema)
+        data.grammar = tool_grammar(parser, data.grammar_lazy, schemas)
         if data.grammar_lazy:
             data.grammar_triggers = [(GRAMMAR_TRIGGER_TYPE_WORD, trigger_marker)]
             if fmt.openai_wrapper_trigger:  # the model writes the OpenAI function wrapper
                 data.grammar_triggers.append((GRAMMAR_TRIGGER_TYPE_WORD, '{"type": "function",'))
     return data
+
+
+def tool_grammar(parser: PegArena, lazy: bool, schemas: Iterable[object]) -> str:
+    """build_grammar() around a chat parser: the tool (and response-format) schemas' refs resolved, in
+    order, then the parser's grammar, lazy or not."""
+    schemas = list(schemas)
+
+    def add_rules(builder) -> None:
+        for schema in schemas:
+            builder.resolve_refs(schema)
+        parser.build_grammar(builder, lazy)
+
+    return build_grammar(add_rules)

@@ -1,5 +1,8 @@
 """String helpers of b10621's differential autoparser (common/chat-auto-parser-helpers.{h,cpp}): whitespace
 trimming, marker segmentation, the marker-aware diff of two renders, and the template renders it compares.
+Also what the autoparser's generator and the specialized handlers (server/chat/specialized) share from
+common/chat.cpp: a request's renders, foreach_function, common_chat_msg::render_content and
+common_schema_info::resolves_to_string.
 
 b10621 works on UTF-8 bytes and std::isspace; these work on str with the same ASCII whitespace set, which
 gives the same substrings.
@@ -11,9 +14,14 @@ import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import TYPE_CHECKING
 
-from ..messages import normalize
+from ..caps import template_caps
+from ..messages import ChatMsg, normalize
 from ..template import TemplateError, render
+
+if TYPE_CHECKING:
+    from .generator import GenerationParams
 
 WHITESPACE = " \t\n\v\f\r"  # std::isspace in the C locale
 
@@ -213,11 +221,14 @@ class Template:
 
 def direct_apply(tmpl: Template, messages: list, tools: list | None, add_generation_prompt: bool,
                  enable_thinking: bool, extra_context: dict | None = None, add_bos: bool = False,
-                 add_eos: bool = False) -> str:
+                 add_eos: bool = False, normalize_messages: bool = True) -> str:
     """common_chat_template_direct_apply_impl(): the template rendered with b10621's context variables
-    (the extra context overrides them). Raises TemplateError when the template fails."""
-    ctx: dict = {"messages": normalize(messages, tmpl.caps), "bos_token": tmpl.bos_token,
-                 "eos_token": tmpl.eos_token, "enable_thinking": enable_thinking}
+    (the extra context overrides them). `normalize_messages` False: the messages are a messages override,
+    already in the template's shape, handed over as they are. Raises TemplateError when the template fails."""
+    if normalize_messages:
+        messages = normalize(messages, tmpl.caps or template_caps(tmpl.source))
+    ctx: dict = {"messages": messages, "bos_token": tmpl.bos_token, "eos_token": tmpl.eos_token,
+                 "enable_thinking": enable_thinking}
     if tools:
         ctx["tools"] = tools
     ctx.update(extra_context or {})
@@ -241,16 +252,37 @@ def direct_apply(tmpl: Template, messages: list, tools: list | None, add_generat
 
 
 def generation_prompt(tmpl: Template, messages: list, tools: list | None, enable_thinking: bool,
-                      extra_context: dict | None = None, add_bos: bool = False, add_eos: bool = False) -> str:
+                      extra_context: dict | None = None, add_bos: bool = False, add_eos: bool = False,
+                      normalize_messages: bool = True) -> str:
     """common_chat_template_generation_prompt(): what add_generation_prompt appends to the render."""
-    without = direct_apply(tmpl, messages, tools, False, enable_thinking, extra_context, add_bos, add_eos)
-    with_prompt = direct_apply(tmpl, messages, tools, True, enable_thinking, extra_context, add_bos, add_eos)
-    n = 0
-    for a, b in zip(without, with_prompt):
-        if a != b:
-            break
-        n += 1
-    return with_prompt[n:]
+    args = (enable_thinking, extra_context, add_bos, add_eos, normalize_messages)
+    without = direct_apply(tmpl, messages, tools, False, *args)
+    with_prompt = direct_apply(tmpl, messages, tools, True, *args)
+    return with_prompt[_common_prefix_len(without, with_prompt):]
+
+
+def _request_render(inputs: GenerationParams, messages: list | None, additional_context: dict | None) -> dict:
+    """The render arguments of a request: its messages, or a messages override (as it is), and its extra
+    context with `additional_context` over it."""
+    return {"messages": inputs.messages if messages is None else messages, "tools": inputs.tools,
+            "enable_thinking": inputs.enable_thinking,
+            "extra_context": {**(inputs.extra_context or {}), **(additional_context or {})},
+            "add_bos": inputs.add_bos, "add_eos": inputs.add_eos, "normalize_messages": messages is None}
+
+
+def apply(tmpl: Template, inputs: GenerationParams, messages: list | None = None,
+          additional_context: dict | None = None) -> str:
+    """common_chat_template_direct_apply_impl(tmpl, inputs, messages_override, additional_context): the
+    request rendered with its own add_generation_prompt."""
+    return direct_apply(tmpl, add_generation_prompt=inputs.add_generation_prompt,
+                        **_request_render(inputs, messages, additional_context))
+
+
+def generation_prompt_of(tmpl: Template, inputs: GenerationParams, messages: list | None = None,
+                         additional_context: dict | None = None) -> str:
+    """common_chat_template_generation_prompt_impl(): what add_generation_prompt appends to the request's
+    render."""
+    return generation_prompt(tmpl, **_request_render(inputs, messages, additional_context))
 
 
 @dataclass
@@ -295,3 +327,82 @@ def compare_variants(tmpl: Template, params_a: TemplateParams,
     if out_a == ERR_TMPL or out_b == ERR_TMPL:
         return None
     return CompareVariantsResult(calculate_diff_split(out_a, out_b), out_a, out_b)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Messages, tools and schemas
+
+
+def render_content(msg: ChatMsg) -> str:
+    """common_chat_msg::render_content(): the content, or its text parts joined by blank lines."""
+    if msg.content and msg.content_parts:
+        raise RuntimeError("Cannot specify both content and content_parts")
+    if msg.content:
+        return msg.content
+    return "\n\n".join(text for kind, text in msg.content_parts if kind == "text")
+
+
+def functions(tools: list | None) -> list[dict]:
+    """foreach_function(): the `function` objects of the tools of type "function"."""
+    return [t["function"] for t in tools or []
+            if isinstance(t, dict) and t.get("type") == "function" and "function" in t]
+
+
+def parameters(function: dict) -> list[tuple[str, object, bool]]:
+    """foreach_parameter(): (name, schema, required) of each property, in the schema's order."""
+    params = function.get("parameters")
+    if not isinstance(params, dict) or not isinstance(params.get("properties"), dict):
+        return []
+    required = params.get("required")
+    required = set(required) if isinstance(required, list) else set()
+    return [(name, prop, name in required) for name, prop in params["properties"].items()]
+
+
+_STRING_FORMATS = ("date", "time", "date-time", "uri", "email", "hostname", "ipv4", "ipv6", "uuid")
+
+
+def resolves_to_string(schema: object, root: object) -> bool:
+    """common_schema_info::resolves_to_string() after resolve_refs(root): some branch of the schema permits a
+    string (its type, a oneOf/anyOf alternative, all of an allOf, a string const or enum value, a string
+    keyword, a string format, a local $ref into `root`)."""
+    visited: set[str] = set()
+
+    def resolve(ref: str) -> object:
+        if not ref.startswith("#/"):
+            return None  # nothing fetched: b10621 resolves no remote schema here
+        target = root
+        for sel in ref[2:].split("/"):
+            if isinstance(target, dict) and sel in target:
+                target = target[sel]
+            elif isinstance(target, list) and sel.isdigit() and int(sel) < len(target):
+                target = target[int(sel)]
+            else:
+                return None
+        return target
+
+    def check(s: object) -> bool:
+        if not isinstance(s, dict):
+            return False
+        if "$ref" in s:
+            ref = s["$ref"]
+            if ref in visited:  # circular: assume not a string
+                return False
+            visited.add(ref)
+            return check(resolve(ref))
+        kind = s.get("type")
+        if kind == "string" or (isinstance(kind, list) and "string" in kind):
+            return True
+        if any(check(option) for key in ("oneOf", "anyOf") for option in s.get(key) or []):
+            return True
+        if "allOf" in s and all(check(c) for c in s["allOf"]):
+            return True
+        if isinstance(s.get("const"), str):
+            return True
+        if any(isinstance(v, str) for v in s.get("enum") or []):
+            return True
+        if "pattern" in s or "minLength" in s or "maxLength" in s:
+            return True
+        fmt = s.get("format")
+        return isinstance(fmt, str) and (fmt in _STRING_FORMATS or fmt.startswith("uuid"))
+
+    return check(schema)

@@ -15,18 +15,17 @@ Parsers are created in the order of b10621's GCC build (the operands of a C++ `a
 
 from __future__ import annotations
 
-from ...peg import plus
-from ..autoparser import GenerationParams
-from ..autoparser.helpers import Template
 from ..peg_chat import FORMAT_PEG_NATIVE, ChatPegBuilder, build_chat_peg_parser
 from ._handler_kit import (
     TRIGGER_WORD,
     ChatParams,
+    GenerationParams,
+    Template,
     apply,
+    continue_message,
     functions,
     generation_prompt_of,
-    has_tools,
-    render_content,
+    plus,
     tool_grammar,
 )
 
@@ -64,17 +63,11 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
             "system": TURN_START + SYSTEM,
         },
     )
-    tools = has_tools(inputs)
-    has_response_format = isinstance(inputs.json_schema, dict) and bool(inputs.json_schema)
+    tools = inputs.has_tools()
+    has_response_format = inputs.has_response_format()
     extract_reasoning = inputs.reasoning_format != "none"
     include_grammar = has_response_format or (tools and inputs.tool_choice != "none")
-
-    if inputs.has_continuation():
-        msg = inputs.continue_msg
-        data.generation_prompt = GEN_PREFIX + THINK_START + msg.reasoning_content
-        if inputs.continue_final_message == "content":
-            data.generation_prompt += THINK_END + TEXT_START + render_content(msg)
-        data.prompt += data.generation_prompt
+    continue_message(data, inputs, GEN_PREFIX + THINK_START, THINK_END + TEXT_START)
 
     def build(p: ChatPegBuilder):
         generation_prompt = p.literal(GEN_PREFIX)

@@ -17,18 +17,17 @@ from __future__ import annotations
 
 import copy
 
-from ...peg import plus
-from ..autoparser import GenerationParams
-from ..autoparser.helpers import Template
 from ..peg_chat import FORMAT_PEG_NATIVE, ChatPegBuilder, build_chat_peg_parser
 from ._handler_kit import (
     TRIGGER_WORD,
     ChatParams,
+    GenerationParams,
+    Template,
     apply,
+    continue_message,
     functions,
     generation_prompt_of,
-    has_tools,
-    render_content,
+    plus,
     resolves_to_string,
     tool_grammar,
 )
@@ -89,7 +88,7 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
     is_v4 = "function_calls" not in tmpl.source
     adjusted_messages = sort_tool_results(inputs.messages) if is_v4 else None
 
-    tools = has_tools(inputs)
+    tools = inputs.has_tools()
     has_response_format = isinstance(inputs.json_schema, dict)
     extract_reasoning = inputs.reasoning_format != "none"
     include_grammar = has_response_format or (tools and inputs.tool_choice != "none")
@@ -100,8 +99,8 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
     fc_end = "</" + DSML + tc_block + ">"
 
     data = ChatParams(
-        prompt=apply(tmpl, inputs, adjusted_messages, None, additional_context),
-        generation_prompt=generation_prompt_of(tmpl, inputs, adjusted_messages, None, additional_context),
+        prompt=apply(tmpl, inputs, adjusted_messages, additional_context),
+        generation_prompt=generation_prompt_of(tmpl, inputs, adjusted_messages, additional_context),
         format=FORMAT_PEG_NATIVE,
         supports_thinking=True,
         thinking_start_tag=THINK_START,
@@ -109,17 +108,10 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
         preserved_tokens=[DSML, THINK_START, THINK_END],
     )
 
-    if inputs.has_continuation():
-        msg = inputs.continue_msg
-        if is_v4 and not msg.reasoning_content:
-            data.generation_prompt = GEN_PROMPT + THINK_END
-            if inputs.continue_final_message == "content":
-                data.generation_prompt += render_content(msg)
-        else:
-            data.generation_prompt = GEN_PROMPT + THINK_START + msg.reasoning_content
-            if inputs.continue_final_message == "content":
-                data.generation_prompt += THINK_END + render_content(msg)
-        data.prompt += data.generation_prompt
+    if is_v4 and inputs.has_continuation() and not inputs.continue_msg.reasoning_content:
+        continue_message(data, inputs, GEN_PROMPT + THINK_END, "")
+    else:
+        continue_message(data, inputs, GEN_PROMPT + THINK_START, THINK_END)
 
     require_tools = inputs.tool_choice == "required"
     has_tool_calls = tools and inputs.tool_choice != "none"

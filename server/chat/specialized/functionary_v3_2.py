@@ -7,17 +7,16 @@ Parsers are created in the order of b10621's GCC build (the operands of a C++ `a
 
 from __future__ import annotations
 
-from ...peg import plus
-from ..autoparser import GenerationParams
-from ..autoparser.helpers import Template
 from ..peg_chat import FORMAT_PEG_NATIVE, ChatPegBuilder, build_chat_peg_parser
 from ._handler_kit import (
     TRIGGER_PATTERN,
     ChatParams,
+    GenerationParams,
+    Template,
     apply,
     functions,
     generation_prompt_of,
-    has_tools,
+    plus,
     render_content,
     tool_grammar,
 )
@@ -32,7 +31,7 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
         format=FORMAT_PEG_NATIVE,
         preserved_tokens=[">>>all"],
     )
-    tools = has_tools(inputs)
+    tools = inputs.has_tools()
     include_grammar = tools and inputs.tool_choice != "none"
 
     if inputs.has_continuation():

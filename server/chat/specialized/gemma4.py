@@ -15,11 +15,20 @@ import json
 import logging
 from dataclasses import replace
 
-from ...grammar.json_schema import build_grammar
-from ..autoparser.generator import GRAMMAR_TRIGGER_TYPE_WORD, ChatParams, GenerationParams
-from ..autoparser.helpers import Template
 from ..peg_chat import FORMAT_PEG_GEMMA4, ChatPegBuilder, build_chat_peg_parser
-from ._common_a import alt, apply, functions, generation_prompt, has_tools, plus, render_content
+from ._handler_kit import (
+    TRIGGER_WORD,
+    ChatParams,
+    GenerationParams,
+    Template,
+    alt,
+    apply,
+    continue_message,
+    functions,
+    generation_prompt_of,
+    plus,
+    tool_grammar,
+)
 
 log = logging.getLogger("mlxcel.chat")
 
@@ -126,7 +135,7 @@ def prepare(template_source: str, inputs: GenerationParams) -> GenerationParams:
 
 def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
     inputs = prepare(tmpl.source, inputs)
-    data = ChatParams(prompt=apply(tmpl, inputs), generation_prompt=generation_prompt(tmpl, inputs),
+    data = ChatParams(prompt=apply(tmpl, inputs), generation_prompt=generation_prompt_of(tmpl, inputs),
                       format=FORMAT_PEG_GEMMA4)
     if inputs.add_generation_prompt and data.prompt.endswith("<turn|>\n"):
         # after content + tool call the template opens no model turn, which keeps the model from its
@@ -140,15 +149,10 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
     data.thinking_end_tags = ["<channel|>"]
     data.preserved_tokens = ["<|channel>", "<channel|>", "<|tool_call>", "<tool_call|>", "<|turn>"]
 
-    if inputs.has_continuation():
-        msg = inputs.continue_msg
-        data.generation_prompt = "<|turn>model\n" if data.prompt.endswith("<turn|>\n") else ""
-        data.generation_prompt += "<|channel>thought\n" + msg.reasoning_content
-        if inputs.continue_final_message == "content":
-            data.generation_prompt += "<channel|>" + render_content(msg)
-        data.prompt += data.generation_prompt
+    turn = "<|turn>model\n" if data.prompt.endswith("<turn|>\n") else ""
+    continue_message(data, inputs, turn + "<|channel>thought\n", "<channel|>")
 
-    with_tools = has_tools(inputs)
+    with_tools = inputs.has_tools()
     with_response_format = isinstance(inputs.json_schema, dict)  # an empty object too
     include_grammar = with_response_format or (with_tools and inputs.tool_choice != "none")
     extract_reasoning = inputs.reasoning_format != "none"
@@ -211,8 +215,8 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
                 ]))
 
             tool_choice = p.choice()
-            for tool in functions(inputs.tools):
-                name = tool["function"]["name"]
+            for function in functions(inputs.tools):
+                name = function["name"]
                 tool_choice |= p.rule(f"tool-{name}", tool_parser(name))
 
             tool_call = p.trigger_rule("tool-call", p.repeat(
@@ -236,14 +240,9 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
 
     if include_grammar:
         data.grammar_lazy = not (with_response_format or (with_tools and inputs.tool_choice == "required"))
-
-        def add_rules(builder) -> None:
-            for tool in functions(inputs.tools):
-                builder.resolve_refs(tool["function"]["parameters"])
-            if with_response_format:
-                builder.resolve_refs(inputs.json_schema)
-            parser.build_grammar(builder, data.grammar_lazy)
-
-        data.grammar = build_grammar(add_rules)
-        data.grammar_triggers = [(GRAMMAR_TRIGGER_TYPE_WORD, "<|tool_call>")]
+        schemas = [f["parameters"] for f in functions(inputs.tools)]
+        if with_response_format:
+            schemas.append(inputs.json_schema)
+        data.grammar = tool_grammar(parser, data.grammar_lazy, schemas)
+        data.grammar_triggers = [(TRIGGER_WORD, "<|tool_call>")]
     return data

@@ -8,17 +8,16 @@ Parsers are created in the order of b10621's GCC build (the operands of a C++ `a
 
 from __future__ import annotations
 
-from ...peg import plus
-from ..autoparser import GenerationParams
-from ..autoparser.helpers import Template
 from ..peg_chat import FORMAT_PEG_NATIVE, ChatPegBuilder, build_chat_peg_parser
 from ._handler_kit import (
     TRIGGER_WORD,
     ChatParams,
+    GenerationParams,
+    Template,
     apply,
     functions,
     generation_prompt_of,
-    has_tools,
+    plus,
     render_content,
     tool_grammar,
 )
@@ -39,7 +38,7 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
         data.generation_prompt = GEN_PROMPT + render_content(inputs.continue_msg)
         data.prompt += data.generation_prompt
 
-    tools = has_tools(inputs)
+    tools = inputs.has_tools()
     include_grammar = tools and inputs.tool_choice != "none"
 
     def build(p: ChatPegBuilder):

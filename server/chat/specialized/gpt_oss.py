@@ -12,19 +12,19 @@ Parsers are created in the order b10621's GCC build creates them (their ids name
 
 from __future__ import annotations
 
-from ...grammar.json_schema import build_grammar
-from ..autoparser.generator import ChatParams, GenerationParams
-from ..autoparser.helpers import Template
 from ..peg_chat import FORMAT_PEG_NATIVE, ChatPegBuilder, build_chat_peg_parser
-from ._common_a import (
-    GRAMMAR_TRIGGER_TYPE_PATTERN,
+from ._handler_kit import (
+    TRIGGER_PATTERN,
+    ChatParams,
+    GenerationParams,
+    Template,
     alt,
     apply,
+    continue_message,
     functions,
-    generation_prompt,
-    has_tools,
+    generation_prompt_of,
     plus,
-    render_content,
+    tool_grammar,
 )
 
 TRIGGERS = [
@@ -59,7 +59,7 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
         if at >= 0:
             prompt = prompt[:at] + "<|end|>" + prompt[at + len("<|return|>"):]
 
-    data = ChatParams(prompt=prompt, generation_prompt=generation_prompt(tmpl, inputs, adjusted),
+    data = ChatParams(prompt=prompt, generation_prompt=generation_prompt_of(tmpl, inputs, adjusted),
                       format=FORMAT_PEG_NATIVE)
     # b10621 lists two system delimiters (developer, then system); a dict keeps the first
     data.message_delimiters = {"assistant": "<|start|>assistant", "user": "<|start|>user",
@@ -70,15 +70,10 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
     # needed to parse, so preserved even when no tool call is parsed
     data.preserved_tokens = ["<|channel|>", "<|constrain|>", "<|message|>", "<|start|>", "<|end|>"]
 
-    if inputs.has_continuation():
-        msg = inputs.continue_msg
-        data.generation_prompt = "<|start|>assistant<|channel|>analysis<|message|>" + msg.reasoning_content
-        if inputs.continue_final_message == "content":
-            data.generation_prompt += ("<|end|><|start|>assistant<|channel|>final<|message|>"
-                                       + render_content(msg))
-        data.prompt += data.generation_prompt
+    continue_message(data, inputs, "<|start|>assistant<|channel|>analysis<|message|>",
+                     "<|end|><|start|>assistant<|channel|>final<|message|>")
 
-    with_tools = has_tools(inputs)
+    with_tools = inputs.has_tools()
     with_response_format = isinstance(inputs.json_schema, dict)  # an empty object too
     include_grammar = with_response_format or (with_tools and inputs.tool_choice != "none")
     extract_reasoning = inputs.reasoning_format != "none"
@@ -138,9 +133,9 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
                 return tool_in_role | tool_in_channel
 
             tool_choice = p.choice()
-            for tool in functions(inputs.tools):
-                name = tool["function"]["name"]
-                tool_choice |= p.rule(f"tool-{name}", tool_parser(name, tool["function"]["parameters"]))
+            for function in functions(inputs.tools):
+                name = function["name"]
+                tool_choice |= p.rule(f"tool-{name}", tool_parser(name, function["parameters"]))
 
             tool_call = p.trigger_rule("tool-call", tool_choice)
             if inputs.tool_choice == "required":
@@ -154,14 +149,9 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
 
     if include_grammar:
         data.grammar_lazy = not (with_response_format or (with_tools and inputs.tool_choice == "required"))
-
-        def add_rules(builder) -> None:
-            for tool in functions(inputs.tools):
-                builder.resolve_refs(tool["function"]["parameters"])
-            if with_response_format:
-                builder.resolve_refs(inputs.json_schema)
-            parser.build_grammar(builder, data.grammar_lazy)
-
-        data.grammar = build_grammar(add_rules)
-        data.grammar_triggers = [(GRAMMAR_TRIGGER_TYPE_PATTERN, t) for t in TRIGGERS]
+        schemas = [f["parameters"] for f in functions(inputs.tools)]
+        if with_response_format:
+            schemas.append(inputs.json_schema)
+        data.grammar = tool_grammar(parser, data.grammar_lazy, schemas)
+        data.grammar_triggers = [(TRIGGER_PATTERN, t) for t in TRIGGERS]
     return data

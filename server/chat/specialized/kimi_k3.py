@@ -10,18 +10,17 @@ Parsers are created in the order of b10621's GCC build (the operands of a C++ `a
 
 from __future__ import annotations
 
-from ...peg import plus
-from ..autoparser import GenerationParams
-from ..autoparser.helpers import Template
 from ..peg_chat import FORMAT_PEG_NATIVE, ChatPegBuilder, build_chat_peg_parser
 from ._handler_kit import (
     TRIGGER_WORD,
     ChatParams,
+    GenerationParams,
+    Template,
     apply,
+    continue_message,
     functions,
     generation_prompt_of,
-    has_tools,
-    render_content,
+    plus,
     tool_grammar,
 )
 
@@ -59,16 +58,11 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
             "system": '<|open|>message role="system"',
         },
     )
-    tools = has_tools(inputs)
+    tools = inputs.has_tools()
     extract_reasoning = inputs.reasoning_format != "none"
     include_grammar = tools and inputs.tool_choice != "none"
 
-    if inputs.has_continuation():
-        msg = inputs.continue_msg
-        data.generation_prompt = MSG_START + THINK_START + msg.reasoning_content
-        if inputs.continue_final_message == "content":
-            data.generation_prompt += THINK_END + RESP_START + render_content(msg)
-        data.prompt += data.generation_prompt
+    continue_message(data, inputs, MSG_START + THINK_START, THINK_END + RESP_START)
 
     def build(p: ChatPegBuilder):
         end = p.end()

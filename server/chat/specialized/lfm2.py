@@ -8,18 +8,17 @@ Parsers are created in the order of b10621's GCC build (the operands of a C++ `a
 
 from __future__ import annotations
 
-from ...peg import plus
-from ..autoparser import GenerationParams
-from ..autoparser.helpers import Template
 from ..peg_chat import FORMAT_PEG_NATIVE, ChatPegBuilder, build_chat_peg_parser
 from ._handler_kit import (
     TRIGGER_WORD,
     ChatParams,
+    GenerationParams,
+    Template,
     apply,
+    continue_message,
     functions,
     generation_prompt_of,
-    has_tools,
-    render_content,
+    plus,
     tool_grammar,
 )
 
@@ -61,18 +60,13 @@ def params_init(tmpl: Template, inputs: GenerationParams, tool_list_tokens: bool
     if tool_list_tokens:
         data.preserved_tokens += [TOOL_LIST_START, TOOL_LIST_END]
 
-    tools = has_tools(inputs)
+    tools = inputs.has_tools()
     has_response_format = isinstance(inputs.json_schema, dict)
     # only a template that writes <think> has reasoning to extract
     extract_reasoning = inputs.reasoning_format != "none" and THINK_START in tmpl.source
     include_grammar = has_response_format or (tools and inputs.tool_choice != "none")
 
-    if inputs.has_continuation():
-        msg = inputs.continue_msg
-        data.generation_prompt = GEN_PROMPT + THINK_START + msg.reasoning_content
-        if inputs.continue_final_message == "content":
-            data.generation_prompt += THINK_END + render_content(msg)
-        data.prompt += data.generation_prompt
+    continue_message(data, inputs, GEN_PROMPT + THINK_START, THINK_END)
 
     def build(p: ChatPegBuilder):
         generation_prompt = p.literal(GEN_PROMPT)

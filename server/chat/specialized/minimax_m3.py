@@ -14,19 +14,18 @@ Parsers are created in the order of b10621's GCC build (the operands of a C++ `a
 
 from __future__ import annotations
 
-from ...peg import plus
-from ..autoparser import GenerationParams
-from ..autoparser.helpers import Template
 from ..peg_chat import FORMAT_PEG_MINIMAX_M3, ChatPegBuilder, build_chat_peg_parser
 from ..peg_mapper import ChatPegMinimaxM3Mapper as Mm3
 from ._handler_kit import (
     TRIGGER_WORD,
     ChatParams,
+    GenerationParams,
+    Template,
     apply,
+    continue_message,
     functions,
     generation_prompt_of,
-    has_tools,
-    render_content,
+    plus,
     resolves_to_string,
     tool_grammar,
 )
@@ -56,18 +55,13 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
     )
     for role, delimiter in MESSAGE_DELIMITERS:  # the first of each role: the system message renders under
         data.message_delimiters.setdefault(role, delimiter)  # ]~b]developer
-    tools = has_tools(inputs)
+    tools = inputs.has_tools()
     has_response_format = isinstance(inputs.json_schema, dict)
     extract_reasoning = inputs.reasoning_format != "none"
     include_grammar = has_response_format or (tools and inputs.tool_choice != "none")
     gen_prompt = data.generation_prompt
 
-    if inputs.has_continuation():
-        msg = inputs.continue_msg
-        data.generation_prompt = gen_prompt + THINK_START + msg.reasoning_content
-        if inputs.continue_final_message == "content":
-            data.generation_prompt += THINK_END + render_content(msg)
-        data.prompt += data.generation_prompt
+    continue_message(data, inputs, gen_prompt + THINK_START, THINK_END)
 
     def build(p: ChatPegBuilder):
         generation_prompt = p.prefix(gen_prompt, THINK_START)

@@ -10,18 +10,18 @@ Parsers are created in the order b10621's GCC build creates them (their ids name
 
 from __future__ import annotations
 
-from ...grammar.json_schema import build_grammar
-from ..autoparser.generator import GRAMMAR_TRIGGER_TYPE_WORD, ChatParams, GenerationParams
-from ..autoparser.helpers import Template
 from ..peg_chat import FORMAT_PEG_NATIVE, ChatPegBuilder, build_chat_peg_parser
-from ._common_a import (
+from ._handler_kit import (
+    TRIGGER_WORD,
+    ChatParams,
+    GenerationParams,
+    Template,
     apply,
+    continue_message,
     functions,
-    generation_prompt,
-    has_response_format,
-    has_tools,
+    generation_prompt_of,
     plus,
-    render_content,
+    tool_grammar,
 )
 
 
@@ -49,23 +49,19 @@ def adjust_messages(messages: list) -> list:
 
 def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
     adjusted = adjust_messages(inputs.messages)
-    with_tools = has_tools(inputs)
-    with_response_format = has_response_format(inputs)
+    with_tools = inputs.has_tools()
+    with_response_format = inputs.has_response_format()
     extract_reasoning = inputs.reasoning_format != "none"
 
     data = ChatParams(prompt=apply(tmpl, inputs, adjusted),
-                      generation_prompt=generation_prompt(tmpl, inputs, adjusted), format=FORMAT_PEG_NATIVE)
+                      generation_prompt=generation_prompt_of(tmpl, inputs, adjusted),
+                      format=FORMAT_PEG_NATIVE)
     data.supports_thinking = True
     data.thinking_start_tag = "[THINK]"
     data.thinking_end_tags = ["[/THINK]"]
     data.preserved_tokens = ["[THINK]", "[/THINK]", "[TOOL_CALLS]", "[ARGS]"]
 
-    if inputs.has_continuation():
-        msg = inputs.continue_msg
-        data.generation_prompt = "[THINK]" + msg.reasoning_content
-        if inputs.continue_final_message == "content":
-            data.generation_prompt += "[/THINK]" + render_content(msg)
-        data.prompt += data.generation_prompt
+    continue_message(data, inputs, "[THINK]", "[/THINK]")
 
     include_grammar = True
 
@@ -89,9 +85,9 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
                             lambda: p.tool_args(p.schema(p.json(), f"tool-{name}-schema", schema)))
 
             tool_choice = p.choice()
-            for tool in functions(inputs.tools):
-                name = tool["function"]["name"]
-                tool_choice |= p.rule(f"tool-{name}", tool_parser(name, tool["function"]["parameters"]))
+            for function in functions(inputs.tools):
+                name = function["name"]
+                tool_choice |= p.rule(f"tool-{name}", tool_parser(name, function["parameters"]))
             min_calls = 1 if inputs.tool_choice == "required" else 0
             max_calls = -1 if inputs.parallel_tool_calls else 1
             tool_calls = p.trigger_rule("tool-call",
@@ -106,14 +102,9 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
 
     if include_grammar:
         data.grammar_lazy = with_tools and inputs.tool_choice == "auto"
-
-        def add_rules(builder) -> None:
-            for tool in functions(inputs.tools):
-                builder.resolve_refs(tool["function"]["parameters"])
-            if with_response_format:
-                builder.resolve_refs(inputs.json_schema)
-            parser.build_grammar(builder, data.grammar_lazy)
-
-        data.grammar = build_grammar(add_rules)
-        data.grammar_triggers = [(GRAMMAR_TRIGGER_TYPE_WORD, "[TOOL_CALLS]")]
+        schemas = [f["parameters"] for f in functions(inputs.tools)]
+        if with_response_format:
+            schemas.append(inputs.json_schema)
+        data.grammar = tool_grammar(parser, data.grammar_lazy, schemas)
+        data.grammar_triggers = [(TRIGGER_WORD, "[TOOL_CALLS]")]
     return data

@@ -15,17 +15,16 @@ Parsers are created in the order of b10621's GCC build (the operands of a C++ `a
 
 from __future__ import annotations
 
-from ...peg import plus
-from ..autoparser import GenerationParams
-from ..autoparser.helpers import Template
 from ..peg_chat import FORMAT_PEG_NATIVE, ChatPegBuilder, build_chat_peg_parser
 from ._handler_kit import (
     TRIGGER_PATTERN,
     ChatParams,
+    GenerationParams,
+    Template,
     apply,
+    continue_message,
     functions,
-    has_tools,
-    render_content,
+    plus,
     resolves_to_string,
     tool_grammar,
 )
@@ -52,15 +51,11 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
             "tool": "<|start|>tool",
         },
     )
-    if inputs.has_continuation():
-        msg = inputs.continue_msg
-        data.generation_prompt = "<|start|>assistant to=self<|message|>" + msg.reasoning_content
-        if inputs.continue_final_message == "content":
-            data.generation_prompt += "<|eom|><|start|>assistant to=user<|message|>" + render_content(msg)
-        data.prompt += data.generation_prompt
+    continue_message(data, inputs, "<|start|>assistant to=self<|message|>",
+                     "<|eom|><|start|>assistant to=user<|message|>")
 
     extract_reasoning = inputs.reasoning_format != "none"
-    tools = has_tools(inputs)
+    tools = inputs.has_tools()
     include_grammar = tools and inputs.tool_choice != "none"  # a grammar whenever tools are offered
 
     def build(p: ChatPegBuilder):

@@ -16,21 +16,21 @@ Parsers are created in the order b10621's GCC build creates them (their ids name
 
 from __future__ import annotations
 
-from ...grammar.json_schema import build_grammar
-from ..autoparser.generator import GRAMMAR_TRIGGER_TYPE_WORD, ChatParams, GenerationParams
-from ..autoparser.helpers import Template
 from ..peg_chat import FORMAT_PEG_NATIVE, ChatPegBuilder, build_chat_peg_parser
-from ._common_a import (
+from ._handler_kit import (
+    TRIGGER_WORD,
+    ChatParams,
+    GenerationParams,
+    Template,
     alt,
     apply,
     functions,
-    generation_prompt,
-    has_response_format,
-    has_tools,
+    generation_prompt_of,
     parameters,
     plus,
     render_content,
     resolves_to_string,
+    tool_grammar,
 )
 
 GEN_PREFIX = "<|im_start|>assistant\n"
@@ -38,7 +38,7 @@ ARG_CLOSE = "\n</parameter>\n"
 
 
 def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
-    data = ChatParams(prompt=apply(tmpl, inputs), generation_prompt=generation_prompt(tmpl, inputs),
+    data = ChatParams(prompt=apply(tmpl, inputs), generation_prompt=generation_prompt_of(tmpl, inputs),
                       format=FORMAT_PEG_NATIVE)
     supports_reasoning = "<think>" in tmpl.source
     data.supports_thinking = supports_reasoning
@@ -54,8 +54,8 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
                                "tool": "<|im_start|>user\n<tool_response>",
                                "user": "<|im_start|>user", "system": "<|im_start|>system"}
 
-    with_tools = has_tools(inputs)
-    with_response_format = has_response_format(inputs)
+    with_tools = inputs.has_tools()
+    with_response_format = inputs.has_response_format()
     extract_reasoning = inputs.reasoning_format != "none"
     include_grammar = with_response_format or (with_tools and inputs.tool_choice != "none")
 
@@ -72,8 +72,7 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
 
     # the whole <function=NAME> opener also starts a call, for models that leave out <tool_call>: a
     # hallucinated name beats constraining on "<function", which may be content (#include <functional>)
-    tool_call_starts = ["<tool_call>"] + [f"<function={t['function']['name']}>"
-                                          for t in functions(inputs.tools)]
+    tool_call_starts = ["<tool_call>"] + [f"<function={f['name']}>" for f in functions(inputs.tools)]
 
     def build(p: ChatPegBuilder):
         gen_prefix = p.literal(GEN_PREFIX)
@@ -117,9 +116,9 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
                     lambda: p.tool_args(args), lambda: p.tool_close(p.literal("</function>\n"))))
 
             tool_choice = p.choice()
-            for tool in functions(inputs.tools):
-                name = tool["function"]["name"]
-                tool_choice |= p.rule(f"tool-{name}", tool_parser(name, tool["function"]))
+            for function in functions(inputs.tools):
+                name = function["name"]
+                tool_choice |= p.rule(f"tool-{name}", tool_parser(name, function))
 
             min_calls = 1 if inputs.tool_choice == "required" else 0
             # Qwen3-Coder models may leave out the first <tool_call>
@@ -140,15 +139,10 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
 
     if include_grammar:
         data.grammar_lazy = with_tools and inputs.tool_choice == "auto"
-
-        def add_rules(builder) -> None:
-            for tool in functions(inputs.tools):
-                builder.resolve_refs(tool["function"].get("parameters", {}))
-            if with_response_format:
-                builder.resolve_refs(inputs.json_schema)
-            parser.build_grammar(builder, data.grammar_lazy)
-
-        data.grammar = build_grammar(add_rules)
+        schemas = [f.get("parameters", {}) for f in functions(inputs.tools)]
+        if with_response_format:
+            schemas.append(inputs.json_schema)
+        data.grammar = tool_grammar(parser, data.grammar_lazy, schemas)
         if data.grammar_lazy:
-            data.grammar_triggers = [(GRAMMAR_TRIGGER_TYPE_WORD, start) for start in tool_call_starts]
+            data.grammar_triggers = [(TRIGGER_WORD, start) for start in tool_call_starts]
     return data
