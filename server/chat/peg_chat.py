@@ -124,6 +124,20 @@ class ChatPegBuilder(PegBuilder):
 
         return remaining_of((1 << len(parsers)) - 1)
 
+    def required_then_any_optional(self, required: Sequence[PegParser],
+                                   optional: Sequence[PegParser]) -> PegParser:
+        """The required parsers in their order with space() between them, then any number of the optional
+        ones, in any order, each after space() (the arguments of the tagged tool-call formats)."""
+        parser = self.eps()
+        for i, element in enumerate(required):
+            if i > 0:
+                parser = parser + self.space()
+            parser = parser + element
+        if optional:
+            any_optional = self.choice_of(optional)
+            parser = parser + self.repeat(self.space() + any_optional, 0, -1)
+        return parser
+
     def prefix(self, s: str, delimiter: str = "") -> PegParser:
         """A literal of `s` up to `delimiter` (all of it when absent)."""
         if not s:
@@ -200,12 +214,13 @@ class ChatPegBuilder(PegBuilder):
     def _build_json_tools_function_is_key(self, tools: list, args_key: str, effective_args_key: str,
                                           call_id_key: str, gen_call_id_key: str) -> PegParser:
         """{"<name>": {ids..., "<args_key>": {...}}}, or {"<name>": {...}} without args_key nor ids."""
-        tool_choices = self.choice()
-        for name, params in _functions(tools):
-            tool_parser = self._json_tool_function_is_key(name, params, args_key, effective_args_key,
-                                                          call_id_key, gen_call_id_key)
-            tool_choices = tool_choices | self.rule(f"tool-{name}", tool_parser)
-        return tool_choices
+        return self._tool_rules(tools, lambda name, params: self._json_tool_function_is_key(
+            name, params, args_key, effective_args_key, call_id_key, gen_call_id_key))
+
+    def _tool_rules(self, tools: list, tool_parser: Callable[[str, object], PegParser]) -> PegParser:
+        """foreach_function: the choice of a rule `tool-<name>` per function, around tool_parser(name,
+        parameters)."""
+        return self.choice_of(_functions(tools), lambda f: self.rule(f"tool-{f[0]}", tool_parser(*f)))
 
     def _optional_id_field(self, key: str, numbers: bool) -> PegParser:
         """An id field and its comma, all optional (function_is_key layout)."""
@@ -246,16 +261,12 @@ class ChatPegBuilder(PegBuilder):
     def _build_json_tools_nested_keys(self, tools: list, effective_name_key: str, effective_args_key: str,
                                       call_id_key: str, gen_call_id_key: str) -> PegParser:
         """{ids..., "<prefix>": {"<name field>": "<name>", "<args field>": {...}}} for dotted keys."""
-        tool_choices = self.choice()
         name_spec, args_spec = _key_spec(effective_name_key), _key_spec(effective_args_key)
         nested_prefix = name_spec[0] or args_spec[0]
         name_field = name_spec[1] if name_spec[0] else effective_name_key
         args_field = args_spec[1] if args_spec[0] else effective_args_key
-        for name, params in _functions(tools):
-            tool_parser = self._json_tool_nested(name, params, nested_prefix, name_field, args_field,
-                                                 call_id_key, gen_call_id_key)
-            tool_choices = tool_choices | self.rule(f"tool-{name}", tool_parser)
-        return tool_choices
+        return self._tool_rules(tools, lambda name, params: self._json_tool_nested(
+            name, params, nested_prefix, name_field, args_field, call_id_key, gen_call_id_key))
 
     def _json_tool_nested(self, name: str, params, nested_prefix: str, name_field: str, args_field: str,
                           call_id_key: str, gen_call_id_key: str) -> PegParser:
@@ -336,9 +347,8 @@ class ChatPegBuilder(PegBuilder):
             return self.eps()
         section_start = markers.get("tool_call_start_marker", "<tool_call>")
         section_end = markers.get("tool_call_end_marker", "</tool_call>")
-        tool_choices = self.choice()
-        for name, params in _functions(tools):
-            tool_choices = tool_choices | self.rule(f"tool-{name}", self._constructed_tool(name, params, markers))
+        tool_choices = self._tool_rules(tools,
+                                        lambda name, params: self._constructed_tool(name, params, markers))
         if parallel_tool_calls:
             body = plus(lambda: self.literal(section_start), self.space,
                         lambda: self.one_or_more(tool_choices + self.space()),
@@ -352,9 +362,7 @@ class ChatPegBuilder(PegBuilder):
     def _constructed_tool(self, name: str, params, markers: dict[str, str]) -> PegParser:
         args = self.eps()
         if _properties(params):
-            arg_choice = self.choice()
-            for prop_name in _properties(params):
-                arg_choice = arg_choice | self._constructed_arg(prop_name, markers)
+            arg_choice = self.choice_of(_properties(params), lambda key: self._constructed_arg(key, markers))
             args = self.zero_or_more(arg_choice + self.space())
         return self.tool(plus(
             lambda: self.tool_open(plus(lambda: self.literal(markers.get("function_opener", "<function=")),
@@ -401,10 +409,8 @@ class ChatPegBuilder(PegBuilder):
         """[name(arg1="value1", arg2=123), ...] (LFM2); allow_json_literals also takes true/false/null."""
         if not isinstance(tools, list) or not tools:
             return self.eps()
-        tool_choices = self.choice()
-        for name, params in _functions(tools):
-            tool_parser = self._python_style_tool(name, params, allow_json_literals)
-            tool_choices = tool_choices | self.rule(f"tool-{name}", tool_parser)
+        tool_choices = self._tool_rules(
+            tools, lambda name, params: self._python_style_tool(name, params, allow_json_literals))
         if parallel_tool_calls:
             return plus("[", self.space, tool_choices,
                         lambda: self.zero_or_more("," + self.space() + tool_choices), self.space, "]")
@@ -413,9 +419,8 @@ class ChatPegBuilder(PegBuilder):
     def _python_style_tool(self, name: str, params, allow_json_literals: bool) -> PegParser:
         args = self.eps()
         if _properties(params):
-            arg_choice = self.choice()
-            for prop_name, prop_def in _properties(params).items():
-                arg_choice = arg_choice | self._python_style_arg(prop_name, prop_def, allow_json_literals)
+            arg_choice = self.choice_of(_properties(params).items(),
+                                        lambda prop: self._python_style_arg(*prop, allow_json_literals))
             args = arg_choice + self.zero_or_more("," + self.space() + arg_choice)
         return self.tool(plus(
             lambda: self.tool_open(plus(lambda: self.tool_name(self.literal(name)),

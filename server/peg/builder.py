@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 from .arena import PegArena
 from .parsers import (
@@ -43,6 +44,8 @@ from .parsers import (
 )
 
 _INVALID_RULE_CHARS = re.compile(r"[^a-zA-Z0-9-]+")
+
+T = TypeVar("T")
 
 
 class PegParser:
@@ -145,6 +148,14 @@ class PegBuilder:
             else:
                 children.append(child_id)
         return self._add(ChoiceParser(children))
+
+    def choice_of(self, items: Iterable[T], make: Callable[[T], PegParser] | None = None) -> PegParser:
+        """C++ `auto c = choice(); for (item : items) c |= make(item);`: an empty choice, then a new choice
+        per item (make(item), or the item itself, built after the choice before it), with the C++'s ids."""
+        result = self.choice()
+        for item in items:
+            result = result | (item if make is None else make(item))
+        return result
 
     def one_or_more(self, p: ParserRef) -> PegParser:
         return self.repeat(p, 1, -1)

@@ -278,16 +278,17 @@ def _tool_calls_section(ctx: _Context, tool_choice: PegParser, tagged: bool) -> 
 
 def _tag_json_parser(ctx: _Context) -> PegParser:
     p, t = ctx.p, ctx.analysis.tools
-    tool_choice = p.choice()
-    for func in functions(ctx.inputs.tools):
+
+    def tool_rule(func: dict) -> PegParser:
         name = func["name"]
         schema = func.get("parameters", {})
         call_id_section, have_call_id = _call_id_between(ctx, suffix_inside=False)
         args = _with_args_markers(ctx, p.tool_args(p.schema(p.json(), f"tool-{name}-schema", schema)))
         atomic_peek = p.peek(p.literal(t.arguments.start)) if t.arguments.start else None
         func_parser = _func_parser(ctx, name, call_id_section, have_call_id, args, atomic_peek)
-        tool_choice = tool_choice | p.rule(f"tool-{name}", func_parser)
-    return _tool_calls_section(ctx, tool_choice, tagged=False)
+        return p.rule(f"tool-{name}", func_parser)
+
+    return _tool_calls_section(ctx, p.choice_of(functions(ctx.inputs.tools), tool_rule), tagged=False)
 
 
 def _tagged_arg(ctx: _Context, name: str, param_name: str, param_schema: object, is_string: bool,
@@ -316,8 +317,8 @@ def _tagged_arg(ctx: _Context, name: str, param_name: str, param_schema: object,
 def _tag_tagged_parser(ctx: _Context) -> PegParser:
     p, args_a = ctx.p, ctx.analysis.tools.arguments
     until_suffix = p.rule("until-suffix", p.until(args_a.value_suffix))
-    tool_choice = p.choice()
-    for func in functions(ctx.inputs.tools):
+
+    def tool_rule(func: dict) -> PegParser:
         name = func["name"]
         params = func.get("parameters", {})
         properties = params.get("properties", {})
@@ -330,18 +331,7 @@ def _tag_tagged_parser(ctx: _Context) -> PegParser:
             named = p.rule(f"tool-{name}-arg-{param_name}", arg)
             (required_parsers if param_name in required else optional_parsers).append(named)
 
-        # the required arguments in their order, then the optional ones in any order
-        args = p.eps()
-        for i, parser in enumerate(required_parsers):
-            if i > 0:
-                args = args + p.space()
-            args = args + parser
-        if optional_parsers:
-            any_optional = p.choice()
-            for parser in optional_parsers:
-                any_optional = any_optional | parser
-            args = args + p.repeat(p.space() + any_optional, 0, -1)
-        args = _with_args_markers(ctx, args)
+        args = _with_args_markers(ctx, p.required_then_any_optional(required_parsers, optional_parsers))
 
         call_id_section, have_call_id = _call_id_between(ctx, suffix_inside=True)
         # peek for an argument tag only when required arguments must follow: with all of them optional the
@@ -349,8 +339,9 @@ def _tag_tagged_parser(ctx: _Context) -> PegParser:
         atomic_peek = (p.peek(p.literal(args_a.name_prefix)) if args_a.name_prefix and required_parsers
                        else None)
         func_parser = _func_parser(ctx, name, call_id_section, have_call_id, args, atomic_peek)
-        tool_choice = tool_choice | p.rule(f"tool-{name}", func_parser)
-    return _tool_calls_section(ctx, tool_choice, tagged=True)
+        return p.rule(f"tool-{name}", func_parser)
+
+    return _tool_calls_section(ctx, p.choice_of(functions(ctx.inputs.tools), tool_rule), tagged=True)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -414,8 +405,7 @@ def generate_parser(tmpl: Template, inputs: GenerationParams, analysis: Autopars
             data.generation_prompt += render_content(msg)
         data.prompt += data.generation_prompt
 
-    parser = build_parser(analysis, inputs, parser_generation_prompt)
-    data.parser = parser
+    data.parser = build_parser(analysis, inputs, parser_generation_prompt)
 
     fmt = analysis.tools.format
     has_tools = fmt.mode != ToolFormat.NONE and inputs.has_tools()
@@ -423,16 +413,25 @@ def generate_parser(tmpl: Template, inputs: GenerationParams, analysis: Autopars
     has_response_format = inputs.has_response_format()
     if has_response_format or (has_tools and ((inputs.tool_choice == "auto" and trigger_marker)
                                               or inputs.tool_choice == "required")):
-        data.grammar_lazy = not has_response_format and inputs.tool_choice == "auto"
+        lazy = not has_response_format and inputs.tool_choice == "auto"
         schemas = [f.get("parameters", {}) for f in functions(inputs.tools)]
         if has_response_format:
             schemas.append(inputs.json_schema)
-        data.grammar = tool_grammar(parser, data.grammar_lazy, schemas)
-        if data.grammar_lazy:
-            data.grammar_triggers = [(GRAMMAR_TRIGGER_TYPE_WORD, trigger_marker)]
+        triggers = []
+        if lazy:
+            triggers.append((GRAMMAR_TRIGGER_TYPE_WORD, trigger_marker))
             if fmt.openai_wrapper_trigger:  # the model writes the OpenAI function wrapper
-                data.grammar_triggers.append((GRAMMAR_TRIGGER_TYPE_WORD, '{"type": "function",'))
+                triggers.append((GRAMMAR_TRIGGER_TYPE_WORD, '{"type": "function",'))
+        add_grammar(data, lazy, schemas, triggers)
     return data
+
+
+def add_grammar(data: ChatParams, lazy: bool, schemas: Iterable[object],
+                triggers: list[tuple[int, str]]) -> None:
+    """The grammar of `data.parser` (tool_grammar()), lazy or not, and the triggers that start it."""
+    data.grammar_lazy = lazy
+    data.grammar = tool_grammar(data.parser, lazy, schemas)
+    data.grammar_triggers = triggers
 
 
 def tool_grammar(parser: PegArena, lazy: bool, schemas: Iterable[object]) -> str:

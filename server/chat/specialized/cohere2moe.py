@@ -15,18 +15,17 @@ Parsers are created in the order of b10621's GCC build (the operands of a C++ `a
 
 from __future__ import annotations
 
-from ..peg_chat import FORMAT_PEG_NATIVE, ChatPegBuilder, build_chat_peg_parser
+from ..peg_chat import ChatPegBuilder, build_chat_peg_parser
 from ._handler_kit import (
     TRIGGER_WORD,
     ChatParams,
     GenerationParams,
     Template,
-    apply,
+    add_grammar,
+    chat_params,
     continue_message,
     functions,
-    generation_prompt_of,
     plus,
-    tool_grammar,
 )
 
 TURN_START = "<|START_OF_TURN_TOKEN|>"
@@ -46,10 +45,8 @@ GEN_PREFIX = TURN_START + CHATBOT  # the stable part of the generation prompt, b
 
 
 def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
-    data = ChatParams(
-        prompt=apply(tmpl, inputs),
-        generation_prompt=generation_prompt_of(tmpl, inputs),
-        format=FORMAT_PEG_NATIVE,
+    data = chat_params(
+        tmpl, inputs,
         supports_thinking=True,
         thinking_start_tag=THINK_START,
         thinking_end_tags=[THINK_END],
@@ -106,13 +103,11 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
         body = tool_calls if require_tools else p.choice([tool_calls, text_content])
         return plus(generation_prompt, reasoning, body, lambda: p.optional(p.literal(TURN_END)), end)
 
-    parser = build_chat_peg_parser(build)
-    data.parser = parser
+    data.parser = build_chat_peg_parser(build)
     if include_grammar:
-        data.grammar_lazy = not has_response_format and inputs.tool_choice == "auto"
         schemas = [f["parameters"] for f in functions(inputs.tools)]
         if has_response_format:
             schemas.append(inputs.json_schema)
-        data.grammar = tool_grammar(parser, data.grammar_lazy, schemas)
-        data.grammar_triggers = [(TRIGGER_WORD, ACTION_START)]
+        add_grammar(data, not has_response_format and inputs.tool_choice == "auto", schemas,
+                    [(TRIGGER_WORD, ACTION_START)])
     return data

@@ -17,19 +17,18 @@ from __future__ import annotations
 
 import copy
 
-from ..peg_chat import FORMAT_PEG_NATIVE, ChatPegBuilder, build_chat_peg_parser
+from ..peg_chat import ChatPegBuilder, build_chat_peg_parser
 from ._handler_kit import (
     TRIGGER_WORD,
     ChatParams,
     GenerationParams,
     Template,
-    apply,
+    add_grammar,
+    chat_params,
     continue_message,
     functions,
-    generation_prompt_of,
     plus,
     resolves_to_string,
-    tool_grammar,
 )
 
 DSML = "｜DSML｜"
@@ -98,10 +97,8 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
     fc_start = "<" + DSML + tc_block + ">"
     fc_end = "</" + DSML + tc_block + ">"
 
-    data = ChatParams(
-        prompt=apply(tmpl, inputs, adjusted_messages, additional_context),
-        generation_prompt=generation_prompt_of(tmpl, inputs, adjusted_messages, additional_context),
-        format=FORMAT_PEG_NATIVE,
+    data = chat_params(
+        tmpl, inputs, adjusted_messages, additional_context,
         supports_thinking=True,
         thinking_start_tag=THINK_START,
         thinking_end_tags=[THINK_END, fc_start],
@@ -121,10 +118,8 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
         end = p.end()
 
         # the tool call section comes first: the reasoning may need it
-        tool_choice = p.choice()
-        if has_tool_calls:
-            for function in functions(inputs.tools):
-                tool_choice = tool_choice | _tool_parser(p, function)
+        tool_choice = p.choice_of(functions(inputs.tools) if has_tool_calls else [],
+                                  lambda f: _tool_parser(p, f))
 
         tool_calls = p.eps()
         if inputs.parallel_tool_calls:
@@ -176,15 +171,12 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
                         lambda: reasoning_with_tc | (reasoning + content_before_tools + tool_calls), end)
         return plus(generation_prompt, reasoning, content_before_tools, tool_calls, end)
 
-    parser = build_chat_peg_parser(build)
-    data.parser = parser
+    data.parser = build_chat_peg_parser(build)
     if include_grammar:
-        data.grammar_lazy = tools and not require_tools
         schemas = [f.get("parameters", {}) for f in functions(inputs.tools)]
         if has_response_format:
             schemas.append(inputs.json_schema)
-        data.grammar = tool_grammar(parser, data.grammar_lazy, schemas)
-        data.grammar_triggers = [(TRIGGER_WORD, fc_start)]
+        add_grammar(data, tools and not require_tools, schemas, [(TRIGGER_WORD, fc_start)])
     return data
 
 
@@ -201,17 +193,7 @@ def _tool_parser(p: ChatPegBuilder, function: dict):
         named_arg = _arg_parser(p, name, param_name, param_schema, resolves_to_string(param_schema, params))
         (required_parsers if param_name in required else optional_parsers).append(named_arg)
 
-    args_seq = p.eps()
-    for i, parser in enumerate(required_parsers):
-        if i > 0:
-            args_seq = args_seq + p.space()
-        args_seq = args_seq + parser
-    if optional_parsers:
-        any_opt = p.choice()
-        for parser in optional_parsers:
-            any_opt = any_opt | parser
-        args_seq = args_seq + p.repeat(p.space() + any_opt, 0, -1)
-
+    args_seq = p.required_then_any_optional(required_parsers, optional_parsers)
     func_parser = p.tool(plus(
         lambda: p.tool_open(plus(lambda: p.literal(INVOKE_START + ' name="'), lambda: p.tool_name(p.literal(name)),
                                lambda: p.literal('">\n'))),

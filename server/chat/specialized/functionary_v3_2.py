@@ -7,28 +7,25 @@ Parsers are created in the order of b10621's GCC build (the operands of a C++ `a
 
 from __future__ import annotations
 
-from ..peg_chat import FORMAT_PEG_NATIVE, ChatPegBuilder, build_chat_peg_parser
+from ..peg_chat import ChatPegBuilder, build_chat_peg_parser
 from ._handler_kit import (
     TRIGGER_PATTERN,
     ChatParams,
     GenerationParams,
     Template,
-    apply,
+    add_grammar,
+    chat_params,
     functions,
-    generation_prompt_of,
     plus,
     render_content,
-    tool_grammar,
 )
 
 GEN_PROMPT = "<|start_header_id|>assistant<|end_header_id|>\n\n>>>"
 
 
 def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
-    data = ChatParams(
-        prompt=apply(tmpl, inputs),
-        generation_prompt=generation_prompt_of(tmpl, inputs),
-        format=FORMAT_PEG_NATIVE,
+    data = chat_params(
+        tmpl, inputs,
         preserved_tokens=[">>>all"],
     )
     tools = inputs.has_tools()
@@ -47,9 +44,7 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
         if not tools or inputs.tool_choice == "none":
             return plus(generation_prompt, content_until_end, p.end)
 
-        tool_choice = p.choice()
-        for function in functions(inputs.tools):
-            tool_choice = tool_choice | _tool_parser(p, function)
+        tool_choice = p.choice_of(functions(inputs.tools), lambda f: _tool_parser(p, f))
 
         content_only = content_until_end
         tools_only = p.trigger_rule("tools", p.one_or_more(tool_choice))
@@ -68,13 +63,11 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
             ret = plus(lambda: p.choice([content_and_tool, content_only, tool_choice]), p.end)
         return generation_prompt + ret
 
-    parser = build_chat_peg_parser(build)
-    data.parser = parser
+    data.parser = build_chat_peg_parser(build)
     if include_grammar:
-        data.grammar_lazy = inputs.tool_choice == "auto"
-        data.grammar = tool_grammar(parser, data.grammar_lazy, (f["parameters"] for f in functions(inputs.tools)))
-        # a recipient other than "all" after the generation prompt's ">>>"
-        data.grammar_triggers = [(TRIGGER_PATTERN, ">>>(?!all)")]
+        # triggered by a recipient other than "all" after the generation prompt's ">>>"
+        add_grammar(data, inputs.tool_choice == "auto", (f["parameters"] for f in functions(inputs.tools)),
+                    [(TRIGGER_PATTERN, ">>>(?!all)")])
     return data
 
 

@@ -21,13 +21,12 @@ from ._handler_kit import (
     ChatParams,
     GenerationParams,
     Template,
+    add_grammar,
     alt,
-    apply,
+    chat_params,
     continue_message,
     functions,
-    generation_prompt_of,
     plus,
-    tool_grammar,
 )
 
 log = logging.getLogger("mlxcel.chat")
@@ -135,8 +134,7 @@ def prepare(template_source: str, inputs: GenerationParams) -> GenerationParams:
 
 def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
     inputs = prepare(tmpl.source, inputs)
-    data = ChatParams(prompt=apply(tmpl, inputs), generation_prompt=generation_prompt_of(tmpl, inputs),
-                      format=FORMAT_PEG_GEMMA4)
+    data = chat_params(tmpl, inputs, format=FORMAT_PEG_GEMMA4)
     if inputs.add_generation_prompt and data.prompt.endswith("<turn|>\n"):
         # after content + tool call the template opens no model turn, which keeps the model from its
         # reasoning sequence
@@ -214,10 +212,8 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
                     p.tool_args(p.ref("gemma4-dict")),
                 ]))
 
-            tool_choice = p.choice()
-            for function in functions(inputs.tools):
-                name = function["name"]
-                tool_choice |= p.rule(f"tool-{name}", tool_parser(name))
+            tool_choice = p.choice_of(functions(inputs.tools),
+                                      lambda f: p.rule(f"tool-{f['name']}", tool_parser(f["name"])))
 
             tool_call = p.trigger_rule("tool-call", p.repeat(
                 "<|tool_call>call:" + tool_choice + "<tool_call|>",
@@ -235,14 +231,11 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
         message = p.rule("message", thought + content)
         return start + p.one_or_more(message)
 
-    parser = build_chat_peg_parser(build)
-    data.parser = parser
-
+    data.parser = build_chat_peg_parser(build)
     if include_grammar:
-        data.grammar_lazy = not (with_response_format or (with_tools and inputs.tool_choice == "required"))
         schemas = [f["parameters"] for f in functions(inputs.tools)]
         if with_response_format:
             schemas.append(inputs.json_schema)
-        data.grammar = tool_grammar(parser, data.grammar_lazy, schemas)
-        data.grammar_triggers = [(TRIGGER_WORD, "<|tool_call>")]
+        add_grammar(data, not (with_response_format or (with_tools and inputs.tool_choice == "required")),
+                    schemas, [(TRIGGER_WORD, "<|tool_call>")])
     return data

@@ -8,18 +8,17 @@ Parsers are created in the order of b10621's GCC build (the operands of a C++ `a
 
 from __future__ import annotations
 
-from ..peg_chat import FORMAT_PEG_NATIVE, ChatPegBuilder, build_chat_peg_parser
+from ..peg_chat import ChatPegBuilder, build_chat_peg_parser
 from ._handler_kit import (
     TRIGGER_WORD,
     ChatParams,
     GenerationParams,
     Template,
-    apply,
+    add_grammar,
+    chat_params,
     functions,
-    generation_prompt_of,
     plus,
     render_content,
-    tool_grammar,
 )
 
 TOOL_CALL_START_PREFIX = "<|message_sep|>\n\nfunction call<|role_sep|>\n"
@@ -27,10 +26,8 @@ GEN_PROMPT = "assistant<|role_sep|>\n"
 
 
 def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
-    data = ChatParams(
-        prompt=apply(tmpl, inputs),
-        generation_prompt=generation_prompt_of(tmpl, inputs),
-        format=FORMAT_PEG_NATIVE,
+    data = chat_params(
+        tmpl, inputs,
         supports_thinking=False,
         preserved_tokens=["<|message_sep|>\n\n", "<|role_sep|>\n"],
     )
@@ -45,9 +42,8 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
         nonlocal include_grammar
         ret = p.eps()
         if tools and inputs.tool_choice != "none":
-            tool_choice = p.choice()
-            for tool in inputs.tools:  # every tool, not only the function ones (upstream reads tool["function"])
-                tool_choice = tool_choice | _tool_parser(p, tool["function"])
+            # every tool, not only the function ones (upstream reads tool["function"])
+            tool_choice = p.choice_of(inputs.tools, lambda tool: _tool_parser(p, tool["function"]))
             min_calls = 1 if inputs.tool_choice == "required" else 0
             max_calls = 1  # no parallel tool calls
             tool_call = p.rule("tool-call", p.literal(TOOL_CALL_START_PREFIX) + tool_choice)
@@ -58,12 +54,11 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
             ret = p.content(p.rest())
         return p.literal(GEN_PROMPT) + ret
 
-    parser = build_chat_peg_parser(build)
-    data.parser = parser
+    data.parser = build_chat_peg_parser(build)
     if include_grammar:
-        data.grammar_lazy = tools and inputs.tool_choice == "auto"
-        data.grammar = tool_grammar(parser, data.grammar_lazy, (f["parameters"] for f in functions(inputs.tools)))
-        data.grammar_triggers = [(TRIGGER_WORD, TOOL_CALL_START_PREFIX)]
+        add_grammar(data, tools and inputs.tool_choice == "auto",
+                    (f["parameters"] for f in functions(inputs.tools)),
+                    [(TRIGGER_WORD, TOOL_CALL_START_PREFIX)])
     return data
 
 

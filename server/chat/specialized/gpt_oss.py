@@ -12,19 +12,19 @@ Parsers are created in the order b10621's GCC build creates them (their ids name
 
 from __future__ import annotations
 
-from ..peg_chat import FORMAT_PEG_NATIVE, ChatPegBuilder, build_chat_peg_parser
+from ..peg_chat import ChatPegBuilder, build_chat_peg_parser
 from ._handler_kit import (
     TRIGGER_PATTERN,
     ChatParams,
     GenerationParams,
     Template,
+    add_grammar,
     alt,
     apply,
     continue_message,
     functions,
     generation_prompt_of,
     plus,
-    tool_grammar,
 )
 
 TRIGGERS = [
@@ -59,8 +59,7 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
         if at >= 0:
             prompt = prompt[:at] + "<|end|>" + prompt[at + len("<|return|>"):]
 
-    data = ChatParams(prompt=prompt, generation_prompt=generation_prompt_of(tmpl, inputs, adjusted),
-                      format=FORMAT_PEG_NATIVE)
+    data = ChatParams(prompt=prompt, generation_prompt=generation_prompt_of(tmpl, inputs, adjusted))
     # b10621 lists two system delimiters (developer, then system); a dict keeps the first
     data.message_delimiters = {"assistant": "<|start|>assistant", "user": "<|start|>user",
                                "system": "<|start|>developer", "tool": "<|start|>functions"}
@@ -132,10 +131,8 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
                                                           lambda: p.literal("<|message|>"))) + args)
                 return tool_in_role | tool_in_channel
 
-            tool_choice = p.choice()
-            for function in functions(inputs.tools):
-                name = function["name"]
-                tool_choice |= p.rule(f"tool-{name}", tool_parser(name, function["parameters"]))
+            tool_choice = p.choice_of(functions(inputs.tools), lambda f: p.rule(
+                f"tool-{f['name']}", tool_parser(f["name"], f["parameters"])))
 
             tool_call = p.trigger_rule("tool-call", tool_choice)
             if inputs.tool_choice == "required":
@@ -144,14 +141,11 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
 
         return plus(lambda: p.zero_or_more(start + any_), start, lambda: final_msg | unsolicited)
 
-    parser = build_chat_peg_parser(build)
-    data.parser = parser
-
+    data.parser = build_chat_peg_parser(build)
     if include_grammar:
-        data.grammar_lazy = not (with_response_format or (with_tools and inputs.tool_choice == "required"))
         schemas = [f["parameters"] for f in functions(inputs.tools)]
         if with_response_format:
             schemas.append(inputs.json_schema)
-        data.grammar = tool_grammar(parser, data.grammar_lazy, schemas)
-        data.grammar_triggers = [(TRIGGER_PATTERN, t) for t in TRIGGERS]
+        add_grammar(data, not (with_response_format or (with_tools and inputs.tool_choice == "required")),
+                    schemas, [(TRIGGER_PATTERN, t) for t in TRIGGERS])
     return data

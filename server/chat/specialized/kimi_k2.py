@@ -8,18 +8,17 @@ Parsers are created in the order of b10621's GCC build (the operands of a C++ `a
 
 from __future__ import annotations
 
-from ..peg_chat import FORMAT_PEG_NATIVE, ChatPegBuilder, build_chat_peg_parser
+from ..peg_chat import ChatPegBuilder, build_chat_peg_parser
 from ._handler_kit import (
     TRIGGER_WORD,
     ChatParams,
     GenerationParams,
     Template,
-    apply,
+    add_grammar,
+    chat_params,
     continue_message,
     functions,
-    generation_prompt_of,
     plus,
-    tool_grammar,
 )
 
 SECTION_BEGIN = "<|tool_calls_section_begin|>"
@@ -33,10 +32,8 @@ GEN_PROMPT = "<|im_assistant|>assistant<|im_middle|>"
 
 
 def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
-    data = ChatParams(
-        prompt=apply(tmpl, inputs),
-        generation_prompt=generation_prompt_of(tmpl, inputs),
-        format=FORMAT_PEG_NATIVE,
+    data = chat_params(
+        tmpl, inputs,
         supports_thinking=True,
         preserved_tokens=[SECTION_BEGIN, SECTION_END, CALL_BEGIN, ARGS_BEGIN, CALL_END, THINK_START, THINK_END],
         thinking_start_tag=THINK_START,
@@ -62,9 +59,7 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
         if not tools or inputs.tool_choice == "none":
             return plus(generation_prompt, reasoning, lambda: p.content(p.rest()), end)
 
-        tool_choice = p.choice()
-        for function in functions(inputs.tools):
-            tool_choice = tool_choice | _tool_parser(p, function)
+        tool_choice = p.choice_of(functions(inputs.tools), lambda f: _tool_parser(p, f))
 
         min_calls = 1 if inputs.tool_choice == "required" else 0
         max_calls = -1 if inputs.parallel_tool_calls else 1
@@ -75,12 +70,10 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
         content_before_tools = p.content(p.until_one_of([SECTION_BEGIN, CALL_BEGIN]))
         return plus(generation_prompt, reasoning, content_before_tools, tool_calls, end)
 
-    parser = build_chat_peg_parser(build)
-    data.parser = parser
+    data.parser = build_chat_peg_parser(build)
     if include_grammar:
-        data.grammar_lazy = inputs.tool_choice == "auto"
-        data.grammar = tool_grammar(parser, data.grammar_lazy, (f["parameters"] for f in functions(inputs.tools)))
-        data.grammar_triggers = [(TRIGGER_WORD, CALL_BEGIN)]
+        add_grammar(data, inputs.tool_choice == "auto", (f["parameters"] for f in functions(inputs.tools)),
+                    [(TRIGGER_WORD, CALL_BEGIN)])
     return data
 
 

@@ -10,18 +10,17 @@ Parsers are created in the order of b10621's GCC build (the operands of a C++ `a
 
 from __future__ import annotations
 
-from ..peg_chat import FORMAT_PEG_NATIVE, ChatPegBuilder, build_chat_peg_parser
+from ..peg_chat import ChatPegBuilder, build_chat_peg_parser
 from ._handler_kit import (
     TRIGGER_WORD,
     ChatParams,
     GenerationParams,
     Template,
-    apply,
+    add_grammar,
+    chat_params,
     continue_message,
     functions,
-    generation_prompt_of,
     plus,
-    tool_grammar,
 )
 
 SEP = "<|sep|>"
@@ -41,10 +40,8 @@ EOM_TOKEN = "<|end_of_msg|>"
 
 
 def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
-    data = ChatParams(
-        prompt=apply(tmpl, inputs),
-        generation_prompt=generation_prompt_of(tmpl, inputs),
-        format=FORMAT_PEG_NATIVE,
+    data = chat_params(
+        tmpl, inputs,
         supports_thinking=True,
         # only the markers: the tag names are ordinary words
         preserved_tokens=["<|open|>", "<|close|>", "<|sep|>", "<|end_of_msg|>"],
@@ -86,9 +83,7 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
         if not tools or inputs.tool_choice == "none":
             return plus(start, reasoning, response, trailer, end)
 
-        tool_choices = p.choice()
-        for function in functions(inputs.tools):
-            tool_choices = tool_choices | _tool_parser(p, function)
+        tool_choices = p.choice_of(functions(inputs.tools), lambda f: _tool_parser(p, f))
 
         # all calls in one tools section, then the message closer: inside the trigger rule, or the lazy
         # grammar would reject it once the calls started
@@ -98,13 +93,11 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
         tools_parser = tools_section if inputs.tool_choice == "required" else p.optional(tools_section)
         return plus(start, reasoning, response, tools_parser, trailer, end)
 
-    parser = build_chat_peg_parser(build)
-    data.parser = parser
+    data.parser = build_chat_peg_parser(build)
     if include_grammar:
-        data.grammar_lazy = inputs.tool_choice != "required"
-        data.grammar = tool_grammar(parser, data.grammar_lazy,
-                                    (f["parameters"] for f in functions(inputs.tools) if "parameters" in f))
-        data.grammar_triggers = [(TRIGGER_WORD, TOOLS_START)]
+        add_grammar(data, inputs.tool_choice != "required",
+                    (f["parameters"] for f in functions(inputs.tools) if "parameters" in f),
+                    [(TRIGGER_WORD, TOOLS_START)])
     return data
 
 
@@ -117,9 +110,7 @@ def _tool_parser(p: ChatPegBuilder, function: dict):
     args = p.eps()
     properties = schema.get("properties") if isinstance(schema, dict) else None
     if properties:
-        arg_choices = p.choice()
-        for key, prop in properties.items():
-            arg_choices = arg_choices | _arg_parser(p, name, key, prop)
+        arg_choices = p.choice_of(properties.items(), lambda prop: _arg_parser(p, name, *prop))
         args = p.zero_or_more(arg_choices)
     # the index="N" attribute is skipped up to <|sep|>
     call = p.tool(plus(

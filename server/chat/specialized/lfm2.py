@@ -8,18 +8,17 @@ Parsers are created in the order of b10621's GCC build (the operands of a C++ `a
 
 from __future__ import annotations
 
-from ..peg_chat import FORMAT_PEG_NATIVE, ChatPegBuilder, build_chat_peg_parser
+from ..peg_chat import ChatPegBuilder, build_chat_peg_parser
 from ._handler_kit import (
     TRIGGER_WORD,
     ChatParams,
     GenerationParams,
     Template,
-    apply,
+    add_grammar,
+    chat_params,
     continue_message,
     functions,
-    generation_prompt_of,
     plus,
-    tool_grammar,
 )
 
 TOOL_CALL_START = "<|tool_call_start|>"
@@ -48,10 +47,8 @@ def params_init(tmpl: Template, inputs: GenerationParams, tool_list_tokens: bool
             msg["thinking"] = msg["reasoning_content"]
         adjusted_messages.append(msg)
 
-    data = ChatParams(
-        prompt=apply(tmpl, inputs, adjusted_messages),
-        generation_prompt=generation_prompt_of(tmpl, inputs, adjusted_messages),
-        format=FORMAT_PEG_NATIVE,
+    data = chat_params(
+        tmpl, inputs, adjusted_messages,
         supports_thinking=True,
         preserved_tokens=[TOOL_CALL_START, TOOL_CALL_END, THINK_START, THINK_END],
         thinking_start_tag=THINK_START,
@@ -89,13 +86,11 @@ def params_init(tmpl: Template, inputs: GenerationParams, tool_list_tokens: bool
         content = p.content(p.until(TOOL_CALL_START))
         return plus(generation_prompt, reasoning, content, tool_calls, end)
 
-    parser = build_chat_peg_parser(build)
-    data.parser = parser
+    data.parser = build_chat_peg_parser(build)
     if include_grammar:
-        data.grammar_lazy = not (has_response_format or (tools and inputs.tool_choice == "required"))
         schemas = [f["parameters"] for f in functions(inputs.tools)]
         if has_response_format:
             schemas.append(inputs.json_schema)
-        data.grammar = tool_grammar(parser, data.grammar_lazy, schemas)
-        data.grammar_triggers = [(TRIGGER_WORD, TOOL_CALL_START)]
+        add_grammar(data, not (has_response_format or (tools and inputs.tool_choice == "required")), schemas,
+                    [(TRIGGER_WORD, TOOL_CALL_START)])
     return data

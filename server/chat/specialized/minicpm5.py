@@ -8,27 +8,24 @@ Parsers are created in the order of b10621's GCC build (the operands of a C++ `a
 
 from __future__ import annotations
 
-from ..peg_chat import FORMAT_PEG_NATIVE, ChatPegBuilder, build_chat_peg_parser
+from ..peg_chat import ChatPegBuilder, build_chat_peg_parser
 from ._handler_kit import (
     TRIGGER_WORD,
     ChatParams,
     GenerationParams,
     Template,
-    apply,
+    add_grammar,
+    chat_params,
     continue_message,
     functions,
-    generation_prompt_of,
     plus,
-    resolves_to_string,
-    tool_grammar,
+    string_or_json_args,
 )
 
 
 def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
-    data = ChatParams(
-        prompt=apply(tmpl, inputs),
-        generation_prompt=generation_prompt_of(tmpl, inputs),
-        format=FORMAT_PEG_NATIVE,
+    data = chat_params(
+        tmpl, inputs,
         supports_thinking=True,
         preserved_tokens=["<function", "<param", "</function>", "</param>", "<think>", "</think>"],
         thinking_start_tag="<think>",
@@ -71,9 +68,7 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
                                        lambda: p.tool_arg_close(p.literal("</param>"))), "</param>")),
             ])
 
-            tool_choice = p.choice()
-            for function in functions(inputs.tools):
-                tool_choice = tool_choice | _tool_parser(p, function, string_value)
+            tool_choice = p.choice_of(functions(inputs.tools), lambda f: _tool_parser(p, f, string_value))
 
             max_calls = -1 if inputs.parallel_tool_calls else 1
             tool_calls = p.trigger_rule("tool-call", p.repeat(tool_choice + p.space(), 1, max_calls))
@@ -82,29 +77,19 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
 
         return plus(generation_prompt, reasoning, lambda: p.content(p.rest()), p.end)
 
-    parser = build_chat_peg_parser(build)
-    data.parser = parser
+    data.parser = build_chat_peg_parser(build)
     if include_grammar:
-        data.grammar_lazy = not (has_response_format or (tools and inputs.tool_choice == "required"))
         schemas = [f.get("parameters", {}) for f in functions(inputs.tools)]
         if has_response_format:
             schemas.append(inputs.json_schema)
-        data.grammar = tool_grammar(parser, data.grammar_lazy, schemas)
-        data.grammar_triggers = [(TRIGGER_WORD, "<function")]
+        add_grammar(data, not (has_response_format or (tools and inputs.tool_choice == "required")), schemas,
+                    [(TRIGGER_WORD, "<function")])
     return data
 
 
 def _tool_parser(p: ChatPegBuilder, function: dict, string_value):
     name = function["name"]
-    params = function.get("parameters", {})
-    args = p.eps()
-    properties = params.get("properties") if isinstance(params, dict) else None
-    if isinstance(properties, dict) and properties:
-        arg_choice = p.choice()
-        for prop_name, prop_schema in properties.items():
-            arg_choice = arg_choice | _arg_parser(p, name, prop_name, prop_schema,
-                                                  resolves_to_string(prop_schema, params), string_value)
-        args = p.zero_or_more(arg_choice + p.space())
+    args = string_or_json_args(p, function, string_value, '<param name="', "</param>")
     tool_parser = p.tool(
         p.tool_open(plus(lambda: p.literal('<function name="'), lambda: p.tool_name(p.literal(name)),
                          lambda: p.literal('">')))
@@ -112,17 +97,3 @@ def _tool_parser(p: ChatPegBuilder, function: dict, string_value):
         << p.tool_close(p.literal("</function>")))
     return p.rule(f"tool-{name}", tool_parser)
 
-
-def _arg_parser(p: ChatPegBuilder, name: str, prop_name: str, prop_schema: object, is_string: bool, string_value):
-    value_parser = p.eps()
-    if is_string:
-        value_parser = string_value
-    else:
-        value_parser = plus(
-            lambda: p.tool_arg_json_value(p.schema(p.json(), f"tool-{name}-arg-{prop_name}-schema", prop_schema,
-                                                 False)),
-            lambda: p.tool_arg_close(p.literal("</param>")))
-    return p.tool_arg(plus(
-        lambda: p.tool_arg_open(plus(lambda: p.literal('<param name="'), lambda: p.tool_arg_name(p.literal(prop_name)),
-                                   lambda: p.literal('">'))),
-        value_parser))

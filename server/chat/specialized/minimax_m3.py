@@ -21,13 +21,12 @@ from ._handler_kit import (
     ChatParams,
     GenerationParams,
     Template,
-    apply,
+    add_grammar,
+    chat_params,
     continue_message,
     functions,
-    generation_prompt_of,
     plus,
     resolves_to_string,
-    tool_grammar,
 )
 
 NS = "]<]minimax[>["
@@ -44,9 +43,8 @@ MESSAGE_DELIMITERS = [("assistant", "]~b]ai"), ("user", "]~b]user"), ("tool", "]
 
 
 def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
-    data = ChatParams(
-        prompt=apply(tmpl, inputs),
-        generation_prompt=generation_prompt_of(tmpl, inputs),
+    data = chat_params(
+        tmpl, inputs,
         format=FORMAT_PEG_MINIMAX_M3,
         supports_thinking=True,
         thinking_start_tag=THINK_START,
@@ -89,9 +87,7 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
         if not tools or inputs.tool_choice == "none":
             return plus(generation_prompt, reasoning, lambda: p.content(p.rest()), end)
 
-        tool_choice = p.choice()
-        for function in functions(inputs.tools):
-            tool_choice = tool_choice | _ToolBuilder(p, function).parser()
+        tool_choice = p.choice_of(functions(inputs.tools), lambda f: _ToolBuilder(p, f).parser())
 
         require_tools = inputs.tool_choice == "required"
         tool_calls = p.eps()
@@ -108,15 +104,13 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
         content_before_tools = p.content(p.until(FC_START))
         return plus(generation_prompt, reasoning, content_before_tools, tool_calls, end)
 
-    parser = build_chat_peg_parser(build)
-    data.parser = parser
+    data.parser = build_chat_peg_parser(build)
     if include_grammar:
-        data.grammar_lazy = not (has_response_format or (tools and inputs.tool_choice == "required"))
         schemas = [f.get("parameters", {}) for f in functions(inputs.tools)]
         if has_response_format:
             schemas.append(inputs.json_schema)
-        data.grammar = tool_grammar(parser, data.grammar_lazy, schemas)
-        data.grammar_triggers = [(TRIGGER_WORD, FC_START)]
+        add_grammar(data, not (has_response_format or (tools and inputs.tool_choice == "required")), schemas,
+                    [(TRIGGER_WORD, FC_START)])
     return data
 
 
@@ -192,14 +186,4 @@ class _ToolBuilder:
             element = self.element_of(key, key_schema, f"{rule_prefix}-{key}")
             (required_elements if key in required else optional_elements).append(element)
 
-        members = p.eps()
-        for i, element in enumerate(required_elements):
-            if i > 0:
-                members = members + p.space()
-            members = members + element
-        if optional_elements:
-            any_optional = p.choice()
-            for element in optional_elements:
-                any_optional = any_optional | element
-            members = members + p.repeat(p.space() + any_optional, 0, -1)
-        return members
+        return p.required_then_any_optional(required_elements, optional_elements)

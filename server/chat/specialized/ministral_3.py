@@ -10,18 +10,17 @@ Parsers are created in the order b10621's GCC build creates them (their ids name
 
 from __future__ import annotations
 
-from ..peg_chat import FORMAT_PEG_NATIVE, ChatPegBuilder, build_chat_peg_parser
+from ..peg_chat import ChatPegBuilder, build_chat_peg_parser
 from ._handler_kit import (
     TRIGGER_WORD,
     ChatParams,
     GenerationParams,
     Template,
-    apply,
+    add_grammar,
+    chat_params,
     continue_message,
     functions,
-    generation_prompt_of,
     plus,
-    tool_grammar,
 )
 
 
@@ -53,9 +52,7 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
     with_response_format = inputs.has_response_format()
     extract_reasoning = inputs.reasoning_format != "none"
 
-    data = ChatParams(prompt=apply(tmpl, inputs, adjusted),
-                      generation_prompt=generation_prompt_of(tmpl, inputs, adjusted),
-                      format=FORMAT_PEG_NATIVE)
+    data = chat_params(tmpl, inputs, adjusted)
     data.supports_thinking = True
     data.thinking_start_tag = "[THINK]"
     data.thinking_end_tags = ["[/THINK]"]
@@ -84,10 +81,8 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
                 return plus(lambda: p.tool_open(p.tool_name(p.literal(name)) + "[ARGS]"),
                             lambda: p.tool_args(p.schema(p.json(), f"tool-{name}-schema", schema)))
 
-            tool_choice = p.choice()
-            for function in functions(inputs.tools):
-                name = function["name"]
-                tool_choice |= p.rule(f"tool-{name}", tool_parser(name, function["parameters"]))
+            tool_choice = p.choice_of(functions(inputs.tools), lambda f: p.rule(
+                f"tool-{f['name']}", tool_parser(f["name"], f["parameters"])))
             min_calls = 1 if inputs.tool_choice == "required" else 0
             max_calls = -1 if inputs.parallel_tool_calls else 1
             tool_calls = p.trigger_rule("tool-call",
@@ -97,14 +92,11 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
         include_grammar = False  # content only
         return gen_prefix + (reasoning << p.content(p.rest()))
 
-    parser = build_chat_peg_parser(build)
-    data.parser = parser
-
+    data.parser = build_chat_peg_parser(build)
     if include_grammar:
-        data.grammar_lazy = with_tools and inputs.tool_choice == "auto"
         schemas = [f["parameters"] for f in functions(inputs.tools)]
         if with_response_format:
             schemas.append(inputs.json_schema)
-        data.grammar = tool_grammar(parser, data.grammar_lazy, schemas)
-        data.grammar_triggers = [(TRIGGER_WORD, "[TOOL_CALLS]")]
+        add_grammar(data, with_tools and inputs.tool_choice == "auto", schemas,
+                    [(TRIGGER_WORD, "[TOOL_CALLS]")])
     return data

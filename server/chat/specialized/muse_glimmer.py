@@ -15,18 +15,18 @@ Parsers are created in the order of b10621's GCC build (the operands of a C++ `a
 
 from __future__ import annotations
 
-from ..peg_chat import FORMAT_PEG_NATIVE, ChatPegBuilder, build_chat_peg_parser
+from ..peg_chat import ChatPegBuilder, build_chat_peg_parser
 from ._handler_kit import (
     TRIGGER_PATTERN,
     ChatParams,
     GenerationParams,
     Template,
+    add_grammar,
     apply,
     continue_message,
     functions,
     plus,
-    resolves_to_string,
-    tool_grammar,
+    string_or_json_args,
 )
 
 GEN_PROMPT = "<|start|>assistant"
@@ -38,7 +38,6 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
     data = ChatParams(
         prompt=apply(tmpl, inputs),
         generation_prompt=GEN_PROMPT,
-        format=FORMAT_PEG_NATIVE,
         supports_thinking=True,
         preserved_tokens=["<|start|>", "<|message|>", "<|eom|>", "<|eot|>",
                           # the ATEM markup of " to=<tool>" messages
@@ -80,9 +79,7 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
             string_value = p.ac(plus(lambda: p.tool_arg_string_value(p.until("</atem:parameter>")),
                                      lambda: p.tool_arg_close(p.literal("</atem:parameter>"))),
                                 "</atem:parameter>")
-            tool_choice = p.choice()
-            for function in functions(inputs.tools):
-                tool_choice = tool_choice | _tool_parser(p, function, string_value)
+            tool_choice = p.choice_of(functions(inputs.tools), lambda f: _tool_parser(p, f, string_value))
 
             if inputs.parallel_tool_calls:
                 tool_calls = p.trigger_rule("tool-call", tool_choice + p.zero_or_more(
@@ -98,27 +95,17 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
 
         return plus(lambda: p.zero_or_more(start + analysis), start, final_msg)
 
-    parser = build_chat_peg_parser(build)
-    data.parser = parser
+    data.parser = build_chat_peg_parser(build)
     if include_grammar:
-        data.grammar_lazy = inputs.tool_choice != "required"
-        data.grammar = tool_grammar(parser, data.grammar_lazy,
-                                    (f.get("parameters", {}) for f in functions(inputs.tools)))
-        data.grammar_triggers = [(TRIGGER_PATTERN, TOOL_CALL_PATTERN)]
+        add_grammar(data, inputs.tool_choice != "required",
+                    (f.get("parameters", {}) for f in functions(inputs.tools)),
+                    [(TRIGGER_PATTERN, TOOL_CALL_PATTERN)])
     return data
 
 
 def _tool_parser(p: ChatPegBuilder, function: dict, string_value):
     name = function["name"]
-    params = function.get("parameters", {})
-    args = p.eps()
-    properties = params.get("properties") if isinstance(params, dict) else None
-    if isinstance(properties, dict) and properties:
-        arg_choice = p.choice()
-        for prop_name, prop_schema in properties.items():
-            arg_choice = arg_choice | _arg_parser(p, name, prop_name, prop_schema,
-                                                  resolves_to_string(prop_schema, params), string_value)
-        args = p.zero_or_more(arg_choice + p.space())
+    args = string_or_json_args(p, function, string_value, '<atem:parameter name="', "</atem:parameter>")
     tool_open = p.tool_open(plus(
         lambda: p.literal(" to="), lambda: p.until("<|message|>"), lambda: p.literal("<|message|><atem:function_calls>"),
         p.space, lambda: p.literal('<atem:invoke name="'), lambda: p.tool_name(p.literal(name)),
@@ -130,17 +117,3 @@ def _tool_parser(p: ChatPegBuilder, function: dict, string_value):
                              lambda: p.literal("</atem:function_calls>"))))
     return p.rule(f"tool-{name}", tool_parser)
 
-
-def _arg_parser(p: ChatPegBuilder, name: str, prop_name: str, prop_schema: object, is_string: bool, string_value):
-    value_parser = p.eps()
-    if is_string:
-        value_parser = string_value
-    else:
-        value_parser = plus(
-            lambda: p.tool_arg_json_value(p.schema(p.json(), f"tool-{name}-arg-{prop_name}-schema", prop_schema,
-                                                 False)),
-            lambda: p.tool_arg_close(p.literal("</atem:parameter>")))
-    return p.tool_arg(plus(
-        lambda: p.tool_arg_open(plus(lambda: p.literal('<atem:parameter name="'),
-                                   lambda: p.tool_arg_name(p.literal(prop_name)), lambda: p.literal('">'))),
-        value_parser))

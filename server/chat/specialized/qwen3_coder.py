@@ -16,21 +16,20 @@ Parsers are created in the order b10621's GCC build creates them (their ids name
 
 from __future__ import annotations
 
-from ..peg_chat import FORMAT_PEG_NATIVE, ChatPegBuilder, build_chat_peg_parser
+from ..peg_chat import ChatPegBuilder, build_chat_peg_parser
 from ._handler_kit import (
     TRIGGER_WORD,
     ChatParams,
     GenerationParams,
     Template,
+    add_grammar,
     alt,
-    apply,
+    chat_params,
     functions,
-    generation_prompt_of,
     parameters,
     plus,
     render_content,
     resolves_to_string,
-    tool_grammar,
 )
 
 GEN_PREFIX = "<|im_start|>assistant\n"
@@ -38,8 +37,7 @@ ARG_CLOSE = "\n</parameter>\n"
 
 
 def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
-    data = ChatParams(prompt=apply(tmpl, inputs), generation_prompt=generation_prompt_of(tmpl, inputs),
-                      format=FORMAT_PEG_NATIVE)
+    data = chat_params(tmpl, inputs)
     supports_reasoning = "<think>" in tmpl.source
     data.supports_thinking = supports_reasoning
     data.preserved_tokens = ["<tool_call>", "</tool_call>"]
@@ -115,10 +113,8 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
                     lambda: p.tool_open(plus("<function=", lambda: p.tool_name(p.literal(name)), ">\n")),
                     lambda: p.tool_args(args), lambda: p.tool_close(p.literal("</function>\n"))))
 
-            tool_choice = p.choice()
-            for function in functions(inputs.tools):
-                name = function["name"]
-                tool_choice |= p.rule(f"tool-{name}", tool_parser(name, function))
+            tool_choice = p.choice_of(functions(inputs.tools),
+                                      lambda f: p.rule(f"tool-{f['name']}", tool_parser(f["name"], f)))
 
             min_calls = 1 if inputs.tool_choice == "required" else 0
             # Qwen3-Coder models may leave out the first <tool_call>
@@ -134,15 +130,12 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
 
         return gen_prefix + (reasoning << p.content(p.rest()))
 
-    parser = build_chat_peg_parser(build)
-    data.parser = parser
-
+    data.parser = build_chat_peg_parser(build)
     if include_grammar:
-        data.grammar_lazy = with_tools and inputs.tool_choice == "auto"
+        lazy = with_tools and inputs.tool_choice == "auto"
         schemas = [f.get("parameters", {}) for f in functions(inputs.tools)]
         if with_response_format:
             schemas.append(inputs.json_schema)
-        data.grammar = tool_grammar(parser, data.grammar_lazy, schemas)
-        if data.grammar_lazy:
-            data.grammar_triggers = [(TRIGGER_WORD, start) for start in tool_call_starts]
+        add_grammar(data, lazy, schemas,
+                    [(TRIGGER_WORD, start) for start in tool_call_starts] if lazy else [])
     return data
