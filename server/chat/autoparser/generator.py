@@ -414,21 +414,23 @@ def generate_parser(tmpl: Template, inputs: GenerationParams, analysis: Autopars
     if has_response_format or (has_tools and ((inputs.tool_choice == "auto" and trigger_marker)
                                               or inputs.tool_choice == "required")):
         lazy = not has_response_format and inputs.tool_choice == "auto"
-        schemas = [f.get("parameters", {}) for f in functions(inputs.tools)]
-        if has_response_format:
-            schemas.append(inputs.json_schema)
         triggers = []
         if lazy:
             triggers.append((GRAMMAR_TRIGGER_TYPE_WORD, trigger_marker))
             if fmt.openai_wrapper_trigger:  # the model writes the OpenAI function wrapper
                 triggers.append((GRAMMAR_TRIGGER_TYPE_WORD, '{"type": "function",'))
-        add_grammar(data, lazy, schemas, triggers)
+        add_grammar(data, lazy, [f.get("parameters", {}) for f in functions(inputs.tools)], triggers,
+                    response_format=inputs.json_schema if has_response_format else None)
     return data
 
 
-def add_grammar(data: ChatParams, lazy: bool, schemas: Iterable[object],
-                triggers: list[tuple[int, str]]) -> None:
-    """The grammar of `data.parser` (tool_grammar()), lazy or not, and the triggers that start it."""
+def add_grammar(data: ChatParams, lazy: bool, schemas: Iterable[object], triggers: list[tuple[int, str]],
+                *, response_format: object = None) -> None:
+    """The grammar of `data.parser` (tool_grammar() of the tool schemas, then of the response format's when
+    there is one), lazy or not, and the triggers that start it."""
+    schemas = list(schemas)
+    if response_format is not None:
+        schemas.append(response_format)
     data.grammar_lazy = lazy
     data.grammar = tool_grammar(data.parser, lazy, schemas)
     data.grammar_triggers = triggers

@@ -2,8 +2,8 @@
 (common_chat_template_direct_apply_impl / common_chat_template_generation_prompt_impl), foreach_function /
 foreach_parameter, common_chat_msg::render_content and common_schema_info::resolves_to_string (all of them
 shared with the autoparser: server/chat/autoparser/helpers.py), a handler's chat params with the continued
-message, the grammar trigger types, the tool-call grammar built around a handler's parser, and the XML
-arguments of the handlers that write them alike.
+message, the grammar trigger types, the tool-call grammar built around a handler's parser, and the parsers
+several handlers build alike (XML arguments, a spaced tool-call section, a fenced JSON response).
 
 Parsers are created in the order of b10621's GCC build: the operands of a C++ `a + b` or `a | b` right to
 left (server.peg.plus / alt), of `<<` and braced lists left to right.
@@ -32,8 +32,8 @@ TRIGGER_PATTERN_FULL = 3
 
 __all__ = ["TRIGGER_PATTERN", "TRIGGER_PATTERN_FULL", "TRIGGER_TOKEN", "TRIGGER_WORD", "ChatParams",
            "GenerationParams", "Template", "add_grammar", "alt", "apply", "chat_params", "continue_message",
-           "functions", "generation_prompt_of", "parameters", "plus", "render_content", "resolves_to_string",
-           "string_or_json_args", "tool_grammar"]
+           "fenced_json_response", "functions", "generation_prompt_of", "parameters", "plus",
+           "render_content", "resolves_to_string", "spaced_tool_calls", "string_or_json_args", "tool_grammar"]
 
 
 def chat_params(tmpl: Template, inputs: GenerationParams, messages: list | None = None,
@@ -87,3 +87,21 @@ def string_or_json_args(p: ChatPegBuilder, function: dict, string_value: PegPars
                                value))
 
     return p.zero_or_more(p.choice_of(properties.items(), arg) + p.space())
+
+
+def spaced_tool_calls(p: ChatPegBuilder, start: str, end: str, tool_choice: PegParser,
+                      parallel: bool) -> PegParser:
+    """The trigger rule "tool-call": `start`, one call (or, with parallel calls, one or more), `end`, with
+    space() between them."""
+    p.eps()  # upstream's placeholder, kept for the parser ids
+    calls = (tool_choice, lambda: p.zero_or_more(p.space() + tool_choice)) if parallel else (tool_choice,)
+    return p.trigger_rule("tool-call", plus(lambda: p.literal(start), p.space, *calls, p.space,
+                                            lambda: p.literal(end)))
+
+
+def fenced_json_response(p: ChatPegBuilder, schema: object) -> PegParser:
+    """The rule "response-format": the response format's JSON as content, in a ```json code fence."""
+    return p.rule("response-format", plus(
+        lambda: p.literal("```json"), p.space,
+        lambda: p.content(p.schema(p.json(), "response-format-schema", schema)),
+        p.space, lambda: p.literal("```")))

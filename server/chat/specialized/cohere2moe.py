@@ -16,17 +16,8 @@ Parsers are created in the order of b10621's GCC build (the operands of a C++ `a
 from __future__ import annotations
 
 from ..peg_chat import ChatPegBuilder, build_chat_peg_parser
-from ._handler_kit import (
-    TRIGGER_WORD,
-    ChatParams,
-    GenerationParams,
-    Template,
-    add_grammar,
-    chat_params,
-    continue_message,
-    functions,
-    plus,
-)
+from . import _handler_kit as kit
+from ._handler_kit import ChatParams, GenerationParams, Template, plus
 
 TURN_START = "<|START_OF_TURN_TOKEN|>"
 TURN_END = "<|END_OF_TURN_TOKEN|>"
@@ -45,7 +36,7 @@ GEN_PREFIX = TURN_START + CHATBOT  # the stable part of the generation prompt, b
 
 
 def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
-    data = chat_params(
+    data = kit.chat_params(
         tmpl, inputs,
         supports_thinking=True,
         thinking_start_tag=THINK_START,
@@ -64,7 +55,7 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
     has_response_format = inputs.has_response_format()
     extract_reasoning = inputs.reasoning_format != "none"
     include_grammar = has_response_format or (tools and inputs.tool_choice != "none")
-    continue_message(data, inputs, GEN_PREFIX + THINK_START, THINK_END + TEXT_START)
+    kit.continue_message(data, inputs, GEN_PREFIX + THINK_START, THINK_END + TEXT_START)
 
     def build(p: ChatPegBuilder):
         generation_prompt = p.literal(GEN_PREFIX)
@@ -105,9 +96,8 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
 
     data.parser = build_chat_peg_parser(build)
     if include_grammar:
-        schemas = [f["parameters"] for f in functions(inputs.tools)]
-        if has_response_format:
-            schemas.append(inputs.json_schema)
-        add_grammar(data, not has_response_format and inputs.tool_choice == "auto", schemas,
-                    [(TRIGGER_WORD, ACTION_START)])
+        kit.add_grammar(data, not has_response_format and inputs.tool_choice == "auto",
+                        [f["parameters"] for f in kit.functions(inputs.tools)],
+                        [(kit.TRIGGER_WORD, ACTION_START)],
+                        response_format=inputs.json_schema if has_response_format else None)
     return data

@@ -18,18 +18,8 @@ from __future__ import annotations
 import copy
 
 from ..peg_chat import ChatPegBuilder, build_chat_peg_parser
-from ._handler_kit import (
-    TRIGGER_WORD,
-    ChatParams,
-    GenerationParams,
-    Template,
-    add_grammar,
-    chat_params,
-    continue_message,
-    functions,
-    plus,
-    resolves_to_string,
-)
+from . import _handler_kit as kit
+from ._handler_kit import ChatParams, GenerationParams, Template, plus
 
 DSML = "｜DSML｜"
 THINK_START = "<think>"
@@ -97,7 +87,7 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
     fc_start = "<" + DSML + tc_block + ">"
     fc_end = "</" + DSML + tc_block + ">"
 
-    data = chat_params(
+    data = kit.chat_params(
         tmpl, inputs, adjusted_messages, additional_context,
         supports_thinking=True,
         thinking_start_tag=THINK_START,
@@ -106,9 +96,9 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
     )
 
     if is_v4 and inputs.has_continuation() and not inputs.continue_msg.reasoning_content:
-        continue_message(data, inputs, GEN_PROMPT + THINK_END, "")
+        kit.continue_message(data, inputs, GEN_PROMPT + THINK_END, "")
     else:
-        continue_message(data, inputs, GEN_PROMPT + THINK_START, THINK_END)
+        kit.continue_message(data, inputs, GEN_PROMPT + THINK_START, THINK_END)
 
     require_tools = inputs.tool_choice == "required"
     has_tool_calls = tools and inputs.tool_choice != "none"
@@ -118,17 +108,10 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
         end = p.end()
 
         # the tool call section comes first: the reasoning may need it
-        tool_choice = p.choice_of(functions(inputs.tools) if has_tool_calls else [],
+        tool_choice = p.choice_of(kit.functions(inputs.tools) if has_tool_calls else [],
                                   lambda f: _tool_parser(p, f))
 
-        tool_calls = p.eps()
-        if inputs.parallel_tool_calls:
-            tool_calls = p.trigger_rule("tool-call", plus(
-                lambda: p.literal(fc_start), p.space, tool_choice,
-                lambda: p.zero_or_more(p.space() + tool_choice), p.space, lambda: p.literal(fc_end)))
-        else:
-            tool_calls = p.trigger_rule("tool-call", plus(
-                lambda: p.literal(fc_start), p.space, tool_choice, p.space, lambda: p.literal(fc_end)))
+        tool_calls = kit.spaced_tool_calls(p, fc_start, fc_end, tool_choice, inputs.parallel_tool_calls)
 
         reasoning = p.eps()
         reasoning_with_tc = p.eps()
@@ -154,10 +137,7 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
                                             lambda: p.literal(THINK_END)))
 
         if has_response_format:
-            response_format = p.rule("response-format", plus(
-                lambda: p.literal("```json"), p.space,
-                lambda: p.content(p.schema(p.json(), "response-format-schema", inputs.json_schema)),
-                p.space, lambda: p.literal("```")))
+            response_format = kit.fenced_json_response(p, inputs.json_schema)
             return plus(generation_prompt, reasoning, response_format, end)
 
         if not has_tool_calls:
@@ -173,10 +153,10 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
 
     data.parser = build_chat_peg_parser(build)
     if include_grammar:
-        schemas = [f.get("parameters", {}) for f in functions(inputs.tools)]
-        if has_response_format:
-            schemas.append(inputs.json_schema)
-        add_grammar(data, tools and not require_tools, schemas, [(TRIGGER_WORD, fc_start)])
+        kit.add_grammar(data, tools and not require_tools,
+                        [f.get("parameters", {}) for f in kit.functions(inputs.tools)],
+                        [(kit.TRIGGER_WORD, fc_start)],
+                        response_format=inputs.json_schema if has_response_format else None)
     return data
 
 
@@ -190,7 +170,8 @@ def _tool_parser(p: ChatPegBuilder, function: dict):
 
     required_parsers, optional_parsers = [], []
     for param_name, param_schema in props.items():
-        named_arg = _arg_parser(p, name, param_name, param_schema, resolves_to_string(param_schema, params))
+        is_string = kit.resolves_to_string(param_schema, params)
+        named_arg = _arg_parser(p, name, param_name, param_schema, is_string)
         (required_parsers if param_name in required else optional_parsers).append(named_arg)
 
     args_seq = p.required_then_any_optional(required_parsers, optional_parsers)

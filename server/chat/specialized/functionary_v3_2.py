@@ -8,23 +8,14 @@ Parsers are created in the order of b10621's GCC build (the operands of a C++ `a
 from __future__ import annotations
 
 from ..peg_chat import ChatPegBuilder, build_chat_peg_parser
-from ._handler_kit import (
-    TRIGGER_PATTERN,
-    ChatParams,
-    GenerationParams,
-    Template,
-    add_grammar,
-    chat_params,
-    functions,
-    plus,
-    render_content,
-)
+from . import _handler_kit as kit
+from ._handler_kit import ChatParams, GenerationParams, Template, plus
 
 GEN_PROMPT = "<|start_header_id|>assistant<|end_header_id|>\n\n>>>"
 
 
 def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
-    data = chat_params(
+    data = kit.chat_params(
         tmpl, inputs,
         preserved_tokens=[">>>all"],
     )
@@ -32,7 +23,7 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
     include_grammar = tools and inputs.tool_choice != "none"
 
     if inputs.has_continuation():
-        data.generation_prompt = GEN_PROMPT + "all\n" + render_content(inputs.continue_msg)
+        data.generation_prompt = GEN_PROMPT + "all\n" + kit.render_content(inputs.continue_msg)
         data.prompt += data.generation_prompt
 
     def build(p: ChatPegBuilder):
@@ -44,7 +35,7 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
         if not tools or inputs.tool_choice == "none":
             return plus(generation_prompt, content_until_end, p.end)
 
-        tool_choice = p.choice_of(functions(inputs.tools), lambda f: _tool_parser(p, f))
+        tool_choice = p.choice_of(kit.functions(inputs.tools), lambda f: _tool_parser(p, f))
 
         content_only = content_until_end
         tools_only = p.trigger_rule("tools", p.one_or_more(tool_choice))
@@ -66,8 +57,9 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
     data.parser = build_chat_peg_parser(build)
     if include_grammar:
         # triggered by a recipient other than "all" after the generation prompt's ">>>"
-        add_grammar(data, inputs.tool_choice == "auto", (f["parameters"] for f in functions(inputs.tools)),
-                    [(TRIGGER_PATTERN, ">>>(?!all)")])
+        kit.add_grammar(data, inputs.tool_choice == "auto",
+                        (f["parameters"] for f in kit.functions(inputs.tools)),
+                        [(kit.TRIGGER_PATTERN, ">>>(?!all)")])
     return data
 
 

@@ -16,18 +16,8 @@ import logging
 from dataclasses import replace
 
 from ..peg_chat import FORMAT_PEG_GEMMA4, ChatPegBuilder, build_chat_peg_parser
-from ._handler_kit import (
-    TRIGGER_WORD,
-    ChatParams,
-    GenerationParams,
-    Template,
-    add_grammar,
-    alt,
-    chat_params,
-    continue_message,
-    functions,
-    plus,
-)
+from . import _handler_kit as kit
+from ._handler_kit import ChatParams, GenerationParams, Template, alt, plus
 
 log = logging.getLogger("mlxcel.chat")
 
@@ -134,7 +124,7 @@ def prepare(template_source: str, inputs: GenerationParams) -> GenerationParams:
 
 def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
     inputs = prepare(tmpl.source, inputs)
-    data = chat_params(tmpl, inputs, format=FORMAT_PEG_GEMMA4)
+    data = kit.chat_params(tmpl, inputs, format=FORMAT_PEG_GEMMA4)
     if inputs.add_generation_prompt and data.prompt.endswith("<turn|>\n"):
         # after content + tool call the template opens no model turn, which keeps the model from its
         # reasoning sequence
@@ -148,7 +138,7 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
     data.preserved_tokens = ["<|channel>", "<channel|>", "<|tool_call>", "<tool_call|>", "<|turn>"]
 
     turn = "<|turn>model\n" if data.prompt.endswith("<turn|>\n") else ""
-    continue_message(data, inputs, turn + "<|channel>thought\n", "<channel|>")
+    kit.continue_message(data, inputs, turn + "<|channel>thought\n", "<channel|>")
 
     with_tools = inputs.has_tools()
     with_response_format = isinstance(inputs.json_schema, dict)  # an empty object too
@@ -212,7 +202,7 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
                     p.tool_args(p.ref("gemma4-dict")),
                 ]))
 
-            tool_choice = p.choice_of(functions(inputs.tools),
+            tool_choice = p.choice_of(kit.functions(inputs.tools),
                                       lambda f: p.rule(f"tool-{f['name']}", tool_parser(f["name"])))
 
             tool_call = p.trigger_rule("tool-call", p.repeat(
@@ -233,9 +223,8 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
 
     data.parser = build_chat_peg_parser(build)
     if include_grammar:
-        schemas = [f["parameters"] for f in functions(inputs.tools)]
-        if with_response_format:
-            schemas.append(inputs.json_schema)
-        add_grammar(data, not (with_response_format or (with_tools and inputs.tool_choice == "required")),
-                    schemas, [(TRIGGER_WORD, "<|tool_call>")])
+        kit.add_grammar(data, not (with_response_format or (with_tools and inputs.tool_choice == "required")),
+                        [f["parameters"] for f in kit.functions(inputs.tools)],
+                        [(kit.TRIGGER_WORD, "<|tool_call>")],
+                        response_format=inputs.json_schema if with_response_format else None)
     return data

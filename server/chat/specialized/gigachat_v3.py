@@ -9,30 +9,21 @@ Parsers are created in the order of b10621's GCC build (the operands of a C++ `a
 from __future__ import annotations
 
 from ..peg_chat import ChatPegBuilder, build_chat_peg_parser
-from ._handler_kit import (
-    TRIGGER_WORD,
-    ChatParams,
-    GenerationParams,
-    Template,
-    add_grammar,
-    chat_params,
-    functions,
-    plus,
-    render_content,
-)
+from . import _handler_kit as kit
+from ._handler_kit import ChatParams, GenerationParams, Template, plus
 
 TOOL_CALL_START_PREFIX = "<|message_sep|>\n\nfunction call<|role_sep|>\n"
 GEN_PROMPT = "assistant<|role_sep|>\n"
 
 
 def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
-    data = chat_params(
+    data = kit.chat_params(
         tmpl, inputs,
         supports_thinking=False,
         preserved_tokens=["<|message_sep|>\n\n", "<|role_sep|>\n"],
     )
     if inputs.has_continuation():
-        data.generation_prompt = GEN_PROMPT + render_content(inputs.continue_msg)
+        data.generation_prompt = GEN_PROMPT + kit.render_content(inputs.continue_msg)
         data.prompt += data.generation_prompt
 
     tools = inputs.has_tools()
@@ -56,9 +47,9 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
 
     data.parser = build_chat_peg_parser(build)
     if include_grammar:
-        add_grammar(data, tools and inputs.tool_choice == "auto",
-                    (f["parameters"] for f in functions(inputs.tools)),
-                    [(TRIGGER_WORD, TOOL_CALL_START_PREFIX)])
+        kit.add_grammar(data, tools and inputs.tool_choice == "auto",
+                        (f["parameters"] for f in kit.functions(inputs.tools)),
+                        [(kit.TRIGGER_WORD, TOOL_CALL_START_PREFIX)])
     return data
 
 

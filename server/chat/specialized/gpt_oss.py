@@ -13,19 +13,8 @@ Parsers are created in the order b10621's GCC build creates them (their ids name
 from __future__ import annotations
 
 from ..peg_chat import ChatPegBuilder, build_chat_peg_parser
-from ._handler_kit import (
-    TRIGGER_PATTERN,
-    ChatParams,
-    GenerationParams,
-    Template,
-    add_grammar,
-    alt,
-    apply,
-    continue_message,
-    functions,
-    generation_prompt_of,
-    plus,
-)
+from . import _handler_kit as kit
+from ._handler_kit import ChatParams, GenerationParams, Template, alt, plus
 
 TRIGGERS = [
     "^\\s+to$",
@@ -51,7 +40,7 @@ def adjust_messages(messages: list) -> list:
 
 def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
     adjusted = adjust_messages(inputs.messages)
-    prompt = apply(tmpl, inputs, adjusted)
+    prompt = kit.apply(tmpl, inputs, adjusted)
     # a rendered history ends its last answer with <|return|>; during inference it is an <|end|>
     # (https://github.com/ggml-org/llama.cpp/issues/15417)
     if getattr(inputs, "is_inference", True) and not inputs.add_generation_prompt:
@@ -59,7 +48,7 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
         if at >= 0:
             prompt = prompt[:at] + "<|end|>" + prompt[at + len("<|return|>"):]
 
-    data = ChatParams(prompt=prompt, generation_prompt=generation_prompt_of(tmpl, inputs, adjusted))
+    data = ChatParams(prompt=prompt, generation_prompt=kit.generation_prompt_of(tmpl, inputs, adjusted))
     # b10621 lists two system delimiters (developer, then system); a dict keeps the first
     data.message_delimiters = {"assistant": "<|start|>assistant", "user": "<|start|>user",
                                "system": "<|start|>developer", "tool": "<|start|>functions"}
@@ -69,8 +58,8 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
     # needed to parse, so preserved even when no tool call is parsed
     data.preserved_tokens = ["<|channel|>", "<|constrain|>", "<|message|>", "<|start|>", "<|end|>"]
 
-    continue_message(data, inputs, "<|start|>assistant<|channel|>analysis<|message|>",
-                     "<|end|><|start|>assistant<|channel|>final<|message|>")
+    kit.continue_message(data, inputs, "<|start|>assistant<|channel|>analysis<|message|>",
+                         "<|end|><|start|>assistant<|channel|>final<|message|>")
 
     with_tools = inputs.has_tools()
     with_response_format = isinstance(inputs.json_schema, dict)  # an empty object too
@@ -131,7 +120,7 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
                                                           lambda: p.literal("<|message|>"))) + args)
                 return tool_in_role | tool_in_channel
 
-            tool_choice = p.choice_of(functions(inputs.tools), lambda f: p.rule(
+            tool_choice = p.choice_of(kit.functions(inputs.tools), lambda f: p.rule(
                 f"tool-{f['name']}", tool_parser(f["name"], f["parameters"])))
 
             tool_call = p.trigger_rule("tool-call", tool_choice)
@@ -143,9 +132,8 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
 
     data.parser = build_chat_peg_parser(build)
     if include_grammar:
-        schemas = [f["parameters"] for f in functions(inputs.tools)]
-        if with_response_format:
-            schemas.append(inputs.json_schema)
-        add_grammar(data, not (with_response_format or (with_tools and inputs.tool_choice == "required")),
-                    schemas, [(TRIGGER_PATTERN, t) for t in TRIGGERS])
+        kit.add_grammar(data, not (with_response_format or (with_tools and inputs.tool_choice == "required")),
+                        [f["parameters"] for f in kit.functions(inputs.tools)],
+                        [(kit.TRIGGER_PATTERN, t) for t in TRIGGERS],
+                        response_format=inputs.json_schema if with_response_format else None)
     return data

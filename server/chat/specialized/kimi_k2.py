@@ -9,17 +9,8 @@ Parsers are created in the order of b10621's GCC build (the operands of a C++ `a
 from __future__ import annotations
 
 from ..peg_chat import ChatPegBuilder, build_chat_peg_parser
-from ._handler_kit import (
-    TRIGGER_WORD,
-    ChatParams,
-    GenerationParams,
-    Template,
-    add_grammar,
-    chat_params,
-    continue_message,
-    functions,
-    plus,
-)
+from . import _handler_kit as kit
+from ._handler_kit import ChatParams, GenerationParams, Template, plus
 
 SECTION_BEGIN = "<|tool_calls_section_begin|>"
 SECTION_END = "<|tool_calls_section_end|>"
@@ -32,7 +23,7 @@ GEN_PROMPT = "<|im_assistant|>assistant<|im_middle|>"
 
 
 def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
-    data = chat_params(
+    data = kit.chat_params(
         tmpl, inputs,
         supports_thinking=True,
         preserved_tokens=[SECTION_BEGIN, SECTION_END, CALL_BEGIN, ARGS_BEGIN, CALL_END, THINK_START, THINK_END],
@@ -43,7 +34,7 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
     extract_reasoning = inputs.reasoning_format != "none"
     include_grammar = tools and inputs.tool_choice != "none"
 
-    continue_message(data, inputs, GEN_PROMPT + THINK_START, THINK_END)
+    kit.continue_message(data, inputs, GEN_PROMPT + THINK_START, THINK_END)
 
     def build(p: ChatPegBuilder):
         end = p.end()
@@ -59,7 +50,7 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
         if not tools or inputs.tool_choice == "none":
             return plus(generation_prompt, reasoning, lambda: p.content(p.rest()), end)
 
-        tool_choice = p.choice_of(functions(inputs.tools), lambda f: _tool_parser(p, f))
+        tool_choice = p.choice_of(kit.functions(inputs.tools), lambda f: _tool_parser(p, f))
 
         min_calls = 1 if inputs.tool_choice == "required" else 0
         max_calls = -1 if inputs.parallel_tool_calls else 1
@@ -72,8 +63,9 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
 
     data.parser = build_chat_peg_parser(build)
     if include_grammar:
-        add_grammar(data, inputs.tool_choice == "auto", (f["parameters"] for f in functions(inputs.tools)),
-                    [(TRIGGER_WORD, CALL_BEGIN)])
+        kit.add_grammar(data, inputs.tool_choice == "auto",
+                        (f["parameters"] for f in kit.functions(inputs.tools)),
+                        [(kit.TRIGGER_WORD, CALL_BEGIN)])
     return data
 
 

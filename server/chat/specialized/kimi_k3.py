@@ -11,17 +11,8 @@ Parsers are created in the order of b10621's GCC build (the operands of a C++ `a
 from __future__ import annotations
 
 from ..peg_chat import ChatPegBuilder, build_chat_peg_parser
-from ._handler_kit import (
-    TRIGGER_WORD,
-    ChatParams,
-    GenerationParams,
-    Template,
-    add_grammar,
-    chat_params,
-    continue_message,
-    functions,
-    plus,
-)
+from . import _handler_kit as kit
+from ._handler_kit import ChatParams, GenerationParams, Template, plus
 
 SEP = "<|sep|>"
 MSG_START = '<|open|>message role="assistant"<|sep|>'
@@ -40,7 +31,7 @@ EOM_TOKEN = "<|end_of_msg|>"
 
 
 def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
-    data = chat_params(
+    data = kit.chat_params(
         tmpl, inputs,
         supports_thinking=True,
         # only the markers: the tag names are ordinary words
@@ -59,7 +50,7 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
     extract_reasoning = inputs.reasoning_format != "none"
     include_grammar = tools and inputs.tool_choice != "none"
 
-    continue_message(data, inputs, MSG_START + THINK_START, THINK_END + RESP_START)
+    kit.continue_message(data, inputs, MSG_START + THINK_START, THINK_END + RESP_START)
 
     def build(p: ChatPegBuilder):
         end = p.end()
@@ -83,7 +74,7 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
         if not tools or inputs.tool_choice == "none":
             return plus(start, reasoning, response, trailer, end)
 
-        tool_choices = p.choice_of(functions(inputs.tools), lambda f: _tool_parser(p, f))
+        tool_choices = p.choice_of(kit.functions(inputs.tools), lambda f: _tool_parser(p, f))
 
         # all calls in one tools section, then the message closer: inside the trigger rule, or the lazy
         # grammar would reject it once the calls started
@@ -95,9 +86,9 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
 
     data.parser = build_chat_peg_parser(build)
     if include_grammar:
-        add_grammar(data, inputs.tool_choice != "required",
-                    (f["parameters"] for f in functions(inputs.tools) if "parameters" in f),
-                    [(TRIGGER_WORD, TOOLS_START)])
+        kit.add_grammar(data, inputs.tool_choice != "required",
+                        (f["parameters"] for f in kit.functions(inputs.tools) if "parameters" in f),
+                        [(kit.TRIGGER_WORD, TOOLS_START)])
     return data
 
 

@@ -9,17 +9,8 @@ Parsers are created in the order of b10621's GCC build (the operands of a C++ `a
 from __future__ import annotations
 
 from ..peg_chat import ChatPegBuilder, build_chat_peg_parser
-from ._handler_kit import (
-    TRIGGER_WORD,
-    ChatParams,
-    GenerationParams,
-    Template,
-    add_grammar,
-    chat_params,
-    continue_message,
-    functions,
-    plus,
-)
+from . import _handler_kit as kit
+from ._handler_kit import ChatParams, GenerationParams, Template, plus
 
 TOOL_CALL_START = "<|tool_call_start|>"
 TOOL_CALL_END = "<|tool_call_end|>"
@@ -47,7 +38,7 @@ def params_init(tmpl: Template, inputs: GenerationParams, tool_list_tokens: bool
             msg["thinking"] = msg["reasoning_content"]
         adjusted_messages.append(msg)
 
-    data = chat_params(
+    data = kit.chat_params(
         tmpl, inputs, adjusted_messages,
         supports_thinking=True,
         preserved_tokens=[TOOL_CALL_START, TOOL_CALL_END, THINK_START, THINK_END],
@@ -63,7 +54,7 @@ def params_init(tmpl: Template, inputs: GenerationParams, tool_list_tokens: bool
     extract_reasoning = inputs.reasoning_format != "none" and THINK_START in tmpl.source
     include_grammar = has_response_format or (tools and inputs.tool_choice != "none")
 
-    continue_message(data, inputs, GEN_PROMPT + THINK_START, THINK_END)
+    kit.continue_message(data, inputs, GEN_PROMPT + THINK_START, THINK_END)
 
     def build(p: ChatPegBuilder):
         generation_prompt = p.literal(GEN_PROMPT)
@@ -88,9 +79,8 @@ def params_init(tmpl: Template, inputs: GenerationParams, tool_list_tokens: bool
 
     data.parser = build_chat_peg_parser(build)
     if include_grammar:
-        schemas = [f["parameters"] for f in functions(inputs.tools)]
-        if has_response_format:
-            schemas.append(inputs.json_schema)
-        add_grammar(data, not (has_response_format or (tools and inputs.tool_choice == "required")), schemas,
-                    [(TRIGGER_WORD, TOOL_CALL_START)])
+        kit.add_grammar(data, not (has_response_format or (tools and inputs.tool_choice == "required")),
+                        [f["parameters"] for f in kit.functions(inputs.tools)],
+                        [(kit.TRIGGER_WORD, TOOL_CALL_START)],
+                        response_format=inputs.json_schema if has_response_format else None)
     return data

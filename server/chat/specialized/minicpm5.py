@@ -9,22 +9,12 @@ Parsers are created in the order of b10621's GCC build (the operands of a C++ `a
 from __future__ import annotations
 
 from ..peg_chat import ChatPegBuilder, build_chat_peg_parser
-from ._handler_kit import (
-    TRIGGER_WORD,
-    ChatParams,
-    GenerationParams,
-    Template,
-    add_grammar,
-    chat_params,
-    continue_message,
-    functions,
-    plus,
-    string_or_json_args,
-)
+from . import _handler_kit as kit
+from ._handler_kit import ChatParams, GenerationParams, Template, plus
 
 
 def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
-    data = chat_params(
+    data = kit.chat_params(
         tmpl, inputs,
         supports_thinking=True,
         preserved_tokens=["<function", "<param", "</function>", "</param>", "<think>", "</think>"],
@@ -42,7 +32,7 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
     extract_reasoning = inputs.reasoning_format != "none"
     include_grammar = has_response_format or (tools and inputs.tool_choice != "none")
 
-    continue_message(data, inputs, "<|im_start|>assistant\n<think>\n", "\n</think>\n\n")
+    kit.continue_message(data, inputs, "<|im_start|>assistant\n<think>\n", "\n</think>\n\n")
 
     def build(p: ChatPegBuilder):
         generation_prompt = p.literal("<|im_start|>assistant\n")
@@ -68,7 +58,7 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
                                        lambda: p.tool_arg_close(p.literal("</param>"))), "</param>")),
             ])
 
-            tool_choice = p.choice_of(functions(inputs.tools), lambda f: _tool_parser(p, f, string_value))
+            tool_choice = p.choice_of(kit.functions(inputs.tools), lambda f: _tool_parser(p, f, string_value))
 
             max_calls = -1 if inputs.parallel_tool_calls else 1
             tool_calls = p.trigger_rule("tool-call", p.repeat(tool_choice + p.space(), 1, max_calls))
@@ -79,17 +69,16 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
 
     data.parser = build_chat_peg_parser(build)
     if include_grammar:
-        schemas = [f.get("parameters", {}) for f in functions(inputs.tools)]
-        if has_response_format:
-            schemas.append(inputs.json_schema)
-        add_grammar(data, not (has_response_format or (tools and inputs.tool_choice == "required")), schemas,
-                    [(TRIGGER_WORD, "<function")])
+        kit.add_grammar(data, not (has_response_format or (tools and inputs.tool_choice == "required")),
+                        [f.get("parameters", {}) for f in kit.functions(inputs.tools)],
+                        [(kit.TRIGGER_WORD, "<function")],
+                        response_format=inputs.json_schema if has_response_format else None)
     return data
 
 
 def _tool_parser(p: ChatPegBuilder, function: dict, string_value):
     name = function["name"]
-    args = string_or_json_args(p, function, string_value, '<param name="', "</param>")
+    args = kit.string_or_json_args(p, function, string_value, '<param name="', "</param>")
     tool_parser = p.tool(
         p.tool_open(plus(lambda: p.literal('<function name="'), lambda: p.tool_name(p.literal(name)),
                          lambda: p.literal('">')))

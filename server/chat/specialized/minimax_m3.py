@@ -16,18 +16,8 @@ from __future__ import annotations
 
 from ..peg_chat import FORMAT_PEG_MINIMAX_M3, ChatPegBuilder, build_chat_peg_parser
 from ..peg_mapper import ChatPegMinimaxM3Mapper as Mm3
-from ._handler_kit import (
-    TRIGGER_WORD,
-    ChatParams,
-    GenerationParams,
-    Template,
-    add_grammar,
-    chat_params,
-    continue_message,
-    functions,
-    plus,
-    resolves_to_string,
-)
+from . import _handler_kit as kit
+from ._handler_kit import ChatParams, GenerationParams, Template, plus
 
 NS = "]<]minimax[>["
 THINK_START = "<mm:think>"
@@ -43,7 +33,7 @@ MESSAGE_DELIMITERS = [("assistant", "]~b]ai"), ("user", "]~b]user"), ("tool", "]
 
 
 def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
-    data = chat_params(
+    data = kit.chat_params(
         tmpl, inputs,
         format=FORMAT_PEG_MINIMAX_M3,
         supports_thinking=True,
@@ -59,7 +49,7 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
     include_grammar = has_response_format or (tools and inputs.tool_choice != "none")
     gen_prompt = data.generation_prompt
 
-    continue_message(data, inputs, gen_prompt + THINK_START, THINK_END)
+    kit.continue_message(data, inputs, gen_prompt + THINK_START, THINK_END)
 
     def build(p: ChatPegBuilder):
         generation_prompt = p.prefix(gen_prompt, THINK_START)
@@ -78,26 +68,16 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
             reasoning = p.optional(p.choice([block, p.literal(THINK_END)]))
 
         if has_response_format:
-            response_format = p.rule("response-format", plus(
-                lambda: p.literal("```json"), p.space,
-                lambda: p.content(p.schema(p.json(), "response-format-schema", inputs.json_schema)),
-                p.space, lambda: p.literal("```")))
+            response_format = kit.fenced_json_response(p, inputs.json_schema)
             return plus(generation_prompt, reasoning, response_format, end)
 
         if not tools or inputs.tool_choice == "none":
             return plus(generation_prompt, reasoning, lambda: p.content(p.rest()), end)
 
-        tool_choice = p.choice_of(functions(inputs.tools), lambda f: _ToolBuilder(p, f).parser())
+        tool_choice = p.choice_of(kit.functions(inputs.tools), lambda f: _ToolBuilder(p, f).parser())
 
         require_tools = inputs.tool_choice == "required"
-        tool_calls = p.eps()
-        if inputs.parallel_tool_calls:
-            tool_calls = p.trigger_rule("tool-call", plus(
-                lambda: p.literal(FC_START), p.space, tool_choice,
-                lambda: p.zero_or_more(p.space() + tool_choice), p.space, lambda: p.literal(FC_END)))
-        else:
-            tool_calls = p.trigger_rule("tool-call", plus(
-                lambda: p.literal(FC_START), p.space, tool_choice, p.space, lambda: p.literal(FC_END)))
+        tool_calls = kit.spaced_tool_calls(p, FC_START, FC_END, tool_choice, inputs.parallel_tool_calls)
         if not require_tools:
             tool_calls = p.optional(tool_calls)
 
@@ -106,11 +86,10 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
 
     data.parser = build_chat_peg_parser(build)
     if include_grammar:
-        schemas = [f.get("parameters", {}) for f in functions(inputs.tools)]
-        if has_response_format:
-            schemas.append(inputs.json_schema)
-        add_grammar(data, not (has_response_format or (tools and inputs.tool_choice == "required")), schemas,
-                    [(TRIGGER_WORD, FC_START)])
+        kit.add_grammar(data, not (has_response_format or (tools and inputs.tool_choice == "required")),
+                        [f.get("parameters", {}) for f in kit.functions(inputs.tools)],
+                        [(kit.TRIGGER_WORD, FC_START)],
+                        response_format=inputs.json_schema if has_response_format else None)
     return data
 
 
@@ -154,7 +133,7 @@ class _ToolBuilder:
         close_tag = p.tool_arg_close(p.literal(close))
 
         # a string takes anything, so a union with a string alternative is a string
-        if resolves_to_string(schema, self.params):
+        if kit.resolves_to_string(schema, self.params):
             return p.ac(plus(lambda: p.tool_arg_string_value(p.until(close)), close_tag), close)
 
         alternatives = _alternatives_of(schema)

@@ -11,17 +11,8 @@ Parsers are created in the order b10621's GCC build creates them (their ids name
 from __future__ import annotations
 
 from ..peg_chat import ChatPegBuilder, build_chat_peg_parser
-from ._handler_kit import (
-    TRIGGER_WORD,
-    ChatParams,
-    GenerationParams,
-    Template,
-    add_grammar,
-    chat_params,
-    continue_message,
-    functions,
-    plus,
-)
+from . import _handler_kit as kit
+from ._handler_kit import ChatParams, GenerationParams, Template, plus
 
 
 def adjust_messages(messages: list) -> list:
@@ -52,13 +43,13 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
     with_response_format = inputs.has_response_format()
     extract_reasoning = inputs.reasoning_format != "none"
 
-    data = chat_params(tmpl, inputs, adjusted)
+    data = kit.chat_params(tmpl, inputs, adjusted)
     data.supports_thinking = True
     data.thinking_start_tag = "[THINK]"
     data.thinking_end_tags = ["[/THINK]"]
     data.preserved_tokens = ["[THINK]", "[/THINK]", "[TOOL_CALLS]", "[ARGS]"]
 
-    continue_message(data, inputs, "[THINK]", "[/THINK]")
+    kit.continue_message(data, inputs, "[THINK]", "[/THINK]")
 
     include_grammar = True
 
@@ -81,7 +72,7 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
                 return plus(lambda: p.tool_open(p.tool_name(p.literal(name)) + "[ARGS]"),
                             lambda: p.tool_args(p.schema(p.json(), f"tool-{name}-schema", schema)))
 
-            tool_choice = p.choice_of(functions(inputs.tools), lambda f: p.rule(
+            tool_choice = p.choice_of(kit.functions(inputs.tools), lambda f: p.rule(
                 f"tool-{f['name']}", tool_parser(f["name"], f["parameters"])))
             min_calls = 1 if inputs.tool_choice == "required" else 0
             max_calls = -1 if inputs.parallel_tool_calls else 1
@@ -94,9 +85,8 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
 
     data.parser = build_chat_peg_parser(build)
     if include_grammar:
-        schemas = [f["parameters"] for f in functions(inputs.tools)]
-        if with_response_format:
-            schemas.append(inputs.json_schema)
-        add_grammar(data, with_tools and inputs.tool_choice == "auto", schemas,
-                    [(TRIGGER_WORD, "[TOOL_CALLS]")])
+        kit.add_grammar(data, with_tools and inputs.tool_choice == "auto",
+                        [f["parameters"] for f in kit.functions(inputs.tools)],
+                        [(kit.TRIGGER_WORD, "[TOOL_CALLS]")],
+                        response_format=inputs.json_schema if with_response_format else None)
     return data

@@ -16,18 +16,8 @@ Parsers are created in the order of b10621's GCC build (the operands of a C++ `a
 from __future__ import annotations
 
 from ..peg_chat import ChatPegBuilder, build_chat_peg_parser
-from ._handler_kit import (
-    TRIGGER_PATTERN,
-    ChatParams,
-    GenerationParams,
-    Template,
-    add_grammar,
-    apply,
-    continue_message,
-    functions,
-    plus,
-    string_or_json_args,
-)
+from . import _handler_kit as kit
+from ._handler_kit import ChatParams, GenerationParams, Template, plus
 
 GEN_PROMPT = "<|start|>assistant"
 # a message to a recipient other than self or user
@@ -36,7 +26,7 @@ TOOL_CALL_PATTERN = r"<\|start\|>assistant( to=(?!self<\|message\|>)(?!user<\|me
 
 def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
     data = ChatParams(
-        prompt=apply(tmpl, inputs),
+        prompt=kit.apply(tmpl, inputs),
         generation_prompt=GEN_PROMPT,
         supports_thinking=True,
         preserved_tokens=["<|start|>", "<|message|>", "<|eom|>", "<|eot|>",
@@ -50,8 +40,8 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
             "tool": "<|start|>tool",
         },
     )
-    continue_message(data, inputs, "<|start|>assistant to=self<|message|>",
-                     "<|eom|><|start|>assistant to=user<|message|>")
+    kit.continue_message(data, inputs, "<|start|>assistant to=self<|message|>",
+                         "<|eom|><|start|>assistant to=user<|message|>")
 
     extract_reasoning = inputs.reasoning_format != "none"
     tools = inputs.has_tools()
@@ -79,7 +69,7 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
             string_value = p.ac(plus(lambda: p.tool_arg_string_value(p.until("</atem:parameter>")),
                                      lambda: p.tool_arg_close(p.literal("</atem:parameter>"))),
                                 "</atem:parameter>")
-            tool_choice = p.choice_of(functions(inputs.tools), lambda f: _tool_parser(p, f, string_value))
+            tool_choice = p.choice_of(kit.functions(inputs.tools), lambda f: _tool_parser(p, f, string_value))
 
             if inputs.parallel_tool_calls:
                 tool_calls = p.trigger_rule("tool-call", tool_choice + p.zero_or_more(
@@ -97,15 +87,15 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
 
     data.parser = build_chat_peg_parser(build)
     if include_grammar:
-        add_grammar(data, inputs.tool_choice != "required",
-                    (f.get("parameters", {}) for f in functions(inputs.tools)),
-                    [(TRIGGER_PATTERN, TOOL_CALL_PATTERN)])
+        kit.add_grammar(data, inputs.tool_choice != "required",
+                        (f.get("parameters", {}) for f in kit.functions(inputs.tools)),
+                        [(kit.TRIGGER_PATTERN, TOOL_CALL_PATTERN)])
     return data
 
 
 def _tool_parser(p: ChatPegBuilder, function: dict, string_value):
     name = function["name"]
-    args = string_or_json_args(p, function, string_value, '<atem:parameter name="', "</atem:parameter>")
+    args = kit.string_or_json_args(p, function, string_value, '<atem:parameter name="', "</atem:parameter>")
     tool_open = p.tool_open(plus(
         lambda: p.literal(" to="), lambda: p.until("<|message|>"), lambda: p.literal("<|message|><atem:function_calls>"),
         p.space, lambda: p.literal('<atem:invoke name="'), lambda: p.tool_name(p.literal(name)),

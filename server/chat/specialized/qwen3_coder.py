@@ -17,27 +17,15 @@ Parsers are created in the order b10621's GCC build creates them (their ids name
 from __future__ import annotations
 
 from ..peg_chat import ChatPegBuilder, build_chat_peg_parser
-from ._handler_kit import (
-    TRIGGER_WORD,
-    ChatParams,
-    GenerationParams,
-    Template,
-    add_grammar,
-    alt,
-    chat_params,
-    functions,
-    parameters,
-    plus,
-    render_content,
-    resolves_to_string,
-)
+from . import _handler_kit as kit
+from ._handler_kit import ChatParams, GenerationParams, Template, alt, plus
 
 GEN_PREFIX = "<|im_start|>assistant\n"
 ARG_CLOSE = "\n</parameter>\n"
 
 
 def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
-    data = chat_params(tmpl, inputs)
+    data = kit.chat_params(tmpl, inputs)
     supports_reasoning = "<think>" in tmpl.source
     data.supports_thinking = supports_reasoning
     data.preserved_tokens = ["<tool_call>", "</tool_call>"]
@@ -65,12 +53,12 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
             if inputs.continue_final_message == "content":
                 data.generation_prompt += "\n</think>\n\n"
         if inputs.continue_final_message == "content":
-            data.generation_prompt += render_content(msg)
+            data.generation_prompt += kit.render_content(msg)
         data.prompt += data.generation_prompt
 
     # the whole <function=NAME> opener also starts a call, for models that leave out <tool_call>: a
     # hallucinated name beats constraining on "<function", which may be content (#include <functional>)
-    tool_call_starts = ["<tool_call>"] + [f"<function={f['name']}>" for f in functions(inputs.tools)]
+    tool_call_starts = ["<tool_call>"] + [f"<function={f['name']}>" for f in kit.functions(inputs.tools)]
 
     def build(p: ChatPegBuilder):
         gen_prefix = p.literal(GEN_PREFIX)
@@ -92,7 +80,7 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
                 rule_name = f"tool-{name}-arg-{param_name}"
                 arg_open = p.tool_arg_open(plus("<parameter=", lambda: p.tool_arg_name(p.literal(param_name)),
                                                 ">\n"))
-                if resolves_to_string(param_schema, schema_root):
+                if kit.resolves_to_string(param_schema, schema_root):
                     arg_value = arg_string
                 else:
                     arg_value = plus(lambda: p.tool_arg_json_value(
@@ -102,7 +90,7 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
             def tool_parser(name: str, function: dict):
                 schema_root = function.get("parameters", {})
                 required_args, optional_args = [], []
-                for param_name, param_schema, is_required in parameters(function):
+                for param_name, param_schema, is_required in kit.parameters(function):
                     rule = arg_rule(name, param_name, param_schema, schema_root)
                     (required_args if is_required else optional_args).append(rule)
                 # the required arguments in any order: Qwen does not always keep to the schema's
@@ -113,7 +101,7 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
                     lambda: p.tool_open(plus("<function=", lambda: p.tool_name(p.literal(name)), ">\n")),
                     lambda: p.tool_args(args), lambda: p.tool_close(p.literal("</function>\n"))))
 
-            tool_choice = p.choice_of(functions(inputs.tools),
+            tool_choice = p.choice_of(kit.functions(inputs.tools),
                                       lambda f: p.rule(f"tool-{f['name']}", tool_parser(f["name"], f)))
 
             min_calls = 1 if inputs.tool_choice == "required" else 0
@@ -133,9 +121,7 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
     data.parser = build_chat_peg_parser(build)
     if include_grammar:
         lazy = with_tools and inputs.tool_choice == "auto"
-        schemas = [f.get("parameters", {}) for f in functions(inputs.tools)]
-        if with_response_format:
-            schemas.append(inputs.json_schema)
-        add_grammar(data, lazy, schemas,
-                    [(TRIGGER_WORD, start) for start in tool_call_starts] if lazy else [])
+        kit.add_grammar(data, lazy, [f.get("parameters", {}) for f in kit.functions(inputs.tools)],
+                        [(kit.TRIGGER_WORD, start) for start in tool_call_starts] if lazy else [],
+                        response_format=inputs.json_schema if with_response_format else None)
     return data
