@@ -121,7 +121,8 @@ def python_level(verbosity: int, own: bool) -> int:
 
     own (the "mlxcel" tree): 0 -> nothing, 1 -> ERROR, 2 -> WARNING, 3 -> INFO, 4 -> TRACE (15),
     5 and above -> every level (1), so -v and -lv 5 are the same filter for mlxcel.
-    others (root, uvicorn): 0 -> nothing, 1 -> ERROR, 2 and 3 -> WARNING, 4 -> INFO, 5 and above -> DEBUG;
+    others (root, uvicorn): 0 -> nothing, 1 -> ERROR, 2 and 3 -> WARNING, 4 -> TRACE (their INFO is trace),
+    5 and above -> DEBUG;
     the top tier does not open libraries' sub-DEBUG levels (uvicorn's TRACE 5, asyncio internals).
     """
     if verbosity <= LOG_LEVEL_OUTPUT:
@@ -133,7 +134,7 @@ def python_level(verbosity: int, own: bool) -> int:
     if verbosity == LOG_LEVEL_INFO:
         return logging.INFO if own else logging.WARNING
     if verbosity == LOG_LEVEL_TRACE:
-        return TRACE if own else logging.INFO
+        return TRACE
     return 1 if own else logging.DEBUG
 
 

@@ -53,7 +53,14 @@ def open_log_file(path: str) -> TextIO:
     if os.path.islink(path):
         raise LogFileError(f"{shown}: is a symbolic link; refusing to follow it, since a link planted at a log "
                            f"path redirects the server log into another file. Name the real file instead")
-    if not os.path.isdir(parent):
+    try:
+        parent_is_dir = stat.S_ISDIR(os.stat(parent).st_mode)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOENT, errno.ENOTDIR):
+            raise LogFileError(f"{shown}: the parent directory '{parent}' cannot be reached: "
+                               f"{exc.strerror}") from None
+        parent_is_dir = False
+    if not parent_is_dir:
         what = "does not exist" if not os.path.lexists(parent) else "is not a directory"
         raise LogFileError(f"{shown}: the parent directory '{parent}' {what}; create it first or log elsewhere")
     if os.path.isdir(path):
