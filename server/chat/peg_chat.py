@@ -388,18 +388,10 @@ class ChatPegBuilder(PegBuilder):
         def build() -> PegParser:
             ws = self.space()
             value = self._python_or_json_value()
-            member = self.sequence([self.python_string(), ws, self.literal(":"), ws, value])
-            members = self.sequence([member, self.zero_or_more(self.sequence([ws, self.literal(","), ws,
-                                                                              member]))])
-            dict_ = self.rule("python-or-json-dict", lambda: self.sequence([
-                self.literal("{"), ws, self.choice([self.literal("}"), self.sequence([members, ws,
-                                                                                      self.literal("}")])]),
-                ws]))
+            members = self._members(ws, self.python_string, lambda: value)
+            dict_ = self.rule("python-or-json-dict", lambda: self._bracketed(ws, "{", members, "}", True))
             elements = self.sequence([value, self.zero_or_more(self.sequence([self.literal(","), ws, value]))])
-            array = self.rule("python-or-json-array", lambda: self.sequence([
-                self.literal("["), ws, self.choice([self.literal("]"), self.sequence([elements, ws,
-                                                                                      self.literal("]")])]),
-                ws]))
+            array = self.rule("python-or-json-array", lambda: self._bracketed(ws, "[", elements, "]", True))
             return self.choice([dict_, array, self.python_string(), self.python_number(), self.python_bool(),
                                 self.python_null(), self.json_bool(), self.json_null()])
 

@@ -220,6 +220,12 @@ def _snippet(ctx: ParseContext, pos: int, length: int = 60) -> str:
     return text + "..." if pos + length < len(ctx.input) else text
 
 
+def _out_of_input(ctx: ParseContext, start: int, end: int) -> ParseResult:
+    """The input ran out before the match was decided: a partial match up to `end` when lenient, else a
+    failure."""
+    return ParseResult(NEED_MORE_INPUT, start, end) if ctx.is_lenient() else ParseResult(FAIL, start)
+
+
 def _epsilon(arena: PegArena, p: EpsilonParser, ctx: ParseContext, start: int) -> ParseResult:
     return ParseResult(SUCCESS, start)
 
@@ -238,9 +244,7 @@ def _literal(arena: PegArena, p: LiteralParser, ctx: ParseContext, start: int) -
         return ParseResult(SUCCESS, start, start + len(literal))
     # a mismatch inside the input fails; running out of input while matching is a partial match
     if len(text) - start < len(literal) and literal.startswith(text[start:]):
-        if not ctx.is_lenient():
-            return ParseResult(FAIL, start)
-        return ParseResult(NEED_MORE_INPUT, start, len(text))
+        return _out_of_input(ctx, start, len(text))
     return ParseResult(FAIL, start)
 
 
@@ -379,7 +383,7 @@ def _not(arena: PegArena, p: NotParser, ctx: ParseContext, start: int) -> ParseR
 def _any(arena: PegArena, p: AnyParser, ctx: ParseContext, start: int) -> ParseResult:
     if start < len(ctx.input):
         return ParseResult(SUCCESS, start, start + 1)
-    return ParseResult(NEED_MORE_INPUT if ctx.is_lenient() else FAIL, start)
+    return _out_of_input(ctx, start, start)
 
 
 def _space(arena: PegArena, p: SpaceParser, ctx: ParseContext, start: int) -> ParseResult:
@@ -397,9 +401,7 @@ def _chars(arena: PegArena, p: CharsParser, ctx: ParseContext, start: int) -> Pa
         if pos >= len(text):
             if count >= p.min_count:
                 return ParseResult(SUCCESS, start, pos)
-            if not ctx.is_lenient():
-                return ParseResult(FAIL, start)
-            return ParseResult(NEED_MORE_INPUT, start, pos)
+            return _out_of_input(ctx, start, pos)
         codepoint = ord(text[pos])
         matches = any(r.start <= codepoint <= r.end for r in p.ranges)
         if matches == p.negated:
@@ -436,10 +438,8 @@ def _string(arena: PegArena, p: StringParser, ctx: ParseContext, start: int) -> 
         escape_start = pos
         pos += 1  # the backslash
         if pos >= n:
-            if not ctx.is_lenient():
-                return ParseResult(FAIL, start)
             # a dangling backslash is left out of the partial content
-            return ParseResult(NEED_MORE_INPUT, start, escape_start)
+            return _out_of_input(ctx, start, escape_start)
         escaped = text[pos]
         if escaped == delimiter or escaped in _SIMPLE_ESCAPES:
             pos += 1
@@ -447,10 +447,8 @@ def _string(arena: PegArena, p: StringParser, ctx: ParseContext, start: int) -> 
             pos += 1
             for _ in range(4):
                 if pos >= n:
-                    if not ctx.is_lenient():
-                        return ParseResult(FAIL, start)
                     # so is an incomplete \uXXXX
-                    return ParseResult(NEED_MORE_INPUT, start, escape_start)
+                    return _out_of_input(ctx, start, escape_start)
                 if text[pos] not in _HEX_DIGITS:
                     return ParseResult(FAIL, start)
                 pos += 1
@@ -500,13 +498,14 @@ def _node_text(ctx: ParseContext, result: ParseResult) -> str:
     return ctx.input[result.start : result.end] if result.start < len(ctx.input) else ""
 
 
-def _rule(arena: PegArena, p: RuleParser, ctx: ParseContext, start: int) -> ParseResult:
-    result = arena.parse_id(p.child, ctx, start)
+def _ast_node(arena: PegArena, child: int, ctx: ParseContext, start: int, rule: str, tag: str) -> ParseResult:
+    """The child's match as one AST node (named by a rule or a tag) over the child's nodes."""
+    result = arena.parse_id(child, ctx, start)
     if result.type == FAIL:
         return result
     node_id = ctx.ast.add_node(
-        p.name,
-        "",
+        rule,
+        tag,
         result.start,
         result.end,
         _node_text(ctx, result),
@@ -514,24 +513,16 @@ def _rule(arena: PegArena, p: RuleParser, ctx: ParseContext, start: int) -> Pars
         result.type == NEED_MORE_INPUT,
     )
     return ParseResult(result.type, result.start, result.end, [node_id])
+
+
+def _rule(arena: PegArena, p: RuleParser, ctx: ParseContext, start: int) -> ParseResult:
+    return _ast_node(arena, p.child, ctx, start, p.name, "")
 
 
 def _tag(arena: PegArena, p: TagParser, ctx: ParseContext, start: int) -> ParseResult:
     if ctx.is_debug():
         _debug(ctx, f"TAG: {p.tag}")
-    result = arena.parse_id(p.child, ctx, start)
-    if result.type == FAIL:
-        return result
-    node_id = ctx.ast.add_node(
-        "",
-        p.tag,
-        result.start,
-        result.end,
-        _node_text(ctx, result),
-        result.nodes,
-        result.type == NEED_MORE_INPUT,
-    )
-    return ParseResult(result.type, result.start, result.end, [node_id])
+    return _ast_node(arena, p.child, ctx, start, "", p.tag)
 
 
 def _ref(arena: PegArena, p: RefParser, ctx: ParseContext, start: int) -> ParseResult:

@@ -248,19 +248,30 @@ class PegBuilder:
     def json_object(self) -> PegParser:
         def build() -> PegParser:
             ws = self.space()
-            member = self.sequence([self.json_string(), ws, self.literal(":"), ws, self.json()])
-            members = self.sequence(
-                [member, self.zero_or_more(self.sequence([ws, self.literal(","), ws, member]))]
-            )
-            return self.sequence(
-                [
-                    self.literal("{"),
-                    ws,
-                    self.choice([self.literal("}"), self.sequence([members, ws, self.literal("}")])]),
-                ]
-            )
+            return self._bracketed(ws, "{", self._members(ws, self.json_string, self.json), "}")
 
         return self.rule("json-object", build)
+
+    def _members(
+        self, ws: PegParser, key: Callable[[], PegParser], value: Callable[[], PegParser]
+    ) -> PegParser:
+        """`key: value` pairs separated by commas, whitespace around the colons and commas."""
+        member = self.sequence([key(), ws, self.literal(":"), ws, value()])
+        return self.sequence([member, self.zero_or_more(self.sequence([ws, self.literal(","), ws, member]))])
+
+    def _bracketed(
+        self, ws: PegParser, opening: str, items: PegParser, closing: str, trailing_space: bool = False
+    ) -> PegParser:
+        """`opening`, then `closing` alone or after the items, with whitespace after `opening` and before
+        `closing` (and after it with trailing_space)."""
+        parts = [
+            self.literal(opening),
+            ws,
+            self.choice([self.literal(closing), self.sequence([items, ws, self.literal(closing)])]),
+        ]
+        if trailing_space:
+            parts.append(ws)
+        return self.sequence(parts)
 
     def json_string(self) -> PegParser:
         return self.rule(
@@ -274,13 +285,7 @@ class PegBuilder:
             elements = self.sequence(
                 [self.json(), self.zero_or_more(self.sequence([ws, self.literal(","), ws, self.json()]))]
             )
-            return self.sequence(
-                [
-                    self.literal("["),
-                    ws,
-                    self.choice([self.literal("]"), self.sequence([elements, ws, self.literal("]")])]),
-                ]
-            )
+            return self._bracketed(ws, "[", elements, "]")
 
         return self.rule("json-array", build)
 
@@ -343,18 +348,8 @@ class PegBuilder:
     def python_dict(self) -> PegParser:
         def build() -> PegParser:
             ws = self.space()
-            member = self.sequence([self.python_string(), ws, self.literal(":"), ws, self.python_value()])
-            members = self.sequence(
-                [member, self.zero_or_more(self.sequence([ws, self.literal(","), ws, member]))]
-            )
-            return self.sequence(
-                [
-                    self.literal("{"),
-                    ws,
-                    self.choice([self.literal("}"), self.sequence([members, ws, self.literal("}")])]),
-                    ws,
-                ]
-            )
+            members = self._members(ws, self.python_string, self.python_value)
+            return self._bracketed(ws, "{", members, "}", trailing_space=True)
 
         return self.rule("python-dict", build)
 
@@ -373,14 +368,7 @@ class PegBuilder:
                     self.zero_or_more(self.sequence([self.literal(","), ws, self.python_value()])),
                 ]
             )
-            return self.sequence(
-                [
-                    self.literal("["),
-                    ws,
-                    self.choice([self.literal("]"), self.sequence([elements, ws, self.literal("]")])]),
-                    ws,
-                ]
-            )
+            return self._bracketed(ws, "[", elements, "]", trailing_space=True)
 
         return self.rule("python-array", build)
 

@@ -112,23 +112,20 @@ class AstArena:
         return self.nodes[node_id]
 
     def find_by_tag(self, parent: AstNode, tag: str, max_depth: int = 3) -> int:
-        for child_id in parent.children:
-            child = self.get(child_id)
-            if child.tag == tag:
-                return child_id
-            if max_depth > 1:
-                found = self.find_by_tag(child, tag, max_depth - 1)
-                if found != INVALID_AST_ID:
-                    return found
-        return INVALID_AST_ID
+        return self._find(parent, "tag", tag, max_depth)
 
     def find_by_rule(self, parent: AstNode, rule: str, max_depth: int = 3) -> int:
+        return self._find(parent, "rule", rule, max_depth)
+
+    def _find(self, parent: AstNode, field: str, value: str, max_depth: int) -> int:
+        """The first node below `parent` (depth first, at most max_depth levels down) whose `field` is
+        `value`."""
         for child_id in parent.children:
             child = self.get(child_id)
-            if child.rule == rule:
+            if getattr(child, field) == value:
                 return child_id
             if max_depth > 1:
-                found = self.find_by_rule(child, rule, max_depth - 1)
+                found = self._find(child, field, value, max_depth - 1)
                 if found != INVALID_AST_ID:
                     return found
         return INVALID_AST_ID
