@@ -291,9 +291,9 @@ def _gemma4_to_json(arena, node_id: int) -> str:
     return ""
 
 
-class ChatPegGemma4Mapper(ChatPegMapper):
-    """common_chat_peg_gemma4_mapper: a tool call is taken whole from its `tool` node, once its name is
-    complete."""
+class _WholeToolCallMapper(ChatPegMapper):
+    """The mappers that read reasoning and content from their tagged nodes and take each tool call whole
+    from its `tool` node (tool_call(): the call, or None while there is none yet)."""
 
     def from_ast(self, arena, parse_result) -> None:
         for node_id in parse_result.nodes:
@@ -308,18 +308,33 @@ class ChatPegGemma4Mapper(ChatPegMapper):
             self.result.content += node.text
             return
         if node.tag == TOOL:
-            name_id = arena.find_by_tag(node, TOOL_NAME)
-            args_id = arena.find_by_tag(node, TOOL_ARGS)
-            if name_id != INVALID_AST_ID and args_id != INVALID_AST_ID:
-                name_node, args_node = arena.get(name_id), arena.get(args_id)
-                if not name_node.is_partial:
-                    call = ToolCall(name=name_node.text, arguments="")
-                    if args_node.children:
-                        call.arguments = _gemma4_to_json(arena, args_node.children[0])
-                    self.result.tool_calls.append(call)
+            call = self.tool_call(arena, node)
+            if call is not None:
+                self.result.tool_calls.append(call)
             return
         for child in node.children:
             self._visit(arena, child)
+
+    def tool_call(self, arena, node) -> ToolCall | None:
+        raise NotImplementedError
+
+
+class ChatPegGemma4Mapper(_WholeToolCallMapper):
+    """common_chat_peg_gemma4_mapper: a tool call is taken whole from its `tool` node, once its name is
+    complete."""
+
+    def tool_call(self, arena, node) -> ToolCall | None:
+        name_id = arena.find_by_tag(node, TOOL_NAME)
+        args_id = arena.find_by_tag(node, TOOL_ARGS)
+        if name_id == INVALID_AST_ID or args_id == INVALID_AST_ID:
+            return None
+        name_node, args_node = arena.get(name_id), arena.get(args_id)
+        if name_node.is_partial:
+            return None
+        call = ToolCall(name=name_node.text, arguments="")
+        if args_node.children:
+            call.arguments = _gemma4_to_json(arena, args_node.children[0])
+        return call
 
 
 TOOL_ARG_OBJECT = "tool-arg-object"
@@ -381,34 +396,19 @@ def _minimax_m3_value_to_json(arena, node_id: int, closed: bool) -> str:
     return node.text  # numbers and booleans, as the template writes them
 
 
-class ChatPegMinimaxM3Mapper(ChatPegMapper):
+class ChatPegMinimaxM3Mapper(_WholeToolCallMapper):
     """common_chat_peg_minimax_m3_mapper: MiniMax M3's XML-nested arguments rebuilt as a JSON object."""
 
     TOOL_ARG_OBJECT = TOOL_ARG_OBJECT
     TOOL_ARG_ARRAY = TOOL_ARG_ARRAY
     TOOL_ARG_ITEM = TOOL_ARG_ITEM
 
-    def from_ast(self, arena, parse_result) -> None:
-        for node_id in parse_result.nodes:
-            self._visit(arena, node_id)
-
-    def _visit(self, arena, node_id: int) -> None:
-        node = arena.get(node_id)
-        if node.tag == REASONING:
-            self.result.reasoning_content += node.text
-            return
-        if node.tag == CONTENT:
-            self.result.content += node.text
-            return
-        if node.tag == TOOL:
-            name_id = arena.find_by_tag(node, TOOL_NAME)
-            if name_id != INVALID_AST_ID:
-                self.result.tool_calls.append(ToolCall(
-                    name=arena.get(name_id).text,
-                    arguments=_minimax_m3_container_to_json(arena, node, True, not node.is_partial)))
-            return
-        for child in node.children:
-            self._visit(arena, child)
+    def tool_call(self, arena, node) -> ToolCall | None:
+        name_id = arena.find_by_tag(node, TOOL_NAME)
+        if name_id == INVALID_AST_ID:
+            return None
+        return ToolCall(name=arena.get(name_id).text,
+                        arguments=_minimax_m3_container_to_json(arena, node, True, not node.is_partial))
 
 
 class TagBasedPegMapper:

@@ -101,6 +101,20 @@ def _common_suffix_len(a: str, b: str) -> int:
     return n
 
 
+def _match_lone_segment(lone: Segment, other: list[Segment], first: int, last: int,
+                        result: DiffSplit) -> tuple[int, int, bool]:
+    """One side is down to one segment: when it is the other side's last unconsumed segment, that one joins
+    the suffix, else when it is the other side's first, the prefix. The other side's new range, and whether
+    the lone segment was matched."""
+    if lone == other[last]:
+        result.suffix = other[last].value + result.suffix
+        return first, last - 1, True
+    if lone == other[first]:
+        result.prefix += other[first].value
+        return first + 1, last, True
+    return first, last, False
+
+
 def calculate_diff_split(left: str, right: str) -> DiffSplit:
     """The common prefix and suffix of two strings and what differs between them, cut on marker boundaries
     where the difference starts or ends inside a marker."""
@@ -138,23 +152,11 @@ def calculate_diff_split(left: str, right: str) -> DiffSplit:
             break
 
     if l0 == l1 and r0 != r1:
-        if ls[l0] == rs[r1]:
-            result.suffix = rs[r1].value + result.suffix
-            r1 -= 1
-            left_done = True
-        elif ls[l0] == rs[r0]:
-            result.prefix += rs[r0].value
-            r0 += 1
-            left_done = True
+        r0, r1, matched = _match_lone_segment(ls[l0], rs, r0, r1, result)
+        left_done = left_done or matched
     elif r0 == r1 and l0 != l1:
-        if ls[l1] == rs[r0]:
-            result.suffix = ls[l1].value + result.suffix
-            l1 -= 1
-            right_done = True
-        elif ls[l0] == rs[r0]:
-            result.prefix += ls[l0].value
-            l0 += 1
-            right_done = True
+        l0, l1, matched = _match_lone_segment(rs[r0], ls, l0, l1, result)
+        right_done = right_done or matched
     elif l0 == l1 and r0 == r1 and ls[l0] == rs[r0] and ls[l0].type == SegmentType.MARKER:
         result.prefix += rs[r0].value
         left_done = right_done = True
