@@ -21,15 +21,20 @@ from . import (
     slots,
     tokenize,
 )
+from .auth import FRONTEND_PATHS, AuthMiddleware
+from .cors import CorsMiddleware
 from .jsonio import UpstreamJSON, error_response
-from .state import AppState
+from .prefix import ApiPrefix
+from .state import AppState, ServerSettings
 
 
 class LoadingGate(BaseHTTPMiddleware):
-    """b10621's middleware_server_state: every route answers 503 "Loading model" until ready."""
+    """b10621's middleware_server_state: every route answers 503 "Loading model" until ready (but "/")."""
 
     async def dispatch(self, request: Request, call_next):
         state: AppState = request.app.state.mlxcel
+        if request.scope["path"] in FRONTEND_PATHS:  # upstream lets its UI load and show "loading"
+            return await call_next(request)
         if not state.engine.ready.is_set() or state.engine.load_error:
             return error_response(UpstreamError(LOADING_MODEL, ErrorKind.UNAVAILABLE))
         return await call_next(request)
@@ -38,7 +43,16 @@ class LoadingGate(BaseHTTPMiddleware):
 def create_app(state: AppState | None) -> FastAPI:
     app = FastAPI(title="mlxcel", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.mlxcel = state
+    settings = state.settings if state is not None else ServerSettings()
+    # b10621's pre-routing order, outermost first: CORS (preflights answered), loading gate, API key, then
+    # routes, mounted under --api-prefix only (Starlette: the last middleware added runs first)
+    if settings.api_prefix:
+        app.add_middleware(ApiPrefix, prefix=settings.api_prefix)
+    if settings.auth.enabled:
+        app.add_middleware(AuthMiddleware, config=settings.auth)
     app.add_middleware(LoadingGate)
+    if settings.cors is not None:
+        app.add_middleware(CorsMiddleware, config=settings.cors)
 
     @app.exception_handler(UpstreamError)
     async def _upstream(_: Request, exc: UpstreamError):

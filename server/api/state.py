@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 from ..engine.engine import Engine
 from ..models.tokenizer import ModelTokenizer
+from .auth import AuthConfig
+from .cors import CorsConfig
 from .task_params import TaskParams
 
 
@@ -22,6 +24,11 @@ class ServerSettings:
     special: bool = False  # --special: special tokens rendered as text
     slots_debug: bool = False  # LLAMA_SERVER_SLOTS_DEBUG: /slots shows prompts and generated text
     chat: object = None  # server.chat.params.ChatSettings; None: the checkpoint's template, defaults
+    # the HTTP layer (server/api/cors.py, auth.py, prefix.py): b10621's defaults, CORS on with origin echo,
+    # no API key, no prefix; cors=None leaves CORS out entirely
+    cors: CorsConfig | None = field(default_factory=CorsConfig)  # --cors-origins/-headers/-methods/-credentials
+    auth: AuthConfig = field(default_factory=AuthConfig)  # --api-key, --api-key-file, LLAMA_/MLXCEL_API_KEY
+    api_prefix: str = ""  # --api-prefix
 
 
 @dataclass
