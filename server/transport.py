@@ -52,7 +52,7 @@ DEFAULT_PORT = 8080
 DEFAULT_TIMEOUT = 3600  # --timeout: b10621's timeout_read / timeout_write
 KEEPALIVE_TIMEOUT = 5  # CPPHTTPLIB_KEEPALIVE_TIMEOUT_SECOND
 LISTEN_BACKLOG = 128  # CPPHTTPLIB_LISTEN_BACKLOG
-SERVER_HEADER = ("Server", "llama.cpp")  # srv->set_default_headers
+SERVER_HEADER = (b"Server", b"llama.cpp")  # srv->set_default_headers
 
 
 class TransportError(RuntimeError):
@@ -287,6 +287,25 @@ class HttpTimeouts:
 # --- serving ------------------------------------------------------------------------------------------------
 
 
+class ServerHeader:
+    """cpp-httplib's default header, first and spelled as it spells it (uvicorn's own would be lowercase)."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_server(message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [SERVER_HEADER, *message.get("headers", ())]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_server)
+
+
 def announce_listening(address: str) -> None:
     """b10621's log lines once the server listens (server.cpp, after the model loaded)."""
     log.info("listening on %s", address)
@@ -313,9 +332,9 @@ class HttpServer:
                 kwargs["ssl_context_factory"] = lambda _config, _default: tls
             else:  # older uvicorn builds its own context from the same (already checked) files
                 kwargs.update(ssl_keyfile=config.ssl_key_file, ssl_certfile=config.ssl_cert_file)
-        uv_config = uvicorn.Config(HttpTimeouts(app, config.timeout), log_level=log_level, access_log=False,
-                                   timeout_keep_alive=KEEPALIVE_TIMEOUT, backlog=LISTEN_BACKLOG,
-                                   server_header=False, date_header=False, headers=[SERVER_HEADER], **kwargs)
+        uv_config = uvicorn.Config(ServerHeader(HttpTimeouts(app, config.timeout)), log_level=log_level,
+                                   access_log=False, timeout_keep_alive=KEEPALIVE_TIMEOUT, backlog=LISTEN_BACKLOG,
+                                   server_header=False, date_header=False, **kwargs)
         address = self.address
 
         class _Server(uvicorn.Server):

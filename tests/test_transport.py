@@ -139,6 +139,19 @@ def test_reuse_port_lets_two_servers_share_a_port():
         plain.close()
 
 
+def test_401_over_the_wire_is_b10621s_response_byte_for_byte():
+    import json
+    from pathlib import Path
+
+    rec = json.loads((Path(__file__).parent / "data" / "b10621_cors_auth.json").read_text())["unauthorized"]
+    expected = (b"HTTP/1.1 401 Unauthorized\r\n" + b"".join(f"{k}: {v}\r\n".encode() for k, v in rec["headers"])
+                + b"\r\n" + rec["body"].encode())
+    with running(ServeConfig(port=0), auth=AuthConfig(("k1",))) as server:
+        out, _ = _raw(server.port, b"GET /props HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                                   b"Origin: http://a.example\r\n\r\n")
+    assert out == expected  # status line, header order and spelling, body: as recorded from b10621
+
+
 def test_api_prefix_over_the_wire():
     # b10621 with --api-prefix /pfx: routes only under the prefix
     with running(ServeConfig(port=0), api_prefix="/pfx", auth=AuthConfig(("k1",))) as server:

@@ -145,7 +145,8 @@ class CorsMiddleware:
 
         async def send_with_origin(message) -> None:
             if message["type"] == "http.response.start":
-                message = {**message, "headers": [*message.get("headers", ()), *origin_header]}
+                # first, where b10621's pre-routing handler puts it, before the handler's own headers
+                message = {**message, "headers": [*origin_header, *message.get("headers", ())]}
             await send(message)
 
         await self.app(scope, receive, send_with_origin)
