@@ -15,7 +15,8 @@ Options and what each one does here (b10621: tools/server/server-http.cpp, vendo
 - ``--timeout N`` (default 3600): cpp-httplib's read and write timeout, applied per read and per write. Here
   each wait for request-body bytes and each wait for the client to take response bytes is bounded by N
   seconds (0: only what is already there, as select() with a zero timeout). A request body that stalls
-  answers b10621's empty 400 with ``Connection: close``; a client that stops reading has its connection
+  answers b10621's empty 400 with ``Connection: close`` (without the Access-Control-Allow-Origin that
+  b10621's pre-routing handler had already put on it); a client that stops reading has its connection
   closed. Not covered, because uvicorn gives the app no hook there: the wait for the request line and
   headers (b10621 answers an empty 400 after N seconds; uvicorn waits). The idle wait between requests on a
   kept-alive connection is cpp-httplib's fixed 5 seconds in both (uvicorn's ``timeout_keep_alive``);

@@ -286,6 +286,22 @@ def test_a_body_that_arrives_in_time_is_served():
     assert out.startswith(b"HTTP/1.1 200") and out.endswith(b"\r\n\r\nabcd")
 
 
+def test_timeout_zero_serves_only_what_already_arrived():
+    # b10621 --timeout 0: a request sent in one piece is served, a body split by a pause gets the 400
+    with running(ServeConfig(port=0, timeout=0), app=_echo) as server:
+        whole, _ = _raw(server.port, b"POST /x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                                     b"Content-Length: 4\r\n\r\nabcd")
+        with socket.create_connection(("127.0.0.1", server.port)) as s:
+            s.sendall(b"POST /x HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 4\r\n\r\nab")
+            time.sleep(0.3)
+            with contextlib.suppress(OSError):
+                s.sendall(b"cd")
+            s.settimeout(5)
+            split = s.recv(1000)
+    assert whole.startswith(b"HTTP/1.1 200") and whole.endswith(b"abcd")
+    assert split.startswith(b"HTTP/1.1 400 Bad Request")
+
+
 async def test_write_timeout_gives_up_on_a_client_that_stops_reading():
     sent = []
 
