@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from oracle.reference import SOURCE_SUBDIR
-from server.chat.autoparser import specialized_template_kind
+from server.chat.autoparser import generate_chat_params, specialized_template_kind
 from server.chat.autoparser.helpers import (
     DiffSplit,
     Segment,
@@ -24,16 +23,19 @@ from server.chat.autoparser.helpers import (
     until_common_prefix,
 )
 from server.chat.caps import template_caps
-from server.models.cache import cache_root
-
-TEMPLATES = cache_root() / "reference" / "source" / SOURCE_SUBDIR / "models" / "templates"
-
-
-def template_source(name: str) -> str:
-    path = TEMPLATES / name
-    if not path.is_file():
-        pytest.skip(f"the b10621 sources are not unpacked ({path})")
-    return path.read_text(encoding="utf-8")
+from tests.chat_support import (
+    CALL,
+    CONTINUE_CONTENT,
+    HELLO,
+    SPECIAL_FUNCTION,
+    assert_peg_parses,
+    message_user,
+    msg,
+    prefill_reasoning,
+    request_inputs,
+    template_source,
+    tool,
+)
 
 
 def _template(source: str) -> Template:
@@ -542,121 +544,22 @@ def test_specialized_template_kind(name, kind):
 # End to end: test-chat.cpp's peg_tester cases (template + request -> parser -> the model's output parsed back)
 
 
-def _tool(name: str, description: str, parameters: dict) -> dict:
-    """common_chat_tools_to_json_oaicompat() of a common_chat_tool."""
-    return {"type": "function", "function": {"name": name, "description": description, "parameters": parameters}}
-
-
-SPECIAL_FUNCTION = _tool("special_function", "I'm special", {
-    "type": "object", "properties": {"arg1": {"type": "integer", "description": "The arg."}}, "required": ["arg1"]})
 CONST_SCHEMA = {"const": "42"}
 
 
-def _msg(content: str = "", reasoning: str = "", calls: tuple = (), role: str = "assistant"):
-    from server.chat.messages import ChatMsg, ToolCall
-
-    return ChatMsg(role=role, content=content, reasoning_content=reasoning,
-                   tool_calls=[ToolCall(name, args, call_id) for name, args, call_id in calls])
-
-
-def message_user():
-    return _msg("Hey there!", role="user")
-
-
-def prefill_content():
-    return _msg("Hello, ", "I'm thinking")
-
-
-def prefill_reasoning():
-    return _msg("", "I'm")
-
-
-def chat_params(name: str, *, messages=None, tools=(), tool_choice="auto", reasoning_format="none",
-                enable_thinking=True, parallel_tool_calls=False, add_generation_prompt=True,
-                continue_final_message="none", json_schema=None):
-    """common_chat_templates_apply() on a test request (common_chat_templates_inputs' defaults), through
-    generate_chat_params() as common_chat_templates_apply_jinja() prepares its inputs."""
-    from server.chat.autoparser import GenerationParams, generate_chat_params
-    from server.chat.messages import apply_workarounds, to_template_json
-
-    source = template_source(name)
-    caps = template_caps(source)
-    messages = list(messages or [message_user()])
-    rendered = [to_template_json(m) for m in messages]
-    continue_msg = None
-    if continue_final_message != "none":
-        add_generation_prompt = False
-        continue_msg, rendered = messages[-1], rendered[:-1]
-    inputs = GenerationParams(
-        messages=apply_workarounds(rendered, caps, source), tools=list(tools) or None, tool_choice=tool_choice,
-        json_schema=json_schema, parallel_tool_calls=parallel_tool_calls, reasoning_format=reasoning_format,
-        add_generation_prompt=add_generation_prompt, continue_final_message=continue_final_message,
-        continue_msg=continue_msg, enable_thinking=enable_thinking,
-        extra_context={"datetime": "Jan 01 2026", "date_string": "01 Jan 2026"})
+def chat_params(name: str, **request):
+    """common_chat_templates_apply() on a test request (request_inputs()), through generate_chat_params()."""
+    source, _caps, inputs = request_inputs(name, **request)
     return generate_chat_params(source, inputs)
 
 
-def _same_json(a: str, b: str) -> bool:
-    import json
-
-    try:
-        return json.loads(a) == json.loads(b)
-    except json.JSONDecodeError:
-        return a == b
-
-
-def assert_msg_equals(expected, actual) -> None:
-    """test-chat.cpp's assert_msg_equals(..., ignore_whitespace_differences = true)."""
-    ws = " \t\n\v\f\r"
-    assert actual.role == expected.role
-    assert actual.content.strip(ws) == expected.content.strip(ws)
-    assert actual.reasoning_content.strip(ws) == expected.reasoning_content.strip(ws)
-    assert [(c.name, c.id) for c in actual.tool_calls] == [(c.name, c.id) for c in expected.tool_calls]
-    for a, e in zip(actual.tool_calls, expected.tool_calls):
-        assert _same_json(a.arguments, e.arguments), (a.arguments, e.arguments)
-
-
 def peg_test(name: str, output: str, expected, **request) -> None:
-    """test_peg_parser(): every prefix of `output` parsed as a partial answer must grow the message the way a
-    stream would, the whole of it parse to `expected`; the grammar must load."""
-    from server.chat.diffs import compute_diffs
-    from server.chat.messages import ChatMsg, ToolCall
-    from server.chat.peg_chat import chat_peg_parse
-    from server.grammar.gbnf import parse_gbnf
-
-    params = chat_params(name, **request)
-    prev, accum = ChatMsg(role="assistant"), ChatMsg(role="assistant")
-    for i in range(1, len(output) + 1):
-        current = chat_peg_parse(params.parser, output[:i], i < len(output), params.generation_prompt)
-        for diff in compute_diffs(prev, current):
-            accum.reasoning_content += diff.reasoning_content_delta
-            accum.content += diff.content_delta
-            if diff.tool_call_index >= 0:
-                while len(accum.tool_calls) <= diff.tool_call_index:
-                    accum.tool_calls.append(ToolCall("", ""))
-                call, delta = accum.tool_calls[diff.tool_call_index], diff.tool_call_delta
-                call.name = delta.name or call.name
-                call.id = delta.id or call.id
-                call.arguments += delta.arguments
-        assert_msg_equals(current, accum)
-        prev = current
-    assert_msg_equals(expected, chat_peg_parse(params.parser, output, False, params.generation_prompt))
-    assert_msg_equals(expected, accum)
-    if params.grammar:
-        parse_gbnf(params.grammar)
-
-
-HELLO = "Hello, world!\nWhat's up?"
-CALL = ("special_function", '{"arg1": 1}', "")
+    assert_peg_parses(chat_params(name, **request), output, expected)
 
 
 @pytest.mark.parametrize("output", ["Hello, world!", "Line 1\nLine 2\nLine 3", HELLO])
 def test_peg_gemma2(output):
-    peg_test("google-gemma-2-2b-it.jinja", output, _msg(output))
-
-
-CONTINUATION = {"messages": [message_user(), prefill_content()], "add_generation_prompt": False,
-                "continue_final_message": "content"}
+    peg_test("google-gemma-2-2b-it.jinja", output, msg(output))
 
 
 @pytest.mark.parametrize("name", ["google-gemma-2-2b-it.jinja", "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja",
@@ -664,42 +567,42 @@ CONTINUATION = {"messages": [message_user(), prefill_content()], "add_generation
                                   "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja", "MiMo-VL.jinja",
                                   "meta-llama-Llama-3.1-8B-Instruct.jinja"])
 def test_peg_continuation(name):
-    peg_test(name, "world!\nWhat's up?", _msg(HELLO), **CONTINUATION)
+    peg_test(name, "world!\nWhat's up?", msg(HELLO), **CONTINUE_CONTENT)
 
 
 def test_peg_hermes_2_pro():
     name = "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja"
     call = '<tool_call>\n{"name": "special_function", "arguments": {"arg1": 1}}</tool_call>'
-    peg_test(name, call, _msg(calls=[CALL]), tools=[SPECIAL_FUNCTION])
-    peg_test(name, "Hello, world!\nWhat's up?" + call, _msg(HELLO, calls=[CALL]), tools=[SPECIAL_FUNCTION])
+    peg_test(name, call, msg(calls=[CALL]), tools=[SPECIAL_FUNCTION])
+    peg_test(name, "Hello, world!\nWhat's up?" + call, msg(HELLO, calls=[CALL]), tools=[SPECIAL_FUNCTION])
 
 
 @pytest.mark.parametrize("name", ["MiMo-VL.jinja", "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja",
                                   "Qwen-Qwen2.5-7B-Instruct.jinja"])
 def test_peg_tool_call_json(name):
-    peg_test(name, HELLO, _msg(HELLO))
+    peg_test(name, HELLO, msg(HELLO))
     peg_test(name, '<tool_call>\n{"name": "special_function", "arguments": {"arg1": 1}}\n</tool_call>',
-             _msg(calls=[CALL]), tools=[SPECIAL_FUNCTION])
+             msg(calls=[CALL]), tools=[SPECIAL_FUNCTION])
 
 
 def test_peg_mistral_nemo():
     name = "mistralai-Mistral-Nemo-Instruct-2407.jinja"
-    peg_test(name, HELLO, _msg(HELLO))
+    peg_test(name, HELLO, msg(HELLO))
     peg_test(name, '[TOOL_CALLS][{"name": "special_function", "arguments": {"arg1": 1}, "id": "123456789"}]',
-             _msg(calls=[("special_function", '{"arg1":1}', "123456789")]), tools=[SPECIAL_FUNCTION])
+             msg(calls=[("special_function", '{"arg1":1}', "123456789")]), tools=[SPECIAL_FUNCTION])
 
 
 def test_peg_deepseek_r1_distill_qwen():
     # the generation prompt ends with <think>: the output starts inside the reasoning
     name = "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"
-    peg_test(name, "</think>" + HELLO, _msg(HELLO), reasoning_format="deepseek")
-    peg_test(name, "I'm\nthinking</think>" + HELLO, _msg(HELLO, "I'm\nthinking"), reasoning_format="deepseek")
+    peg_test(name, "</think>" + HELLO, msg(HELLO), reasoning_format="deepseek")
+    peg_test(name, "I'm\nthinking</think>" + HELLO, msg(HELLO, "I'm\nthinking"), reasoning_format="deepseek")
     peg_test(name, "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>special_function\n"
                    '```json\n{"arg1": 1}```<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
-             _msg(calls=[CALL]), tools=[SPECIAL_FUNCTION], enable_thinking=False, reasoning_format="deepseek")
-    peg_test(name, "world!\nWhat's up?", _msg(HELLO, "I'm thinking"), reasoning_format="deepseek",
-             **CONTINUATION)
-    peg_test(name, " thinking</think>" + HELLO, _msg(HELLO, "I'm thinking"), reasoning_format="deepseek",
+             msg(calls=[CALL]), tools=[SPECIAL_FUNCTION], enable_thinking=False, reasoning_format="deepseek")
+    peg_test(name, "world!\nWhat's up?", msg(HELLO, "I'm thinking"), reasoning_format="deepseek",
+             **CONTINUE_CONTENT)
+    peg_test(name, " thinking</think>" + HELLO, msg(HELLO, "I'm thinking"), reasoning_format="deepseek",
              messages=[message_user(), prefill_reasoning()], add_generation_prompt=False,
              continue_final_message="reasoning")
 
@@ -708,41 +611,41 @@ def test_peg_qwq():
     # thinking forced open: the output starts after the prompt's <think>\n
     name = "Qwen-QwQ-32B.jinja"
     peg_test(name, "Let me think about this...\n</think>\nThe answer is 42.",
-             _msg("The answer is 42.", "Let me think about this..."), reasoning_format="auto")
-    peg_test(name, "</think>Hello, world!", _msg("Hello, world!"), reasoning_format="auto")
-    peg_test(name, "world!\nWhat's up?", _msg(HELLO, "I'm thinking"), reasoning_format="auto", **CONTINUATION)
-    peg_test(name, " thinking\n</think>\n" + HELLO, _msg(HELLO, "I'm thinking"), reasoning_format="auto",
+             msg("The answer is 42.", "Let me think about this..."), reasoning_format="auto")
+    peg_test(name, "</think>Hello, world!", msg("Hello, world!"), reasoning_format="auto")
+    peg_test(name, "world!\nWhat's up?", msg(HELLO, "I'm thinking"), reasoning_format="auto", **CONTINUE_CONTENT)
+    peg_test(name, " thinking\n</think>\n" + HELLO, msg(HELLO, "I'm thinking"), reasoning_format="auto",
              messages=[message_user(), prefill_reasoning()], add_generation_prompt=False,
              continue_final_message="reasoning")
 
 
 def test_peg_llama_3_1():
     name = "meta-llama-Llama-3.1-8B-Instruct.jinja"
-    peg_test(name, HELLO, _msg(HELLO), tools=[SPECIAL_FUNCTION])
-    peg_test(name, '```json\n"42"\n```', _msg('"42"'), reasoning_format="auto", json_schema=CONST_SCHEMA)
-    peg_test(name, '"42"\n', _msg('"42"'), reasoning_format="auto", json_schema=CONST_SCHEMA)
+    peg_test(name, HELLO, msg(HELLO), tools=[SPECIAL_FUNCTION])
+    peg_test(name, '```json\n"42"\n```', msg('"42"'), reasoning_format="auto", json_schema=CONST_SCHEMA)
+    peg_test(name, '"42"\n', msg('"42"'), reasoning_format="auto", json_schema=CONST_SCHEMA)
 
 
 def test_peg_qwen3():
     # not among test-chat.cpp's peg_tester templates: the parser is b10621's (see test_qwen3_chat_params), the
     # outputs are the ones its QwQ/Hermes cases use
     name = "Qwen-Qwen3-0.6B.jinja"
-    peg_test(name, "<think>\nI'm\nthinking\n</think>\n\n" + HELLO, _msg(HELLO, "I'm\nthinking"),
+    peg_test(name, "<think>\nI'm\nthinking\n</think>\n\n" + HELLO, msg(HELLO, "I'm\nthinking"),
              reasoning_format="deepseek")
-    peg_test(name, HELLO, _msg(HELLO), reasoning_format="deepseek")
+    peg_test(name, HELLO, msg(HELLO), reasoning_format="deepseek")
     peg_test(name, '<tool_call>\n{"name": "special_function", "arguments": {"arg1": 1}}\n</tool_call>',
-             _msg(calls=[CALL]), tools=[SPECIAL_FUNCTION], reasoning_format="deepseek")
+             msg(calls=[CALL]), tools=[SPECIAL_FUNCTION], reasoning_format="deepseek")
 
 
 def test_peg_smollm3():
     peg_test("HuggingFaceTB-SmolLM3-3B.jinja", "<think>\nI'm\nthinking\n</think>\n" + HELLO,
-             _msg(HELLO, "I'm\nthinking"), reasoning_format="deepseek")
+             msg(HELLO, "I'm\nthinking"), reasoning_format="deepseek")
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # The chat parameters against b10621's binary (its --verbose log of a request with tools=[get_weather])
 
-GET_WEATHER = _tool("get_weather", "", {"type": "object", "properties": {"city": {"type": "string"}},
+GET_WEATHER = tool("get_weather", "", {"type": "object", "properties": {"city": {"type": "string"}},
                                          "required": ["city"]})
 
 

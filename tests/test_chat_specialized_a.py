@@ -22,7 +22,43 @@ from server.chat.autoparser.helpers import Template
 from server.chat.caps import template_caps
 from server.chat.messages import ChatMsg, ToolCall, apply_workarounds, parse_messages, to_template_json
 from server.chat.specialized import try_specialized
-from tests.test_chat_autoparser import _msg, _tool, assert_msg_equals, message_user, template_source
+from tests.chat_support import (
+    AMOUNT,
+    CALL,
+    CONFIG,
+    CONTINUE_CONTENT,
+    CONTINUE_REASONING,
+    EMPTY_ARGS,
+    GET_TIME,
+    GET_WEATHER,
+    HELLO,
+    HTML,
+    IMAGINARY_NUMBER,
+    INVOICE_SCHEMA,
+    MAGIC_INT,
+    MESSAGE_ASSIST,
+    MESSAGE_ASSIST_CALL,
+    MESSAGE_ASSIST_THOUGHTS,
+    NULLABLE,
+    PREFILLED,
+    PYTHON,
+    SPECIAL_FUNCTION,
+    SPECIAL_FUNCTION_OPT,
+    THINKING,
+    TODO_LIST,
+    TOGGLE,
+    assert_peg_parses,
+    integer,
+    message_user,
+    msg,
+    obj,
+    prefill_content,
+    prefill_reasoning,
+    specialized_params,
+    string,
+    template_source,
+    tool,
+)
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "chat" / "specialized_a_b10621.json"
 
@@ -40,172 +76,67 @@ MINISTRAL = "mistralai-Ministral-3-14B-Reasoning-2512.jinja"
 # test-chat.cpp's tools and messages
 
 
-def _obj(properties: dict, required: list | None = None) -> dict:
-    out: dict = {"type": "object", "properties": properties}
-    if required is not None:
-        out["required"] = required
-    return out
-
-
-def _int(description: str = "") -> dict:
-    return {"type": "integer", "description": description} if description else {"type": "integer"}
-
-
-def _str(description: str = "") -> dict:
-    return {"type": "string", "description": description} if description else {"type": "string"}
-
-
-SPECIAL_FUNCTION = _tool("special_function", "I'm special", _obj({"arg1": _int("The arg.")}, ["arg1"]))
-SPECIAL_FUNCTION_OPT = _tool("special_function_with_opt", "I'm special but have optional stuff",
-                             _obj({"arg1": _int("The arg."), "arg2": _int("The optional arg.")}, ["arg1"]))
-EMPTY_ARGS = _tool("empty_args", "A tool that takes no arguments", _obj({}))
-EMPTY_ARGS_NO_PROPS = _tool("empty_args_no_props", "A tool that takes no arguments and has no properties",
-                            {"type": "object"})
-PYTHON = _tool("python", "an ipython interpreter", _obj({"code": _str("Python code to execute.")}, ["code"]))
-HTML = _tool("html", "an html validator", _obj({"markup": _str("HTML markup to validate.")}, ["markup"]))
-GET_TIME = _tool("get_time", "Get the current time in a city", _obj({"city": _str("City name")}, ["city"]))
-GET_WEATHER = _tool("get_weather", "Get the current weather in a city",
-                    _obj({"city": _str("City name")}, ["city"]))
-TODO_LIST = _tool("todo_list", "Create or update the todo list",
-                  _obj({"todos": {"type": "array", "description": "List of TODO list items"}}, ["todos"]))
-EDIT = _tool("edit", "Edit file", _obj({"filename": _str("Path of file to edit"),
-                                        "oldString": _str("String to replace"),
-                                        "newString": _str("New (replacement) value")},
-                                       ["filename", "oldString", "newString"]))
-MANAGE_TODO_LIST = _tool("manage_todo_list", "Create or update the todo list",
-                         _obj({"todos": {"type": "array", "description": "List of TODO list items"}},
-                              ["todos"]))
-RUN_IN_TERMINAL = _tool("run_in_terminal", "Run a shell command.",
-                        _obj({"command": _str("Shell command to run")}, ["command"]))
-MAGIC = _tool("magic", "Magic tool that takes a hash", _obj({"name": _str(), "ref": _str()}, ["name", "ref"]))
-MAGIC_INT = _tool("magic_int", "Magic tool that takes a hash", _obj({"ref": _int(), "name": _str()}, ["ref"]))
-AMOUNT = _tool("amount", "Amount converter", _obj({"orig": {"type": "number"}}, ["orig"]))
-TOGGLE = _tool("toggle", "Toggle a feature",
-               _obj({"enabled": {"type": "boolean", "description": "Whether to enable the feature"}},
-                    ["enabled"]))
-NULLABLE = _tool("set_nullable", "Set a nullable value",
-                 _obj({"value": {"type": "null", "description": "A null value"}}, ["value"]))
-CONFIG = _tool("set_config", "Set configuration",
-               _obj({"config": {"type": "object", "description": "Configuration dict"}}, ["config"]))
-IMAGINARY_NUMBER = _tool("imaginary_number", "Imaginary number converter", _obj({"number": _obj(
-    {"real": {"type": "number"}, "imaginary": {"type": "number"}}, ["real", "imaginary"])}, ["number"]))
-NULLABLE_STRING = _tool("set_nullable_str", "Set a nullable string value", _obj(
+EMPTY_ARGS_NO_PROPS = tool("empty_args_no_props", "A tool that takes no arguments and has no properties",
+                           {"type": "object"})
+EDIT = tool("edit", "Edit file", obj({"filename": string("Path of file to edit"),
+                                      "oldString": string("String to replace"),
+                                      "newString": string("New (replacement) value")},
+                                     ["filename", "oldString", "newString"]))
+MANAGE_TODO_LIST = tool("manage_todo_list", "Create or update the todo list",
+                        obj({"todos": {"type": "array", "description": "List of TODO list items"}},
+                            ["todos"]))
+RUN_IN_TERMINAL = tool("run_in_terminal", "Run a shell command.",
+                       obj({"command": string("Shell command to run")}, ["command"]))
+MAGIC = tool("magic", "Magic tool that takes a hash",
+             obj({"name": string(), "ref": string()}, ["name", "ref"]))
+NULLABLE_STRING = tool("set_nullable_str", "Set a nullable string value", obj(
     {"name": {"type": ["string", "null"], "description": "A nullable string"}}, ["name"]))
-NULLABLE_STRING_NULL_FIRST = _tool(
+NULLABLE_STRING_NULL_FIRST = tool(
     "set_nullable_str_nf", "Set a nullable string value with null first in type array",
-    _obj({"name": {"type": ["null", "string"], "description": "A nullable string with null first"}},
-         ["name"]))
-NULLABLE_INT = _tool("set_nullable_int", "Set a nullable integer value", _obj(
+    obj({"name": {"type": ["null", "string"], "description": "A nullable string with null first"}},
+        ["name"]))
+NULLABLE_INT = tool("set_nullable_int", "Set a nullable integer value", obj(
     {"count": {"type": ["integer", "null"], "description": "A nullable integer"}}, ["count"]))
-ENUM_NO_TYPE = _tool("set_unit", "Set a temperature unit", _obj(
+ENUM_NO_TYPE = tool("set_unit", "Set a temperature unit", obj(
     {"unit": {"enum": ["celsius", "fahrenheit"], "description": "Temperature unit"}}, ["unit"]))
-STRING_PARAM = _tool("string_param", "Tool with string parameter for testing",
-                     _obj({"text": _str("A text parameter")}, []))
-QUOTED_UNQUOTED = _tool("quoted_unquoted",
-                        "Tool with two string parameters, one for quoted string, one for unquoted",
-                        _obj({"quoted": _str("Quoted value"), "unquoted": _str("Unquoted value")},
-                             ["quoted", "unquoted"]))
-TOOL_2REQ_4OPT = _tool("tool_2req_4opt", "Tool with 2 required and 4 optional params", _obj({
-    "req1": _str("Required string"), "req2": _int("Required int"), "opt1": _str("Optional string 1"),
-    "opt2": _int("Optional int 1"), "opt3": _str("Optional string 2"), "opt4": _int("Optional int 2")},
-    ["req1", "req2"]))
-TOOL_2REQ_5OPT = _tool("tool_2req_5opt", "Tool with 2 required and 5 optional params", _obj({
-    "req1": _str("Required string"), "req2": _int("Required int"), "opt1": _str("Optional string 1"),
-    "opt2": _int("Optional int 1"), "opt3": _str("Optional string 2"), "opt4": _int("Optional int 2"),
-    "opt5": _str("Optional string 3")}, ["req1", "req2"]))
-EDIT_GPT_OSS = _tool("edit", "Edit a file", _obj({
-    "oldString": _str("Old string to replace."), "newString": _str("New replacement string."),
+STRING_PARAM = tool("string_param", "Tool with string parameter for testing",
+                    obj({"text": string("A text parameter")}, []))
+QUOTED_UNQUOTED = tool("quoted_unquoted",
+                       "Tool with two string parameters, one for quoted string, one for unquoted",
+                       obj({"quoted": string("Quoted value"), "unquoted": string("Unquoted value")},
+                           ["quoted", "unquoted"]))
+TOOL_2REQ_4OPT = tool("tool_2req_4opt", "Tool with 2 required and 4 optional params", obj({
+    "req1": string("Required string"), "req2": integer("Required int"), "opt1": string("Optional string 1"),
+    "opt2": integer("Optional int 1"), "opt3": string("Optional string 2"),
+    "opt4": integer("Optional int 2")}, ["req1", "req2"]))
+TOOL_2REQ_5OPT = tool("tool_2req_5opt", "Tool with 2 required and 5 optional params", obj({
+    "req1": string("Required string"), "req2": integer("Required int"), "opt1": string("Optional string 1"),
+    "opt2": integer("Optional int 1"), "opt3": string("Optional string 2"), "opt4": integer("Optional int 2"),
+    "opt5": string("Optional string 3")}, ["req1", "req2"]))
+EDIT_GPT_OSS = tool("edit", "Edit a file", obj({
+    "oldString": string("Old string to replace."), "newString": string("New replacement string."),
     "replaceAll": {"type": "boolean", "description": "Whether to replace all occurrences."}},
     ["oldString", "newString"]))
 
-INVOICE_SCHEMA = _obj({"amount": {"type": "number"}, "date": {"type": "string"}})
-
-HELLO = "Hello, world!\nWhat's up?"
-CALL = ("special_function", '{"arg1": 1}', "")
-MESSAGE_ASSIST = _msg(HELLO)
-MESSAGE_ASSIST_THOUGHTS = _msg(HELLO, "I'm\nthinking")
-MESSAGE_ASSIST_CALL = _msg(calls=[CALL])
-MESSAGE_ASSIST_CALL_THOUGHTS = _msg("", "I'm\nthinking", [CALL])
-PREFILL_CONTENT = _msg("Hello, ", "I'm thinking")
-PREFILL_REASONING = _msg("", "I'm")
-PREFILLED = _msg(HELLO, "I'm thinking")
-CONTINUE_CONTENT = {"messages": [message_user(), PREFILL_CONTENT], "add_generation_prompt": False,
-                    "continue_final_message": "content"}
-CONTINUE_REASONING = {"messages": [message_user(), PREFILL_REASONING], "add_generation_prompt": False,
-                      "continue_final_message": "reasoning"}
+MESSAGE_ASSIST_CALL_THOUGHTS = msg("", THINKING, [CALL])
 
 
 def _call(name: str, args: str, content: str = "", reasoning: str = "") -> ChatMsg:
-    return _msg(content, reasoning, [(name, args, "")])
+    return msg(content, reasoning, [(name, args, "")])
 
 
 def _calls(*calls: tuple[str, str], content: str = "", reasoning: str = "") -> ChatMsg:
-    return _msg(content, reasoning, [(name, args, "") for name, args in calls])
+    return msg(content, reasoning, [(name, args, "") for name, args in calls])
 
 
 # ------------------------------------------------------------------------------------------------------------
 # The harness: common_chat_templates_apply() through try_specialized(), and test_peg_parser()
 
-
-def chat_params(name: str, *, messages=None, tools=(), tool_choice="auto", reasoning_format="none",
-                enable_thinking=True, parallel_tool_calls=False, add_generation_prompt=True,
-                continue_final_message="none", json_schema=None, extra_context=None, bos="", eos=""):
-    """common_chat_templates_apply() on a test request (common_chat_templates_inputs' defaults), its inputs
-    prepared as common_chat_templates_apply_jinja() prepares them; the template must be one of these
-    specialized families."""
-    source = template_source(name)
-    caps = template_caps(source)
-    messages = list(messages or [message_user()])
-    rendered = [to_template_json(m) for m in messages]
-    continue_msg = None
-    if continue_final_message != "none":
-        add_generation_prompt = False
-        continue_msg, rendered = messages[-1], rendered[:-1]
-    context = {"datetime": "Jan 01 2026", "date_string": "01 Jan 2026"}
-    context.update(extra_context or {})
-    inputs = GenerationParams(
-        messages=apply_workarounds(rendered, caps, source), tools=list(tools) or None,
-        tool_choice=tool_choice,
-        json_schema=json_schema, parallel_tool_calls=parallel_tool_calls, reasoning_format=reasoning_format,
-        add_generation_prompt=add_generation_prompt, continue_final_message=continue_final_message,
-        continue_msg=continue_msg, enable_thinking=enable_thinking, extra_context=context)
-    params = try_specialized(source, Template(source, bos, eos, caps), inputs)
-    assert params is not None, f"{name} is not read by a specialized handler"
-    return params
+chat_params = specialized_params
 
 
-def peg_test(name: str, output: str, expected: ChatMsg, *, is_partial: bool = False, **request) -> None:
-    """test_peg_parser(): every prefix of `output` parsed as a partial answer must grow the message the way a
-    stream would, the whole of it parse to `expected`; the grammar must load."""
-    from server.chat.diffs import compute_diffs
-    from server.chat.peg_chat import chat_peg_parse
-    from server.grammar.gbnf import parse_gbnf
-
-    params = chat_params(name, **request)
-
-    def parse(text: str, partial: bool) -> ChatMsg:
-        return chat_peg_parse(params.parser, text, partial, params.generation_prompt, params.format)
-
-    prev, accum = ChatMsg(role="assistant"), ChatMsg(role="assistant")
-    for i in range(1, len(output) + 1):
-        current = parse(output[:i], i < len(output) or is_partial)
-        for diff in compute_diffs(prev, current):
-            accum.reasoning_content += diff.reasoning_content_delta
-            accum.content += diff.content_delta
-            if diff.tool_call_index >= 0:
-                while len(accum.tool_calls) <= diff.tool_call_index:
-                    accum.tool_calls.append(ToolCall("", ""))
-                call, delta = accum.tool_calls[diff.tool_call_index], diff.tool_call_delta
-                call.name = delta.name or call.name
-                call.id = delta.id or call.id
-                call.arguments += delta.arguments
-        assert_msg_equals(current, accum)
-        prev = current
-    if not is_partial:
-        assert_msg_equals(expected, parse(output, False))
-    assert_msg_equals(expected, accum)
-    if params.grammar:
-        parse_gbnf(params.grammar)
+def peg_test(name: str, output: str, expected: ChatMsg, *, partial: bool = False, **request) -> None:
+    assert_peg_parses(chat_params(name, **request), output, expected, partial)
 
 
 def tool_call_xml(name: str, *args: tuple[str, str], opener: bool = True) -> str:
@@ -256,16 +187,16 @@ AUTO_NO_THINK = {"reasoning_format": "auto", "enable_thinking": False}
 
 
 def _todo_history():
-    user_start = _msg("Create a todo list, then inspect the repository.", role="user")
+    user_start = msg("Create a todo list, then inspect the repository.", role="user")
     todos = ChatMsg(role="assistant", tool_calls=[ToolCall(
         "manage_todo_list", '{"todos":[{"item":"Inspect repository","selected":false}]}', "call_todos")])
     result = ChatMsg(role="tool", content="Successfully wrote todo list", tool_call_id="call_todos")
-    return [user_start, todos, result, _msg("Proceed.", role="user")]
+    return [user_start, todos, result, msg("Proceed.", role="user")]
 
 
 QWEN35_CASES = [
     ("I'm\nthinking\n</think>\n\n" + HELLO, MESSAGE_ASSIST_THOUGHTS, AUTO),
-    ("I'm\nthinking\n</think>\n\n" + HELLO, _msg("<think>\nI'm\nthinking\n</think>\n\n" + HELLO), {}),
+    ("I'm\nthinking\n</think>\n\n" + HELLO, msg("<think>\nI'm\nthinking\n</think>\n\n" + HELLO), {}),
     (SPECIAL_CALL_XML, MESSAGE_ASSIST_CALL, dict(AUTO_NO_THINK, tools=[SPECIAL_FUNCTION])),
     ("I'm\nthinking\n</think>\n\n" + SPECIAL_CALL_XML, MESSAGE_ASSIST_CALL_THOUGHTS,
      dict(AUTO, tools=[SPECIAL_FUNCTION])),
@@ -285,7 +216,7 @@ QWEN35_CASES = [
      _call("python", json.dumps({"code": '    print("Hello, world!")'})),
      dict(AUTO_NO_THINK, tools=[PYTHON])),
     ('I need to output the invoice details in JSON\n</think>\n\n{"amount": 123.45, "date": "2025-12-03"}',
-     _msg('{"amount": 123.45, "date": "2025-12-03"}', "I need to output the invoice details in JSON"),
+     msg('{"amount": 123.45, "date": "2025-12-03"}', "I need to output the invoice details in JSON"),
      dict(AUTO, json_schema=INVOICE_SCHEMA)),
     # a tool call ends the prefilled thinking block, with or without a closing </think>
     (PWD_CALL, _call(*RUN_PWD), dict(AUTO, tools=[RUN_IN_TERMINAL])),
@@ -309,7 +240,7 @@ QWEN35_CASES = [
      _call(*RUN_PWD, content="Let me inspect it now.\n", reasoning="I should inspect the directory."),
      dict(AUTO, tools=[RUN_IN_TERMINAL])),
     ("world!\nWhat's up?", PREFILLED, dict(AUTO, **CONTINUE_CONTENT)),
-    (" thinking\n</think>\n\n" + HELLO, _msg(HELLO, "I'm thinking"), dict(AUTO, **CONTINUE_REASONING)),
+    (" thinking\n</think>\n\n" + HELLO, msg(HELLO, "I'm thinking"), dict(AUTO, **CONTINUE_REASONING)),
     ("I need to run a terminal command.\n</think>\n\n" + PWD_CALL,
      _call(*RUN_PWD, reasoning="I need to run a terminal command."),
      dict(AUTO, tools=[MANAGE_TODO_LIST, RUN_IN_TERMINAL], messages=_todo_history())),
@@ -332,7 +263,7 @@ def test_peg_qwen35(output, expected, request_):
 
 NEMOTRON_CASES = [
     (HELLO, MESSAGE_ASSIST, AUTO_NO_THINK),
-    ("I'm\nthinking\n</think>\n" + HELLO, _msg("<think>\nI'm\nthinking\n</think>\n" + HELLO), {}),
+    ("I'm\nthinking\n</think>\n" + HELLO, msg("<think>\nI'm\nthinking\n</think>\n" + HELLO), {}),
     ("I'm\nthinking\n</think>\n" + HELLO, MESSAGE_ASSIST_THOUGHTS, AUTO),
     (SPECIAL_CALL_XML + "\n", MESSAGE_ASSIST_CALL, dict(AUTO_NO_THINK, tools=[SPECIAL_FUNCTION])),
     ("I'm\nthinking\n</think>\n" + SPECIAL_CALL_XML + "\n", MESSAGE_ASSIST_CALL_THOUGHTS,
@@ -343,10 +274,10 @@ NEMOTRON_CASES = [
     (tool_call_xml("python", ("code", PYTHON_CODE)) + "\n", _call("python", PYTHON_CALL_ARGS),
      dict(AUTO_NO_THINK, tools=[PYTHON])),
     ('I need to output the invoice details in JSON\n</think>\n{"amount": 123.45, "date": "2025-12-03"}',
-     _msg('{"amount": 123.45, "date": "2025-12-03"}', "I need to output the invoice details in JSON"),
+     msg('{"amount": 123.45, "date": "2025-12-03"}', "I need to output the invoice details in JSON"),
      dict(AUTO, json_schema=INVOICE_SCHEMA)),
     ("world!\nWhat's up?", PREFILLED, dict(AUTO, **CONTINUE_CONTENT)),
-    (" thinking\n</think>\n" + HELLO, _msg(HELLO, "I'm thinking"), dict(AUTO, **CONTINUE_REASONING)),
+    (" thinking\n</think>\n" + HELLO, msg(HELLO, "I'm thinking"), dict(AUTO, **CONTINUE_REASONING)),
 ]
 
 
@@ -424,7 +355,7 @@ def test_qwen3_coder_reconstruction():
     # expect_reconstruction(): the parsed answer rendered back gives the prompt plus the output
     params = chat_params(QWEN3_CODER, tools=[SPECIAL_FUNCTION])
     again = chat_params(QWEN3_CODER, tools=[SPECIAL_FUNCTION], add_generation_prompt=False,
-                        messages=[message_user(), _msg(calls=[("special_function", '{"arg1":1}', "")])])
+                        messages=[message_user(), msg(calls=[("special_function", '{"arg1":1}', "")])])
     assert again.prompt.startswith(params.prompt + SPECIAL_CALL_XML)
 
 
@@ -439,7 +370,7 @@ def _think(reasoning: str, call: str) -> str:
 
 
 STEPFUN_CASES = [
-    ("I was thinking\n</think>\nNow I'm not.", _msg("Now I'm not.", "I was thinking"), DEEPSEEK),
+    ("I was thinking\n</think>\nNow I'm not.", msg("Now I'm not.", "I was thinking"), DEEPSEEK),
     # numeric-looking strings stay strings when the schema says so
     (_think("Let me call the magic tool", tool_call_xml("magic", ("name", "fooBar"), ("ref", "5123123"))),
      _call("magic", '{"name": "fooBar", "ref": "5123123"}', reasoning="Let me call the magic tool"),
@@ -483,7 +414,7 @@ STEPFUN_CASES = [
            reasoning="Test imaginary number"),
      dict(DEEPSEEK, tools=[IMAGINARY_NUMBER])),
     ("world!\nWhat's up?", PREFILLED, dict(DEEPSEEK, **CONTINUE_CONTENT)),
-    (" thinking\n</think>\n" + HELLO, _msg(HELLO, "I'm thinking"), dict(DEEPSEEK, **CONTINUE_REASONING)),
+    (" thinking\n</think>\n" + HELLO, msg(HELLO, "I'm thinking"), dict(DEEPSEEK, **CONTINUE_REASONING)),
 ]
 
 
@@ -497,7 +428,7 @@ def test_peg_stepfun(output, expected, request_):
 
 MINISTRAL_CASES = [
     (HELLO, MESSAGE_ASSIST, {}),
-    ("[THINK]I'm\nthinking[/THINK]" + HELLO, _msg("[THINK]I'm\nthinking[/THINK]" + HELLO), {}),
+    ("[THINK]I'm\nthinking[/THINK]" + HELLO, msg("[THINK]I'm\nthinking[/THINK]" + HELLO), {}),
     ("[THINK]I'm\nthinking[/THINK]" + HELLO, MESSAGE_ASSIST_THOUGHTS, AUTO),
     ('[TOOL_CALLS]special_function[ARGS]{"arg1":1}', MESSAGE_ASSIST_CALL,
      dict(AUTO, tools=[SPECIAL_FUNCTION])),
@@ -509,7 +440,7 @@ MINISTRAL_CASES = [
      OPT_CALLS, dict(AUTO, parallel_tool_calls=True, tools=[SPECIAL_FUNCTION, SPECIAL_FUNCTION_OPT])),
     (('[THINK]I need to output the invoice details in JSON[/THINK]```json\n'
      '{"amount": 123.45, "date": "2025-12-03"}\n```'),
-     _msg('{"amount": 123.45, "date": "2025-12-03"}', "I need to output the invoice details in JSON"),
+     msg('{"amount": 123.45, "date": "2025-12-03"}', "I need to output the invoice details in JSON"),
      dict(AUTO, json_schema=INVOICE_SCHEMA)),
     # a tool call marker inside the reasoning
     (('[THINK]Let me think about [TOOL_CALLS]special_function[ARGS]{"arg1":1} and more[/THINK]'
@@ -517,7 +448,7 @@ MINISTRAL_CASES = [
      _call(*CALL[:2], reasoning='Let me think about [TOOL_CALLS]special_function[ARGS]{"arg1":1} and more'),
      dict(AUTO, tools=[SPECIAL_FUNCTION])),
     ("world!\nWhat's up?", PREFILLED, dict(AUTO, **CONTINUE_CONTENT)),
-    (" thinking[/THINK]" + HELLO, _msg(HELLO, "I'm thinking"), dict(AUTO, **CONTINUE_REASONING)),
+    (" thinking[/THINK]" + HELLO, msg(HELLO, "I'm thinking"), dict(AUTO, **CONTINUE_REASONING)),
 ]
 
 
@@ -538,7 +469,7 @@ GPT_OSS_CASES = [
     ("<|channel|>final<|message|>" + HELLO, MESSAGE_ASSIST, {}),
     ("<|channel|>commentary<|message|>" + HELLO, MESSAGE_ASSIST, {}),
     (ANALYSIS + FINAL, MESSAGE_ASSIST_THOUGHTS, AUTO),
-    (ANALYSIS + FINAL, _msg("<|channel|>analysis<|message|>I'm\nthinking<|end|>" + HELLO), {}),
+    (ANALYSIS + FINAL, msg("<|channel|>analysis<|message|>I'm\nthinking<|end|>" + HELLO), {}),
     (' to=functions.special_function<|channel|>analysis<|message|>{"arg1": 1}', MESSAGE_ASSIST_CALL,
      dict(AUTO, tools=[SPECIAL_FUNCTION])),
     ('<|channel|>analysis to=functions.special_function<|message|>{"arg1": 1}', MESSAGE_ASSIST_CALL,
@@ -557,23 +488,23 @@ GPT_OSS_CASES = [
      dict(AUTO, tools=[EDIT_GPT_OSS])),
     (('<|channel|>analysis<|message|>I need to output the invoice details in JSON<|end|><|start|>assistant'
      '<|channel|>final <|constrain|>json<|message|>{"amount": 123.45, "date": "2025-12-03"}'),
-     _msg('{"amount": 123.45, "date": "2025-12-03"}', "I need to output the invoice details in JSON"),
+     msg('{"amount": 123.45, "date": "2025-12-03"}', "I need to output the invoice details in JSON"),
      dict(AUTO, json_schema=INVOICE_SCHEMA)),
     # unsolicited tool calls (builtin functions) leave the content empty
     (("<|channel|>analysis<|message|>I will execute python to say hello<|end|>"
       "<|start|>assistant to=container.exec"
      "<|channel|>commentary<|message|>python3 -c 'print(\"hello\")'"),
-     _msg("", "I will execute python to say hello"), AUTO),
+     msg("", "I will execute python to say hello"), AUTO),
     (("<|channel|>analysis<|message|>I will execute python to say hello<|end|>"
       "<|start|>assistant<|channel|>commentary"
      ' to=python <|constrain|>code<|message|>print("hello")'),
-     _msg("", "I will execute python to say hello"), AUTO),
+     msg("", "I will execute python to say hello"), AUTO),
     # a stray "<|channel|>commentary to=assistant" before the reasoning, or before the final message
     ("<|channel|>commentary to=assistant" + ANALYSIS + FINAL, MESSAGE_ASSIST_THOUGHTS, AUTO),
     (ANALYSIS + "<|start|>assistant<|channel|>commentary to=assistant<|channel|>final<|message|>" + HELLO,
      MESSAGE_ASSIST_THOUGHTS, AUTO),
     ("world!\nWhat's up?", PREFILLED, dict(AUTO, **CONTINUE_CONTENT)),
-    (" thinking<|end|>" + FINAL, _msg(HELLO, "I'm thinking"), dict(AUTO, **CONTINUE_REASONING)),
+    (" thinking<|end|>" + FINAL, msg(HELLO, "I'm thinking"), dict(AUTO, **CONTINUE_REASONING)),
 ]
 
 
@@ -583,14 +514,14 @@ def test_peg_gpt_oss(output, expected, request_):
 
 
 def test_peg_gpt_oss_partial_analysis():
-    peg_test(GPT_OSS, "<|channel|>analysis<|message|>I'm\nthinking", _msg("", "I'm\nthinking"),
-             is_partial=True,
+    peg_test(GPT_OSS, "<|channel|>analysis<|message|>I'm\nthinking", msg("", "I'm\nthinking"),
+             partial=True,
              **AUTO)
 
 
 def test_gpt_oss_return_token():
     # a rendered final answer ends with <|return|>; without a generation prompt it becomes <|end|>
-    history = [message_user(), _msg("Hi!")]
+    history = [message_user(), msg("Hi!")]
     params = chat_params(GPT_OSS, messages=history, add_generation_prompt=False)
     assert params.prompt.endswith("<|end|>") and "<|return|>" not in params.prompt
 
@@ -599,12 +530,12 @@ def test_gpt_oss_return_token():
 # Gemma 4
 
 GEMMA4_CASES = [
-    ("Hello, world!", _msg("Hello, world!"), {}),
+    ("Hello, world!", msg("Hello, world!"), {}),
     ("<|channel>thought\nI'm\nthinking<channel|>" + HELLO, MESSAGE_ASSIST_THOUGHTS, AUTO),
     # empty reasoning (budget 0: the end tag forced before the newline)
     ("<|channel>thought<channel|>" + HELLO, MESSAGE_ASSIST, AUTO),
     ("<|channel>thought\nI'm\nthinking<channel|>" + HELLO,
-     _msg("<|channel>thought\nI'm\nthinking<channel|>" + HELLO),
+     msg("<|channel>thought\nI'm\nthinking<channel|>" + HELLO),
      {}),
     ('<|tool_call>call:get_time{city:<|"|>London<|"|>}<tool_call|>', _call("get_time", '{"city": "London"}'),
      {"tools": [GET_TIME]}),
@@ -646,7 +577,7 @@ GEMMA4_CASES = [
      AUTO),
     ("<|channel><|channel>thought\n<channel|>" + HELLO, MESSAGE_ASSIST, AUTO),
     ("world!\nWhat's up?", PREFILLED, dict(AUTO, **CONTINUE_CONTENT)),
-    (" thinking<channel|>" + HELLO, _msg(HELLO, "I'm thinking"), dict(AUTO, **CONTINUE_REASONING)),
+    (" thinking<channel|>" + HELLO, msg(HELLO, "I'm thinking"), dict(AUTO, **CONTINUE_REASONING)),
 ]
 
 
@@ -710,8 +641,8 @@ def test_gemma4_old_template_workaround():
 # ------------------------------------------------------------------------------------------------------------
 # test_template_generation_prompt(): the generation prompt and its continuations
 
-SYSTEM = _msg("You are a helpful assistant.", role="system")
-TOOL_CALL_MSG = _msg(calls=[("special_function", '{"arg1": 1}', "")])
+SYSTEM = msg("You are a helpful assistant.", role="system")
+TOOL_CALL_MSG = msg(calls=[("special_function", '{"arg1": 1}', "")])
 TOOL_MSG = ChatMsg(role="tool", content="Sunny", tool_name="special_function", tool_call_id="call0")
 
 
@@ -728,9 +659,9 @@ TOOL_MSG = ChatMsg(role="tool", content="Sunny", tool_name="special_function", t
 ])
 def test_generation_prompt(name, basic, content, reasoning):
     cases = [({"messages": [SYSTEM, message_user()]}, basic),
-             ({"messages": [SYSTEM, message_user(), PREFILL_CONTENT], "add_generation_prompt": False,
+             ({"messages": [SYSTEM, message_user(), prefill_content()], "add_generation_prompt": False,
                "continue_final_message": "content"}, content),
-             ({"messages": [SYSTEM, message_user(), PREFILL_REASONING], "add_generation_prompt": False,
+             ({"messages": [SYSTEM, message_user(), prefill_reasoning()], "add_generation_prompt": False,
                "continue_final_message": "reasoning"}, reasoning)]
     for request, expected in cases:
         params = chat_params(name, **request)
@@ -740,7 +671,7 @@ def test_generation_prompt(name, basic, content, reasoning):
 
 
 def test_gemma4_generation_prompt_continuing_after_tool_response():
-    history = [SYSTEM, message_user(), TOOL_CALL_MSG, TOOL_MSG, PREFILL_REASONING]
+    history = [SYSTEM, message_user(), TOOL_CALL_MSG, TOOL_MSG, prefill_reasoning()]
     params = chat_params(GEMMA4, messages=history,
                          add_generation_prompt=False, continue_final_message="reasoning")
     assert params.generation_prompt == "<|channel>thought\nI'm"

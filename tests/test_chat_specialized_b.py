@@ -20,10 +20,46 @@ from server.chat.autoparser import GenerationParams, specialized_template_kind
 from server.chat.autoparser.helpers import Template
 from server.chat.caps import template_caps
 from server.chat.messages import ChatMsg, ToolCall, apply_workarounds, parse_messages, to_template_json
-from server.chat.specialized import HANDLERS, try_specialized
+from server.chat.specialized import HANDLERS
 from server.chat.specialized.deepseek_v3_2 import sort_tool_results
-from server.chat.template import TemplateError
-from tests.test_chat_autoparser import _msg, _tool, message_user, template_source
+from tests.chat_support import (
+    AMOUNT,
+    CALL,
+    CONFIG,
+    CONTINUE_CONTENT,
+    CONTINUE_REASONING,
+    EMPTY_ARGS,
+    GET_TIME,
+    GET_WEATHER,
+    HELLO,
+    HTML,
+    IMAGINARY_NUMBER,
+    INVOICE_SCHEMA,
+    MAGIC_INT,
+    MESSAGE_ASSIST,
+    MESSAGE_ASSIST_CALL,
+    MESSAGE_ASSIST_THOUGHTS,
+    NULLABLE,
+    PREFILLED,
+    PYTHON,
+    SPECIAL_FUNCTION,
+    SPECIAL_FUNCTION_OPT,
+    THINKING,
+    TODO_LIST,
+    TOGGLE,
+    assert_peg_parses,
+    integer,
+    message_user,
+    msg,
+    obj,
+    prefill_content,
+    prefill_reasoning,
+    specialized_params,
+    string,
+    template_source,
+    tool,
+    try_specialized,
+)
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "chat" / "specialized_b_b10621.json"
 
@@ -49,73 +85,21 @@ MUSE = "muse-glimmer.jinja"
 # test-chat.cpp's tools and messages
 
 
-def _obj(properties: dict, required: list | None = None) -> dict:
-    out: dict = {"type": "object", "properties": properties}
-    if required is not None:
-        out["required"] = required
-    return out
-
-
-def _int(description: str = "") -> dict:
-    return {"type": "integer", "description": description} if description else {"type": "integer"}
-
-
-def _str(description: str = "") -> dict:
-    return {"type": "string", "description": description} if description else {"type": "string"}
-
-
-SPECIAL_FUNCTION = _tool("special_function", "I'm special", _obj({"arg1": _int("The arg.")}, ["arg1"]))
-SPECIAL_FUNCTION_OPT = _tool("special_function_with_opt", "I'm special but have optional stuff",
-                             _obj({"arg1": _int("The arg."), "arg2": _int("The optional arg.")}, ["arg1"]))
-EMPTY_ARGS = _tool("empty_args", "A tool that takes no arguments", _obj({}))
-PYTHON = _tool("python", "an ipython interpreter", _obj({"code": _str("Python code to execute.")}, ["code"]))
-HTML = _tool("html", "an html validator", _obj({"markup": _str("HTML markup to validate.")}, ["markup"]))
-GET_TIME = _tool("get_time", "Get the current time in a city", _obj({"city": _str("City name")}, ["city"]))
-GET_WEATHER = _tool("get_weather", "Get the current weather in a city", _obj({"city": _str("City name")}, ["city"]))
-TODO_LIST = _tool("todo_list", "Create or update the todo list",
-                  _obj({"todos": {"type": "array", "description": "List of TODO list items"}}, ["todos"]))
-MAGIC_INT = _tool("magic_int", "Magic tool that takes a hash", _obj({"ref": _int(), "name": _str()}, ["ref"]))
-AMOUNT = _tool("amount", "Amount converter", _obj({"orig": {"type": "number"}}, ["orig"]))
-TOGGLE = _tool("toggle", "Toggle a feature",
-               _obj({"enabled": {"type": "boolean", "description": "Whether to enable the feature"}}, ["enabled"]))
-NULLABLE = _tool("set_nullable", "Set a nullable value",
-                 _obj({"value": {"type": "null", "description": "A null value"}}, ["value"]))
-CONFIG = _tool("set_config", "Set configuration",
-               _obj({"config": {"type": "object", "description": "Configuration dict"}}, ["config"]))
-CALENDAR = _tool("Calendar.create_event", "Create a calendar event", _obj({
+CALENDAR = tool("Calendar.create_event", "Create a calendar event", obj({
     "title": {"type": "string"}, "participants": {"type": "array", "items": {"type": "string"}},
     "metadata": {"type": "object"}}, ["title", "participants", "metadata"]))
-IMAGINARY_NUMBER = _tool("imaginary_number", "Imaginary number converter", _obj({"number": _obj(
-    {"real": {"type": "number"}, "imaginary": {"type": "number"}}, ["real", "imaginary"])}, ["number"]))
-NESTED_ARGS = _tool("nested_args", "Tool with nested array arguments", _obj({
+NESTED_ARGS = tool("nested_args", "Tool with nested array arguments", obj({
     "tags": {"type": "array", "items": {"type": "string"}},
-    "entries": {"type": "array", "items": _obj({"id": {"type": "integer"}, "label": {"type": "string"}},
-                                               ["id", "label"])}}, ["tags", "entries"]))
-UNION_ARGS = _tool("union_args", "Tool with union arguments", _obj({
+    "entries": {"type": "array", "items": obj({"id": {"type": "integer"}, "label": {"type": "string"}},
+                                              ["id", "label"])}}, ["tags", "entries"]))
+UNION_ARGS = tool("union_args", "Tool with union arguments", obj({
     "filter": {"anyOf": [{"type": "array", "items": {"type": "string"}},
-                         _obj({"field": {"type": "string"}, "op": {"type": "string"}}, ["field", "op"])]},
-    "label": {"oneOf": [{"type": "string"}, _obj({"text": {"type": "string"}})]},
-    "limit": {"oneOf": [{"type": "integer"}, _obj({"max": {"type": "integer"}}, ["max"])]}}))
-EXECUTE_COMMAND = _tool("execute_command", "Execute shell command", _obj({
-    "command": _str("Shell command to execute"), "cwd": _str("Working directory"),
-    "timeout": _int("The timeout in seconds")}, ["command"]))
-
-INVOICE_SCHEMA = _obj({"amount": {"type": "number"}, "date": {"type": "string"}})
-
-HELLO = "Hello, world!\nWhat's up?"
-THINKING = "I'm\nthinking"
-CALL = ("special_function", '{"arg1": 1}', "")
-MESSAGE_ASSIST = _msg(HELLO)
-MESSAGE_ASSIST_THOUGHTS = _msg(HELLO, THINKING)
-MESSAGE_ASSIST_CALL = _msg(calls=[CALL])
-
-
-def prefill_content() -> ChatMsg:
-    return _msg("Hello, ", "I'm thinking")
-
-
-def prefill_reasoning() -> ChatMsg:
-    return _msg("", "I'm")
+                        obj({"field": {"type": "string"}, "op": {"type": "string"}}, ["field", "op"])]},
+    "label": {"oneOf": [{"type": "string"}, obj({"text": {"type": "string"}})]},
+    "limit": {"oneOf": [{"type": "integer"}, obj({"max": {"type": "integer"}}, ["max"])]}}))
+EXECUTE_COMMAND = tool("execute_command", "Execute shell command", obj({
+    "command": string("Shell command to execute"), "cwd": string("Working directory"),
+    "timeout": integer("The timeout in seconds")}, ["command"]))
 
 
 def _call(name: str, args: str, call_id: str = "") -> tuple[str, str, str]:
@@ -126,58 +110,7 @@ def _call(name: str, args: str, call_id: str = "") -> tuple[str, str, str]:
 # test-chat.cpp's harness: common_chat_templates_apply() on a request, test_peg_parser()
 
 
-def chat_params(name: str, *, messages=None, tools=(), tool_choice="auto", reasoning_format="none",
-                enable_thinking=True, parallel_tool_calls=False, add_generation_prompt=True,
-                continue_final_message="none", json_schema=None, kwargs=None, bos="", eos=""):
-    """common_chat_templates_apply() on a test request (common_chat_templates_inputs' defaults), through
-    try_specialized() as common_chat_templates_apply_jinja() prepares its inputs."""
-    source = template_source(name)
-    caps = template_caps(source)
-    messages = list(messages or [message_user()])
-    rendered = [to_template_json(m) for m in messages]
-    continue_msg = None
-    if continue_final_message != "none":
-        add_generation_prompt = False
-        continue_msg, rendered = messages[-1], rendered[:-1]
-    extra = {"datetime": "Jan 01 2026", "date_string": "01 Jan 2026", **(kwargs or {})}
-    inputs = GenerationParams(
-        messages=apply_workarounds(rendered, caps, source), tools=list(tools) or None, tool_choice=tool_choice,
-        json_schema=json_schema, parallel_tool_calls=parallel_tool_calls, reasoning_format=reasoning_format,
-        add_generation_prompt=add_generation_prompt, continue_final_message=continue_final_message,
-        continue_msg=continue_msg, enable_thinking=enable_thinking, extra_context=extra)
-    params = _try_specialized(source, Template(source, bos, eos, caps), inputs)
-    assert params is not None, f"{name}: no specialized handler"
-    return params
-
-
-def _try_specialized(source: str, tmpl: Template, inputs: GenerationParams):
-    """try_specialized(); a template jinja2 cannot render as b10621's engine does is a known render difference
-    (server/chat/template.py), not a handler failure."""
-    try:
-        return try_specialized(source, tmpl, inputs)
-    except TemplateError as e:
-        pytest.xfail(f"render difference (server/chat/template.py): {e}")
-
-
-def _renormalize(arguments: str) -> str:
-    """renormalize_json(): a partial JSON compares as ""."""
-    try:
-        return json.dumps(json.loads(arguments), separators=(",", ":"), ensure_ascii=False)
-    except json.JSONDecodeError:
-        return ""
-
-
-def assert_msg_equals(expected: ChatMsg, actual: ChatMsg) -> None:
-    """test-chat.cpp's assert_msg_equals(..., ignore_whitespace_differences = true)."""
-    ws = " \t\n\v\f\r"
-    assert actual.role == expected.role
-    assert actual.content.strip(ws) == expected.content.strip(ws)
-    assert actual.reasoning_content.strip(ws) == expected.reasoning_content.strip(ws)
-    assert len(actual.tool_calls) == len(expected.tool_calls), actual.tool_calls
-    for a, e in zip(actual.tool_calls, expected.tool_calls):
-        assert a.name == e.name
-        assert _renormalize(a.arguments) == _renormalize(e.arguments), (a.arguments, e.arguments)
-        assert a.id == e.id
+chat_params = specialized_params
 
 
 def peg_test(name: str, output: str, expected: ChatMsg, *, partial: bool = False, reconstruct: bool = False,
@@ -186,54 +119,18 @@ def peg_test(name: str, output: str, expected: ChatMsg, *, partial: bool = False
     stream would, the whole of it parse to `expected`; the grammar must load. With `reconstruct`, the expected
     message (its arguments as parsed) rendered after the request's messages must give the prompt followed by
     the output (and maybe an end of turn)."""
-    from server.chat.diffs import compute_diffs
     from server.chat.peg_chat import chat_peg_parse
-    from server.grammar.gbnf import parse_gbnf
 
     params = chat_params(name, **request)
-
-    def parse(text: str, is_partial: bool) -> ChatMsg:
-        return chat_peg_parse(params.parser, text, is_partial, params.generation_prompt, params.format)
-
-    prev, accum = ChatMsg(role="assistant"), ChatMsg(role="assistant")
-    for i in range(1, len(output) + 1):
-        current = parse(output[:i], i < len(output) or partial)
-        for diff in compute_diffs(prev, current):
-            accum.reasoning_content += diff.reasoning_content_delta
-            accum.content += diff.content_delta
-            if diff.tool_call_index >= 0:
-                while len(accum.tool_calls) <= diff.tool_call_index:
-                    accum.tool_calls.append(ToolCall("", ""))
-                call, delta = accum.tool_calls[diff.tool_call_index], diff.tool_call_delta
-                call.name = delta.name or call.name
-                call.id = delta.id or call.id
-                call.arguments += delta.arguments
-        assert_msg_equals(current, accum)
-        prev = current
-    if not partial:
-        assert_msg_equals(expected, parse(output, False))
-    assert_msg_equals(expected, accum)
-    if params.grammar:
-        parse_gbnf(params.grammar)
+    assert_peg_parses(params, output, expected, partial)
     if reconstruct and not partial:
-        parsed = parse(output, False)
-        msg = ChatMsg(role=expected.role, content=expected.content, reasoning_content=expected.reasoning_content,
-                      tool_calls=[ToolCall(c.name, p.arguments, c.id) for c, p in zip(expected.tool_calls,
-                                                                                       parsed.tool_calls)])
-        messages = [*(request.get("messages") or [message_user()]), msg]
+        parsed = chat_peg_parse(params.parser, output, False, params.generation_prompt, params.format)
+        calls = [ToolCall(c.name, p.arguments, c.id) for c, p in zip(expected.tool_calls, parsed.tool_calls)]
+        answer = ChatMsg(role=expected.role, content=expected.content,
+                         reasoning_content=expected.reasoning_content, tool_calls=calls)
+        messages = [*(request.get("messages") or [message_user()]), answer]
         rendered = chat_params(name, **{**request, "messages": messages, "add_generation_prompt": False}).prompt
         assert rendered.startswith(params.prompt + output), (rendered, params.prompt + output)
-
-
-def _expect(content: str = "", reasoning: str = "", calls=()) -> ChatMsg:
-    return _msg(content, reasoning, tuple(calls))
-
-
-CONTINUE_CONTENT = {"messages": [message_user(), prefill_content()], "add_generation_prompt": False,
-                    "continue_final_message": "content"}
-CONTINUE_REASONING = {"messages": [message_user(), prefill_reasoning()], "add_generation_prompt": False,
-                      "continue_final_message": "reasoning"}
-PREFILLED = _expect(HELLO, "I'm thinking")
 
 
 def test_handlers_cover_the_families():
@@ -273,22 +170,22 @@ def _deepseek_cases(block: str) -> list:
         (HELLO, MESSAGE_ASSIST, no_think),
         ("I'm\nthinking</think>" + HELLO, MESSAGE_ASSIST_THOUGHTS, think),
         ("Let me check the time</think>\n\n" + _dsml(block, _invoke("get_time", ("city", True, "Tokyo"))),
-         _expect("", "Let me check the time", [_call("get_time", '{"city": "Tokyo"}')]),
+         msg("", "Let me check the time", [_call("get_time", '{"city": "Tokyo"}')]),
          {**think, "tools": [GET_TIME]}),
         (_dsml(block, _invoke("special_function", ("arg1", False, "1"))), MESSAGE_ASSIST_CALL,
          {**no_think, "tools": [SPECIAL_FUNCTION]}),
         ("Calling both</think>\n\n" + _dsml(block, _invoke("get_time", ("city", True, "Paris")),
                                              _invoke("get_weather", ("city", True, "Paris"))),
-         _expect("", "Calling both", [_call("get_time", '{"city": "Paris"}'),
-                                      _call("get_weather", '{"city": "Paris"}')]),
+         msg("", "Calling both", [_call("get_time", '{"city": "Paris"}'),
+                                  _call("get_weather", '{"city": "Paris"}')]),
          {**think, "parallel_tool_calls": True, "tools": [GET_TIME, GET_WEATHER]}),
         ("Thinking about it</think>Let me call the function.\n\n"
          + _dsml(block, _invoke("special_function", ("arg1", False, "1"))),
-         _expect("Let me call the function.", "Thinking about it", [CALL]),
+         msg("Let me call the function.", "Thinking about it", [CALL]),
          {**think, "tools": [SPECIAL_FUNCTION], "reconstruct": True}),
         ("Multi-arg call</think>\n\n" + _dsml(block, _invoke("magic_int", ("ref", False, "42"),
                                                                ("name", True, "foo bar"))),
-         _expect("", "Multi-arg call", [_call("magic_int", '{"ref": 42, "name": "foo bar"}')]),
+         msg("", "Multi-arg call", [_call("magic_int", '{"ref": 42, "name": "foo bar"}')]),
          {**think, "tools": [MAGIC_INT]}),
         ("world!\nWhat's up?", PREFILLED, {**think, **CONTINUE_CONTENT}),
         (" thinking</think>" + HELLO, PREFILLED, {**think, **CONTINUE_REASONING}),
@@ -297,26 +194,26 @@ def _deepseek_cases(block: str) -> list:
 
 V32_ONLY = [
     ("Test negative</think>\n\n" + _dsml("function_calls", _invoke("magic_int", ("ref", False, "-14"))),
-     _expect("", "Test negative", [_call("magic_int", '{"ref": -14}')]), {"tools": [MAGIC_INT]}),
+     msg("", "Test negative", [_call("magic_int", '{"ref": -14}')]), {"tools": [MAGIC_INT]}),
     ("Test decimal</think>\n\n" + _dsml("function_calls", _invoke("amount", ("orig", False, "3.14"))),
-     _expect("", "Test decimal", [_call("amount", '{"orig": 3.14}')]), {"tools": [AMOUNT]}),
+     msg("", "Test decimal", [_call("amount", '{"orig": 3.14}')]), {"tools": [AMOUNT]}),
     ("Test boolean</think>\n\n" + _dsml("function_calls", _invoke("toggle", ("enabled", False, "true"))),
-     _expect("", "Test boolean", [_call("toggle", '{"enabled": true}')]), {"tools": [TOGGLE]}),
+     msg("", "Test boolean", [_call("toggle", '{"enabled": true}')]), {"tools": [TOGGLE]}),
     ("Test array</think>\n\n" + _dsml("function_calls", _invoke("todo_list", ("todos", False,
                                                                                '["buy milk","walk dog"]'))),
-     _expect("", "Test array", [_call("todo_list", '{"todos": ["buy milk", "walk dog"]}')]), {"tools": [TODO_LIST]}),
+     msg("", "Test array", [_call("todo_list", '{"todos": ["buy milk", "walk dog"]}')]), {"tools": [TODO_LIST]}),
     ("Test object</think>\n\n" + _dsml("function_calls", _invoke("set_config", ("config", False,
                                                                                 '{"theme":"dark","level":2}'))),
-     _expect("", "Test object", [_call("set_config", '{"config": {"theme": "dark", "level": 2}}')]),
+     msg("", "Test object", [_call("set_config", '{"config": {"theme": "dark", "level": 2}}')]),
      {"tools": [CONFIG]}),
     ("</think>\n\n" + _dsml("function_calls", _invoke("get_time", ("city", True, "XYZCITY"))),
-     _expect(calls=[_call("get_time", '{"city": "XYZCITY"}')]), {"tools": [GET_TIME]}),
+     msg(calls=[_call("get_time", '{"city": "XYZCITY"}')]), {"tools": [GET_TIME]}),
 ]
 
 V4_ONLY = [
     # no </think> after the calls: the grammar ends the output there
     ("Let me check the time\n\n" + _dsml("tool_calls", _invoke("get_time", ("city", True, "Tokyo"))),
-     _expect("", "Let me check the time", [_call("get_time", '{"city": "Tokyo"}')]), {"tools": [GET_TIME]}),
+     msg("", "Let me check the time", [_call("get_time", '{"city": "Tokyo"}')]), {"tools": [GET_TIME]}),
 ]
 
 
@@ -358,53 +255,53 @@ AUTO = {"reasoning_format": "auto"}
 KIMI_SF = _call("special_function", '{"arg1": 1}', "functions.special_function:0")
 KIMI_K2_CASES = [
     (HELLO, MESSAGE_ASSIST, {}, False),
-    (_kimi_section(_kimi_call("special_function", 0, '{"arg1": 1}')), _expect(calls=[KIMI_SF]),
+    (_kimi_section(_kimi_call("special_function", 0, '{"arg1": 1}')), msg(calls=[KIMI_SF]),
      {"tools": [SPECIAL_FUNCTION]}, False),
     ("<think>I'm thinking about this</think>" + _kimi_section(_kimi_call("special_function", 0, '{"arg1": 1}')),
-     _expect("", "I'm thinking about this", [KIMI_SF]), {**AUTO, "tools": [SPECIAL_FUNCTION]}, False),
-    (HELLO + _kimi_section(_kimi_call("special_function", 0, '{"arg1": 1}')), _expect(HELLO, calls=[KIMI_SF]),
+     msg("", "I'm thinking about this", [KIMI_SF]), {**AUTO, "tools": [SPECIAL_FUNCTION]}, False),
+    (HELLO + _kimi_section(_kimi_call("special_function", 0, '{"arg1": 1}')), msg(HELLO, calls=[KIMI_SF]),
      {"tools": [SPECIAL_FUNCTION]}, False),
     (_kimi_section(_kimi_call("special_function", 0, '{"arg1": 1}'),
                    _kimi_call("special_function_with_opt", 1, '{"arg1": 1, "arg2": 2}')),
-     _expect(calls=[KIMI_SF, _call("special_function_with_opt", '{"arg1": 1, "arg2": 2}',
-                                   "functions.special_function_with_opt:1")]),
+     msg(calls=[KIMI_SF, _call("special_function_with_opt", '{"arg1": 1, "arg2": 2}',
+                               "functions.special_function_with_opt:1")]),
      {**AUTO, "parallel_tool_calls": True, "tools": [SPECIAL_FUNCTION, SPECIAL_FUNCTION_OPT]}, False),
     ("<think>I need to call two functions</think>"
      + _kimi_section(_kimi_call("special_function", 0, '{"arg1": 1}'),
                      _kimi_call("python", 1, '{"code": "print(\'hey\')"}')),
-     _expect("", "I need to call two functions",
-             [KIMI_SF, _call("python", '{"code": "print(\'hey\')"}', "functions.python:1")]),
+     msg("", "I need to call two functions",
+         [KIMI_SF, _call("python", '{"code": "print(\'hey\')"}', "functions.python:1")]),
      {**AUTO, "parallel_tool_calls": True, "tools": [SPECIAL_FUNCTION, PYTHON]}, False),
     (_kimi_section(_kimi_call("python", 0, '{"code": "def hello():\\n    print(\\"Hello, world!\\")\\n\\nhello()"}')),
-     _expect(calls=[_call("python", '{"code": "def hello():\\n    print(\\"Hello, world!\\")\\n\\nhello()"}',
-                          "functions.python:0")]), {"tools": [PYTHON]}, False),
-    (_kimi_section(_kimi_call("empty_args", 0, "{}")), _expect(calls=[_call("empty_args", "{}",
-                                                                            "functions.empty_args:0")]),
+     msg(calls=[_call("python", '{"code": "def hello():\\n    print(\\"Hello, world!\\")\\n\\nhello()"}',
+                      "functions.python:0")]), {"tools": [PYTHON]}, False),
+    (_kimi_section(_kimi_call("empty_args", 0, "{}")), msg(calls=[_call("empty_args", "{}",
+                                                                        "functions.empty_args:0")]),
      {"tools": [EMPTY_ARGS]}, False),
     (("<|tool_calls_section_begin|><|tool_call_begin|>functions.special_function:0<|tool_call_argument_begin|>"
-     '{"arg1": '), _expect(calls=[_call("special_function", '{"arg1": ', "functions.special_function:0")]),
+     '{"arg1": '), msg(calls=[_call("special_function", '{"arg1": ', "functions.special_function:0")]),
      {**AUTO, "tools": [SPECIAL_FUNCTION]}, True),
     (_kimi_section(_kimi_call("special_function", 0, '{"arg1": 1}'), _kimi_call("python", 1, '{"code": "print(1)"}'),
                    _kimi_call("html", 2, '{"markup": "<p>test</p>"}')),
-     _expect(calls=[KIMI_SF, _call("python", '{"code": "print(1)"}', "functions.python:1"),
-                    _call("html", '{"markup": "<p>test</p>"}', "functions.html:2")]),
+     msg(calls=[KIMI_SF, _call("python", '{"code": "print(1)"}', "functions.python:1"),
+                _call("html", '{"markup": "<p>test</p>"}', "functions.html:2")]),
      {**AUTO, "parallel_tool_calls": True, "tools": [SPECIAL_FUNCTION, PYTHON, HTML]}, False),
     # calls inside the thinking block
     ("<think>I need to call two functions" + _kimi_section(_kimi_call("special_function", 0, '{"arg1": 1}'),
                                                            _kimi_call("python", 1, '{"code": "print(\'hey\')"}')),
-     _expect("", "I need to call two functions",
-             [KIMI_SF, _call("python", '{"code": "print(\'hey\')"}', "functions.python:1")]),
+     msg("", "I need to call two functions",
+         [KIMI_SF, _call("python", '{"code": "print(\'hey\')"}', "functions.python:1")]),
      {**AUTO, "parallel_tool_calls": True, "tools": [SPECIAL_FUNCTION, PYTHON]}, False),
     # ... without the section markers nor the end markers
     ("<think>I need to call two functions" + _kimi_call("special_function", 0, '{"arg1": 1}', end=False)
      + _kimi_call("python", 1, '{"code": "print(\'hey\')"}', end=False),
-     _expect("", "I need to call two functions",
-             [KIMI_SF, _call("python", '{"code": "print(\'hey\')"}', "functions.python:1")]),
+     msg("", "I need to call two functions",
+         [KIMI_SF, _call("python", '{"code": "print(\'hey\')"}', "functions.python:1")]),
      {**AUTO, "parallel_tool_calls": True, "tools": [SPECIAL_FUNCTION, PYTHON]}, False),
     (_kimi_call("execute_command", 0, '{"command": "ls -lah", "cwd": "/home/user/development/exllamav3", '
                                       '"timeout": 10}', end=False),
-     _expect(calls=[_call("execute_command", '{"command": "ls -lah", "cwd": "/home/user/development/exllamav3", '
-                                             '"timeout": 10}', "functions.execute_command:0")]),
+     msg(calls=[_call("execute_command", '{"command": "ls -lah", "cwd": "/home/user/development/exllamav3", '
+                                         '"timeout": 10}', "functions.execute_command:0")]),
      {**AUTO, "parallel_tool_calls": True, "tools": [EXECUTE_COMMAND]}, False),
     ("world!\nWhat's up?", PREFILLED, {**AUTO, **CONTINUE_CONTENT}, False),
     (" thinking</think>" + HELLO, PREFILLED, {**AUTO, **CONTINUE_REASONING}, False),
@@ -420,7 +317,7 @@ def test_peg_kimi_k2_thinking(case):
 @pytest.mark.parametrize("name", [KIMI_K2_OLD, KIMI_K2_INSTRUCT])
 def test_peg_kimi_k2_older_templates(name):
     peg_test(name, HELLO, MESSAGE_ASSIST, reconstruct=True)
-    peg_test(name, _kimi_section(_kimi_call("special_function", 0, '{"arg1": 1}')), _expect(calls=[KIMI_SF]),
+    peg_test(name, _kimi_section(_kimi_call("special_function", 0, '{"arg1": 1}')), msg(calls=[KIMI_SF]),
              tools=[SPECIAL_FUNCTION], reconstruct=True)
     peg_test(name, "world!\nWhat's up?", PREFILLED, **AUTO, **CONTINUE_CONTENT)
     peg_test(name, " thinking</think>" + HELLO, PREFILLED, **AUTO, **CONTINUE_REASONING)
@@ -446,30 +343,30 @@ def _k3_tools(*calls: str) -> str:
 KIMI_K3_CASES = [
     ("<|open|>response<|sep|>" + HELLO + "<|close|>response<|sep|>" + K3_END, MESSAGE_ASSIST, {}, False),
     ("I'm thinking about this<|close|>think<|sep|><|open|>response<|sep|>" + HELLO + "<|close|>response<|sep|>"
-     + K3_END, _expect(HELLO, "I'm thinking about this"), AUTO, False),
+     + K3_END, msg(HELLO, "I'm thinking about this"), AUTO, False),
     ("<|open|>response<|sep|>Use the response tag, then message the handler.<|close|>response<|sep|>" + K3_END,
-     _expect("Use the response tag, then message the handler."), {}, False),
-    ("I was still thinking when the budget ran out", _expect("", "I was still thinking when the budget ran out"),
+     msg("Use the response tag, then message the handler."), {}, False),
+    ("I was still thinking when the budget ran out", msg("", "I was still thinking when the budget ran out"),
      AUTO, False),
     (K3_EMPTY_RESPONSE + _k3_tools(_k3_call("special_function", 1, ("arg1", "number", "1"))),
-     _expect(calls=[_call("special_function", '{"arg1":1}')]), {"tools": [SPECIAL_FUNCTION]}, False),
+     msg(calls=[_call("special_function", '{"arg1":1}')]), {"tools": [SPECIAL_FUNCTION]}, False),
     ("I should call it<|close|>think<|sep|><|open|>response<|sep|>On it.<|close|>response<|sep|>"
      + _k3_tools(_k3_call("special_function", 1, ("arg1", "number", "1"))),
-     _expect("On it.", "I should call it", [_call("special_function", '{"arg1":1}')]),
+     msg("On it.", "I should call it", [_call("special_function", '{"arg1":1}')]),
      {**AUTO, "tools": [SPECIAL_FUNCTION]}, False),
     (K3_EMPTY_RESPONSE + _k3_tools(_k3_call("special_function_with_opt", 1, ("arg1", "number", "1"),
                                             ("arg2", "number", "2"))),
-     _expect(calls=[_call("special_function_with_opt", '{"arg1":1,"arg2":2}')]), {"tools": [SPECIAL_FUNCTION_OPT]},
+     msg(calls=[_call("special_function_with_opt", '{"arg1":1,"arg2":2}')]), {"tools": [SPECIAL_FUNCTION_OPT]},
      False),
     (K3_EMPTY_RESPONSE + _k3_tools(_k3_call("special_function", 1, ("arg1", "number", "1")),
                                    _k3_call("special_function_with_opt", 2, ("arg1", "number", "1"),
                                             ("arg2", "number", "2"))),
-     _expect(calls=[_call("special_function", '{"arg1":1}'),
-                    _call("special_function_with_opt", '{"arg1":1,"arg2":2}')]),
+     msg(calls=[_call("special_function", '{"arg1":1}'),
+                _call("special_function_with_opt", '{"arg1":1,"arg2":2}')]),
      {"parallel_tool_calls": True, "tools": [SPECIAL_FUNCTION, SPECIAL_FUNCTION_OPT]}, False),
     # a string-typed argument keeps its text
     (K3_EMPTY_RESPONSE + _k3_tools(_k3_call("python", 1, ("code", "string", "print('hey')"))),
-     _expect(calls=[_call("python", '{"code":"print(\'hey\')"}')]), {"tools": [PYTHON]}, False),
+     msg(calls=[_call("python", '{"code":"print(\'hey\')"}')]), {"tools": [PYTHON]}, False),
 ]
 
 
@@ -490,42 +387,42 @@ def _lfm(calls: str) -> str:
 LFM2_CASES = [
     (HELLO, MESSAGE_ASSIST, {}, False),
     (_lfm("special_function(arg1=1)"), MESSAGE_ASSIST_CALL, {"tools": [SPECIAL_FUNCTION]}, False),
-    (_lfm('get_time(city="XYZCITY")'), _expect(calls=[_call("get_time", '{"city":"XYZCITY"}')]),
+    (_lfm('get_time(city="XYZCITY")'), msg(calls=[_call("get_time", '{"city":"XYZCITY"}')]),
      {"tools": [GET_TIME]}, False),
     # Python literals become JSON
-    (_lfm("toggle(enabled=True)"), _expect(calls=[_call("toggle", '{"enabled": true}')]), {"tools": [TOGGLE]}, False),
-    (_lfm("set_nullable(value=None)"), _expect(calls=[_call("set_nullable", '{"value": null}')]),
+    (_lfm("toggle(enabled=True)"), msg(calls=[_call("toggle", '{"enabled": true}')]), {"tools": [TOGGLE]}, False),
+    (_lfm("set_nullable(value=None)"), msg(calls=[_call("set_nullable", '{"value": null}')]),
      {"tools": [NULLABLE]}, False),
     (_lfm('set_config(config={"enabled": True, "count": 3})'),
-     _expect(calls=[_call("set_config", '{"config": {"enabled": true, "count": 3}}')]), {"tools": [CONFIG]}, False),
+     msg(calls=[_call("set_config", '{"config": {"enabled": true, "count": 3}}')]), {"tools": [CONFIG]}, False),
     # JSON literals too
     (_lfm('set_config(config={"enabled": true, "note": null})'),
-     _expect(calls=[_call("set_config", '{"config": {"enabled": true, "note": null}}')]), {"tools": [CONFIG]}, False),
+     msg(calls=[_call("set_config", '{"config": {"enabled": true, "note": null}}')]), {"tools": [CONFIG]}, False),
     (_lfm('Calendar.create_event(title="demo", participants=["Alice", "Bob"], '
           'metadata={"priority": "high", "reminder": true})'),
-     _expect(calls=[_call("Calendar.create_event", '{"title": "demo", "participants": ["Alice", "Bob"], '
-                                                   '"metadata": {"priority": "high", "reminder": true}}')]),
+     msg(calls=[_call("Calendar.create_event", '{"title": "demo", "participants": ["Alice", "Bob"], '
+                                               '"metadata": {"priority": "high", "reminder": true}}')]),
      {"tools": [CALENDAR]}, False),
     # markdown links stay content
     ("Use this format: [link text](url). Example: [Wikipedia](https://www.wikipedia.org).",
-     _expect("Use this format: [link text](url). Example: [Wikipedia](https://www.wikipedia.org)."),
+     msg("Use this format: [link text](url). Example: [Wikipedia](https://www.wikipedia.org)."),
      {"tools": [GET_TIME]}, False),
     # escapes in a string decode to their characters
     (_lfm("python(code=\"def hello():\\n    print('hey')\")"),
-     _expect(calls=[_call("python", '{"code": "def hello():\\n    print(\'hey\')"}')]), {"tools": [PYTHON]}, False),
+     msg(calls=[_call("python", '{"code": "def hello():\\n    print(\'hey\')"}')]), {"tools": [PYTHON]}, False),
     (_lfm('python(code="First line\\nSecond line\\tindented")'),
-     _expect(calls=[_call("python", '{"code": "First line\\nSecond line\\tindented"}')]), {"tools": [PYTHON]}, False),
-    (_lfm('python(code="print(\\"hi\\")")'), _expect(calls=[_call("python", '{"code": "print(\\"hi\\")"}')]),
+     msg(calls=[_call("python", '{"code": "First line\\nSecond line\\tindented"}')]), {"tools": [PYTHON]}, False),
+    (_lfm('python(code="print(\\"hi\\")")'), msg(calls=[_call("python", '{"code": "print(\\"hi\\")"}')]),
      {"tools": [PYTHON]}, False),
     ("Let me check the time." + _lfm('get_time(city="Paris")'),
-     _expect("Let me check the time.", calls=[_call("get_time", '{"city":"Paris"}')]), {"tools": [GET_TIME]}, False),
+     msg("Let me check the time.", calls=[_call("get_time", '{"city":"Paris"}')]), {"tools": [GET_TIME]}, False),
     (_lfm("special_function(arg1=1), special_function_with_opt(arg1=1, arg2=2)"),
-     _expect(calls=[_call("special_function", '{"arg1": 1}'),
-                    _call("special_function_with_opt", '{"arg1": 1, "arg2": 2}')]),
+     msg(calls=[_call("special_function", '{"arg1": 1}'),
+                _call("special_function_with_opt", '{"arg1": 1, "arg2": 2}')]),
      {"parallel_tool_calls": True, "tools": [SPECIAL_FUNCTION, SPECIAL_FUNCTION_OPT]}, False),
-    ("<|tool_call_start|>[special_function(arg1=", _expect(calls=[_call("special_function", '{"arg1": ')]),
+    ("<|tool_call_start|>[special_function(arg1=", msg(calls=[_call("special_function", '{"arg1": ')]),
      {"tools": [SPECIAL_FUNCTION]}, True),
-    (_lfm("empty_args()"), _expect(calls=[_call("empty_args", "{}")]), {"tools": [EMPTY_ARGS]}, False),
+    (_lfm("empty_args()"), msg(calls=[_call("empty_args", "{}")]), {"tools": [EMPTY_ARGS]}, False),
 ]
 
 
@@ -537,19 +434,19 @@ def test_peg_lfm2(name, case):
 
 
 LFM25_THINKING_CASES = [
-    ("<think>I'm\nthinking</think>" + _lfm("special_function(arg1=1)"), _expect("", THINKING, [CALL]),
+    ("<think>I'm\nthinking</think>" + _lfm("special_function(arg1=1)"), msg("", THINKING, [CALL]),
      {**AUTO, "tools": [SPECIAL_FUNCTION]}),
     ("<think>I need to call a function</think>Let me check the time." + _lfm('get_time(city="Paris")'),
-     _expect("Let me check the time.", "I need to call a function", [_call("get_time", '{"city":"Paris"}')]),
+     msg("Let me check the time.", "I need to call a function", [_call("get_time", '{"city":"Paris"}')]),
      {**AUTO, "tools": [GET_TIME]}),
     # a tool call marker inside the reasoning is not a call
     ("<think>Let me think about " + _lfm("special_function(arg1=1)") + " hmm</think>"
      + _lfm("special_function(arg1=1)"),
-     _expect("", "Let me think about " + _lfm("special_function(arg1=1)") + " hmm", [CALL]),
+     msg("", "Let me think about " + _lfm("special_function(arg1=1)") + " hmm", [CALL]),
      {**AUTO, "tools": [SPECIAL_FUNCTION]}),
     # enable_thinking false still takes the reasoning the model writes
     ("<think>I'm\nthinking</think>" + HELLO, MESSAGE_ASSIST_THOUGHTS, {**AUTO, "enable_thinking": False}),
-    ("<think>I'm\nthinking</think>" + _lfm("special_function(arg1=1)"), _expect("", THINKING, [CALL]),
+    ("<think>I'm\nthinking</think>" + _lfm("special_function(arg1=1)"), msg("", THINKING, [CALL]),
      {**AUTO, "enable_thinking": False, "tools": [SPECIAL_FUNCTION]}),
     ("world!\nWhat's up?", PREFILLED, {**AUTO, **CONTINUE_CONTENT}),
     (" thinking</think>" + HELLO, PREFILLED, {**AUTO, **CONTINUE_REASONING}),
@@ -572,7 +469,7 @@ GIGACHAT_CALL = '<|message_sep|>\n\nfunction call<|role_sep|>\n{"name": "special
 @pytest.mark.parametrize("case", [
     (HELLO, MESSAGE_ASSIST, {"reconstruct": True}),
     (GIGACHAT_CALL, MESSAGE_ASSIST_CALL, {"tools": [SPECIAL_FUNCTION], "reconstruct": True}),
-    (HELLO + GIGACHAT_CALL, _expect(HELLO, calls=[CALL]), {"tools": [SPECIAL_FUNCTION], "reconstruct": True}),
+    (HELLO + GIGACHAT_CALL, msg(HELLO, calls=[CALL]), {"tools": [SPECIAL_FUNCTION], "reconstruct": True}),
     ("world!\nWhat's up?", MESSAGE_ASSIST, CONTINUE_CONTENT),
 ], ids=lambda c: c[0][:40])
 def test_peg_gigachat_v3(case):
@@ -600,23 +497,23 @@ def test_peg_functionary_v3_2_call_reconstruction():
 MINICPM5_CASES = [
     (HELLO, MESSAGE_ASSIST, {"enable_thinking": False}),
     ("<function name=\"python\"><param name=\"code\">print('Hello, World!')</param></function>",
-     _expect(calls=[_call("python", '{"code": "print(\'Hello, World!\')"}')]),
+     msg(calls=[_call("python", '{"code": "print(\'Hello, World!\')"}')]),
      {"enable_thinking": False, "tools": [PYTHON]}),
-    ('<function name="empty_args"></function>', _expect(calls=[_call("empty_args", "{}")]),
+    ('<function name="empty_args"></function>', msg(calls=[_call("empty_args", "{}")]),
      {"enable_thinking": False, "tools": [EMPTY_ARGS]}),
     ("<function name=\"python\"><param name=\"code\">print('x')</param></function>",
-     _expect(calls=[_call("python", '{"code": "print(\'x\')"}')]),
+     msg(calls=[_call("python", '{"code": "print(\'x\')"}')]),
      {"enable_thinking": False, "parallel_tool_calls": True, "tools": [PYTHON]}),
     # CDATA lets a string value hold what would close the tag
     ('<function name="html"><param name="markup"><![CDATA[<a href="/x">hi</a> </param>]]></param></function>',
-     _expect(calls=[_call("html", '{"markup": "<a href=\\"/x\\">hi</a> </param>"}')]),
+     msg(calls=[_call("html", '{"markup": "<a href=\\"/x\\">hi</a> </param>"}')]),
      {"enable_thinking": False, "tools": [HTML]}),
     ("I'm thinking</think><function name=\"python\"><param name=\"code\">print('hey')</param></function>",
-     _expect("", "I'm thinking", [_call("python", '{"code": "print(\'hey\')"}')]),
+     msg("", "I'm thinking", [_call("python", '{"code": "print(\'hey\')"}')]),
      {"enable_thinking": True, "tools": [PYTHON]}),
     (("<function name=\"python\"><param name=\"code\">print('x')</param></function>\n"
      "<function name=\"python\"><param name=\"code\">print('y')</param></function>"),
-     _expect(calls=[_call("python", '{"code": "print(\'x\')"}'), _call("python", '{"code": "print(\'y\')"}')]),
+     msg(calls=[_call("python", '{"code": "print(\'x\')"}'), _call("python", '{"code": "print(\'y\')"}')]),
      {"enable_thinking": False, "parallel_tool_calls": True, "tools": [PYTHON]}),
     (" thinking</think>" + HELLO, PREFILLED, {"enable_thinking": True, **CONTINUE_REASONING}),
 ]
@@ -643,31 +540,31 @@ COHERE2MOE_CASES = [
     ("I'm\nthinking<|END_THINKING|>" + COHERE_TEXT, MESSAGE_ASSIST_THOUGHTS, DS, False),
     # reasoning_format none: the thinking block stays in the content, markers included
     ("I'm\nthinking<|END_THINKING|>" + COHERE_TEXT,
-     _expect("<|START_THINKING|>I'm\nthinking<|END_THINKING|>Hello, world!\nWhat's up?"), {}, False),
+     msg("<|START_THINKING|>I'm\nthinking<|END_THINKING|>Hello, world!\nWhat's up?"), {}, False),
     ("<|END_THINKING|>" + COHERE_TEXT, MESSAGE_ASSIST, DS, False),
     (('I need to output the invoice details in JSON<|END_THINKING|><|START_TEXT|>{"amount": 123.45, '
      '"date": "2025-12-03"}<|END_TEXT|>'),
-     _expect('{"amount": 123.45, "date": "2025-12-03"}', "I need to output the invoice details in JSON"),
+     msg('{"amount": 123.45, "date": "2025-12-03"}', "I need to output the invoice details in JSON"),
      {**DS, "json_schema": INVOICE_SCHEMA, "tools": [SPECIAL_FUNCTION]}, False),
     ("I'm\nthinking<|END_THINKING|>" + _action(COHERE_SF),
-     _expect("", THINKING, [_call("special_function", '{"arg1": 1}', "0")]), {**DS, "tools": [SPECIAL_FUNCTION]},
+     msg("", THINKING, [_call("special_function", '{"arg1": 1}', "0")]), {**DS, "tools": [SPECIAL_FUNCTION]},
      False),
-    ("<|END_THINKING|>" + _action(COHERE_SF), _expect(calls=[_call("special_function", '{"arg1":1}', "0")]),
+    ("<|END_THINKING|>" + _action(COHERE_SF), msg(calls=[_call("special_function", '{"arg1":1}', "0")]),
      {**DS, "tools": [SPECIAL_FUNCTION]}, False),
     ("<|END_THINKING|>" + _action('{"tool_call_id": "0", "tool_name": "todo_list", "parameters": '
                                   '{"todos": ["buy milk", "walk dog"]}}'),
-     _expect(calls=[_call("todo_list", '{"todos": ["buy milk", "walk dog"]}', "0")]), {**DS, "tools": [TODO_LIST]},
+     msg(calls=[_call("todo_list", '{"todos": ["buy milk", "walk dog"]}', "0")]), {**DS, "tools": [TODO_LIST]},
      False),
     ("I'm\nthinking<|END_THINKING|>" + _action(COHERE_SF, '{"tool_call_id": "1", "tool_name": "python", '
                                                           '"parameters": {"code": "print(\'hey\')"}}'),
-     _expect("", THINKING, [_call("special_function", '{"arg1": 1}', "0"),
-                            _call("python", '{"code": "print(\'hey\')"}', "1")]),
+     msg("", THINKING, [_call("special_function", '{"arg1": 1}', "0"),
+                        _call("python", '{"code": "print(\'hey\')"}', "1")]),
      {**DS, "parallel_tool_calls": True, "tools": [SPECIAL_FUNCTION, PYTHON]}, False),
     ("I'm\nthinking<|END_THINKING|>" + COHERE_TEXT, MESSAGE_ASSIST_THOUGHTS, {**DS, "tools": [SPECIAL_FUNCTION]},
      False),
     # streaming: the name and id come before the arguments
     ('I\'m\nthinking<|END_THINKING|><|START_ACTION|>[\n    {"tool_call_id": "0", "tool_name": "special_function", ',
-     _expect("", THINKING, [_call("special_function", "", "0")]), {**DS, "tools": [SPECIAL_FUNCTION]}, True),
+     msg("", THINKING, [_call("special_function", "", "0")]), {**DS, "tools": [SPECIAL_FUNCTION]}, True),
 ]
 
 
@@ -695,7 +592,7 @@ def _mm_calls(*invokes: tuple[str, str]) -> str:
 
 def _mm_case(reasoning: str, invoke: tuple[str, str], tool: dict, args: str) -> tuple:
     return (f"<mm:think>{reasoning}</mm:think>" + _mm_calls(invoke),
-            _expect("", reasoning, [_call(invoke[0], args)]), {"tools": [tool], "reconstruct": True})
+            msg("", reasoning, [_call(invoke[0], args)]), {"tools": [tool], "reconstruct": True})
 
 
 MINIMAX_M3_CASES = [
@@ -707,11 +604,11 @@ MINIMAX_M3_CASES = [
     _mm_case("Let's call a tool:", ("empty_args", ""), EMPTY_ARGS, "{}"),
     ("<mm:think>Calling both</mm:think>" + _mm_calls(("get_time", _mm_el("city", "Paris")),
                                                      ("get_weather", _mm_el("city", "Paris"))),
-     _expect("", "Calling both", [_call("get_time", '{"city": "Paris"}'), _call("get_weather", '{"city": "Paris"}')]),
+     msg("", "Calling both", [_call("get_time", '{"city": "Paris"}'), _call("get_weather", '{"city": "Paris"}')]),
      {"parallel_tool_calls": True, "tools": [GET_TIME, GET_WEATHER], "reconstruct": True}),
     ("<mm:think>Thinking about it</mm:think>Let me call the function."
      + _mm_calls(("special_function", _mm_el("arg1", "1"))),
-     _expect("Let me call the function.", "Thinking about it", [CALL]),
+     msg("Let me call the function.", "Thinking about it", [CALL]),
      {"tools": [SPECIAL_FUNCTION], "reconstruct": True}),
     _mm_case("Test negative", ("magic_int", _mm_el("ref", "-14")), MAGIC_INT, '{"ref": -14}'),
     _mm_case("Test decimal", ("amount", _mm_el("orig", "3.14")), AMOUNT, '{"orig": 3.14}'),
@@ -733,7 +630,7 @@ MINIMAX_M3_CASES = [
     _mm_case("Union string", ("union_args", _mm_el("label", _mm_el("text", "hi"))), UNION_ARGS,
              json.dumps({"label": _mm_el("text", "hi")})),
     ("<mm:think></mm:think>" + _mm_calls(("get_time", _mm_el("city", "XYZCITY"))),
-     _expect(calls=[_call("get_time", '{"city": "XYZCITY"}')]), {"tools": [GET_TIME]}),
+     msg(calls=[_call("get_time", '{"city": "XYZCITY"}')]), {"tools": [GET_TIME]}),
     ("world!\nWhat's up?", PREFILLED, CONTINUE_CONTENT),
     (" thinking</mm:think>" + HELLO, PREFILLED, CONTINUE_REASONING),
 ]
@@ -756,13 +653,13 @@ MUSE_CASES = [
     (" to=user<|message|>" + HELLO + "<|eot|>", MESSAGE_ASSIST, {}),
     # inform then act: the answer closed by <|eom|>, then the call
     (" to=user<|message|>" + HELLO + "<|eom|><|start|>assistant to=special_function<|message|>" + MUSE_CALL_MARKUP,
-     _expect(HELLO, calls=[_call("special_function", '{"arg1":1}')]), {"tools": [SPECIAL_FUNCTION]}),
+     msg(HELLO, calls=[_call("special_function", '{"arg1":1}')]), {"tools": [SPECIAL_FUNCTION]}),
     # markup quoted in an answer (no <|eom|> before it) stays content
     (" to=user<|message|>You invoke it like this:\n" + MUSE_CALL_MARKUP + "<|eot|>",
-     _expect("You invoke it like this:\n" + MUSE_CALL_MARKUP), {"tools": [SPECIAL_FUNCTION]}),
+     msg("You invoke it like this:\n" + MUSE_CALL_MARKUP), {"tools": [SPECIAL_FUNCTION]}),
     # markup in the analysis channel is reasoning
     (" to=self<|message|>I could use " + MUSE_CALL_MARKUP + " here<|eom|><|start|>assistant to=user<|message|>"
-     "Hello!<|eot|>", _expect("Hello!", "I could use " + MUSE_CALL_MARKUP + " here"), {"tools": [SPECIAL_FUNCTION]}),
+     "Hello!<|eot|>", msg("Hello!", "I could use " + MUSE_CALL_MARKUP + " here"), {"tools": [SPECIAL_FUNCTION]}),
 ]
 
 
@@ -776,8 +673,8 @@ def test_peg_muse_glimmer(case):
 # test-chat.cpp's test_template_generation_prompt
 
 
-SYSTEM = _msg("You are a helpful assistant.", role="system")
-TOOL_CALL_MSG = _expect(calls=[_call("special_function", '{"arg1": 1}')])
+SYSTEM = msg("You are a helpful assistant.", role="system")
+TOOL_CALL_MSG = msg(calls=[_call("special_function", '{"arg1": 1}')])
 
 
 def _tool_msg(content: str, call_id: str, name: str = "special_function") -> ChatMsg:
@@ -826,7 +723,7 @@ def test_generation_prompt(name, basic, content, reasoning):
 
 
 def test_lfm25_renders_reasoning_from_the_thinking_field():
-    params = chat_params(LFM25_THINKING, messages=[message_user(), _expect("", THINKING, [CALL]),
+    params = chat_params(LFM25_THINKING, messages=[message_user(), msg("", THINKING, [CALL]),
                                                    _tool_msg("Sunny", "call0")])
     assert "<think>I'm\nthinking</think>" in params.prompt
 
@@ -834,7 +731,7 @@ def test_lfm25_renders_reasoning_from_the_thinking_field():
 @pytest.mark.parametrize("name", [DEEPSEEK_V4, DEEPSEEK_V4_FLASH])
 def test_deepseek_v4_continuation_without_thinking(name):
     check_generation_prompt(name, "content", "<｜Assistant｜></think>Hello, ",
-                            messages=[SYSTEM, message_user(), _msg("Hello, ")], enable_thinking=False)
+                            messages=[SYSTEM, message_user(), msg("Hello, ")], enable_thinking=False)
 
 
 EFFORT_MAX = "Reasoning Effort: Absolute maximum"
@@ -847,11 +744,12 @@ def _prompt(name: str, **request) -> str:
 
 def test_deepseek_v4_reasoning_effort_and_response_format():
     msgs = [SYSTEM, message_user()]
-    assert EFFORT_MAX in _prompt(DEEPSEEK_V4, messages=msgs, kwargs={"reasoning_effort": "max"})
+    assert EFFORT_MAX in _prompt(DEEPSEEK_V4, messages=msgs, extra_context={"reasoning_effort": "max"})
     for effort in ("high", "low"):
-        assert EFFORT_MAX not in _prompt(DEEPSEEK_V4, messages=msgs, kwargs={"reasoning_effort": effort})
+        assert EFFORT_MAX not in _prompt(DEEPSEEK_V4, messages=msgs,
+                                         extra_context={"reasoning_effort": effort})
     assert EFFORT_MAX not in _prompt(DEEPSEEK_V4, messages=msgs)
-    assert EFFORT_MAX not in _prompt(DEEPSEEK_V4, messages=msgs, kwargs={"reasoning_effort": "max"},
+    assert EFFORT_MAX not in _prompt(DEEPSEEK_V4, messages=msgs, extra_context={"reasoning_effort": "max"},
                                      enable_thinking=False)
 
     # the response format goes into the prompt, after the tools
@@ -866,14 +764,14 @@ def test_deepseek_v4_reasoning_effort_and_response_format():
 
 
 def test_deepseek_v4_history_reasoning():
-    history = [message_user(), _msg("Previous answer", "Previous reasoning"), _msg("Follow up", role="user")]
+    history = [message_user(), msg("Previous answer", "Previous reasoning"), msg("Follow up", role="user")]
     assert "<｜Assistant｜></think>Previous answer" in _prompt(DEEPSEEK_V4, messages=history)
     kept = "<｜Assistant｜><think>Previous reasoning</think>Previous answer"
-    assert kept in _prompt(DEEPSEEK_V4, messages=history, kwargs={"drop_thinking": False})
-    assert kept in _prompt(DEEPSEEK_V4, messages=history, kwargs={"preserve_reasoning": True})
+    assert kept in _prompt(DEEPSEEK_V4, messages=history, extra_context={"drop_thinking": False})
+    assert kept in _prompt(DEEPSEEK_V4, messages=history, extra_context={"preserve_reasoning": True})
     assert "<｜Assistant｜></think>Previous answer" in _prompt(DEEPSEEK_V4, messages=history,
-                                                              kwargs={"preserve_reasoning": False})
-    prompt = _prompt(DEEPSEEK_V4, messages=[message_user(), _expect(calls=[_call("empty_args", "{}")])],
+                                                              extra_context={"preserve_reasoning": False})
+    prompt = _prompt(DEEPSEEK_V4, messages=[message_user(), msg(calls=[_call("empty_args", "{}")])],
                      tools=[EMPTY_ARGS])
     assert '<｜DSML｜invoke name="empty_args">\n\n</｜DSML｜invoke>' in prompt
 
@@ -885,13 +783,14 @@ def test_deepseek_v4_supports_preserve_reasoning():
 
 def test_deepseek_v4_flash_reasoning_effort_and_response_format():
     msgs = [SYSTEM, message_user()]
-    assert EFFORT_MAX in _prompt(DEEPSEEK_V4_FLASH, messages=msgs, kwargs={"reasoning_effort": "high"})
-    assert EFFORT_BEYOND in _prompt(DEEPSEEK_V4_FLASH, messages=msgs, kwargs={"reasoning_effort": "max"})
-    for request in ({"kwargs": {"reasoning_effort": "low"}}, {}):
+    assert EFFORT_MAX in _prompt(DEEPSEEK_V4_FLASH, messages=msgs, extra_context={"reasoning_effort": "high"})
+    assert EFFORT_BEYOND in _prompt(DEEPSEEK_V4_FLASH, messages=msgs,
+                                    extra_context={"reasoning_effort": "max"})
+    for request in ({"extra_context": {"reasoning_effort": "low"}}, {}):
         prompt = _prompt(DEEPSEEK_V4_FLASH, messages=msgs, **request)
         assert EFFORT_MAX not in prompt and EFFORT_BEYOND not in prompt
-    assert EFFORT_BEYOND not in _prompt(DEEPSEEK_V4_FLASH, messages=msgs, kwargs={"reasoning_effort": "max"},
-                                        enable_thinking=False)
+    assert EFFORT_BEYOND not in _prompt(DEEPSEEK_V4_FLASH, messages=msgs,
+                                        extra_context={"reasoning_effort": "max"}, enable_thinking=False)
     prompt = _prompt(DEEPSEEK_V4_FLASH, messages=msgs, tools=[GET_TIME],
                      json_schema={"type": "object", "properties": {"answer": {"type": "string"}}})
     assert "## Response Format:\n\nYou MUST strictly adhere to the following schema to reply:\n" in prompt
@@ -903,16 +802,16 @@ def test_deepseek_v4_flash_reasoning_effort_and_response_format():
 
 
 def test_deepseek_v4_thinking_retention():
-    q1, q2 = _msg("Question 1", role="user"), _msg("Question 2", role="user")
-    a1, a2 = _msg("Answer 1", "thinking A1"), _msg("Answer 2", "thinking A2")
-    tool_assist = _expect(calls=[_call("special_function", '{"arg1": 1}')])
+    q1, q2 = msg("Question 1", role="user"), msg("Question 2", role="user")
+    a1, a2 = msg("Answer 1", "thinking A1"), msg("Answer 2", "thinking A2")
+    tool_assist = msg(calls=[_call("special_function", '{"arg1": 1}')])
     tool_result = _tool_msg("result", "0")
     think_a1 = "<｜Assistant｜><think>thinking A1</think>"
     think_a2 = "<｜Assistant｜><think>thinking A2</think>"
 
     def render(messages, drop_thinking: bool) -> str:
         return _prompt(DEEPSEEK_V4, messages=messages, add_generation_prompt=False,
-                       kwargs={"thinking": True, "drop_thinking": drop_thinking})
+                       extra_context={"thinking": True, "drop_thinking": drop_thinking})
 
     prompt = render([q1, a1, q2, a2], False)
     assert think_a1 in prompt and think_a2 in prompt
@@ -929,8 +828,8 @@ def test_deepseek_v4_thinking_retention():
 
 
 def test_deepseek_v4_tool_result_ordering():
-    calls = _expect(calls=[_call("get_time", '{"city": "Paris"}', "call_1"),
-                           _call("get_weather", '{"city": "Paris"}', "call_2")])
+    calls = msg(calls=[_call("get_time", '{"city": "Paris"}', "call_1"),
+                       _call("get_weather", '{"city": "Paris"}', "call_2")])
     time_result = _tool_msg("12:00", "call_1", "get_time")
     weather_result = _tool_msg("sunny", "call_2", "get_weather")
     in_order = "<tool_result>12:00</tool_result>\n\n<tool_result>sunny</tool_result>"
@@ -938,11 +837,11 @@ def test_deepseek_v4_tool_result_ordering():
     def render(messages) -> str:
         return _prompt(DEEPSEEK_V4, messages=messages, add_generation_prompt=False)
 
-    user = _msg("Question", role="user")
+    user = msg("Question", role="user")
     assert in_order in render([user, calls, weather_result, time_result])
     assert in_order in render([user, calls, time_result, weather_result])
     # without ids there is nothing to match: the order stays
-    no_ids = _expect(calls=[_call("get_time", '{"city": "Paris"}'), _call("get_weather", '{"city": "Paris"}')])
+    no_ids = msg(calls=[_call("get_time", '{"city": "Paris"}'), _call("get_weather", '{"city": "Paris"}')])
     prompt = render([user, no_ids, _tool_msg("sunny", "", "get_weather"), _tool_msg("12:00", "", "get_time")])
     assert "<tool_result>sunny</tool_result>\n\n<tool_result>12:00</tool_result>" in prompt
 
@@ -1008,7 +907,7 @@ def test_chat_params_match_b10621(case):
     bos, eos = fixture["bos_token"], fixture["eos_token"]
     name = case["template"]
     source = template_source(name)
-    params = _try_specialized(source, Template(source, bos, eos, template_caps(source)),
+    params = try_specialized(source, Template(source, bos, eos, template_caps(source)),
                               _server_inputs(case, source, bos, eos))
     if "error" in case:
         # the model's one token did not parse: the binary answered an error, only the prompt was recorded
