@@ -74,11 +74,14 @@ def cert(tmp_path_factory):
     return str(d / "key.pem"), str(d / "cert.pem")
 
 
-def _short_dir() -> str:
+@pytest.fixture
+def short_dir():
     # AF_UNIX paths are limited to 107 bytes; pytest's tmp_path can be longer
     import tempfile
 
-    return tempfile.mkdtemp(prefix="mlxt", dir="/tmp")
+    d = tempfile.mkdtemp(prefix="mlxt", dir="/tmp")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
 
 
 # --- TCP ------------------------------------------------------------------------------------------------------
@@ -164,9 +167,9 @@ def test_api_prefix_over_the_wire():
 # --- Unix socket ----------------------------------------------------------------------------------------------
 
 
-def test_unix_socket_when_the_host_ends_in_sock(caplog):
+def test_unix_socket_when_the_host_ends_in_sock(caplog, short_dir):
     caplog.set_level(logging.INFO, logger="mlxcel.http")
-    path = os.path.join(_short_dir(), "mlxcel.sock")
+    path = os.path.join(short_dir, "mlxcel.sock")
     with running(ServeConfig(host=path, port=0)) as server:
         assert server.address == f"unix://{path}"
         mode = os.stat(path).st_mode & 0o777
@@ -200,9 +203,9 @@ def test_tls_over_tcp(cert):
             httpx.get(f"http://127.0.0.1:{server.port}/health", timeout=5)
 
 
-def test_tls_over_a_unix_socket(cert):
+def test_tls_over_a_unix_socket(cert, short_dir):
     key, crt = cert
-    path = os.path.join(_short_dir(), "tls.sock")
+    path = os.path.join(short_dir, "tls.sock")
     with running(ServeConfig(host=path, ssl_key_file=key, ssl_cert_file=crt)):
         ctx = ssl.create_default_context(cafile=crt)
         with httpx.Client(transport=httpx.HTTPTransport(uds=path, verify=ctx)) as c:
