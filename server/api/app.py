@@ -41,7 +41,8 @@ class LoadingGate(BaseHTTPMiddleware):
 
 
 def create_app(state: AppState | None) -> FastAPI:
-    app = FastAPI(title="mlxcel", docs_url=None, redoc_url=None, openapi_url=None)
+    # no slash redirects: b10621 answers /health/ with its 404, not a 307 to /health
+    app = FastAPI(title="mlxcel", docs_url=None, redoc_url=None, openapi_url=None, redirect_slashes=False)
     app.state.mlxcel = state
     settings = state.settings if state is not None else ServerSettings()
     # b10621's pre-routing order, outermost first: CORS (preflights answered), loading gate, API key, then
