@@ -13,6 +13,7 @@ from server.api.chat import message_parser
 from server.chat.diffs import DiffError, MessageState, compute_diffs, delta_json, message_json
 from server.chat.messages import ChatMsg, ToolCall
 from server.chat.params import ChatInfo, ChatSettings, chat_request
+from server.errors import UpstreamError
 
 
 def _streamed(parse, pieces: list[str], continuation: bool = False) -> tuple[dict, dict]:
@@ -139,3 +140,11 @@ def test_tool_call_ids_are_handed_out_once_and_kept():
     state.update("c", False)
     assert len(first) == 32 and first.isalnum()
     assert state.chat_msg.tool_calls[0].id == first != state.chat_msg.tool_calls[1].id
+
+
+def test_nesting_deeper_than_the_parser_can_follow_is_the_format_error_not_a_crash():
+    parse = message_parser(_info(tools=[{"type": "function", "function": {"name": "f",
+                                                                          "parameters": {"type": "object"}}}]))
+    deep = '<tool_call>\n{"name": "f", "arguments": {"a": ' + "[" * 400 + "]" * 400 + "}}\n</tool_call>"
+    with pytest.raises(UpstreamError, match="does not match the expected peg-native format"):
+        parse(deep, False)

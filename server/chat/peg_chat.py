@@ -534,9 +534,13 @@ def chat_peg_parse(parser_arena: PegArena | None, input: str, is_partial: bool, 
     gives what was mapped so far, otherwise ValueError with upstream's message."""
     parser = _content_only_parser() if parser_arena is None or parser_arena.empty() else parser_arena
     ctx = ParseContext(generation_prompt + input, ParseFlags.LENIENT)
-    result = parser.parse(ctx)
+    mismatch = f"The model produced output that does not match the expected {fmt} format"
+    try:
+        result = parser.parse(ctx)
+    except RecursionError:  # nesting past Python's stack (b10621's recursive parser has a deeper limit)
+        raise ValueError(mismatch) from None
     if result.fail() and not (is_partial and result.end > 0):
-        raise ValueError(f"The model produced output that does not match the expected {fmt} format")
+        raise ValueError(mismatch)
     msg = ChatMsg(role="assistant")
     _mapper_for(fmt, msg).from_ast(ctx.ast, result)
     return msg
