@@ -29,6 +29,12 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
 
         print(dump(parser, prog))
         return 0
+    from .classify import gpu_layers_refusal, refusals
+
+    refused = refusals(args.given)  # every option classified before a model is resolved or a weight read
+    if refused:
+        print("\n".join(refused), file=sys.stderr)
+        return 1
     _configure_logging()
     from ..models.bundled import DEFAULT_MODEL
     from ..models.store import ModelNotFound, resolve_model
@@ -41,6 +47,10 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
         checkpoint = resolve_model(args.model)
     except (ModelNotFound, RuntimeError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 1
+    refused = gpu_layers_refusal(args.given, checkpoint)  # -ngl N needs the checkpoint's layer count
+    if refused:
+        print(refused, file=sys.stderr)
         return 1
 
     blas.verify()
@@ -90,7 +100,8 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
                                                      reasoning_format="deepseek" if args.reasoning_format == "auto"
                                                      else args.reasoning_format),
                               slots_debug=bool(int(os.environ.get("LLAMA_SERVER_SLOTS_DEBUG", "0") or 0)))
-    state = AppState(engine=engine, tokenizer=tokenizer, model_name=args.alias or checkpoint.name, settings=settings,
+    model_name = args.alias[0] if args.alias else checkpoint.name  # b10621 serves its sorted alias set's first
+    state = AppState(engine=engine, tokenizer=tokenizer, model_name=model_name, settings=settings,
                      model_path=str(checkpoint), model_ftype=model_ftype(checkpoint))
     app = create_app(state)
     engine.start()
@@ -263,12 +274,8 @@ def _template_kwargs(given: list) -> tuple[dict[str, str], int]:
                 kwargs.pop("reasoning_effort", None)
             else:
                 kwargs["reasoning_effort"] = json.dumps(value, ensure_ascii=False)
-        else:  # --reasoning-preserve / --no-reasoning-preserve, or their environment value
-            if spelling == "LLAMA_ARG_REASONING_PRESERVE":
-                on = value.strip().lower() in ("1", "true", "on", "enabled", "yes")
-            else:
-                on = not spelling.startswith("--no-")
-            kwargs["preserve_reasoning"] = "true" if on else "false"
+        else:  # --reasoning-preserve / --no-reasoning-preserve (a variable arrives as the spelling it means)
+            kwargs["preserve_reasoning"] = "false" if spelling.startswith("--no-") else "true"
     return kwargs, enable_reasoning
 
 

@@ -1,0 +1,492 @@
+"""What mlxcel does at startup with each b10621 option it does not serve itself: accept the value as inert
+(it changes nothing here, and nothing upstream either, or asks for what mlxcel always does), or refuse it with
+one line naming the option, the value, the reason and the mlxcel alternative, before any weight is read.
+
+The options mlxcel acts on are the ones server/cli/args.py gives settings to; every other b10621 option has a
+rule here (tests/test_cli_surface.py holds the two sets disjoint and complete). A rule may also carry
+b10621's own check of a value (its handler's exception text), which the parser runs as upstream does.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .parse import AUTOY, FALSEY, TRUTHY, Given, csv_row, stof, stoi, stoul
+
+
+@dataclass(frozen=True)
+class Rule:
+    inert: Callable[[object], bool]  # which values change nothing here
+    reason: str = ""  # why any other value is refused
+    alternative: str = ""  # what to do instead, in mlxcel
+    inert_text: str = ""  # the inert values, in words (for the manifest notes)
+    check: Callable[[object], None] | None = None  # b10621's own validation (raises ValueError in its words)
+    accumulates: bool = False  # every use counts (b10621 appends); otherwise the last value wins
+
+
+def _always(_v) -> bool:
+    return True
+
+
+def _never(_v) -> bool:
+    return False
+
+
+def _is(*values) -> Callable[[object], bool]:
+    return lambda v: v in values
+
+
+def _positive_only(v) -> bool:  # a pair whose negative form is the inert one
+    return v is False
+
+
+def _inert(text: str, check=None, accumulates: bool = False) -> Rule:
+    return Rule(_always, inert_text=text, check=check, accumulates=accumulates)
+
+
+def _refuse(reason: str, alternative: str, check=None, accumulates: bool = False) -> Rule:
+    return Rule(_never, reason, alternative, "none", check, accumulates)
+
+
+def _only(inert: Callable[[object], bool], text: str, reason: str, alternative: str, check=None,
+          accumulates: bool = False) -> Rule:
+    return Rule(inert, reason, alternative, text, check, accumulates)
+
+
+# --- b10621's own checks of a value, raising what its handlers throw -------------------------------------------
+
+def _in(option: str, *allowed: str, message: str | None = None) -> Callable[[object], None]:
+    def check(v) -> None:
+        if v not in allowed:
+            raise ValueError(message.format(option=option, v=v) if message else "invalid value")
+    return check
+
+
+def _range(lo: int, hi: int | None, message: str = "invalid value") -> Callable[[object], None]:
+    def check(v) -> None:
+        if v < lo or (hi is not None and v > hi):
+            raise ValueError(message)
+    return check
+
+
+def _removed(msg: str) -> Callable[[object], None]:
+    def check(_v) -> None:
+        raise ValueError("the argument has been removed. " + msg)
+    return check
+
+
+def _stof_check(v) -> None:
+    stof(v)
+
+
+def _gpu_layers_check(v) -> None:
+    if v not in ("auto", "all"):
+        stoi(v)
+
+
+def spec_types(v: str) -> list[str]:
+    """common_speculative_types_from_names: the names up to a "none", which stands for itself alone."""
+    out = []
+    for name in v.split(","):
+        if name not in SPEC_TYPES:
+            raise ValueError(f"unknown speculative type: {name}")
+        if name == "none":
+            return ["none"]
+        out.append(name)
+    return out
+
+
+def _spec_types_check(v) -> None:
+    spec_types(v)
+
+
+def _stoi_each(v) -> None:
+    for x in v:
+        stoi(x)
+
+
+def _sleep_check(v) -> None:
+    if v == 0 or v < -1:
+        raise ValueError("invalid value: cannot be 0 or less than -1")
+
+
+def _split_list(v: str) -> list[str]:
+    return [x for x in re.split(r"[,/]+", v) if x]
+
+
+def _kv_type_check(v) -> None:
+    if v not in KV_CACHE_TYPES:
+        raise ValueError(f"Unsupported cache type: {v}")
+
+
+def _directory_check(v) -> None:
+    if not Path(v).is_dir():
+        raise ValueError(f"not a directory: {v}")
+
+
+def _pairs_check(option: str) -> Callable[[object], None]:
+    def check(v) -> None:
+        for item in csv_row(v):
+            parts = item.split(":")
+            if len(parts) != 2:
+                raise ValueError(f"{option} format: FNAME:SCALE")
+            stof(parts[1])
+    return check
+
+
+def _read_file_check(v) -> None:
+    try:
+        Path(v).read_bytes()
+    except OSError:
+        raise ValueError(f"error: failed to open file '{v}'\n") from None
+
+
+SPEC_TYPES = ("none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark", "ngram-simple",
+              "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
+KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+LOAD_MODES = ("auto", "none", "mmap", "mlock", "mmap+mlock", "dio")
+
+# --- the reasons and alternatives, shared ------------------------------------------------------------------------
+
+_NO_GGML = "mlxcel has no GGML backend: MLX runs every tensor of the model on one device, its default"
+_AFFINITY = ("mlxcel sets no CPU affinity, polling or scheduling policy of its own (MLX and the BLAS schedule "
+             "their threads)")
+_PIN_OS = "leave it out, and pin or prioritise the whole process with taskset, numactl, nice or chrt"
+_THREADS = ("mlxcel does not size a CPU thread pool: MLX and the BLAS schedule their own threads (upstream's <= 0 "
+            "means all cores, which is what happens here)")
+_THREADS_ALT = "leave it out or pass -1; on Linux the BLAS mlxcel loads reads OPENBLAS_NUM_THREADS"
+_PLACEMENT = "mlxcel places no tensor on a chosen device or buffer type: every weight and the KV cache live on MLX's " \
+             "default device"
+_LEAVE = "leave it out"
+_GGUF = "mlxcel serves MLX checkpoints (a directory with config.json and safetensors), never a GGUF file, repository " \
+        "or URL, and it downloads nothing"
+_GGUF_ALT = "convert a GGUF file with `mlxcel convert FILE.gguf DIR`, or fetch an MLX snapshot yourself " \
+            "(`huggingface-cli download mlx-community/NAME --local-dir DIR`), and pass -m DIR"
+_SPEC = "speculative decoding is not served yet (#14)"
+_SPEC_ALT = "leave it out: mlxcel decodes every token with the model itself"
+_UI = "mlxcel ships no web UI and runs no tool, MCP server or proxy on a model's behalf"
+_UI_ALT = "leave it out (client-declared tools in chat requests keep working), or pass the disabling form"
+
+
+def _not_yet(what: str, issue: int) -> str:
+    return f"{what} is not served yet (#{issue})"
+
+
+def _preset(repo: str, mlx: str, flags: str, extra: str = "") -> Rule:
+    return _refuse(f"b10621's preset serves the GGUF repository {repo}, which mlxcel cannot load{extra}",
+                   f"the nearest MLX checkpoint is {mlx}: fetch it (`huggingface-cli download {mlx} --local-dir "
+                   f"DIR`) and run `mlxcel-server -m DIR {flags}`")
+
+
+_FIM = "--port 8012 -ub 1024 -b 1024 -c 0"
+_GPT_OSS = "--port 8013 -ub 2048 -b 32768 -np 2 -c 262144 --temp 1.0 --top-p 1.0 --top-k 0 --min-p 0.01 --jinja"
+_DRAFT_NOTE = "; its draft model is speculative decoding, not served yet (#14)"
+
+RULES: dict[str, Rule] = {
+    # ----- ggml-runtime: thread pool, affinity, placement, loading -----
+    "--threads": _only(lambda v: v <= 0, "values <= 0", _THREADS, _THREADS_ALT),
+    "--threads-batch": _only(lambda v: v <= 0, "values <= 0", _THREADS, _THREADS_ALT),
+    "--cpu-mask": _refuse(_AFFINITY, _PIN_OS),
+    "--cpu-range": _refuse(_AFFINITY, _PIN_OS),
+    "--cpu-mask-batch": _refuse(_AFFINITY, _PIN_OS),
+    "--cpu-range-batch": _refuse(_AFFINITY, _PIN_OS),
+    "--cpu-strict": _only(lambda v: stoul(v) == 0, "0", _AFFINITY, _PIN_OS, check=lambda v: stoul(v)),
+    "--cpu-strict-batch": _only(_is(0), "0", _AFFINITY, _PIN_OS),
+    "--prio": _only(_is(0), "0", _AFFINITY, _PIN_OS, check=_range(-1, 3)),
+    "--prio-batch": _only(_is(0), "0", _AFFINITY, _PIN_OS, check=_range(0, 3)),
+    "--poll": _only(lambda v: stoul(v) == 50, "50 (the default)", _AFFINITY, _PIN_OS, check=lambda v: stoul(v)),
+    "--poll-batch": _only(_is(50), "50 (the default)", _AFFINITY, _PIN_OS),
+    "--numa": _refuse("mlxcel has no NUMA placement of its own", "leave it out and run the process under numactl",
+                      check=_in("--numa", "distribute", "", "isolate", "numactl")),
+    "--device": _refuse(_PLACEMENT, _LEAVE),
+    "--list-devices": _refuse(_NO_GGML + ", so there are no GGML devices to list",
+                              'print that device with `python -c "import mlx.core as mx; print(mx.default_device())"`'),
+    "--override-tensor": _refuse(_PLACEMENT, _LEAVE, accumulates=True),
+    "--cpu-moe": _refuse(_PLACEMENT + "; no expert weights stay behind on the CPU", _LEAVE, accumulates=True),
+    "--n-cpu-moe": _only(_is(0), "0", _PLACEMENT + "; no expert weights stay behind on the CPU", "leave it out or pass 0",
+                         check=_range(0, None), accumulates=True),
+    # the full-offload test needs the checkpoint's layer count: see gpu_layers_refusal
+    "--gpu-layers": _only(lambda v: v in ("auto", "all", "-1", "-2"), "auto, all, and any number above the model's "
+                          "layer count (full offload)", _PLACEMENT, "pass -ngl all (or leave it out)",
+                          check=_gpu_layers_check),
+    "--split-mode": _only(_is("none", "layer"), "none, layer (one device: nothing to split)",
+                          _PLACEMENT + "; there is no row or tensor split across devices", _LEAVE,
+                          check=_in("--split-mode", "none", "layer", "row", "tensor")),
+    "--tensor-split": _refuse(_PLACEMENT + "; there is no split across devices", _LEAVE, check=lambda v: [
+        stof(x) for x in _split_list(v)]),
+    "--main-gpu": _only(_is(0), "0", _PLACEMENT, "leave it out or pass 0"),
+    "--flash-attn": _inert("on, off, auto: mlxcel computes exact attention with MLX's scaled_dot_product_attention "
+                           "whatever the value (the oracle compares it with the reference run at -fa off)",
+                           check=_in("--flash-attn", *TRUTHY, *FALSEY, *AUTOY,
+                                     message="error: unknown value for {option}: '{v}'\n")),
+    "--fit": _inert("on, off: mlxcel never adjusts unset arguments to fit device memory, and on is upstream's default",
+                    check=_in("--fit", *TRUTHY, *FALSEY, message="error: unknown value for {option}: '{v}'\n")),
+    "--fit-target": _only(lambda v: all(x == "1024" for x in _split_list(v)),
+                          "1024 (the default)", "mlxcel never fits arguments to device memory, so it has no margin "
+                          "to keep", _LEAVE),
+    "--fit-ctx": _only(_is(4096), "4096 (the default)", "mlxcel never fits the context to device memory; the context "
+                       "is -c or the model's", "set the context with -c"),
+    "--check-tensors": _refuse("mlxcel does not scan weights for invalid values at load", _LEAVE),
+    "--op-offload": _only(_is(True), "--op-offload (the default)", _PLACEMENT + ", host operations included", _LEAVE),
+    "--kv-offload": _only(_is(True), "--kv-offload (the default)", _PLACEMENT + ", the KV cache included", _LEAVE),
+    "--repack": _inert("--repack, --no-repack: weight repacking is a GGML CPU layout, never a different result"),
+    "--no-host": _refuse(_PLACEMENT + "; there are no host buffers to bypass", _LEAVE),
+    "--perf": _only(_is(False), "--no-perf (the default)", "mlxcel prints no libllama performance counters",
+                    "read each response's `timings` instead"),
+    "--rpc": _refuse(_NO_GGML + "; there is no RPC backend to offload to", "run one mlxcel per machine",
+                     accumulates=True),
+    # --mlock, --mmap, --direct-io and --load-mode write one field, in command-line order: see load_mode_refusal
+    "--mlock": _inert("see --load-mode"),
+    "--mmap": _inert("see --load-mode"),
+    "--direct-io": _inert("see --load-mode"),
+    "--load-mode": _inert("see load_mode_refusal", check=_in("--load-mode", *LOAD_MODES)),
+    "--defrag-thold": _inert("every value: upstream only warns that it is deprecated"),
+    # ----- model source -----
+    "--model-url": _refuse(_GGUF, _GGUF_ALT),
+    "--docker-repo": _refuse(_GGUF, _GGUF_ALT),
+    "--hf-repo": _refuse(_GGUF, _GGUF_ALT),
+    "--hf-file": _refuse(_GGUF, _GGUF_ALT),
+    "--hf-token": _inert("every value: it only authenticates downloads, and mlxcel downloads nothing (the token is "
+                         "never printed)"),
+    "--offline": _inert("--offline: mlxcel never downloads, so it always runs offline"),
+    "--override-kv": _refuse("mlxcel reads no GGUF metadata to override: an MLX checkpoint is configured by its "
+                             "config.json", "edit the checkpoint's config.json", accumulates=True),
+    "--tags": _refuse(_not_yet("GET /v1/models, where b10621 reports the tags,", 13), _LEAVE),
+    # ----- web UI, server tools, MCP -----
+    "--ui": _only(_positive_only, "--no-ui, --no-webui", _UI, _UI_ALT),
+    "--ui-mcp-proxy": _only(_positive_only, "--no-ui-mcp-proxy, --no-webui-mcp-proxy", _UI, _UI_ALT),
+    "--agent": _only(_positive_only, "-no-ag, --no-agent", _UI, _UI_ALT),
+    "--ui-config": _refuse(_UI, _LEAVE),
+    "--ui-config-file": _refuse(_UI, _LEAVE, check=_read_file_check),
+    "--path": _only(_is(""), "an empty path (the default)", _UI + "; it serves no static files", _LEAVE),
+    "--tools": _only(lambda v: not [t for t in v.split(",") if t.strip()], "an empty list", _UI, _UI_ALT),
+    "--tools-runtime": _refuse(_UI, _LEAVE),
+    "--mcp-servers-config": _refuse(_UI, _LEAVE),
+    "--mcp-servers-json": _refuse(_UI, _LEAVE),
+    # ----- logging: prompts on disk -----
+    "--log-prompts-dir": _refuse("mlxcel never writes request prompts to disk (a plaintext copy of user requests on "
+                                 "the log volume), and creates no directory for them",
+                                 "for request-level debugging use --log-file FILE with --verbose"),
+    # ----- presets (b10621's twelve: a GGUF repository plus a parameter block) -----
+    "--embd-gemma-default": _preset("ggml-org/embeddinggemma-300M-qat-q4_0-GGUF", "mlx-community/embeddinggemma-300m-4bit",
+                                    "--port 8011 -ub 2048 -b 2048 -np 32 -c 65536 --embedding",
+                                    "; embeddings are not served yet either (#11)"),
+    "--fim-qwen-1.5b-default": _preset("ggml-org/Qwen2.5-Coder-1.5B-Q8_0-GGUF", "mlx-community/Qwen2.5-Coder-1.5B-8bit",
+                                       _FIM),
+    "--fim-qwen-3b-default": _preset("ggml-org/Qwen2.5-Coder-3B-Q8_0-GGUF", "mlx-community/Qwen2.5-Coder-3B-8bit", _FIM),
+    "--fim-qwen-7b-default": _preset("ggml-org/Qwen2.5-Coder-7B-Q8_0-GGUF", "mlx-community/Qwen2.5-Coder-7B-8bit", _FIM),
+    "--fim-qwen-7b-spec": _preset("ggml-org/Qwen2.5-Coder-7B-Q8_0-GGUF", "mlx-community/Qwen2.5-Coder-7B-8bit", _FIM,
+                                  _DRAFT_NOTE),
+    "--fim-qwen-14b-spec": _preset("ggml-org/Qwen2.5-Coder-14B-Q8_0-GGUF", "mlx-community/Qwen2.5-Coder-14B-8bit",
+                                   _FIM, _DRAFT_NOTE),
+    "--fim-qwen-30b-default": _preset("ggml-org/Qwen3-Coder-30B-A3B-Instruct-Q8_0-GGUF",
+                                      "mlx-community/Qwen3-Coder-30B-A3B-Instruct-8bit", _FIM),
+    "--gpt-oss-20b-default": _preset("ggml-org/gpt-oss-20b-GGUF", "mlx-community/gpt-oss-20b-MXFP4-Q8", _GPT_OSS),
+    "--gpt-oss-120b-default": _preset("ggml-org/gpt-oss-120b-GGUF", "mlx-community/gpt-oss-120b-MXFP4-Q8", _GPT_OSS),
+    "--vision-gemma-4b-default": _preset("ggml-org/gemma-3-4b-it-qat-GGUF", "mlx-community/gemma-3-4b-it-qat-4bit",
+                                         "--port 8014 -c 0 --jinja", "; images are not served yet either (#14)"),
+    "--vision-gemma-12b-default": _preset("ggml-org/gemma-3-12b-it-qat-GGUF", "mlx-community/gemma-3-12b-it-qat-4bit",
+                                          "--port 8014 -c 0 --jinja", "; images are not served yet either (#14)"),
+    "--spec-default": _refuse("b10621's preset turns on n-gram speculative decoding (ngram-mod, n_match 24, n_min 48, "
+                              "n_max 64); " + _SPEC, _SPEC_ALT),
+    # ----- control vectors, LoRA -----
+    "--control-vector": _refuse("mlxcel has no control-vector path: it cannot add steering vectors to the residual "
+                                "stream, and a configured vector set is refused whole rather than partly applied",
+                                "for token-level steering use --logit-bias or a request's logit_bias", accumulates=True),
+    "--control-vector-scaled": _refuse("mlxcel has no control-vector path: it cannot add steering vectors to the "
+                                       "residual stream, and a configured vector set (a zero scale included) is "
+                                       "refused whole rather than partly applied",
+                                       "for token-level steering use --logit-bias or a request's logit_bias",
+                                       check=_pairs_check("control-vector-scaled"), accumulates=True),
+    "--control-vector-layer-range": _inert("every range: without a vector (which mlxcel refuses) it configures "
+                                           "nothing, as upstream", check=_stoi_each),
+    "--lora": _refuse(_not_yet("LoRA adapters", 13), _LEAVE, accumulates=True),
+    "--lora-scaled": _refuse(_not_yet("LoRA adapters", 13), _LEAVE, check=_pairs_check("lora-scaled"),
+                             accumulates=True),
+    "--lora-init-without-apply": _inert("--lora-init-without-apply: without an adapter (which mlxcel refuses) it "
+                                        "configures nothing, as upstream"),
+    # ----- runtime and context -----
+    "--swa-full": _refuse("sliding-window models keep MLX's rotating window cache; there is no full-size SWA cache "
+                          "to ask for", _LEAVE),
+    "--ctx-checkpoints": _only(_is(32), "32 (the default)", _not_yet("context checkpoints", 8), _LEAVE),
+    "--checkpoint-min-step": _only(_is(8192), "8192 (the default)", _not_yet("context checkpoints", 8), _LEAVE,
+                                   check=_range(0, None, "checkpoint-min-step must be non-negative")),
+    "--kv-unified": _only(_is(False), "-no-kvu, --no-kv-unified (per-slot KV, what mlxcel does)",
+                          "mlxcel keeps one KV cache per slot; there is no unified buffer shared by the slots",
+                          "pass -np 1 for one slot with the whole context"),
+    "--cache-idle-slots": _only(_is(True), "--cache-idle-slots (the default)",
+                                _not_yet("turning off the saving of idle slots to the prompt cache", 8), _LEAVE),
+    "--warmup": _inert("--warmup, --no-warmup: mlxcel runs no warm-up pass, and one never changes a result"),
+    "--spm-infill": _refuse(_not_yet("the suffix/prefix/middle infill order", 8), _LEAVE),
+    "--cache-type-k": _only(_is("f16"), "f16 (the default)", "mlxcel stores the KV cache in the model's activation "
+                            "type; GGML's cache types have no MLX counterpart here", _LEAVE, check=_kv_type_check),
+    "--cache-type-v": _only(_is("f16"), "f16 (the default)", "mlxcel stores the KV cache in the model's activation "
+                            "type; GGML's cache types have no MLX counterpart here", _LEAVE, check=_kv_type_check),
+    "--cache-reuse": _only(_is(0), "0 (the default)", "mlxcel reuses a cached prompt only as a strict token prefix; "
+                           "it cannot shift cached chunks (KV shifting)", "leave it out: prefix reuse is automatic"),
+    "--slot-prompt-similarity": _only(lambda v: stof(v) == 0, "0 (disabled)", "mlxcel picks no slot by prompt "
+                                      "similarity: its prompt cache is shared by every slot", "pass -sps 0 or leave "
+                                      "it out", check=_stof_check),
+    "--rope-scaling": _refuse(_not_yet("RoPE scaling overrides", 14), "leave it out: the checkpoint's config.json "
+                              "rope_scaling is used", check=_in("--rope-scaling", "none", "linear", "yarn")),
+    "--rope-scale": _refuse(_not_yet("RoPE scaling overrides", 14), "leave it out: the checkpoint's config.json is "
+                            "used", check=_stof_check),
+    "--rope-freq-base": _refuse(_not_yet("RoPE overrides", 14), "leave it out: the checkpoint's rope_theta is used",
+                                check=_stof_check),
+    "--rope-freq-scale": _refuse(_not_yet("RoPE overrides", 14), "leave it out: the checkpoint's config.json is used",
+                                 check=_stof_check),
+    "--yarn-orig-ctx": _only(_is(0), "0 (the default)", _not_yet("YaRN overrides", 14), _LEAVE),
+    "--yarn-ext-factor": _only(lambda v: stof(v) == -1, "-1 (the default)", _not_yet("YaRN overrides", 14), _LEAVE,
+                               check=_stof_check),
+    "--yarn-attn-factor": _only(lambda v: stof(v) == -1, "-1 (the default)", _not_yet("YaRN overrides", 14), _LEAVE,
+                                check=_stof_check),
+    "--yarn-beta-slow": _only(lambda v: stof(v) == -1, "-1 (the default)", _not_yet("YaRN overrides", 14), _LEAVE,
+                              check=_stof_check),
+    "--yarn-beta-fast": _only(lambda v: stof(v) == -1, "-1 (the default)", _not_yet("YaRN overrides", 14), _LEAVE,
+                              check=_stof_check),
+    # ----- embeddings, multimodal, observability, router: other issues' surfaces -----
+    "--embedding": _refuse(_not_yet("embeddings", 11), _LEAVE),
+    "--rerank": _refuse(_not_yet("reranking", 11), _LEAVE),
+    "--pooling": _inert("every value: it shapes embeddings only, which mlxcel refuses to turn on",
+                        check=_in("--pooling", "none", "mean", "cls", "last", "rank")),
+    "--embd-normalize": _inert("every value: it shapes embeddings only, which mlxcel refuses to turn on"),
+    "--mmproj": _refuse(_not_yet("images and audio", 14), _LEAVE),
+    "--mmproj-url": _refuse(_not_yet("images and audio", 14), _LEAVE),
+    "--mmproj-auto": _inert("--mmproj-auto, --no-mmproj(-auto): it only fetches a projector with --hf-repo, which "
+                            "mlxcel refuses"),
+    "--mmproj-offload": _inert("every form: it places a projector, which mlxcel refuses to load"),
+    "--mmproj-device": _inert("every value: it places a projector, which mlxcel refuses to load"),
+    "--image-min-tokens": _inert("every value: it sizes images, which mlxcel refuses to take"),
+    "--image-max-tokens": _inert("every value: it sizes images, which mlxcel refuses to take"),
+    "--mtmd-batch-max-tokens": _inert("every value: it batches images, which mlxcel refuses to take"),
+    "--media-path": _inert("every existing directory: it serves media to a projector, which mlxcel refuses to load",
+                           check=_directory_check),
+    "--metrics": _refuse(_not_yet("GET /metrics", 12), _LEAVE),
+    "--slot-save-path": _refuse(_not_yet("saving and restoring slots", 12), _LEAVE, check=_directory_check),
+    "--sleep-idle-seconds": _only(_is(-1), "-1 (the default: never sleep)", _not_yet("idle sleep", 12), _LEAVE,
+                                  check=_sleep_check),
+    "--models-dir": _refuse(_not_yet("router mode", 13), "serve one model with -m"),
+    "--models-preset": _refuse(_not_yet("router mode", 13), "serve one model with -m"),
+    "--models-max": _inert("every value: it bounds router mode, which mlxcel refuses to start"),
+    "--models-autoload": _inert("both forms: it steers router mode, which mlxcel refuses to start"),
+    # ----- speculative decoding: the selectors refuse, their tuning configures nothing without them -----
+    "--spec-type": _only(lambda v: spec_types(v) == ["none"], "none (the default)", _SPEC,
+                         _SPEC_ALT, check=_spec_types_check, accumulates=True),
+    "--spec-draft-model": _only(_is(""), "an empty value", _SPEC, _SPEC_ALT),
+    "--spec-draft-hf": _only(_is(""), "an empty value", _SPEC, _SPEC_ALT),
+    "--lookup-cache-static": _inert("every value: it feeds the ngram-cache drafter, which mlxcel refuses to select"),
+    "--lookup-cache-dynamic": _inert("every value: it feeds the ngram-cache drafter, which mlxcel refuses to select"),
+    "--draft": _refuse("removed upstream", "", check=_removed("use --spec-draft-n-max or --spec-ngram-mod-n-max")),
+    "--draft-min": _refuse("removed upstream", "", check=_removed("use --spec-draft-n-min or --spec-ngram-mod-n-min")),
+    "--spec-ngram-size-n": _refuse("removed upstream", "", check=_removed("use the respective --spec-ngram-*-size-n")),
+    "--spec-ngram-size-m": _refuse("removed upstream", "", check=_removed("use the respective --spec-ngram-*-size-m")),
+    "--spec-ngram-min-hits": _refuse("removed upstream", "",
+                                     check=_removed("use the respective --spec-ngram-*-min-hits")),
+}
+
+_DRAFT_TUNING = "every value: it tunes a draft or n-gram drafter, which mlxcel refuses to select, so it configures " \
+                "nothing, as upstream without one"
+for _id, _check in {
+    "--spec-draft-threads": None, "--spec-draft-threads-batch": None, "--spec-draft-cpu-mask": None,
+    "--spec-draft-cpu-range": None, "--spec-draft-cpu-strict": None, "--spec-draft-poll": None,
+    "--spec-draft-cpu-mask-batch": None, "--spec-draft-cpu-strict-batch": None, "--spec-draft-poll-batch": None,
+    "--spec-draft-prio": _range(0, 3), "--spec-draft-prio-batch": _range(0, 3),
+    "--spec-draft-type-k": _kv_type_check, "--spec-draft-type-v": _kv_type_check,
+    "--spec-draft-override-tensor": None, "--spec-draft-cpu-moe": None, "--spec-draft-n-cpu-moe": _range(0, None),
+    "--spec-draft-n-max": _range(0, None), "--spec-draft-n-min": None, "--spec-draft-p-split": _stof_check,
+    "--spec-draft-p-min": _stof_check, "--spec-draft-backend-sampling": None, "--spec-draft-device": None,
+    "--spec-draft-ngl": _gpu_layers_check,
+    "--spec-ngram-mod-n-min": _range(0, 1024, "ngram n-min must be between 0 and 1024 inclusive"),
+    "--spec-ngram-mod-n-max": _range(0, 1024, "ngram n-max must be between 0 and 1024 inclusive"),
+    "--spec-ngram-mod-n-match": _range(1, 1024, "ngram size N must be between 1 and 1024 inclusive"),
+    "--spec-ngram-simple-size-n": _range(1, 1024, "ngram size N must be between 1 and 1024 inclusive"),
+    "--spec-ngram-simple-size-m": _range(1, 1024, "ngram size M must be between 1 and 1024 inclusive"),
+    "--spec-ngram-simple-min-hits": _range(1, None, "ngram min hits must be at least 1"),
+    "--spec-ngram-map-k-size-n": _range(1, 1024, "ngram size N must be between 1 and 1024 inclusive"),
+    "--spec-ngram-map-k-size-m": _range(1, 1024, "ngram size M must be between 1 and 1024 inclusive"),
+    "--spec-ngram-map-k-min-hits": _range(1, None, "ngram min hits must be at least 1"),
+    "--spec-ngram-map-k4v-size-n": _range(1, 1024, "ngram size N must be between 1 and 1024 inclusive"),
+    "--spec-ngram-map-k4v-size-m": _range(1, 1024, "ngram size M must be between 1 and 1024 inclusive"),
+    "--spec-ngram-map-k4v-min-hits": _range(1, None, "ngram min hits must be at least 1"),
+}.items():
+    RULES[_id] = _inert(_DRAFT_TUNING, check=_check)
+
+
+def check_value(option: str, value) -> None:
+    """b10621's own check of a value for `option` (raises ValueError with its handler's words)."""
+    rule = RULES.get(option)
+    if rule is not None and rule.check is not None:
+        rule.check(value)
+
+
+def _diagnostic(g: Given, reason: str, alternative: str) -> str:
+    text = f"error: {g.shown()}: {reason}" + (f"; {alternative}" if alternative else "")
+    return text.replace("\n", "\\n")
+
+
+def refusals(given: list[Given]) -> list[str]:
+    """One line per refused option, in the order b10621 applied them (environment, then command line)."""
+    last: dict[str, Given] = {}
+    for g in given:
+        last[g.option] = g
+    out = []
+    for g in given:
+        rule = RULES.get(g.option)
+        if rule is None or (not rule.accumulates and last[g.option] is not g):
+            continue
+        if g.option == "--gpu-layers":
+            continue  # needs the checkpoint: gpu_layers_refusal
+        if not rule.inert(g.value):
+            out.append(_diagnostic(g, rule.reason, rule.alternative))
+    load = load_mode_refusal(given)
+    return out + ([load] if load else [])
+
+
+def load_mode_refusal(given: list[Given]) -> str | None:
+    """--mlock, --mmap/--no-mmap, --direct-io/--no-direct-io and --load-mode write b10621's one load_mode field
+    in the order it applied them; the mode they leave is what is classified."""
+    mode, by = "auto", None
+    for g in given:
+        if g.option == "--load-mode":
+            mode, by = g.value, g
+        elif g.option == "--mlock":
+            mode, by = "mlock", g
+        elif g.option == "--mmap":
+            mode, by = ("mmap" if g.value else "none"), g
+        elif g.option == "--direct-io":
+            mode, by = ("dio" if g.value else "none"), g
+    if mode in ("auto", "none", "mmap"):
+        return None
+    what = {"mlock": "lock the weights in RAM", "mmap+mlock": "lock the memory-mapped weights in RAM",
+            "dio": "read the weights with direct I/O"}[mode]
+    return _diagnostic(by, f"the load mode this leaves ({mode}) asks mlxcel to {what}; mlxcel loads safetensors "
+                           "through MLX and has no such loading mode", "leave it out, or pass --load-mode auto|mmap|none")
+
+
+def gpu_layers_refusal(given: list[Given], checkpoint: Path) -> str | None:
+    """-ngl N is inert only as a full offload: N above the checkpoint's layer count (its output layer too)."""
+    g = next((g for g in reversed(given) if g.option == "--gpu-layers"), None)
+    if g is None or RULES["--gpu-layers"].inert(g.value):
+        return None
+    n = stoi(g.value)
+    layers = _layer_count(checkpoint)
+    if layers is not None and n > layers:
+        return None
+    have = f"this model has {layers} layers" if layers is not None else "this model's layer count is unknown"
+    return _diagnostic(g, f"{have}, so {n} keeps some on the CPU; {_PLACEMENT}, and cannot split layers across "
+                          "devices", "pass -ngl all (or leave it out)")
+
+
+def _layer_count(checkpoint: Path) -> int | None:
+    try:
+        config = json.loads((checkpoint / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    for c in (config, config.get("text_config") or {}):
+        if isinstance(c.get("num_hidden_layers"), int):
+            return c["num_hidden_layers"]
+    return None
