@@ -318,8 +318,9 @@ def announce_listening(address: str) -> None:
 class HttpServer:
     """Binds at construction (TLS files loaded first), serves with run(), stops with stop()."""
 
-    def __init__(self, app, config: ServeConfig, *, log_level: str = "warning",
-                 announce: Callable[[str], None] | None = announce_listening) -> None:
+    def __init__(self, app, config: ServeConfig, *, log_level: str | None = "warning",
+                 announce: Callable[[str], None] | None = announce_listening,
+                 uvicorn_options: dict[str, Any] | None = None) -> None:
         import uvicorn
 
         self.config = config
@@ -333,9 +334,11 @@ class HttpServer:
                 kwargs["ssl_context_factory"] = lambda _config, _default: tls
             else:  # older uvicorn builds its own context from the same (already checked) files
                 kwargs.update(ssl_keyfile=config.ssl_key_file, ssl_certfile=config.ssl_cert_file)
-        uv_config = uvicorn.Config(ServerHeader(HttpTimeouts(app, config.timeout)), log_level=log_level,
-                                   access_log=False, timeout_keep_alive=KEEPALIVE_TIMEOUT, backlog=LISTEN_BACKLOG,
-                                   server_header=False, date_header=False, **kwargs)
+        # uvicorn_options (e.g. server.logs.uvicorn_log_settings()) override the logging defaults
+        options = {"log_level": log_level, "access_log": False, **(uvicorn_options or {})}
+        uv_config = uvicorn.Config(ServerHeader(HttpTimeouts(app, config.timeout)),
+                                   timeout_keep_alive=KEEPALIVE_TIMEOUT, backlog=LISTEN_BACKLOG,
+                                   server_header=False, date_header=False, **options, **kwargs)
         address = self.address
 
         class _Server(uvicorn.Server):

@@ -11,11 +11,6 @@ log = logging.getLogger("mlxcel")
 AUTO_SLOTS = 4  # b10621's --parallel -1 (auto) serves 4 slots
 
 
-def _configure_logging() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        stream=sys.stderr)
-
-
 def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
     from .. import blas
 
@@ -35,7 +30,25 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
     if refused:
         print("\n".join(refused), file=sys.stderr)
         return 1
-    _configure_logging()
+    from ..logs import LogConfig, LogConfigError, LogFileError, collect_secrets, configure_logging
+
+    try:  # the log sinks (every configured secret redacted on each) before anything resolves or loads
+        configure_logging(LogConfig.from_args(args), collect_secrets(args))
+    except LogConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    except LogFileError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 1
+    from ..api.auth import AuthConfig
+    from ..api.cors import CorsConfig
+    from ..transport import HttpServer, ServeConfig, TransportError, announce_listening
+
+    try:  # the HTTP layer's settings, checked before a model is resolved
+        serve_config, auth, cors = ServeConfig.from_args(args), AuthConfig.from_args(args), CorsConfig.from_args(args)
+    except (ValueError, TransportError) as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 1
     from ..models.bundled import DEFAULT_MODEL
     from ..models.store import ModelNotFound, resolve_model
 
@@ -55,8 +68,6 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
 
     blas.verify()
     log.info(blas.describe())
-
-    import uvicorn
 
     from ..api.app import create_app
     from ..api.state import AppState, ServerSettings
@@ -99,15 +110,20 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
                                                      # auto resolves to deepseek in b10621's task defaults
                                                      reasoning_format="deepseek" if args.reasoning_format == "auto"
                                                      else args.reasoning_format),
-                              slots_debug=bool(int(os.environ.get("LLAMA_SERVER_SLOTS_DEBUG", "0") or 0)))
+                              slots_debug=bool(int(os.environ.get("LLAMA_SERVER_SLOTS_DEBUG", "0") or 0)),
+                              cors=cors, auth=auth, api_prefix=args.api_prefix or "")
     model_name = args.alias[0] if args.alias else checkpoint.name  # b10621 serves its sorted alias set's first
     state = AppState(engine=engine, tokenizer=tokenizer, model_name=model_name, settings=settings,
                      model_path=str(checkpoint), model_ftype=model_ftype(checkpoint))
     app = create_app(state)
-    engine.start()
+    from ..logs import uvicorn_log_settings
 
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", access_log=False)
-    server = uvicorn.Server(config)
+    try:  # bound before the model loads, as b10621 binds; "listening on" only once it has loaded
+        server = HttpServer(app, serve_config, announce=None, uvicorn_options=uvicorn_log_settings())
+    except TransportError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 1
+    engine.start()
 
     import threading
 
@@ -115,9 +131,9 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
         engine.ready.wait()
         if engine.load_error:
             log.error("exiting: %s", engine.load_error)
-            server.should_exit = True
+            server.stop()
         else:
-            log.info("server is listening on http://%s:%d - model loaded", args.host, args.port)
+            announce_listening(server.address)
 
     threading.Thread(target=_exit_on_load_failure, daemon=True).start()
     server.run()
