@@ -121,6 +121,10 @@ def diff_exchanges(ref: Exchange, got: Exchange, names: tuple[str, ...] = ()) ->
     if ref.headers.get("content-type") != got.headers.get("content-type"):
         report.divergences.append(Divergence("header content-type", "content-type", ref.headers.get("content-type"),
                                              got.headers.get("content-type")))
+    theirs = dict(got.compared)
+    for name, value in ref.compared:  # the headers the case asked to compare (CORS, auth)
+        if theirs.get(name) != value:
+            report.divergences.append(Divergence(f"header {name}", "header", value, theirs.get(name)))
     if ref.frames or got.frames:
         if len(ref.frames) != len(got.frames):
             report.divergences.append(Divergence("frames", "frames", len(ref.frames), len(got.frames)))

@@ -21,11 +21,14 @@ class OracleRequest:
     path: str
     body: Any = None  # JSON-serializable, sent as the same bytes to both servers
     raw_body: str | None = None  # sent verbatim instead of `body` (malformed JSON cases)
+    headers: tuple[tuple[str, str], ...] = ()  # request headers (an API key, an Origin), sent to both
+    compare_headers: tuple[str, ...] = ()  # response headers compared besides content-type (CORS, auth)
 
     @classmethod
     def from_dict(cls, data: dict) -> "OracleRequest":
         return cls(method=data.get("method", "POST").upper(), path=data["path"], body=data.get("body"),
-                   raw_body=data.get("raw_body"))
+                   raw_body=data.get("raw_body"), headers=tuple((data.get("headers") or {}).items()),
+                   compare_headers=tuple(h.lower() for h in data.get("compare_headers", ())))
 
     def body_bytes(self) -> bytes | None:
         if self.raw_body is not None:
@@ -39,7 +42,10 @@ class OracleRequest:
         return isinstance(self.body, dict) and self.body.get("stream") is True
 
     def sha256(self) -> str:
-        return hashlib.sha256(f"{self.method} {self.path}\n".encode() + (self.body_bytes() or b"")).hexdigest()
+        head = f"{self.method} {self.path}\n".encode()
+        if self.headers or self.compare_headers:  # only then, so older transcripts keep their digests
+            head += json.dumps([list(self.headers), list(self.compare_headers)]).encode() + b"\n"
+        return hashlib.sha256(head + (self.body_bytes() or b"")).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,7 @@ class Exchange:
     headers: dict[str, str]
     body: bytes
     frames: tuple[bytes, ...] = field(default=())  # SSE frames, each without its blank-line terminator
+    compared: tuple[tuple[str, str | None], ...] = ()  # the request's compare_headers and their values
 
     def json(self) -> Any:
         return json.loads(self.body)
@@ -60,8 +67,11 @@ class Exchange:
             body = {"text": self.body.decode("utf-8")}
         except UnicodeDecodeError:
             body = {"base64": base64.b64encode(self.body).decode()}
-        return {"status": self.status, "content_type": self.headers.get("content-type"), "body": body,
-                "frames": [f.decode("utf-8", "replace") for f in self.frames]}
+        rec = {"status": self.status, "content_type": self.headers.get("content-type"), "body": body,
+               "frames": [f.decode("utf-8", "replace") for f in self.frames]}
+        if self.compared:
+            rec["compared_headers"] = [list(h) for h in self.compared]
+        return rec
 
     @classmethod
     def from_record(cls, rec: dict) -> "Exchange":
@@ -69,7 +79,8 @@ class Exchange:
         raw = body["text"].encode("utf-8") if "text" in body else base64.b64decode(body["base64"])
         headers = {"content-type": rec["content_type"]} if rec.get("content_type") else {}
         return cls(status=rec["status"], headers=headers, body=raw,
-                   frames=tuple(f.encode("utf-8") for f in rec.get("frames", [])))
+                   frames=tuple(f.encode("utf-8") for f in rec.get("frames", [])),
+                   compared=tuple((k, v) for k, v in rec.get("compared_headers", [])))
 
 
 def split_sse(body: bytes) -> tuple[bytes, ...]:
@@ -81,11 +92,13 @@ def split_sse(body: bytes) -> tuple[bytes, ...]:
 
 def send(base_url: str, request: OracleRequest, timeout: float = 300.0) -> Exchange:
     headers = {"Content-Type": "application/json"} if request.body_bytes() is not None else {}
+    headers.update(request.headers)
     r = httpx.request(request.method, base_url + request.path, content=request.body_bytes(), headers=headers,
                       timeout=timeout)
     hdrs = {k.lower(): v for k, v in r.headers.items()}
     frames = split_sse(r.content) if hdrs.get("content-type", "").startswith("text/event-stream") else ()
-    return Exchange(status=r.status_code, headers=hdrs, body=r.content, frames=frames)
+    compared = tuple((name, hdrs.get(name)) for name in request.compare_headers)
+    return Exchange(status=r.status_code, headers=hdrs, body=r.content, frames=frames, compared=compared)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Start and stop a server (the reference or mlxcel) on a free loopback port; wait for /health."""
+"""Start and stop a server (the reference or mlxcel) on a free loopback port; wait for it to have loaded."""
 
 from __future__ import annotations
 
@@ -54,7 +54,9 @@ class ServerProcess:
             if self.proc.poll() is not None:
                 raise ServerStartError(f"{self.name} exited with {self.proc.returncode}: {self.log_tail()}")
             try:
-                if httpx.get(self.base_url + "/health", timeout=2.0).status_code == 200:
+                # loaded once /health stops answering 503 (under --api-prefix the bare /health is a 404,
+                # and a key check may answer 401 first: both only come after the loading gate)
+                if httpx.get(self.base_url + "/health", timeout=2.0).status_code != 503:
                     return self
             except httpx.HTTPError:
                 pass
