@@ -38,6 +38,8 @@ SAMPLERS_FAILED = "Failed to initialize samplers: "
 EMPTY_PROMPTS = '"prompt" must not be empty'
 MULTIMODAL_UNSUPPORTED = "Multimodal data provided, but model does not support multimodal requests."
 # Unknown path or method: httplib's 404, whose envelope orders its keys differently from format_error_response
+# res_403 (server.cpp): the tools and CORS-proxy routes of a server started without --tools / --ui-mcp-proxy
+FEATURE_DISABLED_BODY = {"error": {"message": "this feature is disabled", "type": "feature_disabled"}}
 NOT_FOUND_BODY = {"error": {"message": "File Not Found", "type": "not_found_error", "code": 404}}
 
 

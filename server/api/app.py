@@ -11,6 +11,7 @@ from ..errors import LOADING_MODEL, NOT_FOUND_BODY, ErrorKind, UpstreamError
 from . import (
     anthropic,
     chat,
+    disabled,
     health,
     infill,
     native,
@@ -69,7 +70,7 @@ def create_app(state: AppState | None) -> FastAPI:
         return error_response(UpstreamError(str(exc), ErrorKind.INVALID_REQUEST))
 
     for module in (health, tokenize, native, chat, oai_completions, anthropic, responses, infill, props, slots,
-                   scoring):
+                   scoring, disabled):
         app.include_router(module.router)
     return app
 
