@@ -51,8 +51,8 @@ def _mixed(tok, value) -> list[int]:
 
 
 def format_infill(tok, prefix, suffix, extra: list, prompt: list[int], n_batch: int, n_predict: int,
-                  n_ctx: int) -> list[int]:
-    """format_prompt_infill(), spm_infill off."""
+                  n_ctx: int, spm_infill: bool = False) -> list[int]:
+    """format_prompt_infill(): [FIM_PRE]prefix+prompt then [FIM_SUF]suffix, or suffix first (--spm-infill)."""
     fim = tok.fim_ids
 
     def text(s: str) -> list[int]:
@@ -73,8 +73,9 @@ def format_infill(tok, prefix, suffix, extra: list, prompt: list[int], n_batch: 
     n_prefix_take = min(len(tokens_prefix), 3 * (n_batch // 4))
     n_suffix_take = min(len(tokens_suffix), max(0, n_batch // 4 - (2 + len(prompt))))
     n_extra_take = min(max(0, n_ctx - n_batch - 2 * n_predict), len(extra_tokens))
-    inp = [fim["pre"], *tokens_prefix[len(tokens_prefix) - n_prefix_take:], *prompt]
-    end = [fim["suf"], *tokens_suffix[:n_suffix_take]]
+    pre = [fim["pre"], *tokens_prefix[len(tokens_prefix) - n_prefix_take:], *prompt]
+    suf = [fim["suf"], *tokens_suffix[:n_suffix_take]]
+    inp, end = (suf, pre) if spm_infill else (pre, suf)
     if tok.add_bos and tok.bos_id is not None:
         inp.insert(0, tok.bos_id)
     return [*extra_tokens[len(extra_tokens) - n_extra_take:], *inp, *end, fim["mid"]]
@@ -94,5 +95,6 @@ async def infill(request: Request):
     prefix, suffix = _required(body, "input_prefix"), _required(body, "input_suffix")
     body = {**body, "input_extra": extra}
     body["prompt"] = format_infill(tok, prefix, suffix, extra, prompt_tokens, state.settings.n_batch,
-                                   state.settings.base_params.n_predict, state.engine.info.n_ctx)
+                                   state.settings.base_params.n_predict, state.engine.info.n_ctx,
+                                   state.settings.spm_infill)
     return await complete(state, body)

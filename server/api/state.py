@@ -21,6 +21,7 @@ class ServerSettings:
     endpoint_metrics: bool = False  # --metrics (not served yet)
     base_params: TaskParams = field(default_factory=TaskParams)  # a request's defaults
     n_batch: int = 2048  # --batch-size (the infill prompt budget)
+    spm_infill: bool = False  # --spm-infill: the infill prompt's suffix before its prefix
     special: bool = False  # --special: special tokens rendered as text
     slots_debug: bool = False  # LLAMA_SERVER_SLOTS_DEBUG: /slots shows prompts and generated text
     chat: object = None  # server.chat.params.ChatSettings; None: the checkpoint's template, defaults

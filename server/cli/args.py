@@ -100,6 +100,8 @@ MLXCEL: dict[str, dict] = {
                       8192),
     "--context-shift": _s("context_shift", "whether to use context shift on infinite text generation (default: "
                           "disabled)", False),
+    "--spm-infill": _s("spm_infill", "use Suffix/Prefix/Middle pattern for infill (instead of Prefix/Suffix/Middle) "
+                       "as some models prefer this. (default: disabled)", False),
     "--escape": _s("escape", "whether to process escapes sequences (\\n, \\r, \\t, \\', \\\", \\\\) in -r and "
                    "--dry-sequence-breaker (default: true)", True),
     "--reverse-prompt": _s("reverse_prompt", "halt generation at PROMPT (repeatable); the server's default stop "

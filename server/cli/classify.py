@@ -312,16 +312,18 @@ RULES: dict[str, Rule] = {
     # ----- runtime and context -----
     "--swa-full": _refuse("sliding-window models keep MLX's rotating window cache; there is no full-size SWA cache "
                           "to ask for", _LEAVE),
-    "--ctx-checkpoints": _only(_is(32), "32 (the default)", _not_yet("context checkpoints", 8), _LEAVE),
-    "--checkpoint-min-step": _only(_is(8192), "8192 (the default)", _not_yet("context checkpoints", 8), _LEAVE,
-                                   check=_range(0, None, "checkpoint-min-step must be non-negative")),
+    # context checkpoints and idle-slot caching decide only what a later prompt can reuse, never a result: mlxcel's
+    # prompt cache keeps whole-prefix snapshots of its own (the reuse itself is --cache-prompt's recorded divergence)
+    "--ctx-checkpoints": _inert("every value: mlxcel keeps no context checkpoints; its prompt cache stores prefix "
+                                "snapshots, and reuse never changes a result"),
+    "--checkpoint-min-step": _inert("every value: mlxcel keeps no context checkpoints (see --ctx-checkpoints)",
+                                    check=_range(0, None, "checkpoint-min-step must be non-negative")),
     "--kv-unified": _only(_is(False), "-no-kvu, --no-kv-unified (per-slot KV, what mlxcel does)",
                           "mlxcel keeps one KV cache per slot; there is no unified buffer shared by the slots",
                           "pass -np 1 for one slot with the whole context"),
-    "--cache-idle-slots": _only(_is(True), "--cache-idle-slots (the default)",
-                                _not_yet("turning off the saving of idle slots to the prompt cache", 8), _LEAVE),
+    "--cache-idle-slots": _inert("both forms: mlxcel's prompt cache is shared by every slot and filled as requests "
+                                 "finish, whichever slot ran them; reuse never changes a result"),
     "--warmup": _inert("--warmup, --no-warmup: mlxcel runs no warm-up pass, and one never changes a result"),
-    "--spm-infill": _refuse(_not_yet("the suffix/prefix/middle infill order", 8), _LEAVE),
     "--cache-type-k": _only(_is("f16"), "f16 (the default)", "mlxcel stores the KV cache in the model's activation "
                             "type; GGML's cache types have no MLX counterpart here", _LEAVE, check=_kv_type_check),
     "--cache-type-v": _only(_is("f16"), "f16 (the default)", "mlxcel stores the KV cache in the model's activation "

@@ -101,7 +101,7 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     settings = ServerSettings(chat=chat, endpoint_slots=args.slots, endpoint_props=args.props, n_batch=args.batch_size,
-                              special=args.special,
+                              special=args.special, spm_infill=args.spm_infill,
                               base_params=TaskParams(**sampling, cache_prompt=args.cache_prompt, n_keep=args.keep,
                                                      sse_ping_interval=args.sse_ping_interval,
                                                      n_predict=args.predict,
