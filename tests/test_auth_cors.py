@@ -303,6 +303,20 @@ def test_every_key_source_adds(tmp_path):
     assert AuthConfig.from_args(types.SimpleNamespace(api_key=["a"], api_key_file=None), {}).keys == ("a",)
 
 
+def test_every_api_key_file_adds_its_keys_and_the_variable_is_read_once(tmp_path):
+    from server.cli.args import build_parser
+    from server.cli.parse import parse
+
+    one, two = tmp_path / "one.txt", tmp_path / "two.txt"
+    one.write_text("k1\n")
+    two.write_text("# c\nk2\n")
+    env = {"LLAMA_ARG_API_KEY_FILE": str(one)}
+    ns = parse(build_parser("mlxcel-server"), ["--api-key-file", str(one), "--api-key-file", str(two)], {})
+    assert AuthConfig.from_args(ns, {}).keys == ("k1", "k2")  # b10621's handler appends, every use
+    ns = parse(build_parser("mlxcel-server"), ["--api-key-file", str(two)], env)
+    assert AuthConfig.from_args(ns, env).keys == ("k1", "k2")  # the variable's file, then the command line's
+
+
 def test_unreadable_key_file_stops_startup_with_b10621_sentence(tmp_path):
     missing = tmp_path / "nope.txt"
     with pytest.raises(KeyFileError) as err:

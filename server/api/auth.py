@@ -109,9 +109,10 @@ def read_key_file(path: str, source: str = 'argument "--api-key-file"') -> list[
     return keys
 
 
-def resolve_api_keys(api_key: Sequence[str] | str | None, api_key_file: str | None,
+def resolve_api_keys(api_key: Sequence[str] | str | None, api_key_file: Sequence[str] | str | None,
                      environ: Mapping[str, str]) -> tuple[str, ...]:
-    """Every configured key: the environment's, then the command line's (api_key: the raw --api-key values).
+    """Every configured key: the environment's, then the command line's (api_key: the raw --api-key values;
+    api_key_file: every --api-key-file, each adding its keys as b10621's handler does).
 
     A parser that already folded LLAMA_API_KEY into api_key only repeats a key, which changes nothing.
     """
@@ -124,8 +125,11 @@ def resolve_api_keys(api_key: Sequence[str] | str | None, api_key_file: str | No
         keys += read_key_file(env_file, 'environment variable "LLAMA_ARG_API_KEY_FILE"')
     for value in [api_key] if isinstance(api_key, str) else api_key or ():
         keys += [key for key in parse_csv_row(value) if key]
-    if api_key_file is not None and api_key_file != env_file:
-        keys += read_key_file(api_key_file)
+    files = [api_key_file] if isinstance(api_key_file, str) else list(api_key_file or ())
+    if env_file is not None and files and files[0] == env_file:
+        files = files[1:]  # the parser's own copy of the variable, read above
+    for path in files:
+        keys += read_key_file(path)
     # HTTP strips a header value's ends and cannot carry CR/LF/NUL, so such a key never matches (in b10621
     # too: a CRLF key file leaves '\r' on every key); accepted as upstream accepts it, and said once
     if any(key != key.strip(" \t") or any(c in key for c in "\r\n\0") for key in keys):

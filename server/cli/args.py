@@ -210,7 +210,7 @@ MLXCEL: dict[str, dict] = {
     "--api-key": _s("api_key", "API key to use for authentication, multiple keys can be provided as a "
                     "comma-separated list (default: none)", [], action=_CsvAppend),
     "--api-key-file": _s("api_key_file", "path to file containing API keys, one per line; lines starting with a "
-                         "hash are treated as comments (default: none)", type=_openable),
+                         "hash are treated as comments (default: none)", type=_openable, action="append"),
     "--log-disable": _s("log_disable", "Log disable", False),
     "--log-file": _s("log_file", "Log to file"),
     "--log-colors": _s("log_colors", "Set colored logging ('on', 'off', or 'auto', default: 'auto'); 'auto' enables "
