@@ -418,11 +418,22 @@ for _id, _check in {
     RULES[_id] = _inert(_DRAFT_TUNING, check=_check)
 
 
+def _parallel_check(v) -> None:
+    if v == 0:
+        raise ValueError("error: invalid value for n_parallel\n")
+
+
+# b10621's handler checks of options mlxcel acts on (args.py), run by the parser as upstream runs them
+ACTED_ON_CHECKS: dict[str, Callable[[object], None]] = {"--parallel": _parallel_check}
+
+
 def check_value(option: str, value) -> None:
     """b10621's own check of a value for `option` (raises ValueError with its handler's words)."""
     rule = RULES.get(option)
     if rule is not None and rule.check is not None:
         rule.check(value)
+    elif option in ACTED_ON_CHECKS:
+        ACTED_ON_CHECKS[option](value)
 
 
 def _diagnostic(g: Given, reason: str, alternative: str) -> str:

@@ -76,9 +76,6 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
     from ..models.loader import model_ftype
     from ..models.tokenizer import ModelTokenizer
 
-    if args.parallel == 0:
-        print("error: invalid value for n_parallel", file=sys.stderr)
-        return 1
     tokenizer = ModelTokenizer(checkpoint)
     n_slots = args.parallel if args.parallel > 0 else AUTO_SLOTS
     engine = Engine(checkpoint, EngineConfig(n_ctx=args.ctx_size, n_slots=n_slots, n_batch=args.batch_size,
