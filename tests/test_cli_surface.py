@@ -249,7 +249,7 @@ def test_transport_authentication_and_logging_parse_into_their_dests(monkeypatch
     assert got == {"host": "h.sock", "port": 0, "timeout": 9, "threads_http": 3, "api_prefix": "/v",
                    "reuse_port": True, "ssl_key_file": "k.pem", "ssl_cert_file": "c.pem", "cors_origins": "localhost",
                    "cors_headers": "X", "cors_methods": "GET", "cors_credentials": False, "api_key": ["a"],
-                   "api_key_file": str(keys), "log_disable": True, "log_file": "l.log", "log_colors": "on",
+                   "api_key_file": [str(keys)], "log_disable": True, "log_file": "l.log", "log_colors": "on",
                    "log_prefix": False, "log_timestamps": False, "verbose": True, "verbosity": 5}
     defaults = parse()
     assert (defaults.host, defaults.port, defaults.timeout, defaults.api_key, defaults.cors_credentials,
