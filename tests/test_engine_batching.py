@@ -181,3 +181,28 @@ def test_a_restored_prefix_gives_bit_identical_logits(twin_f32):
     assert nbytes > 0
     hit = aligned(runner.restore(snap, 16), prompt[16:], start=16)
     assert mx.array_equal(cold, hit).item()
+
+
+async def test_rows_decoded_in_one_pass_match_each_request_alone(make_engine):
+    """Merged caches, rows leaving (different lengths) and a row joining mid-decode: every request's tokens
+    are those it gets alone, and the rows really shared forward passes."""
+    alone, tok = make_engine(n_slots=1)
+    lengths = [24, 9, 17, 30, 12]
+    expected = []
+    for prompt, n in zip(PROMPTS, lengths):
+        events = await _collect(alone.submit(_request(tok, prompt, n)), [], "x")
+        expected.append([e.token for e in events if isinstance(e, TokenEvent)])
+    together, _ = make_engine(n_slots=5)
+    calls = []
+    batch_decode = together.runner.batch_decode
+    together.runner.batch_decode = lambda batch, tokens: calls.append(len(tokens)) or batch_decode(batch, tokens)
+    log: list = []
+    first = [together.submit(_request(tok, p, n)) for p, n in zip(PROMPTS[:4], lengths[:4])]
+    tasks = [asyncio.create_task(_collect(h, log, str(i))) for i, h in enumerate(first)]
+    while sum(1 for n, e in log if n == "0" and isinstance(e, TokenEvent)) < 6:
+        await asyncio.sleep(0.01)
+    late = together.submit(_request(tok, PROMPTS[4], lengths[4]))  # joins rows already merged
+    results = await asyncio.gather(*tasks, _collect(late, log, "4"))
+    got = [[e.token for e in events if isinstance(e, TokenEvent)] for events in results]
+    assert got == expected
+    assert max(calls) >= 4 and len(calls) >= 20

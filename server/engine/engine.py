@@ -1,8 +1,9 @@
 """The engine thread: owns the model, takes plain requests, publishes plain events to asyncio.
 
 Each step asks the pure Scheduler what to run (prefill chunks and decode rows across slots), runs it with
-the Runner, samples, applies b10621's stop rules and publishes events. Rows run one forward pass each, so
-a request's numbers never depend on what else is in flight.
+the Runner, samples, applies b10621's stop rules and publishes events. Decode rows of plain-KV models share
+one forward pass (their caches merged once, kept merged while the same rows decode together); each row's
+logits are bitwise those of its own pass, so a request's numbers never depend on what else is in flight.
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ class _Running:
     chain: Chain | None = None  # the request's sampler chain, built at its first draw
     grammar: GrammarMatcher | None = None  # the request's grammar state, built with the chain
     budget: ReasoningBudget | None = None  # the request's reasoning-budget sampler, built with the chain
+    done: bool = False  # released: its cache is never needed again
 
 
 # Prefill runs in chunks of this many tokens (at most --ubatch-size), ending on multiples of it counted from
@@ -130,6 +132,8 @@ class Engine:
         enabled = config.cache_prompt and mib != 0
         self.align = min(PREFILL_ALIGN, config.ubatch)
         self.prompt_cache = PromptCache(0 if not enabled else None if mib < 0 else mib << 20, self.align)
+        self._batch: list | None = None  # the decode rows' merged caches (one BatchKVCache per layer)
+        self._batch_rows: list[Sequence | None] = []  # whose row is which; None: a row dropped at the next step
         self._thread = threading.Thread(target=self._main, name="mlxcel-engine", daemon=True)
 
     def start(self) -> None:
@@ -260,16 +264,75 @@ class Engine:
         for seq in progressed.values():  # prompts still being processed: one progress event per step
             self._progress(seq)
         for seq in step.decode:
-            run = seq.payload
             if self.config.ctx_shift and self._slot_tokens(seq) + 1 >= self.info.n_ctx:
                 self._shift(seq)
-            run.logits = runner.decode(run.cache, run.last_token)
-            self._sample(sched, seq)
+        if len(step.decode) >= 2 and runner.can_batch([s.payload.cache for s in step.decode
+                                                        if s.payload.cache is not None]):
+            self._decode_batched(sched, step.decode)
+        else:
+            self._dissolve_batch()
+            for seq in step.decode:
+                run = seq.payload
+                run.logits = runner.decode(run.cache, run.last_token)
+                self._sample(sched, seq)
         self._publish_slots(sched.running)
+
+    # --- batched decode: the rows' caches live merged in self._batch while they decode together -------------
+
+    def _decode_batched(self, sched: Scheduler, decode: list[Sequence]) -> None:
+        runner, rows = self.runner, self._batch_rows
+        wanted = {id(s) for s in decode}
+        if self._batch is not None:
+            for i, s in enumerate(rows):  # a row leaving while still alive takes its cache with it
+                if s is not None and id(s) not in wanted:
+                    self._own_cache(s)
+            keep = [i for i, s in enumerate(rows) if s is not None]
+            if not keep:
+                self._batch, rows = None, []
+            elif len(keep) < len(rows):
+                runner.batch_keep(self._batch, keep)
+                rows = [rows[i] for i in keep]
+        present = {id(s) for s in rows}
+        new = [s for s in decode if id(s) not in present]
+        if new:
+            merged = runner.batch_merge([s.payload.cache for s in new])
+            if self._batch is None:
+                self._batch = merged
+            else:
+                runner.batch_extend(self._batch, merged)
+            rows = rows + new
+            for s in new:
+                s.payload.cache = None  # its positions live in the batch now
+        self._batch_rows = rows
+        logits = runner.batch_decode(self._batch, [s.payload.last_token for s in rows])
+        row = {id(s): i for i, s in enumerate(rows)}
+        for seq in decode:  # sampled in the scheduler's order, as the rows would be one by one
+            i = row[id(seq)]
+            seq.payload.logits = logits[i:i + 1]
+            self._sample(sched, seq)
+
+    def _own_cache(self, seq: Sequence) -> None:
+        """The sequence's own cache again, out of the batch (its row is dropped at the next step)."""
+        run: _Running = seq.payload
+        if run.cache is not None or self._batch is None:
+            return
+        i = next(i for i, s in enumerate(self._batch_rows) if s is seq)
+        run.cache = self.runner.batch_extract(self._batch, i)
+        self._batch_rows[i] = None
+
+    def _dissolve_batch(self) -> None:
+        """Back to one cache per sequence (the rows still alive get theirs out)."""
+        if self._batch is None:
+            return
+        for s in self._batch_rows:
+            if s is not None and not s.payload.done:
+                self._own_cache(s)
+        self._batch, self._batch_rows = None, []
 
     def _fork(self, parent: Sequence, child: Sequence) -> Sequence:
         """b10621's copy_state_to(): the child gets the parent's prompt state, stats and last logits."""
         prun, crun = parent.payload, child.payload
+        self._own_cache(parent)
         n = len(parent.prompt)
         snap, _ = self.runner.snapshot(prun.cache, n)
         crun.cache = self.runner.restore(snap, n)
@@ -299,6 +362,7 @@ class Engine:
         n_left = self._slot_tokens(seq) - n_keep
         n_discard = req.n_discard if req.n_discard else int(n_left / 2)
         n_discard = max(0, min(n_discard, max(0, n_left - 1)))
+        self._own_cache(seq)
         log.warning("slot %d: context shift, n_keep = %d, n_left = %d, n_discard = %d", seq.slot, n_keep, n_left,
                     n_discard)
         self.runner.shift(run.cache, n_keep, n_discard)
@@ -321,6 +385,7 @@ class Engine:
 
     def _release(self, seq: Sequence) -> None:
         """b10621's release() then reset(): the slot keeps its tokens and last task, its counters go to zero."""
+        seq.payload.done = True
         if seq.slot is None:
             return
         run: _Running = seq.payload
@@ -457,5 +522,6 @@ class Engine:
             # only whole aligned chunks of the prompt: those are computed identically by every run
             n = len(seq.prompt) - len(seq.prompt) % self.align
             if n:
+                self._own_cache(seq)
                 snap, nbytes = self.runner.snapshot(run.cache, n)
                 self.prompt_cache.store(tuple(seq.prompt[:n]), snap, nbytes)

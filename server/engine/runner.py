@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import mlx.core as mx
-from mlx_lm.models.cache import make_prompt_cache
+from mlx_lm.models.cache import BatchKVCache, KVCache, make_prompt_cache
 
 from ..models.loader import LoadedModel
 
@@ -60,6 +60,42 @@ class Runner:
 
     def decode(self, cache: list, token: int) -> mx.array:
         logits = self.loaded.model(mx.array([[token]]), cache=cache)[:, -1, :]
+        return logits.astype(mx.float32)
+
+    # --- decoding several sequences in one forward pass -------------------------------------------------------
+    # Their caches are merged once into one left-padded BatchKVCache per layer and stay merged while the same
+    # sequences decode together; each row's logits are bitwise those of its own pass (tests/test_engine_batching.py).
+
+    @staticmethod
+    def can_batch(caches: list[list]) -> bool:
+        """Plain growing KV caches only (a sliding-window or quantized cache decodes alone)."""
+        return all(type(c) is KVCache for cache in caches for c in cache)
+
+    @staticmethod
+    def batch_merge(caches: list[list]) -> list:
+        return [BatchKVCache.merge([cache[i] for cache in caches]) for i in range(len(caches[0]))]
+
+    @staticmethod
+    def batch_keep(batch: list, rows: list[int]) -> None:
+        """Keep these rows (in this order), in place."""
+        for c in batch:
+            c.filter(mx.array(rows))
+
+    @staticmethod
+    def batch_extend(batch: list, other: list) -> None:
+        for c, o in zip(batch, other):
+            c.extend(o)
+
+    @staticmethod
+    def batch_extract(batch: list, row: int) -> list:
+        """A row's own cache again (a copy of its positions)."""
+        out = [c.extract(row) for c in batch]
+        mx.eval([(c.keys, c.values) for c in out])
+        return out
+
+    def batch_decode(self, batch: list, tokens: list[int]) -> mx.array:
+        """One token for each row; the rows' logits (float32), one per row."""
+        logits = self.loaded.model(mx.array([[t] for t in tokens]), cache=batch)[:, -1, :]
         return logits.astype(mx.float32)
 
     @property
