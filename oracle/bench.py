@@ -1,11 +1,13 @@
-"""`nox -s bench` / `python -m oracle.bench`: mlxcel against the reference on the same twin, in one run.
+"""`nox -s bench` / `mlxcel-oracle bench`: mlxcel against the reference on the same twin, side by side in one run.
 
-Measured per server: decode tokens/s at 1 stream (greedy, then b10621's default sampler chain, a
-top-k/top-p/temperature chain and a JSON grammar), aggregate tokens/s at 4 and 8 concurrent streams,
-prompt tokens/s on a 512-token prompt, time to first token, and the prompt-cache hit speedup (a repeated
-prompt against its first run). Reported as mlxcel/reference ratios, plus each server's sampled decode
-over its own greedy decode (the sampling overhead) and the cost of mlxcel's sampler chain per token at
-the fixture's vocabulary; nothing here asserts a speed.
+Both servers run at once (same flags, `--parallel 16`) and are measured in turn, alternating which goes first
+in each repetition, so drift of the machine hits both. Per repetition and server: decode tokens/s at one
+stream (greedy, then b10621's default sampler chain, a top-k/top-p/temperature chain and a JSON grammar),
+aggregate tokens/s at 4, 8 and 16 concurrent streams, prompt tokens/s at 128, 512 and 2048 tokens, time to
+first token, and time to first token on a prompt-cache hit of a 2048-token prefix over the cold one. Peak
+resident memory is read once at the end. Each figure is reported as min/median/max over the repetitions
+and as the mlxcel/reference ratio of medians (> 1: mlxcel better). `mlx_lm.server` on the same MLX twin
+(with the same BLAS) is a second anchor for the one-stream and aggregate decode. Nothing here asserts a speed.
 """
 
 from __future__ import annotations
@@ -13,15 +15,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import statistics
+import sys
 import time
 from pathlib import Path
 
 import httpx
 
-from .processes import COMMON_ARGS, mlxcel_server, reference_server
+from .processes import COMMON_ARGS, ServerProcess, free_port, mlxcel_server, reference_server
 
 PROMPT = "Once upon a time, in a small village by the sea, there lived"
-
+STREAMS = (4, 8, 16)
+PROMPT_LENGTHS = (128, 512, 2048)
+LOWER_IS_BETTER = {"ttft_s", "cache_hit_ttft_over_cold", "peak_rss_mib"}
 
 # The sampled decode runs: None drops the greedy run's key (the server default applies). The grammar never
 # completes, so ignore_eos (an end-of-generation ban) cannot leave it without a token to draw.
@@ -55,11 +62,13 @@ def chain_cost_us(n_vocab: int = 49152, steps: int = 200) -> dict:
     return out
 
 
-def _long_prompt(n_tokens: int) -> list[int]:
-    # token ids of ordinary words, repeated: the same bytes for both servers
+def long_prompt(n_tokens: int, salt: int = 0) -> list[int]:
+    """Token ids of ordinary words, repeated: the same tokens for both servers; `salt` makes it unseen."""
     words = [504, 3458, 282, 4649, 314, 7042, 30, 198]
-    return (words * (n_tokens // len(words) + 1))[:n_tokens]
+    return ([12345 + salt] + words * (n_tokens // len(words) + 1))[:n_tokens]
 
+
+# --- one server's figures ------------------------------------------------------------------------------------
 
 async def _one(client: httpx.AsyncClient, url: str, body: dict) -> dict:
     r = await client.post(url + "/completion", json=body, timeout=900)
@@ -67,12 +76,12 @@ async def _one(client: httpx.AsyncClient, url: str, body: dict) -> dict:
     return r.json()
 
 
-async def _ttft(client: httpx.AsyncClient, url: str) -> float:
-    body = {"prompt": PROMPT, "n_predict": 8, "temperature": 0, "stream": True, "cache_prompt": False}
+async def _ttft(client: httpx.AsyncClient, url: str, prompt, cache_prompt: bool = False) -> float:
+    body = {"prompt": prompt, "n_predict": 2, "temperature": 0, "stream": True, "cache_prompt": cache_prompt}
     start = time.perf_counter()
     first = None
-    async with client.stream("POST", url + "/completion", json=body, timeout=300) as r:
-        async for line in r.aiter_lines():
+    async with client.stream("POST", url + "/completion", json=body, timeout=900) as r:
+        async for line in r.aiter_lines():  # read to the end: the next request must find the slot free
             if first is None and line.startswith("data: "):
                 first = time.perf_counter() - start
     if first is None:
@@ -80,75 +89,187 @@ async def _ttft(client: httpx.AsyncClient, url: str) -> float:
     return first
 
 
-async def measure(url: str, n_predict: int) -> dict:
+async def measure(url: str, n_predict: int, rep: int) -> dict:
+    """One repetition of every figure on a llama-server-compatible server (`rep` keeps prompts unseen)."""
     gen = {"prompt": PROMPT, "n_predict": n_predict, "temperature": 0, "ignore_eos": True, "cache_prompt": False}
     out: dict = {}
     # no keep-alive: cpp-httplib closes idle connections after 5 s, racing a pooled reuse
     async with httpx.AsyncClient(limits=httpx.Limits(max_keepalive_connections=0)) as client:
         await _one(client, url, {**gen, "n_predict": 4})  # warm up
         start = time.perf_counter()
-        await _one(client, url, gen)
-        out["decode_tps_1"] = n_predict / (time.perf_counter() - start)
+        answer = await _one(client, url, gen)
+        out["decode_tps_1"] = answer["tokens_predicted"] / (time.perf_counter() - start)
         for name, settings in SAMPLED.items():
             body = {k: v for k, v in {**gen, **settings}.items() if v is not None}
             start = time.perf_counter()
             answer = await _one(client, url, body)
             out[f"decode_tps_1_{name}"] = answer["tokens_predicted"] / (time.perf_counter() - start)
-            out[f"sampled_over_greedy_{name}"] = out[f"decode_tps_1_{name}"] / out["decode_tps_1"]
-        for streams in (4, 8):
+        for streams in STREAMS:
             start = time.perf_counter()
-            await asyncio.gather(*(_one(client, url, gen) for _ in range(streams)))
-            out[f"aggregate_tps_{streams}"] = streams * n_predict / (time.perf_counter() - start)
-        long = {"prompt": _long_prompt(512), "n_predict": 1, "temperature": 0, "cache_prompt": False}
-        start = time.perf_counter()
-        await _one(client, url, long)
-        out["prompt_tps_512"] = 512 / (time.perf_counter() - start)
-        out["ttft_s"] = min([await _ttft(client, url) for _ in range(3)])
-        cached = {"prompt": [12345, *_long_prompt(511)], "n_predict": 1, "temperature": 0}  # not seen before
-        start = time.perf_counter()
-        await _one(client, url, cached)
-        cold = time.perf_counter() - start
-        start = time.perf_counter()
-        await _one(client, url, cached)
-        out["cache_hit_speedup"] = cold / (time.perf_counter() - start)
+            answers = await asyncio.gather(*(_one(client, url, gen) for _ in range(streams)))
+            out[f"aggregate_tps_{streams}"] = sum(a["tokens_predicted"] for a in answers) / (
+                time.perf_counter() - start)
+        for n in PROMPT_LENGTHS:
+            body = {"prompt": long_prompt(n, 100 * rep + n % 97), "n_predict": 1, "temperature": 0,
+                    "cache_prompt": False}
+            start = time.perf_counter()
+            await _one(client, url, body)
+            out[f"prompt_tps_{n}"] = n / (time.perf_counter() - start)
+        out["ttft_s"] = min([await _ttft(client, url, PROMPT) for _ in range(3)])
+        prefix = long_prompt(2048, 1000 + rep)  # unseen: a cold run, then the same prefix again
+        cold = await _ttft(client, url, prefix, cache_prompt=True)
+        hit = await _ttft(client, url, prefix, cache_prompt=True)
+        out["cache_hit_ttft_over_cold"] = hit / cold
     return out
 
 
-def run(twin_kind: str, n_predict: int) -> dict:
+async def measure_openai(url: str, n_predict: int) -> dict:
+    """The anchor's figures through its OpenAI /v1/completions (it has no native route or ignore_eos)."""
+    body = {"prompt": PROMPT, "max_tokens": n_predict, "temperature": 0}
+    out: dict = {}
+    async with httpx.AsyncClient(limits=httpx.Limits(max_keepalive_connections=0)) as client:
+        async def one() -> int:
+            r = await client.post(url + "/v1/completions", json=body, timeout=900)
+            r.raise_for_status()
+            return r.json()["usage"]["completion_tokens"]
+
+        await one()
+        start = time.perf_counter()
+        out["decode_tps_1"] = await one() / (time.perf_counter() - start)
+        for streams in STREAMS:
+            start = time.perf_counter()
+            try:
+                counts = await asyncio.gather(*(one() for _ in range(streams)))
+            except httpx.HTTPError as exc:  # its HTTP server may drop concurrent connections: say so
+                out[f"aggregate_tps_{streams}_error"] = f"{type(exc).__name__}: {exc}"[:200]
+                continue
+            out[f"aggregate_tps_{streams}"] = sum(counts) / (time.perf_counter() - start)
+    return out
+
+
+def peak_rss_mib(proc: ServerProcess) -> float | None:
+    """The process's high-water resident set (VmHWM), MiB; None where /proc has no such line."""
+    try:
+        for line in Path(f"/proc/{proc.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def mlx_lm_anchor(model_dir: Path) -> ServerProcess:
+    """mlx_lm.server on the MLX twin, with the BLAS mlxcel interposes (else it runs on the reference BLAS)."""
+    port = free_port()
+    code = ("from server import blas; blas.activate(); import sys, runpy; "
+            f"sys.argv = ['mlx_lm.server', '--model', {str(model_dir)!r}, '--port', '{port}']; "
+            "runpy.run_module('mlx_lm.server', run_name='__main__')")
+    sp = ServerProcess("mlx_lm", [sys.executable, "-c", code], port, {})
+    sp.env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    return sp
+
+
+# --- the run ---------------------------------------------------------------------------------------------------
+
+def summarize(values: list[float]) -> dict:
+    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
+
+
+def ratios(mine: dict, theirs: dict) -> dict:
+    out = {}
+    for k in mine:
+        if k in theirs and theirs[k]["median"] and mine[k]["median"]:
+            a, b = mine[k]["median"], theirs[k]["median"]
+            out[k] = b / a if k in LOWER_IS_BETTER else a / b
+    return out
+
+
+def run(twin_kind: str, n_predict: int, reps: int, anchor: bool = True) -> dict:
     from fixtures.twins import twin
 
     from .reference import build_reference
 
     t = twin(twin_kind)
-    args = [*COMMON_ARGS, "--parallel", "8"]
-    results = {}
-    # one server at a time: both would otherwise share the same cores
-    for name, proc in (("reference", reference_server(build_reference(), t.gguf, args)),
-                       ("mlxcel", mlxcel_server(t.mlx_model, args))):
-        with proc:
-            results[name] = asyncio.run(measure(proc.base_url, n_predict))
+    args = [*COMMON_ARGS, "--parallel", str(max(STREAMS)), "-c", str(max(STREAMS) * 4096)]
+    servers = {"reference": reference_server(build_reference(), t.gguf, args),
+               "mlxcel": mlxcel_server(t.mlx_model, args)}
+    samples: dict[str, list[dict]] = {name: [] for name in servers}
+    results: dict = {"twin": twin_kind, "n_predict": n_predict, "repetitions": reps, "args": args}
+    try:
+        for proc in servers.values():
+            proc.start()
+        for rep in range(reps):  # alternate who goes first, so drift of the machine hits both
+            order = list(servers) if rep % 2 == 0 else list(reversed(servers))
+            for name in order:
+                samples[name].append(asyncio.run(measure(servers[name].base_url, n_predict, rep)))
+                print(f"rep {rep + 1}/{reps} {name}: decode {samples[name][-1]['decode_tps_1']:.1f} tok/s",
+                      flush=True)
+        for name, proc in servers.items():
+            rss = peak_rss_mib(proc)
+            for s in samples[name]:
+                s["peak_rss_mib"] = rss
+    finally:
+        for proc in servers.values():
+            proc.cleanup()
+    for name in servers:
+        results[name] = {k: summarize([s[k] for s in samples[name] if s.get(k) is not None])
+                         for k in samples[name][0] if samples[name][0].get(k) is not None}
+    results["ratio_mlxcel_over_reference"] = ratios(results["mlxcel"], results["reference"])
+    if anchor:
+        proc = mlx_lm_anchor(t.mlx_dir)
+        try:
+            proc.start()
+            runs = [asyncio.run(measure_openai(proc.base_url, n_predict)) for _ in range(reps)]
+            results["mlx_lm_server"] = {k: summarize([r[k] for r in runs if k in r]) for k in runs[0]
+                                        if not k.endswith("_error")}
+            results["mlx_lm_server_errors"] = sorted({v for r in runs for k, v in r.items() if k.endswith("_error")})
+            results["ratio_mlxcel_over_mlx_lm_server"] = ratios(results["mlxcel"], results["mlx_lm_server"])
+        except Exception as exc:  # an anchor that cannot start is reported, not fatal
+            results["mlx_lm_server"] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
+        finally:
+            proc.cleanup()
     results["mlxcel_only"] = chain_cost_us()
-    lower_is_better = {"ttft_s"}
-    results["ratio_mlxcel_over_reference"] = {
-        k: (results["reference"][k] / results["mlxcel"][k] if k in lower_is_better else
-            results["mlxcel"][k] / results["reference"][k]) for k in results["mlxcel"]}
     return results
 
 
+def report(results: dict) -> str:
+    ref, mine, ratio = results["reference"], results["mlxcel"], results["ratio_mlxcel_over_reference"]
+    lines = [f"twin {results['twin']}, {results['repetitions']} repetitions, n_predict {results['n_predict']}; "
+             "min/median/max; ratio of medians, > 1: mlxcel better",
+             f"{'metric':<32}{'reference':>26}{'mlxcel':>26}{'ratio':>8}"]
+
+    def cell(s: dict) -> str:
+        return f"{s['min']:.3g}/{s['median']:.3g}/{s['max']:.3g}"
+
+    for k in mine:
+        if k in ref:
+            lines.append(f"{k:<32}{cell(ref[k]):>26}{cell(mine[k]):>26}{ratio.get(k, float('nan')):>8.3f}")
+    anchor = results.get("mlx_lm_server")
+    if anchor and "error" not in anchor:
+        lines.append("mlx_lm.server on the same MLX twin (ratio: mlxcel over it)")
+        for k, s in anchor.items():
+            lines.append(f"{k:<32}{cell(s):>26}{cell(mine[k]):>26}"
+                         f"{results['ratio_mlxcel_over_mlx_lm_server'].get(k, float('nan')):>8.3f}")
+    elif anchor:
+        lines.append(f"mlx_lm.server: {anchor['error']}")
+    for k, v in results["mlxcel_only"].items():
+        lines.append(f"{k:<32}{'':>26}{v:>26.1f}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m oracle.bench", description=__doc__.splitlines()[0])
-    p.add_argument("--twin", choices=["q4_1", "f32"], default="q4_1")
+    p = argparse.ArgumentParser(prog="mlxcel-oracle bench", description=__doc__.splitlines()[0])
+    p.add_argument("--twin", choices=["q4_1", "f32"], default="f32")
     p.add_argument("--n-predict", type=int, default=64)
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--no-anchor", action="store_true", help="skip mlx_lm.server")
     p.add_argument("--out", default=".oracle/bench.json")
     args = p.parse_args(argv)
-    results = run(args.twin, args.n_predict)
+    results = run(args.twin, args.n_predict, args.reps, anchor=not args.no_anchor)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
-    print(f"{'metric':<34}{'reference':>12}{'mlxcel':>12}{'ratio':>10}   (ratio > 1: mlxcel better)")
-    for k, ratio in results["ratio_mlxcel_over_reference"].items():
-        print(f"{k:<34}{results['reference'][k]:>12.3f}{results['mlxcel'][k]:>12.3f}{ratio:>10.3f}")
-    for k, v in results["mlxcel_only"].items():
-        print(f"{k:<34}{'':>12}{v:>12.1f}")
+    print(report(results))
+    print(f"written: {args.out}")
 
 
 if __name__ == "__main__":

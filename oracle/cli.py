@@ -139,8 +139,15 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["bench"]:  # its options are oracle/bench.py's own
+        from .bench import main as bench_main
+
+        bench_main(argv[1:])
+        return
     p = argparse.ArgumentParser(prog="mlxcel-oracle", description="the differential oracle against b10621")
     sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("bench", help="speed side by side with the reference (see `mlxcel-oracle bench --help`)")
     sub.add_parser("reference", help="build (once) and print the reference llama-server path").set_defaults(
         func=cmd_reference)
     d = sub.add_parser("diff", help="send one request (or corpus case) to both servers and diff the responses")
