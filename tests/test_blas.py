@@ -40,3 +40,29 @@ def test_activation_after_mlx_import_is_refused_and_said():
     code = "import mlx.core; from server import blas; s = blas.activate(); print(s.library, '|', s.reason)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.startswith("None |") and "imported before" in out
+
+
+def test_one_row_products_go_through_gemv_and_agree_with_the_gemm():
+    import mlx.core as mx
+    import numpy as np
+
+    assert blas.STATE.row_path == "on", blas.STATE.row_path
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((576, 1536)).astype(np.float32)
+    x = rng.standard_normal((3, 576)).astype(np.float32)
+    before = blas.one_row_calls()
+    for b in (mx.array(w), mx.array(np.ascontiguousarray(w.T)).T):  # either layout of the weight
+        one = np.array(mx.array(x[:1]) @ b)
+        three = np.array(mx.array(x) @ b)  # a GEMM, which the shim forwards unchanged
+        assert np.abs(one[0] - three[0]).max() < 1e-4
+        assert np.abs(one[0] - (x[0].astype(np.float64) @ w)).max() < 1e-3
+    assert blas.one_row_calls() - before == 2
+
+
+def test_the_one_row_path_can_be_turned_off():
+    code = "from server import blas; blas.activate(); print(blas.STATE.row_path)"
+    import os
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, blas.ROW_ENV: "0"}).stdout
+    assert out.startswith("off")

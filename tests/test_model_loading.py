@@ -18,10 +18,13 @@ def _logits(model) -> tuple[mx.array, mx.array]:
     return prefill, step
 
 
-def test_transposed_linears_give_bitwise_the_same_logits(twin_q4_1):
+def test_transposed_linears_give_the_same_logits(twin_q4_1):
     plain = load_checkpoint(twin_q4_1.mlx_dir, dequantize=True, transpose=False)
     fast = load_checkpoint(twin_q4_1.mlx_dir, dequantize=True, transpose=True)
     layers = [m for _, m in fast.model.named_modules() if isinstance(m, TransposedLinear)]
     assert len(layers) == 7 * len(fast.model.layers)  # q, k, v, o, gate, up, down in every block
-    for a, b in zip(_logits(plain.model), _logits(fast.model)):
-        assert mx.array_equal(a, b).item()
+    (prefill_a, step_a), (prefill_b, step_b) = _logits(plain.model), _logits(fast.model)
+    assert mx.array_equal(prefill_a, prefill_b).item()  # GEMMs: bitwise
+    # a one-row step is a GEMV (server/native/sgemm_row.c), over W or its transpose: the last bits may differ
+    assert mx.abs(step_a - step_b).max().item() < 1e-4
+    assert mx.array_equal(mx.argmax(step_a, -1), mx.argmax(step_b, -1)).item()

@@ -2,8 +2,9 @@
 
 Each step asks the pure Scheduler what to run (prefill chunks and decode rows across slots), runs it with
 the Runner, samples, applies b10621's stop rules and publishes events. Decode rows of plain-KV models share
-one forward pass (their caches merged once, kept merged while the same rows decode together); each row's
-logits are bitwise those of its own pass, so a request's numbers never depend on what else is in flight.
+one forward pass (their caches merged once, kept merged while the same rows decode together). A row decoded
+with others is one GEMM row where alone it is a GEMV (server/native/sgemm_row.c), so its logits can differ in
+the last bits; its tokens are the same in the fixtures (tests/test_engine_batching.py).
 """
 
 from __future__ import annotations

@@ -64,7 +64,7 @@ class Runner:
 
     # --- decoding several sequences in one forward pass -------------------------------------------------------
     # Their caches are merged once into one left-padded BatchKVCache per layer and stay merged while the same
-    # sequences decode together; each row's logits are bitwise those of its own pass (tests/test_engine_batching.py).
+    # sequences decode together (tests/test_engine_batching.py).
 
     @staticmethod
     def can_batch(caches: list[list]) -> bool:

@@ -47,8 +47,8 @@ def _dequantize_module(model: nn.Module) -> int:
 
 class TransposedLinear(nn.Module):
     """nn.Linear with its weight stored transposed (in x out, contiguous). On the CPU the BLAS then runs
-    x @ W.T as a plain GEMM, without a transposed operand: decode steps are ~15% faster and the results are
-    bitwise the same (tests/test_model_loading.py)."""
+    x @ W.T as a plain GEMM, without a transposed operand: ~15% faster, and bitwise the same for GEMMs
+    (tests/test_model_loading.py)."""
 
     def __init__(self, weight: mx.array, bias: mx.array | None = None):
         super().__init__()
