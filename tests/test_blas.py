@@ -66,3 +66,20 @@ def test_the_one_row_path_can_be_turned_off():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, blas.ROW_ENV: "0"}).stdout
     assert out.startswith("off")
+
+
+def test_the_server_warns_when_only_the_reference_blas_is_there(twin_q4_1):
+    """Said at warning level (a 'W' line), before the socket is bound (here it is taken, so startup ends)."""
+    import os
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run([sys.executable, "-m", "server", "-m", str(twin_q4_1.mlx_dir), "--port", str(port)],
+                              capture_output=True, text=True, timeout=120,
+                              env={**os.environ, blas.BLAS_ENV: "reference"})
+    lines = (proc.stdout + proc.stderr).splitlines()
+    assert proc.returncode != 0
+    assert any(" W " in f" {line[:20]} " and "SLOW reference BLAS in use" in line for line in lines), lines[-5:]
