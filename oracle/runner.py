@@ -18,13 +18,17 @@ class CaseResult:
     source: str
 
     def meets_expectation(self) -> tuple[bool, str]:
-        c, r = self.case, self.report
-        got = sorted({(d.path, d.kind) for d in r.divergences})
-        if c.expect_identical:
-            return r.identical, "expected identical; " + ("ok" if r.identical else f"differs: {got}")
-        want = sorted(set(c.expect_divergences))
-        return (not r.identical and got == want,
-                f"expected the divergences {want}; the oracle saw {got if got else 'none'}")
+        return expectation_met(self.case, self.report)
+
+
+def expectation_met(case, report: DiffReport) -> tuple[bool, str]:
+    """A case's pinned expectation (identical, or exactly these (path, kind) divergences) against a report."""
+    got = sorted({(d.path, d.kind) for d in report.divergences})
+    if case.expect_identical:
+        return report.identical, "expected identical; " + ("ok" if report.identical else f"differs: {got}")
+    want = sorted(set(case.expect_divergences))
+    return (not report.identical and got == want,
+            f"expected the divergences {want}; the oracle saw {got if got else 'none'}")
 
 
 def run_case(case: Case, mlxcel_url: str, reference_url: str | None) -> CaseResult:

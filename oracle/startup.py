@@ -361,13 +361,9 @@ class StartupResult:
     source: str
 
     def meets_expectation(self) -> tuple[bool, str]:
-        c, r = self.case, self.report
-        got = sorted({(d.path, d.kind) for d in r.divergences})
-        if c.expect_identical:
-            return r.identical, "expected identical; " + ("ok" if r.identical else f"differs: {got}")
-        want = sorted(set(c.expect_divergences))
-        return (not r.identical and got == want,
-                f"expected the divergences {want}; the oracle saw {got if got else 'none'}")
+        from .runner import expectation_met
+
+        return expectation_met(self.case, self.report)
 
 
 def run_startup_case(case: StartupCase, reference_binary: Path | None,
