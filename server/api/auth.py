@@ -32,6 +32,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..cli.parse import parse_csv_row
 from .jsonio import CONTENT_TYPE
 
 log = logging.getLogger("mlxcel.auth")
@@ -65,35 +66,6 @@ class AuthConfig:
         """From the parser's api_key (list of raw --api-key values, or None) and api_key_file attributes."""
         return cls(resolve_api_keys(getattr(args, "api_key", None), getattr(args, "api_key_file", None),
                                     os.environ if environ is None else environ))
-
-
-def parse_csv_row(text: str) -> list[str]:
-    """common/arg.cpp parse_csv_row: commas split, a field opening with '"' is quoted, '""' inside is '"'."""
-    fields: list[str] = []
-    field: list[str] = []
-    in_quotes = False
-    i = 0
-    while i < len(text):
-        ch = text[i]
-        if ch == '"':
-            if not in_quotes:
-                if field:  # a quote in the middle of an unquoted field is literal
-                    field.append('"')
-                else:
-                    in_quotes = True
-            elif i + 1 < len(text) and text[i + 1] == '"':
-                field.append('"')
-                i += 1
-            else:
-                in_quotes = False
-        elif ch == "," and not in_quotes:
-            fields.append("".join(field))
-            field = []
-        else:
-            field.append(ch)
-        i += 1
-    fields.append("".join(field))
-    return fields
 
 
 def read_key_file(path: str, source: str = 'argument "--api-key-file"') -> list[str]:

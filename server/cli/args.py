@@ -9,7 +9,7 @@ import argparse
 import os
 
 from .options import OPTIONS
-from .parse import AUTOY, FALSEY, TRUTHY, csv_row, stof
+from .parse import AUTOY, FALSEY, TRUTHY, parse_csv_row, stof
 from .surface import DUMP_FLAG
 
 
@@ -45,7 +45,7 @@ class _CsvAppend(argparse.Action):
     """--api-key: each use appends the non-empty fields of a CSV row (b10621 keeps the variable's keys too)."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        setattr(namespace, self.dest, [*(getattr(namespace, self.dest) or []), *(k for k in csv_row(values) if k)])
+        setattr(namespace, self.dest, [*(getattr(namespace, self.dest) or []), *(k for k in parse_csv_row(values) if k)])
 
 
 def _seed(raw: str) -> int:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .parse import AUTOY, FALSEY, TRUTHY, Given, csv_row, stof, stoi, stoul
+from .parse import AUTOY, FALSEY, TRUTHY, Given, parse_csv_row, stof, stoi, stoul
 
 
 @dataclass(frozen=True)
@@ -130,7 +130,7 @@ def _directory_check(v) -> None:
 
 def _pairs_check(option: str) -> Callable[[object], None]:
     def check(v) -> None:
-        for item in csv_row(v):
+        for item in parse_csv_row(v):
             parts = item.split(":")
             if len(parts) != 2:
                 raise ValueError(f"{option} format: FNAME:SCALE")

@@ -83,28 +83,33 @@ def parse_bool_value(raw: str) -> bool:
     raise ValueError("invalid boolean value")
 
 
-def csv_row(value: str) -> list[str]:
-    """common's parse_csv_row: comma-separated fields, a field may be double-quoted with "" for a quote."""
-    fields, cur, quoted, i = [], [], False, 0
+def parse_csv_row(value: str) -> list[str]:
+    """common/arg.cpp's parse_csv_row (--api-key, LLAMA_API_KEY, FNAME:SCALE lists): commas split; a field
+    opening with '"' is quoted, where ',' is literal and '""' is '"'; a quote later in a field is literal."""
+    fields: list[str] = []
+    field: list[str] = []
+    in_quotes = False
+    i = 0
     while i < len(value):
-        c = value[i]
-        if quoted:
-            if c == '"' and value[i + 1:i + 2] == '"':
-                cur.append('"')
+        ch = value[i]
+        if ch == '"':
+            if not in_quotes:
+                if field:
+                    field.append('"')
+                else:
+                    in_quotes = True
+            elif i + 1 < len(value) and value[i + 1] == '"':
+                field.append('"')
                 i += 1
-            elif c == '"':
-                quoted = False
             else:
-                cur.append(c)
-        elif c == '"':
-            quoted = True
-        elif c == ",":
-            fields.append("".join(cur))
-            cur = []
+                in_quotes = False
+        elif ch == "," and not in_quotes:
+            fields.append("".join(field))
+            field = []
         else:
-            cur.append(c)
+            field.append(ch)
         i += 1
-    fields.append("".join(cur))
+    fields.append("".join(field))
     return fields
 
 

@@ -14,6 +14,8 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from ..cli.parse import parse_csv_row
+
 VERBOSITY_DEFAULT = 3  # LOG_DEFAULT_LLAMA
 VERBOSITY_INFINITE = 2**31 - 1  # -v sets INT_MAX
 LOG_LEVEL_OUTPUT, LOG_LEVEL_ERROR, LOG_LEVEL_WARN, LOG_LEVEL_INFO, LOG_LEVEL_TRACE, LOG_LEVEL_DEBUG = range(6)
@@ -199,32 +201,6 @@ SECRET_ENV = ("LLAMA_API_KEY", "MLXCEL_API_KEY", "HF_TOKEN", "LLAMA_ARG_HF_TOKEN
 SECRET_FILE_ENV = ("LLAMA_ARG_API_KEY_FILE",)
 SECRET_ATTRS = ("api_key", "hf_token", "ssl_key_password", "ssl_key_passphrase")
 SECRET_FILE_ATTRS = ("api_key_file",)
-
-
-def parse_csv_row(value: str) -> list[str]:
-    """common/arg.cpp's parse_csv_row, which splits --api-key / LLAMA_API_KEY into keys."""
-    fields, field, in_quotes, i = [], "", False, 0
-    while i < len(value):
-        ch = value[i]
-        if ch == '"':
-            if not in_quotes:
-                if field:
-                    field += '"'
-                else:
-                    in_quotes = True
-            elif i + 1 < len(value) and value[i + 1] == '"':
-                field += '"'
-                i += 1
-            else:
-                in_quotes = False
-        elif ch == "," and not in_quotes:
-            fields.append(field)
-            field = ""
-        else:
-            field += ch
-        i += 1
-    fields.append(field)
-    return fields
 
 
 def _values(raw) -> list[str]:
