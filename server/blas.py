@@ -5,9 +5,10 @@ MKL) that exports the standard cblas symbols with global binding *before* `mlx` 
 its `cblas_sgemm`: a 512x576x1536 GEMM drops from ~350 ms to ~5 ms. `activate()` must run before the
 first `import mlx`; `verify()` measures that GEMM afterwards, so the log states what is really in use.
 
-Ahead of that BLAS goes a small cblas_sgemm of mlxcel's own (server/native/sgemm_row.c, compiled once into
-the cache with the C compiler, skipped without one): it sends one-row products, a decode step's, to
-cblas_sgemv, about 3x faster there, and forwards every other call unchanged.
+Ahead of that BLAS go mlxcel's own CPU kernels (server/native/cpu_kernels.c, compiled once into the cache
+with the C compiler, skipped without one): their cblas_sgemm runs few-row products, a decode step's, at the
+memory's bandwidth on every core (OpenBLAS reaches about a third of it there) and forwards every other call
+unchanged; server/cpu_kernels.py calls their attention and SwiGLU.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ import time
 from dataclasses import dataclass
 
 BLAS_ENV = "MLXCEL_BLAS"  # a library path, or "reference" to keep the wheel's own BLAS
-ROW_ENV = "MLXCEL_SGEMV_ROWS"  # "0": no one-row GEMV path
-ROW_SOURCE = os.path.join(os.path.dirname(__file__), "native", "sgemm_row.c")
+KERNELS_ENV = "MLXCEL_CPU_KERNELS"  # "0": without mlxcel's CPU kernels
+KERNELS_SOURCE = os.path.join(os.path.dirname(__file__), "native", "cpu_kernels.c")
 FAST_GFLOPS = 10.0  # the reference BLAS measures ~2.5, OpenBLAS on two cores ~150
 
 _CANDIDATES = (
@@ -39,8 +40,8 @@ class BlasState:
     library: str | None = None
     reason: str = "not attempted"
     gflops: float | None = None
-    row_path: str = "not attempted"  # the one-row GEMV shim: "on", or why not
-    shim: ctypes.CDLL | None = None
+    kernels: str = "not attempted"  # mlxcel's CPU kernels: "on", or why not
+    native: ctypes.CDLL | None = None
 
     @property
     def fast(self) -> bool:
@@ -79,7 +80,7 @@ def activate() -> BlasState:
         except (OSError, AttributeError) as exc:
             tried.append(f"{path}: {exc}")
             continue
-        _load_row_shim(lib)
+        _load_kernels(lib)
         ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)  # now global: MLX's cblas calls bind to it
         STATE.library, STATE.reason = path, "loaded with global symbol binding before mlx"
         return STATE
@@ -87,16 +88,16 @@ def activate() -> BlasState:
     return STATE
 
 
-def _build_row_shim() -> str:
-    """The shim's shared object in the cache, compiled from its source once (keyed by the source's hash)."""
+def _build_kernels() -> str:
+    """The kernels' shared object in the cache, compiled from their source once (keyed by the source's hash)."""
     import hashlib
     import shutil
     import tempfile
 
     from .models.cache import cache_root
 
-    source = open(ROW_SOURCE, "rb").read()
-    out = cache_root() / "native" / f"sgemm_row-{hashlib.sha256(source).hexdigest()[:16]}.so"
+    source = open(KERNELS_SOURCE, "rb").read()
+    out = cache_root() / "native" / f"cpu_kernels-{hashlib.sha256(source).hexdigest()[:16]}.so"
     if out.is_file():
         return str(out)
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
@@ -105,32 +106,33 @@ def _build_row_shim() -> str:
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         target = os.path.join(tmp, out.name)
-        subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-o", target, ROW_SOURCE, "-ldl"], check=True,
-                       capture_output=True, timeout=120)
+        subprocess.run([compiler, "-O3", "-shared", "-fPIC", "-o", target, KERNELS_SOURCE, "-ldl", "-lm",
+                        "-lpthread"], check=True, capture_output=True, timeout=120)
         os.replace(target, out)
     return str(out)
 
 
-def _load_row_shim(blas: ctypes.CDLL) -> None:
-    """Load the one-row shim with global binding, ahead of the BLAS it forwards to."""
-    if os.environ.get(ROW_ENV) == "0":
-        STATE.row_path = f"off ({ROW_ENV}=0)"
+def _load_kernels(blas: ctypes.CDLL) -> None:
+    """Load mlxcel's kernels with global binding, ahead of the BLAS their cblas_sgemm forwards to."""
+    if os.environ.get(KERNELS_ENV) == "0":
+        STATE.kernels = f"off ({KERNELS_ENV}=0)"
         return
     try:
-        shim = ctypes.CDLL(_build_row_shim(), mode=ctypes.RTLD_GLOBAL)
-        shim.mlxcel_sgemm_bind.argtypes = [ctypes.c_void_p]
-        if not shim.mlxcel_sgemm_bind(blas._handle):
-            raise OSError("the BLAS lacks cblas_sgemm or cblas_sgemv")
+        native = ctypes.CDLL(_build_kernels(), mode=ctypes.RTLD_GLOBAL)
+        native.mlxcel_bind.argtypes = [ctypes.c_void_p]
+        if not native.mlxcel_bind(blas._handle):
+            raise OSError("the BLAS lacks cblas_sgemm")
     except (OSError, subprocess.SubprocessError) as exc:
-        STATE.row_path = f"off ({exc})"
+        STATE.kernels = f"off ({exc})"
         return
-    shim.mlxcel_sgemm_one_row_calls.restype = ctypes.c_long
-    STATE.shim, STATE.row_path = shim, "on"
+    native.mlxcel_small_calls.restype = ctypes.c_long
+    STATE.native = native
+    STATE.kernels = "on" if native.mlxcel_has_avx2() else "on (no AVX2/FMA here: products go to the BLAS)"
 
 
-def one_row_calls() -> int:
-    """How many one-row products the shim has sent to GEMV (0 without it)."""
-    return int(STATE.shim.mlxcel_sgemm_one_row_calls()) if STATE.shim is not None else 0
+def small_calls() -> int:
+    """How many few-row products mlxcel's kernels have run (0 without them)."""
+    return int(STATE.native.mlxcel_small_calls()) if STATE.native is not None else 0
 
 
 def verify() -> BlasState:
@@ -153,5 +155,5 @@ def describe() -> str:
     speed = f"{STATE.gflops:.1f} GFLOP/s" if STATE.gflops is not None else "not measured"
     verdict = "fast BLAS in use" if STATE.fast else "SLOW reference BLAS in use"
     lib = STATE.library or "the mlx wheel's own"
-    return (f"CPU BLAS: {verdict} ({lib}; {STATE.reason}; sgemm 512x1536x576 at {speed}; one-row products "
-            f"through sgemv: {STATE.row_path})")
+    return (f"CPU BLAS: {verdict} ({lib}; {STATE.reason}; sgemm 512x1536x576 at {speed}; mlxcel CPU "
+            f"kernels: {STATE.kernels})")

@@ -42,29 +42,31 @@ def test_activation_after_mlx_import_is_refused_and_said():
     assert out.startswith("None |") and "imported before" in out
 
 
-def test_one_row_products_go_through_gemv_and_agree_with_the_gemm():
+def test_few_row_products_run_on_mlxcels_kernels_and_agree_with_the_gemm():
     import mlx.core as mx
     import numpy as np
 
-    assert blas.STATE.row_path == "on", blas.STATE.row_path
+    assert blas.STATE.kernels == "on", blas.STATE.kernels
     rng = np.random.default_rng(0)
     w = rng.standard_normal((576, 1536)).astype(np.float32)
-    x = rng.standard_normal((3, 576)).astype(np.float32)
-    before = blas.one_row_calls()
+    x = rng.standard_normal((20, 576)).astype(np.float32)
+    exact = x.astype(np.float64) @ w
+    before = blas.small_calls()
     for b in (mx.array(w), mx.array(np.ascontiguousarray(w.T)).T):  # either layout of the weight
-        one = np.array(mx.array(x[:1]) @ b)
-        three = np.array(mx.array(x) @ b)  # a GEMM, which the shim forwards unchanged
-        assert np.abs(one[0] - three[0]).max() < 1e-4
-        assert np.abs(one[0] - (x[0].astype(np.float64) @ w)).max() < 1e-3
-    assert blas.one_row_calls() - before == 2
+        alone = np.array(mx.array(x[:1]) @ b)
+        few = np.array(mx.array(x[:7]) @ b)
+        many = np.array(mx.array(x) @ b)  # 20 rows: OpenBLAS's GEMM
+        assert np.array_equal(alone[0], few[0])  # a row's sums do not depend on the rows beside it
+        assert np.abs(few - exact[:7]).max() < 1e-3 and np.abs(many - exact).max() < 1e-3
+    assert blas.small_calls() - before == 4
 
 
-def test_the_one_row_path_can_be_turned_off():
-    code = "from server import blas; blas.activate(); print(blas.STATE.row_path)"
+def test_the_kernels_can_be_turned_off():
+    code = "from server import blas; blas.activate(); print(blas.STATE.kernels)"
     import os
 
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={**os.environ, blas.ROW_ENV: "0"}).stdout
+                         env={**os.environ, blas.KERNELS_ENV: "0"}).stdout
     assert out.startswith("off")
 
 

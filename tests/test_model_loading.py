@@ -25,6 +25,29 @@ def test_transposed_linears_give_the_same_logits(twin_q4_1):
     assert len(layers) == 7 * len(fast.model.layers)  # q, k, v, o, gate, up, down in every block
     (prefill_a, step_a), (prefill_b, step_b) = _logits(plain.model), _logits(fast.model)
     assert mx.array_equal(prefill_a, prefill_b).item()  # GEMMs: bitwise
-    # a one-row step is a GEMV (server/native/sgemm_row.c), over W or its transpose: the last bits may differ
+    # a one-row step runs on mlxcel's few-row kernel (server/native/cpu_kernels.c), which sums over W and over
+    # its transpose in different orders: the last bits may differ
     assert mx.abs(step_a - step_b).max().item() < 1e-4
     assert mx.array_equal(mx.argmax(step_a, -1), mx.argmax(step_b, -1)).item()
+
+
+def test_the_kernel_blocks_give_mlx_lms_logits(twin_q4_1):
+    """Attention and SwiGLU on mlxcel's CPU kernels (server/models/cpu_layers.py): a prompt, a step, and a
+    prompt continued after a cached prefix (queries at an offset), against mlx-lm's own blocks."""
+    from server import cpu_kernels
+    from server.models.cpu_layers import KernelAttention, KernelMLP
+
+    assert cpu_kernels.available()
+    plain = load_checkpoint(twin_q4_1.mlx_dir, kernels=False)
+    fast = load_checkpoint(twin_q4_1.mlx_dir, kernels=True)
+    assert all(type(b.self_attn) is KernelAttention and type(b.mlp) is KernelMLP for b in fast.model.layers)
+    assert not any(type(b.self_attn) is KernelAttention for b in plain.model.layers)
+    (prefill_a, step_a), (prefill_b, step_b) = _logits(plain.model), _logits(fast.model)
+    for a, b in ((prefill_a, prefill_b), (step_a, step_b)):
+        assert 0 < mx.abs(a - b).max().item() < 2e-4  # a different exp: close, not bitwise
+        assert mx.array_equal(mx.argmax(a, -1), mx.argmax(b, -1)).item()
+    # the same prompt in two chunks: the second chunk's queries sit at an offset into the cache
+    cache = make_prompt_cache(fast.model)
+    fast.model(mx.array([TOKENS[:24]]), cache=cache)
+    rest = fast.model(mx.array([TOKENS[24:]]), cache=cache)
+    assert mx.abs(rest - prefill_a[:, 24:]).max().item() < 2e-4

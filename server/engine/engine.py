@@ -2,9 +2,10 @@
 
 Each step asks the pure Scheduler what to run (prefill chunks and decode rows across slots), runs it with
 the Runner, samples, applies b10621's stop rules and publishes events. Decode rows of plain-KV models share
-one forward pass (their caches merged once, kept merged while the same rows decode together). A row decoded
-with others is one GEMM row where alone it is a GEMV (server/native/sgemm_row.c), so its logits can differ in
-the last bits; its tokens are the same in the fixtures (tests/test_engine_batching.py).
+one forward pass (their caches merged once, kept merged while the same rows decode together). On the CPU a
+row's products sum in the same order alone or with up to 15 others (server/native/cpu_kernels.c); its
+attention does not (MLX's with a padding mask, batched, against mlxcel's kernel alone), so its logits can
+differ in the last bits; its tokens are the same in the fixtures (tests/test_engine_batching.py).
 """
 
 from __future__ import annotations

@@ -11,6 +11,9 @@ import mlx.nn as nn
 from mlx.utils import tree_unflatten
 from mlx_lm.utils import load_model
 
+from .. import cpu_kernels
+from . import cpu_layers
+
 
 @dataclass
 class LoadedModel:
@@ -80,16 +83,21 @@ def model_ftype(path: Path) -> str:
     return str(config.get("torch_dtype") or "unknown")
 
 
-def load_checkpoint(path: Path, dequantize: bool | None = None, transpose: bool | None = None) -> LoadedModel:
-    """dequantize, transpose (TransposedLinear): None means "on the CPU", where MLX's f32 matmul through the
-    BLAS beats its quantized one, and a plain GEMM beats one with a transposed operand."""
+def load_checkpoint(path: Path, dequantize: bool | None = None, transpose: bool | None = None,
+                    kernels: bool | None = None) -> LoadedModel:
+    """dequantize, transpose (TransposedLinear), kernels (cpu_layers): None means "on the CPU", where MLX's
+    f32 matmul through the BLAS beats its quantized one, a plain GEMM beats one with a transposed operand, and
+    mlxcel's attention and SwiGLU kernels beat MLX's exp (when they are loaded)."""
     model, _ = load_model(path)
     config = json.loads((path / "config.json").read_text())
     if dequantize is None:
         dequantize = mx.default_device() == mx.cpu
     if dequantize:
         _dequantize_module(model)
-    if transpose if transpose is not None else mx.default_device() == mx.cpu:
+    on_cpu = mx.default_device() == mx.cpu
+    if transpose if transpose is not None else on_cpu:
         _transpose_linears(model)
+    if kernels if kernels is not None else on_cpu and cpu_kernels.available():
+        cpu_layers.use_kernels(model)
     mx.eval(model.parameters())
     return LoadedModel(model=model, config=config, path=path, dequantized=dequantize)

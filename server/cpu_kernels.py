@@ -1,0 +1,62 @@
+"""mlxcel's CPU kernels for attention and the SwiGLU gate, called on MLX arrays (server/native/cpu_kernels.c).
+
+On Linux x86 MLX's CPU exp and sigmoid cost ~15-20 ns an element: a prompt's softmax over its attention
+scores and its MLPs' SiLU took most of a prefill. These kernels read the evaluated arrays in place (the
+buffer protocol, no copy) and return a new array; they end the lazy graph there, which costs nothing on
+the CPU, where every op runs as soon as it is evaluated anyway.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import mlx.core as mx
+import numpy as np
+
+from . import blas
+
+_F32 = ctypes.POINTER(ctypes.c_float)
+
+
+def available() -> bool:
+    """The kernels are loaded and have their vector paths (otherwise MLX's own ops are the faster choice)."""
+    return blas.STATE.native is not None and bool(blas.STATE.native.mlxcel_has_avx2())
+
+
+def _ptr(a: np.ndarray) -> ctypes.c_void_p:
+    return ctypes.c_void_p(a.ctypes.data)
+
+
+def _view(a: mx.array) -> np.ndarray:
+    """The evaluated float32 array's memory as numpy (no copy); its last axis must be contiguous."""
+    view = np.array(a, copy=False)
+    assert view.dtype == np.float32 and view.strides[-1] == 4, (view.dtype, view.strides)
+    return view
+
+
+def swiglu(gate: mx.array, up: mx.array) -> mx.array:
+    """silu(gate) * up, for float32 arrays of one shape."""
+    g, u = mx.contiguous(gate), mx.contiguous(up)
+    mx.eval(g, u)
+    gv, uv = _view(g), _view(u)
+    out = np.empty(gv.shape, np.float32)
+    blas.STATE.native.mlxcel_swiglu(_ptr(gv), _ptr(uv), _ptr(out), ctypes.c_long(out.size))
+    return mx.array(out)
+
+
+def attention(queries: mx.array, keys: mx.array, values: mx.array, scale: float) -> mx.array:
+    """Causal attention for one sequence: queries (1, H, L, D), keys and values (1, Hkv, T, D) with T >= L,
+    the queries being the last L positions. Returns (1, H, L, D), as mx.fast.scaled_dot_product_attention."""
+    mx.eval(queries, keys, values)
+    q, k, v = _view(queries)[0], _view(keys)[0], _view(values)[0]
+    (n_heads, n_q, dim), (n_kv, n_keys, _) = q.shape, k.shape
+    out = np.empty((n_q, n_heads, dim), np.float32)
+    native = blas.STATE.native
+    status = native.mlxcel_attention(
+        _ptr(q), ctypes.c_long(q.strides[0] // 4), ctypes.c_long(q.strides[1] // 4),
+        _ptr(k), ctypes.c_long(k.strides[0] // 4), ctypes.c_long(k.strides[1] // 4),
+        _ptr(v), ctypes.c_long(v.strides[0] // 4), ctypes.c_long(v.strides[1] // 4),
+        n_heads, n_kv, n_q, n_keys, dim, ctypes.c_float(scale), _ptr(out))
+    if status != 0:
+        raise MemoryError("attention scores")
+    return mx.array(out)[None].transpose(0, 2, 1, 3)

@@ -1,0 +1,445 @@
+/* mlxcel's CPU kernels for MLX on Linux, loaded ahead of the BLAS (server/blas.py, server/cpu_kernels.py).
+ *
+ * 1. cblas_sgemm for few-row products. MLX's CPU matmul calls cblas_sgemm for every product. A decode step's
+ *    products have one row per sequence (M <= 16), where OpenBLAS's GEMM runs at a fraction of the memory
+ *    bandwidth (GEMV too, on one thread). Here they read each weight once, on every core, with a register-tiled
+ *    AVX2/FMA kernel. Every output element is summed in the same order whatever M, the tiling or the thread:
+ *    a sequence decoded with others gets bitwise the logits it gets alone. Other products go to the real
+ *    cblas_sgemm unchanged.
+ * 2. Causal attention over one sequence (the scores' softmax with a vectorized exp) and the SwiGLU gate:
+ *    MLX's CPU exp and sigmoid take ~15-20 ns an element on x86, most of a prefill's time.
+ *
+ * Built once into the cache with the C compiler; the AVX2 paths are chosen at run time. */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <unistd.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define X86 1
+#define cpu_relax() _mm_pause()
+#else
+#define X86 0
+#define cpu_relax() ((void)0)
+#endif
+
+enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
+enum { SMALL_M = 16 };            /* up to this many rows take the few-row kernels */
+enum { PARALLEL_WORK = 1 << 15 }; /* N * K below this runs on one thread: waking the others costs more */
+
+typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int, const float *, int, float,
+                         float *, int);
+
+static sgemm_fn real_sgemm;
+static long small_calls;
+static int have_avx2;
+
+/* ---- one pool of threads for every caller ------------------------------------------------------------------
+ * (OpenMP gives each calling thread its own team; here MLX's stream thread and the engine's thread both call
+ * in, and two spinning teams on two cores slowed everything.) The caller runs task 0, 0 + n, ... itself; each
+ * worker w the tasks w, w + n, ... Workers spin a little after a job (a decode step's products come every few
+ * microseconds), then sleep. A call that finds the pool busy runs its tasks alone. */
+typedef void (*task_fn)(void *ctx, int task);
+
+static struct {
+    pthread_mutex_t busy, lock;
+    pthread_cond_t wake;
+    int n;                   /* threads, the caller included */
+    task_fn fn;
+    void *ctx;
+    int tasks;
+    atomic_long generation;  /* a new job */
+    atomic_int pending;      /* workers still on it */
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 1};
+
+enum { SPIN = 20000 };
+
+static void *pool_worker(void *arg) {
+    int w = (int)(long)arg;
+    long seen = 0;
+    for (;;) {
+        long g;
+        int spins = 0;
+        while ((g = atomic_load_explicit(&pool.generation, memory_order_acquire)) == seen) {
+            if (++spins < SPIN) { cpu_relax(); continue; }
+            pthread_mutex_lock(&pool.lock);
+            while ((g = atomic_load(&pool.generation)) == seen) pthread_cond_wait(&pool.wake, &pool.lock);
+            pthread_mutex_unlock(&pool.lock);
+            break;
+        }
+        seen = g;
+        for (int t = w; t < pool.tasks; t += pool.n) pool.fn(pool.ctx, t);
+        atomic_fetch_sub_explicit(&pool.pending, 1, memory_order_release);
+    }
+    return 0;
+}
+
+static void pool_start(void) {
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    const char *env = getenv("MLXCEL_CPU_THREADS");
+    if (env && atoi(env) > 0) cpus = atoi(env);
+    int n = cpus < 1 ? 1 : cpus > 64 ? 64 : (int)cpus;
+    for (int w = 1; w < n; w++) {
+        pthread_t t;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&t, &attr, pool_worker, (void *)(long)w) != 0) { n = w; break; }
+        pthread_attr_destroy(&attr);
+    }
+    pool.n = n;
+}
+
+/* fn(ctx, t) for t in [0, tasks), spread over the pool when parallel is set and the pool is free */
+static void pool_run(task_fn fn, void *ctx, int tasks, int parallel) {
+    if (!parallel || pool.n == 1 || tasks < 2 || pthread_mutex_trylock(&pool.busy) != 0) {
+        for (int t = 0; t < tasks; t++) fn(ctx, t);
+        return;
+    }
+    pool.fn = fn, pool.ctx = ctx, pool.tasks = tasks;
+    atomic_store(&pool.pending, pool.n - 1);
+    pthread_mutex_lock(&pool.lock);
+    atomic_fetch_add_explicit(&pool.generation, 1, memory_order_release);
+    pthread_cond_broadcast(&pool.wake);
+    pthread_mutex_unlock(&pool.lock);
+    for (int t = 0; t < tasks; t += pool.n) fn(ctx, t);
+    while (atomic_load_explicit(&pool.pending, memory_order_acquire) > 0) cpu_relax();
+    pthread_mutex_unlock(&pool.busy);
+}
+
+/* Bind to the BLAS loaded with dlopen(handle); returns 0 when it lacks cblas_sgemm. */
+int mlxcel_bind(void *handle) {
+    real_sgemm = (sgemm_fn)dlsym(handle, "cblas_sgemm");
+#if X86
+    __builtin_cpu_init();
+    have_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
+    if (real_sgemm && pool.n == 1) pool_start();
+    return real_sgemm != 0;
+}
+
+long mlxcel_small_calls(void) { return small_calls; }
+int mlxcel_has_avx2(void) { return have_avx2; }
+int mlxcel_threads(void) { return pool.n; }
+
+static inline float finish(float acc, float alpha, float beta, const float *c) {
+    return beta == 0.0f ? alpha * acc : alpha * acc + beta * *c;
+}
+
+#if X86
+#define AVX2 __attribute__((target("avx2,fma")))
+
+/* ---- C = A B, B is K x N (row-major). The k range is cut into NN_PARTS fixed parts, each summed in k order
+ * by one thread streaming its rows of B front to back (contiguous reads, what memory serves fastest); the
+ * parts' sums are then added in one fixed order. The order depends on nothing but K: not on M, the thread
+ * count or the columns. Columns go NN_COLS at a time, so a row's running sums stay in L1. ---- */
+enum { NN_PARTS = 4, NN_COLS = 2048, NN_ROWS = 2 };
+
+/* acc[r][0:w] += sum over k in [k0, k1) of a[r][k] * b[k][0:w], for mr (1 or 2) rows, four k at a time */
+static inline __attribute__((always_inline)) AVX2 void nn_part(int mr, int k0, int k1, int w, const float *a,
+                                                               int lda, const float *b, int ldb, float *acc,
+                                                               int ldacc) {
+    int w8 = w & ~7, k = k0;
+    for (; k + 4 <= k1; k += 4) {
+        const float *b0 = b + (size_t)k * ldb, *b1 = b0 + ldb, *b2 = b1 + ldb, *b3 = b2 + ldb;
+        __m256 x[NN_ROWS][4];
+        for (int r = 0; r < mr; r++)
+            for (int i = 0; i < 4; i++) x[r][i] = _mm256_broadcast_ss(a + (size_t)r * lda + k + i);
+        for (int j = 0; j < w8; j += 8) {
+            __m256 v0 = _mm256_loadu_ps(b0 + j), v1 = _mm256_loadu_ps(b1 + j), v2 = _mm256_loadu_ps(b2 + j),
+                   v3 = _mm256_loadu_ps(b3 + j);
+            for (int r = 0; r < mr; r++) {
+                float *p = acc + (size_t)r * ldacc + j;
+                __m256 s = _mm256_loadu_ps(p);
+                s = _mm256_fmadd_ps(x[r][0], v0, s);
+                s = _mm256_fmadd_ps(x[r][1], v1, s);
+                s = _mm256_fmadd_ps(x[r][2], v2, s);
+                s = _mm256_fmadd_ps(x[r][3], v3, s);
+                _mm256_storeu_ps(p, s);
+            }
+        }
+        for (int j = w8; j < w; j++)
+            for (int r = 0; r < mr; r++) {
+                const float *ar = a + (size_t)r * lda + k;
+                float s = acc[(size_t)r * ldacc + j];
+                s = fmaf(ar[0], b0[j], s);
+                s = fmaf(ar[1], b1[j], s);
+                s = fmaf(ar[2], b2[j], s);
+                s = fmaf(ar[3], b3[j], s);
+                acc[(size_t)r * ldacc + j] = s;
+            }
+    }
+    for (; k < k1; k++) {
+        const float *bk = b + (size_t)k * ldb;
+        for (int r = 0; r < mr; r++) {
+            __m256 x = _mm256_broadcast_ss(a + (size_t)r * lda + k);
+            float *p = acc + (size_t)r * ldacc;
+            for (int j = 0; j < w8; j += 8)
+                _mm256_storeu_ps(p + j, _mm256_fmadd_ps(x, _mm256_loadu_ps(bk + j), _mm256_loadu_ps(p + j)));
+            for (int j = w8; j < w; j++) p[j] = fmaf(a[(size_t)r * lda + k], bk[j], p[j]);
+        }
+    }
+}
+
+/* One part's sums for all M rows, into acc (M x N, zeroed here) */
+AVX2 static void nn_sums(int M, int N, int k0, int k1, const float *a, int lda, const float *b, int ldb,
+                         float *acc) {
+    memset(acc, 0, sizeof(float) * (size_t)M * N);
+    for (int j0 = 0; j0 < N; j0 += NN_COLS) {
+        int w = N - j0 < NN_COLS ? N - j0 : NN_COLS;
+        /* rows of B in blocks that stay in L2 while every pair of A's rows goes over them */
+        for (int kb = k0; kb < k1; kb += 32) {
+            int ke = k1 - kb < 32 ? k1 : kb + 32;
+            for (int m = 0; m < M; m += NN_ROWS) {
+                if (M - m >= 2) nn_part(2, kb, ke, w, a + (size_t)m * lda, lda, b + j0, ldb, acc + (size_t)m * N + j0, N);
+                else nn_part(1, kb, ke, w, a + (size_t)m * lda, lda, b + j0, ldb, acc + (size_t)m * N + j0, N);
+            }
+        }
+    }
+}
+
+static float *nn_buffer(size_t floats) {
+    static __thread float *buf;
+    static __thread size_t cap;
+    if (floats > cap) {
+        free(buf);
+        buf = aligned_alloc(64, ((floats * sizeof(float)) + 63) & ~(size_t)63);
+        cap = buf ? floats : 0;
+    }
+    return buf;
+}
+
+struct gemm_args {
+    int M, N, K;
+    float alpha, beta;
+    const float *a, *b;
+    int lda, ldb, ldc;
+    float *c, *sums;
+    int tiles, per_task;
+};
+
+AVX2 static void nn_task(void *ctx, int p) {
+    struct gemm_args *g = ctx;
+    nn_sums(g->M, g->N, (int)((long)g->K * p / NN_PARTS), (int)((long)g->K * (p + 1) / NN_PARTS), g->a, g->lda,
+            g->b, g->ldb, g->sums + (size_t)p * g->M * g->N);
+}
+
+AVX2 static void small_nn(int M, int N, int K, float alpha, const float *a, int lda, const float *b, int ldb,
+                          float beta, float *c, int ldc) {
+    size_t part = (size_t)M * N;
+    float *sums = nn_buffer(NN_PARTS * part);
+    if (!sums) { real_sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc); return; }
+    struct gemm_args g = {M, N, K, alpha, beta, a, b, lda, ldb, ldc, c, sums, 0, 0};
+    pool_run(nn_task, &g, NN_PARTS, (long)N * K >= PARALLEL_WORK);
+    for (int m = 0; m < M; m++) {
+        const float *s0 = sums + (size_t)m * N, *s1 = s0 + part, *s2 = s1 + part, *s3 = s2 + part;
+        float *cm = c + (size_t)m * ldc;
+        for (int j = 0; j < N; j++) cm[j] = finish((s0[j] + s1[j]) + (s2[j] + s3[j]), alpha, beta, cm + j);
+    }
+}
+
+/* ---- C = A B^T, B is N x K (row-major): dot products, 8 lanes over k, reduced in one fixed order. ---- */
+AVX2 static inline float hsum(__m256 v) {
+    float l[8];
+    _mm256_storeu_ps(l, v);
+    return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+
+static inline __attribute__((always_inline)) AVX2 void nt_tile(int mr, int nr, int K, const float *a, int lda,
+                                                               const float *b, int ldb, float *c, int ldc,
+                                                               float alpha, float beta) {
+    __m256 acc[3][4];
+    for (int r = 0; r < mr; r++)
+        for (int j = 0; j < nr; j++) acc[r][j] = _mm256_setzero_ps();
+    int k8 = K & ~7;
+    for (int k = 0; k < k8; k += 8) {
+        __m256 bj[4];
+        for (int j = 0; j < nr; j++) bj[j] = _mm256_loadu_ps(b + (size_t)j * ldb + k);
+        for (int r = 0; r < mr; r++) {
+            __m256 x = _mm256_loadu_ps(a + (size_t)r * lda + k);
+            for (int j = 0; j < nr; j++) acc[r][j] = _mm256_fmadd_ps(x, bj[j], acc[r][j]);
+        }
+    }
+    for (int r = 0; r < mr; r++)
+        for (int j = 0; j < nr; j++) {
+            float s = hsum(acc[r][j]);
+            for (int k = k8; k < K; k++) s = fmaf(a[(size_t)r * lda + k], b[(size_t)j * ldb + k], s);
+            float *cr = c + (size_t)r * ldc + j;
+            *cr = finish(s, alpha, beta, cr);
+        }
+}
+
+AVX2 static void nt_columns(int M, int nr, int K, const float *a, int lda, const float *b, int ldb, float *c,
+                            int ldc, float alpha, float beta) {
+    for (int m = 0; m < M; m += 3) {
+        int mr = M - m < 3 ? M - m : 3;
+        const float *am = a + (size_t)m * lda;
+        float *cm = c + (size_t)m * ldc;
+        if (nr == 4) {
+            if (mr == 3) nt_tile(3, 4, K, am, lda, b, ldb, cm, ldc, alpha, beta);
+            else if (mr == 2) nt_tile(2, 4, K, am, lda, b, ldb, cm, ldc, alpha, beta);
+            else nt_tile(1, 4, K, am, lda, b, ldb, cm, ldc, alpha, beta);
+        } else /* the last columns: one output at a time, summed the same way */
+            for (int r = 0; r < mr; r++)
+                for (int j = 0; j < nr; j++)
+                    nt_tile(1, 1, K, am + (size_t)r * lda, lda, b + (size_t)j * ldb, ldb, cm + (size_t)r * ldc + j,
+                            ldc, alpha, beta);
+    }
+}
+
+AVX2 static void nt_task(void *ctx, int task) {
+    struct gemm_args *g = ctx;
+    for (int t = task * g->per_task; t < g->tiles && t < (task + 1) * g->per_task; t++) {
+        int j = t * 4, nr = g->N - j < 4 ? g->N - j : 4;
+        nt_columns(g->M, nr, g->K, g->a, g->lda, g->b + (size_t)j * g->ldb, g->ldb, g->c + j, g->ldc, g->alpha,
+                   g->beta);
+    }
+}
+
+AVX2 static void small_nt(int M, int N, int K, float alpha, const float *a, int lda, const float *b, int ldb,
+                          float beta, float *c, int ldc) {
+    int tiles = (N + 3) / 4, tasks = 4 * pool.n < tiles ? 4 * pool.n : tiles;
+    struct gemm_args g = {M, N, K, alpha, beta, a, b, lda, ldb, ldc, c, 0, tiles, (tiles + tasks - 1) / tasks};
+    pool_run(nt_task, &g, tasks, (long)N * K >= PARALLEL_WORK);
+}
+#endif
+
+void cblas_sgemm(int order, int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a, int lda,
+                 const float *b, int ldb, float beta, float *c, int ldc) {
+#if X86
+    if (have_avx2 && m <= SMALL_M && order == ROW_MAJOR && trans_a == NO_TRANS && k > 0) {
+        small_calls++;
+        if (trans_b == NO_TRANS) small_nn(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        else small_nt(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        return;
+    }
+#endif
+    real_sgemm(order, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+/* ---- exp and the two functions built on it ---------------------------------------------------------------- */
+#if X86
+/* e^x for 8 lanes: x = n ln2 + r, |r| <= ln2/2, e^r by a degree-6 polynomial (the Cephes coefficients),
+ * 2^n through the exponent bits; within 2 ulp of expf over the range that does not under/overflow. */
+AVX2 static inline __m256 exp8(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+/* row[0:n] = softmax(row[0:n]); the sum over 8 lanes, then across them in one fixed order */
+AVX2 static void softmax_avx2(float *row, int n) {
+    int n8 = n & ~7;
+    float mx = -INFINITY;
+    __m256 m8 = _mm256_set1_ps(-INFINITY);
+    for (int j = 0; j < n8; j += 8) m8 = _mm256_max_ps(m8, _mm256_loadu_ps(row + j));
+    float l[8];
+    _mm256_storeu_ps(l, m8);
+    for (int i = 0; i < 8; i++) mx = l[i] > mx ? l[i] : mx;
+    for (int j = n8; j < n; j++) mx = row[j] > mx ? row[j] : mx;
+    __m256 vmax = _mm256_set1_ps(mx), s8 = _mm256_setzero_ps();
+    for (int j = 0; j < n8; j += 8) {
+        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(row + j), vmax));
+        _mm256_storeu_ps(row + j, e);
+        s8 = _mm256_add_ps(s8, e);
+    }
+    float sum = hsum(s8);
+    for (int j = n8; j < n; j++) sum += (row[j] = expf(row[j] - mx));
+    __m256 inv = _mm256_set1_ps(1.0f / sum);
+    for (int j = 0; j < n8; j += 8) _mm256_storeu_ps(row + j, _mm256_mul_ps(_mm256_loadu_ps(row + j), inv));
+    for (int j = n8; j < n; j++) row[j] *= 1.0f / sum;
+}
+
+AVX2 static void swiglu_avx2(const float *g, const float *u, float *out, long n) {
+    long n8 = n & ~7L;
+    __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+    for (long i = 0; i < n8; i += 8) {
+        __m256 x = _mm256_loadu_ps(g + i);
+        __m256 silu = _mm256_div_ps(x, _mm256_add_ps(one, exp8(_mm256_sub_ps(zero, x))));
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(silu, _mm256_loadu_ps(u + i)));
+    }
+    for (long i = n8; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+#endif
+
+static void softmax_row(float *row, int n) {
+#if X86
+    if (have_avx2) { softmax_avx2(row, n); return; }
+#endif
+    float mx = -INFINITY, sum = 0.0f;
+    for (int j = 0; j < n; j++) mx = row[j] > mx ? row[j] : mx;
+    for (int j = 0; j < n; j++) sum += (row[j] = expf(row[j] - mx));
+    for (int j = 0; j < n; j++) row[j] *= 1.0f / sum;
+}
+
+struct swiglu_args {
+    const float *g, *u;
+    float *out;
+    long n;
+};
+enum { SWIGLU_CHUNK = 1 << 14 };
+
+static void swiglu_task(void *ctx, int c) {
+    struct swiglu_args *s = ctx;
+    long i0 = (long)c * SWIGLU_CHUNK, m = s->n - i0 < SWIGLU_CHUNK ? s->n - i0 : SWIGLU_CHUNK;
+    const float *g = s->g, *u = s->u;
+    float *out = s->out;
+#if X86
+    if (have_avx2) { swiglu_avx2(g + i0, u + i0, out + i0, m); return; }
+#endif
+    for (long i = i0; i < i0 + m; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+/* out = silu(g) * u over n elements (the SwiGLU gate of a llama-family MLP) */
+void mlxcel_swiglu(const float *g, const float *u, float *out, long n) {
+    struct swiglu_args s = {g, u, out, n};
+    pool_run(swiglu_task, &s, (int)((n + SWIGLU_CHUNK - 1) / SWIGLU_CHUNK), n >= 2 * SWIGLU_CHUNK);
+}
+
+/* Causal attention for one sequence. q: H heads x L queries x D; k, v: Hkv heads x T keys x D (strides in
+ * floats: per head, per position; rows contiguous). Query i sits at position T - L + i and sees keys
+ * 0..T - L + i (query heads share key heads in groups of H / Hkv). out: L x H x D, contiguous. The products
+ * go through cblas_sgemm above; between them each row's softmax, over its visible keys only. Returns 0, or -1 when
+ * out of memory (nothing written). */
+int mlxcel_attention(const float *q, long q_head, long q_pos, const float *k, long k_head, long k_pos,
+                     const float *v, long v_head, long v_pos, int H, int Hkv, int L, int T, int D, float scale,
+                     float *out) {
+    enum { BLOCK = 64 };
+    float *scores = malloc(sizeof(float) * (size_t)BLOCK * T);
+    if (!scores) return -1;
+    int group = H / Hkv;
+    for (int h = 0; h < H; h++) {
+        const float *qh = q + h * q_head, *kh = k + (h / group) * k_head, *vh = v + (h / group) * v_head;
+        for (int r0 = 0; r0 < L; r0 += BLOCK) {
+            int rows = L - r0 < BLOCK ? L - r0 : BLOCK;
+            int keys = T - L + r0 + rows; /* the block's last query sees this many keys */
+            cblas_sgemm(ROW_MAJOR, NO_TRANS, TRANS, rows, keys, D, scale, qh + r0 * q_pos, (int)q_pos, kh,
+                       (int)k_pos, 0.0f, scores, keys);
+            for (int i = 0; i < rows; i++) {
+                int seen = T - L + r0 + i + 1;
+                float *row = scores + (size_t)i * keys;
+                softmax_row(row, seen);
+                memset(row + seen, 0, sizeof(float) * (size_t)(keys - seen));
+            }
+            cblas_sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, rows, D, keys, 1.0f, scores, keys, vh, (int)v_pos, 0.0f,
+                       out + ((size_t)r0 * H + h) * D, H * D);
+        }
+    }
+    free(scores);
+    return 0;
+}

@@ -1,0 +1,63 @@
+"""mlxcel's CPU attention and SwiGLU kernels (server/native/cpu_kernels.c) against MLX's own ops."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from server import cpu_kernels
+
+pytestmark = pytest.mark.skipif(not cpu_kernels.available(), reason="no mlxcel CPU kernels here")
+
+
+def _offset_reference(q, k, v, scale):
+    """Queries as the last positions of the keys: an explicit boolean mask."""
+    n_q, n_keys = q.shape[2], k.shape[2]
+    visible = mx.arange(n_keys)[None, :] <= (mx.arange(n_q)[:, None] + n_keys - n_q)
+    return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=visible)
+
+
+@settings(max_examples=40, deadline=None)
+@given(heads=st.sampled_from([(1, 1), (4, 2), (9, 3), (6, 6)]), n_q=st.integers(1, 150),
+       extra=st.integers(0, 90), dim=st.sampled_from([8, 13, 64]), seed=st.integers(0, 2**16))
+def test_attention_matches_mlx(heads, n_q, extra, dim, seed):
+    n_heads, n_kv = heads
+    n_keys = n_q + extra
+    rng = np.random.default_rng(seed)
+    q, k, v = (mx.array(rng.standard_normal((1, h, n, dim)).astype(np.float32) * 2)
+               for h, n in ((n_heads, n_q), (n_kv, n_keys), (n_kv, n_keys)))
+    got = cpu_kernels.attention(q, k, v, dim ** -0.5)
+    want = _offset_reference(q, k, v, dim ** -0.5)
+    assert got.shape == want.shape
+    assert mx.abs(got - want).max().item() < 2e-5
+
+
+def test_attention_reads_keys_in_place_from_a_larger_buffer():
+    """The KV cache hands over a slice of its preallocated buffer (a head stride larger than its rows)."""
+    rng = np.random.default_rng(1)
+    buffer = mx.array(rng.standard_normal((1, 3, 256, 64)).astype(np.float32))
+    k, v = buffer[:, :, :40, :], buffer[:, :, 100:140, :]
+    q = mx.array(rng.standard_normal((1, 9, 5, 64)).astype(np.float32))
+    got = cpu_kernels.attention(q, k, v, 0.125)
+    assert mx.abs(got - _offset_reference(q, k, v, 0.125)).max().item() < 2e-5
+
+
+@given(n=st.integers(1, 70000), seed=st.integers(0, 2**16))
+@settings(max_examples=25, deadline=None)
+def test_swiglu_matches_mlx(n, seed):
+    rng = np.random.default_rng(seed)
+    g = mx.array((rng.standard_normal(n) * 8).astype(np.float32))
+    u = mx.array(rng.standard_normal(n).astype(np.float32))
+    got, want = cpu_kernels.swiglu(g, u), g * mx.sigmoid(g) * u
+    assert mx.allclose(got, want, rtol=2e-6, atol=1e-6).item()
+
+
+def test_swiglu_saturates_without_nan():
+    g = mx.array([-1e4, -100.0, -88.0, 0.0, 88.0, 100.0, 1e4, -0.0], dtype=mx.float32)
+    got = np.array(cpu_kernels.swiglu(g, mx.ones_like(g)))
+    assert np.isfinite(got).all()
+    assert np.allclose(got, [0, 0, 0, 0, 88, 100, 1e4, 0], atol=1e-3)
+
