@@ -44,19 +44,20 @@ def swiglu(gate: mx.array, up: mx.array) -> mx.array:
     return mx.array(out)
 
 
-def attention(queries: mx.array, keys: mx.array, values: mx.array, scale: float) -> mx.array:
-    """Causal attention for one sequence: queries (1, H, L, D), keys and values (1, Hkv, T, D) with T >= L,
-    the queries being the last L positions. Returns (1, H, L, D), as mx.fast.scaled_dot_product_attention."""
+def attention(queries: mx.array, keys: mx.array, values: mx.array, scale: float,
+              first: list[int] | None = None) -> mx.array:
+    """Causal attention: queries (B, H, L, D), keys and values (B, Hkv, T, D) with T >= L, the queries being
+    the last L positions; in row b the keys before first[b] are left padding, unseen. Returns (B, H, L, D),
+    as mx.fast.scaled_dot_product_attention with the matching mask."""
     mx.eval(queries, keys, values)
-    q, k, v = _view(queries)[0], _view(keys)[0], _view(values)[0]
-    (n_heads, n_q, dim), (n_kv, n_keys, _) = q.shape, k.shape
-    out = np.empty((n_q, n_heads, dim), np.float32)
-    native = blas.STATE.native
-    status = native.mlxcel_attention(
-        _ptr(q), ctypes.c_long(q.strides[0] // 4), ctypes.c_long(q.strides[1] // 4),
-        _ptr(k), ctypes.c_long(k.strides[0] // 4), ctypes.c_long(k.strides[1] // 4),
-        _ptr(v), ctypes.c_long(v.strides[0] // 4), ctypes.c_long(v.strides[1] // 4),
-        n_heads, n_kv, n_q, n_keys, dim, ctypes.c_float(scale), _ptr(out))
+    q, k, v = _view(queries), _view(keys), _view(values)
+    (batch, n_heads, n_q, dim), (_, n_kv, n_keys, _) = q.shape, k.shape
+    out = np.empty((batch, n_q, n_heads, dim), np.float32)
+    starts = None if first is None else (ctypes.c_int * batch)(*first)
+    steps = [ctypes.c_long(stride // 4) for a in (q, k, v) for stride in a.strides[:3]]
+    status = blas.STATE.native.mlxcel_attention(
+        _ptr(q), *steps[0:3], _ptr(k), *steps[3:6], _ptr(v), *steps[6:9],
+        batch, n_heads, n_kv, n_q, n_keys, dim, ctypes.c_float(scale), starts, _ptr(out))
     if status != 0:
         raise MemoryError("attention scores")
-    return mx.array(out)[None].transpose(0, 2, 1, 3)
+    return mx.array(out).transpose(0, 2, 1, 3)

@@ -13,26 +13,46 @@ from server import cpu_kernels
 pytestmark = pytest.mark.skipif(not cpu_kernels.available(), reason="no mlxcel CPU kernels here")
 
 
-def _offset_reference(q, k, v, scale):
-    """Queries as the last positions of the keys: an explicit boolean mask."""
+def _masked_reference(q, k, v, scale, first=None):
+    """Queries as the last positions of the keys, each row's keys from first[b] on: an explicit mask."""
     n_q, n_keys = q.shape[2], k.shape[2]
-    visible = mx.arange(n_keys)[None, :] <= (mx.arange(n_q)[:, None] + n_keys - n_q)
+    key, query = mx.arange(n_keys)[None, :], mx.arange(n_q)[:, None] + n_keys - n_q
+    visible = (key <= query)[None, None]
+    if first is not None:
+        visible = visible & (key >= mx.array(first)[:, None, None, None])
     return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=visible)
+
+
+def _arrays(rng, *shapes):
+    return [mx.array(rng.standard_normal(shape).astype(np.float32) * 2) for shape in shapes]
 
 
 @settings(max_examples=40, deadline=None)
 @given(heads=st.sampled_from([(1, 1), (4, 2), (9, 3), (6, 6)]), n_q=st.integers(1, 150),
        extra=st.integers(0, 90), dim=st.sampled_from([8, 13, 64]), seed=st.integers(0, 2**16))
 def test_attention_matches_mlx(heads, n_q, extra, dim, seed):
-    n_heads, n_kv = heads
-    n_keys = n_q + extra
-    rng = np.random.default_rng(seed)
-    q, k, v = (mx.array(rng.standard_normal((1, h, n, dim)).astype(np.float32) * 2)
-               for h, n in ((n_heads, n_q), (n_kv, n_keys), (n_kv, n_keys)))
-    got = cpu_kernels.attention(q, k, v, dim ** -0.5)
-    want = _offset_reference(q, k, v, dim ** -0.5)
+    (n_heads, n_kv), n_keys = heads, n_q + extra
+    q, k, v = _arrays(np.random.default_rng(seed), (1, n_heads, n_q, dim), (1, n_kv, n_keys, dim),
+                      (1, n_kv, n_keys, dim))
+    got, want = cpu_kernels.attention(q, k, v, dim**-0.5), _masked_reference(q, k, v, dim**-0.5)
     assert got.shape == want.shape
     assert mx.abs(got - want).max().item() < 2e-5
+
+
+@settings(max_examples=25, deadline=None)
+@given(batch=st.integers(1, 9), n_q=st.sampled_from([1, 1, 3]), n_keys=st.integers(3, 300),
+       seed=st.integers(0, 2**16))
+def test_batched_attention_skips_each_rows_left_padding(batch, n_q, n_keys, seed):
+    rng = np.random.default_rng(seed)
+    first = [int(f) for f in rng.integers(0, n_keys - n_q + 1, batch)]
+    q, k, v = _arrays(rng, (batch, 9, n_q, 64), (batch, 3, n_keys, 64), (batch, 3, n_keys, 64))
+    got = cpu_kernels.attention(q, k, v, 0.125, first)
+    assert mx.abs(got - _masked_reference(q, k, v, 0.125, first)).max().item() < 2e-5
+    # a row's result does not depend on the rows beside it, nor on its padding: bitwise
+    row = rng.integers(batch)
+    alone = cpu_kernels.attention(q[row:row + 1, :, :, :], k[row:row + 1, :, first[row]:, :],
+                                  v[row:row + 1, :, first[row]:, :], 0.125)
+    assert mx.array_equal(alone[0], got[row]).item()
 
 
 def test_attention_reads_keys_in_place_from_a_larger_buffer():
@@ -42,7 +62,7 @@ def test_attention_reads_keys_in_place_from_a_larger_buffer():
     k, v = buffer[:, :, :40, :], buffer[:, :, 100:140, :]
     q = mx.array(rng.standard_normal((1, 9, 5, 64)).astype(np.float32))
     got = cpu_kernels.attention(q, k, v, 0.125)
-    assert mx.abs(got - _offset_reference(q, k, v, 0.125)).max().item() < 2e-5
+    assert mx.abs(got - _masked_reference(q, k, v, 0.125)).max().item() < 2e-5
 
 
 @given(n=st.integers(1, 70000), seed=st.integers(0, 2**16))

@@ -19,8 +19,8 @@ def _logits(model) -> tuple[mx.array, mx.array]:
 
 
 def test_transposed_linears_give_the_same_logits(twin_q4_1):
-    plain = load_checkpoint(twin_q4_1.mlx_dir, dequantize=True, transpose=False)
-    fast = load_checkpoint(twin_q4_1.mlx_dir, dequantize=True, transpose=True)
+    plain = load_checkpoint(twin_q4_1.mlx_dir, dequantize=True, transpose=False, kernels=False)
+    fast = load_checkpoint(twin_q4_1.mlx_dir, dequantize=True, transpose=True, kernels=False)
     layers = [m for _, m in fast.model.named_modules() if isinstance(m, TransposedLinear)]
     assert len(layers) == 7 * len(fast.model.layers)  # q, k, v, o, gate, up, down in every block
     (prefill_a, step_a), (prefill_b, step_b) = _logits(plain.model), _logits(fast.model)
@@ -32,8 +32,9 @@ def test_transposed_linears_give_the_same_logits(twin_q4_1):
 
 
 def test_the_kernel_blocks_give_mlx_lms_logits(twin_q4_1):
-    """Attention and SwiGLU on mlxcel's CPU kernels (server/models/cpu_layers.py): a prompt, a step, and a
-    prompt continued after a cached prefix (queries at an offset), against mlx-lm's own blocks."""
+    """Fused projections, attention and SwiGLU on mlxcel's CPU kernels (server/models/cpu_layers.py): a
+    prompt, a step, and a prompt continued after a cached prefix (queries at an offset), against mlx-lm's own
+    blocks."""
     from server import cpu_kernels
     from server.models.cpu_layers import KernelAttention, KernelMLP
 
@@ -41,6 +42,9 @@ def test_the_kernel_blocks_give_mlx_lms_logits(twin_q4_1):
     plain = load_checkpoint(twin_q4_1.mlx_dir, kernels=False)
     fast = load_checkpoint(twin_q4_1.mlx_dir, kernels=True)
     assert all(type(b.self_attn) is KernelAttention and type(b.mlp) is KernelMLP for b in fast.model.layers)
+    # q, k, v as one product, gate and up as another
+    assert all("qkv_proj" in b.self_attn and "gate_up_proj" in b.mlp for b in fast.model.layers)
+    assert not any("q_proj" in b.self_attn or "up_proj" in b.mlp for b in fast.model.layers)
     assert not any(type(b.self_attn) is KernelAttention for b in plain.model.layers)
     (prefill_a, step_a), (prefill_b, step_b) = _logits(plain.model), _logits(fast.model)
     for a, b in ((prefill_a, prefill_b), (step_a, step_b)):
@@ -51,3 +55,23 @@ def test_the_kernel_blocks_give_mlx_lms_logits(twin_q4_1):
     fast.model(mx.array([TOKENS[:24]]), cache=cache)
     rest = fast.model(mx.array([TOKENS[24:]]), cache=cache)
     assert mx.abs(rest - prefill_a[:, 24:]).max().item() < 2e-4
+
+
+def test_a_row_gets_bitwise_the_same_logits_alone_or_batched(twin_q4_1):
+    """On the CPU a sequence's decode step sums in the same order alone or with other rows (products of up to
+    16 rows and the left-padded batch attention, server/native/cpu_kernels.c)."""
+    from server.engine.runner import Runner
+
+    runner = Runner(load_checkpoint(twin_q4_1.mlx_dir))
+    prompts = [TOKENS[:5], TOKENS[3:20], TOKENS[:11], TOKENS[7:9]]
+    snaps = []
+    for prompt in prompts:
+        cache = runner.new_cache()
+        runner.prefill(cache, prompt)
+        snaps.append(runner.snapshot(cache, len(prompt))[0])
+    step = [504, 3458, 282, 30]
+    alone = [runner.decode(runner.restore(s, len(p)), t) for s, p, t in zip(snaps, prompts, step)]
+    batch = runner.batch_merge([runner.restore(s, len(p)) for s, p in zip(snaps, prompts)])
+    together = runner.batch_decode(batch, step)
+    for i, logits in enumerate(alone):
+        assert mx.array_equal(logits[0], together[i]).item(), i

@@ -3,9 +3,9 @@
 Each step asks the pure Scheduler what to run (prefill chunks and decode rows across slots), runs it with
 the Runner, samples, applies b10621's stop rules and publishes events. Decode rows of plain-KV models share
 one forward pass (their caches merged once, kept merged while the same rows decode together). On the CPU a
-row's products sum in the same order alone or with up to 15 others (server/native/cpu_kernels.c); its
-attention does not (MLX's with a padding mask, batched, against mlxcel's kernel alone), so its logits can
-differ in the last bits; its tokens are the same in the fixtures (tests/test_engine_batching.py).
+row gets bitwise the logits it gets alone, with up to 15 others (server/native/cpu_kernels.c sums its
+products and its attention in the same order; tests/test_model_loading.py); elsewhere the last bits can
+differ, and its tokens are the same in the fixtures (tests/test_engine_batching.py).
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@
  * Built once into the cache with the C compiler; the AVX2 paths are chosen at run time. */
 #include <dlfcn.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <unistd.h>
 #include <math.h>
@@ -65,7 +66,11 @@ static void *pool_worker(void *arg) {
         long g;
         int spins = 0;
         while ((g = atomic_load_explicit(&pool.generation, memory_order_acquire)) == seen) {
-            if (++spins < SPIN) { cpu_relax(); continue; }
+            if (++spins < SPIN) { /* a few pauses, then give the core to any thread that wants it */
+                if (spins & 15) cpu_relax();
+                else sched_yield();
+                continue;
+            }
             pthread_mutex_lock(&pool.lock);
             while ((g = atomic_load(&pool.generation)) == seen) pthread_cond_wait(&pool.wake, &pool.lock);
             pthread_mutex_unlock(&pool.lock);
@@ -411,35 +416,58 @@ void mlxcel_swiglu(const float *g, const float *u, float *out, long n) {
     pool_run(swiglu_task, &s, (int)((n + SWIGLU_CHUNK - 1) / SWIGLU_CHUNK), n >= 2 * SWIGLU_CHUNK);
 }
 
-/* Causal attention for one sequence. q: H heads x L queries x D; k, v: Hkv heads x T keys x D (strides in
- * floats: per head, per position; rows contiguous). Query i sits at position T - L + i and sees keys
- * 0..T - L + i (query heads share key heads in groups of H / Hkv). out: L x H x D, contiguous. The products
- * go through cblas_sgemm above; between them each row's softmax, over its visible keys only. Returns 0, or -1 when
- * out of memory (nothing written). */
-int mlxcel_attention(const float *q, long q_head, long q_pos, const float *k, long k_head, long k_pos,
-                     const float *v, long v_head, long v_pos, int H, int Hkv, int L, int T, int D, float scale,
-                     float *out) {
-    enum { BLOCK = 64 };
-    float *scores = malloc(sizeof(float) * (size_t)BLOCK * T);
-    if (!scores) return -1;
-    int group = H / Hkv;
-    for (int h = 0; h < H; h++) {
-        const float *qh = q + h * q_head, *kh = k + (h / group) * k_head, *vh = v + (h / group) * v_head;
-        for (int r0 = 0; r0 < L; r0 += BLOCK) {
-            int rows = L - r0 < BLOCK ? L - r0 : BLOCK;
-            int keys = T - L + r0 + rows; /* the block's last query sees this many keys */
-            cblas_sgemm(ROW_MAJOR, NO_TRANS, TRANS, rows, keys, D, scale, qh + r0 * q_pos, (int)q_pos, kh,
-                       (int)k_pos, 0.0f, scores, keys);
-            for (int i = 0; i < rows; i++) {
-                int seen = T - L + r0 + i + 1;
-                float *row = scores + (size_t)i * keys;
-                softmax_row(row, seen);
-                memset(row + seen, 0, sizeof(float) * (size_t)(keys - seen));
-            }
-            cblas_sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, rows, D, keys, 1.0f, scores, keys, vh, (int)v_pos, 0.0f,
-                       out + ((size_t)r0 * H + h) * D, H * D);
+/* Causal attention for a batch of sequences. q: B x H heads x L queries x D; k, v: B x Hkv heads x T keys x D
+ * (strides in floats: per sequence, per head, per position; rows contiguous). In sequence b query i sits at
+ * position T - L + i and sees keys first[b]..T - L + i (first: the left padding of a batch, NULL for none;
+ * query heads share key heads in groups of H / Hkv). out: B x L x H x D, contiguous. The products go through
+ * cblas_sgemm above; between them each row's softmax, over its visible keys only. Prompts (L > SMALL_M) take
+ * the heads in turn, the BLAS spreading each product over the cores; decode steps spread the heads. Returns
+ * 0, or -1 when out of memory (nothing written). */
+struct attention_args {
+    const float *q, *k, *v;
+    long q_seq, q_head, q_pos, k_seq, k_head, k_pos, v_seq, v_head, v_pos;
+    int H, Hkv, L, T, D;
+    float scale;
+    const int *first;
+    float *out;
+    int failed;
+};
+
+enum { ATTENTION_BLOCK = 64 };
+
+static void attention_head(void *ctx, int task) {
+    struct attention_args *a = ctx;
+    int b = task / a->H, h = task % a->H, group = a->H / a->Hkv, L = a->L, T = a->T, D = a->D;
+    int first = a->first ? a->first[b] : 0;
+    const float *qh = a->q + b * a->q_seq + h * a->q_head;
+    const float *kh = a->k + b * a->k_seq + (h / group) * a->k_head + first * a->k_pos;
+    const float *vh = a->v + b * a->v_seq + (h / group) * a->v_head + first * a->v_pos;
+    float *out = a->out + (size_t)b * L * a->H * D;
+    float *scores = malloc(sizeof(float) * (size_t)(L < ATTENTION_BLOCK ? L : ATTENTION_BLOCK) * (T - first));
+    if (!scores) { a->failed = 1; return; }
+    for (int r0 = 0; r0 < L; r0 += ATTENTION_BLOCK) {
+        int rows = L - r0 < ATTENTION_BLOCK ? L - r0 : ATTENTION_BLOCK;
+        int keys = T - L + r0 + rows - first; /* the visible keys of the block's last query */
+        cblas_sgemm(ROW_MAJOR, NO_TRANS, TRANS, rows, keys, D, a->scale, qh + r0 * a->q_pos, (int)a->q_pos, kh,
+                    (int)a->k_pos, 0.0f, scores, keys);
+        for (int i = 0; i < rows; i++) {
+            int seen = keys - (rows - 1 - i);
+            float *row = scores + (size_t)i * keys;
+            if (seen > 0) softmax_row(row, seen); /* (a padding query of a batch sees nothing: zeros) */
+            else seen = 0;
+            memset(row + seen, 0, sizeof(float) * (size_t)(keys - seen));
         }
+        cblas_sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, rows, D, keys, 1.0f, scores, keys, vh, (int)a->v_pos, 0.0f,
+                    out + ((size_t)r0 * a->H + h) * D, a->H * D);
     }
     free(scores);
-    return 0;
+}
+
+int mlxcel_attention(const float *q, long q_seq, long q_head, long q_pos, const float *k, long k_seq, long k_head,
+                     long k_pos, const float *v, long v_seq, long v_head, long v_pos, int B, int H, int Hkv, int L,
+                     int T, int D, float scale, const int *first, float *out) {
+    struct attention_args a = {q, k, v, q_seq, q_head, q_pos, k_seq, k_head, k_pos, v_seq, v_head, v_pos,
+                               H, Hkv, L, T, D, scale, first, out, 0};
+    pool_run(attention_head, &a, B * H, L <= SMALL_M);
+    return a.failed ? -1 : 0;
 }
