@@ -34,13 +34,24 @@ def _view(a: mx.array) -> np.ndarray:
     return view
 
 
-def swiglu(gate: mx.array, up: mx.array) -> mx.array:
-    """silu(gate) * up, for float32 arrays of one shape."""
-    g, u = mx.contiguous(gate), mx.contiguous(up)
-    mx.eval(g, u)
-    gv, uv = _view(g), _view(u)
-    out = np.empty(gv.shape, np.float32)
-    blas.STATE.native.mlxcel_swiglu(_ptr(gv), _ptr(uv), _ptr(out), ctypes.c_long(out.size))
+def swiglu(gate: mx.array, up: mx.array | None = None) -> mx.array:
+    """silu(gate) * up for float32 arrays of one shape; with up None, gate is one fused product (..., 2n)
+    whose first half is the gate and second half the up projection (read in place, no copy)."""
+    if up is None:
+        fused = mx.contiguous(gate)
+        mx.eval(fused)
+        view = _view(fused)
+        width = view.shape[-1] // 2
+        g, u, ld = view, view[..., width:], 2 * width
+    else:
+        g, u = mx.contiguous(gate), mx.contiguous(up)
+        mx.eval(g, u)
+        g, u = _view(g), _view(u)
+        width, ld = g.shape[-1], g.shape[-1]
+    out = np.empty((*g.shape[:-1], width), np.float32)
+    rows = out.size // width if width else 0
+    blas.STATE.native.mlxcel_swiglu(_ptr(g), _ptr(u), ctypes.c_long(rows), ctypes.c_long(width),
+                                    ctypes.c_long(ld), _ptr(out))
     return mx.array(out)
 
 

@@ -73,6 +73,12 @@ def test_swiglu_matches_mlx(n, seed):
     u = mx.array(rng.standard_normal(n).astype(np.float32))
     got, want = cpu_kernels.swiglu(g, u), g * mx.sigmoid(g) * u
     assert mx.allclose(got, want, rtol=2e-6, atol=1e-6).item()
+    # one fused gate/up product, rows of [gate | up]
+    rows = mx.concatenate([g.reshape(1, -1), u.reshape(1, -1)], axis=-1).reshape(1, 1, 2 * n)
+    assert mx.array_equal(cpu_kernels.swiglu(rows), got.reshape(1, 1, n)).item()
+    if n % 4 == 0:
+        grid = mx.concatenate([g.reshape(4, -1), u.reshape(4, -1)], axis=-1)
+        assert mx.array_equal(cpu_kernels.swiglu(grid), got.reshape(4, -1)).item()
 
 
 def test_swiglu_saturates_without_nan():

@@ -32,11 +32,13 @@ class FusedLinear(nn.Module):
         # a plain attribute, not a parameter (nn.Module keeps lists among its parameters)
         object.__setattr__(self, "splits", [sum(sizes[: i + 1]) for i in range(len(sizes) - 1)])
 
-    def __call__(self, x: mx.array) -> list[mx.array]:
+    def product(self, x: mx.array) -> mx.array:
+        """The layers' outputs side by side in one array."""
         y = x @ self.weight_t
-        if "bias" in self:
-            y = y + self.bias
-        return mx.split(y, self.splits, axis=-1)
+        return y + self.bias if "bias" in self else y
+
+    def __call__(self, x: mx.array) -> list[mx.array]:
+        return mx.split(self.product(x), self.splits, axis=-1)
 
 
 def _fuse(layers: list[nn.Module]) -> FusedLinear | None:
@@ -92,7 +94,13 @@ class KernelAttention(llama.Attention):
 
 class KernelMLP(llama.MLP):
     def __call__(self, x: mx.array) -> mx.array:
-        gate, up = self.gate_up_proj(x) if "gate_up_proj" in self else (self.gate_proj(x), self.up_proj(x))
+        if "gate_up_proj" in self:
+            fused = self.gate_up_proj.product(x)
+            if x.dtype == mx.float32:  # both halves read in place
+                return self.down_proj(cpu_kernels.swiglu(fused))
+            gate, up = mx.split(fused, self.gate_up_proj.splits, axis=-1)
+        else:
+            gate, up = self.gate_proj(x), self.up_proj(x)
         if x.dtype == mx.float32:
             return self.down_proj(cpu_kernels.swiglu(gate, up))
         return self.down_proj(swiglu(gate, up))

@@ -364,7 +364,12 @@ AVX2 static void softmax_avx2(float *row, int n) {
         s8 = _mm256_add_ps(s8, e);
     }
     float sum = hsum(s8);
-    for (int j = n8; j < n; j++) sum += (row[j] = expf(row[j] - mx));
+    if (n8 < n) { /* the tail through the same exp */
+        float t[8];
+        for (int j = 0; j < 8; j++) t[j] = n8 + j < n ? row[n8 + j] - mx : -INFINITY;
+        _mm256_storeu_ps(t, exp8(_mm256_loadu_ps(t)));
+        for (int j = n8; j < n; j++) sum += (row[j] = t[j - n8]);
+    }
     __m256 inv = _mm256_set1_ps(1.0f / sum);
     for (int j = 0; j < n8; j += 8) _mm256_storeu_ps(row + j, _mm256_mul_ps(_mm256_loadu_ps(row + j), inv));
     for (int j = n8; j < n; j++) row[j] *= 1.0f / sum;
@@ -378,7 +383,13 @@ AVX2 static void swiglu_avx2(const float *g, const float *u, float *out, long n)
         __m256 silu = _mm256_div_ps(x, _mm256_add_ps(one, exp8(_mm256_sub_ps(zero, x))));
         _mm256_storeu_ps(out + i, _mm256_mul_ps(silu, _mm256_loadu_ps(u + i)));
     }
-    for (long i = n8; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    if (n8 < n) { /* the tail through the same vector code: an element's result does not depend on its place */
+        float gt[8] = {0}, ut[8] = {0}, ot[8];
+        memcpy(gt, g + n8, sizeof(float) * (size_t)(n - n8));
+        memcpy(ut, u + n8, sizeof(float) * (size_t)(n - n8));
+        swiglu_avx2(gt, ut, ot, 8);
+        memcpy(out + n8, ot, sizeof(float) * (size_t)(n - n8));
+    }
 }
 #endif
 
@@ -395,25 +406,27 @@ static void softmax_row(float *row, int n) {
 struct swiglu_args {
     const float *g, *u;
     float *out;
-    long n;
+    long rows, width, ld, per_task;
 };
-enum { SWIGLU_CHUNK = 1 << 14 };
 
-static void swiglu_task(void *ctx, int c) {
+static void swiglu_task(void *ctx, int task) {
     struct swiglu_args *s = ctx;
-    long i0 = (long)c * SWIGLU_CHUNK, m = s->n - i0 < SWIGLU_CHUNK ? s->n - i0 : SWIGLU_CHUNK;
-    const float *g = s->g, *u = s->u;
-    float *out = s->out;
+    for (long r = task * s->per_task; r < s->rows && r < (task + 1) * s->per_task; r++) {
+        const float *g = s->g + r * s->ld, *u = s->u + r * s->ld;
+        float *out = s->out + r * s->width;
 #if X86
-    if (have_avx2) { swiglu_avx2(g + i0, u + i0, out + i0, m); return; }
+        if (have_avx2) { swiglu_avx2(g, u, out, s->width); continue; }
 #endif
-    for (long i = i0; i < i0 + m; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+        for (long i = 0; i < s->width; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    }
 }
 
-/* out = silu(g) * u over n elements (the SwiGLU gate of a llama-family MLP) */
-void mlxcel_swiglu(const float *g, const float *u, float *out, long n) {
-    struct swiglu_args s = {g, u, out, n};
-    pool_run(swiglu_task, &s, (int)((n + SWIGLU_CHUNK - 1) / SWIGLU_CHUNK), n >= 2 * SWIGLU_CHUNK);
+/* out = silu(g) * u, the SwiGLU gate of a llama-family MLP, over rows of width elements; g's and u's rows
+ * ld floats apart (both halves of one fused gate/up product: ld = 2 width), out's contiguous */
+void mlxcel_swiglu(const float *g, const float *u, long rows, long width, long ld, float *out) {
+    long per_task = (16384 + width - 1) / width, tasks = (rows + per_task - 1) / per_task;
+    struct swiglu_args s = {g, u, out, rows, width, ld, per_task};
+    pool_run(swiglu_task, &s, (int)tasks, rows * width >= 32768);
 }
 
 /* Causal attention for a batch of sequences. q: B x H heads x L queries x D; k, v: B x Hkv heads x T keys x D
