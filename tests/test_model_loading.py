@@ -75,3 +75,42 @@ def test_a_row_gets_bitwise_the_same_logits_alone_or_batched(twin_q4_1):
     together = runner.batch_decode(batch, step)
     for i, logits in enumerate(alone):
         assert mx.array_equal(logits[0], together[i]).item(), i
+
+
+def test_decode_steps_read_the_quantized_twins_of_a_dequantized_checkpoint(twin_q4_1):
+    """The Q4_1 twin runs dequantized; its 4- and 8-bit weights stay registered as twins
+    (server/models/quantized_twins.py) and a few-row product reads them: the same numbers as the float
+    weight within rounding, until the model goes."""
+    import gc
+
+    import numpy as np
+
+    from server import blas
+
+    native = blas.STATE.native
+    gc.collect()
+    registered = native.mlxcel_quant_registered()
+    loaded = load_checkpoint(twin_q4_1.mlx_dir)
+    # q/k/v, o, gate/up and down in every block, and the tied head
+    assert native.mlxcel_quant_registered() - registered == 4 * len(loaded.model.model.layers) + 1
+    layer = loaded.model.model.layers[3]
+    x = mx.array(np.random.default_rng(0).standard_normal((3, 576)).astype(np.float32))
+    cases = [(layer.self_attn.qkv_proj.weight_t, False), (layer.mlp.gate_up_proj.weight_t, False),
+             (loaded.model.model.embed_tokens.weight, True)]  # the tied head: 8-bit, passed transposed
+    for weight, tied in cases:
+        operand = weight.T if tied else weight
+        before = native.mlxcel_quant_calls()
+        few = x @ operand
+        mx.eval(few)
+        assert native.mlxcel_quant_calls() - before == 1
+        exact = np.array(x).astype(np.float64) @ np.array(operand)
+        assert np.abs(np.array(few) - exact).max() < 1e-3 * max(1.0, np.abs(exact).max())
+        mx.eval(mx.concatenate([x] * 6) @ operand)  # 18 rows: a float GEMM
+        assert native.mlxcel_quant_calls() - before == 1
+    del layer, cases, weight, operand, loaded
+    gc.collect()
+    assert native.mlxcel_quant_registered() == registered  # forgotten with the model
+    before = native.mlxcel_quant_calls()
+    fresh = load_checkpoint(twin_q4_1.mlx_dir, kernels=False)  # no twins: its weights may reuse the memory
+    mx.eval(x @ fresh.model.model.layers[3].mlp.gate_proj.weight_t)
+    assert native.mlxcel_quant_calls() == before

@@ -23,7 +23,7 @@ from .. import cpu_kernels
 class FusedLinear(nn.Module):
     """Linear layers over one input as one product: their transposed weights side by side (in x sum(out))."""
 
-    def __init__(self, weights_t: list[mx.array], biases: list[mx.array] | None):
+    def __init__(self, weights_t: list[mx.array], biases: list[mx.array] | None, sources: list[str]):
         super().__init__()
         self.weight_t = mx.concatenate(weights_t, axis=1)
         if biases is not None:
@@ -31,6 +31,7 @@ class FusedLinear(nn.Module):
         sizes = [w.shape[1] for w in weights_t]
         # a plain attribute, not a parameter (nn.Module keeps lists among its parameters)
         object.__setattr__(self, "splits", [sum(sizes[: i + 1]) for i in range(len(sizes) - 1)])
+        object.__setattr__(self, "sources", sources)  # the fused layers' names
 
     def product(self, x: mx.array) -> mx.array:
         """The layers' outputs side by side in one array."""
@@ -41,15 +42,17 @@ class FusedLinear(nn.Module):
         return mx.split(self.product(x), self.splits, axis=-1)
 
 
-def _fuse(layers: list[nn.Module]) -> FusedLinear | None:
-    """The layers as one FusedLinear, when they all store a transposed weight and agree on a bias."""
+def _fuse(owner: nn.Module, names: list[str]) -> FusedLinear | None:
+    """The owner's layers of these names as one FusedLinear, when they all store a transposed weight and agree
+    on a bias."""
+    layers = [owner[name] for name in names]
     if not all(hasattr(layer, "weight_t") for layer in layers):
         return None
     with_bias = ["bias" in layer for layer in layers]
     if any(with_bias) and not all(with_bias):
         return None
     biases = [layer.bias for layer in layers] if all(with_bias) else None
-    return FusedLinear([layer.weight_t for layer in layers], biases)
+    return FusedLinear([layer.weight_t for layer in layers], biases, names)
 
 
 class KernelAttention(llama.Attention):
@@ -114,7 +117,7 @@ def use_kernels(model: nn.Module) -> int:
     for _, module in model.named_modules():
         if type(module) is llama.Attention:
             module.__class__ = KernelAttention
-            fused = _fuse([module.q_proj, module.k_proj, module.v_proj])
+            fused = _fuse(module, ["q_proj", "k_proj", "v_proj"])
             if fused is not None:
                 module.qkv_proj = fused
                 for name in ("q_proj", "k_proj", "v_proj"):
@@ -122,7 +125,7 @@ def use_kernels(model: nn.Module) -> int:
             switched += 1
         elif type(module) is llama.MLP:
             module.__class__ = KernelMLP
-            fused = _fuse([module.gate_proj, module.up_proj])
+            fused = _fuse(module, ["gate_proj", "up_proj"])
             if fused is not None:
                 module.gate_up_proj = fused
                 for name in ("gate_proj", "up_proj"):

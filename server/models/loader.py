@@ -12,7 +12,7 @@ from mlx.utils import tree_unflatten
 from mlx_lm.utils import load_model
 
 from .. import cpu_kernels
-from . import cpu_layers
+from . import cpu_layers, quantized_twins
 
 
 @dataclass
@@ -87,17 +87,21 @@ def load_checkpoint(path: Path, dequantize: bool | None = None, transpose: bool 
                     kernels: bool | None = None) -> LoadedModel:
     """dequantize, transpose (TransposedLinear), kernels (cpu_layers): None means "on the CPU", where MLX's
     f32 matmul through the BLAS beats its quantized one, a plain GEMM beats one with a transposed operand, and
-    mlxcel's attention and SwiGLU kernels beat MLX's exp (when they are loaded)."""
+    mlxcel's attention and SwiGLU kernels beat MLX's exp (when they are loaded); a dequantized checkpoint's
+    decode steps then read its quantized twins (quantized_twins)."""
     model, _ = load_model(path)
     config = json.loads((path / "config.json").read_text())
     if dequantize is None:
         dequantize = mx.default_device() == mx.cpu
+    on_cpu = mx.default_device() == mx.cpu
+    use_kernels = kernels if kernels is not None else on_cpu and cpu_kernels.available()
+    twins = quantized_twins.collect(model) if dequantize and use_kernels else {}
     if dequantize:
         _dequantize_module(model)
-    on_cpu = mx.default_device() == mx.cpu
     if transpose if transpose is not None else on_cpu:
         _transpose_linears(model)
-    if kernels if kernels is not None else on_cpu and cpu_kernels.available():
+    if use_kernels:
         cpu_layers.use_kernels(model)
     mx.eval(model.parameters())
+    quantized_twins.register(model, twins, bool(config.get("tie_word_embeddings", False)))
     return LoadedModel(model=model, config=config, path=path, dequantized=dequantize)

@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #if defined(__x86_64__)
@@ -313,10 +314,178 @@ AVX2 static void small_nt(int M, int N, int K, float alpha, const float *a, int 
 }
 #endif
 
+/* ---- few-row products over a weight's quantized twin --------------------------------------------------------
+ * A checkpoint quantized with MLX's affine scheme (groups of 32, 4 or 8 bits: w = q * scale + bias) is served
+ * dequantized, so prompts run as float GEMMs; its quantized weights are kept too and registered here against
+ * the float weight they equal. A few-row product over a registered weight reads the quantized one instead: a
+ * fifth of the bytes (a decode step is memory-bound). y[m][j] = sum over groups g of
+ * scale[j][g] * (sum over k in g of x[m][k] q[j][k]) + bias[j][g] * (sum over k in g of x[m][k]). Each output
+ * is summed in the same order whatever M: a row decoded alone or batched gets bitwise the same result. */
+enum { QGROUP = 32, QUANT_SLOTS = 4096 };
+
+struct quant_weight {
+    const float *f32; /* the float weight MLX passes to cblas_sgemm */
+    int trans, K, N;  /* as it is passed: K x N (trans 0, a transposed layer) or N x K (trans 1, tied embedding) */
+    const uint32_t *q; /* N rows of K values, packed little end first */
+    const float *scales, *biases; /* N x K / 32 */
+    int bits;
+};
+
+static struct quant_weight quant_table[QUANT_SLOTS];
+static pthread_mutex_t quant_lock = PTHREAD_MUTEX_INITIALIZER;
+static long quant_calls;
+
+static size_t quant_slot(const float *f32) { return ((size_t)f32 >> 6) * 0x9E3779B97F4A7C15ull % QUANT_SLOTS; }
+
+/* Returns 0, or -1 when the table is full or the format is not one this kernel reads (nothing registered). */
+int mlxcel_quant_register(const float *f32, int trans, int K, int N, const uint32_t *q, const float *scales,
+                          const float *biases, int bits, int group) {
+    if ((bits != 4 && bits != 8) || group != QGROUP || K % QGROUP != 0) return -1;
+    pthread_mutex_lock(&quant_lock);
+    for (size_t i = 0, s = quant_slot(f32); i < QUANT_SLOTS; i++, s = (s + 1) % QUANT_SLOTS)
+        if (quant_table[s].f32 == 0 || quant_table[s].f32 == f32) {
+            quant_table[s] = (struct quant_weight){f32, trans, K, N, q, scales, biases, bits};
+            pthread_mutex_unlock(&quant_lock);
+            return 0;
+        }
+    pthread_mutex_unlock(&quant_lock);
+    return -1;
+}
+
+/* Forget a float weight (before its memory can be freed and reused). Rehashes the entries after it. */
+void mlxcel_quant_unregister(const float *f32) {
+    pthread_mutex_lock(&quant_lock);
+    size_t s = quant_slot(f32);
+    for (size_t i = 0; i < QUANT_SLOTS && quant_table[s].f32; i++, s = (s + 1) % QUANT_SLOTS)
+        if (quant_table[s].f32 == f32) {
+            quant_table[s].f32 = 0;
+            for (size_t t = (s + 1) % QUANT_SLOTS; quant_table[t].f32; t = (t + 1) % QUANT_SLOTS) {
+                struct quant_weight moved = quant_table[t];
+                quant_table[t].f32 = 0;
+                for (size_t u = quant_slot(moved.f32);; u = (u + 1) % QUANT_SLOTS)
+                    if (!quant_table[u].f32) { quant_table[u] = moved; break; }
+            }
+            break;
+        }
+    pthread_mutex_unlock(&quant_lock);
+}
+
+long mlxcel_quant_calls(void) { return quant_calls; }
+
+int mlxcel_quant_registered(void) {
+    int n = 0;
+    pthread_mutex_lock(&quant_lock);
+    for (size_t s = 0; s < QUANT_SLOTS; s++) n += quant_table[s].f32 != 0;
+    pthread_mutex_unlock(&quant_lock);
+    return n;
+}
+
+/* The twin registered for this float operand, copied under the lock (found: 1) */
+static int quant_find(const float *b, int trans, int K, int N, int ldb, struct quant_weight *out) {
+    if (ldb != (trans ? K : N)) return 0;
+    int found = 0;
+    pthread_mutex_lock(&quant_lock);
+    size_t s = quant_slot(b);
+    for (size_t i = 0; i < QUANT_SLOTS && quant_table[s].f32; i++, s = (s + 1) % QUANT_SLOTS)
+        if (quant_table[s].f32 == b) {
+            found = quant_table[s].trans == trans && quant_table[s].K == K && quant_table[s].N == N;
+            if (found) *out = quant_table[s];
+            break;
+        }
+    pthread_mutex_unlock(&quant_lock);
+    return found;
+}
+
+#if X86
+/* the 32 values of one group as floats, in k order */
+AVX2 static inline void quant_group(const struct quant_weight *w, size_t row, int g, __m256 v[4]) {
+    if (w->bits == 4) {
+        const uint8_t *p = (const uint8_t *)(w->q + row * (w->K / 8)) + g * 16;
+        __m128i bytes = _mm_loadu_si128((const __m128i *)p), mask = _mm_set1_epi8(0x0F);
+        __m128i lo = _mm_and_si128(bytes, mask), hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), mask);
+        __m128i a = _mm_unpacklo_epi8(lo, hi), b = _mm_unpackhi_epi8(lo, hi); /* k = 0..15, 16..31 */
+        v[0] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(a));
+        v[1] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(a, 8)));
+        v[2] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b));
+        v[3] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(b, 8)));
+    } else {
+        const uint8_t *p = (const uint8_t *)(w->q + row * (w->K / 4)) + g * 32;
+        for (int i = 0; i < 4; i++)
+            v[i] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8 * i))));
+    }
+}
+
+struct quant_args {
+    const struct quant_weight *w;
+    int M, per_task;
+    const float *a, *xsum;
+    int lda, ldc;
+    float alpha, beta;
+    float *c;
+};
+
+AVX2 static void quant_task(void *ctx, int task) {
+    struct quant_args *t = ctx;
+    const struct quant_weight *w = t->w;
+    int groups = w->K / QGROUP;
+    for (int j = task * t->per_task; j < w->N && j < (task + 1) * t->per_task; j++) {
+        const float *sc = w->scales + (size_t)j * groups, *bi = w->biases + (size_t)j * groups;
+        for (int m0 = 0; m0 < t->M; m0 += 4) {
+            int mr = t->M - m0 < 4 ? t->M - m0 : 4;
+            __m256 acc[4];
+            float bsum[4] = {0, 0, 0, 0};
+            for (int r = 0; r < mr; r++) acc[r] = _mm256_setzero_ps();
+            for (int g = 0; g < groups; g++) {
+                __m256 v[4];
+                quant_group(w, j, g, v);
+                __m256 scale = _mm256_set1_ps(sc[g]);
+                for (int r = 0; r < mr; r++) {
+                    const float *x = t->a + (size_t)(m0 + r) * t->lda + g * QGROUP;
+                    __m256 d = _mm256_mul_ps(_mm256_loadu_ps(x), v[0]);
+                    d = _mm256_fmadd_ps(_mm256_loadu_ps(x + 8), v[1], d);
+                    d = _mm256_fmadd_ps(_mm256_loadu_ps(x + 16), v[2], d);
+                    d = _mm256_fmadd_ps(_mm256_loadu_ps(x + 24), v[3], d);
+                    acc[r] = _mm256_fmadd_ps(scale, d, acc[r]);
+                    bsum[r] = fmaf(bi[g], t->xsum[(size_t)(m0 + r) * groups + g], bsum[r]);
+                }
+            }
+            for (int r = 0; r < mr; r++) {
+                float *cr = t->c + (size_t)(m0 + r) * t->ldc + j;
+                *cr = finish(hsum(acc[r]) + bsum[r], t->alpha, t->beta, cr);
+            }
+        }
+    }
+}
+
+/* C = A W for a registered W, from its quantized twin; 0 when the sums' buffer cannot be had */
+AVX2 static int small_quant(const struct quant_weight *w, int M, float alpha, const float *a, int lda, float beta,
+                            float *c, int ldc) {
+    int groups = w->K / QGROUP;
+    float *xsum = nn_buffer((size_t)M * groups); /* per row and group: the sum of its x (for the biases) */
+    if (!xsum) return 0;
+    for (int m = 0; m < M; m++)
+        for (int g = 0; g < groups; g++) {
+            const float *x = a + (size_t)m * lda + g * QGROUP;
+            __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(x), _mm256_loadu_ps(x + 8)),
+                                     _mm256_add_ps(_mm256_loadu_ps(x + 16), _mm256_loadu_ps(x + 24)));
+            xsum[(size_t)m * groups + g] = hsum(s);
+        }
+    int tasks = 4 * pool.n < w->N ? 4 * pool.n : w->N;
+    struct quant_args t = {w, M, (w->N + tasks - 1) / tasks, a, xsum, lda, ldc, alpha, beta, c};
+    pool_run(quant_task, &t, tasks, (long)w->N * w->K >= PARALLEL_WORK);
+    return 1;
+}
+#endif
+
 void cblas_sgemm(int order, int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a, int lda,
                  const float *b, int ldb, float beta, float *c, int ldc) {
 #if X86
     if (have_avx2 && m <= SMALL_M && order == ROW_MAJOR && trans_a == NO_TRANS && k > 0) {
+        struct quant_weight w;
+        if (quant_find(b, trans_b == TRANS, k, n, ldb, &w) && small_quant(&w, m, alpha, a, lda, beta, c, ldc)) {
+            quant_calls++;
+            return;
+        }
         small_calls++;
         if (trans_b == NO_TRANS) small_nn(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
         else small_nt(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);

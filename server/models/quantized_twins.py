@@ -1,0 +1,96 @@
+"""Quantized twins of dequantized weights, for the few-row products of a decode step on the CPU.
+
+A quantized checkpoint runs dequantized on the CPU (prompts are float GEMMs). Its quantized weights are kept
+as twins and registered with mlxcel's kernels against the float weight each equals
+(server/native/cpu_kernels.c): a decode step's product over that weight then reads a fifth of the bytes.
+The registration lives as long as the model (unregistered before the float weights can be freed).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import weakref
+from dataclasses import dataclass
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+
+from .. import blas
+
+GROUP = 32  # the kernel reads MLX's affine scheme in groups of 32, at 4 or 8 bits
+
+
+@dataclass
+class Twin:
+    q: mx.array  # out x in values, packed in uint32
+    scales: mx.array
+    biases: mx.array
+    bits: int
+
+
+def collect(model: nn.Module) -> dict[str, Twin]:
+    """The quantized layers the kernel can read, by module path (before they are dequantized)."""
+    twins = {}
+    for path, layer in model.named_modules():
+        if isinstance(layer, (nn.QuantizedLinear, nn.QuantizedEmbedding)) and layer.group_size == GROUP \
+                and layer.bits in (4, 8) and getattr(layer, "mode", "affine") == "affine":
+            twins[path] = Twin(layer.weight, layer.scales.astype(mx.float32), layer.biases.astype(mx.float32),
+                               layer.bits)
+    return twins
+
+
+def _joined(twins: list[Twin | None]) -> Twin | None:
+    """Twins of layers fused side by side (their outputs concatenated): their rows concatenated."""
+    if any(t is None for t in twins) or len({t.bits for t in twins}) != 1:
+        return None
+    return Twin(*(mx.concatenate([getattr(t, f) for t in twins]) for f in ("q", "scales", "biases")),
+                twins[0].bits)
+
+
+def _pointer(a: mx.array) -> int:
+    view = np.array(a, copy=False)
+    assert view.flags["C_CONTIGUOUS"]
+    return view.ctypes.data
+
+
+def register(model: nn.Module, twins: dict[str, Twin], tied_embeddings: bool) -> int:
+    """Register every float weight of the model's final layout that has a twin; returns how many."""
+    from .cpu_layers import FusedLinear
+    from .loader import TransposedLinear
+
+    native = blas.STATE.native
+    if native is None or not twins:
+        return 0
+    pairs = []  # (float weight, trans, K, N, twin)
+    for path, module in model.named_modules():
+        if isinstance(module, TransposedLinear):
+            twin = twins.get(path)
+            if twin is not None:
+                pairs.append((module.weight_t, 0, *module.weight_t.shape, twin))
+        elif isinstance(module, FusedLinear):
+            parent = path.rsplit(".", 1)[0]
+            twin = _joined([twins.get(f"{parent}.{name}") for name in module.sources])
+            if twin is not None:
+                pairs.append((module.weight_t, 0, *module.weight_t.shape, twin))
+        elif isinstance(module, nn.Embedding) and tied_embeddings and path in twins:
+            n, k = module.weight.shape  # x @ E.T: E passed transposed
+            pairs.append((module.weight, 1, k, n, twins[path]))
+    mx.eval([(w, t.q, t.scales, t.biases) for w, *_, t in pairs])
+    registered, keep = [], []
+    for weight, trans, k, n, twin in pairs:
+        ptr = _pointer(weight)
+        status = native.mlxcel_quant_register(
+            ctypes.c_void_p(ptr), trans, k, n, ctypes.c_void_p(_pointer(twin.q)),
+            ctypes.c_void_p(_pointer(twin.scales)), ctypes.c_void_p(_pointer(twin.biases)), twin.bits, GROUP)
+        if status == 0:
+            registered.append(ptr)
+            keep.append((weight, twin))
+    # unregistered when the model goes, before its weights' memory can be reused; the twins live until then
+    weakref.finalize(model, _unregister, native, registered, keep)
+    return len(registered)
+
+
+def _unregister(native, pointers: list[int], _keep: list) -> None:
+    for ptr in pointers:
+        native.mlxcel_quant_unregister(ctypes.c_void_p(ptr))
