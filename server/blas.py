@@ -151,6 +151,16 @@ def verify() -> BlasState:
     return STATE
 
 
+def summary() -> str:
+    """One short line for /props's build_info: which BLAS and kernels the CPU really uses ("" off Linux)."""
+    if STATE.gflops is None and STATE.library is None:
+        return ""
+    lib = os.path.basename(STATE.library) if STATE.library else "reference BLAS"
+    speed = f" {STATE.gflops:.0f} GFLOP/s" if STATE.gflops is not None else ""
+    kernels = "on" if STATE.kernels == "on" else "off"
+    return f"CPU: {lib}{speed}{'' if STATE.fast else ' (SLOW)'}, mlxcel kernels {kernels}"
+
+
 def describe() -> str:
     speed = f"{STATE.gflops:.1f} GFLOP/s" if STATE.gflops is not None else "not measured"
     verdict = "fast BLAS in use" if STATE.fast else "SLOW reference BLAS in use"

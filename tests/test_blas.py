@@ -85,3 +85,16 @@ def test_the_server_warns_when_only_the_reference_blas_is_there(twin_q4_1):
     lines = (proc.stdout + proc.stderr).splitlines()
     assert proc.returncode != 0
     assert any(" W " in f" {line[:20]} " and "SLOW reference BLAS in use" in line for line in lines), lines[-5:]
+
+
+def test_props_build_info_names_the_cpu_backend_verified_at_startup(twin_q4_1):
+    """GET /props's build_info: b10621's b<build>-<commit>, then what the CPU really runs on."""
+    import httpx
+
+    from oracle.processes import mlxcel_server
+
+    with mlxcel_server(str(twin_q4_1.mlx_dir)) as server:
+        info = httpx.get(server.base_url + "/props", timeout=30).json()["build_info"]
+    assert info.startswith("b10621-mlxcel-")
+    assert "CPU: libopenblas" in info and "GFLOP/s" in info and "SLOW" not in info
+    assert info.endswith("mlxcel kernels on)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
+from .. import blas
 from ..build import build_info, media_marker
 from ..chat.caps import template_caps
 from ..errors import PROPS_DISABLED, ErrorKind, UpstreamError
@@ -52,7 +53,8 @@ def props_body(state) -> dict:
         "chat_template_caps": template_caps(template),
         "bos_token": _token_text(tok, tok.bos_id),
         "eos_token": _token_text(tok, tok.eos_id),
-        "build_info": build_info(),
+        # b10621's b<build>-<commit>; mlxcel adds the CPU backend it verified at startup (server/blas.py)
+        "build_info": " ".join(filter(None, (build_info(), blas.summary() and f"({blas.summary()})"))),
         "is_sleeping": False,
         "cors_proxy_enabled": False,
     }
