@@ -1,15 +1,16 @@
 /* mlxcel's CPU kernels for MLX on Linux, loaded ahead of the BLAS (server/blas.py, server/cpu_kernels.py).
  *
  * 1. cblas_sgemm for few-row products. MLX's CPU matmul calls cblas_sgemm for every product. A decode step's
- *    products have one row per sequence (M <= 16), where OpenBLAS's GEMM runs at a fraction of the memory
- *    bandwidth (GEMV too, on one thread). Here they read each weight once, on every core, with a register-tiled
- *    AVX2/FMA kernel. Every output element is summed in the same order whatever M, the tiling or the thread:
- *    a sequence decoded with others gets bitwise the logits it gets alone. Other products go to the real
- *    cblas_sgemm unchanged.
- * 2. Causal attention over one sequence (the scores' softmax with a vectorized exp) and the SwiGLU gate:
- *    MLX's CPU exp and sigmoid take ~15-20 ns an element on x86, most of a prefill's time.
+ *    products have one row per sequence (M <= 16), where OpenBLAS's GEMM and GEMV reach a third of the memory
+ *    bandwidth. Here each weight is streamed once, on every core, with AVX2/FMA; a dequantized weight with a
+ *    registered quantized twin is read at 4 or 8 bits instead. Every output element is summed in the same
+ *    order whatever M or the thread: a sequence decoded with others gets bitwise the logits it gets alone.
+ *    Other products go to the real cblas_sgemm unchanged.
+ * 2. Causal attention (the scores' softmax with a vectorized exp; a batch's rows from their left padding) and
+ *    the SwiGLU gate: MLX's CPU exp and sigmoid take ~15-20 ns an element on x86, most of a prefill's time.
  *
- * Built once into the cache with the C compiler; the AVX2 paths are chosen at run time. */
+ * One pool of threads serves every caller. Built once into the cache with the C compiler; the AVX2 paths are
+ * chosen at run time, the rest falls back to the BLAS and plain C. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <sched.h>
