@@ -55,6 +55,19 @@ def swiglu(gate: mx.array, up: mx.array | None = None) -> mx.array:
     return mx.array(out)
 
 
+def rope(x: mx.array, dims: int, base: float, scale: float, offsets: list[int]) -> mx.array:
+    """mx.fast.rope(x, dims, traditional=False, base=base, scale=scale, offset=...) for x (B, H, L, D), row b's
+    positions starting at offsets[b]; with the angles exact (computed in double)."""
+    mx.eval(x)
+    view = _view(x)
+    batch, heads, length, dim = view.shape
+    out = np.empty(view.shape, np.float32)
+    steps = [ctypes.c_long(stride // 4) for stride in view.strides[:3]]
+    blas.STATE.native.mlxcel_rope(_ptr(view), *steps, batch, heads, length, dim, dims, ctypes.c_float(base),
+                                  ctypes.c_float(scale), (ctypes.c_int * batch)(*offsets), _ptr(out))
+    return mx.array(out)
+
+
 def attention(queries: mx.array, keys: mx.array, values: mx.array, scale: float,
               first: list[int] | None = None) -> mx.array:
     """Causal attention: queries (B, H, L, D), keys and values (B, Hkv, T, D) with T >= L, the queries being

@@ -654,3 +654,35 @@ int mlxcel_attention(const float *q, long q_seq, long q_head, long q_pos, const 
     pool_run(attention_head, &a, B * H, L <= SMALL_M);
     return a.failed ? -1 : 0;
 }
+
+/* ---- rotary position embedding (rotate-half, as mx.fast.rope with traditional=False) ---------------------
+ * x: B sequences x heads x L positions x D (strides in floats, rows contiguous); in sequence b row i sits at
+ * position offsets[b] + i. The first dims of each row turn in pairs (j, j + dims / 2) by the angle
+ * position * scale * base^(-2j / dims), computed in double (exact to the float's last bit at any position;
+ * MLX's CPU rope is off by ~1e-4 past a few thousand positions); the rest stay. out: B x heads x L x D,
+ * contiguous. */
+void mlxcel_rope(const float *x, long x_seq, long x_head, long x_pos, int B, int heads, int L, int D, int dims,
+                 float base, float scale, const int *offsets, float *out) {
+    int half = dims / 2 < 512 ? dims / 2 : 512;
+    double inv[512];
+    float c[512], s[512];
+    for (int j = 0; j < half; j++) inv[j] = pow((double)base, -(double)(2 * j) / (double)dims);
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < L; i++) {
+            double pos = (double)(offsets[b] + i) * (double)scale;
+            for (int j = 0; j < half; j++) {
+                c[j] = (float)cos(pos * inv[j]);
+                s[j] = (float)sin(pos * inv[j]);
+            }
+            for (int h = 0; h < heads; h++) {
+                const float *xr = x + b * x_seq + h * x_head + i * x_pos;
+                float *o = out + (((size_t)b * heads + h) * L + i) * D;
+                for (int j = 0; j < half; j++) {
+                    float u = xr[j], v = xr[j + half];
+                    o[j] = u * c[j] - v * s[j];
+                    o[j + half] = u * s[j] + v * c[j];
+                }
+                for (int j = 2 * half; j < D; j++) o[j] = xr[j];
+            }
+        }
+}
