@@ -104,16 +104,17 @@ def _exact_rope(x, offsets, base=100000.0):
 
 @settings(max_examples=25, deadline=None)
 @given(batch=st.integers(1, 4), n=st.integers(1, 40), offset=st.integers(0, 9000), seed=st.integers(0, 2**16))
-def test_rope_turns_each_row_by_its_exact_angle(batch, n, offset, seed):
-    """Against float64 math: exact to float rounding at any position (MLX's CPU rope drifts by ~1e-4 past a
-    few thousand positions); each row of a batch from its own offset; agrees with mx.fast.rope near the start."""
+def test_rope_turns_each_row_by_its_angle(batch, n, offset, seed):
+    """Against float64 math, within the float angles' rounding (ggml's way of computing them, which grows
+    with the position); each row of a batch from its own offset; and mx.fast.rope's result near the start."""
     rng = np.random.default_rng(seed)
     offsets = [offset + int(d) for d in rng.integers(0, 50, batch)]
     x = mx.array(rng.standard_normal((batch, 9, n, 64)).astype(np.float32))
     got = np.array(cpu_kernels.rope(x, 64, 100000.0, 1.0, offsets))
-    assert np.abs(got - _exact_rope(x, offsets)).max() < 2e-6
+    last = max(offsets) + n
+    assert np.abs(got - _exact_rope(x, offsets)).max() < 1e-5 + 4e-7 * last
     first = mx.fast.rope(x[:1], 64, traditional=False, base=100000.0, scale=1.0, offset=offsets[0])
-    assert np.abs(got[:1] - np.array(first)).max() < 2e-6 * max(1, offsets[0])
+    assert np.abs(got[:1] - np.array(first)).max() < 1e-5 + 4e-7 * last
 
 
 def test_rope_reads_a_transposed_projection_in_place():
@@ -122,4 +123,4 @@ def test_rope_reads_a_transposed_projection_in_place():
     flat = mx.array(rng.standard_normal((1, 5, 9 * 64)).astype(np.float32))
     x = flat.reshape(1, 5, 9, 64).transpose(0, 2, 1, 3)
     got = np.array(cpu_kernels.rope(x, 64, 100000.0, 1.0, [17]))
-    assert np.abs(got - _exact_rope(mx.contiguous(x), [17])).max() < 2e-6
+    assert np.abs(got - _exact_rope(mx.contiguous(x), [17])).max() < 2e-5

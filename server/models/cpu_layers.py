@@ -84,7 +84,7 @@ class KernelAttention(llama.Attention):
         first = self._kernel_rows(x, mask, cache)
         rope = self.rope
         if first is not None and type(rope) is nn.RoPE and not rope.traditional:
-            # the kernel's rope: one call instead of MLX's CPU fallback (~130 us each), angles exact
+            # the kernel's rope: one call instead of MLX's CPU fallback (~130 us each), ggml's angles
             offsets = [0] * batch if cache is None else cache.offset.tolist() if type(cache) is BatchKVCache \
                 else [cache.offset] * batch
             queries = cpu_kernels.rope(queries, rope.dims, rope.base, rope.scale, offsets)

@@ -658,21 +658,19 @@ int mlxcel_attention(const float *q, long q_seq, long q_head, long q_pos, const 
 /* ---- rotary position embedding (rotate-half, as mx.fast.rope with traditional=False) ---------------------
  * x: B sequences x heads x L positions x D (strides in floats, rows contiguous); in sequence b row i sits at
  * position offsets[b] + i. The first dims of each row turn in pairs (j, j + dims / 2) by the angle
- * position * scale * base^(-2j / dims), computed in double (exact to the float's last bit at any position;
- * MLX's CPU rope is off by ~1e-4 past a few thousand positions); the rest stay. out: B x heads x L x D,
- * contiguous. */
+ * scale * position * base^(-2j / dims), computed as ggml does (in float, the power by repeated products),
+ * so the reference's rotations are reproduced; the rest stay. out: B x heads x L x D, contiguous. */
 void mlxcel_rope(const float *x, long x_seq, long x_head, long x_pos, int B, int heads, int L, int D, int dims,
                  float base, float scale, const int *offsets, float *out) {
     int half = dims / 2 < 512 ? dims / 2 : 512;
-    double inv[512];
-    float c[512], s[512];
-    for (int j = 0; j < half; j++) inv[j] = pow((double)base, -(double)(2 * j) / (double)dims);
+    float c[512], s[512], theta_scale = powf(base, -2.0f / (float)dims);
     for (int b = 0; b < B; b++)
         for (int i = 0; i < L; i++) {
-            double pos = (double)(offsets[b] + i) * (double)scale;
+            float theta = (float)(offsets[b] + i);
             for (int j = 0; j < half; j++) {
-                c[j] = (float)cos(pos * inv[j]);
-                s[j] = (float)sin(pos * inv[j]);
+                c[j] = cosf(scale * theta);
+                s[j] = sinf(scale * theta);
+                theta *= theta_scale;
             }
             for (int h = 0; h < heads; h++) {
                 const float *xr = x + b * x_seq + h * x_head + i * x_pos;
