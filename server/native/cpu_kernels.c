@@ -6,8 +6,9 @@
  *    registered quantized twin is read at 4 or 8 bits instead. Every output element is summed in the same
  *    order whatever M or the thread: a sequence decoded with others gets bitwise the logits it gets alone.
  *    Other products go to the real cblas_sgemm unchanged.
- * 2. Causal attention (the scores' softmax with a vectorized exp; a batch's rows from their left padding) and
- *    the SwiGLU gate: MLX's CPU exp and sigmoid take ~15-20 ns an element on x86, most of a prefill's time.
+ * 2. Causal attention (the scores' softmax with a vectorized exp; a batch's rows from their left padding), the
+ *    SwiGLU gate and rope: MLX's CPU exp and sigmoid take ~15-20 ns an element on x86, most of a prefill's
+ *    time, and its CPU rope is a chain of fallback operations.
  *
  * One pool of threads serves every caller. Built once into the cache with the C compiler; the AVX2 paths are
  * chosen at run time, the rest falls back to the BLAS and plain C. */
