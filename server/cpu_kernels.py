@@ -1,4 +1,4 @@
-"""mlxcel's CPU kernels for attention and the SwiGLU gate, called on MLX arrays (server/native/cpu_kernels.c).
+"""mlxcel's CPU kernels for attention, rope and the SwiGLU gate, on MLX arrays (server/native/cpu_kernels.c).
 
 On Linux x86 MLX's CPU exp and sigmoid cost ~15-20 ns an element: a prompt's softmax over its attention
 scores and its MLPs' SiLU took most of a prefill. These kernels read the evaluated arrays in place (the
@@ -14,9 +14,6 @@ import mlx.core as mx
 import numpy as np
 
 from . import blas
-
-_F32 = ctypes.POINTER(ctypes.c_float)
-
 
 def available() -> bool:
     """The kernels are loaded and have their vector paths (otherwise MLX's own ops are the faster choice)."""

@@ -4,8 +4,9 @@ The blocks keep mlx-lm's math (mlx_lm.models.llama) and change two things. Proje
 input run as one product (q, k and v; gate and up), their weights side by side: a decode step then makes 4
 products a layer instead of 7, each a few microseconds of dispatch less, and every output element is summed
 exactly as before (server/native/cpu_kernels.c sums each column alone). And the exp-heavy parts of a prompt
-(the causal softmax, the SiLU) run on mlxcel's kernels (server/cpu_kernels.py). What the kernels do not cover
-(a batch, an explicit mask, a sliding-window or quantized cache, another dtype) runs on MLX as in mlx-lm.
+(rope, the causal softmax, the SiLU) run on mlxcel's kernels (server/cpu_kernels.py), a batch's decode step
+included. What the kernels do not cover (a batched prompt, an explicit mask, a sliding-window or quantized
+cache, another dtype) runs on MLX as in mlx-lm.
 """
 
 from __future__ import annotations
