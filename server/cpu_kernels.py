@@ -53,8 +53,8 @@ def swiglu(gate: mx.array, up: mx.array | None = None) -> mx.array:
 
 
 def rope(x: mx.array, dims: int, base: float, scale: float, offsets: list[int]) -> mx.array:
-    """mx.fast.rope(x, dims, traditional=False, base=base, scale=scale, offset=...) for x (B, H, L, D), row b's
-    positions starting at offsets[b]; the angles computed as ggml computes them."""
+    """mx.fast.rope(x, dims, traditional=False, base=base, scale=scale, offset=...) for x (B, H, L, D),
+    row b's positions starting at offsets[b]; the angles computed as ggml computes them."""
     mx.eval(x)
     view = _view(x)
     batch, heads, length, dim = view.shape
