@@ -24,7 +24,9 @@ from dataclasses import dataclass
 
 BLAS_ENV = "MLXCEL_BLAS"  # a library path, or "reference" to keep the wheel's own BLAS
 KERNELS_ENV = "MLXCEL_CPU_KERNELS"  # "0": without mlxcel's CPU kernels
-KERNELS_SOURCE = os.path.join(os.path.dirname(__file__), "native", "cpu_kernels.c")
+KERNELS_DIR = os.path.join(os.path.dirname(__file__), "native")
+KERNELS_SOURCES = ("cpu_kernels.c", "decode_step.c")  # one shared object; cpu_kernels.h between them
+KERNELS_HEADERS = ("cpu_kernels.h",)
 FAST_GFLOPS = 10.0  # the reference BLAS measures ~2.5, OpenBLAS on two cores ~150
 
 _CANDIDATES = (
@@ -89,15 +91,18 @@ def activate() -> BlasState:
 
 
 def _build_kernels() -> str:
-    """The kernels' shared object in the cache, compiled from their source once (keyed by the source's hash)."""
+    """The kernels' shared object in the cache, compiled from their sources once (keyed by their hash)."""
     import hashlib
     import shutil
     import tempfile
 
     from .models.cache import cache_root
 
-    source = open(KERNELS_SOURCE, "rb").read()
-    out = cache_root() / "native" / f"cpu_kernels-{hashlib.sha256(source).hexdigest()[:16]}.so"
+    digest = hashlib.sha256()
+    for name in KERNELS_SOURCES + KERNELS_HEADERS:
+        with open(os.path.join(KERNELS_DIR, name), "rb") as f:
+            digest.update(f.read())
+    out = cache_root() / "native" / f"cpu_kernels-{digest.hexdigest()[:16]}.so"
     if out.is_file():
         return str(out)
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
@@ -106,8 +111,9 @@ def _build_kernels() -> str:
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         target = os.path.join(tmp, out.name)
-        subprocess.run([compiler, "-O3", "-shared", "-fPIC", "-o", target, KERNELS_SOURCE, "-ldl", "-lm",
-                        "-lpthread"], check=True, capture_output=True, timeout=120)
+        sources = [os.path.join(KERNELS_DIR, name) for name in KERNELS_SOURCES]
+        subprocess.run([compiler, "-O3", "-shared", "-fPIC", "-o", target, *sources, "-ldl", "-lm", "-lpthread"],
+                       check=True, capture_output=True, timeout=120)
         os.replace(target, out)
     return str(out)
 

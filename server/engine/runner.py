@@ -6,6 +6,7 @@ import mlx.core as mx
 from mlx_lm.models import llama
 from mlx_lm.models.cache import BatchKVCache, KVCache, make_prompt_cache
 
+from ..models.decode_step import DecodeStep
 from ..models.loader import LoadedModel
 
 
@@ -24,6 +25,7 @@ class Runner:
         self.loaded = loaded
         self.n_batch = n_batch
         self._split = _trunk_and_head(loaded.model)
+        self._step = DecodeStep.build(loaded.model)  # None: decode steps run through MLX
 
     def new_cache(self) -> list:
         return make_prompt_cache(self.loaded.model)
@@ -79,6 +81,8 @@ class Runner:
         return logits.astype(mx.float32)
 
     def decode(self, cache: list, token: int) -> mx.array:
+        if self._step is not None and (logits := self._step(cache, [token])) is not None:
+            return logits
         logits = self.loaded.model(mx.array([[token]]), cache=cache)[:, -1, :]
         return logits.astype(mx.float32)
 
@@ -115,6 +119,8 @@ class Runner:
 
     def batch_decode(self, batch: list, tokens: list[int]) -> mx.array:
         """One token for each row; the rows' logits (float32), one per row."""
+        if self._step is not None and (logits := self._step(batch, tokens)) is not None:
+            return logits
         logits = self.loaded.model(mx.array([[t] for t in tokens]), cache=batch)[:, -1, :]
         return logits.astype(mx.float32)
 

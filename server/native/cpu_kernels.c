@@ -22,6 +22,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "cpu_kernels.h"
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define X86 1
@@ -661,18 +663,22 @@ int mlxcel_attention(const float *q, long q_seq, long q_head, long q_pos, const 
  * position offsets[b] + i. The first dims of each row turn in pairs (j, j + dims / 2) by the angle
  * scale * position * base^(-2j / dims), computed as ggml does (in float, the power by repeated products),
  * so the reference's rotations are reproduced; the rest stay. out: B x heads x L x D, contiguous. */
+HIDDEN void rope_angles(int position, int half, int dims, float base, float scale, float *c, float *s) {
+    float theta = (float)position, theta_scale = powf(base, -2.0f / (float)dims);
+    for (int j = 0; j < half; j++) {
+        c[j] = cosf(scale * theta);
+        s[j] = sinf(scale * theta);
+        theta *= theta_scale;
+    }
+}
+
 void mlxcel_rope(const float *x, long x_seq, long x_head, long x_pos, int B, int heads, int L, int D, int dims,
                  float base, float scale, const int *offsets, float *out) {
-    int half = dims / 2 < 512 ? dims / 2 : 512;
-    float c[512], s[512], theta_scale = powf(base, -2.0f / (float)dims);
+    int half = dims / 2 < ROPE_MAX_HALF ? dims / 2 : ROPE_MAX_HALF;
+    float c[ROPE_MAX_HALF], s[ROPE_MAX_HALF];
     for (int b = 0; b < B; b++)
         for (int i = 0; i < L; i++) {
-            float theta = (float)(offsets[b] + i);
-            for (int j = 0; j < half; j++) {
-                c[j] = cosf(scale * theta);
-                s[j] = sinf(scale * theta);
-                theta *= theta_scale;
-            }
+            rope_angles(offsets[b] + i, half, dims, base, scale, c, s);
             for (int h = 0; h < heads; h++) {
                 const float *xr = x + b * x_seq + h * x_head + i * x_pos;
                 float *o = out + (((size_t)b * heads + h) * L + i) * D;

@@ -1,0 +1,180 @@
+"""A llama-family model's decode step in one native call (server/native/decode_step.c), on the CPU.
+
+Through MLX a decode step is ~400 operations dispatched one by one on its CPU stream (~13 ms of a ~35 ms step
+for SmolLM2-135M). `DecodeStep` runs the whole step in C over the same weights, on the same kernels, and
+writes each layer's new key and value into the sequence's mlx-lm cache in place, at its next position; the
+cache's bookkeeping then moves on as `update_and_fetch` would have moved it. Where a cache must grow it grows
+as mlx-lm grows it (a new buffer, 256 positions more), so the position written is never one that another
+array can see: snapshots (`Runner.snapshot`, `BatchKVCache.extract`) are views of positions before it.
+A model the step does not cover (another architecture, biases, a scaled rope, a float type other than
+float32, weights not in the kernel layout) returns None from `DecodeStep.build` and decodes through MLX.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import weakref
+
+import mlx.core as mx
+from mlx import nn
+import numpy as np
+from mlx_lm.models import llama
+from mlx_lm.models.cache import BatchKVCache, KVCache
+
+from .. import blas, cpu_kernels
+
+MAX_ROWS = 16  # the few-row products' limit (cpu_kernels.c SMALL_M): more rows decode through MLX
+_VOID_P = ctypes.c_void_p
+
+
+def _pointer(a: mx.array) -> int:
+    view = np.array(a, copy=False)
+    assert view.dtype == np.float32 and view.flags["C_CONTIGUOUS"], (view.dtype, view.flags)
+    return view.ctypes.data
+
+
+def _layer_weights(layer) -> list[mx.array] | None:
+    """A block's six weights in the step's layout, or None when the block is not one the step runs."""
+    from .cpu_layers import FusedLinear, KernelAttention, KernelMLP
+    from .loader import TransposedLinear
+
+    attn, mlp = layer.self_attn, layer.mlp
+    if not (type(attn) is KernelAttention and type(mlp) is KernelMLP and "qkv_proj" in attn
+            and "gate_up_proj" in mlp):
+        return None
+    linears = (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)
+    if not all(type(x) in (FusedLinear, TransposedLinear) and "bias" not in x for x in linears):
+        return None
+    norms = (layer.input_layernorm, layer.post_attention_layernorm)
+    if not all(type(n) is nn.RMSNorm for n in norms):
+        return None
+    rope = attn.rope
+    if type(rope) is not nn.RoPE or rope.traditional:
+        return None
+    return [layer.input_layernorm.weight, attn.qkv_proj.weight_t, attn.o_proj.weight_t,
+            layer.post_attention_layernorm.weight, mlp.gate_up_proj.weight_t, mlp.down_proj.weight_t]
+
+
+class DecodeStep:
+    """The native decode step for one loaded model (use `build`)."""
+
+    def __init__(self, model: llama.Model, dims: list[int], params: list[float], weights: list[mx.array]):
+        native = blas.STATE.native
+        self._native = native
+        self._weights = weights  # kept alive with the handle
+        ptrs = (_VOID_P * len(weights))(*[_pointer(w) for w in weights])
+        handle = native.mlxcel_step_model((ctypes.c_int * len(dims))(*dims),
+                                          (ctypes.c_float * len(params))(*params), ptrs)
+        if not handle:
+            raise MemoryError("decode step model")
+        self._handle = _VOID_P(handle)
+        weakref.finalize(self, native.mlxcel_step_model_free, self._handle)
+        self.layers, self.kv_heads, self.head_dim, self.vocab = dims[0], dims[3], dims[4], dims[6]
+
+    @classmethod
+    def build(cls, model: nn.Module) -> DecodeStep | None:
+        if type(model) is not llama.Model or not cpu_kernels.available():
+            return None
+        native = blas.STATE.native
+        if not hasattr(native, "mlxcel_step"):
+            return None
+        native.mlxcel_step_model.restype = _VOID_P
+        native.mlxcel_step_model_free.argtypes = [_VOID_P]
+        trunk, args = model.model, model.args
+        if type(trunk.norm) is not nn.RMSNorm or type(trunk.embed_tokens) is not nn.Embedding:
+            return None
+        layer_weights = [_layer_weights(layer) for layer in trunk.layers]
+        if not layer_weights or any(w is None for w in layer_weights):
+            return None
+        from .loader import TransposedLinear
+
+        if args.tie_word_embeddings:
+            head = trunk.embed_tokens.weight
+        elif type(model.lm_head) is TransposedLinear and "bias" not in model.lm_head:
+            head = model.lm_head.weight_t
+        else:
+            return None
+        attn0 = trunk.layers[0].self_attn
+        weights = [trunk.embed_tokens.weight, trunk.norm.weight, head, *(w for ws in layer_weights for w in ws)]
+        if any(w.dtype != mx.float32 for w in weights):
+            return None
+        hidden = trunk.embed_tokens.weight.shape[1]
+        inter = trunk.layers[0].mlp.down_proj.weight_t.shape[0]
+        dims = [len(trunk.layers), hidden, attn0.n_heads, attn0.n_kv_heads, attn0.qkv_proj.weight_t.shape[1]
+                // (attn0.n_heads + 2 * attn0.n_kv_heads), inter, trunk.embed_tokens.weight.shape[0],
+                attn0.rope.dims, int(bool(args.tie_word_embeddings)), MAX_ROWS]
+        norms = {trunk.norm.eps} | {n.eps for layer in trunk.layers
+                                    for n in (layer.input_layernorm, layer.post_attention_layernorm)}
+        ropes = {(layer.self_attn.rope.dims, layer.self_attn.rope.base, layer.self_attn.rope.scale,
+                  layer.self_attn.scale) for layer in trunk.layers}
+        if len(norms) != 1 or len(ropes) != 1:
+            return None
+        _, base, scale, attn_scale = ropes.pop()
+        mx.eval(weights)
+        return cls(model, dims, [norms.pop(), base, scale, attn_scale], weights)
+
+    def _grow(self, cache, index: int, rows: int) -> None:
+        """Room at index in every layer's buffer, as mlx-lm's update_and_fetch makes it (256 positions)."""
+        step = cache.step
+        if cache.keys is not None and index < cache.keys.shape[2]:
+            return
+        shape = (rows, self.kv_heads, step, self.head_dim)
+        # (from numpy: mx.zeros alone is a broadcast scalar, no buffer to write in)
+        new_k, new_v = mx.array(np.zeros(shape, np.float32)), mx.array(np.zeros(shape, np.float32))
+        if cache.keys is None:
+            cache.keys, cache.values = new_k, new_v
+        else:
+            if index % step != 0:
+                cache.keys, cache.values = cache.keys[..., :index, :], cache.values[..., :index, :]
+            cache.keys = mx.concatenate([cache.keys, new_k], axis=2)
+            cache.values = mx.concatenate([cache.values, new_v], axis=2)
+
+    def __call__(self, caches: list, tokens: list[int]) -> mx.array | None:
+        """One token per row: caches is a sequence's per-layer KVCaches (one row) or a batch's per-layer
+        BatchKVCaches; returns the rows' logits (rows x vocab, float32), or None where this step does not
+        take these caches (the caller then runs MLX's step)."""
+        rows = len(tokens)
+        first_cache = caches[0]
+        if type(first_cache) is KVCache and rows == 1:
+            index = first_cache.offset
+            positions, first = [index], None
+            if not all(type(c) is KVCache and c.offset == index for c in caches):
+                return None
+        elif type(first_cache) is BatchKVCache and 1 <= rows <= MAX_ROWS:
+            index = first_cache._idx
+            if first_cache._right_padding is not None or not all(
+                    type(c) is BatchKVCache and c._idx == index and c._right_padding is None for c in caches):
+                return None
+            positions, padding = first_cache.offset.tolist(), first_cache.left_padding.tolist()
+            first = (ctypes.c_int * rows)(*padding)
+        else:
+            return None
+        if len(caches) != self.layers:
+            return None
+        for c in caches:
+            self._grow(c, index, rows)
+        mx.eval([(c.keys, c.values) for c in caches])
+        keys, values, strides = [], [], []  # strides: keys' then values' per sequence, head, position
+        for c in caches:
+            for arr, out in ((c.keys, keys), (c.values, values)):
+                view = np.array(arr, copy=False)
+                if view.dtype != np.float32 or view.strides[-1] != 4 or view.shape[0] != rows:
+                    return None
+                out.append(view.ctypes.data)
+                strides.extend(s // 4 for s in view.strides[:3])
+        logits = np.empty((rows, self.vocab), np.float32)
+        n = len(caches)
+        status = self._native.mlxcel_step(
+            self._handle, rows, (ctypes.c_int * rows)(*tokens), (ctypes.c_int * rows)(*positions), first,
+            index + 1, (_VOID_P * n)(*keys), (_VOID_P * n)(*values), (ctypes.c_long * len(strides))(*strides),
+            _VOID_P(logits.ctypes.data))
+        if status != 0:
+            raise MemoryError("decode step")
+        if type(first_cache) is KVCache:
+            for c in caches:
+                c.offset += 1
+        else:
+            offset = first_cache.offset + 1
+            for c in caches:
+                c.offset, c._idx = offset, index + 1
+        return mx.array(logits)

@@ -1,0 +1,21 @@
+/* What server/native/cpu_kernels.c shares with server/native/decode_step.c (one shared object). The
+ * exported mlxcel_* functions are server/cpu_kernels.py's; the hidden ones stay inside the object. */
+#ifndef MLXCEL_CPU_KERNELS_H
+#define MLXCEL_CPU_KERNELS_H
+
+#define HIDDEN __attribute__((visibility("hidden")))
+
+enum { ROPE_MAX_HALF = 512 }; /* rope turns at most 2 * 512 dimensions of a head */
+
+/* the interposed product: few-row products on mlxcel's kernels (quantized twins included), others the BLAS's */
+void cblas_sgemm(int order, int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a, int lda,
+                 const float *b, int ldb, float beta, float *c, int ldc);
+int mlxcel_attention(const float *q, long q_seq, long q_head, long q_pos, const float *k, long k_seq, long k_head,
+                     long k_pos, const float *v, long v_seq, long v_head, long v_pos, int B, int H, int Hkv, int L,
+                     int T, int D, float scale, const int *first, float *out);
+void mlxcel_swiglu(const float *g, const float *u, long rows, long width, long ld, float *out);
+
+/* rope's cos and sin at a position for pairs 0..half-1, as ggml computes them */
+HIDDEN void rope_angles(int position, int half, int dims, float base, float scale, float *c, float *s);
+
+#endif

@@ -1,0 +1,131 @@
+/* A llama-family decode step in one call (server/models/decode_step.py).
+ *
+ * A decode step of SmolLM2-135M is ~400 small operations. Run one by one through MLX on its CPU stream, each
+ * costs a dispatch and the kernels' calls an evaluation: ~13 ms a step beside ~20 ms of products. Here the
+ * whole step runs in C over the model's own weights and the sequences' own KV caches (written in place at the
+ * next position), on the same kernels MLX's path calls: the products through the interposed cblas_sgemm
+ * (quantized twins included), attention, SwiGLU and rope as in cpu_kernels.c. RMS norm is ggml's (the
+ * squares summed in double). Every row is computed alone, in the same order whatever B: a sequence's logits
+ * are bitwise the same alone or beside others. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_kernels.h"
+
+enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
+enum { DIMS = 10, PARAMS = 4, LAYER_WEIGHTS = 6 };
+
+struct step_layer {
+    const float *attn_norm, *wqkv, *wo, *mlp_norm, *wgu, *wdown; /* the products' weights in x out */
+};
+
+struct step_model {
+    int layers, hidden, heads, kv_heads, head_dim, inter, vocab, rope_dims, tied, max_rows;
+    float eps, rope_base, rope_scale, attn_scale;
+    const float *embed, *norm, *head; /* embed: vocab x hidden; head: hidden x vocab (the embedding when tied) */
+    struct step_layer layer[];
+};
+
+/* dims: layers, hidden, heads, kv_heads, head_dim, intermediate, vocab, rope dims, tied, max rows;
+ * params: rms eps, rope base, rope scale, attention scale; weights: embed, final norm, head (ignored when
+ * tied), then per layer attn norm, qkv (hidden x (heads + 2 kv_heads) head_dim), o, mlp norm, gate|up
+ * (hidden x 2 intermediate), down. The weights stay the caller's. NULL when out of memory. */
+void *mlxcel_step_model(const int *dims, const float *params, const float *const *weights) {
+    if (dims[7] / 2 > ROPE_MAX_HALF || dims[7] > dims[4]) return NULL;
+    struct step_model *m = malloc(sizeof *m + sizeof(struct step_layer) * (size_t)dims[0]);
+    if (!m) return NULL;
+    *m = (struct step_model){dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6], dims[7], dims[8],
+                             dims[9], params[0], params[1], params[2], params[3], weights[0], weights[1],
+                             dims[8] ? weights[0] : weights[2]};
+    for (int l = 0; l < m->layers; l++) {
+        const float *const *w = weights + 3 + LAYER_WEIGHTS * l;
+        m->layer[l] = (struct step_layer){w[0], w[1], w[2], w[3], w[4], w[5]};
+    }
+    return m;
+}
+
+void mlxcel_step_model_free(void *model) { free(model); }
+
+/* out = x / rms(x) * w, as ggml's rms_norm then mul */
+static void rms_norm(const float *x, const float *w, float *out, int n, float eps) {
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
+    const float mean = (float)(sum / n);
+    const float scale = 1.0f / sqrtf(mean + eps);
+    for (int i = 0; i < n; i++) out[i] = x[i] * scale * w[i];
+}
+
+/* rotate-half rope of one head at the angles given, from x into out */
+static void rope_head(const float *x, float *out, int half, int D, const float *c, const float *s) {
+    for (int j = 0; j < half; j++) {
+        float u = x[j], v = x[j + half];
+        out[j] = u * c[j] - v * s[j];
+        out[j + half] = u * s[j] + v * c[j];
+    }
+    for (int j = 2 * half; j < D; j++) out[j] = x[j];
+}
+
+static void product(int rows, int n, int k, const float *x, const float *w, float *y) {
+    cblas_sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, rows, n, k, 1.0f, x, k, w, n, 0.0f, y, n);
+}
+
+/* One token for each of B sequences. Row b's token sits at position pos[b] and is written to its cache at
+ * index T - 1 (its keys before first[b] are left padding; first NULL: none); keys[l] and values[l] are layer
+ * l's caches, B x kv_heads x capacity x head_dim with strides (in floats) per sequence, head and position
+ * at strides[6 l .. 6 l + 5] (keys, then values). Writes B x vocab logits. Returns 0, or -1 when out of
+ * memory or B is out of range (the caches' index T - 1 may be written then: it is past what they hold). */
+int mlxcel_step(const void *model, int B, const int *tokens, const int *pos, const int *first, int T,
+                float *const *keys, float *const *values, const long *strides, float *logits) {
+    const struct step_model *m = model;
+    if (B < 1 || B > m->max_rows || T < 1) return -1;
+    const int E = m->hidden, H = m->heads, Hkv = m->kv_heads, D = m->head_dim, I = m->inter;
+    const int nqkv = (H + 2 * Hkv) * D, half = m->rope_dims / 2;
+    size_t floats = (size_t)B * (3 * E + nqkv + 2 * H * D + 3 * I);
+    float *x = malloc(sizeof(float) * floats);
+    float *angles = malloc(sizeof(float) * 2 * ROPE_MAX_HALF * (size_t)B);
+    if (!x || !angles) { free(x); free(angles); return -1; }
+    float *h = x + (size_t)B * E, *t = h + (size_t)B * E, *qkv = t + (size_t)B * E, *q = qkv + (size_t)B * nqkv;
+    float *att = q + (size_t)B * H * D, *gu = att + (size_t)B * H * D, *act = gu + (size_t)B * 2 * I;
+    for (int b = 0; b < B; b++) {
+        memcpy(x + (size_t)b * E, m->embed + (size_t)tokens[b] * E, sizeof(float) * E);
+        rope_angles(pos[b], half, m->rope_dims, m->rope_base, m->rope_scale, angles + 2 * ROPE_MAX_HALF * b,
+                    angles + 2 * ROPE_MAX_HALF * b + ROPE_MAX_HALF);
+    }
+    int status = 0;
+    for (int l = 0; l < m->layers && status == 0; l++) {
+        const struct step_layer *w = &m->layer[l];
+        const long *st = strides + 6 * l;
+        for (int b = 0; b < B; b++) rms_norm(x + (size_t)b * E, w->attn_norm, h + (size_t)b * E, E, m->eps);
+        product(B, nqkv, E, h, w->wqkv, qkv);
+        for (int b = 0; b < B; b++) { /* q turned into q; k turned and v copied into the caches at T - 1 */
+            const float *row = qkv + (size_t)b * nqkv, *c = angles + 2 * ROPE_MAX_HALF * b, *s = c + ROPE_MAX_HALF;
+            for (int i = 0; i < H; i++) rope_head(row + i * D, q + ((size_t)b * H + i) * D, half, D, c, s);
+            for (int i = 0; i < Hkv; i++) {
+                float *kd = keys[l] + b * st[0] + i * st[1] + (long)(T - 1) * st[2];
+                float *vd = values[l] + b * st[3] + i * st[4] + (long)(T - 1) * st[5];
+                rope_head(row + (H + i) * D, kd, half, D, c, s);
+                memcpy(vd, row + (H + Hkv + i) * D, sizeof(float) * D);
+            }
+        }
+        status = mlxcel_attention(q, (long)H * D, D, D, keys[l], st[0], st[1], st[2], values[l], st[3], st[4], st[5],
+                                  B, H, Hkv, 1, T, D, m->attn_scale, first, att);
+        product(B, E, H * D, att, w->wo, t);
+        for (size_t i = 0; i < (size_t)B * E; i++) x[i] += t[i];
+        for (int b = 0; b < B; b++) rms_norm(x + (size_t)b * E, w->mlp_norm, h + (size_t)b * E, E, m->eps);
+        product(B, 2 * I, E, h, w->wgu, gu);
+        mlxcel_swiglu(gu, gu + I, B, I, 2 * I, act);
+        product(B, E, I, act, w->wdown, t);
+        for (size_t i = 0; i < (size_t)B * E; i++) x[i] += t[i];
+    }
+    if (status == 0) {
+        for (int b = 0; b < B; b++) rms_norm(x + (size_t)b * E, m->norm, h + (size_t)b * E, E, m->eps);
+        if (m->tied) /* logits = h embed^T */
+            cblas_sgemm(ROW_MAJOR, NO_TRANS, TRANS, B, m->vocab, E, 1.0f, h, E, m->embed, E, 0.0f, logits, m->vocab);
+        else
+            product(B, m->vocab, E, h, m->head, logits);
+    }
+    free(x);
+    free(angles);
+    return status;
+}

@@ -1,0 +1,114 @@
+"""The native decode step (server/models/decode_step.py, server/native/decode_step.c) against MLX's."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from server.engine.runner import Runner
+from server.models.decode_step import DecodeStep
+from server.models.loader import load_checkpoint
+
+TOKENS = [504, 3458, 282, 4649, 314, 7042, 30, 198] * 8
+
+
+@pytest.fixture(scope="module")
+def runner(twin_f32):
+    runner = Runner(load_checkpoint(twin_f32.mlx_dir))
+    assert runner._step is not None  # the F32 twin on the CPU with the kernels takes the native step
+    return runner
+
+
+def _decode(runner: Runner, native: bool, cache: list, tokens: list[int]) -> list[mx.array]:
+    saved = runner._step
+    runner._step = saved if native else None
+    try:
+        out = [runner.decode(cache, t) for t in tokens]
+        mx.eval(out)
+        return out
+    finally:
+        runner._step = saved
+
+
+def test_native_steps_give_mlxs_logits_and_keys(runner):
+    """Across the cache's 256-position growth: logits within float rounding of MLX's step (the RMS norm is
+    ggml's, summed in double), the same greedy tokens, the same keys and values written at the same places."""
+    prompt = (TOKENS * 4)[:250]
+    steps = [504, 3458, 282, 4649, 314, 7042, 30, 198, 504, 3458]  # positions 250..259: past 256
+    caches = []
+    for native in (False, True):
+        cache = runner.new_cache()
+        runner.prefill(cache, prompt)
+        caches.append((cache, _decode(runner, native, cache, steps)))
+    (mlx_cache, mlx_logits), (native_cache, native_logits) = caches
+    for a, b in zip(mlx_logits, native_logits):
+        assert 0 < mx.abs(a - b).max().item() < 1e-4
+        assert mx.argmax(a).item() == mx.argmax(b).item()
+    for a, b in zip(mlx_cache, native_cache):
+        assert a.offset == b.offset == 260 and b.keys.shape[2] == 512
+        for x, y in ((a.keys, b.keys), (a.values, b.values)):
+            assert mx.abs(x[..., :260, :] - y[..., :260, :]).max().item() < 1e-4
+            assert mx.array_equal(x[..., :250, :], y[..., :250, :]).item()  # the prompt's, untouched
+
+
+def test_a_snapshot_keeps_its_positions_while_its_cache_decodes_on(runner):
+    """A step writes in place at the cache's next position, which no snapshot view covers."""
+    cache = runner.new_cache()
+    runner.prefill(cache, TOKENS[:40])
+    snap, _ = runner.snapshot(cache, 40)
+    before = [(np.array(k).copy(), np.array(v).copy()) for k, v in snap]
+    _decode(runner, True, cache, TOKENS[:5])
+    for (k, v), (k0, v0) in zip(snap, before):
+        assert k.shape[2] == 40 and np.array_equal(np.array(k), k0) and np.array_equal(np.array(v), v0)
+    # a restored copy decodes into its own new buffer: the original cache's next positions stay its own
+    restored = runner.restore(snap, 40)
+    _decode(runner, True, restored, [198])
+    assert not np.array_equal(np.array(restored[0].keys[..., 40, :]), np.array(cache[0].keys[..., 40, :]))
+
+
+def test_batched_native_steps_match_single_ones_bitwise(runner):
+    """Rows of different lengths, left-padded: each row's logits bitwise as when it decodes alone, over
+    several steps (the batch's positions advance with it)."""
+    prompts = [TOKENS[:5], TOKENS[3:20], TOKENS[:11], TOKENS[7:9]]
+    steps = [[504, 3458, 282, 30], [198, 198, 504, 7042], [30, 314, 4649, 282]]
+    alone = []
+    for i, prompt in enumerate(prompts):
+        cache = runner.new_cache()
+        runner.prefill(cache, prompt)
+        alone.append(_decode(runner, True, cache, [s[i] for s in steps]))
+    caches = []
+    for prompt in prompts:
+        cache = runner.new_cache()
+        runner.prefill(cache, prompt)
+        caches.append(cache)
+    batch = runner.batch_merge(caches)
+    for n, tokens in enumerate(steps):
+        together = runner.batch_decode(batch, tokens)
+        for i in range(len(prompts)):
+            assert mx.array_equal(alone[i][n][0], together[i]).item(), (n, i)
+    assert batch[0]._idx == 17 + 3 and batch[0].offset.tolist() == [len(p) + 3 for p in prompts]
+
+
+def test_the_quantized_twin_steps_natively_on_its_4_bit_weights(twin_q4_1):
+    from server import blas
+
+    native = blas.STATE.native
+    loaded = load_checkpoint(twin_q4_1.mlx_dir)
+    runner = Runner(loaded)
+    assert runner._step is not None
+    cache = runner.new_cache()
+    runner.prefill(cache, TOKENS[:20])
+    before = native.mlxcel_quant_calls()
+    mine = _decode(runner, True, cache, [504])[0]
+    assert native.mlxcel_quant_calls() - before == 4 * len(loaded.model.model.layers) + 1  # and the head
+    cache = runner.new_cache()
+    runner.prefill(cache, TOKENS[:20])
+    theirs = _decode(runner, False, cache, [504])[0]
+    assert mx.abs(mine - theirs).max().item() < 1e-4
+
+
+def test_models_the_step_does_not_cover_decode_through_mlx(twin_f32):
+    plain = load_checkpoint(twin_f32.mlx_dir, kernels=False)  # mlx-lm's own blocks
+    assert DecodeStep.build(plain.model) is None
+    assert Runner(plain)._step is None
