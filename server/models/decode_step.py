@@ -16,8 +16,8 @@ import ctypes
 import weakref
 
 import mlx.core as mx
-from mlx import nn
 import numpy as np
+from mlx import nn
 from mlx_lm.models import llama
 from mlx_lm.models.cache import BatchKVCache, KVCache
 
