@@ -112,8 +112,8 @@ def _build_kernels() -> str:
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         target = os.path.join(tmp, out.name)
         sources = [os.path.join(KERNELS_DIR, name) for name in KERNELS_SOURCES]
-        subprocess.run([compiler, "-O3", "-shared", "-fPIC", "-o", target, *sources, "-ldl", "-lm", "-lpthread"],
-                       check=True, capture_output=True, timeout=120)
+        command = [compiler, "-O3", "-shared", "-fPIC", "-o", target, *sources, "-ldl", "-lm", "-lpthread"]
+        subprocess.run(command, check=True, capture_output=True, timeout=120)
         os.replace(target, out)
     return str(out)
 

@@ -95,7 +95,8 @@ class DecodeStep:
         else:
             return None
         attn0 = trunk.layers[0].self_attn
-        weights = [trunk.embed_tokens.weight, trunk.norm.weight, head, *(w for ws in layer_weights for w in ws)]
+        per_layer = [w for ws in layer_weights for w in ws]
+        weights = [trunk.embed_tokens.weight, trunk.norm.weight, head, *per_layer]
         if any(w.dtype != mx.float32 for w in weights):
             return None
         hidden = trunk.embed_tokens.weight.shape[1]
