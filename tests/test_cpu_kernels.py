@@ -124,3 +124,53 @@ def test_rope_reads_a_transposed_projection_in_place():
     x = flat.reshape(1, 5, 9, 64).transpose(0, 2, 1, 3)
     got = np.array(cpu_kernels.rope(x, 64, 100000.0, 1.0, [17]))
     assert np.abs(got - _exact_rope(mx.contiguous(x), [17])).max() < 2e-5
+
+
+@pytest.mark.parametrize(("K", "N"), [(576, 960), (1536, 576), (100, 37), (7, 16)])
+def test_products_over_panel_twins_are_bitwise_the_kernels_own(K, N):
+    """A float weight's column panels (cpu_kernels.c, in a huge-page arena) give every few-row product
+    bitwise what the plain few-row kernel gives over the weight itself, at every row count up to 16."""
+    import ctypes
+
+    from server import blas
+    from server.models.huge_pages import Arena
+
+    native = blas.STATE.native
+    native.mlxcel_pack_floats.restype = ctypes.c_long
+    rng = np.random.default_rng(K * N)
+    (weight,) = _arrays(rng, (K, N))
+    plain = mx.array(np.array(weight))  # the same values elsewhere: no twin
+    mx.eval(weight, plain)
+    arena = Arena(4 * native.mlxcel_pack_floats(K, N))
+    ptr = ctypes.c_void_p(np.array(weight, copy=False).ctypes.data)
+    assert not native.mlxcel_has_twin(ptr)
+    assert native.mlxcel_pack_register(ptr, K, N, ctypes.c_void_p(arena.address)) == 0
+    try:
+        assert native.mlxcel_has_twin(ptr)
+        for m in range(1, 17):
+            x = _arrays(rng, (m, K))[0]
+            before = native.mlxcel_packed_calls()
+            packed, own = x @ weight, x @ plain
+            mx.eval(packed, own)
+            assert native.mlxcel_packed_calls() - before == 1
+            assert mx.array_equal(packed, own).item(), m
+        assert native.mlxcel_pack_register(ptr, K, N, ctypes.c_void_p(arena.address + 4)) == -1  # misaligned
+    finally:
+        native.mlxcel_quant_unregister(ptr)
+    assert not native.mlxcel_has_twin(ptr)
+
+
+def test_an_arena_is_in_huge_pages_where_the_kernel_gives_them():
+    import ctypes
+    from pathlib import Path
+
+    from server.models import huge_pages
+
+    setting = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    if not setting.is_file() or "[never]" in setting.read_text():
+        pytest.skip("no transparent huge pages here")
+    before = huge_pages.huge_bytes()
+    arena = huge_pages.Arena(64 << 20)
+    ctypes.memset(arena.address, 1, 64 << 20)  # touch it
+    assert arena.address % huge_pages.HUGE_PAGE == 0
+    assert huge_pages.huge_bytes() - before >= 32 << 20

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx.utils import tree_unflatten
+from mlx.utils import tree_flatten, tree_unflatten
 from mlx_lm.utils import load_model
 
 from .. import cpu_kernels
-from . import cpu_layers, quantized_twins
+from . import cpu_layers, huge_pages, quantized_twins
 
 
 @dataclass
@@ -104,4 +104,7 @@ def load_checkpoint(path: Path, dequantize: bool | None = None, transpose: bool 
         cpu_layers.use_kernels(model)
     mx.eval(model.parameters())
     quantized_twins.register(model, twins, bool(config.get("tie_word_embeddings", False)))
+    if use_kernels and on_cpu:
+        quantized_twins.register_panels(model)
+        huge_pages.collapse_in_background([w for _, w in tree_flatten(model.parameters())])
     return LoadedModel(model=model, config=config, path=path, dequantized=dequantize)

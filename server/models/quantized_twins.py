@@ -17,6 +17,7 @@ import mlx.nn as nn
 import numpy as np
 
 from .. import blas
+from . import huge_pages
 
 GROUP = 32  # the kernel reads MLX's affine scheme in groups of 32, at 4 or 8 bits
 
@@ -88,6 +89,36 @@ def register(model: nn.Module, twins: dict[str, Twin], tied_embeddings: bool) ->
             keep.append((weight, twin))
     # unregistered when the model goes, before its weights' memory can be reused; the twins live until then
     weakref.finalize(model, _unregister, native, registered, keep)
+    huge_pages.collapse_in_background([a for _, t in keep for a in (t.q, t.scales, t.biases)])
+    return len(registered)
+
+
+def register_panels(model: nn.Module) -> int:
+    """Float twins in column panels (cpu_kernels.c) for the model's transposed layers that have no quantized
+    twin: a few-row product then reads its weight front to back with the output tile in registers (8 rows in
+    ~1.5x the time of one). Bitwise the same products; the weights' memory once more, in huge pages
+    (huge_pages.Arena). Returns how many."""
+    from .cpu_layers import FusedLinear
+    from .loader import TransposedLinear
+
+    native = blas.STATE.native
+    if native is None or not hasattr(native, "mlxcel_pack_register"):
+        return 0
+    native.mlxcel_pack_floats.restype = ctypes.c_long
+    weights = [m.weight_t for _, m in model.named_modules()
+               if isinstance(m, (TransposedLinear, FusedLinear)) and m.weight_t.dtype == mx.float32]
+    weights = [w for w in weights if not native.mlxcel_has_twin(ctypes.c_void_p(_pointer(w)))]
+    sizes = [int(native.mlxcel_pack_floats(*w.shape)) for w in weights]
+    if not weights:
+        return 0
+    arena = huge_pages.Arena(4 * sum(sizes))
+    registered, address = [], arena.address
+    for weight, floats in zip(weights, sizes):
+        ptr = _pointer(weight)
+        if native.mlxcel_pack_register(ctypes.c_void_p(ptr), *weight.shape, ctypes.c_void_p(address)) == 0:
+            registered.append(ptr)
+        address += 4 * floats
+    weakref.finalize(model, _unregister, native, registered, [arena, weights])
     return len(registered)
 
 

@@ -325,14 +325,15 @@ AVX2 static void small_nt(int M, int N, int K, float alpha, const float *a, int 
  * fifth of the bytes (a decode step is memory-bound). y[m][j] = sum over groups g of
  * scale[j][g] * (sum over k in g of x[m][k] q[j][k]) + bias[j][g] * (sum over k in g of x[m][k]). Each output
  * is summed in the same order whatever M: a row decoded alone or batched gets bitwise the same result. */
-enum { QGROUP = 32, QUANT_SLOTS = 4096 };
+enum { QGROUP = 32, QUANT_SLOTS = 4096, PANEL_BITS = 32, PANEL = 16 };
 
 struct quant_weight {
     const float *f32; /* the float weight MLX passes to cblas_sgemm */
     int trans, K, N;  /* as it is passed: K x N (trans 0, a transposed layer) or N x K (trans 1, tied embedding) */
     const uint32_t *q; /* N rows of K values, packed little end first */
     const float *scales, *biases; /* N x K / 32 */
-    int bits;
+    int bits;         /* 4 or 8; PANEL_BITS: a float twin in column panels (panels, below) */
+    float *panels;
 };
 
 static struct quant_weight quant_table[QUANT_SLOTS];
@@ -342,18 +343,23 @@ static long quant_calls;
 static size_t quant_slot(const float *f32) { return ((size_t)f32 >> 6) * 0x9E3779B97F4A7C15ull % QUANT_SLOTS; }
 
 /* Returns 0, or -1 when the table is full or the format is not one this kernel reads (nothing registered). */
-int mlxcel_quant_register(const float *f32, int trans, int K, int N, const uint32_t *q, const float *scales,
-                          const float *biases, int bits, int group) {
-    if ((bits != 4 && bits != 8) || group != QGROUP || K % QGROUP != 0) return -1;
+/* Enter a twin (replacing the float weight's earlier one); 0, or -1 when the table is full */
+static int table_put(struct quant_weight entry) {
     pthread_mutex_lock(&quant_lock);
-    for (size_t i = 0, s = quant_slot(f32); i < QUANT_SLOTS; i++, s = (s + 1) % QUANT_SLOTS)
-        if (quant_table[s].f32 == 0 || quant_table[s].f32 == f32) {
-            quant_table[s] = (struct quant_weight){f32, trans, K, N, q, scales, biases, bits};
+    for (size_t i = 0, s = quant_slot(entry.f32); i < QUANT_SLOTS; i++, s = (s + 1) % QUANT_SLOTS)
+        if (quant_table[s].f32 == 0 || quant_table[s].f32 == entry.f32) {
+            quant_table[s] = entry;
             pthread_mutex_unlock(&quant_lock);
             return 0;
         }
     pthread_mutex_unlock(&quant_lock);
     return -1;
+}
+
+int mlxcel_quant_register(const float *f32, int trans, int K, int N, const uint32_t *q, const float *scales,
+                          const float *biases, int bits, int group) {
+    if ((bits != 4 && bits != 8) || group != QGROUP || K % QGROUP != 0) return -1;
+    return table_put((struct quant_weight){f32, trans, K, N, q, scales, biases, bits, 0});
 }
 
 /* Forget a float weight (before its memory can be freed and reused). Rehashes the entries after it. */
@@ -379,10 +385,58 @@ long mlxcel_quant_calls(void) { return quant_calls; }
 int mlxcel_quant_registered(void) {
     int n = 0;
     pthread_mutex_lock(&quant_lock);
-    for (size_t s = 0; s < QUANT_SLOTS; s++) n += quant_table[s].f32 != 0;
+    for (size_t s = 0; s < QUANT_SLOTS; s++) n += quant_table[s].f32 != 0 && quant_table[s].bits != PANEL_BITS;
     pthread_mutex_unlock(&quant_lock);
     return n;
 }
+
+int mlxcel_packed_registered(void) {
+    int n = 0;
+    pthread_mutex_lock(&quant_lock);
+    for (size_t s = 0; s < QUANT_SLOTS; s++) n += quant_table[s].f32 != 0 && quant_table[s].bits == PANEL_BITS;
+    pthread_mutex_unlock(&quant_lock);
+    return n;
+}
+
+/* ---- float twins in column panels ----------------------------------------------------------------------------
+ * A float weight K x N (a transposed layer, row-major) copied as panels of PANEL columns, each K x PANEL and
+ * contiguous (the last one zero-padded). A few-row product then keeps a tile of the output in registers over
+ * a whole k range and reads the weight front to back: at 8 rows it is no longer bound by its accumulators'
+ * loads and stores, and every output element is summed exactly as small_nn sums it (bitwise the same). The
+ * panels live in the caller's memory (huge pages there: server/models/quantized_twins.py). */
+static long packed_calls;
+
+/* Floats the panels of a K x N weight take (at 64-byte aligned addresses) */
+long mlxcel_pack_floats(int K, int N) { return ((long)N + PANEL - 1) / PANEL * PANEL * (long)K; }
+
+/* 1 when the float weight has a twin registered (quantized or panels) */
+int mlxcel_has_twin(const float *f32) {
+    int found = 0;
+    pthread_mutex_lock(&quant_lock);
+    size_t s = quant_slot(f32);
+    for (size_t i = 0; i < QUANT_SLOTS && quant_table[s].f32 && !found; i++, s = (s + 1) % QUANT_SLOTS)
+        found = quant_table[s].f32 == f32;
+    pthread_mutex_unlock(&quant_lock);
+    return found;
+}
+
+/* Copy the K x N weight into panels at dst (mlxcel_pack_floats(K, N) floats, 64-byte aligned, the caller's
+ * memory: it must outlive the registration) and register them; 0, or -1 when the table is full */
+int mlxcel_pack_register(const float *f32, int K, int N, float *dst) {
+    if (K <= 0 || N <= 0 || ((size_t)dst & 63)) return -1;
+    size_t panels = ((size_t)N + PANEL - 1) / PANEL;
+    for (size_t q = 0; q < panels; q++) {
+        int j0 = (int)q * PANEL, w = N - j0 < PANEL ? N - j0 : PANEL;
+        for (int k = 0; k < K; k++) {
+            float *row = dst + (q * K + k) * PANEL;
+            memcpy(row, f32 + (size_t)k * N + j0, sizeof(float) * (size_t)w);
+            memset(row + w, 0, sizeof(float) * (size_t)(PANEL - w));
+        }
+    }
+    return table_put((struct quant_weight){f32, 0, K, N, 0, 0, 0, PANEL_BITS, dst});
+}
+
+long mlxcel_packed_calls(void) { return packed_calls; }
 
 /* The twin registered for this float operand, copied under the lock (found: 1) */
 static int quant_find(const float *b, int trans, int K, int N, int ldb, struct quant_weight *out) {
@@ -461,6 +515,61 @@ AVX2 static void quant_task(void *ctx, int task) {
     }
 }
 
+/* sums[p][r][0:16] = the sums over part p's k range of a[r][k] w[k][panel columns], for mr rows; each the
+ * FMA chain over k in order from zero, as nn_part sums it */
+static inline __attribute__((always_inline)) AVX2 void panel_tile(int mr, const float *panel, int K,
+                                                                  const float *a, int lda, float *sums) {
+    for (int p = 0; p < NN_PARTS; p++) {
+        int k0 = (int)((long)K * p / NN_PARTS), k1 = (int)((long)K * (p + 1) / NN_PARTS);
+        __m256 acc[4][2];
+        for (int r = 0; r < mr; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+        const float *b = panel + (size_t)k0 * PANEL;
+        for (int k = k0; k < k1; k++, b += PANEL) {
+            __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+            for (int r = 0; r < mr; r++) {
+                __m256 x = _mm256_broadcast_ss(a + (size_t)r * lda + k);
+                acc[r][0] = _mm256_fmadd_ps(x, b0, acc[r][0]);
+                acc[r][1] = _mm256_fmadd_ps(x, b1, acc[r][1]);
+            }
+        }
+        for (int r = 0; r < mr; r++) {
+            _mm256_storeu_ps(sums + (p * 4 + r) * PANEL, acc[r][0]);
+            _mm256_storeu_ps(sums + (p * 4 + r) * PANEL + 8, acc[r][1]);
+        }
+    }
+}
+
+AVX2 static void packed_task(void *ctx, int task) {
+    struct quant_args *t = ctx;
+    const struct quant_weight *w = t->w;
+    int panels = (w->N + PANEL - 1) / PANEL;
+    for (int q = task * t->per_task; q < panels && q < (task + 1) * t->per_task; q++) {
+        const float *panel = w->panels + (size_t)q * w->K * PANEL;
+        int j0 = q * PANEL, nc = w->N - j0 < PANEL ? w->N - j0 : PANEL;
+        for (int m0 = 0; m0 < t->M; m0 += 4) {
+            int mr = t->M - m0 < 4 ? t->M - m0 : 4;
+            float sums[NN_PARTS * 4 * PANEL];
+            const float *a = t->a + (size_t)m0 * t->lda;
+            if (mr == 4) panel_tile(4, panel, w->K, a, t->lda, sums);
+            else if (mr == 3) panel_tile(3, panel, w->K, a, t->lda, sums);
+            else if (mr == 2) panel_tile(2, panel, w->K, a, t->lda, sums);
+            else panel_tile(1, panel, w->K, a, t->lda, sums);
+            for (int r = 0; r < mr; r++) {
+                const float *s0 = sums + r * PANEL, *s1 = s0 + 4 * PANEL, *s2 = s1 + 4 * PANEL, *s3 = s2 + 4 * PANEL;
+                float *cr = t->c + (size_t)(m0 + r) * t->ldc + j0;
+                for (int j = 0; j < nc; j++) cr[j] = finish((s0[j] + s1[j]) + (s2[j] + s3[j]), t->alpha, t->beta, cr + j);
+            }
+        }
+    }
+}
+
+AVX2 static void small_packed(const struct quant_weight *w, int M, float alpha, const float *a, int lda, float beta,
+                              float *c, int ldc) {
+    int panels = (w->N + PANEL - 1) / PANEL, tasks = 4 * pool.n < panels ? 4 * pool.n : panels;
+    struct quant_args t = {w, M, (panels + tasks - 1) / tasks, a, 0, lda, ldc, alpha, beta, c};
+    pool_run(packed_task, &t, tasks, (long)w->N * w->K >= PARALLEL_WORK);
+}
+
 /* C = A W for a registered W, from its quantized twin; 0 when the sums' buffer cannot be had */
 AVX2 static int small_quant(const struct quant_weight *w, int M, float alpha, const float *a, int lda, float beta,
                             float *c, int ldc) {
@@ -486,9 +595,16 @@ void cblas_sgemm(int order, int trans_a, int trans_b, int m, int n, int k, float
 #if X86
     if (have_avx2 && m <= SMALL_M && order == ROW_MAJOR && trans_a == NO_TRANS && k > 0) {
         struct quant_weight w;
-        if (quant_find(b, trans_b == TRANS, k, n, ldb, &w) && small_quant(&w, m, alpha, a, lda, beta, c, ldc)) {
-            quant_calls++;
-            return;
+        if (quant_find(b, trans_b == TRANS, k, n, ldb, &w)) {
+            if (w.bits == PANEL_BITS) {
+                small_packed(&w, m, alpha, a, lda, beta, c, ldc);
+                packed_calls++;
+                return;
+            }
+            if (small_quant(&w, m, alpha, a, lda, beta, c, ldc)) {
+                quant_calls++;
+                return;
+            }
         }
         small_calls++;
         if (trans_b == NO_TRANS) small_nn(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
