@@ -57,9 +57,12 @@ class Candidates:
     def sort_desc(self, n: int | None = None) -> None:
         """llama_token_data_array_partial_sort_inplace: the n best (all by default), best first."""
         n = self.size if n is None else n
-        if n < self.size // 4:  # the best n only: partition first, then order them (ties by position)
-            part = np.argpartition(-self.logits, n - 1)[:n]
-            order = part[np.lexsort((part, -self.logits[part]))]
+        if n < self.size // 4:  # the best n only: those at or above the n-th best value, ordered, ties by
+            # position (a value partition and a mask: ~2x faster than an index partition of the vocabulary)
+            kth = np.partition(self.logits, self.size - n)[self.size - n]
+            part = np.flatnonzero(self.logits >= kth)
+            order = part[np.lexsort((part, -self.logits[part]))][:n] if len(part) >= n \
+                else np.argsort(-self.logits, kind="stable")[:n]  # (NaN logits: they compare false)
         else:
             order = np.argsort(-self.logits, kind="stable")[:n]
         self.keep(order)

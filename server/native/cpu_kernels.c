@@ -420,20 +420,24 @@ int mlxcel_has_twin(const float *f32) {
     return found;
 }
 
-/* Copy the K x N weight into panels at dst (mlxcel_pack_floats(K, N) floats, 64-byte aligned, the caller's
- * memory: it must outlive the registration) and register them; 0, or -1 when the table is full */
-int mlxcel_pack_register(const float *f32, int K, int N, float *dst) {
+/* Copy the weight into panels at dst (mlxcel_pack_floats(K, N) floats, 64-byte aligned, the caller's memory:
+ * it must outlive the registration) and register them; 0, or -1 when the table is full. The weight as it is
+ * passed to cblas_sgemm: K x N (trans 0), or N x K passed transposed (trans 1: a tied embedding as the head). */
+int mlxcel_pack_register(const float *f32, int trans, int K, int N, float *dst) {
     if (K <= 0 || N <= 0 || ((size_t)dst & 63)) return -1;
     size_t panels = ((size_t)N + PANEL - 1) / PANEL;
     for (size_t q = 0; q < panels; q++) {
         int j0 = (int)q * PANEL, w = N - j0 < PANEL ? N - j0 : PANEL;
         for (int k = 0; k < K; k++) {
             float *row = dst + (q * K + k) * PANEL;
-            memcpy(row, f32 + (size_t)k * N + j0, sizeof(float) * (size_t)w);
+            if (trans)
+                for (int j = 0; j < w; j++) row[j] = f32[(size_t)(j0 + j) * K + k];
+            else
+                memcpy(row, f32 + (size_t)k * N + j0, sizeof(float) * (size_t)w);
             memset(row + w, 0, sizeof(float) * (size_t)(PANEL - w));
         }
     }
-    return table_put((struct quant_weight){f32, 0, K, N, 0, 0, 0, PANEL_BITS, dst});
+    return table_put((struct quant_weight){f32, trans != 0, K, N, 0, 0, 0, PANEL_BITS, dst});
 }
 
 long mlxcel_packed_calls(void) { return packed_calls; }
