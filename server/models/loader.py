@@ -105,6 +105,6 @@ def load_checkpoint(path: Path, dequantize: bool | None = None, transpose: bool 
     mx.eval(model.parameters())
     quantized_twins.register(model, twins, bool(config.get("tie_word_embeddings", False)))
     if use_kernels and on_cpu:
-        quantized_twins.register_panels(model, bool(config.get("tie_word_embeddings", False)))
+        quantized_twins.register_panels(model)
         huge_pages.collapse_in_background([w for _, w in tree_flatten(model.parameters())])
     return LoadedModel(model=model, config=config, path=path, dequantized=dequantize)

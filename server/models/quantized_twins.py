@@ -93,7 +93,7 @@ def register(model: nn.Module, twins: dict[str, Twin], tied_embeddings: bool) ->
     return len(registered)
 
 
-def register_panels(model: nn.Module, tied_embeddings: bool) -> int:
+def register_panels(model: nn.Module) -> int:
     """Float twins in column panels (cpu_kernels.c) for the model's transposed layers that have no quantized
     twin: a few-row product then reads its weight front to back with the output tile in registers (8 rows in
     ~1.5x the time of one). Bitwise the same products; the weights' memory once more, in huge pages
@@ -105,27 +105,21 @@ def register_panels(model: nn.Module, tied_embeddings: bool) -> int:
     if native is None or not hasattr(native, "mlxcel_pack_register"):
         return 0
     native.mlxcel_pack_floats.restype = ctypes.c_long
-    # (weight, passed transposed, K, N): transposed layers, and a tied embedding as the head (x @ E.T)
-    weights = []
-    for _, m in model.named_modules():
-        if isinstance(m, (TransposedLinear, FusedLinear)):
-            weights.append((m.weight_t, 0, *m.weight_t.shape))
-        elif isinstance(m, nn.Embedding) and tied_embeddings:
-            n, k = m.weight.shape
-            weights.append((m.weight, 1, k, n))
-    weights = [w for w in weights if w[0].dtype == mx.float32
-               and not native.mlxcel_has_twin(ctypes.c_void_p(_pointer(w[0])))]
-    sizes = [int(native.mlxcel_pack_floats(k, n)) for _, _, k, n in weights]
+    # (a tied head keeps its dot-product kernel, whose sums run as the reference's do: cpu_kernels.c)
+    weights = [m.weight_t for _, m in model.named_modules() if isinstance(m, (TransposedLinear, FusedLinear))]
+    weights = [w for w in weights if w.dtype == mx.float32
+               and not native.mlxcel_has_twin(ctypes.c_void_p(_pointer(w)))]
+    sizes = [int(native.mlxcel_pack_floats(*w.shape)) for w in weights]
     if not weights:
         return 0
     arena = huge_pages.Arena(4 * sum(sizes))
     registered, address = [], arena.address
-    for (weight, trans, k, n), floats in zip(weights, sizes):
+    for weight, floats in zip(weights, sizes):
         ptr = _pointer(weight)
-        if native.mlxcel_pack_register(ctypes.c_void_p(ptr), trans, k, n, ctypes.c_void_p(address)) == 0:
+        if native.mlxcel_pack_register(ctypes.c_void_p(ptr), *weight.shape, ctypes.c_void_p(address)) == 0:
             registered.append(ptr)
         address += 4 * floats
-    weakref.finalize(model, _unregister, native, registered, [arena, [w for w, *_ in weights]])
+    weakref.finalize(model, _unregister, native, registered, [arena, weights])
     return len(registered)
 
 

@@ -262,12 +262,14 @@ AVX2 static inline float hsum(__m256 v) {
 static inline __attribute__((always_inline)) AVX2 void nt_tile(int mr, int nr, int K, const float *a, int lda,
                                                                const float *b, int ldb, float *c, int ldc,
                                                                float alpha, float beta) {
-    __m256 acc[3][4];
+    __m256 acc[3][8];
     for (int r = 0; r < mr; r++)
         for (int j = 0; j < nr; j++) acc[r][j] = _mm256_setzero_ps();
     int k8 = K & ~7;
     for (int k = 0; k < k8; k += 8) {
-        __m256 bj[4];
+        __m256 bj[8];
+        if (!(k & 15)) /* the next tile's rows: the memory serves several strided streams better when asked */
+            for (int j = 0; j < nr; j++) _mm_prefetch((const char *)(b + (size_t)(j + nr) * ldb + k), _MM_HINT_T0);
         for (int j = 0; j < nr; j++) bj[j] = _mm256_loadu_ps(b + (size_t)j * ldb + k);
         for (int r = 0; r < mr; r++) {
             __m256 x = _mm256_loadu_ps(a + (size_t)r * lda + k);
@@ -303,7 +305,12 @@ AVX2 static void nt_columns(int M, int nr, int K, const float *a, int lda, const
 
 AVX2 static void nt_task(void *ctx, int task) {
     struct gemm_args *g = ctx;
-    for (int t = task * g->per_task; t < g->tiles && t < (task + 1) * g->per_task; t++) {
+    int t = task * g->per_task, end = (task + 1) * g->per_task < g->tiles ? (task + 1) * g->per_task : g->tiles;
+    if (g->M == 1) /* one row: 8 outputs at a time (8 weight rows streamed at once; each summed as in 4s) */
+        for (; t + 2 <= end && (t + 2) * 4 <= g->N; t += 2)
+            nt_tile(1, 8, g->K, g->a, g->lda, g->b + (size_t)t * 4 * g->ldb, g->ldb, g->c + t * 4, g->ldc, g->alpha,
+                    g->beta);
+    for (; t < end; t++) {
         int j = t * 4, nr = g->N - j < 4 ? g->N - j : 4;
         nt_columns(g->M, nr, g->K, g->a, g->lda, g->b + (size_t)j * g->ldb, g->ldb, g->c + j, g->ldc, g->alpha,
                    g->beta);
@@ -420,24 +427,21 @@ int mlxcel_has_twin(const float *f32) {
     return found;
 }
 
-/* Copy the weight into panels at dst (mlxcel_pack_floats(K, N) floats, 64-byte aligned, the caller's memory:
- * it must outlive the registration) and register them; 0, or -1 when the table is full. The weight as it is
- * passed to cblas_sgemm: K x N (trans 0), or N x K passed transposed (trans 1: a tied embedding as the head). */
-int mlxcel_pack_register(const float *f32, int trans, int K, int N, float *dst) {
+/* Copy the K x N weight into panels at dst (mlxcel_pack_floats(K, N) floats, 64-byte aligned, the caller's
+ * memory: it must outlive the registration) and register them; 0, or -1 when the table is full. (A tied
+ * head, x E^T, keeps the dot-product kernel: its sums run in 8 lanes along k, as the reference's do.) */
+int mlxcel_pack_register(const float *f32, int K, int N, float *dst) {
     if (K <= 0 || N <= 0 || ((size_t)dst & 63)) return -1;
     size_t panels = ((size_t)N + PANEL - 1) / PANEL;
     for (size_t q = 0; q < panels; q++) {
         int j0 = (int)q * PANEL, w = N - j0 < PANEL ? N - j0 : PANEL;
         for (int k = 0; k < K; k++) {
             float *row = dst + (q * K + k) * PANEL;
-            if (trans)
-                for (int j = 0; j < w; j++) row[j] = f32[(size_t)(j0 + j) * K + k];
-            else
-                memcpy(row, f32 + (size_t)k * N + j0, sizeof(float) * (size_t)w);
+            memcpy(row, f32 + (size_t)k * N + j0, sizeof(float) * (size_t)w);
             memset(row + w, 0, sizeof(float) * (size_t)(PANEL - w));
         }
     }
-    return table_put((struct quant_weight){f32, trans != 0, K, N, 0, 0, 0, PANEL_BITS, dst});
+    return table_put((struct quant_weight){f32, 0, K, N, 0, 0, 0, PANEL_BITS, dst});
 }
 
 long mlxcel_packed_calls(void) { return packed_calls; }
