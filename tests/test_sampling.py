@@ -4,9 +4,11 @@ grid, conformance cases post-completion.seeded-*, compares whole token streams w
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from server.engine.rng import MT19937, canonical_double, canonical_float, discrete
-from server.engine.sampling import Candidates, Chain, MinP, TopK, TopP, temp_impl
+from server.engine.sampling import Candidates, Chain, MinP, TopK, TopP, draws_the_argmax, temp_impl
 from server.engine.types import SamplingParams
 
 
@@ -117,3 +119,49 @@ def test_dry_breakers_from_the_vocabulary():
 
     got = dict(processed_breakers(Tok(), ["\n", "Q:"]))
     assert got == {1: ((),), 2: ((3,),)}  # "x\\n" holds "\\n"; "Q" starts "Q:", whose rest is ":"
+
+
+# --- greedy requests skip the chain (sampling.draws_the_argmax) ----------------------------------------------
+
+_ORDERS = [SamplingParams().samplers, ("top_k", "temperature"), ("temperature",),
+           ("min_p", "top_p", "temperature", "typ_p", "xtc"), ("top_k", "penalties", "dry", "temperature")]
+
+
+@settings(max_examples=150, deadline=None)
+@given(order=st.sampled_from(_ORDERS), top_k=st.integers(-1, 60), top_p=st.floats(0.05, 1.0),
+       min_p=st.floats(0.0, 0.9), temperature=st.sampled_from([0.0, -1.0, 0.5]),
+       typical_p=st.sampled_from([1.0, 0.5]), repeat_penalty=st.sampled_from([1.0, 1.3]),
+       xtc=st.sampled_from([0.0, 0.9]), bans=st.lists(st.integers(0, 199), max_size=5),
+       tied=st.booleans(), seed=st.integers(0, 2**31))
+def test_where_the_chain_draws_the_argmax_the_shortcut_draws_the_same(order, top_k, top_p, min_p, temperature,
+                                                                      typical_p, repeat_penalty, xtc, bans,
+                                                                      tied, seed):
+    params = SamplingParams(seed=seed, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                            typical_p=typical_p, repeat_penalty=repeat_penalty, xtc_probability=xtc,
+                            xtc_threshold=0.05, samplers=order,
+                            logit_bias=tuple((t, -float("inf")) for t in bans))
+    rng = np.random.default_rng(seed)
+    logits = (rng.integers(-3, 4, 200) if tied else rng.standard_normal(200) * 4).astype(np.float32)
+    chain = Chain(params, 200)
+    for t in rng.integers(0, 200, 10):  # a history, for the penalties
+        chain.accept(int(t))
+    drawn = chain.sample(logits.copy())
+    banned = draws_the_argmax(params)
+    off = {"penalties": repeat_penalty == 1.0, "typ_p": typical_p == 1.0, "xtc": xtc == 0.0, "dry": True}
+    before = order[:order.index("temperature")]
+    assert (banned is not None) == (temperature <= 0 and all(off.get(name, True) for name in before))
+    if banned is not None:
+        masked = logits.copy()
+        masked[list(banned)] = -np.inf
+        assert drawn == int(np.argmax(masked))
+
+
+def test_what_keeps_a_request_on_the_chain():
+    assert draws_the_argmax(SamplingParams(temperature=0.0)) == ()
+    assert draws_the_argmax(SamplingParams(temperature=0.0, logit_bias=((5, -float("inf")), (2, -float("inf"))))) \
+        == (2, 5)
+    for params in (SamplingParams(), SamplingParams(temperature=0.0, logit_bias=((5, 1.5),)),
+                   SamplingParams(temperature=0.0, dynatemp_range=0.5), SamplingParams(temperature=0.0, mirostat=2),
+                   SamplingParams(temperature=0.0, samplers=("top_k",)),
+                   SamplingParams(temperature=0.0, samplers=("top_k", "temperature", "adaptive_p"))):
+        assert draws_the_argmax(params) is None, params

@@ -25,7 +25,7 @@ from server.grammar.constraint import GrammarMatcher
 
 from .prompt_cache import PromptCache
 from .reasoning_budget import ReasoningBudget, accept_generated, grammar_should_apply
-from .sampling import Chain, GrammarDeadEnd, pre_probs, sample_constrained
+from .sampling import Chain, GrammarDeadEnd, draws_the_argmax, pre_probs, sample_constrained
 from .scheduler import Scheduler, Sequence
 from .stopping import TextStream
 from .types import (
@@ -92,6 +92,9 @@ class _Running:
     grammar: GrammarMatcher | None = None  # the request's grammar state, built with the chain
     budget: ReasoningBudget | None = None  # the request's reasoning-budget sampler, built with the chain
     done: bool = False  # released: its cache is never needed again
+    # None until the first draw; then False (the sampler chain draws) or the tokens banned from an argmax
+    # (a greedy request: sampling.draws_the_argmax)
+    argmax: frozenset | tuple | bool | None = None
 
 
 # Prefill runs in chunks of this many tokens (at most --ubatch-size), ending on multiples of it counted from
@@ -411,8 +414,16 @@ class Engine:
         run: _Running = seq.payload
         req = run.request
         probs = None
-        if req.sampling is None:
-            token = self.runner.greedy(run.logits, self.eog_ids if req.ignore_eos else frozenset())
+        if run.argmax is None:  # settled at the first draw
+            if req.sampling is None:
+                run.argmax = self.eog_ids if req.ignore_eos else frozenset()
+            elif req.n_probs == 0 and req.grammar is None and req.reasoning_budget is None:
+                banned = draws_the_argmax(req.sampling)  # (ignore_eos's bans are in its logit bias)
+                run.argmax = False if banned is None else banned
+            else:
+                run.argmax = False
+        if run.argmax is not False:
+            token = self.runner.greedy(run.logits, run.argmax)
         else:
             if run.chain is None:  # b10621's init_sampler(): the prompt's tokens are its first history
                 run.chain = Chain(req.sampling, self.runner.n_vocab)

@@ -135,10 +135,15 @@ class Runner:
         return np.array(logits[0], copy=False)
 
     @staticmethod
-    def greedy(logits: mx.array, banned: frozenset[int] = frozenset()) -> int:
+    def greedy(logits: mx.array, banned: frozenset[int] | tuple[int, ...] = ()) -> int:
+        """The first highest logit of a one-row logits array, the banned tokens left out."""
+        import numpy as np
+
+        row = np.array(logits, copy=False).reshape(-1)
         if banned:
-            logits[:, sorted(banned)] = -mx.inf  # a fresh array every step: banning in place is safe
-        return int(mx.argmax(logits, axis=-1).item())
+            row = row.copy()  # (the row may be a view of a batch's logits)
+            row[sorted(banned)] = -np.inf
+        return int(np.argmax(row))
 
 
 def score(runner: Runner, prompt: list[int], continuation: list[int], n_probs: int) -> list[tuple]:
