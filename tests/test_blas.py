@@ -98,3 +98,22 @@ def test_props_build_info_names_the_cpu_backend_verified_at_startup(twin_q4_1):
     assert info.startswith("b10621-mlxcel-")
     assert "CPU: libopenblas" in info and "GFLOP/s" in info and "SLOW" not in info
     assert info.endswith("mlxcel kernels on)")
+
+
+def test_few_row_products_over_a_transposed_operand_at_every_row_count_and_edge():
+    """x @ W.T with W row-major (a tied head): tiles of 4 rows x 3 columns, 8 columns for one row, single
+    columns at the edge; every row bitwise the same at any row count, each within rounding of the exact sum."""
+    import mlx.core as mx
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    for n, k in ((1, 7), (2, 64), (5, 100), (37, 64), (1000, 576)):
+        w = rng.standard_normal((n, k)).astype(np.float32)
+        x = rng.standard_normal((16, k)).astype(np.float32)
+        exact = x.astype(np.float64) @ w.T.astype(np.float64)
+        weight = mx.array(w)
+        rows = [np.array(mx.array(x[i:i + 1]) @ weight.T)[0] for i in range(16)]
+        for m in (2, 3, 4, 5, 8, 16):
+            out = np.array(mx.array(x[:m]) @ weight.T)
+            assert all(np.array_equal(out[i], rows[i]) for i in range(m)), (n, k, m)
+            assert np.abs(out - exact[:m]).max() < 1e-4 * max(1.0, np.abs(exact).max()), (n, k, m)

@@ -262,7 +262,7 @@ AVX2 static inline float hsum(__m256 v) {
 static inline __attribute__((always_inline)) AVX2 void nt_tile(int mr, int nr, int K, const float *a, int lda,
                                                                const float *b, int ldb, float *c, int ldc,
                                                                float alpha, float beta) {
-    __m256 acc[3][8];
+    __m256 acc[4][8];
     for (int r = 0; r < mr; r++)
         for (int j = 0; j < nr; j++) acc[r][j] = _mm256_setzero_ps();
     int k8 = K & ~7;
@@ -285,36 +285,33 @@ static inline __attribute__((always_inline)) AVX2 void nt_tile(int mr, int nr, i
         }
 }
 
-AVX2 static void nt_columns(int M, int nr, int K, const float *a, int lda, const float *b, int ldb, float *c,
-                            int ldc, float alpha, float beta) {
-    for (int m = 0; m < M; m += 3) {
-        int mr = M - m < 3 ? M - m : 3;
-        const float *am = a + (size_t)m * lda;
-        float *cm = c + (size_t)m * ldc;
-        if (nr == 4) {
-            if (mr == 3) nt_tile(3, 4, K, am, lda, b, ldb, cm, ldc, alpha, beta);
-            else if (mr == 2) nt_tile(2, 4, K, am, lda, b, ldb, cm, ldc, alpha, beta);
-            else nt_tile(1, 4, K, am, lda, b, ldb, cm, ldc, alpha, beta);
-        } else /* the last columns: one output at a time, summed the same way */
-            for (int r = 0; r < mr; r++)
-                for (int j = 0; j < nr; j++)
-                    nt_tile(1, 1, K, am + (size_t)r * lda, lda, b + (size_t)j * ldb, ldb, cm + (size_t)r * ldc + j,
-                            ldc, alpha, beta);
+/* columns j0..j1 - 1 of C for all M rows: tiles of 4 rows x 3 columns (12 sums in registers over the k range),
+ * the last columns one at a time; one row takes 8 columns at a time (8 weight rows streamed at once) */
+#define NT_TILES(NR)                                                                                           \
+    for (int m = 0; m < M; m += 4) {                                                                           \
+        int mr = M - m < 4 ? M - m : 4;                                                                        \
+        const float *am = g->a + (size_t)m * g->lda, *bj = g->b + (size_t)j * g->ldb;                          \
+        float *cm = g->c + (size_t)m * g->ldc + j;                                                             \
+        if (mr == 4) nt_tile(4, NR, K, am, g->lda, bj, g->ldb, cm, g->ldc, g->alpha, g->beta);                 \
+        else if (mr == 3) nt_tile(3, NR, K, am, g->lda, bj, g->ldb, cm, g->ldc, g->alpha, g->beta);            \
+        else if (mr == 2) nt_tile(2, NR, K, am, g->lda, bj, g->ldb, cm, g->ldc, g->alpha, g->beta);            \
+        else nt_tile(1, NR, K, am, g->lda, bj, g->ldb, cm, g->ldc, g->alpha, g->beta);                         \
     }
+
+AVX2 static void nt_range(const struct gemm_args *g, int j0, int j1) {
+    int M = g->M, K = g->K, j = j0;
+    if (M == 1)
+        for (; j + 8 <= j1; j += 8)
+            nt_tile(1, 8, K, g->a, g->lda, g->b + (size_t)j * g->ldb, g->ldb, g->c + j, g->ldc, g->alpha, g->beta);
+    for (; j + 3 <= j1; j += 3) { NT_TILES(3) }
+    for (; j < j1; j++) { NT_TILES(1) }
 }
+#undef NT_TILES
 
 AVX2 static void nt_task(void *ctx, int task) {
     struct gemm_args *g = ctx;
-    int t = task * g->per_task, end = (task + 1) * g->per_task < g->tiles ? (task + 1) * g->per_task : g->tiles;
-    if (g->M == 1) /* one row: 8 outputs at a time (8 weight rows streamed at once; each summed as in 4s) */
-        for (; t + 2 <= end && (t + 2) * 4 <= g->N; t += 2)
-            nt_tile(1, 8, g->K, g->a, g->lda, g->b + (size_t)t * 4 * g->ldb, g->ldb, g->c + t * 4, g->ldc, g->alpha,
-                    g->beta);
-    for (; t < end; t++) {
-        int j = t * 4, nr = g->N - j < 4 ? g->N - j : 4;
-        nt_columns(g->M, nr, g->K, g->a, g->lda, g->b + (size_t)j * g->ldb, g->ldb, g->c + j, g->ldc, g->alpha,
-                   g->beta);
-    }
+    int j0 = task * g->per_task * 4, j1 = (task + 1) * g->per_task * 4;
+    nt_range(g, j0 < g->N ? j0 : g->N, j1 < g->N ? j1 : g->N);
 }
 
 AVX2 static void small_nt(int M, int N, int K, float alpha, const float *a, int lda, const float *b, int ldb,
