@@ -329,7 +329,7 @@ AVX2 static void small_nt(int M, int N, int K, float alpha, const float *a, int 
  * fifth of the bytes (a decode step is memory-bound). y[m][j] = sum over groups g of
  * scale[j][g] * (sum over k in g of x[m][k] q[j][k]) + bias[j][g] * (sum over k in g of x[m][k]). Each output
  * is summed in the same order whatever M: a row decoded alone or batched gets bitwise the same result. */
-enum { QGROUP = 32, QUANT_SLOTS = 4096, PANEL_BITS = 32, PANEL = 16 };
+enum { QGROUP = 32, QUANT_SLOTS = 4096, PANEL_BITS = 32, PANEL = 24, PANEL_VECTORS = PANEL / 8 };
 
 struct quant_weight {
     const float *f32; /* the float weight MLX passes to cblas_sgemm */
@@ -520,27 +520,27 @@ AVX2 static void quant_task(void *ctx, int task) {
     }
 }
 
-/* sums[p][r][0:16] = the sums over part p's k range of a[r][k] w[k][panel columns], for mr rows; each the
- * FMA chain over k in order from zero, as nn_part sums it */
+/* sums[p][r][0:PANEL] = the sums over part p's k range of a[r][k] w[k][panel columns], for mr rows; each the
+ * FMA chain over k in order from zero, as nn_part sums it. (4 rows x 3 vectors: 12 independent chains hide
+ * the FMA latency, and 16 registers hold them with the panel row and a broadcast.) */
 static inline __attribute__((always_inline)) AVX2 void panel_tile(int mr, const float *panel, int K,
                                                                   const float *a, int lda, float *sums) {
     for (int p = 0; p < NN_PARTS; p++) {
         int k0 = (int)((long)K * p / NN_PARTS), k1 = (int)((long)K * (p + 1) / NN_PARTS);
-        __m256 acc[4][2];
-        for (int r = 0; r < mr; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+        __m256 acc[4][PANEL_VECTORS];
+        for (int r = 0; r < mr; r++)
+            for (int v = 0; v < PANEL_VECTORS; v++) acc[r][v] = _mm256_setzero_ps();
         const float *b = panel + (size_t)k0 * PANEL;
         for (int k = k0; k < k1; k++, b += PANEL) {
-            __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+            __m256 bv[PANEL_VECTORS];
+            for (int v = 0; v < PANEL_VECTORS; v++) bv[v] = _mm256_loadu_ps(b + 8 * v);
             for (int r = 0; r < mr; r++) {
                 __m256 x = _mm256_broadcast_ss(a + (size_t)r * lda + k);
-                acc[r][0] = _mm256_fmadd_ps(x, b0, acc[r][0]);
-                acc[r][1] = _mm256_fmadd_ps(x, b1, acc[r][1]);
+                for (int v = 0; v < PANEL_VECTORS; v++) acc[r][v] = _mm256_fmadd_ps(x, bv[v], acc[r][v]);
             }
         }
-        for (int r = 0; r < mr; r++) {
-            _mm256_storeu_ps(sums + (p * 4 + r) * PANEL, acc[r][0]);
-            _mm256_storeu_ps(sums + (p * 4 + r) * PANEL + 8, acc[r][1]);
-        }
+        for (int r = 0; r < mr; r++)
+            for (int v = 0; v < PANEL_VECTORS; v++) _mm256_storeu_ps(sums + (p * 4 + r) * PANEL + 8 * v, acc[r][v]);
     }
 }
 
