@@ -183,6 +183,38 @@ def test_a_restored_prefix_gives_bit_identical_logits(twin_f32):
     assert mx.array_equal(cold, hit).item()
 
 
+def test_a_hit_recomputing_in_a_shorter_first_chunk_gives_bit_identical_logits(twin_f32):
+    """The engine's chunks end on multiples of --ubatch-size (512) and a hit reuses a multiple of 256: the
+    hit's tail starts with a 256-row chunk where the cold run had those rows inside a 512-row one. OpenBLAS
+    sums a row the same in any product of 17 rows or more, the attention's blocks sit at the same absolute
+    positions: the logits are bitwise the cold run's."""
+    import mlx.core as mx
+
+    from server.engine.engine import PREFILL_ALIGN
+    from server.engine.runner import Runner
+    from server.models.loader import load_checkpoint
+
+    runner = Runner(load_checkpoint(twin_f32.mlx_dir))
+    words = [504, 3458, 282, 4649, 314, 7042, 30, 198, 2988, 216, 33, 34, 35]
+    prompt = (words * 60)[:700]
+    other = prompt[:PREFILL_ALIGN] + [1000 + i for i in range(300)]
+
+    def chunked(cache, tokens, start=0, chunk=512):
+        out, pos = None, start
+        while pos < start + len(tokens):
+            end = min(start + len(tokens), (pos // chunk + 1) * chunk)
+            out = runner.prefill(cache, tokens[pos - start:end - start])
+            pos = end
+        return out
+
+    cold = chunked(runner.new_cache(), prompt)  # [0, 512), [512, 700)
+    donor = runner.new_cache()
+    chunked(donor, other)
+    snap, _ = runner.snapshot(donor, PREFILL_ALIGN)
+    hit = chunked(runner.restore(snap, PREFILL_ALIGN), prompt[PREFILL_ALIGN:], start=PREFILL_ALIGN)
+    assert mx.array_equal(cold, hit).item()  # [256, 512), [512, 700)
+
+
 async def test_rows_decoded_in_one_pass_match_each_request_alone(make_engine):
     """Merged caches, rows leaving (different lengths) and a row joining mid-decode: every request's tokens
     are those it gets alone, and the rows really shared forward passes."""

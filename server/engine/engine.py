@@ -97,12 +97,15 @@ class _Running:
     argmax: frozenset | tuple | bool | None = None
 
 
-# Prefill runs in chunks of this many tokens (at most --ubatch-size), ending on multiples of it counted from
-# position 0: every prompt position is then always computed in the same chunk shape, which makes a
-# prompt-cache hit bit-identical to a cold run at this reuse granularity (OpenBLAS's sums depend on a chunk's
-# row count). Larger chunks read each weight once for more rows: measured on the CPU with mlxcel's kernels, a
-# 512-token prompt prefills at 300 tokens/s in 64-token chunks, 410 in 128, 450 in 256 and 500 in 512; 256
-# keeps a hit's recomputed tail short (a 2048-token prefix hit costs under a tenth of the cold prefill).
+# Prefill runs in chunks of --ubatch-size tokens ending on multiples of it counted from position 0, and the
+# prompt cache reuses prefixes in multiples of PREFILL_ALIGN (a divisor of the chunk size, a multiple of the
+# attention kernel's 64-query blocks). A cache hit then recomputes its tail in the cold run's chunk boundaries,
+# its first chunk shorter but never under 17 rows, and gets bitwise the cold run's numbers: OpenBLAS sums a
+# row the same in any product of 17 rows or more (tests/test_engine_batching.py), the attention runs in
+# blocks aligned to absolute positions and the rest is row by row. (Chunks of 16 rows or fewer run on mlxcel's
+# few-row kernels, which sum in another order: a hit never makes one the cold run did not make.) Larger chunks
+# read each weight once for more rows: a 512-token prompt prefills ~10% faster in one chunk than in two of 256;
+# 256 keeps a hit's recomputed tail short (a 2048-token prefix hit costs under a tenth of the cold prefill).
 PREFILL_ALIGN = 256
 
 
@@ -137,7 +140,9 @@ class Engine:
         self._slot_records: list[SlotRecord] = []
         mib = config.cache_ram_mib
         enabled = config.cache_prompt and mib != 0
-        self.align = min(PREFILL_ALIGN, config.ubatch)
+        # the reuse granularity: PREFILL_ALIGN where it divides the chunk size and leaves a hit's first chunk
+        # over 16 rows, else whole chunks
+        self.align = PREFILL_ALIGN if config.ubatch % PREFILL_ALIGN == 0 else config.ubatch
         self.prompt_cache = PromptCache(0 if not enabled else None if mib < 0 else mib << 20, self.align)
         self._batch: list | None = None  # the decode rows' merged caches (one BatchKVCache per layer)
         self._batch_rows: list[Sequence | None] = []  # whose row is which; None: a row dropped at the next step
@@ -192,7 +197,7 @@ class Engine:
         with self._slot_lock:
             self._slot_records = [SlotRecord(i, self.info.n_ctx) for i in range(self.config.n_slots)]
         self.ready.set()
-        sched = Scheduler(self.config.n_slots, self.config.n_batch, self.config.cont_batching, self.align)
+        sched = Scheduler(self.config.n_slots, self.config.n_batch, self.config.cont_batching, self.config.ubatch)
         while True:
             if not self._drain(sched, block=sched.idle()):
                 return
