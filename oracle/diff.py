@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .exchange import Exchange
-from .normalize import MASK, normalize
+from .normalize import MASK, normalize, normalize_text
 
 
 @dataclass(frozen=True)
@@ -92,6 +92,7 @@ def _body_layers(ref_body: bytes, got_body: bytes, names: tuple[str, ...], fired
     try:
         a, b = json.loads(ref_body), json.loads(got_body)
     except ValueError:
+        ref_body, got_body = normalize_text(ref_body, names, fired), normalize_text(got_body, names, fired)
         same = ref_body == got_body
         return same, [] if same else [Divergence(where, "bytes", ref_body[:200].decode(errors="replace"),
                                                  got_body[:200].decode(errors="replace"))]

@@ -13,6 +13,7 @@ class Normalization:
     name: str
     paths: tuple[str, ...]  # JSON paths; "$.timings.*" masks every value under timings
     reason: str
+    text: tuple[tuple[str, str], ...] = ()  # (regex, replacement) pairs for a body that is not JSON
 
 
 REGISTRY: dict[str, Normalization] = {n.name: n for n in (
@@ -50,6 +51,11 @@ REGISTRY: dict[str, Normalization] = {n.name: n for n in (
                   "b10621 hands every parsed tool call a random 32-character id (gen_tool_call_id)"),
     Normalization("verbose_echo", ("$.__verbose.id_slot", "$.__verbose.timings.*"),
                   "the native result a verbose chat answer embeds: its slot choice and clocks, as id_slot and timings"),
+    Normalization("ui_build_ids", (),
+                  "the reference's web UI is built with npm when the reference is built: its assets' content hashes "
+                  "and SvelteKit's runtime id change from one build to the next, the page around them does not",
+                  text=((r"(_app/immutable/(?:[\w.-]+/)*[\w-]+)\.[A-Za-z0-9_-]{8}\.(js|css)", r"\1.<hash>.\2"),
+                        (r"__sveltekit_[a-z0-9]+", "__sveltekit_<id>"))),
 )}
 MASK = "<masked>"
 
@@ -81,3 +87,14 @@ def normalize(value: Any, names: tuple[str, ...], fired: set[str] | None = None,
     if isinstance(value, list):
         return [normalize(v, names, fired, f"{path}[{i}]") for i, v in enumerate(value)]
     return value
+
+
+def normalize_text(body: bytes, names: tuple[str, ...], fired: set[str] | None = None) -> bytes:
+    """A non-JSON body with the named rules' text patterns replaced."""
+    for name in names:
+        for pattern, replacement in REGISTRY[name].text:
+            new = re.sub(pattern.encode(), replacement.encode(), body)
+            if new != body and fired is not None:
+                fired.add(name)
+            body = new
+    return body

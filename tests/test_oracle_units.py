@@ -99,3 +99,20 @@ def test_decided_position_rule():
 def test_sse_keepalive_comments_are_not_frames():
     # a ping comes after a silence, whose length is a clock: it is never compared
     assert split_sse(b'data: {"a":1}\n\n:\n\ndata: {"b":2}\n\n') == (b'data: {"a":1}', b'data: {"b":2}')
+
+
+def test_a_text_body_is_compared_with_the_named_text_patterns_replaced():
+    """The reference's web UI page from two builds: only its assets' hashes and SvelteKit's id differ."""
+    page = ('<link href="./_app/immutable/bundle.{h}.js" rel="modulepreload"><link href="./_app/immutable/'
+            'assets/bundle.CsYLz1sd.css"><script>__sveltekit_{s} = {{}};</script>')
+    one = page.format(h="cNdTyngK", s="ifm9h8").encode()
+    other = page.format(h="B_4lH60N", s="he04gr").encode()
+    edited = other.replace(b"modulepreload", b"preload")
+
+    def exchange(body: bytes) -> Exchange:
+        return Exchange(200, {"content-type": "text/html"}, body)
+
+    assert not diff_exchanges(exchange(one), exchange(other)).identical
+    report = diff_exchanges(exchange(one), exchange(other), ("ui_build_ids",))
+    assert report.identical and report.normalizations_fired == ["ui_build_ids"]
+    assert not diff_exchanges(exchange(one), exchange(edited), ("ui_build_ids",)).identical
