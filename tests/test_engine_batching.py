@@ -184,8 +184,8 @@ def test_a_restored_prefix_gives_bit_identical_logits(twin_f32):
 
 
 def test_a_hit_recomputing_in_a_shorter_first_chunk_gives_bit_identical_logits(twin_f32):
-    """The engine's chunks end on multiples of --ubatch-size (512) and a hit reuses a multiple of 256: the
-    hit's tail starts with a 256-row chunk where the cold run had those rows inside a 512-row one. OpenBLAS
+    """The engine's chunks end on multiples of --ubatch-size (512) and a hit reuses a multiple of 128: the
+    hit's tail starts with a 384-row chunk where the cold run had those rows inside a 512-row one. OpenBLAS
     sums a row the same in any product of 17 rows or more, the attention's blocks sit at the same absolute
     positions: the logits are bitwise the cold run's."""
     import mlx.core as mx
@@ -212,7 +212,7 @@ def test_a_hit_recomputing_in_a_shorter_first_chunk_gives_bit_identical_logits(t
     chunked(donor, other)
     snap, _ = runner.snapshot(donor, PREFILL_ALIGN)
     hit = chunked(runner.restore(snap, PREFILL_ALIGN), prompt[PREFILL_ALIGN:], start=PREFILL_ALIGN)
-    assert mx.array_equal(cold, hit).item()  # [256, 512), [512, 700)
+    assert mx.array_equal(cold, hit).item()  # [128, 512), [512, 700)
 
 
 async def test_rows_decoded_in_one_pass_match_each_request_alone(make_engine):

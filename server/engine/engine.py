@@ -100,13 +100,14 @@ class _Running:
 # Prefill runs in chunks of --ubatch-size tokens ending on multiples of it counted from position 0, and the
 # prompt cache reuses prefixes in multiples of PREFILL_ALIGN (a divisor of the chunk size, a multiple of the
 # attention kernel's 64-query blocks). A cache hit then recomputes its tail in the cold run's chunk boundaries,
-# its first chunk shorter but never under 17 rows, and gets bitwise the cold run's numbers: OpenBLAS sums a
-# row the same in any product of 17 rows or more (tests/test_engine_batching.py), the attention runs in
-# blocks aligned to absolute positions and the rest is row by row. (Chunks of 16 rows or fewer run on mlxcel's
-# few-row kernels, which sum in another order: a hit never makes one the cold run did not make.) Larger chunks
-# read each weight once for more rows: a 512-token prompt prefills ~10% faster in one chunk than in two of 256;
-# 256 keeps a hit's recomputed tail short (a 2048-token prefix hit costs under a tenth of the cold prefill).
-PREFILL_ALIGN = 256
+# its first chunk shorter but never under PREFILL_ALIGN rows, and gets bitwise the cold run's numbers: OpenBLAS
+# sums a row of the model's products the same in a chunk of 128 rows as in one of 512 (measured from 17 rows
+# up; tests/test_engine_batching.py), the attention runs in blocks aligned to absolute positions and the rest
+# is row by row. (Chunks of 16 rows or fewer run on mlxcel's few-row kernels, which sum in another order: a
+# hit never makes one the cold run did not make.) Larger chunks
+# read each weight once for more rows; 128 keeps a hit's recomputed tail short (a 2048-token prefix hit
+# recomputes its last 128 positions).
+PREFILL_ALIGN = 128
 
 
 @dataclass(frozen=True)
