@@ -155,6 +155,17 @@ async def test_concurrent_requests_of_different_lengths_match_their_solo_runs(ma
     assert [t for t, _ in together] == solo
 
 
+def _prefill_aligned(runner, cache, tokens, start=0, chunk=8):
+    """tokens (from position start on) in chunks ending on multiples of chunk, as the engine feeds a prompt;
+    the last chunk's logits."""
+    out, pos = None, start
+    while pos < start + len(tokens):
+        end = min(start + len(tokens), (pos // chunk + 1) * chunk)
+        out = runner.prefill(cache, tokens[pos - start:end - start])
+        pos = end
+    return out
+
+
 def test_a_restored_prefix_gives_bit_identical_logits(twin_f32):
     import mlx.core as mx
 
@@ -162,15 +173,9 @@ def test_a_restored_prefix_gives_bit_identical_logits(twin_f32):
     from server.models.loader import load_checkpoint
 
     runner = Runner(load_checkpoint(twin_f32.mlx_dir))
-    chunk = 8
 
     def aligned(cache, tokens, start=0):
-        out, pos = None, start
-        while pos < start + len(tokens):
-            end = min(start + len(tokens), (pos // chunk + 1) * chunk)
-            out = runner.prefill(cache, tokens[pos - start:end - start])
-            pos = end
-        return out
+        return _prefill_aligned(runner, cache, tokens, start)
 
     prompt = [504, 3458, 282, 4649, 314, 7042, 30, 198, 198, 504, 2988, 314, 216, 33, 34, 35, 504, 3458, 282, 4649]
     other = prompt[:16] + [1000, 1001, 1002, 1003]
@@ -186,7 +191,7 @@ def test_a_restored_prefix_gives_bit_identical_logits(twin_f32):
 def test_a_hit_recomputing_in_a_shorter_first_chunk_gives_bit_identical_logits(twin_f32):
     """The engine's chunks end on multiples of --ubatch-size (512) and a hit reuses a multiple of 128: the
     hit's tail starts with a 384-row chunk where the cold run had those rows inside a 512-row one. OpenBLAS
-    sums a row the same in any product of 17 rows or more, the attention's blocks sit at the same absolute
+    sums a row of the model's products alike in both, the attention's blocks sit at the same absolute
     positions: the logits are bitwise the cold run's."""
     import mlx.core as mx
 
@@ -199,13 +204,8 @@ def test_a_hit_recomputing_in_a_shorter_first_chunk_gives_bit_identical_logits(t
     prompt = (words * 60)[:700]
     other = prompt[:PREFILL_ALIGN] + [1000 + i for i in range(300)]
 
-    def chunked(cache, tokens, start=0, chunk=512):
-        out, pos = None, start
-        while pos < start + len(tokens):
-            end = min(start + len(tokens), (pos // chunk + 1) * chunk)
-            out = runner.prefill(cache, tokens[pos - start:end - start])
-            pos = end
-        return out
+    def chunked(cache, tokens, start=0):
+        return _prefill_aligned(runner, cache, tokens, start, chunk=512)
 
     cold = chunked(runner.new_cache(), prompt)  # [0, 512), [512, 700)
     donor = runner.new_cache()
