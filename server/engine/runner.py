@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import mlx.core as mx
+import numpy as np
 from mlx_lm.models import llama
 from mlx_lm.models.cache import BatchKVCache, KVCache, make_prompt_cache
 
@@ -130,15 +131,11 @@ class Runner:
 
     @staticmethod
     def to_numpy(logits: mx.array):
-        import numpy as np
-
         return np.array(logits[0], copy=False)
 
     @staticmethod
     def greedy(logits: mx.array, banned: frozenset[int] | tuple[int, ...] = ()) -> int:
         """The first highest logit of a one-row logits array, the banned tokens left out."""
-        import numpy as np
-
         row = np.array(logits, copy=False).reshape(-1)
         if banned:
             row = row.copy()  # (the row may be a view of a batch's logits)

@@ -22,15 +22,10 @@ from mlx_lm.models import llama
 from mlx_lm.models.cache import BatchKVCache, KVCache
 
 from .. import blas, cpu_kernels
+from .quantized_twins import pointer
 
 MAX_ROWS = 16  # the few-row products' limit (cpu_kernels.c SMALL_M): more rows decode through MLX
 _VOID_P = ctypes.c_void_p
-
-
-def _pointer(a: mx.array) -> int:
-    view = np.array(a, copy=False)
-    assert view.dtype == np.float32 and view.flags["C_CONTIGUOUS"], (view.dtype, view.flags)
-    return view.ctypes.data
 
 
 def _layer_weights(layer) -> list[mx.array] | None:
@@ -58,11 +53,11 @@ def _layer_weights(layer) -> list[mx.array] | None:
 class DecodeStep:
     """The native decode step for one loaded model (use `build`)."""
 
-    def __init__(self, model: llama.Model, dims: list[int], params: list[float], weights: list[mx.array]):
+    def __init__(self, dims: list[int], params: list[float], weights: list[mx.array]):
         native = blas.STATE.native
         self._native = native
         self._weights = weights  # kept alive with the handle
-        ptrs = (_VOID_P * len(weights))(*[_pointer(w) for w in weights])
+        ptrs = (_VOID_P * len(weights))(*[pointer(w) for w in weights])  # float32: checked by build
         handle = native.mlxcel_step_model((ctypes.c_int * len(dims))(*dims),
                                           (ctypes.c_float * len(params))(*params), ptrs)
         if not handle:
@@ -112,7 +107,7 @@ class DecodeStep:
             return None
         _, base, scale, attn_scale = ropes.pop()
         mx.eval(weights)
-        return cls(model, dims, [norms.pop(), base, scale, attn_scale], weights)
+        return cls(dims, [norms.pop(), base, scale, attn_scale], weights)
 
     def _grow(self, cache, index: int, rows: int) -> None:
         """Room at index in every layer's buffer, as mlx-lm's update_and_fetch makes it (256 positions)."""

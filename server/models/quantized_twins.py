@@ -49,7 +49,8 @@ def _joined(twins: list[Twin | None]) -> Twin | None:
                 twins[0].bits)
 
 
-def _pointer(a: mx.array) -> int:
+def pointer(a: mx.array) -> int:
+    """The address of an evaluated, contiguous array's memory (for mlxcel's kernels)."""
     view = np.array(a, copy=False)
     assert view.flags["C_CONTIGUOUS"]
     return view.ctypes.data
@@ -80,10 +81,10 @@ def register(model: nn.Module, twins: dict[str, Twin], tied_embeddings: bool) ->
     mx.eval([(w, t.q, t.scales, t.biases) for w, *_, t in pairs])
     registered, keep = [], []
     for weight, trans, k, n, twin in pairs:
-        ptr = _pointer(weight)
+        ptr = pointer(weight)
         status = native.mlxcel_quant_register(
-            ctypes.c_void_p(ptr), trans, k, n, ctypes.c_void_p(_pointer(twin.q)),
-            ctypes.c_void_p(_pointer(twin.scales)), ctypes.c_void_p(_pointer(twin.biases)), twin.bits, GROUP)
+            ctypes.c_void_p(ptr), trans, k, n, ctypes.c_void_p(pointer(twin.q)),
+            ctypes.c_void_p(pointer(twin.scales)), ctypes.c_void_p(pointer(twin.biases)), twin.bits, GROUP)
         if status == 0:
             registered.append(ptr)
             keep.append((weight, twin))
@@ -108,14 +109,14 @@ def register_panels(model: nn.Module) -> int:
     # (a tied head keeps its dot-product kernel, whose sums run as the reference's do: cpu_kernels.c)
     weights = [m.weight_t for _, m in model.named_modules() if isinstance(m, (TransposedLinear, FusedLinear))]
     weights = [w for w in weights if w.dtype == mx.float32
-               and not native.mlxcel_has_twin(ctypes.c_void_p(_pointer(w)))]
+               and not native.mlxcel_has_twin(ctypes.c_void_p(pointer(w)))]
     sizes = [int(native.mlxcel_pack_floats(*w.shape)) for w in weights]
     if not weights:
         return 0
     arena = huge_pages.Arena(4 * sum(sizes))
     registered, address = [], arena.address
     for weight, floats in zip(weights, sizes):
-        ptr = _pointer(weight)
+        ptr = pointer(weight)
         if native.mlxcel_pack_register(ctypes.c_void_p(ptr), *weight.shape, ctypes.c_void_p(address)) == 0:
             registered.append(ptr)
         address += 4 * floats
