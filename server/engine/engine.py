@@ -104,9 +104,8 @@ class _Running:
 # sums a row of the model's products the same in a chunk of 128 rows as in one of 512 (measured from 17 rows
 # up; tests/test_engine_batching.py), the attention runs in blocks aligned to absolute positions and the rest
 # is row by row. (Chunks of 16 rows or fewer run on mlxcel's few-row kernels, which sum in another order: a
-# hit never makes one the cold run did not make.) Larger chunks
-# read each weight once for more rows; 128 keeps a hit's recomputed tail short (a 2048-token prefix hit
-# recomputes its last 128 positions).
+# hit never makes one the cold run did not make.) Larger chunks read each weight once for more rows; 128 keeps
+# a hit's recomputed tail short (a 2048-token prefix hit recomputes its last 128 positions).
 PREFILL_ALIGN = 128
 
 
