@@ -7,8 +7,11 @@ first `import mlx`; `verify()` measures that GEMM afterwards, so the log states 
 
 Ahead of that BLAS go mlxcel's own CPU kernels (server/native/cpu_kernels.c, compiled once into the cache
 with the C compiler, skipped without one): their cblas_sgemm runs few-row products, a decode step's, at the
-memory's bandwidth on every core (OpenBLAS reaches about a third of it there) and forwards every other call
-unchanged; server/cpu_kernels.py calls their attention and SwiGLU.
+memory's bandwidth on every core (OpenBLAS reaches about a third of it there) and cuts every other product's
+rows into one part per thread of their pool, each part on the BLAS set to one thread: one pool then runs the
+products and the kernels between them (the BLAS's own threads spun on the second core while the pool waited
+for it, making a prompt's norms, rope and SwiGLU ~5x slower). server/cpu_kernels.py calls their attention,
+rope and SwiGLU, server/models/decode_step.py and prefill_step.py whole steps.
 """
 
 from __future__ import annotations
@@ -25,8 +28,8 @@ from dataclasses import dataclass
 BLAS_ENV = "MLXCEL_BLAS"  # a library path, or "reference" to keep the wheel's own BLAS
 KERNELS_ENV = "MLXCEL_CPU_KERNELS"  # "0": without mlxcel's CPU kernels
 KERNELS_DIR = os.path.join(os.path.dirname(__file__), "native")
-KERNELS_SOURCES = ("cpu_kernels.c", "decode_step.c")  # one shared object; cpu_kernels.h between them
-KERNELS_HEADERS = ("cpu_kernels.h",)
+KERNELS_SOURCES = ("cpu_kernels.c", "decode_step.c", "prefill_step.c")  # one shared object
+KERNELS_HEADERS = ("cpu_kernels.h", "step_model.h")
 FAST_GFLOPS = 10.0  # the reference BLAS measures ~2.5, OpenBLAS on two cores ~150
 
 _CANDIDATES = (
@@ -43,6 +46,7 @@ class BlasState:
     reason: str = "not attempted"
     gflops: float | None = None
     kernels: str = "not attempted"  # mlxcel's CPU kernels: "on", or why not
+    split: bool = False  # prompt-sized products split over mlxcel's pool, the BLAS single-threaded
     native: ctypes.CDLL | None = None
 
     @property
@@ -132,6 +136,10 @@ def _load_kernels(blas: ctypes.CDLL) -> None:
         STATE.kernels = f"off ({exc})"
         return
     native.mlxcel_small_calls.restype = ctypes.c_long
+    if hasattr(blas, "openblas_set_num_threads"):  # one pool for every thread: the BLAS's own stay asleep
+        blas.openblas_set_num_threads(1)
+        native.mlxcel_split_rows(1)
+        STATE.split = True
     STATE.native = native
     STATE.kernels = "on" if native.mlxcel_has_avx2() else "on (no AVX2/FMA here: products go to the BLAS)"
 
@@ -171,5 +179,8 @@ def describe() -> str:
     speed = f"{STATE.gflops:.1f} GFLOP/s" if STATE.gflops is not None else "not measured"
     verdict = "fast BLAS in use" if STATE.fast else "SLOW reference BLAS in use"
     lib = STATE.library or "the mlx wheel's own"
+    split = ""
+    if STATE.split and STATE.native is not None:
+        split = f", products split over their {STATE.native.mlxcel_threads()} threads, the BLAS on one each"
     return (f"CPU BLAS: {verdict} ({lib}; {STATE.reason}; sgemm 512x1536x576 at {speed}; mlxcel CPU "
-            f"kernels: {STATE.kernels})")
+            f"kernels: {STATE.kernels}{split})")

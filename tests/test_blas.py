@@ -61,6 +61,26 @@ def test_few_row_products_run_on_mlxcels_kernels_and_agree_with_the_gemm():
     assert blas.small_calls() - before == 4
 
 
+def test_prompt_sized_products_split_over_the_pool_keep_every_row_bitwise():
+    """The BLAS runs one thread and mlxcel's pool cuts a product's rows among its threads: a row's sums are
+    the BLAS's own whatever the rows beside it (17 rows or 700, either operand layout, a weight's columns
+    read in part), so a prompt's rows do not depend on how it was cut into chunks."""
+    import mlx.core as mx
+    import numpy as np
+
+    if not blas.STATE.split:
+        pytest.skip("the BLAS cannot be set to one thread here")
+    assert "products split over" in blas.describe()
+    rng = np.random.default_rng(3)
+    x = mx.array(rng.standard_normal((700, 576)).astype(np.float32))
+    w = rng.standard_normal((576, 960)).astype(np.float32)
+    for b in (mx.array(w), mx.array(np.ascontiguousarray(w.T)).T, mx.array(w)[:, 576:]):
+        whole = np.array(x @ b)
+        assert np.abs(whole - np.array(x, np.float64) @ np.array(b, np.float64)).max() < 1e-3
+        for lo, hi in ((0, 17), (100, 140), (13, 600), (683, 700)):  # (16 rows or fewer: the few-row kernels)
+            assert np.array_equal(np.array(x[lo:hi] @ b), whole[lo:hi]), (lo, hi)
+
+
 def test_the_kernels_can_be_turned_off():
     code = "from server import blas; blas.activate(); print(blas.STATE.kernels)"
     import os

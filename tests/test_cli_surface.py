@@ -332,9 +332,9 @@ def test_inert_values_start(argv):
 
 
 GGML_REFUSALS = {
-    ("-t", "8"): "error: -t 8: mlxcel does not size a CPU thread pool: MLX and the BLAS schedule their own threads "
+    ("-t", "8"): "error: -t 8: mlxcel does not size a CPU thread pool from its command line: it uses every core "
                  "(upstream's <= 0 means all cores, which is what happens here); leave it out or pass -1; on Linux "
-                 "the BLAS mlxcel loads reads OPENBLAS_NUM_THREADS",
+                 "MLXCEL_CPU_THREADS sizes mlxcel's CPU thread pool",
     ("--numa", "distribute"): "error: --numa distribute: mlxcel has no NUMA placement of its own; leave it out and run "
                               "the process under numactl",
     ("-C", "ff"): "error: -C ff: mlxcel sets no CPU affinity, polling or scheduling policy of its own (MLX and the BLAS "

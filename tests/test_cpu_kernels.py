@@ -55,6 +55,24 @@ def test_batched_attention_skips_each_rows_left_padding(batch, n_q, n_keys, seed
     assert mx.array_equal(alone[0], got[row]).item()
 
 
+@settings(max_examples=25, deadline=None)
+@given(heads=st.sampled_from([(1, 1), (9, 3), (4, 2)]), n_q=st.integers(2, 90), extra=st.integers(0, 60),
+       dim=st.sampled_from([13, 64]), seed=st.integers(0, 2**16))
+def test_each_prompt_row_is_bitwise_what_a_decode_step_gives_it(heads, n_q, extra, dim, seed):
+    """A prompt's rows (rows_task) are summed as a one-query step sums its row: every row bitwise what it
+    gets alone over its visible keys, and a later part of the prompt (a resumed chunk) bitwise the same."""
+    (n_heads, n_kv), n_keys = heads, n_q + extra
+    q, k, v = _arrays(np.random.default_rng(seed), (1, n_heads, n_q, dim), (1, n_kv, n_keys, dim),
+                      (1, n_kv, n_keys, dim))
+    whole = cpu_kernels.attention(q, k, v, 0.125)
+    for i in range(n_q):
+        pos = extra + i
+        alone = cpu_kernels.attention(q[:, :, i:i + 1], k[:, :, :pos + 1], v[:, :, :pos + 1], 0.125)
+        assert mx.array_equal(alone, whole[:, :, i:i + 1]).item(), i
+    cut = n_q // 2
+    assert mx.array_equal(cpu_kernels.attention(q[:, :, cut:], k, v, 0.125), whole[:, :, cut:]).item()
+
+
 def test_attention_reads_keys_in_place_from_a_larger_buffer():
     """The KV cache hands over a slice of its preallocated buffer (a head stride larger than its rows)."""
     rng = np.random.default_rng(1)

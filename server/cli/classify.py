@@ -156,9 +156,9 @@ _NO_GGML = "mlxcel has no GGML backend: MLX runs every tensor of the model on on
 _AFFINITY = ("mlxcel sets no CPU affinity, polling or scheduling policy of its own (MLX and the BLAS schedule "
              "their threads)")
 _PIN_OS = "leave it out, and pin or prioritise the whole process with taskset, numactl, nice or chrt"
-_THREADS = ("mlxcel does not size a CPU thread pool: MLX and the BLAS schedule their own threads (upstream's <= 0 "
+_THREADS = ("mlxcel does not size a CPU thread pool from its command line: it uses every core (upstream's <= 0 "
             "means all cores, which is what happens here)")
-_THREADS_ALT = "leave it out or pass -1; on Linux the BLAS mlxcel loads reads OPENBLAS_NUM_THREADS"
+_THREADS_ALT = "leave it out or pass -1; on Linux MLXCEL_CPU_THREADS sizes mlxcel's CPU thread pool"
 _PLACEMENT = "mlxcel places no tensor on a chosen device or buffer type: every weight and the KV cache live on MLX's " \
              "default device"
 _LEAVE = "leave it out"

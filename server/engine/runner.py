@@ -9,6 +9,7 @@ from mlx_lm.models.cache import BatchKVCache, KVCache, make_prompt_cache
 
 from ..models.decode_step import DecodeStep
 from ..models.loader import LoadedModel
+from ..models.prefill_step import PrefillStep
 
 
 def _trunk_and_head(model):
@@ -27,6 +28,7 @@ class Runner:
         self.n_batch = n_batch
         self._split = _trunk_and_head(loaded.model)
         self._step = DecodeStep.build(loaded.model)  # None: decode steps run through MLX
+        self._prefill = PrefillStep.build(self._step)  # None: prompts run through MLX
 
     def new_cache(self) -> list:
         return make_prompt_cache(self.loaded.model)
@@ -67,8 +69,13 @@ class Runner:
         """Feed `tokens` in chunks of n_batch; returns the last position's logits (float32)."""
         logits = None
         for start in range(0, len(tokens), self.n_batch):
-            chunk = mx.array([tokens[start : start + self.n_batch]])
             last = start + self.n_batch >= len(tokens)
+            if self._prefill is not None:
+                done, out = self._prefill(cache, tokens[start : start + self.n_batch], last)
+                if done:
+                    logits = out
+                    continue
+            chunk = mx.array([tokens[start : start + self.n_batch]])
             if self._split is None:
                 logits = self.loaded.model(chunk, cache=cache)[:, -1, :]
                 mx.eval(logits)

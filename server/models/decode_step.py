@@ -55,15 +55,15 @@ class DecodeStep:
 
     def __init__(self, dims: list[int], params: list[float], weights: list[mx.array]):
         native = blas.STATE.native
-        self._native = native
+        self.native = native
         self._weights = weights  # kept alive with the handle
         ptrs = (_VOID_P * len(weights))(*[pointer(w) for w in weights])  # float32: checked by build
         handle = native.mlxcel_step_model((ctypes.c_int * len(dims))(*dims),
                                           (ctypes.c_float * len(params))(*params), ptrs)
         if not handle:
             raise MemoryError("decode step model")
-        self._handle = _VOID_P(handle)
-        weakref.finalize(self, native.mlxcel_step_model_free, self._handle)
+        self.handle = _VOID_P(handle)
+        weakref.finalize(self, native.mlxcel_step_model_free, self.handle)
         self.layers, self.kv_heads, self.head_dim, self.vocab = dims[0], dims[3], dims[4], dims[6]
 
     @classmethod
@@ -109,12 +109,13 @@ class DecodeStep:
         mx.eval(weights)
         return cls(dims, [norms.pop(), base, scale, attn_scale], weights)
 
-    def _grow(self, cache, index: int, rows: int) -> None:
-        """Room at index in every layer's buffer, as mlx-lm's update_and_fetch makes it (256 positions)."""
+    def grow(self, cache, index: int, rows: int, positions: int = 1) -> None:
+        """Room for `positions` more at index in a layer's buffer (rows sequences), as mlx-lm's update_and_fetch
+        makes it: a new buffer of whole steps (256 positions) appended."""
         step = cache.step
-        if cache.keys is not None and index < cache.keys.shape[2]:
+        if cache.keys is not None and index + positions <= cache.keys.shape[2]:
             return
-        shape = (rows, self.kv_heads, step, self.head_dim)
+        shape = (rows, self.kv_heads, (positions + step - 1) // step * step, self.head_dim)
         # (from numpy: mx.zeros alone is a broadcast scalar, no buffer to write in)
         new_k, new_v = mx.array(np.zeros(shape, np.float32)), mx.array(np.zeros(shape, np.float32))
         if cache.keys is None:
@@ -124,6 +125,20 @@ class DecodeStep:
                 cache.keys, cache.values = cache.keys[..., :index, :], cache.values[..., :index, :]
             cache.keys = mx.concatenate([cache.keys, new_k], axis=2)
             cache.values = mx.concatenate([cache.values, new_v], axis=2)
+
+    @staticmethod
+    def cache_pointers(caches: list, rows: int) -> tuple[list[int], list[int], list[int]] | None:
+        """The evaluated caches' key and value buffers and their strides in floats (per sequence, head and
+        position: keys' then values', layer after layer), or None where one is not float32 in that layout."""
+        keys, values, strides = [], [], []
+        for c in caches:
+            for arr, out in ((c.keys, keys), (c.values, values)):
+                view = np.array(arr, copy=False)
+                if view.dtype != np.float32 or view.strides[-1] != 4 or view.shape[0] != rows:
+                    return None
+                out.append(view.ctypes.data)
+                strides.extend(s // 4 for s in view.strides[:3])
+        return keys, values, strides
 
     def __call__(self, caches: list, tokens: list[int]) -> mx.array | None:
         """One token per row: caches is a sequence's per-layer KVCaches (one row) or a batch's per-layer
@@ -148,20 +163,16 @@ class DecodeStep:
         if len(caches) != self.layers:
             return None
         for c in caches:
-            self._grow(c, index, rows)
+            self.grow(c, index, rows)
         mx.eval([(c.keys, c.values) for c in caches])
-        keys, values, strides = [], [], []  # strides: keys' then values' per sequence, head, position
-        for c in caches:
-            for arr, out in ((c.keys, keys), (c.values, values)):
-                view = np.array(arr, copy=False)
-                if view.dtype != np.float32 or view.strides[-1] != 4 or view.shape[0] != rows:
-                    return None
-                out.append(view.ctypes.data)
-                strides.extend(s // 4 for s in view.strides[:3])
+        pointers = self.cache_pointers(caches, rows)
+        if pointers is None:
+            return None
+        keys, values, strides = pointers
         logits = np.empty((rows, self.vocab), np.float32)
         n = len(caches)
-        status = self._native.mlxcel_step(
-            self._handle, rows, (ctypes.c_int * rows)(*tokens), (ctypes.c_int * rows)(*positions), first,
+        status = self.native.mlxcel_step(
+            self.handle, rows, (ctypes.c_int * rows)(*tokens), (ctypes.c_int * rows)(*positions), first,
             index + 1, (_VOID_P * n)(*keys), (_VOID_P * n)(*values), (ctypes.c_long * len(strides))(*strides),
             _VOID_P(logits.ctypes.data))
         if status != 0:

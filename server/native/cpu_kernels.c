@@ -5,10 +5,10 @@
  *    bandwidth. Here each weight is streamed once, on every core, with AVX2/FMA; a dequantized weight with a
  *    registered quantized twin is read at 4 or 8 bits instead. Every output element is summed in the same
  *    order whatever M or the thread: a sequence decoded with others gets bitwise the logits it gets alone.
- *    Other products go to the real cblas_sgemm unchanged.
- * 2. Causal attention (the scores' softmax with a vectorized exp; a batch's rows from their left padding), the
- *    SwiGLU gate and rope: MLX's CPU exp and sigmoid take ~15-20 ns an element on x86, most of a prefill's
- *    time, and its CPU rope is a chain of fallback operations.
+ *    Other products go to the real cblas_sgemm, their rows cut over the pool when the BLAS runs one thread.
+ * 2. Causal attention (the scores' softmax with a vectorized exp; a batch's rows from their left padding; a
+ *    prompt's rows each summed as a decode step's row), the SwiGLU gate and rope: MLX's CPU exp and sigmoid
+ *    take ~15-20 ns an element on x86, most of a prefill's time, and its CPU rope is a chain of fallbacks.
  *
  * One pool of threads serves every caller. Built once into the cache with the C compiler; the AVX2 paths are
  * chosen at run time, the rest falls back to the BLAS and plain C. */
@@ -119,6 +119,10 @@ static void pool_run(task_fn fn, void *ctx, int tasks, int parallel) {
     for (int t = 0; t < tasks; t += pool.n) fn(ctx, t);
     while (atomic_load_explicit(&pool.pending, memory_order_acquire) > 0) cpu_relax();
     pthread_mutex_unlock(&pool.busy);
+}
+
+HIDDEN void mlxcel_pool_run(mlxcel_task_fn fn, void *ctx, int tasks, int parallel) {
+    pool_run(fn, ctx, tasks, parallel);
 }
 
 /* Bind to the BLAS loaded with dlopen(handle); returns 0 when it lacks cblas_sgemm. */
@@ -595,6 +599,35 @@ AVX2 static int small_quant(const struct quant_weight *w, int M, float alpha, co
 }
 #endif
 
+/* ---- prompt-sized products: the rows cut into one part per thread of the pool, each part on the BLAS run with
+ * one thread (mlxcel_split_rows): one pool of threads for the products and mlxcel's kernels between them, where
+ * the BLAS's own threads spun on the second core while the pool's waited for it. ---- */
+static int split_rows;
+
+struct split_args {
+    int trans_a, trans_b, m, n, k;
+    float alpha;
+    const float *a;
+    int lda;
+    const float *b;
+    int ldb;
+    float beta;
+    float *c;
+    int ldc, parts;
+};
+
+static void split_task(void *ctx, int t) {
+    const struct split_args *s = ctx;
+    int m0 = (int)((long)s->m * t / s->parts), m1 = (int)((long)s->m * (t + 1) / s->parts);
+    if (m1 <= m0) return;
+    const float *a = s->trans_a == NO_TRANS ? s->a + (size_t)m0 * s->lda : s->a + m0;
+    real_sgemm(ROW_MAJOR, s->trans_a, s->trans_b, m1 - m0, s->n, s->k, s->alpha, a, s->lda, s->b, s->ldb, s->beta,
+               s->c + (size_t)m0 * s->ldc, s->ldc);
+}
+
+/* On: the BLAS is to run single-threaded (the caller has set it so), products of many rows split here. */
+void mlxcel_split_rows(int on) { split_rows = on; }
+
 void cblas_sgemm(int order, int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a, int lda,
                  const float *b, int ldb, float beta, float *c, int ldc) {
 #if X86
@@ -617,6 +650,11 @@ void cblas_sgemm(int order, int trans_a, int trans_b, int m, int n, int k, float
         return;
     }
 #endif
+    if (split_rows && order == ROW_MAJOR && m > SMALL_M && pool.n > 1) {
+        struct split_args s = {trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, pool.n};
+        pool_run(split_task, &s, pool.n, 1);
+        return;
+    }
     real_sgemm(order, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
@@ -723,13 +761,218 @@ void mlxcel_swiglu(const float *g, const float *u, long rows, long width, long l
     pool_run(swiglu_task, &s, (int)tasks, rows * width >= 32768);
 }
 
+/* ---- attention rows summed as a decode step sums its one row ------------------------------------------------
+ * A decode step's row goes through small_nt and small_nn above: each score is 8 lanes over the head's dims
+ * reduced in hsum's order, then scaled; the output sums the visible keys cut into NN_PARTS parts by their count,
+ * each part in key order, the parts added in small_nn's order. rows_task does exactly that for every row of a
+ * prompt, with no BLAS: a row's result depends on its query and its visible keys only, never on the chunk or
+ * block it came in, so a cached prefix resumes bitwise and a prompt's last row is what a decode step would give.
+ * Tasks are blocks of ROWS_BLOCK queries of one head, spread over the pool; scores 4 rows x 2 keys at a time. */
+enum { ROWS_BLOCK = 16 };
+
+struct rows_args {
+    const float *q, *k, *v;
+    long q_seq, q_head, q_pos, k_seq, k_head, k_pos, v_seq, v_head, v_pos;
+    int B, H, Hkv, L, T, D;
+    float scale;
+    const int *first;
+    float *out;
+    int blocks, failed;
+};
+
+#if X86
+/* the 8 accumulators' lane sums, each reduced as hsum reduces it: ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)) */
+AVX2 static inline __m256 hsum8(const __m256 a[8]) {
+    __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+    __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+/* s[r][j] = scale * q_r . k_j for 4 query rows and 2 keys, each as nt_tile sums it */
+AVX2 static inline void scores_4x2(const float *const qr[4], const float *const kj[2], int D, float scale,
+                                   float *const sr[4], int j) {
+    __m256 acc[8];
+    for (int i = 0; i < 8; i++) acc[i] = _mm256_setzero_ps();
+    int d8 = D & ~7;
+    for (int d = 0; d < d8; d += 8) {
+        __m256 k0 = _mm256_loadu_ps(kj[0] + d), k1 = _mm256_loadu_ps(kj[1] + d);
+        for (int r = 0; r < 4; r++) {
+            __m256 x = _mm256_loadu_ps(qr[r] + d);
+            acc[2 * r] = _mm256_fmadd_ps(x, k0, acc[2 * r]);
+            acc[2 * r + 1] = _mm256_fmadd_ps(x, k1, acc[2 * r + 1]);
+        }
+    }
+    __m256 sums = hsum8(acc);
+    if (d8 == D) { /* lanes r0k0 r0k1 r1k0 r1k1 | r2k0 r2k1 r3k0 r3k1, scaled as finish scales */
+        sums = _mm256_mul_ps(_mm256_set1_ps(scale), sums);
+        __m128 lo = _mm256_castps256_ps128(sums), hi = _mm256_extractf128_ps(sums, 1);
+        _mm_storel_pi((__m64 *)(sr[0] + j), lo);
+        _mm_storeh_pi((__m64 *)(sr[1] + j), lo);
+        _mm_storel_pi((__m64 *)(sr[2] + j), hi);
+        _mm_storeh_pi((__m64 *)(sr[3] + j), hi);
+        return;
+    }
+    float s[8];
+    _mm256_storeu_ps(s, sums);
+    for (int r = 0; r < 4; r++)
+        for (int c = 0; c < 2; c++) {
+            float t = s[2 * r + c];
+            for (int d = d8; d < D; d++) t = fmaf(qr[r][d], kj[c][d], t);
+            sr[r][j + c] = scale * t;
+        }
+}
+
+/* acc[d0:d1] = sum over k in [k0, k1) of p[k] * v_k[d0:d1], in k order from zero (one part of small_nn's sums) */
+AVX2 static void values_part(const float *p, const float *v, long v_pos, int k0, int k1, int d0, int d1,
+                             float *acc) {
+    int d = d0;
+    for (; d + 64 <= d1; d += 64) {
+        __m256 a[8];
+        for (int i = 0; i < 8; i++) a[i] = _mm256_loadu_ps(acc + d + 8 * i);
+        for (int k = k0; k < k1; k++) {
+            __m256 x = _mm256_broadcast_ss(p + k);
+            const float *vk = v + k * v_pos + d;
+            for (int i = 0; i < 8; i++) a[i] = _mm256_fmadd_ps(x, _mm256_loadu_ps(vk + 8 * i), a[i]);
+        }
+        for (int i = 0; i < 8; i++) _mm256_storeu_ps(acc + d + 8 * i, a[i]);
+    }
+    for (; d + 8 <= d1; d += 8) {
+        __m256 a = _mm256_loadu_ps(acc + d);
+        for (int k = k0; k < k1; k++) a = _mm256_fmadd_ps(_mm256_broadcast_ss(p + k), _mm256_loadu_ps(v + k * v_pos + d), a);
+        _mm256_storeu_ps(acc + d, a);
+    }
+    for (; d < d1; d++) {
+        float a = acc[d];
+        for (int k = k0; k < k1; k++) a = fmaf(p[k], v[k * v_pos + d], a);
+        acc[d] = a;
+    }
+}
+
+/* values_part for 4 rows over the keys [k0, k1) they share, 16 dims at a time: each v_k is loaded once for
+ * the 4 rows. p[r] is row r's probabilities, acc[r] its running sums (each still in k order per row). */
+AVX2 static void values_part4(const float *const p[4], const float *v, long v_pos, int k0, int k1, int D,
+                              float *const acc[4]) {
+    for (int d = 0; d + 16 <= D; d += 16) {
+        __m256 a[4][2];
+        for (int r = 0; r < 4; r++) a[r][0] = _mm256_loadu_ps(acc[r] + d), a[r][1] = _mm256_loadu_ps(acc[r] + d + 8);
+        for (int k = k0; k < k1; k++) {
+            const float *vk = v + k * v_pos + d;
+            __m256 v0 = _mm256_loadu_ps(vk), v1 = _mm256_loadu_ps(vk + 8);
+            for (int r = 0; r < 4; r++) {
+                __m256 x = _mm256_broadcast_ss(p[r] + k);
+                a[r][0] = _mm256_fmadd_ps(x, v0, a[r][0]);
+                a[r][1] = _mm256_fmadd_ps(x, v1, a[r][1]);
+            }
+        }
+        for (int r = 0; r < 4; r++) _mm256_storeu_ps(acc[r] + d, a[r][0]), _mm256_storeu_ps(acc[r] + d + 8, a[r][1]);
+    }
+    int d16 = D & ~15;
+    if (d16 < D)
+        for (int r = 0; r < 4; r++) values_part(p[r], v, v_pos, k0, k1, d16, D, acc[r]);
+}
+
+/* one row's outputs from its probabilities over its seen keys: NN_PARTS parts, each from zero, then added */
+static void finish_row(const float *parts, int D, float *o) {
+    const float *s0 = parts, *s1 = s0 + D, *s2 = s1 + D, *s3 = s2 + D;
+    for (int d = 0; d < D; d++) o[d] = (s0[d] + s1[d]) + (s2[d] + s3[d]);
+}
+
+static float *rows_buffer(size_t floats) {
+    static __thread float *buf;
+    static __thread size_t cap;
+    if (floats > cap) {
+        free(buf);
+        buf = aligned_alloc(64, ((floats * sizeof(float)) + 63) & ~(size_t)63);
+        cap = buf ? floats : 0;
+    }
+    return buf;
+}
+
+AVX2 static void rows_task(void *ctx, int task) {
+    struct rows_args *a = ctx;
+    int bh = task % (a->B * a->H), block = task / (a->B * a->H);
+    int b = bh / a->H, h = bh % a->H, group = a->H / a->Hkv, D = a->D;
+    int first = a->first ? a->first[b] : 0, r0 = block * ROWS_BLOCK;
+    int rows = a->L - r0 < ROWS_BLOCK ? a->L - r0 : ROWS_BLOCK;
+    int keys = a->T - a->L + r0 + rows - first; /* the visible keys of the block's last query */
+    const float *kh = a->k + b * a->k_seq + (h / group) * a->k_head + first * a->k_pos;
+    const float *vh = a->v + b * a->v_seq + (h / group) * a->v_head + first * a->v_pos;
+    const float *qh = a->q + b * a->q_seq + h * a->q_head;
+    float *scores = rows_buffer((size_t)ROWS_BLOCK * (keys > 0 ? keys : 1) + 4 * NN_PARTS * (size_t)D);
+    if (!scores) { a->failed = 1; return; }
+    float *parts = scores + (size_t)ROWS_BLOCK * (keys > 0 ? keys : 1);
+    /* scores: rows 4 at a time (a short last group repeats its last row), keys 2 at a time (likewise) */
+    for (int i = 0; i < rows && keys > 0; i += 4) {
+        const float *qr[4];
+        float *sr[4];
+        for (int r = 0; r < 4; r++) {
+            int row = i + r < rows ? i + r : rows - 1;
+            qr[r] = qh + (r0 + row) * a->q_pos;
+            sr[r] = scores + (size_t)row * keys;
+        }
+        int seen_last = keys - (rows - 1 - (i + 3 < rows ? i + 3 : rows - 1)); /* what the group's last row sees */
+        for (int j = 0; j < seen_last; j += 2) {
+            int j1 = j + 1 < keys ? j + 1 : j;
+            const float *kj[2] = {kh + j * a->k_pos, kh + j1 * a->k_pos};
+            if (j1 == j) { /* an odd last key: computed twice, stored once (into a spare column) */
+                float spare[4][2];
+                float *tr[4] = {spare[0], spare[1], spare[2], spare[3]};
+                scores_4x2(qr, kj, D, a->scale, tr, 0);
+                for (int r = 0; r < 4; r++) sr[r][j] = spare[r][0];
+            } else {
+                scores_4x2(qr, kj, D, a->scale, sr, j);
+            }
+        }
+    }
+    for (int i = 0; i < rows; i++) {
+        int seen = keys - (rows - 1 - i);
+        if (seen > 0) softmax_row(scores + (size_t)i * keys, seen);
+    }
+    /* outputs: 4 rows at a time where all 4 see keys; a part's keys shared by the 4 go through values_part4,
+     * each row's own first and last keys of the part alone, before and after them (k order kept per row) */
+    for (int i = 0; i < rows; i += 4) {
+        int n = rows - i < 4 ? rows - i : 4;
+        int seen0 = keys - (rows - 1 - i);
+        float *acc = parts; /* 4 rows x NN_PARTS parts x D */
+        memset(acc, 0, sizeof(float) * (size_t)4 * NN_PARTS * D);
+        const float *pr[4];
+        for (int r = 0; r < 4; r++) pr[r] = scores + (size_t)(i + (r < n ? r : n - 1)) * keys;
+        for (int p = 0; p < NN_PARTS; p++) {
+            int lo[4], hi[4], shared_lo = 0, shared_hi = 1 << 30;
+            float *ar[4];
+            for (int r = 0; r < 4; r++) {
+                int seen = r < n ? seen0 + r : 0;
+                seen = seen > 0 ? seen : 0;
+                lo[r] = (int)((long)seen * p / NN_PARTS), hi[r] = (int)((long)seen * (p + 1) / NN_PARTS);
+                ar[r] = acc + ((size_t)r * NN_PARTS + p) * D;
+                shared_lo = lo[r] > shared_lo ? lo[r] : shared_lo;
+                shared_hi = hi[r] < shared_hi ? hi[r] : shared_hi;
+            }
+            if (n == 4 && shared_lo < shared_hi) {
+                for (int r = 0; r < 4; r++) values_part(pr[r], vh, a->v_pos, lo[r], shared_lo, 0, D, ar[r]);
+                values_part4(pr, vh, a->v_pos, shared_lo, shared_hi, D, ar);
+                for (int r = 0; r < 4; r++) values_part(pr[r], vh, a->v_pos, shared_hi, hi[r], 0, D, ar[r]);
+            } else {
+                for (int r = 0; r < n; r++) values_part(pr[r], vh, a->v_pos, lo[r], hi[r], 0, D, ar[r]);
+            }
+        }
+        for (int r = 0; r < n; r++) {
+            float *o = a->out + (((size_t)b * a->L + r0 + i + r) * a->H + h) * D;
+            if (seen0 + r <= 0) memset(o, 0, sizeof(float) * (size_t)D); /* a padding query: zeros */
+            else finish_row(acc + (size_t)r * NN_PARTS * D, D, o);
+        }
+    }
+}
+#endif
+
 /* Causal attention for a batch of sequences. q: B x H heads x L queries x D; k, v: B x Hkv heads x T keys x D
  * (strides in floats: per sequence, per head, per position; rows contiguous). In sequence b query i sits at
  * position T - L + i and sees keys first[b]..T - L + i (first: the left padding of a batch, NULL for none;
- * query heads share key heads in groups of H / Hkv). out: B x L x H x D, contiguous. The products go through
- * cblas_sgemm above; between them each row's softmax, over its visible keys only. Prompts (L > SMALL_M) take
- * the heads in turn, the BLAS spreading each product over the cores; decode steps spread the heads. Returns
- * 0, or -1 when out of memory (nothing written). */
+ * query heads share key heads in groups of H / Hkv). out: B x L x H x D, contiguous. Several queries (a
+ * prompt's) go to rows_task above; one query (a decode step's) through the few-row products above, the heads
+ * spread over the pool, and between them each row's softmax over its visible keys only: the same sums either
+ * way (without AVX2 every L takes the products, a prompt's heads in turn). Returns 0, or -1 when out of memory
+ * (nothing written). */
 struct attention_args {
     const float *q, *k, *v;
     long q_seq, q_head, q_pos, k_seq, k_head, k_pos, v_seq, v_head, v_pos;
@@ -773,6 +1016,15 @@ static void attention_head(void *ctx, int task) {
 int mlxcel_attention(const float *q, long q_seq, long q_head, long q_pos, const float *k, long k_seq, long k_head,
                      long k_pos, const float *v, long v_seq, long v_head, long v_pos, int B, int H, int Hkv, int L,
                      int T, int D, float scale, const int *first, float *out) {
+#if X86
+    if (have_avx2 && L > 1) {
+        int blocks = (L + ROWS_BLOCK - 1) / ROWS_BLOCK;
+        struct rows_args r = {q, k, v, q_seq, q_head, q_pos, k_seq, k_head, k_pos, v_seq, v_head, v_pos,
+                              B, H, Hkv, L, T, D, scale, first, out, blocks, 0};
+        pool_run(rows_task, &r, blocks * B * H, 1);
+        return r.failed ? -1 : 0;
+    }
+#endif
     struct attention_args a = {q, k, v, q_seq, q_head, q_pos, k_seq, k_head, k_pos, v_seq, v_head, v_pos,
                                H, Hkv, L, T, D, scale, first, out, 0};
     pool_run(attention_head, &a, B * H, L <= SMALL_M);

@@ -15,6 +15,10 @@ int mlxcel_attention(const float *q, long q_seq, long q_head, long q_pos, const 
                      int T, int D, float scale, const int *first, float *out);
 void mlxcel_swiglu(const float *g, const float *u, long rows, long width, long ld, float *out);
 
+/* fn(ctx, t) for t in [0, tasks), spread over the one pool of threads when parallel is set and it is free */
+typedef void (*mlxcel_task_fn)(void *ctx, int task);
+HIDDEN void mlxcel_pool_run(mlxcel_task_fn fn, void *ctx, int tasks, int parallel);
+
 /* rope's cos and sin at a position for pairs 0..half-1, as ggml computes them */
 HIDDEN void rope_angles(int position, int half, int dims, float base, float scale, float *c, float *s);
 

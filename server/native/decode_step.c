@@ -12,20 +12,7 @@
 #include <string.h>
 
 #include "cpu_kernels.h"
-
-enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
-enum { DIMS = 10, PARAMS = 4, LAYER_WEIGHTS = 6 };
-
-struct step_layer {
-    const float *attn_norm, *wqkv, *wo, *mlp_norm, *wgu, *wdown; /* the products' weights in x out */
-};
-
-struct step_model {
-    int layers, hidden, heads, kv_heads, head_dim, inter, vocab, rope_dims, tied, max_rows;
-    float eps, rope_base, rope_scale, attn_scale;
-    const float *embed, *norm, *head; /* embed: vocab x hidden; head: hidden x vocab (the embedding when tied) */
-    struct step_layer layer[];
-};
+#include "step_model.h"
 
 /* dims: layers, hidden, heads, kv_heads, head_dim, intermediate, vocab, rope dims, tied, max rows;
  * params: rms eps, rope base, rope scale, attention scale; weights: embed, final norm, head (ignored when
@@ -46,29 +33,6 @@ void *mlxcel_step_model(const int *dims, const float *params, const float *const
 }
 
 void mlxcel_step_model_free(void *model) { free(model); }
-
-/* out = x / rms(x) * w, as ggml's rms_norm then mul */
-static void rms_norm(const float *x, const float *w, float *out, int n, float eps) {
-    double sum = 0.0;
-    for (int i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
-    const float mean = (float)(sum / n);
-    const float scale = 1.0f / sqrtf(mean + eps);
-    for (int i = 0; i < n; i++) out[i] = x[i] * scale * w[i];
-}
-
-/* rotate-half rope of one head at the angles given, from x into out */
-static void rope_head(const float *x, float *out, int half, int D, const float *c, const float *s) {
-    for (int j = 0; j < half; j++) {
-        float u = x[j], v = x[j + half];
-        out[j] = u * c[j] - v * s[j];
-        out[j + half] = u * s[j] + v * c[j];
-    }
-    for (int j = 2 * half; j < D; j++) out[j] = x[j];
-}
-
-static void product(int rows, int n, int k, const float *x, const float *w, float *y) {
-    cblas_sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, rows, n, k, 1.0f, x, k, w, n, 0.0f, y, n);
-}
 
 /* One token for each of B sequences. Row b's token sits at position pos[b] and is written to its cache at
  * index T - 1 (its keys before first[b] are left padding; first NULL: none); keys[l] and values[l] are layer

@@ -1,0 +1,63 @@
+"""A llama-family model's prompt chunk in one native call (server/native/prefill_step.c), on the CPU.
+
+Through MLX a chunk's layer hands over between MLX's stream thread and mlxcel's kernels several times, copies
+each kernel's result back and runs its norms and residual adds on one core. `PrefillStep` runs the chunk in
+C over the native decode step's model (the same weights, `DecodeStep`) and writes every layer's keys and
+values into the sequence's mlx-lm cache in place, at the chunk's positions, grown first as `update_and_fetch`
+grows it; the cache's offset then moves on as it would have. The last layer computes only its keys and
+values, and its other work for the last position alone when the chunk ends the prompt.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import mlx.core as mx
+import numpy as np
+from mlx_lm.models.cache import KVCache
+
+from .decode_step import DecodeStep
+
+_VOID_P = ctypes.c_void_p
+
+
+class PrefillStep:
+    """The native prompt chunk for one loaded model (use `build`)."""
+
+    def __init__(self, step: DecodeStep):
+        self._step = step
+        self._native = step.native
+
+    @classmethod
+    def build(cls, step: DecodeStep | None) -> PrefillStep | None:
+        if step is None or not hasattr(step.native, "mlxcel_prefill"):
+            return None
+        return cls(step)
+
+    def __call__(self, caches: list, tokens: list[int], want_logits: bool) -> tuple[bool, mx.array | None]:
+        """Prefill `tokens` into one sequence's per-layer KVCaches. Returns (True, the last position's logits
+        (1 x vocab, float32) or None when not wanted), or (False, None) where this step does not take these
+        caches (the caller then runs MLX's)."""
+        step, rows = self._step, len(tokens)
+        if rows < 1 or len(caches) != step.layers or not all(type(c) is KVCache for c in caches):
+            return False, None
+        index = caches[0].offset
+        if not all(c.offset == index for c in caches):
+            return False, None
+        for c in caches:
+            step.grow(c, index, 1, rows)
+        mx.eval([(c.keys, c.values) for c in caches])
+        pointers = step.cache_pointers(caches, 1)
+        if pointers is None:
+            return False, None
+        keys, values, strides = pointers
+        logits = np.empty((1, step.vocab), np.float32) if want_logits else None
+        n = len(caches)
+        status = self._native.mlxcel_prefill(
+            step.handle, rows, (ctypes.c_int * rows)(*tokens), index, (_VOID_P * n)(*keys), (_VOID_P * n)(*values),
+            (ctypes.c_long * len(strides))(*strides), None if logits is None else _VOID_P(logits.ctypes.data))
+        if status != 0:
+            raise MemoryError("prefill step")
+        for c in caches:
+            c.offset += rows
+        return True, None if logits is None else mx.array(logits)

@@ -1,0 +1,153 @@
+/* A llama-family prompt chunk in one call (server/models/prefill_step.py).
+ *
+ * Through MLX a chunk's layer is ~20 operations on MLX's stream thread, between which mlxcel's kernels (rope,
+ * attention, SwiGLU) run on the caller's thread: every hand-over waits, every kernel's result is copied back
+ * into MLX, and the norms and residual adds run on one core. Here the chunk runs in C over the model's weights
+ * (decode_step.c's model) and the sequence's KV cache, written in place at the chunk's positions: the products
+ * through the interposed cblas_sgemm (the BLAS, for a prompt's rows), each residual added by its product
+ * (beta 1: no pass over the output to zero it first), the norms (ggml's, as the decode step's), rope and the
+ * SwiGLU spread over the pool, attention as mlxcel_attention computes it. The last layer computes only what is
+ * used: its keys and values for every row, and the rest for the last row alone, when logits are wanted.
+ * A row's numbers depend on the chunk's other rows only as far as the BLAS's do, as through MLX. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_kernels.h"
+#include "step_model.h"
+
+enum { ROWS_PER_TASK = 8 };
+
+/* ---- norms of many rows: 8 rows' sums at once (each still summed in ggml's order), rows over the pool ---- */
+struct norm_args {
+    const float *x, *w;
+    float *out;
+    int rows, n;
+    float eps;
+};
+
+static void norm_task(void *ctx, int task) {
+    const struct norm_args *a = ctx;
+    int r0 = task * ROWS_PER_TASK, r1 = r0 + ROWS_PER_TASK < a->rows ? r0 + ROWS_PER_TASK : a->rows, n = a->n;
+    if (r1 - r0 < ROWS_PER_TASK) {
+        for (int r = r0; r < r1; r++) rms_norm(a->x + (size_t)r * n, a->w, a->out + (size_t)r * n, n, a->eps);
+        return;
+    }
+    double sum[ROWS_PER_TASK] = {0};
+    const float *x = a->x + (size_t)r0 * n;
+    for (int i = 0; i < n; i++)
+        for (int r = 0; r < ROWS_PER_TASK; r++) sum[r] += (double)(x[(size_t)r * n + i] * x[(size_t)r * n + i]);
+    for (int r = 0; r < ROWS_PER_TASK; r++) {
+        const float mean = (float)(sum[r] / n), scale = 1.0f / sqrtf(mean + a->eps);
+        const float *xr = x + (size_t)r * n;
+        float *o = a->out + (size_t)(r0 + r) * n;
+        for (int i = 0; i < n; i++) o[i] = xr[i] * scale * a->w[i];
+    }
+}
+
+static void norm_rows(const float *x, const float *w, float *out, int rows, int n, float eps) {
+    struct norm_args a = {x, w, out, rows, n, eps};
+    mlxcel_pool_run(norm_task, &a, (rows + ROWS_PER_TASK - 1) / ROWS_PER_TASK, rows > ROWS_PER_TASK);
+}
+
+/* ---- rope of the chunk's rows: q (rows from q_from on) into q, k into the key cache, v into the value cache */
+struct rope_args {
+    const struct step_model *m;
+    const float *qkv, *angles;
+    float *q, *keys, *values;
+    const long *st; /* the layer's key strides (sequence, head, position), then its value strides */
+    int rows, index, q_from;
+};
+
+static void rope_task(void *ctx, int task) {
+    const struct rope_args *a = ctx;
+    const struct step_model *m = a->m;
+    const int H = m->heads, Hkv = m->kv_heads, D = m->head_dim, half = m->rope_dims / 2;
+    const int nqkv = (H + 2 * Hkv) * D;
+    for (int i = task * ROWS_PER_TASK; i < a->rows && i < (task + 1) * ROWS_PER_TASK; i++) {
+        const float *row = a->qkv + (size_t)i * nqkv, *c = a->angles + (size_t)i * 2 * half, *s = c + half;
+        if (i >= a->q_from)
+            for (int h = 0; h < H; h++) rope_head(row + h * D, a->q + ((size_t)(i - a->q_from) * H + h) * D, half, D, c, s);
+        long pos = a->index + i;
+        for (int h = 0; h < Hkv; h++) {
+            rope_head(row + (H + h) * D, a->keys + h * a->st[1] + pos * a->st[2], half, D, c, s);
+            memcpy(a->values + h * a->st[4] + pos * a->st[5], row + (H + Hkv + h) * D, sizeof(float) * D);
+        }
+    }
+}
+
+static void rope_rows(const struct rope_args *a) {
+    mlxcel_pool_run(rope_task, (void *)a, (a->rows + ROWS_PER_TASK - 1) / ROWS_PER_TASK, a->rows > ROWS_PER_TASK);
+}
+
+/* C (rows x n) = A (rows x k, lda) W (k x n of a weight ldw wide) + beta C */
+static void gemm(int rows, int n, int k, const float *a, int lda, const float *w, int ldw, float beta, float *c,
+                 int ldc) {
+    cblas_sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, rows, n, k, 1.0f, a, lda, w, ldw, beta, c, ldc);
+}
+
+static float *scratch(size_t floats) {
+    static __thread float *buf;
+    static __thread size_t cap;
+    if (floats > cap) {
+        free(buf);
+        buf = aligned_alloc(64, (floats * sizeof(float) + 63) & ~(size_t)63);
+        cap = buf ? floats : 0;
+    }
+    return buf;
+}
+
+/* L tokens of one sequence at positions index .. index + L - 1, written to its caches there (keys[l],
+ * values[l]: layer l's, kv_heads x capacity x head_dim, strides as mlxcel_step's). logits (vocab floats): the
+ * last position's, or NULL when the chunk is not the prompt's last. Returns 0, or -1 when out of memory. */
+int mlxcel_prefill(const void *model, int L, const int *tokens, int index, float *const *keys,
+                   float *const *values, const long *strides, float *logits) {
+    const struct step_model *m = model;
+    if (L < 1 || index < 0) return -1;
+    const int E = m->hidden, H = m->heads, Hkv = m->kv_heads, D = m->head_dim, I = m->inter;
+    const int nqkv = (H + 2 * Hkv) * D, half = m->rope_dims / 2, T = index + L;
+    float *x = scratch((size_t)L * (2 * E + nqkv + 2 * H * D + 3 * I + 2 * half));
+    if (!x) return -1;
+    float *h = x + (size_t)L * E, *qkv = h + (size_t)L * E, *q = qkv + (size_t)L * nqkv;
+    float *att = q + (size_t)L * H * D, *gu = att + (size_t)L * H * D, *act = gu + (size_t)L * 2 * I;
+    float *angles = act + (size_t)L * I;
+    for (int i = 0; i < L; i++) {
+        memcpy(x + (size_t)i * E, m->embed + (size_t)tokens[i] * E, sizeof(float) * E);
+        float *c = angles + (size_t)i * 2 * half;
+        rope_angles(index + i, half, m->rope_dims, m->rope_base, m->rope_scale, c, c + half);
+    }
+    for (int l = 0; l < m->layers; l++) {
+        const struct step_layer *w = &m->layer[l];
+        const long *st = strides + 6 * l;
+        const int last = l == m->layers - 1;
+        norm_rows(x, w->attn_norm, h, L, E, m->eps);
+        struct rope_args r = {m, qkv, angles, q, keys[l], values[l], st, L, index, 0};
+        if (!last) {
+            gemm(L, nqkv, E, h, E, w->wqkv, nqkv, 0.0f, qkv, nqkv);
+        } else { /* keys and values for every row; the queries of the last row, if its logits are wanted */
+            gemm(L, 2 * Hkv * D, E, h, E, w->wqkv + H * D, nqkv, 0.0f, qkv + H * D, nqkv);
+            if (!logits) { rope_rows(&r); break; }
+            gemm(1, H * D, E, h + (size_t)(L - 1) * E, E, w->wqkv, nqkv, 0.0f, qkv + (size_t)(L - 1) * nqkv, nqkv);
+            r.q_from = L - 1;
+        }
+        rope_rows(&r);
+        const int rows = last ? 1 : L, r0 = L - rows; /* the rows the rest of the layer computes */
+        if (mlxcel_attention(q, 0, D, (long)H * D, keys[l], st[0], st[1], st[2], values[l], st[3], st[4], st[5], 1,
+                             H, Hkv, rows, T, D, m->attn_scale, NULL, att) != 0)
+            return -1;
+        float *xr = x + (size_t)r0 * E, *hr = h + (size_t)r0 * E;
+        gemm(rows, E, H * D, att, H * D, w->wo, E, 1.0f, xr, E);
+        norm_rows(xr, w->mlp_norm, hr, rows, E, m->eps);
+        gemm(rows, 2 * I, E, hr, E, w->wgu, 2 * I, 0.0f, gu, 2 * I);
+        mlxcel_swiglu(gu, gu + I, rows, I, 2 * I, act);
+        gemm(rows, E, I, act, I, w->wdown, E, 1.0f, xr, E);
+    }
+    if (logits) {
+        float *xl = x + (size_t)(L - 1) * E;
+        rms_norm(xl, m->norm, h, E, m->eps);
+        if (m->tied) /* logits = h embed^T */
+            cblas_sgemm(ROW_MAJOR, NO_TRANS, TRANS, 1, m->vocab, E, 1.0f, h, E, m->embed, E, 0.0f, logits, m->vocab);
+        else
+            product(1, m->vocab, E, h, m->head, logits);
+    }
+    return 0;
+}

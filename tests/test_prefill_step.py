@@ -1,0 +1,83 @@
+"""The native prompt chunk (server/models/prefill_step.py, server/native/prefill_step.c) against MLX's."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from mlx_lm.models.cache import RotatingKVCache
+
+from server.engine.runner import Runner
+from server.models.loader import load_checkpoint
+from server.models.prefill_step import PrefillStep
+
+
+@pytest.fixture(scope="module")
+def runner(twin_f32):
+    runner = Runner(load_checkpoint(twin_f32.mlx_dir), n_batch=256)
+    assert runner._prefill is not None  # the F32 twin on the CPU with the kernels takes the native chunk
+    return runner
+
+
+def _prefill(runner: Runner, native: bool, tokens: list[int]) -> tuple[list, mx.array]:
+    saved = runner._prefill
+    runner._prefill = saved if native else None
+    try:
+        cache = runner.new_cache()
+        logits = runner.prefill(cache, tokens)
+        mx.eval(logits)
+        return cache, logits
+    finally:
+        runner._prefill = saved
+
+
+@pytest.mark.parametrize("n", [1, 5, 17, 300, 700])
+def test_native_chunks_give_mlxs_logits_keys_and_cache_layout(runner, n):
+    """One chunk or several (n_batch 256): the last position's logits within float rounding of MLX's (the
+    norms are ggml's, each residual added by its product), the same greedy token, every layer's keys and
+    values where MLX writes them, in a buffer grown as mlx-lm grows it."""
+    tokens = [int(t) for t in np.random.default_rng(n).integers(0, 49152, n)]
+    (native_cache, mine), (mlx_cache, theirs) = _prefill(runner, True, tokens), _prefill(runner, False, tokens)
+    assert mine.shape == theirs.shape == (1, 49152)
+    assert mx.abs(mine - theirs).max().item() < 1e-4 * mx.abs(theirs).max().item()
+    assert mx.argmax(mine).item() == mx.argmax(theirs).item()
+    for a, b in zip(native_cache, mlx_cache):
+        assert a.offset == b.offset == n and a.keys.shape == b.keys.shape
+        for x, y in ((a.keys, b.keys), (a.values, b.values)):
+            assert mx.abs(x[..., :n, :] - y[..., :n, :]).max().item() < 1e-3
+
+
+def test_decoding_after_a_native_prompt_matches_decoding_after_mlxs(runner):
+    tokens = [504, 3458, 282, 4649, 314, 7042, 30, 198] * 5
+    (native_cache, _), (mlx_cache, _) = _prefill(runner, True, tokens), _prefill(runner, False, tokens)
+    mine, theirs = runner.decode(native_cache, 504), runner.decode(mlx_cache, 504)
+    assert mx.abs(mine - theirs).max().item() < 1e-4 * mx.abs(theirs).max().item()
+    assert native_cache[0].offset == 41
+
+
+def test_only_the_prompts_last_chunk_computes_logits(runner):
+    step = runner._prefill
+    cache = runner.new_cache()
+    done, logits = step(cache, [504, 3458, 282], want_logits=False)
+    assert done and logits is None and cache[0].offset == 3
+    done, logits = step(cache, [4649, 314], want_logits=True)
+    assert done and logits.shape == (1, 49152) and cache[0].offset == 5
+    whole, _ = _prefill(runner, True, [504, 3458, 282, 4649, 314])
+    for a, b in zip(cache, whole):  # chunks cut at other places: rows through the BLAS, same keys
+        assert mx.abs(a.keys[..., :5, :] - b.keys[..., :5, :]).max().item() < 1e-4
+
+
+def test_caches_the_chunk_does_not_take_are_left_to_mlx(runner):
+    step = runner._prefill
+    rotating = [RotatingKVCache(max_size=64) for _ in range(len(runner.new_cache()))]
+    assert step(rotating, [504, 3458], want_logits=True) == (False, None)
+    assert all(c.offset == 0 for c in rotating)
+    cache = runner.new_cache()
+    runner.prefill(cache, [504, 3458])
+    cache[3].offset += 1  # layers out of step with each other
+    assert step(cache, [282], want_logits=True) == (False, None)
+
+
+def test_models_without_the_native_step_prefill_through_mlx(twin_f32):
+    plain = load_checkpoint(twin_f32.mlx_dir, kernels=False)
+    assert PrefillStep.build(Runner(plain)._step) is None and Runner(plain)._prefill is None
