@@ -238,3 +238,27 @@ async def test_rows_decoded_in_one_pass_match_each_request_alone(make_engine):
     got = [[e.token for e in events if isinstance(e, TokenEvent)] for events in results]
     assert got == expected
     assert max(calls) >= 4 and len(calls) >= 20
+
+
+async def test_cache_reuse_moves_a_cached_chunk_and_offers_nothing_back(make_engine):
+    """n_cache_reuse (b10621's --cache-reuse): a middle part dropped from a cached prompt, the part after it is
+    reused moved back (its keys turned), counted in n_cached; the run is not what a cold run computes, so it
+    stores nothing in the prompt cache. Without the field the same prompt reuses only the aligned prefix."""
+    engine, tok = make_engine(n_slots=1, ubatch=8)
+    head, dropped = LONG, " Meanwhile, far away, a storm gathers over the hills."
+    tail = " Tell me the rest of the story about the fox, the dog, the cat and the birds, please."
+    first = list(tok.tokenize(head + dropped + tail, True, True))
+    second = list(tok.tokenize(head + tail, True, True))
+    await _run(engine, GenerationRequest(tuple(first), n_predict=2, ignore_eos=True))
+    prefix = next(i for i, (a, b) in enumerate(zip(first, second)) if a != b)
+    tokens, final = await _run(engine, GenerationRequest(tuple(second), n_predict=4, ignore_eos=True,
+                                                        n_cache_reuse=3))
+    cached = len(first) - len(first) % 8  # what the cache holds of the first prompt
+    moved = min(len(second) - 1, cached - (len(first) - len(second)))  # the prefix, then the tail moved
+    assert final.n_cached == moved > prefix
+    assert final.n_prompt_processed == len(second) - final.n_cached
+    await _run(engine, _tok_request(tok, "Hi", 1, cache_prompt=False))  # the engine is past the run's end
+    assert all(tuple(first[:len(e.tokens)]) == e.tokens for e in engine.prompt_cache.entries)  # none of it
+    plain = await _run(engine, GenerationRequest(tuple(second), n_predict=4, ignore_eos=True))
+    assert plain[1].n_cached == prefix - prefix % 8
+    assert len(tokens) == 4

@@ -236,7 +236,8 @@ def _generation_request(p: TaskParams, tokens: list[int], base: TaskParams, tok=
     # the per-request limit takes priority over the server's (--predict), which an explicit -1 falls back to
     n_predict = p.n_predict if p.n_predict != -1 else base.n_predict
     return GenerationRequest(prompt_tokens=tuple(tokens), n_predict=n_predict, ignore_eos=p.ignore_eos,
-                             stop=tuple(p.stop), cache_prompt=p.cache_prompt, timings_per_token=p.timings_per_token,
+                             stop=tuple(p.stop), cache_prompt=p.cache_prompt, n_cache_reuse=p.n_cache_reuse,
+                             timings_per_token=p.timings_per_token,
                              n_indent=p.n_indent, t_max_predict_ms=p.t_max_predict_ms,
                              return_progress=p.stream and p.return_progress, n_keep=p.n_keep, n_discard=p.n_discard,
                              preserved_tokens=frozenset(p.preserved_tokens), sampling=sampling_params(p, tok),

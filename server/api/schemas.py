@@ -23,6 +23,7 @@ ACTED_ON: tuple[str, ...] = (
     "stream",
     "stop",
     "cache_prompt",
+    "n_cache_reuse",
     "timings_per_token",
     "response_fields",
     "n_indent",

@@ -96,6 +96,8 @@ MLXCEL: dict[str, dict] = {
     "--batch-size": _s("batch_size", "logical maximum batch size (default: 2048)", 2048),
     "--ubatch-size": _s("ubatch_size", "physical maximum batch size (default: 512)", 512),
     "--keep": _s("keep", "number of tokens to keep from the initial prompt (default: 0, -1 = all)", 0),
+    "--cache-reuse": _s("cache_reuse", "min chunk size to attempt reusing from the cache via KV shifting, requires "
+                        "prompt caching to be enabled (default: 0)", 0),
     "--cache-ram": _s("cache_ram", "set the maximum cache size in MiB (default: 8192, -1 - no limit, 0 - disable)",
                       8192),
     "--context-shift": _s("context_shift", "whether to use context shift on infinite text generation (default: "

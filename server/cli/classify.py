@@ -328,8 +328,6 @@ RULES: dict[str, Rule] = {
                             "type; GGML's cache types have no MLX counterpart here", _LEAVE, check=_kv_type_check),
     "--cache-type-v": _only(_is("f16"), "f16 (the default)", "mlxcel stores the KV cache in the model's activation "
                             "type; GGML's cache types have no MLX counterpart here", _LEAVE, check=_kv_type_check),
-    "--cache-reuse": _only(_is(0), "0 (the default)", "mlxcel reuses a cached prompt only as a strict token prefix; "
-                           "it cannot shift cached chunks (KV shifting)", "leave it out: prefix reuse is automatic"),
     "--slot-prompt-similarity": _only(lambda v: stof(v) == 0, "0 (disabled)", "mlxcel picks no slot by prompt "
                                       "similarity: its prompt cache is shared by every slot", "pass -sps 0 or leave "
                                       "it out", check=_stof_check),

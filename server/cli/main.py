@@ -101,6 +101,7 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
     settings = ServerSettings(chat=chat, endpoint_slots=args.slots, endpoint_props=args.props, n_batch=args.batch_size,
                               special=args.special, spm_infill=args.spm_infill,
                               base_params=TaskParams(**sampling, cache_prompt=args.cache_prompt, n_keep=args.keep,
+                                                     n_cache_reuse=args.cache_reuse,
                                                      sse_ping_interval=args.sse_ping_interval,
                                                      n_predict=args.predict,
                                                      reasoning_budget_tokens=args.reasoning_budget,

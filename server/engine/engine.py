@@ -87,6 +87,7 @@ class _Running:
     t_gen_last: float = 0.0
     n_shifted: int = 0  # positions discarded by context shifts
     shifted: bool = False
+    inexact: bool = False  # resumed from moved cache chunks (n_cache_reuse): not what a cold run computes
     is_child: bool = False  # an n_cmpl > 1 completion that takes its prompt state from the first
     chain: Chain | None = None  # the request's sampler chain, built at its first draw
     grammar: GrammarMatcher | None = None  # the request's grammar state, built with the chain
@@ -230,13 +231,31 @@ class Engine:
             for i, (request, handle, task_id) in enumerate(zip(requests, handles, task_ids)):
                 run = _Running(request, handle, TextStream(stops=[s.encode() for s in request.stop]), is_child=i > 0)
                 prompt = list(request.prompt_tokens)
-                n_reuse, snap = self.prompt_cache.lookup(prompt) if request.cache_prompt and i == 0 else (0, None)
-                run.cache = self.runner.restore(snap, n_reuse) if n_reuse else self.runner.new_cache()
+                n_reuse = self._resume(run, prompt) if request.cache_prompt and i == 0 else 0
+                if not n_reuse:
+                    run.cache = self.runner.new_cache()
                 run.n_cached = n_reuse
                 seqs.append(Sequence(task_id, prompt, payload=run, n_prefilled=n_reuse, held=i > 0,
                                      want_slot=request.id_slot if i == 0 else None))
             seqs[0].children = seqs[1:]
             sched.add(seqs[0])
+
+    def _resume(self, run: _Running, prompt: list[int]) -> int:
+        """Restore what the prompt cache holds of the prompt into run.cache; returns how many positions. With
+        n_cache_reuse, b10621's cache reuse: the whole common prefix, then cached chunks moved to where the
+        prompt has them (their keys turned); the cache then differs from a cold run's, so the run offers
+        nothing back (run.inexact). Otherwise a prefix in multiples of the alignment, bit-identical."""
+        n_reuse, snap = self.prompt_cache.lookup(prompt)
+        min_chunk = run.request.n_cache_reuse
+        if min_chunk > 0 and self.runner.can_turn_keys():
+            reuse = self.prompt_cache.lookup_chunks(prompt, min_chunk)
+            if reuse is not None and reuse.n > n_reuse:
+                run.cache = self.runner.restore_chunks(reuse.snapshot, reuse.prefix, reuse.chunks)
+                run.inexact = True
+                return reuse.n
+        if n_reuse:
+            run.cache = self.runner.restore(snap, n_reuse)
+        return n_reuse
 
     def _score(self, req: ScoreRequest, handle: Handle) -> None:
         from .runner import score
@@ -538,7 +557,8 @@ class Engine:
         self._release(seq)  # before the client hears of the end: a /slots read then sees the slot free
         run.handle.publish(final)
         sched.free(seq)
-        if run.request.cache_prompt and self.prompt_cache.enabled and not run.shifted and not run.is_child:
+        if (run.request.cache_prompt and self.prompt_cache.enabled and not run.shifted and not run.inexact
+                and not run.is_child):
             # only whole aligned chunks of the prompt: those are computed identically by every run
             n = len(seq.prompt) - len(seq.prompt) % self.align
             if n:

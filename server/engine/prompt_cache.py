@@ -21,6 +21,37 @@ class _Entry:
     used: int
 
 
+def reuse_chunks(cached, prompt, n_past: int, min_chunk: int) -> list[tuple[int, int, int]]:
+    """b10621's cache reuse (server-context.cpp, n_cache_reuse): past the common prefix n_past, every run of at
+    least min_chunk cached tokens that continues the prompt where it stands, as (cached start, prompt start,
+    length); each is to be moved to its prompt start (its keys turned by the shift)."""
+    chunks = []
+    head_c = head_p = n_past
+    while head_c < len(cached) and head_p < len(prompt):
+        n = 0
+        while head_c + n < len(cached) and head_p + n < len(prompt) and cached[head_c + n] == prompt[head_p + n]:
+            n += 1
+        if n >= min_chunk:
+            chunks.append((head_c, head_p, n))
+            head_c, head_p = head_c + n, head_p + n
+        else:
+            head_c += 1
+    return chunks
+
+
+@dataclass
+class Reuse:
+    """What a request resumes from: a snapshot's first `prefix` positions, then its `chunks` moved."""
+
+    prefix: int
+    snapshot: Any
+    chunks: list[tuple[int, int, int]]
+
+    @property
+    def n(self) -> int:
+        return self.prefix + sum(c[2] for c in self.chunks)
+
+
 def common_prefix(a, b) -> int:
     n = 0
     for x, y in zip(a, b):
@@ -58,6 +89,28 @@ class PromptCache:
             return 0, None
         best.used = next(self._clock)
         return best_n, best.snapshot
+
+    def lookup_chunks(self, prompt: list[int], min_chunk: int) -> Reuse | None:
+        """b10621's n_cache_reuse over the cached prompts: the entry whose whole common prefix and chunks
+        moved from further on (reuse_chunks) cover the most of the prompt, leaving one token to evaluate;
+        None where no entry covers any."""
+        best: Reuse | None = None
+        best_entry = None
+        for e in self.entries:
+            prefix = common_prefix(e.tokens, prompt)
+            chunks = reuse_chunks(e.tokens, prompt, prefix, min_chunk)
+            reuse = Reuse(prefix, e.snapshot, chunks)
+            if reuse.n >= len(prompt):  # the last prompt token is evaluated again, for its logits
+                if chunks:
+                    c, p, n = chunks[-1]
+                    chunks[-1:] = [(c, p, n - 1)] if n > 1 else []
+                else:
+                    reuse.prefix = len(prompt) - 1
+            if reuse.n > 0 and (best is None or reuse.n > best.n):
+                best, best_entry = reuse, e
+        if best_entry is not None:
+            best_entry.used = next(self._clock)
+        return best
 
     def store(self, tokens: tuple[int, ...], snapshot: Any, nbytes: int) -> None:
         if not self.enabled or not tokens or (self.budget is not None and nbytes > self.budget):

@@ -46,21 +46,53 @@ class Runner:
             c.keys, c.values, c.offset = k[..., :n, :], v[..., :n, :], n
         return cache
 
+    def _rope(self):
+        rope = self.loaded.model.layers[0].self_attn.rope
+        if type(rope).__name__ != "RoPE":  # scaled variants (YaRN, Llama 3, ...) carry their own frequencies
+            raise NotImplementedError(f"turning cached keys with {type(rope).__name__} is not implemented")
+        return rope
+
+    def can_turn_keys(self) -> bool:
+        """Cached keys can be moved to other positions (context shift, cache reuse): a plain rope."""
+        try:
+            self._rope()
+            return True
+        except (NotImplementedError, AttributeError):
+            return False
+
+    def _turn(self, keys: mx.array, shift: int) -> mx.array:
+        """Keys rotated as if they sat `shift` positions further on (llama.cpp's K-shift)."""
+        rope = self._rope()
+        b, h, t, d = keys.shape
+        # one position per row, all at offset shift: a rotation by shift * theta
+        turned = mx.fast.rope(keys.reshape(b * h * t, 1, d), rope.dims, traditional=rope.traditional,
+                              base=rope.base, scale=rope.scale, offset=shift)
+        return turned.reshape(b, h, t, d).astype(keys.dtype)
+
+    def restore_chunks(self, snap: list, prefix: int, chunks: list[tuple[int, int, int]]) -> list:
+        """restore() of a prefix, then each (cached start, prompt start, length) chunk of the snapshot moved to
+        its prompt start, its keys turned by the move: b10621's cache reuse (seq_rm, then seq_add)."""
+        cache = self.new_cache()
+        for c, (k, v) in zip(cache, snap):
+            keys, values = [k[..., :prefix, :]], [v[..., :prefix, :]]
+            for head_c, head_p, n in chunks:
+                moved = k[..., head_c:head_c + n, :]
+                keys.append(self._turn(moved, head_p - head_c) if head_p != head_c else moved)
+                values.append(v[..., head_c:head_c + n, :])
+            c.keys, c.values = mx.concatenate(keys, axis=2), mx.concatenate(values, axis=2)
+            c.offset = prefix + sum(n for _, _, n in chunks)
+        mx.eval([(c.keys, c.values) for c in cache])
+        return cache
+
     def shift(self, cache: list, n_keep: int, n_discard: int) -> None:
         """b10621's context shift: drop positions [n_keep, n_keep + n_discard) from every layer and move the
         rest back by n_discard, re-rotating their keys (llama.cpp's seq_rm + seq_add K-shift)."""
-        rope = self.loaded.model.layers[0].self_attn.rope
-        if type(rope).__name__ != "RoPE":  # scaled variants (YaRN, Llama 3, ...) carry their own frequencies
-            raise NotImplementedError(f"context shift with {type(rope).__name__} is not implemented")
+        self._rope()
         for c in cache:
             n = c.offset
             keys, values = c.keys[..., :n, :], c.values[..., :n, :]
-            tail = keys[..., n_keep + n_discard:, :]
-            b, h, t, d = tail.shape
-            # one position per row, all at offset -n_discard: a rotation by -n_discard * theta
-            tail = mx.fast.rope(tail.reshape(b * h * t, 1, d), rope.dims, traditional=rope.traditional,
-                                base=rope.base, scale=rope.scale, offset=-n_discard).reshape(b, h, t, d)
-            c.keys = mx.concatenate([keys[..., :n_keep, :], tail.astype(keys.dtype)], axis=2)
+            tail = self._turn(keys[..., n_keep + n_discard:, :], -n_discard)
+            c.keys = mx.concatenate([keys[..., :n_keep, :], tail], axis=2)
             c.values = mx.concatenate([values[..., :n_keep, :], values[..., n_keep + n_discard:, :]], axis=2)
             c.offset = n - n_discard
             mx.eval(c.keys, c.values)

@@ -70,6 +70,7 @@ class GenerationRequest:
     ignore_eos: bool = False
     stop: tuple[str, ...] = ()  # stop strings, matched on the decoded bytes
     cache_prompt: bool = True  # reuse (and offer) the prompt's prefix through the prompt cache
+    n_cache_reuse: int = 0  # > 0: also reuse cached chunks of at least this many tokens, moved (KV shifting)
     timings_per_token: bool = False  # every token event carries the slot's timings
     return_progress: bool = False  # publish prompt-processing progress events
     n_indent: int = 0  # stop when a line after the first newline is indented less than this
