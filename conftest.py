@@ -134,3 +134,15 @@ def corpus_servers(request):
 
     yield get
     stop()
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The reliability suites' figures (tests/reliability/figures.py), printed and written to a JSON file."""
+    from tests.reliability import figures
+
+    path = figures.write()
+    if path is not None:
+        terminalreporter.section("reliability figures")
+        for line in figures.lines():
+            terminalreporter.write_line(line)
+        terminalreporter.write_line(f"(written to {path})")

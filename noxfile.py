@@ -84,3 +84,13 @@ def bench(session: nox.Session) -> None:
     session.install("-e", ".")
     session.run("mlxcel-oracle", "reference")
     session.run("python", "-m", "oracle.bench", *session.posargs)
+
+
+@nox.session
+def soak(session: nox.Session) -> None:
+    """The reliability suites (tests/reliability: fuzz, load, faults, security) for longer than CI runs them:
+    MLXCEL_LOAD_SECONDS (default here 300) of load, more fuzzing examples; the figures go to
+    .reports/soak/reliability-figures.json (posargs: extra pytest arguments)."""
+    session.install("-e", ".[test]")
+    env = {"MLXCEL_LOAD_SECONDS": "300", "MLXCEL_FUZZ_EXAMPLES": "60", "MLXCEL_REPORT_DIR": ".reports/soak"}
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "tests/reliability", *session.posargs, env=env)

@@ -29,6 +29,9 @@ Options and what each one does here (b10621: tools/server/server-http.cpp, vendo
   where it has no effect); a platform without it logs b10621's warning.
 - ``--api-prefix`` is routing, not transport: ServerSettings.api_prefix (server/api/prefix.py).
 
+A request body over cpp-httplib's 100 MB payload limit (CPPHTTPLIB_PAYLOAD_MAX_LENGTH) is read and dropped,
+then answered as b10621 answers it: an empty 413 with ``Connection: close``; the app never sees it.
+
 Responses carry ``Server: llama.cpp`` and no Date header, as cpp-httplib's do.
 """
 
@@ -53,6 +56,9 @@ DEFAULT_PORT = 8080
 DEFAULT_TIMEOUT = 3600  # --timeout: b10621's timeout_read / timeout_write
 KEEPALIVE_TIMEOUT = 5  # CPPHTTPLIB_KEEPALIVE_TIMEOUT_SECOND
 LISTEN_BACKLOG = 128  # CPPHTTPLIB_LISTEN_BACKLOG
+# SIGTERM or SIGINT: requests in flight get this long to finish (b10621 cuts them at once), then the process
+# exits 0 as b10621's does; a second signal exits at once
+DRAIN_SECONDS = 10.0
 SERVER_HEADER = (b"Server", b"llama.cpp")  # srv->set_default_headers
 
 
@@ -224,6 +230,9 @@ class WriteTimeout(TimeoutError):
 
 
 _READ_TIMEOUT_HEAD = [(b"Connection", b"close"), (b"Content-Length", b"0")]  # cpp-httplib's 400, empty
+PAYLOAD_MAX_LENGTH = 100 * 1024 * 1024  # CPPHTTPLIB_PAYLOAD_MAX_LENGTH
+# cpp-httplib's 413: b10621's pre-routing handler has already set the (empty) Access-Control-Allow-Origin
+_TOO_LARGE_HEAD = [(b"Access-Control-Allow-Origin", b""), (b"Connection", b"close"), (b"Content-Length", b"0")]
 
 
 class HttpTimeouts:
@@ -239,10 +248,26 @@ class HttpTimeouts:
             return
         timeout = self.timeout
         body_done = read_expired = write_expired = started = answered = False
+        received = 0
+        declared = dict(scope.get("headers") or ()).get(b"content-length", b"")
+        too_large = declared.isdigit() and int(declared) > PAYLOAD_MAX_LENGTH
+
+        async def refuse_too_large(message) -> dict:
+            """Read the rest of the body and drop it, then answer cpp-httplib's 413 (the app is told the client
+            is gone)."""
+            nonlocal body_done, answered
+            while message["type"] == "http.request" and message.get("more_body", False):
+                async with asyncio.timeout(timeout or None):
+                    message = await receive()
+            body_done = answered = True
+            log.warning("request body over %d bytes: answering 413", PAYLOAD_MAX_LENGTH)
+            await send({"type": "http.response.start", "status": 413, "headers": _TOO_LARGE_HEAD})
+            await send({"type": "http.response.body", "body": b""})
+            return {"type": "http.disconnect"}
 
         async def bounded_receive():
-            nonlocal body_done, read_expired, answered
-            if read_expired:
+            nonlocal body_done, read_expired, answered, received
+            if read_expired or answered:
                 return {"type": "http.disconnect"}
             if body_done:
                 return await receive()  # after the body: waiting for a disconnect is not a read
@@ -257,6 +282,14 @@ class HttpTimeouts:
                     await send({"type": "http.response.start", "status": 400, "headers": _READ_TIMEOUT_HEAD})
                     await send({"type": "http.response.body", "body": b""})
                 return {"type": "http.disconnect"}
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if too_large or received > PAYLOAD_MAX_LENGTH:
+                    try:
+                        return await refuse_too_large(message)
+                    except TimeoutError:
+                        read_expired = True
+                        return {"type": "http.disconnect"}
             if message["type"] != "http.request" or not message.get("more_body", False):
                 body_done = True
             return message
@@ -285,6 +318,59 @@ class HttpTimeouts:
             raise
 
 
+class CancelOnDisconnect:
+    """A client that goes away before its answer is complete gets its handler cancelled (whose finally blocks
+    cancel its engine requests: a queued one never takes a slot, a running one frees its slot), as b10621 stops
+    a task whose connection is closed. Starlette notices a disconnect only while it streams; a plain JSON answer
+    would otherwise be computed to the end for nobody. After the body, this wrapper alone reads the connection;
+    the app's own reads then wait for the disconnect it sees."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        body_done, gone, finished = asyncio.Event(), asyncio.Event(), False
+
+        async def app_receive():
+            if body_done.is_set():
+                await gone.wait()
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                gone.set()
+            elif not message.get("more_body", False):
+                body_done.set()
+            return message
+
+        async def app_send(message) -> None:
+            nonlocal finished
+            await send(message)
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                finished = True
+
+        task = asyncio.ensure_future(self.app(scope, app_receive, app_send))
+
+        async def watch() -> None:
+            await body_done.wait()
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone.set()
+            if not finished:
+                task.cancel()
+
+        watcher = asyncio.ensure_future(watch())
+        try:
+            await task
+        except asyncio.CancelledError:
+            if not gone.is_set() or finished:
+                raise  # cancelled from outside (shutdown), not by the client going away
+        finally:
+            watcher.cancel()
+
+
 # --- serving ------------------------------------------------------------------------------------------------
 
 
@@ -305,6 +391,22 @@ class ServerHeader:
             await send(message)
 
         await self.app(scope, receive, send_with_server)
+
+
+class CutAtShutdown:
+    """A request still running when the drain after SIGTERM ends is cancelled by uvicorn: one log line for it,
+    not the cancellation's traceback (the engine frees its slot as for any client gone)."""
+
+    def __init__(self, app, shutting_down: Callable[[], bool]) -> None:
+        self.app, self.shutting_down = app, shutting_down
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await self.app(scope, receive, send)
+        except asyncio.CancelledError:
+            if scope["type"] != "http" or not self.shutting_down():
+                raise
+            log.info("%s %s: cut at shutdown", scope.get("method", ""), scope.get("path", ""))
 
 
 def announce_listening(address: str) -> None:
@@ -336,12 +438,22 @@ class HttpServer:
                 kwargs.update(ssl_keyfile=config.ssl_key_file, ssl_certfile=config.ssl_cert_file)
         # uvicorn_options (e.g. server.logs.uvicorn_log_settings()) override the logging defaults
         options = {"log_level": log_level, "access_log": False, **(uvicorn_options or {})}
-        uv_config = uvicorn.Config(ServerHeader(HttpTimeouts(app, config.timeout)),
+        wrapped = CutAtShutdown(ServerHeader(HttpTimeouts(CancelOnDisconnect(app), config.timeout)),
+                                lambda: self._server.should_exit)
+        uv_config = uvicorn.Config(wrapped,
                                    timeout_keep_alive=KEEPALIVE_TIMEOUT, backlog=LISTEN_BACKLOG,
+                                   timeout_graceful_shutdown=DRAIN_SECONDS, lifespan="off",  # (no startup hooks)
                                    server_header=False, date_header=False, **options, **kwargs)
         address = self.address
 
         class _Server(uvicorn.Server):
+            def handle_exit(self, sig, frame) -> None:
+                # uvicorn re-raises the signal once it has shut down (the process then dies of it): here the
+                # drain ends in a plain exit, status 0; a second signal forces the exit
+                if self.should_exit:
+                    self.force_exit = True
+                self.should_exit = True
+
             async def startup(self, sockets=None) -> None:
                 await super().startup(sockets=sockets)
                 if self.started and announce is not None:

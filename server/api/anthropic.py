@@ -12,7 +12,7 @@ from ..chat.diffs import NO_INDEX
 from ..chat.params import ChatInfo, chat_request
 from ..errors import ErrorKind, UpstreamError
 from .chat import _completion_id, chat_settings, count_input_tokens, final_update, message_states
-from .jsonio import UpstreamJSON, read_json_object
+from .jsonio import UpstreamJSON, dumps, read_json_object
 from .native import Shape, complete
 
 router = APIRouter()
@@ -166,7 +166,7 @@ def _sse(frames: list[dict]) -> bytes:
     """format_anthropic_sse: "event:" then "data:" for each event."""
     out = b""
     for f in frames:
-        data = json.dumps(f["data"], separators=(",", ":"), ensure_ascii=False).encode()
+        data = dumps(f["data"])
         out += b"event: " + f["event"].encode() + b"\ndata: " + data + b"\n\n"
     return out
 

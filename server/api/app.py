@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -27,6 +29,8 @@ from .cors import CorsMiddleware
 from .jsonio import UpstreamJSON, error_response
 from .prefix import ApiPrefix
 from .state import AppState, ServerSettings
+
+log = logging.getLogger("mlxcel.api")
 
 
 class LoadingGate(BaseHTTPMiddleware):
@@ -64,6 +68,12 @@ def create_app(state: AppState | None) -> FastAPI:
     async def _not_found(_: Request, exc: StarletteHTTPException):
         # unknown paths and unknown methods alike: b10621 (cpp-httplib) answers 404 File Not Found
         return UpstreamJSON(NOT_FOUND_BODY, status_code=404)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception):
+        # b10621's ex_wrapper: any exception a handler lets out is a 500 in the error envelope, never a bare page
+        log.exception("unexpected error while serving a request")
+        return error_response(UpstreamError(f"{type(exc).__name__}: {exc}"[:500], ErrorKind.SERVER))
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from fastapi import Request
@@ -13,8 +14,23 @@ from ..errors import ErrorKind, UpstreamError
 CONTENT_TYPE = "application/json; charset=utf-8"
 
 
+def _finite(obj: Any) -> Any:
+    """The value with every NaN or infinity made null, as b10621's JSON library writes them."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
 def dumps(obj: Any) -> bytes:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8", "replace")
+    try:
+        text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except ValueError:  # a NaN or an infinity (a float field given 1e308, say): null, as upstream writes it
+        text = json.dumps(_finite(obj), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return text.encode("utf-8", "replace")
 
 
 class UpstreamJSON(Response):
@@ -32,13 +48,44 @@ def error_response(err: UpstreamError) -> UpstreamJSON:
     return UpstreamJSON(err.body(), status_code=err.kind.status)
 
 
-async def read_json(request: Request) -> Any:
-    """The parsed body; like b10621, a body that is not JSON is a 500 parse error (wording differs)."""
-    raw = await request.body()
+MAX_DEPTH = 128  # JSON nesting a request may have (b10621's parser has no limit; Python's recursion has one)
+TOO_DEEP = f"request body is nested more than {MAX_DEPTH} levels deep"
+
+
+def _not_json(constant: str):
+    # NaN, Infinity and -Infinity are not JSON: b10621's parser refuses them, Python's would read them
+    raise ValueError(f"invalid literal; last read: '{constant}'")
+
+
+def depth(value: Any) -> int:
+    """How deeply arrays and objects nest in a parsed value (0 for a scalar), without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, level = stack.pop()
+        if isinstance(node, (list, dict)):
+            deepest = max(deepest, level)
+            if level <= MAX_DEPTH:
+                stack.extend((child, level + 1) for child in (node.values() if isinstance(node, dict) else node))
+    return deepest
+
+
+def loads(raw: bytes | str) -> Any:
+    """A request body parsed as b10621 parses it: not JSON (NaN, invalid UTF-8 included) is its 500 parse error
+    (wording differs); nesting deeper than MAX_DEPTH is a 400 (mlxcel's own limit)."""
     try:
-        return json.loads(raw)
+        value = json.loads(raw, parse_constant=_not_json)
+    except RecursionError:
+        raise UpstreamError(TOO_DEEP, ErrorKind.INVALID_REQUEST) from None
     except ValueError as exc:
         raise UpstreamError(f"[json.exception.parse_error.101] parse error: {exc}", ErrorKind.SERVER) from exc
+    if depth(value) > MAX_DEPTH:
+        raise UpstreamError(TOO_DEEP, ErrorKind.INVALID_REQUEST)
+    return value
+
+
+async def read_json(request: Request) -> Any:
+    """The parsed body (loads)."""
+    return loads(await request.body())
 
 
 async def read_json_object(request: Request) -> dict:

@@ -56,9 +56,12 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
         print(f"{prog}: error: no model given (-m). Router mode (serving without -m) is not implemented yet; "
               f"start with the bundled default model: -m {DEFAULT_MODEL.name}", file=sys.stderr)
         return 2
+    from ..models.loader import read_config
+
     try:
         checkpoint = resolve_model(args.model)
-    except (ModelNotFound, RuntimeError) as exc:
+        read_config(checkpoint)  # a damaged checkpoint is one line here, not a traceback later
+    except (ModelNotFound, RuntimeError, ValueError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 1
     refused = gpu_layers_refusal(args.given, checkpoint)  # -ngl N needs the checkpoint's layer count
@@ -77,7 +80,12 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
     from ..models.loader import model_ftype
     from ..models.tokenizer import ModelTokenizer
 
-    tokenizer = ModelTokenizer(checkpoint)
+    try:
+        tokenizer = ModelTokenizer(checkpoint)
+    except Exception as exc:  # a damaged tokenizer file: the tokenizers library's own error, on one line
+        print(f"{prog}: error: cannot load the model's tokenizer from {checkpoint}: {exc}".replace("\n", " "),
+              file=sys.stderr)
+        return 1
     n_slots = args.parallel if args.parallel > 0 else AUTO_SLOTS
     engine = Engine(checkpoint, EngineConfig(n_ctx=args.ctx_size, n_slots=n_slots, n_batch=args.batch_size,
                                              cont_batching=args.cont_batching, ubatch=args.ubatch_size,
@@ -135,7 +143,10 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
             announce_listening(server.address)
 
     threading.Thread(target=_exit_on_load_failure, daemon=True).start()
-    server.run()
+    try:
+        server.run()
+    finally:  # the engine thread ends its step before the interpreter tears down what it computes with
+        engine.stop(wait=30)
     return 1 if engine.load_error else 0
 
 

@@ -56,7 +56,10 @@ class Handle:
     cancelled: threading.Event = field(default_factory=threading.Event)
 
     def publish(self, event: Event) -> None:
-        self.loop.call_soon_threadsafe(self.events.put_nowait, event)
+        try:
+            self.loop.call_soon_threadsafe(self.events.put_nowait, event)
+        except RuntimeError:  # the HTTP side's loop is closed (the server shut down): nobody is listening
+            self.cancelled.set()
 
     def cancel(self) -> None:
         self.cancelled.set()
@@ -152,8 +155,12 @@ class Engine:
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, wait: float | None = None) -> None:
+        """Ask the engine thread to end after its current step (requests still running are dropped); with wait,
+        join it for up to that many seconds."""
         self._queue.put(None)
+        if wait is not None and self._thread is not None and self._thread.is_alive():
+            self._thread.join(wait)
 
     def submit(self, request: GenerationRequest | ScoreRequest) -> Handle:
         if isinstance(request, GenerationRequest):

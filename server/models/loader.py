@@ -72,6 +72,18 @@ def _transpose_linears(model: nn.Module) -> int:
     return len(replacements)
 
 
+def read_config(path: Path) -> dict:
+    """The checkpoint's config.json as an object; ValueError naming the file when it is missing or damaged."""
+    file = path / "config.json"
+    try:
+        config = json.loads(file.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(f"cannot read the model's configuration {file}: {exc}") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"cannot read the model's configuration {file}: not a JSON object")
+    return config
+
+
 def model_ftype(path: Path) -> str:
     """GET /props's model_ftype: the source GGUF's type for a converted checkpoint, else MLX's storage."""
     config = json.loads((path / "config.json").read_text())

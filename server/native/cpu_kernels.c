@@ -46,10 +46,17 @@ static int have_avx2;
 
 /* ---- one pool of threads for every caller ------------------------------------------------------------------
  * (OpenMP gives each calling thread its own team; here MLX's stream thread and the engine's thread both call
- * in, and two spinning teams on two cores slowed everything.) The caller runs task 0, 0 + n, ... itself; each
- * worker w the tasks w, w + n, ... Workers spin a little after a job (a decode step's products come every few
- * microseconds), then sleep. A call that finds the pool busy runs its tasks alone. */
+ * in, and two spinning teams on two cores slowed everything.) A job's tasks are claimed one at a time, by the
+ * caller and the workers alike, from one atomic word (the job's id, its task count, the next task): a worker
+ * the scheduler has not run yet leaves its share to the others, and the caller waits only for tasks already
+ * under way, yielding its core while it does. (Each task's result depends on the task alone, never on the
+ * thread.) With every task handed out by turn, a busy machine (another process on the cores, the HTTP
+ * threads) made a decode step wait a whole time slice per product: 17 ms became ~400. Workers spin a little
+ * after a job (a decode step's products come every few microseconds), then sleep. A call that finds the pool
+ * busy runs its tasks alone. */
 typedef void (*task_fn)(void *ctx, int task);
+
+enum { CLAIM_BITS = 20, MAX_TASKS = (1 << CLAIM_BITS) - 1, JOB_SHIFT = 2 * CLAIM_BITS };
 
 static struct {
     pthread_mutex_t busy, lock;
@@ -57,15 +64,30 @@ static struct {
     int n;                   /* threads, the caller included */
     task_fn fn;
     void *ctx;
-    int tasks;
-    atomic_long generation;  /* a new job */
-    atomic_int pending;      /* workers still on it */
+    atomic_long generation;  /* the current job's id */
+    _Atomic uint64_t claim;  /* job id << 40 | tasks << 20 | next task */
+    atomic_int done;         /* tasks of the current job finished */
 } pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 1};
 
 enum { SPIN = 20000 };
 
+/* claim and run tasks of job `job` until none is left (or another job has begun) */
+static void run_tasks(long job) {
+    const uint64_t id = (uint64_t)job & ((1u << 24) - 1), mask = MAX_TASKS;
+    for (;;) {
+        uint64_t c = atomic_load_explicit(&pool.claim, memory_order_acquire);
+        if ((c >> JOB_SHIFT) != id || (c & mask) >= ((c >> CLAIM_BITS) & mask)) return;
+        if (!atomic_compare_exchange_weak_explicit(&pool.claim, &c, c + 1, memory_order_acq_rel,
+                                                   memory_order_acquire))
+            continue;
+        /* a task of this job was unclaimed, so the job is not over: fn and ctx are still its own */
+        pool.fn(pool.ctx, (int)(c & mask));
+        atomic_fetch_add_explicit(&pool.done, 1, memory_order_release);
+    }
+}
+
 static void *pool_worker(void *arg) {
-    int w = (int)(long)arg;
+    (void)arg;
     long seen = 0;
     for (;;) {
         long g;
@@ -82,8 +104,7 @@ static void *pool_worker(void *arg) {
             break;
         }
         seen = g;
-        for (int t = w; t < pool.tasks; t += pool.n) pool.fn(pool.ctx, t);
-        atomic_fetch_sub_explicit(&pool.pending, 1, memory_order_release);
+        run_tasks(g);
     }
     return 0;
 }
@@ -106,18 +127,24 @@ static void pool_start(void) {
 
 /* fn(ctx, t) for t in [0, tasks), spread over the pool when parallel is set and the pool is free */
 static void pool_run(task_fn fn, void *ctx, int tasks, int parallel) {
-    if (!parallel || pool.n == 1 || tasks < 2 || pthread_mutex_trylock(&pool.busy) != 0) {
+    if (!parallel || pool.n == 1 || tasks < 2 || tasks > MAX_TASKS || pthread_mutex_trylock(&pool.busy) != 0) {
         for (int t = 0; t < tasks; t++) fn(ctx, t);
         return;
     }
-    pool.fn = fn, pool.ctx = ctx, pool.tasks = tasks;
-    atomic_store(&pool.pending, pool.n - 1);
+    pool.fn = fn, pool.ctx = ctx;
+    atomic_store_explicit(&pool.done, 0, memory_order_relaxed);
+    long g = atomic_load_explicit(&pool.generation, memory_order_relaxed) + 1;
+    atomic_store_explicit(&pool.claim, ((uint64_t)g & ((1u << 24) - 1)) << JOB_SHIFT | (uint64_t)tasks << CLAIM_BITS,
+                          memory_order_release);
     pthread_mutex_lock(&pool.lock);
-    atomic_fetch_add_explicit(&pool.generation, 1, memory_order_release);
+    atomic_store_explicit(&pool.generation, g, memory_order_release);
     pthread_cond_broadcast(&pool.wake);
     pthread_mutex_unlock(&pool.lock);
-    for (int t = 0; t < tasks; t += pool.n) fn(ctx, t);
-    while (atomic_load_explicit(&pool.pending, memory_order_acquire) > 0) cpu_relax();
+    run_tasks(g);
+    for (int spins = 0; atomic_load_explicit(&pool.done, memory_order_acquire) < tasks; spins++) {
+        if (spins < 2000) cpu_relax();
+        else sched_yield(); /* a task still under way on a thread that lost its core: let it have one */
+    }
     pthread_mutex_unlock(&pool.busy);
 }
 
