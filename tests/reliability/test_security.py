@@ -238,3 +238,31 @@ def test_sse_frames_cannot_be_forged_from_request_text(secured):
                 if lines[0] != "data: [DONE]":
                     json.loads(lines[0][6:])
             figures.add("security", sse_frames_checked=len(events))
+
+
+FILE_OPTIONS = ["--lookup-cache-static", "--lookup-cache-dynamic", "--grammar-file", "--json-schema-file", "--mmproj",
+                "--lora", "--control-vector", "--hf-file", "--path", "--ui-config-file", "--mcp-servers-config",
+                "--api-key-file", "--ssl-key-file", "--ssl-cert-file", "--slot-save-path", "--media-path",
+                "--models-dir", "--models-preset", "--chat-template-file", "--log-prompts-dir", "--spec-draft-model"]
+
+
+@pytest.mark.parametrize("option", FILE_OPTIONS)
+def test_a_file_option_pointed_outside_never_prints_the_file(twin_q4_1, option):
+    """Every file-taking option given /etc/passwd, then a climbing relative path: the server reads what it reads
+    of it (every file option is read before the socket binds) and stops, at its option check or at the port
+    taken here, with one line; nothing of the file reaches its output."""
+    import subprocess
+    import sys
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    try:
+        for target in ("/etc/passwd", "../../../../../../../../etc/passwd"):
+            out = subprocess.run([sys.executable, "-m", "server", "-m", str(twin_q4_1.mlx_model), "--host", "127.0.0.1",
+                                  "--port", str(taken.getsockname()[1]), option, target],
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120).stdout
+            figures.add("security", file_option_probes=1)
+            assert "root:x:0:0" not in out and "Traceback" not in out, out[-2000:]
+    finally:
+        taken.close()
