@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from ..errors import ErrorKind, UpstreamError, json_type_name, type_error
+from ..errors import ErrorKind, UpstreamError, json_type_name
 from .jsonio import read_json_object
 from .native import complete
+from .prompts import checked_mixed
 
 router = APIRouter()
 
@@ -45,9 +46,7 @@ def _required(body: dict, key: str):
 
 def _mixed(tok, value) -> list[int]:
     """tokenize_mixed() without special tokens: a string, or an array of strings and token ids."""
-    if not isinstance(value, (str, list)):
-        raise UpstreamError(type_error("string", value), ErrorKind.SERVER)
-    return tok.tokenize_mixed(value, add_special=False, parse_special=False)
+    return tok.tokenize_mixed(checked_mixed(value), add_special=False, parse_special=False)
 
 
 def format_infill(tok, prefix, suffix, extra: list, prompt: list[int], n_batch: int, n_predict: int,

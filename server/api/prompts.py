@@ -6,7 +6,18 @@ an array holding no integer is several (each element one of the former).
 
 from __future__ import annotations
 
-from ..errors import BAD_PROMPT, EMPTY_PROMPTS, MULTIMODAL_UNSUPPORTED, ErrorKind, UpstreamError
+from ..errors import BAD_PROMPT, EMPTY_PROMPTS, MULTIMODAL_UNSUPPORTED, ErrorKind, UpstreamError, type_error
+
+
+def checked_mixed(value) -> str | list:
+    """A tokenize_mixed() argument as b10621's JSON library takes it: a string, or an array whose elements are
+    strings or numbers (get<llama_token>() throws its type_error, a 500, on anything else)."""
+    if not isinstance(value, (str, list)):
+        raise UpstreamError(type_error("string", value), ErrorKind.SERVER)
+    for part in value if isinstance(value, list) else ():
+        if not isinstance(part, str) and (isinstance(part, bool) or not isinstance(part, (int, float))):
+            raise UpstreamError(type_error("number", part), ErrorKind.SERVER)
+    return value
 
 
 def _is_int(v) -> bool:

@@ -4,6 +4,7 @@ from fastapi import APIRouter, Request
 
 from ..errors import ErrorKind, UpstreamError, type_error
 from .jsonio import UpstreamJSON, json_value, read_json_object
+from .prompts import checked_mixed
 
 router = APIRouter()
 
@@ -22,10 +23,8 @@ async def tokenize(request: Request) -> UpstreamJSON:
     tokens: list = []
     if "content" in body:
         content = body["content"]
-        if not isinstance(content, (str, list)):
-            raise UpstreamError(type_error("string", content), ErrorKind.SERVER)
         ids = state.tokenizer.tokenize_mixed(
-            content,
+            checked_mixed(content),
             add_special=json_value(body, "add_special", False),
             parse_special=json_value(body, "parse_special", True),
         )
