@@ -243,16 +243,19 @@ AVX2 static void nn_sums(int M, int N, int k0, int k1, const float *a, int lda, 
     }
 }
 
-static float *nn_buffer(size_t floats) {
-    static __thread float *buf;
-    static __thread size_t cap;
-    if (floats > cap) {
-        free(buf);
-        buf = aligned_alloc(64, ((floats * sizeof(float)) + 63) & ~(size_t)63);
-        cap = buf ? floats : 0;
+/* the calling thread's buffer `which` (THREAD_BUFFERS of them), kept between calls and grown to `floats` */
+HIDDEN float *mlxcel_thread_floats(int which, size_t floats) {
+    static __thread float *buf[THREAD_BUFFERS];
+    static __thread size_t cap[THREAD_BUFFERS];
+    if (floats > cap[which]) {
+        free(buf[which]);
+        buf[which] = aligned_alloc(64, ((floats * sizeof(float)) + 63) & ~(size_t)63);
+        cap[which] = buf[which] ? floats : 0;
     }
-    return buf;
+    return buf[which];
 }
+
+static float *nn_buffer(size_t floats) { return mlxcel_thread_floats(BUFFER_SUMS, floats); }
 
 struct gemm_args {
     int M, N, K;
@@ -904,16 +907,6 @@ static void finish_row(const float *parts, int D, float *o) {
     for (int d = 0; d < D; d++) o[d] = (s0[d] + s1[d]) + (s2[d] + s3[d]);
 }
 
-static float *rows_buffer(size_t floats) {
-    static __thread float *buf;
-    static __thread size_t cap;
-    if (floats > cap) {
-        free(buf);
-        buf = aligned_alloc(64, ((floats * sizeof(float)) + 63) & ~(size_t)63);
-        cap = buf ? floats : 0;
-    }
-    return buf;
-}
 
 AVX2 static void rows_task(void *ctx, int task) {
     struct rows_args *a = ctx;
@@ -925,7 +918,7 @@ AVX2 static void rows_task(void *ctx, int task) {
     const float *kh = a->k + b * a->k_seq + (h / group) * a->k_head + first * a->k_pos;
     const float *vh = a->v + b * a->v_seq + (h / group) * a->v_head + first * a->v_pos;
     const float *qh = a->q + b * a->q_seq + h * a->q_head;
-    float *scores = rows_buffer((size_t)ROWS_BLOCK * (keys > 0 ? keys : 1) + 4 * NN_PARTS * (size_t)D);
+    float *scores = mlxcel_thread_floats(BUFFER_SCORES, (size_t)ROWS_BLOCK * (keys > 0 ? keys : 1) + 4 * NN_PARTS * (size_t)D);
     if (!scores) { a->failed = 1; return; }
     float *parts = scores + (size_t)ROWS_BLOCK * (keys > 0 ? keys : 1);
     /* scores: rows 4 at a time (a short last group repeats its last row), keys 2 at a time (likewise) */

@@ -19,6 +19,10 @@ void mlxcel_swiglu(const float *g, const float *u, long rows, long width, long l
 typedef void (*mlxcel_task_fn)(void *ctx, int task);
 HIDDEN void mlxcel_pool_run(mlxcel_task_fn fn, void *ctx, int tasks, int parallel);
 
+/* a thread's own scratch floats, kept between calls: one buffer per use that can be live at once */
+enum { BUFFER_SUMS, BUFFER_SCORES, BUFFER_PREFILL, THREAD_BUFFERS };
+HIDDEN float *mlxcel_thread_floats(int which, size_t floats);
+
 /* rope's cos and sin at a position for pairs 0..half-1, as ggml computes them */
 HIDDEN void rope_angles(int position, int half, int dims, float base, float scale, float *c, float *s);
 

@@ -85,17 +85,6 @@ static void gemm(int rows, int n, int k, const float *a, int lda, const float *w
     cblas_sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, rows, n, k, 1.0f, a, lda, w, ldw, beta, c, ldc);
 }
 
-static float *scratch(size_t floats) {
-    static __thread float *buf;
-    static __thread size_t cap;
-    if (floats > cap) {
-        free(buf);
-        buf = aligned_alloc(64, (floats * sizeof(float) + 63) & ~(size_t)63);
-        cap = buf ? floats : 0;
-    }
-    return buf;
-}
-
 /* L tokens of one sequence at positions index .. index + L - 1, written to its caches there (keys[l],
  * values[l]: layer l's, kv_heads x capacity x head_dim, strides as mlxcel_step's). logits (vocab floats): the
  * last position's, or NULL when the chunk is not the prompt's last. Returns 0, or -1 when out of memory. */
@@ -105,7 +94,7 @@ int mlxcel_prefill(const void *model, int L, const int *tokens, int index, float
     if (L < 1 || index < 0) return -1;
     const int E = m->hidden, H = m->heads, Hkv = m->kv_heads, D = m->head_dim, I = m->inter;
     const int nqkv = (H + 2 * Hkv) * D, half = m->rope_dims / 2, T = index + L;
-    float *x = scratch((size_t)L * (2 * E + nqkv + 2 * H * D + 3 * I + 2 * half));
+    float *x = mlxcel_thread_floats(BUFFER_PREFILL, (size_t)L * (2 * E + nqkv + 2 * H * D + 3 * I + 2 * half));
     if (!x) return -1;
     float *h = x + (size_t)L * E, *qkv = h + (size_t)L * E, *q = qkv + (size_t)L * nqkv;
     float *att = q + (size_t)L * H * D, *gu = att + (size_t)L * H * D, *act = gu + (size_t)L * 2 * I;
