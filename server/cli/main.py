@@ -357,8 +357,20 @@ def convert(argv: list[str]) -> int:
     return 0
 
 
+def _exit(code: int) -> None:
+    """Exit with the logs and output flushed but without the interpreter's teardown: MLX's stream threads,
+    started from the engine thread, abort the process ("terminate called without an active exception")
+    when their objects are destroyed at exit, turning a clean stop into status -6."""
+    import logging
+
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def server_main() -> None:
-    sys.exit(serve(sys.argv[1:]))
+    _exit(serve(sys.argv[1:]))
 
 
 def mlxcel_main() -> None:
@@ -367,4 +379,5 @@ def mlxcel_main() -> None:
     if not argv or argv[0] not in commands:
         print("usage: mlxcel {serve,convert} ...", file=sys.stderr)
         sys.exit(2)
-    sys.exit(commands[argv[0]](argv[1:]))
+    code = commands[argv[0]](argv[1:])
+    _exit(code) if argv[0] == "serve" else sys.exit(code)
