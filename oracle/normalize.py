@@ -14,6 +14,7 @@ class Normalization:
     paths: tuple[str, ...]  # JSON paths; "$.timings.*" masks every value under timings
     reason: str
     text: tuple[tuple[str, str], ...] = ()  # (regex, replacement) pairs for a body that is not JSON
+    within: tuple[str, ...] = ()  # JSON paths of strings the text pairs are applied inside, instead of a mask
 
 
 REGISTRY: dict[str, Normalization] = {n.name: n for n in (
@@ -51,6 +52,11 @@ REGISTRY: dict[str, Normalization] = {n.name: n for n in (
                   "b10621 hands every parsed tool call a random 32-character id (gen_tool_call_id)"),
     Normalization("verbose_echo", ("$.__verbose.id_slot", "$.__verbose.timings.*"),
                   "the native result a verbose chat answer embeds: its slot choice and clocks, as id_slot and timings"),
+    Normalization("template_date", (),
+                  "a chat template that renders today's date (gpt-oss's strftime_now): a recording made on another "
+                  "day differs there only; live, both servers render the same day",
+                  text=((r"Current date: \d{4}-\d{2}-\d{2}", "Current date: <date>"),),
+                  within=("$.__verbose.prompt",)),
     Normalization("ui_build_ids", (),
                   "the reference's web UI is built with npm when the reference is built: its assets' content hashes "
                   "and SvelteKit's runtime id change from one build to the next, the page around them does not",
@@ -82,11 +88,22 @@ def normalize(value: Any, names: tuple[str, ...], fired: set[str] | None = None,
             if fired is not None:
                 fired.add(name)
             return [MASK, type(value).__name__]
+        if isinstance(value, str) and any(_matches(path, p) for p in REGISTRY[name].within):
+            value = _substituted(value, name, fired)
     if isinstance(value, dict):
         return {k: normalize(v, names, fired, f"{path}.{k}") for k, v in value.items()}
     if isinstance(value, list):
         return [normalize(v, names, fired, f"{path}[{i}]") for i, v in enumerate(value)]
     return value
+
+
+def _substituted(text: str, name: str, fired: set[str] | None) -> str:
+    for pattern, replacement in REGISTRY[name].text:
+        new = re.sub(pattern, replacement, text)
+        if new != text and fired is not None:
+            fired.add(name)
+        text = new
+    return text
 
 
 def normalize_text(body: bytes, names: tuple[str, ...], fired: set[str] | None = None) -> bytes:

@@ -3,6 +3,7 @@ the evidence gate and the decided-position rule."""
 
 from __future__ import annotations
 
+import json
 import sys
 
 from oracle.diff import diff_exchanges
@@ -116,3 +117,17 @@ def test_a_text_body_is_compared_with_the_named_text_patterns_replaced():
     report = diff_exchanges(exchange(one), exchange(other), ("ui_build_ids",))
     assert report.identical and report.normalizations_fired == ["ui_build_ids"]
     assert not diff_exchanges(exchange(one), exchange(edited), ("ui_build_ids",)).identical
+
+
+def test_a_template_date_is_replaced_inside_the_rendered_prompt_only():
+    """gpt-oss's template renders today's date: a recording from another day differs in that text alone."""
+    def verbose(day: str, tail: str = "hi") -> Exchange:
+        body = {"__verbose": {"prompt": f"<|start|>system<|message|>Current date: {day}\n\n{tail}"}}
+        return ex(json.dumps(body).encode())
+
+    assert not diff_exchanges(verbose("2026-11-30"), verbose("2026-12-01")).identical
+    report = diff_exchanges(verbose("2026-11-30"), verbose("2026-12-01"), ("template_date",))
+    assert report.identical and report.normalizations_fired == ["template_date"]
+    assert not diff_exchanges(verbose("2026-11-30"), verbose("2026-12-01", "ho"), ("template_date",)).identical
+    elsewhere = ex(b'{"content":"Current date: 2026-11-30"}'), ex(b'{"content":"Current date: 2026-12-01"}')
+    assert not diff_exchanges(*elsewhere, ("template_date",)).identical
