@@ -36,6 +36,21 @@ SLOTS_DISABLED = "This server does not support slots endpoint. Start it with `--
 NO_SLOT_AVAILABLE = "no slot available"
 SAMPLERS_FAILED = "Failed to initialize samplers: "
 EMPTY_PROMPTS = '"prompt" must not be empty'
+EMBEDDINGS_DISABLED = "This server does not support embeddings. Start it with `--embeddings`"
+RERANK_DISABLED = "This server does not support reranking. Start it with `--reranking`"
+POOLING_NONE_NOT_OAI = "Pooling type 'none' is not OAI compatible. Please use a different pooling type"
+EMBEDDING_INPUT_MISSING = '"input" or "content" must be provided'
+ENCODING_FORMAT_INVALID = "The format to return the embeddings in. Can be either float or base64"
+EMBEDDING_INPUT_EMPTY = "Input content cannot be empty"
+INPUT_TOO_LARGE = ("input ({n} tokens) is too large to process. increase the physical batch size (current batch "
+                   "size: {n_ubatch})")
+INPUT_OVER_CONTEXT = "input ({n} tokens) is larger than the max context size ({n_ctx} tokens). skipping"
+INVALID_TOKENS = "Prompt contains invalid tokens"
+RERANK_QUERY_MISSING = '"query" must be provided'
+RERANK_QUERY_NOT_STRING = '"query" must be a string'
+RERANK_DOCUMENTS_INVALID = '"documents" must be a non-empty string array'
+# mlxcel's own (b10621 runs the request and fails it with a 500): a generation route on an encoder server
+GENERATION_DISABLED = "This server does not support completions. Start it without `{flag}`"
 MULTIMODAL_UNSUPPORTED = "Multimodal data provided, but model does not support multimodal requests."
 # Unknown path or method: httplib's 404, whose envelope orders its keys differently from format_error_response
 # res_403 (server.cpp): the tools and CORS-proxy routes of a server started without --tools / --ui-mcp-proxy

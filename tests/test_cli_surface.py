@@ -420,7 +420,6 @@ def test_ui_config_paths_and_mcp_refuse(argv):
 
 
 PRESETS = {
-    "--embd-gemma-default": ("ggml-org/embeddinggemma-300M-qat-q4_0-GGUF", "mlx-community/embeddinggemma-300m-4bit"),
     "--fim-qwen-1.5b-default": ("ggml-org/Qwen2.5-Coder-1.5B-Q8_0-GGUF", "mlx-community/Qwen2.5-Coder-1.5B-8bit"),
     "--fim-qwen-3b-default": ("ggml-org/Qwen2.5-Coder-3B-Q8_0-GGUF", "mlx-community/Qwen2.5-Coder-3B-8bit"),
     "--fim-qwen-7b-default": ("ggml-org/Qwen2.5-Coder-7B-Q8_0-GGUF", "mlx-community/Qwen2.5-Coder-7B-8bit"),
@@ -445,6 +444,14 @@ def test_presets_refuse_with_the_mlx_equivalents(preset):
            "run `mlxcel-server -m DIR --port 80" in line
     assert refused("--gpt-oss-20b-default")[0].endswith("-m DIR --port 8013 -ub 2048 -b 32768 -np 2 -c 262144 --temp "
                                                         "1.0 --top-p 1.0 --top-k 0 --min-p 0.01 --jinja`")
+
+
+def test_the_embedding_preset_points_at_the_bundled_encoder():
+    (line,) = refused("--embd-gemma-default")
+    assert line.startswith("error: --embd-gemma-default: b10621's preset serves the GGUF repository "
+                           "ggml-org/embeddinggemma-300M-qat-q4_0-GGUF, which mlxcel cannot load, and embeddinggemma "
+                           "is no BERT-family encoder")
+    assert line.endswith("`mlxcel-server -m all-minilm-l6-v2 --port 8011 -np 32 --embedding`")
 
 
 def test_the_twelfth_preset_is_speculative_and_refuses():
@@ -493,7 +500,6 @@ def test_speculative_tuning_is_inert_and_checked_as_b10621(capsys):
 
 
 def test_other_issues_surfaces_refuse_naming_their_issue():
-    assert refused("--embedding")[0] == "error: --embedding: embeddings is not served yet (#11); leave it out"
     assert refused("--lora", "a")[0] == "error: --lora a: LoRA adapters is not served yet (#13); leave it out"
     assert refused("--mmproj", "p")[0] == "error: --mmproj p: images and audio is not served yet (#14); leave it out"
     assert refused("--metrics")[0] == "error: --metrics: GET /metrics is not served yet (#12); leave it out"

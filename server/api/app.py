@@ -14,11 +14,14 @@ from . import (
     anthropic,
     chat,
     disabled,
+    embeddings,
+    encoder_mode,
     health,
     infill,
     native,
     oai_completions,
     props,
+    rerank,
     responses,
     scoring,
     slots,
@@ -79,8 +82,12 @@ def create_app(state: AppState | None) -> FastAPI:
     async def _invalid(_: Request, exc: RequestValidationError):
         return error_response(UpstreamError(str(exc), ErrorKind.INVALID_REQUEST))
 
-    for module in (health, tokenize, native, chat, oai_completions, anthropic, responses, infill, props, slots,
-                   scoring, disabled):
+    if settings.encoder is not None:  # --embeddings / --reranking: an encoder, nothing that generates
+        modules = (health, tokenize, props, embeddings, rerank, encoder_mode, disabled)
+    else:
+        modules = (health, tokenize, native, chat, oai_completions, anthropic, responses, infill, props, slots,
+                   scoring, embeddings, rerank, disabled)
+    for module in modules:
         app.include_router(module.router)
     return app
 

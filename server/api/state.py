@@ -25,6 +25,7 @@ class ServerSettings:
     special: bool = False  # --special: special tokens rendered as text
     slots_debug: bool = False  # LLAMA_SERVER_SLOTS_DEBUG: /slots shows prompts and generated text
     chat: object = None  # server.chat.params.ChatSettings; None: the checkpoint's template, defaults
+    encoder: object = None  # server.encoder.worker.EncoderConfig under --embeddings / --reranking, else None
     # the HTTP layer (server/api/cors.py, auth.py, prefix.py): b10621's defaults, CORS on with origin echo,
     # no API key, no prefix; cors=None leaves CORS out entirely
     cors: CorsConfig | None = field(default_factory=CorsConfig)  # --cors-origins/-headers/-methods/-credentials

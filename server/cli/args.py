@@ -191,6 +191,13 @@ MLXCEL: dict[str, dict] = {
     "--prefill-assistant": _s("prefill_assistant", "whether to prefill the assistant's response if the last message "
                               "is an assistant message (default: prefill enabled)", True),
     # transport, authentication, logging: parsed here, served by their own modules
+    "--embedding": _s("embedding", "restrict to only support embedding use case; use only with dedicated embedding "
+                      "models (default: disabled); mlxcel embeds with BERT-family encoders", False),
+    "--rerank": _s("reranking", "enable reranking endpoint on server (default: disabled); mlxcel ranks with "
+                   "BERT-family cross-encoders", False),
+    "--pooling": _s("pooling", "pooling type for embeddings, use model default if unspecified"),
+    "--embd-normalize": _s("embd_normalize", "normalisation for embeddings (default: 2) (-1=none, 0=max absolute "
+                           "int16, 1=taxicab, 2=euclidean, >2=p-norm)", 2),
     "--host": _s("host", "ip address to listen, or bind to an UNIX socket if the address ends with .sock (default: "
                  "127.0.0.1)", "127.0.0.1"),
     "--port": _s("port", "port to listen (default: 8080)", 8080),

@@ -272,9 +272,11 @@ RULES: dict[str, Rule] = {
                                  "the log volume), and creates no directory for them",
                                  "for request-level debugging use --log-file FILE with --verbose"),
     # ----- presets (b10621's twelve: a GGUF repository plus a parameter block) -----
-    "--embd-gemma-default": _preset("ggml-org/embeddinggemma-300M-qat-q4_0-GGUF", "mlx-community/embeddinggemma-300m-4bit",
-                                    "--port 8011 -ub 2048 -b 2048 -np 32 -c 65536 --embedding",
-                                    "; embeddings are not served yet either (#11)"),
+    "--embd-gemma-default": _refuse("b10621's preset serves the GGUF repository "
+                                    "ggml-org/embeddinggemma-300M-qat-q4_0-GGUF, which mlxcel cannot load, and "
+                                    "embeddinggemma is no BERT-family encoder, the one family mlxcel embeds with",
+                                    "the bundled embedding model: `mlxcel-server -m all-minilm-l6-v2 --port 8011 "
+                                    "-np 32 --embedding`"),
     "--fim-qwen-1.5b-default": _preset("ggml-org/Qwen2.5-Coder-1.5B-Q8_0-GGUF", "mlx-community/Qwen2.5-Coder-1.5B-8bit",
                                        _FIM),
     "--fim-qwen-3b-default": _preset("ggml-org/Qwen2.5-Coder-3B-Q8_0-GGUF", "mlx-community/Qwen2.5-Coder-3B-8bit", _FIM),
@@ -349,11 +351,6 @@ RULES: dict[str, Rule] = {
     "--yarn-beta-fast": _only(lambda v: stof(v) == -1, "-1 (the default)", _not_yet("YaRN overrides", 14), _LEAVE,
                               check=_stof_check),
     # ----- embeddings, multimodal, observability, router: other issues' surfaces -----
-    "--embedding": _refuse(_not_yet("embeddings", 11), _LEAVE),
-    "--rerank": _refuse(_not_yet("reranking", 11), _LEAVE),
-    "--pooling": _inert("every value: it shapes embeddings only, which mlxcel refuses to turn on",
-                        check=_in("--pooling", "none", "mean", "cls", "last", "rank")),
-    "--embd-normalize": _inert("every value: it shapes embeddings only, which mlxcel refuses to turn on"),
     "--mmproj": _refuse(_not_yet("images and audio", 14), _LEAVE),
     "--mmproj-url": _refuse(_not_yet("images and audio", 14), _LEAVE),
     "--mmproj-auto": _inert("--mmproj-auto, --no-mmproj(-auto): it only fetches a projector with --hf-repo, which "
@@ -422,7 +419,10 @@ def _parallel_check(v) -> None:
 
 
 # b10621's handler checks of options mlxcel acts on (args.py), run by the parser as upstream runs them
-ACTED_ON_CHECKS: dict[str, Callable[[object], None]] = {"--parallel": _parallel_check}
+ACTED_ON_CHECKS: dict[str, Callable[[object], None]] = {
+    "--parallel": _parallel_check,
+    "--pooling": _in("--pooling", "none", "mean", "cls", "last", "rank"),
+}
 
 
 def check_value(option: str, value) -> None:

