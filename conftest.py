@@ -40,6 +40,20 @@ def twin_f32():
 
 
 @pytest.fixture(scope="session")
+def twin_f32_minilm():
+    from fixtures.twins import twin
+
+    return twin("f32_minilm")
+
+
+@pytest.fixture(scope="session")
+def twin_f32_rerank():
+    from fixtures.twins import twin
+
+    return twin("f32_rerank")
+
+
+@pytest.fixture(scope="session")
 def twin_f32_fim():
     from fixtures.twins import twin
 

@@ -52,6 +52,15 @@ REGISTRY: dict[str, Normalization] = {n.name: n for n in (
                   "b10621 hands every parsed tool call a random 32-character id (gen_tool_call_id)"),
     Normalization("verbose_echo", ("$.__verbose.id_slot", "$.__verbose.timings.*"),
                   "the native result a verbose chat answer embeds: its slot choice and clocks, as id_slot and timings"),
+    Normalization("embedding_values", ("$[*].embedding[*][*]", "$.data[*].embedding[*]"),
+                  "the twins' vectors differ ~1e-5 (ggml's fp16 GELU table turns float rounding into whole fp16 "
+                  "steps): every component is compared within 1e-4 of the vector's length by "
+                  "conformance/test_embeddings.py; count, shape, types and order here"),
+    Normalization("embedding_base64", ("$.data[*].embedding",),
+                  "a base64 vector holds the same ~1e-5 differences in its bytes: its JSON type and place compared"),
+    Normalization("rerank_scores", ("$.results[*].relevance_score", "$[*].score"),
+                  "the twins' scores differ ~1e-5: compared within 1e-4, with the order, by "
+                  "conformance/test_embeddings.py; indices, order and keys here"),
     Normalization("template_date", (),
                   "a chat template that renders today's date (gpt-oss's strftime_now): a recording made on another "
                   "day differs there only; live, both servers render the same day",

@@ -22,7 +22,7 @@ import numpy as np
 from ..engine.types import EngineInfo
 
 log = logging.getLogger("mlxcel.encoder")
-BATCH_TOKENS = 4096  # padded tokens per forward pass
+BATCH_TOKENS = 1  # padded tokens per forward pass
 
 
 @dataclass(frozen=True)
