@@ -1,11 +1,19 @@
 """Embedding vectors and rerank scores against the reference, on the F32 encoder twins, live.
 
 The corpus cases (post-embedding*, post-*rerank*) compare shapes, keys, counts and order with the values
-masked; here the values, over fixtures/corpora/embeddings.json (58 texts, 5 query sets): for every pooling
-(mean, cls, last, none) and every --embd-normalize mode (-1, 0, 1, 2, 3), each component agrees within 1e-4
-of the reference vector's euclidean length (1e-4 absolute for the default unit vectors; the same relative
-agreement for the unnormalized and int16-scaled ones), and each rerank score within 1e-4, in the same order.
-The worst differences are written to .reports/embedding-agreement.json.
+masked; here the values, over fixtures/corpora/embeddings.json (58 texts, 5 query sets), for every pooling
+(mean, cls, last, none) and every --embd-normalize mode (-1, 0, 1, 2, 3). A difference is measured per
+component, over the reference vector's euclidean length (absolute for the default unit vectors; the same
+relative measure for the unnormalized and int16-scaled ones).
+
+The bound is 1e-4, or the reference's own spread where that is larger: b10621 does not reproduce its own
+vectors to 1e-4. Its GELU is a lookup through fp16 (ggml-cpu's GGML_GELU_FP16), so a last-bit difference in
+an activation can move it a whole fp16 step, and the last bits depend on how the prompts of a request were
+batched into ubatches (the attention sums run over the batch's keys in SIMD lanes). The same texts embedded
+one request each differ from the one-request answer by up to ~1.1e-4 (last-token pooling). That spread is
+measured here, in the same run, and mlxcel must agree with the reference at least as closely as the
+reference agrees with itself (TOLERANCE, or SELF_SPREAD_FACTOR times its spread). The figures are written to
+.reports/embedding-agreement.json.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from oracle.processes import COMMON_ARGS, F32_NUMERICS, mlxcel_server, reference
 CORPUS = json.loads((Path(__file__).resolve().parents[1] / "fixtures/corpora/embeddings.json").read_text())
 TEXTS, RERANK = CORPUS["texts"], CORPUS["rerank"]
 TOLERANCE = 1e-4
+SELF_SPREAD_FACTOR = 1.5
 NORMALIZE_MODES = (-1, 0, 1, 2, 3)
 REPORT = Path(__file__).resolve().parents[1] / ".reports" / "embedding-agreement.json"
 WORST: dict[str, float] = {}
@@ -73,6 +82,25 @@ def _agreement(mine: list, ref: list) -> float:
     return worst
 
 
+SPREAD: dict[str, float] = {}
+
+
+def _bound(key: str, ref_url: str, path: str, body: dict, vectors) -> float:
+    """max(TOLERANCE, SELF_SPREAD_FACTOR x the reference's own spread): its one-request answer against the
+    same inputs sent one request each (measured once per server)."""
+    if key not in SPREAD:
+        together = vectors(_post(ref_url, path, body))
+        field = "content" if "content" in body else "input"
+        alone = [v for item in body[field] for v in vectors(_post(ref_url, path, {**body, field: [item]}))]
+        SPREAD[key] = _agreement(together, alone)
+        WORST[f"reference self-spread, {key}"] = SPREAD[key]
+    return max(TOLERANCE, SELF_SPREAD_FACTOR * SPREAD[key])
+
+
+def _pooled(answer: list) -> list:
+    return [e["embedding"][0] for e in answer]
+
+
 @pytest.mark.parametrize("pooling", ["mean", "cls", "last"])
 @pytest.mark.parametrize("mode", NORMALIZE_MODES)
 def test_vectors_agree_for_every_pooling_and_normalization(pair_for, pooling, mode):
@@ -80,9 +108,10 @@ def test_vectors_agree_for_every_pooling_and_normalization(pair_for, pooling, mo
     body = {"content": TEXTS, "embd_normalize": mode}
     mine, ref = _post(mine_url, "/embedding", body), _post(ref_url, "/embedding", body)
     assert [e["index"] for e in mine] == [e["index"] for e in ref] == list(range(len(TEXTS)))
-    worst = _agreement([e["embedding"][0] for e in mine], [e["embedding"][0] for e in ref])
+    worst = _agreement(_pooled(mine), _pooled(ref))
     WORST[f"{pooling} embd_normalize {mode}"] = worst
-    assert worst <= TOLERANCE, worst
+    bound = _bound(pooling, ref_url, "/embedding", {"content": TEXTS, "embd_normalize": 2}, _pooled)
+    assert worst <= bound, (worst, bound)
 
 
 def test_token_vectors_agree_with_pooling_none(pair_for):
@@ -94,7 +123,8 @@ def test_token_vectors_agree_with_pooling_none(pair_for):
     assert len(rows_mine) == len(rows_ref) > len(TEXTS)
     worst = _agreement(rows_mine, rows_ref)
     WORST["none (per token)"] = worst
-    assert worst <= TOLERANCE, worst
+    bound = _bound("none", ref_url, "/embedding", body, lambda answer: [r for e in answer for r in e["embedding"]])
+    assert worst <= bound, (worst, bound)
 
 
 def test_openai_route_and_server_default_agree(pair_for):
@@ -104,7 +134,8 @@ def test_openai_route_and_server_default_agree(pair_for):
     assert mine["usage"] == ref["usage"]
     worst = _agreement([d["embedding"] for d in mine["data"]], [d["embedding"] for d in ref["data"]])
     WORST["v1 --embd-normalize 3"] = worst
-    assert worst <= TOLERANCE, worst
+    bound = _bound("v1", ref_url, "/v1/embeddings", body, lambda answer: [d["embedding"] for d in answer["data"]])
+    assert worst <= bound, (worst, bound)
 
 
 @pytest.mark.parametrize("index", range(len(RERANK)))

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 BLAS_ENV = "MLXCEL_BLAS"  # a library path, or "reference" to keep the wheel's own BLAS
 KERNELS_ENV = "MLXCEL_CPU_KERNELS"  # "0": without mlxcel's CPU kernels
 KERNELS_DIR = os.path.join(os.path.dirname(__file__), "native")
-KERNELS_SOURCES = ("cpu_kernels.c", "decode_step.c", "prefill_step.c")  # one shared object
+KERNELS_SOURCES = ("cpu_kernels.c", "decode_step.c", "prefill_step.c", "encoder_ggml.c")  # one shared object
 KERNELS_HEADERS = ("cpu_kernels.h", "step_model.h")
 FAST_GFLOPS = 10.0  # the reference BLAS measures ~2.5, OpenBLAS on two cores ~150
 

@@ -1,9 +1,11 @@
 """The encoder worker: one thread that owns the BERT-family model and answers batches of token lists.
 
 The HTTP layer hands over plain data (lists of token ids) and gets back, per list, one pooled float32 vector
-(mean, cls, last or rank pooling) or, with pooling none, one vector per token. Lists of similar length run
-together as one padded batch: padded keys are masked out of attention, and every row is computed on its own,
-so a list's numbers do not depend on what it was batched with.
+(mean, cls, last or rank pooling) or, with pooling none, one vector per token.
+
+On x86 with AVX2 the model runs in server/native/encoder_ggml.c, b10621's CPU arithmetic bit for bit, one
+sequence at a time (as b10621 evaluates a lone prompt). Elsewhere it runs in MLX (server/models/bert.py),
+where lists of similar length go together as one padded batch: padded keys are masked out of attention.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import numpy as np
 from ..engine.types import EngineInfo
 
 log = logging.getLogger("mlxcel.encoder")
-BATCH_TOKENS = 1  # padded tokens per forward pass
+BATCH_TOKENS = 4096  # padded tokens per forward pass
 
 
 @dataclass(frozen=True)
@@ -67,19 +69,26 @@ class EncoderWorker:
         return future
 
     def _run(self) -> None:
-        from ..models.bert import BertEncoder
+        from .. import cpu_kernels
+        from ..models.bert import BertEncoder, NativeBert
 
         started = time.perf_counter()
         try:
-            self.model = BertEncoder.load(self.checkpoint)
+            if cpu_kernels.available():
+                from .. import blas
+
+                self.model = NativeBert.load(self.checkpoint, blas.STATE.native)
+            else:
+                self.model = BertEncoder.load(self.checkpoint)
         except Exception as exc:  # noqa: BLE001 - a damaged checkpoint is reported, and the server exits
             self.load_error = f"failed to load the encoder from {self.checkpoint}: {exc}"
             self.ready.set()
             return
         self.n_ctx_train = self.model.args.max_position_embeddings
         self.info.n_ctx = self.config.n_ctx or self.n_ctx_train
-        log.info("encoder loaded in %.2f s: %s (%s, pooling %s)", time.perf_counter() - started, self.checkpoint,
-                 self.config.mode, self.config.pooling)
+        log.info("encoder loaded in %.2f s: %s (%s, pooling %s, %s)", time.perf_counter() - started, self.checkpoint,
+                 self.config.mode, self.config.pooling,
+                 "b10621's CPU arithmetic" if hasattr(self.model, "pool") else "MLX")
         self.ready.set()
         while (job := self._jobs.get()) is not None:
             prompts, future = job
@@ -92,6 +101,8 @@ class EncoderWorker:
                 future.set_exception(exc)
 
     def encode(self, prompts: list[list[int]]) -> list[np.ndarray]:
+        if hasattr(self.model, "pool"):  # the native encoder: one sequence a pass
+            return [self.model.pool(self.model.hidden(p), self.config.pooling) for p in prompts]
         out: list[np.ndarray | None] = [None] * len(prompts)
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         start = 0

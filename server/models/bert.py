@@ -11,12 +11,14 @@ numbers from the same weights:
 
 from __future__ import annotations
 
+import ctypes
 import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import mlx.core as mx
+import numpy as np
 
 GELU_COEF_A = 0.044715
 SQRT_2_OVER_PI = 0.79788456080286535587989211986876
@@ -134,3 +136,79 @@ class BertEncoder:
         if "classifier.out_proj.weight" in self.w:
             y = self._linear(y, "classifier.out_proj")
         return y
+
+
+# ---- the same encoder through server/native/encoder_ggml.c: b10621's CPU arithmetic, bit for bit -------------
+
+POOL_CODES = {"none": 0, "mean": 1, "cls": 2, "last": 3, "rank": 4}
+_LAYER_PARTS = ("attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense",
+                "attention.output.LayerNorm", "intermediate.dense", "output.dense", "output.LayerNorm")
+
+
+class _Bert(ctypes.Structure):
+    _fields_ = [("n_vocab", ctypes.c_int), ("n_pos", ctypes.c_int), ("hidden", ctypes.c_int),
+                ("n_layer", ctypes.c_int), ("n_head", ctypes.c_int), ("n_ff", ctypes.c_int),
+                ("n_cls_out", ctypes.c_int), ("eps", ctypes.c_float),
+                *((name, ctypes.c_void_p) for name in ("tok", "pos", "type0", "norm_w", "norm_b", "layers",
+                                                       "cls_w", "cls_b", "out_w", "out_b"))]
+
+
+class NativeBert:
+    """BertEncoder's interface (hidden, pool) over the native kernels; numpy weights, one sequence a call."""
+
+    def __init__(self, args: BertArgs, weights: dict[str, np.ndarray], native):
+        self.args = args
+        self.native = native
+        self.w = {k.removeprefix("bert."): np.ascontiguousarray(v, dtype=np.float32) for k, v in weights.items()}
+        self.has_rank_head = "classifier.dense.weight" in self.w or "classifier.out_proj.weight" in self.w
+        out_w = self.w.get("classifier.out_proj.weight")
+        self.n_cls_out = out_w.shape[0] if out_w is not None else args.hidden_size
+        types = self.w.get("embeddings.token_type_embeddings.weight")
+        self._type0 = None if types is None else np.ascontiguousarray(types[0])
+        parts = []
+        for i in range(args.num_hidden_layers):
+            for part in _LAYER_PARTS:
+                for kind in ("weight", "bias"):
+                    parts.append(self._ptr(f"encoder.layer.{i}.{part}.{kind}"))
+        self._layers = (ctypes.c_void_p * len(parts))(*parts)
+        self._struct = _Bert(
+            args.vocab_size, args.max_position_embeddings, args.hidden_size, args.num_hidden_layers,
+            args.num_attention_heads, args.intermediate_size, self.n_cls_out, args.layer_norm_eps,
+            self._ptr("embeddings.word_embeddings.weight"), self._ptr("embeddings.position_embeddings.weight"),
+            None if self._type0 is None else self._type0.ctypes.data, self._ptr("embeddings.LayerNorm.weight"),
+            self._ptr("embeddings.LayerNorm.bias"), ctypes.cast(self._layers, ctypes.c_void_p),
+            self._ptr("classifier.dense.weight"), self._ptr("classifier.dense.bias"),
+            self._ptr("classifier.out_proj.weight"), self._ptr("classifier.out_proj.bias"))
+        native.mlxcel_bert_hidden.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+        native.mlxcel_bert_pool.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
+                                            ctypes.c_void_p]
+
+    def _ptr(self, name: str) -> int | None:
+        a = self.w.get(name)
+        return None if a is None else a.ctypes.data
+
+    @classmethod
+    def load(cls, checkpoint: Path, native) -> "NativeBert":
+        from safetensors.numpy import load_file
+
+        cfg = json.loads((checkpoint / "config.json").read_text())
+        return cls(BertArgs.from_config(cfg), load_file(str(checkpoint / "model.safetensors")), native)
+
+    def hidden(self, tokens: list[int]) -> np.ndarray:
+        ids = np.asarray(tokens, dtype=np.int32)
+        out = np.empty((len(tokens), self.args.hidden_size), np.float32)
+        rc = self.native.mlxcel_bert_hidden(ctypes.byref(self._struct), ids.ctypes.data, len(tokens),
+                                            out.ctypes.data)
+        if rc != 0:
+            raise ValueError(f"the native encoder refused {len(tokens)} tokens ({rc})")
+        return out
+
+    def pool(self, hidden: np.ndarray, kind: str) -> np.ndarray:
+        if kind == "none":
+            return hidden
+        out = np.empty(max(self.args.hidden_size, self.n_cls_out), np.float32)
+        rc = self.native.mlxcel_bert_pool(ctypes.byref(self._struct), hidden.ctypes.data, len(hidden),
+                                          POOL_CODES[kind], out.ctypes.data)
+        if rc != 0:
+            raise ValueError(f"the native encoder could not pool ({rc})")
+        return out[:self.n_cls_out] if kind == "rank" and self.has_rank_head else out[:self.args.hidden_size]
