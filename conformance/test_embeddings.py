@@ -4,16 +4,13 @@ The corpus cases (post-embedding*, post-*rerank*) compare shapes, keys, counts a
 masked; here the values, over fixtures/corpora/embeddings.json (58 texts, 5 query sets), for every pooling
 (mean, cls, last, none) and every --embd-normalize mode (-1, 0, 1, 2, 3). A difference is measured per
 component, over the reference vector's euclidean length (absolute for the default unit vectors; the same
-relative measure for the unnormalized and int16-scaled ones).
+relative measure for the unnormalized and int16-scaled ones); the bound is 1e-4.
 
-The bound is 1e-4, or the reference's own spread where that is larger: b10621 does not reproduce its own
-vectors to 1e-4. Its GELU is a lookup through fp16 (ggml-cpu's GGML_GELU_FP16), so a last-bit difference in
-an activation can move it a whole fp16 step, and the last bits depend on how the prompts of a request were
-batched into ubatches (the attention sums run over the batch's keys in SIMD lanes). The same texts embedded
-one request each differ from the one-request answer by up to ~1.1e-4 (last-token pooling). That spread is
-measured here, in the same run, and mlxcel must agree with the reference at least as closely as the
-reference agrees with itself (TOLERANCE, or SELF_SPREAD_FACTOR times its spread). The figures are written to
-.reports/embedding-agreement.json.
+mlxcel answers all the texts of one request; the reference is asked one text per request. b10621's numbers
+depend on how a request's prompts share a ubatch (its attention sums run over the batch's keys in SIMD lanes,
+and its GELU is a lookup through fp16, which turns a last-bit difference into a whole fp16 step), so its
+one-request answer is not reproducible to 1e-4 even against itself; a prompt evaluated alone is. That spread
+is measured and reported too. Figures: .reports/embedding-agreement.json.
 """
 
 from __future__ import annotations
@@ -31,10 +28,9 @@ from oracle.processes import COMMON_ARGS, F32_NUMERICS, mlxcel_server, reference
 CORPUS = json.loads((Path(__file__).resolve().parents[1] / "fixtures/corpora/embeddings.json").read_text())
 TEXTS, RERANK = CORPUS["texts"], CORPUS["rerank"]
 TOLERANCE = 1e-4
-SELF_SPREAD_FACTOR = 1.5
 NORMALIZE_MODES = (-1, 0, 1, 2, 3)
 REPORT = Path(__file__).resolve().parents[1] / ".reports" / "embedding-agreement.json"
-WORST: dict[str, float] = {}
+FIGURES: dict[str, float] = {}
 
 pytestmark = pytest.mark.skipif(oracle_offline(), reason="compares live against the reference binary")
 
@@ -62,7 +58,7 @@ def pair_for(request):
     for p in current["procs"]:
         p.cleanup()
     REPORT.parent.mkdir(exist_ok=True)
-    REPORT.write_text(json.dumps(WORST, indent=1, sort_keys=True) + "\n")
+    REPORT.write_text(json.dumps(FIGURES, indent=1, sort_keys=True) + "\n")
 
 
 def _post(url: str, path: str, body: dict):
@@ -77,28 +73,13 @@ def _agreement(mine: list, ref: list) -> float:
     for a, b in zip(mine, ref, strict=True):
         a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
         assert a.shape == b.shape
-        scale = max(float(np.linalg.norm(b)), 1e-30)
-        worst = max(worst, float(np.abs(a - b).max()) / scale)
+        worst = max(worst, float(np.abs(a - b).max()) / max(float(np.linalg.norm(b)), 1e-30))
     return worst
 
 
-SPREAD: dict[str, float] = {}
-
-
-def _bound(key: str, ref_url: str, path: str, body: dict, vectors) -> float:
-    """max(TOLERANCE, SELF_SPREAD_FACTOR x the reference's own spread): its one-request answer against the
-    same inputs sent one request each (measured once per server)."""
-    if key not in SPREAD:
-        together = vectors(_post(ref_url, path, body))
-        field = "content" if "content" in body else "input"
-        alone = [v for item in body[field] for v in vectors(_post(ref_url, path, {**body, field: [item]}))]
-        SPREAD[key] = _agreement(together, alone)
-        WORST[f"reference self-spread, {key}"] = SPREAD[key]
-    return max(TOLERANCE, SELF_SPREAD_FACTOR * SPREAD[key])
-
-
-def _pooled(answer: list) -> list:
-    return [e["embedding"][0] for e in answer]
+def _one_by_one(url: str, body: dict) -> list:
+    """The reference's answer for each text asked alone, in order."""
+    return [_post(url, "/embedding", {**body, "content": text})[0] for text in body["content"]]
 
 
 @pytest.mark.parametrize("pooling", ["mean", "cls", "last"])
@@ -106,46 +87,53 @@ def _pooled(answer: list) -> list:
 def test_vectors_agree_for_every_pooling_and_normalization(pair_for, pooling, mode):
     mine_url, ref_url = pair_for("f32_minilm", ("--embeddings", "--pooling", pooling))
     body = {"content": TEXTS, "embd_normalize": mode}
-    mine, ref = _post(mine_url, "/embedding", body), _post(ref_url, "/embedding", body)
-    assert [e["index"] for e in mine] == [e["index"] for e in ref] == list(range(len(TEXTS)))
-    worst = _agreement(_pooled(mine), _pooled(ref))
-    WORST[f"{pooling} embd_normalize {mode}"] = worst
-    bound = _bound(pooling, ref_url, "/embedding", {"content": TEXTS, "embd_normalize": 2}, _pooled)
-    assert worst <= bound, (worst, bound)
+    mine = _post(mine_url, "/embedding", body)
+    assert [e["index"] for e in mine] == list(range(len(TEXTS)))
+    alone = _one_by_one(ref_url, body)
+    worst = _agreement([e["embedding"][0] for e in mine], [e["embedding"][0] for e in alone])
+    FIGURES[f"{pooling} embd_normalize {mode}"] = worst
+    if mode == 2:  # how far b10621's one-request answer is from its own one-by-one answers
+        together = _post(ref_url, "/embedding", body)
+        FIGURES[f"reference spread, {pooling}"] = _agreement([e["embedding"][0] for e in together],
+                                                             [e["embedding"][0] for e in alone])
+    assert worst <= TOLERANCE, worst
 
 
 def test_token_vectors_agree_with_pooling_none(pair_for):
     mine_url, ref_url = pair_for("f32_minilm", ("--embeddings", "--pooling", "none"))
     body = {"content": TEXTS}
-    mine, ref = _post(mine_url, "/embedding", body), _post(ref_url, "/embedding", body)
+    mine = _post(mine_url, "/embedding", body)
+    alone = _one_by_one(ref_url, body)
     rows_mine = [row for e in mine for row in e["embedding"]]
-    rows_ref = [row for e in ref for row in e["embedding"]]
+    rows_ref = [row for e in alone for row in e["embedding"]]
     assert len(rows_mine) == len(rows_ref) > len(TEXTS)
     worst = _agreement(rows_mine, rows_ref)
-    WORST["none (per token)"] = worst
-    bound = _bound("none", ref_url, "/embedding", body, lambda answer: [r for e in answer for r in e["embedding"]])
-    assert worst <= bound, (worst, bound)
+    FIGURES["none (per token)"] = worst
+    assert worst <= TOLERANCE, worst
 
 
-def test_openai_route_and_server_default_agree(pair_for):
+def test_openai_route_and_the_server_default_agree(pair_for):
     mine_url, ref_url = pair_for("f32_minilm", ("--embeddings", "--embd-normalize", "3"))
-    body = {"input": TEXTS[:20]}
-    mine, ref = _post(mine_url, "/v1/embeddings", body), _post(ref_url, "/v1/embeddings", body)
-    assert mine["usage"] == ref["usage"]
-    worst = _agreement([d["embedding"] for d in mine["data"]], [d["embedding"] for d in ref["data"]])
-    WORST["v1 --embd-normalize 3"] = worst
-    bound = _bound("v1", ref_url, "/v1/embeddings", body, lambda answer: [d["embedding"] for d in answer["data"]])
-    assert worst <= bound, (worst, bound)
+    mine = _post(mine_url, "/v1/embeddings", {"input": TEXTS[:20]})
+    alone = [_post(ref_url, "/v1/embeddings", {"input": text}) for text in TEXTS[:20]]
+    assert mine["usage"]["prompt_tokens"] == sum(a["usage"]["prompt_tokens"] for a in alone)
+    worst = _agreement([d["embedding"] for d in mine["data"]], [a["data"][0]["embedding"] for a in alone])
+    FIGURES["v1 --embd-normalize 3"] = worst
+    assert worst <= TOLERANCE, worst
 
 
 @pytest.mark.parametrize("index", range(len(RERANK)))
 def test_rerank_scores_agree_in_value_and_order(pair_for, index):
     mine_url, ref_url = pair_for("f32_rerank", ("--reranking",))
     body = RERANK[index]
-    mine, ref = _post(mine_url, "/rerank", body)["results"], _post(ref_url, "/rerank", body)["results"]
-    assert [r["index"] for r in mine] == [r["index"] for r in ref]
-    worst = max(abs(a["relevance_score"] - b["relevance_score"]) for a, b in zip(mine, ref, strict=True))
-    WORST[f"rerank set {index}"] = worst
+    mine = _post(mine_url, "/rerank", body)["results"]
+    alone = [_post(ref_url, "/rerank", {**body, "documents": [d]})["results"][0]["relevance_score"]
+             for d in body["documents"]]
+    worst = max(abs(r["relevance_score"] - alone[r["index"]]) for r in mine)
+    FIGURES[f"rerank set {index}"] = worst
     assert worst <= TOLERANCE, worst
-    scores = sorted(r["relevance_score"] for r in ref)
-    assert min(b - a for a, b in zip(scores, scores[1:])) > 10 * TOLERANCE  # an order the tolerance cannot flip
+    assert [r["index"] for r in mine] == sorted(range(len(alone)), key=lambda i: -alone[i])
+    together = _post(ref_url, "/rerank", body)["results"]
+    assert [r["index"] for r in together] == [r["index"] for r in mine]  # the same order as b10621's own answer
+    FIGURES[f"reference spread, rerank set {index}"] = max(abs(r["relevance_score"] - alone[r["index"]])
+                                                           for r in together)

@@ -19,8 +19,8 @@ from ..errors import (
     UpstreamError,
     type_error,
 )
-from .encoding import encode, floats
-from .jsonio import UpstreamJSON, json_value, read_json_object
+from .encoding import encode
+from .jsonio import RawBody, UpstreamJSON, dumps_with_raw, float_array, json_value, read_json_object
 from .prompts import input_prompts
 
 router = APIRouter()
@@ -64,21 +64,23 @@ async def _embeddings(request: Request, oai: bool) -> UpstreamJSON:
     mode = _int_field(body, "embd_normalize") if "embd_normalize" in body else enc.embd_normalize
     results = await encode(state, prompts)
     if enc.pooling == "none":  # one vector per token, never normalized (send_embedding)
-        rows = [[floats(row) for row in result] for result in results]
+        vectors = [list(result) for result in results]
     else:
-        rows = [[floats(embd_normalize(result, mode))] for result in results]
+        vectors = [[embd_normalize(result, mode)] for result in results]
     if not oai:
-        return UpstreamJSON([{"index": i, "embedding": r} for i, r in enumerate(rows)])
+        answer = [{"index": i, "embedding": [float_array(v) for v in rows]} for i, rows in enumerate(vectors)]
+        return UpstreamJSON(RawBody(dumps_with_raw(answer)))
     data = []
-    for i, r in enumerate(rows):
+    for i, rows in enumerate(vectors):
         if use_base64:
-            encoded = base64.b64encode(np.asarray(r[0], dtype="<f4").tobytes()).decode("ascii")
+            encoded = base64.b64encode(np.asarray(rows[0], dtype="<f4").tobytes()).decode("ascii")
             data.append({"embedding": encoded, "index": i, "object": "embedding", "encoding_format": "base64"})
         else:
-            data.append({"embedding": r[0], "index": i, "object": "embedding"})
+            data.append({"embedding": float_array(rows[0]), "index": i, "object": "embedding"})
     n_tokens = sum(len(t) for t in prompts)
-    return UpstreamJSON({"model": json_value(body, "model", state.model_name), "object": "list",
-                         "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}, "data": data})
+    answer = {"model": json_value(body, "model", state.model_name), "object": "list",
+              "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}, "data": data}
+    return UpstreamJSON(RawBody(dumps_with_raw(answer)))
 
 
 @router.post("/embedding")

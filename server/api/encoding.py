@@ -31,8 +31,3 @@ def check_inputs(state, prompts: list[list[int]]) -> None:
 async def encode(state, prompts: list[list[int]]) -> list[np.ndarray]:
     check_inputs(state, prompts)
     return await asyncio.wrap_future(state.engine.submit(prompts))
-
-
-def floats(vector: np.ndarray) -> list[float]:
-    """A float32 vector as JSON numbers: each value's shortest double spelling, as b10621 prints it."""
-    return [float(x) for x in vector.tolist()]

@@ -25,6 +25,15 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
+class RawBody:
+    """An already rendered JSON body, for UpstreamJSON."""
+
+    __slots__ = ("body",)
+
+    def __init__(self, body: bytes):
+        self.body = body
+
+
 def dumps(obj: Any) -> bytes:
     try:
         text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
@@ -33,10 +42,55 @@ def dumps(obj: Any) -> bytes:
     return text.encode("utf-8", "replace")
 
 
+class RawJSON:
+    """JSON text placed into a response as is (see float_array)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str):
+        self.text = text
+
+
+def float_array(values) -> RawJSON:
+    """A float array printed as b10621's JSON library prints it (server/jsonfloat.py): the same bytes."""
+    from ..jsonfloat import dump_float
+
+    return RawJSON("[" + ",".join(dump_float(float(v)) for v in values) + "]")
+
+
+def dumps_with_raw(obj: Any) -> bytes:
+    """dumps() for a value holding RawJSON parts: each goes in as a placeholder string (with a nonce, so no
+    request text can spell one), then its text replaces the quoted placeholder."""
+    import secrets
+
+    parts: list[str] = []
+    tag = f"\x00raw{secrets.token_hex(8)}:"
+
+    def swap(o: Any) -> Any:
+        if isinstance(o, RawJSON):
+            parts.append(o.text)
+            return f"{tag}{len(parts) - 1}"
+        if isinstance(o, dict):
+            return {k: swap(v) for k, v in o.items()}
+        if isinstance(o, list):
+            return [swap(v) for v in o]
+        return o
+
+    text = dumps(swap(obj)).decode("utf-8")
+    pieces = text.split('"' + json.dumps(tag)[1:-1])
+    out = [pieces[0]]
+    for piece in pieces[1:]:
+        index, rest = piece.split('"', 1)
+        out += [parts[int(index)], rest]
+    return "".join(out).encode("utf-8")
+
+
 class UpstreamJSON(Response):
     media_type = CONTENT_TYPE
 
     def render(self, content: Any) -> bytes:
+        if isinstance(content, RawBody):
+            return content.body
         return dumps(content)
 
     def init_headers(self, headers=None) -> None:  # keep upstream's exact content-type spelling

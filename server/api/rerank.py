@@ -18,8 +18,9 @@ from ..errors import (
     ErrorKind,
     UpstreamError,
 )
+from ..jsonfloat import dump_float
 from .encoding import encode
-from .jsonio import UpstreamJSON, json_value, read_json_object
+from .jsonio import RawBody, RawJSON, UpstreamJSON, dumps_with_raw, json_value, read_json_object
 
 router = APIRouter()
 
@@ -70,8 +71,11 @@ async def rerank(request: Request) -> UpstreamJSON:
         results.append(item)
     results.sort(key=lambda r: r[label], reverse=True)
     results = results[:max(0, min(int(top_n), len(results)))]
+    for item in results:  # each score printed as b10621's JSON library prints it
+        item[label] = RawJSON(dump_float(item[label]))
     if tei:
-        return UpstreamJSON(results)
+        return UpstreamJSON(RawBody(dumps_with_raw(results)))
     n_tokens = sum(len(p) for p in prompts)
-    return UpstreamJSON({"model": json_value(body, "model", state.model_name), "object": "list",
-                         "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}, "results": results})
+    answer = {"model": json_value(body, "model", state.model_name), "object": "list",
+              "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}, "results": results}
+    return UpstreamJSON(RawBody(dumps_with_raw(answer)))

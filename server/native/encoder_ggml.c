@@ -7,7 +7,7 @@
  * - a product of two or more rows, inner size a multiple of 8 and weight rows a multiple of 4, as llamafile's
  *   tinyBLAS<8, __m256>: one 8-lane FMA accumulator per output over the whole inner size, then its hsum;
  * - any other product as ggml_vec_dot_f32: four 8-lane FMA accumulators over 32-wide steps, reduced pairwise,
- *   then two hadds, then the leftovers one FMA each;
+ *   then two hadds, then the leftovers as GCC vectorizes an in-order float reduction (see dot_vec);
  * - ggml_norm: a double sum of the row, the mean in float, the centred squares in 8-lane hsums added in
  *   double, the variance in float, then the scale, the weight and the bias as three float operations;
  * - soft_max_ext: scale, mask, max, ARM's optimized-routines expf in 8 lanes (as ggml_v_expf) with libm's expf
@@ -44,6 +44,12 @@ ENC static inline float hsum8(__m256 x) { /* llamafile's hsum(__m256), ggml_vec_
     return _mm_cvtss_f32(v);
 }
 
+static inline float unfused_madd(float x, float y, float sum) { /* a product, then a sum: two roundings */
+    float p = x * y;
+    __asm__("" : "+x"(p));
+    return sum + p;
+}
+
 ENC static float dot_vec(const float *x, const float *y, int n) { /* ggml_vec_dot_f32 */
     const int np = n & ~31;
     __m256 s[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
@@ -56,7 +62,16 @@ ENC static float dot_vec(const float *x, const float *y, int n) { /* ggml_vec_do
     const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(s[0]), _mm256_extractf128_ps(s[0], 1));
     const __m128 t1 = _mm_hadd_ps(t0, t0);
     float sum = _mm_cvtss_f32(_mm_hadd_ps(t1, t1));
-    for (int i = np; i < n; i++) sum = fmaf(x[i], y[i], sum);
+    /* the leftovers as GCC compiles vec.cpp's `sumf += x[i]*y[i]`: an in-order (fold-left) vectorized loop,
+     * products then sums, 8 at a time, then once 4, then one FMA each (the scalar epilogue is contracted) */
+    int i = np;
+    for (; i + 8 <= n; i += 8)
+        for (int j = i; j < i + 8; j++) sum = unfused_madd(x[j], y[j], sum);
+    if (i + 4 <= n) {
+        for (int j = i; j < i + 4; j++) sum = unfused_madd(x[j], y[j], sum);
+        i += 4;
+    }
+    for (; i < n; i++) sum = fmaf(x[i], y[i], sum);
     return sum;
 }
 

@@ -25,7 +25,7 @@ import json as _stdlib_json
 import math
 
 from ..errors import json_type_name
-from ..grammar.json_schema import _dump_float  # nlohmann's Grisu2 number printing
+from ..jsonfloat import dump_float  # nlohmann's Grisu2 number printing
 from .arena import PegArena
 from .parsers import (
     AcParser,
@@ -145,8 +145,8 @@ def _dump_number(value: float) -> str:
         if _INT64_MIN <= value <= _UINT64_MAX:
             return str(value)
         # nlohmann holds a bigger integer as a double
-        return _dump_float(float(value)) if abs(value) < 2**1024 else "null"
-    return _dump_float(value)
+        return dump_float(float(value)) if abs(value) < 2**1024 else "null"
+    return dump_float(value)
 
 
 def dump_json(value: object) -> str:
