@@ -7,6 +7,7 @@ from fastapi import APIRouter, Request
 from .. import blas
 from ..build import build_info, media_marker
 from ..chat.caps import template_caps
+from ..chat.legacy import default_template_source
 from ..errors import PROPS_DISABLED, ErrorKind, UpstreamError
 from .jsonio import UpstreamJSON
 from .task_params import TaskParams, generation_settings
@@ -20,7 +21,8 @@ def _token_text(tok, token_id: int | None) -> str:
 
 def props_body(state) -> dict:
     s, tok = state.settings, state.tokenizer
-    template = s.chat.template if s.chat is not None else tok.chat_template or ""
+    # an encoder server has no chat settings: b10621 reports the template it would fall back to (chatml)
+    template = s.chat.template if s.chat is not None else default_template_source("", tok.chat_template or "")
     # a default task_params carrying the server's sampling settings (its own chat defaults, not the server's)
     defaults = TaskParams(
         **{

@@ -137,8 +137,14 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
                               slots_debug=bool(int(os.environ.get("LLAMA_SERVER_SLOTS_DEBUG", "0") or 0)),
                               cors=cors, auth=auth, api_prefix=args.api_prefix or "")
     model_name = args.alias[0] if args.alias else checkpoint.name  # b10621 serves its sorted alias set's first
+    if encoder is not None:
+        from ..models.bert import encoder_ftype
+
+        ftype = encoder_ftype(checkpoint)
+    else:
+        ftype = model_ftype(checkpoint)
     state = AppState(engine=engine, tokenizer=tokenizer, model_name=model_name, settings=settings,
-                     model_path=str(checkpoint), model_ftype=model_ftype(checkpoint))
+                     model_path=str(checkpoint), model_ftype=ftype)
     app = create_app(state)
     from ..logs import uvicorn_log_settings
 

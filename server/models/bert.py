@@ -64,6 +64,18 @@ def declared_pooling(checkpoint: Path) -> str | None:
     return {"mean": "mean", "cls": "cls", "lasttoken": "last"}.get(p.get("pooling_mode"))
 
 
+def encoder_ftype(checkpoint: Path) -> str:
+    """GET /props's model_ftype, as llama.cpp names the GGUF file type of the same weights."""
+    header_size = int.from_bytes((checkpoint / "model.safetensors").open("rb").read(8), "little")
+    with (checkpoint / "model.safetensors").open("rb") as f:
+        f.seek(8)
+        header = json.loads(f.read(header_size))
+    dtypes = {v["dtype"] for k, v in header.items() if k != "__metadata__"} & {"F32", "F16", "BF16"}  # no buffers
+    return {frozenset({"F32"}): "all F32", frozenset({"F16"}): "mostly F16", frozenset({"BF16"}): "mostly BF16",
+            frozenset({"F16", "F32"}): "mostly F16", frozenset({"BF16", "F32"}): "mostly BF16"}.get(
+        frozenset(dtypes), "unknown")
+
+
 def ggml_gelu(x: mx.array) -> mx.array:
     h = x.astype(mx.float16).astype(mx.float32)
     g = 0.5 * h * (1.0 + mx.tanh(SQRT_2_OVER_PI * h * (1.0 + GELU_COEF_A * h * h)))
