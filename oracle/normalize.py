@@ -66,6 +66,14 @@ REGISTRY: dict[str, Normalization] = {n.name: n for n in (
                   "day differs there only; live, both servers render the same day",
                   text=((r"Current date: \d{4}-\d{2}-\d{2}", "Current date: <date>"),),
                   within=("$.__verbose.prompt",)),
+    Normalization("metrics_clocks", (),
+                  "GET /metrics: the seconds counters and the tokens/s gauges are clocks; every count is compared",
+                  text=((r"(\nllamacpp:(?:prompt_seconds_total|tokens_predicted_seconds_total|prompt_tokens_seconds|"
+                         r"predicted_tokens_seconds) )[^\n]+", r"\1<clock>"),)),
+    Normalization("mlxcel_metric_families", (),
+                  "mlxcel's own families, which follow b10621's (GET /metrics's recorded divergence): dropped so "
+                  "that b10621's are compared byte for byte",
+                  text=((r"# HELP mlxcel:[^\n]*\n# TYPE mlxcel:[^\n]*\nmlxcel:[^\n]*\n", ""),)),
     Normalization("ui_build_ids", (),
                   "the reference's web UI is built with npm when the reference is built: its assets' content hashes "
                   "and SvelteKit's runtime id change from one build to the next, the page around them does not",

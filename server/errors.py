@@ -32,6 +32,7 @@ MISSING_PROMPT = "[json.exception.out_of_range.403] key 'prompt' not found"
 BAD_PROMPT = ('"prompt" elements must be a string, a list of tokens, a JSON object containing a prompt string, '
               "or a list of mixed strings & tokens.")
 PROPS_DISABLED = "This server does not support changing global properties. Start it with `--props`"
+METRICS_DISABLED = "This server does not support metrics endpoint. Start it with `--metrics`"
 SLOTS_DISABLED = "This server does not support slots endpoint. Start it with `--slots`"
 NO_SLOT_AVAILABLE = "no slot available"
 SAMPLERS_FAILED = "Failed to initialize samplers: "

@@ -18,6 +18,7 @@ from . import (
     encoder_mode,
     health,
     infill,
+    metrics,
     native,
     oai_completions,
     props,
@@ -83,10 +84,10 @@ def create_app(state: AppState | None) -> FastAPI:
         return error_response(UpstreamError(str(exc), ErrorKind.INVALID_REQUEST))
 
     if settings.encoder is not None:  # --embeddings / --reranking: an encoder, nothing that generates
-        modules = (health, tokenize, props, embeddings, rerank, encoder_mode, disabled)
+        modules = (health, tokenize, props, metrics, embeddings, rerank, encoder_mode, disabled)
     else:
         modules = (health, tokenize, native, chat, oai_completions, anthropic, responses, infill, props, slots,
-                   scoring, embeddings, rerank, disabled)
+                   scoring, metrics, embeddings, rerank, disabled)
     for module in modules:
         app.include_router(module.router)
     return app

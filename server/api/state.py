@@ -18,7 +18,7 @@ class ServerSettings:
 
     endpoint_slots: bool = True  # --slots / --no-slots
     endpoint_props: bool = False  # --props
-    endpoint_metrics: bool = False  # --metrics (not served yet)
+    endpoint_metrics: bool = False  # --metrics
     base_params: TaskParams = field(default_factory=TaskParams)  # a request's defaults
     n_batch: int = 2048  # --batch-size (the infill prompt budget)
     spm_infill: bool = False  # --spm-infill: the infill prompt's suffix before its prefix

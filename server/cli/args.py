@@ -191,6 +191,7 @@ MLXCEL: dict[str, dict] = {
     "--prefill-assistant": _s("prefill_assistant", "whether to prefill the assistant's response if the last message "
                               "is an assistant message (default: prefill enabled)", True),
     # transport, authentication, logging: parsed here, served by their own modules
+    "--metrics": _s("metrics", "enable prometheus compatible metrics endpoint (default: disabled)", False),
     "--embedding": _s("embedding", "restrict to only support embedding use case; use only with dedicated embedding "
                       "models (default: disabled); mlxcel embeds with BERT-family encoders", False),
     "--rerank": _s("reranking", "enable reranking endpoint on server (default: disabled); mlxcel ranks with "

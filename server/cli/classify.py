@@ -362,7 +362,6 @@ RULES: dict[str, Rule] = {
     "--mtmd-batch-max-tokens": _inert("every value: it batches images, which mlxcel refuses to take"),
     "--media-path": _inert("every existing directory: it serves media to a projector, which mlxcel refuses to load",
                            check=_directory_check),
-    "--metrics": _refuse(_not_yet("GET /metrics", 12), _LEAVE),
     "--slot-save-path": _refuse(_not_yet("saving and restoring slots", 12), _LEAVE, check=_directory_check),
     "--sleep-idle-seconds": _only(_is(-1), "-1 (the default: never sleep)", _not_yet("idle sleep", 12), _LEAVE,
                                   check=_sleep_check),

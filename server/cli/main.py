@@ -123,7 +123,8 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    settings = ServerSettings(chat=chat, encoder=encoder, endpoint_slots=args.slots, endpoint_props=args.props, n_batch=args.batch_size,
+    settings = ServerSettings(chat=chat, encoder=encoder, endpoint_slots=args.slots, endpoint_props=args.props,
+                              endpoint_metrics=args.metrics, n_batch=args.batch_size,
                               special=args.special, spm_infill=args.spm_infill,
                               base_params=TaskParams(**sampling, cache_prompt=args.cache_prompt, n_keep=args.keep,
                                                      n_cache_reuse=args.cache_reuse,

@@ -21,6 +21,7 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
+from ..engine.metrics import ServerMetrics
 from ..engine.types import EngineInfo
 
 log = logging.getLogger("mlxcel.encoder")
@@ -52,6 +53,8 @@ class EncoderWorker:
         self._jobs: queue.Queue = queue.Queue()
         self._thread: threading.Thread | None = None
         self.model = None
+        self.metrics = ServerMetrics()  # GET /metrics: every prompt counts as processed, one decode each
+        self._busy = 0
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="mlxcel-encoder", daemon=True)
@@ -67,6 +70,10 @@ class EncoderWorker:
         future: Future = Future()
         self._jobs.put((prompts, future))
         return future
+
+    def metrics_text(self) -> str:
+        return self.metrics.scrape(min(self._jobs.qsize(), self.config.n_slots),
+                                   max(self._jobs.qsize() - self.config.n_slots, 0))
 
     def _run(self) -> None:
         from .. import cpu_kernels
@@ -102,7 +109,13 @@ class EncoderWorker:
 
     def encode(self, prompts: list[list[int]]) -> list[np.ndarray]:
         if hasattr(self.model, "pool"):  # the native encoder: one sequence a pass
-            return [self.model.pool(self.model.hidden(p), self.config.pooling) for p in prompts]
+            out = []
+            for p in prompts:
+                started = time.perf_counter()
+                out.append(self.model.pool(self.model.hidden(p), self.config.pooling))
+                self.metrics.add_prompt(len(p), int((time.perf_counter() - started) * 1e6))
+                self.metrics.post_decode(1, [len(p)])
+            return out
         out: list[np.ndarray | None] = [None] * len(prompts)
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         start = 0

@@ -23,6 +23,7 @@ from typing import AsyncIterator, Callable
 
 from server.grammar.constraint import GrammarMatcher
 
+from .metrics import ServerMetrics
 from .prompt_cache import PromptCache
 from .reasoning_budget import ReasoningBudget, accept_generated, grammar_should_apply
 from .sampling import Chain, GrammarDeadEnd, draws_the_argmax, pre_probs, sample_constrained
@@ -151,6 +152,8 @@ class Engine:
         self._batch: list | None = None  # the decode rows' merged caches (one BatchKVCache per layer)
         self._batch_rows: list[Sequence | None] = []  # whose row is which; None: a row dropped at the next step
         self._thread = threading.Thread(target=self._main, name="mlxcel-engine", daemon=True)
+        self.metrics = ServerMetrics()  # GET /metrics (b10621's server_metrics)
+        self._sched: Scheduler | None = None
 
     def start(self) -> None:
         self._thread.start()
@@ -206,6 +209,7 @@ class Engine:
             self._slot_records = [SlotRecord(i, self.info.n_ctx) for i in range(self.config.n_slots)]
         self.ready.set()
         sched = Scheduler(self.config.n_slots, self.config.n_batch, self.config.cont_batching, self.config.ubatch)
+        self._sched = sched
         while True:
             if not self._drain(sched, block=sched.idle()):
                 return
@@ -242,6 +246,8 @@ class Engine:
                 if not n_reuse:
                     run.cache = self.runner.new_cache()
                 run.n_cached = n_reuse
+                if n_reuse:
+                    self.metrics.add_prompt_cached(n_reuse)
                 seqs.append(Sequence(task_id, prompt, payload=run, n_prefilled=n_reuse, held=i > 0,
                                      want_slot=request.id_slot if i == 0 else None))
             seqs[0].children = seqs[1:]
@@ -283,6 +289,8 @@ class Engine:
         if step:  # b10621 posts a NEXT_RESPONSE task (and so spends a task id) per busy loop iteration
             next(self._ids)
         runner = self.runner
+        busy = len(sched.running)  # b10621 counts every processing slot at each decode
+        involved = [chunk.seq for chunk in step.prefill] + list(step.decode)
         progressed: dict[int, Sequence] = {}
         for chunk in step.prefill:
             run: _Running = chunk.seq.payload
@@ -290,7 +298,9 @@ class Engine:
                 run.t_start = time.perf_counter()
                 self._progress(chunk.seq)  # the request has started: 0% (or its cached share)
             progressed[chunk.seq.rid] = chunk.seq
+            t_chunk = time.perf_counter()
             run.logits = runner.prefill(run.cache, chunk.seq.prompt[chunk.start:chunk.end])
+            self.metrics.add_prompt(chunk.end - chunk.start, int((time.perf_counter() - t_chunk) * 1e6))
             sched.prefilled(chunk)
             if chunk.completes_prompt:
                 run.t_prompt = time.perf_counter()
@@ -313,7 +323,25 @@ class Engine:
                 run = seq.payload
                 run.logits = runner.decode(run.cache, run.last_token)
                 self._sample(sched, seq)
+        if involved:
+            self.metrics.post_decode(busy, [self._slot_tokens(s) for s in involved])
         self._publish_slots(sched.running)
+
+    def metrics_text(self) -> str:
+        """GET /metrics: the Prometheus text, then the throughput buckets start over."""
+        sched = self._sched
+        processing = len(sched.running) if sched is not None else 0
+        deferred = len(sched.waiting) if sched is not None else 0
+        return self.metrics.scrape(processing, deferred) + self._own_metrics()
+
+    def _own_metrics(self) -> str:
+        """mlxcel's families, after b10621's: the prompt cache."""
+        cache = self.prompt_cache
+        lines = ["# HELP mlxcel:prompt_cache_bytes Bytes held by the prompt cache",
+                 "# TYPE mlxcel:prompt_cache_bytes gauge", f"mlxcel:prompt_cache_bytes {cache.nbytes}",
+                 "# HELP mlxcel:prompt_cache_entries Prompts held by the prompt cache",
+                 "# TYPE mlxcel:prompt_cache_entries gauge", f"mlxcel:prompt_cache_entries {len(cache.entries)}"]
+        return "\n".join(lines) + "\n"
 
     # --- batched decode: the rows' caches live merged in self._batch while they decode together -------------
 
@@ -562,6 +590,7 @@ class Engine:
             has_new_line=run.has_new_line,
         )
         self._release(seq)  # before the client hears of the end: a /slots read then sees the slot free
+        self.metrics.on_prediction(n, int(final.t_gen_ms * 1e3) if n else 0)
         run.handle.publish(final)
         sched.free(seq)
         if (run.request.cache_prompt and self.prompt_cache.enabled and not run.shifted and not run.inexact
