@@ -41,8 +41,9 @@ def test_adding_an_unflipped_b10621_flag_fails(entries, surfaces):
 
 def test_adding_an_unflipped_route_fails(entries, surfaces):
     widened = copy.deepcopy(surfaces)
-    widened.routes.add("GET /metrics")
-    assert "GET /metrics: mlxcel serves this route but the manifest does not claim it" in check_claims(entries, widened)
+    widened.routes.add("GET /v1/models")
+    assert "GET /v1/models: mlxcel serves this route but the manifest does not claim it" in check_claims(entries,
+                                                                                                         widened)
 
 
 def test_adding_an_unflipped_native_field_fails(entries, surfaces):
