@@ -66,6 +66,9 @@ REGISTRY: dict[str, Normalization] = {n.name: n for n in (
                   "day differs there only; live, both servers render the same day",
                   text=((r"Current date: \d{4}-\d{2}-\d{2}", "Current date: <date>"),),
                   within=("$.__verbose.prompt",)),
+    Normalization("slot_file_bytes", ("$.n_written", "$.n_read", "$.timings.*"),
+                  "a slot file's size (b10621 writes its KV cache, mlxcel the tokens: POST /slots/:id_slot's recorded "
+                  "divergence) and the action's clock"),
     Normalization("metrics_clocks", (),
                   "GET /metrics: the seconds counters and the tokens/s gauges are clocks; every count is compared",
                   text=((r"(\nllamacpp:(?:prompt_seconds_total|tokens_predicted_seconds_total|prompt_tokens_seconds|"

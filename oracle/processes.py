@@ -46,6 +46,8 @@ class ServerProcess:
         return self.workdir / f"{self.name}.log"
 
     def start(self, timeout: float = 300.0) -> "ServerProcess":
+        # "{workdir}" in a case's flags: this process's own scratch directory (each server writes its own files)
+        self.argv = [a.replace("{workdir}", str(self.workdir)) for a in self.argv]
         log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, env=self.env,
                                      cwd=self.workdir, stdin=subprocess.DEVNULL)

@@ -33,6 +33,10 @@ BAD_PROMPT = ('"prompt" elements must be a string, a list of tokens, a JSON obje
               "or a list of mixed strings & tokens.")
 PROPS_DISABLED = "This server does not support changing global properties. Start it with `--props`"
 METRICS_DISABLED = "This server does not support metrics endpoint. Start it with `--metrics`"
+SLOT_ACTIONS_DISABLED = "This server does not support slots action. Start it with `--slot-save-path`"
+INVALID_SLOT_ID = "Invalid slot ID"
+INVALID_SLOT_ACTION = "Invalid action"
+INVALID_FILENAME = "Invalid filename"
 SLOTS_DISABLED = "This server does not support slots endpoint. Start it with `--slots`"
 NO_SLOT_AVAILABLE = "no slot available"
 SAMPLERS_FAILED = "Failed to initialize samplers: "

@@ -31,6 +31,7 @@ class ServerSettings:
     cors: CorsConfig | None = field(default_factory=CorsConfig)  # --cors-origins/-headers/-methods/-credentials
     auth: AuthConfig = field(default_factory=AuthConfig)  # --api-key, --api-key-file, LLAMA_/MLXCEL_API_KEY
     api_prefix: str = ""  # --api-prefix
+    slot_save_path: str = ""  # --slot-save-path: POST /slots/:id_slot saves and restores there
 
 
 @dataclass
@@ -41,6 +42,7 @@ class AppState:
     settings: ServerSettings = field(default_factory=ServerSettings)
     model_path: str = ""
     model_ftype: str = ""
+    slot_identity: object = None  # server.engine.slot_files.Identity: what slot files are bound to
     _grammar_vocab: object = None
     _grammar_lock: threading.Lock = field(default_factory=threading.Lock)
 

@@ -124,7 +124,7 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     settings = ServerSettings(chat=chat, encoder=encoder, endpoint_slots=args.slots, endpoint_props=args.props,
-                              endpoint_metrics=args.metrics, n_batch=args.batch_size,
+                              endpoint_metrics=args.metrics, slot_save_path=args.slot_save_path or "", n_batch=args.batch_size,
                               special=args.special, spm_infill=args.spm_infill,
                               base_params=TaskParams(**sampling, cache_prompt=args.cache_prompt, n_keep=args.keep,
                                                      n_cache_reuse=args.cache_reuse,
@@ -144,8 +144,11 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
         ftype = encoder_ftype(checkpoint)
     else:
         ftype = model_ftype(checkpoint)
+    from ..engine.slot_files import Identity
+
     state = AppState(engine=engine, tokenizer=tokenizer, model_name=model_name, settings=settings,
-                     model_path=str(checkpoint), model_ftype=ftype)
+                     model_path=str(checkpoint), model_ftype=ftype,
+                     slot_identity=Identity.of(checkpoint) if args.slot_save_path else None)
     app = create_app(state)
     from ..logs import uvicorn_log_settings
 

@@ -17,6 +17,7 @@ import logging
 import queue
 import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import AsyncIterator, Callable
@@ -39,6 +40,8 @@ from .types import (
     ScoredPosition,
     ScoreEvent,
     ScoreRequest,
+    SlotAction,
+    SlotActionError,
     SlotRecord,
     Timings,
     TokenEvent,
@@ -97,6 +100,7 @@ class _Running:
     grammar: GrammarMatcher | None = None  # the request's grammar state, built with the chain
     budget: ReasoningBudget | None = None  # the request's reasoning-budget sampler, built with the chain
     done: bool = False  # released: its cache is never needed again
+    generated_ids: list = field(default_factory=list)  # every token drawn, in order
     # None until the first draw; then False (the sampler chain draws) or the tokens banned from an argmax
     # (a greedy request: sampling.draws_the_argmax)
     argmax: frozenset | tuple | bool | None = None
@@ -153,6 +157,7 @@ class Engine:
         self._batch_rows: list[Sequence | None] = []  # whose row is which; None: a row dropped at the next step
         self._thread = threading.Thread(target=self._main, name="mlxcel-engine", daemon=True)
         self.metrics = ServerMetrics()  # GET /metrics (b10621's server_metrics)
+        self._slot_actions: list[tuple[SlotAction, Future]] = []  # waiting for their slot to be idle
         self._sched: Scheduler | None = None
 
     def start(self) -> None:
@@ -179,6 +184,14 @@ class Engine:
         handles = [Handle(loop=loop) for _ in requests]
         self._queue.put((requests, handles, [next(self._ids) for _ in requests]))
         return handles
+
+    def slot_action(self, action: SlotAction) -> Future:
+        """Save, restore or erase a slot (b10621's SLOT_SAVE / _RESTORE / _ERASE tasks); deferred while the slot
+        is processing. The future's result is the action's figures, or a SlotActionError."""
+        future: Future = Future()
+        next(self._ids)
+        self._queue.put(("slot", action, future))
+        return future
 
     def slots(self) -> list[SlotRecord]:
         """A copy of the slot registry, as of the last engine step; counts as a task, as upstream's does."""
@@ -211,8 +224,9 @@ class Engine:
         sched = Scheduler(self.config.n_slots, self.config.n_batch, self.config.cont_batching, self.config.ubatch)
         self._sched = sched
         while True:
-            if not self._drain(sched, block=sched.idle()):
+            if not self._drain(sched, block=sched.idle() and not self._slot_actions):
                 return
+            self._run_slot_actions(sched)
             try:
                 self._step(sched)
             except Exception as exc:  # never leave a client hanging
@@ -231,6 +245,9 @@ class Engine:
             block = False
             if item is None:
                 return False
+            if item[0] == "slot":
+                self._slot_actions.append(item[1:])
+                continue
             requests, handles, task_ids = item
             if isinstance(requests[0], ScoreRequest):  # scoring runs alone, between steps
                 try:
@@ -269,6 +286,72 @@ class Engine:
         if n_reuse:
             run.cache = self.runner.restore(snap, n_reuse)
         return n_reuse
+
+    def _run_slot_actions(self, sched: Scheduler) -> None:
+        waiting = []
+        for action, future in self._slot_actions:
+            n = self.config.n_slots
+            if any(s.slot == abs(action.id_slot) % n for s in sched.running):  # b10621 defers the task
+                waiting.append((action, future))
+                continue
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(self._slot_action(action))
+            except SlotActionError as exc:
+                future.set_exception(exc)
+            except Exception as exc:  # noqa: BLE001 - the request answers with it
+                log.exception("slot %s failed", action.action)
+                future.set_exception(SlotActionError(f"{type(exc).__name__}: {exc}", "SERVER"))
+        self._slot_actions = waiting
+
+    def _slot_action(self, action: SlotAction) -> dict:
+        from . import slot_files
+
+        # get_slot_by_id wraps an id past the last slot around (C's %: a negative one finds no slot)
+        slot = abs(action.id_slot) % self.config.n_slots * (1 if action.id_slot >= 0 else -1)
+        if slot < 0:
+            raise SlotActionError("Invalid slot ID")
+        started = time.perf_counter()
+        with self._slot_lock:
+            record = self._slot_records[slot]
+        if action.action == "erase":
+            with self._slot_lock:
+                self._slot_records[slot] = dataclasses.replace(record, n_prompt_tokens=0, tokens=())
+            return {"n_erased": len(record.tokens)}
+        if action.action == "save":
+            try:
+                n_bytes = slot_files.write(action.path, list(record.tokens), action.identity)
+            except OSError:
+                raise SlotActionError("Unable to save slot", "SERVER") from None
+            return {"n_tokens": len(record.tokens), "n_bytes": n_bytes, "t_ms": (time.perf_counter() - started) * 1e3}
+        try:  # restore
+            tokens, n_bytes = slot_files.read(action.path, action.identity)
+        except slot_files.SlotFileError:
+            raise SlotActionError("Unable to restore slot: No available space in KV cache or invalid slot save "
+                                  "file") from None
+        if len(tokens) > self.info.n_ctx:
+            raise SlotActionError("Unable to restore slot: Restored prompt does not fit in the slot context")
+        if any(not 0 <= t < self.runner.n_vocab for t in tokens):
+            raise SlotActionError("Unable to restore slot: Invalid tokens in slot save file")
+        self._warm_prompt_cache(tokens)
+        with self._slot_lock:
+            self._slot_records[slot] = dataclasses.replace(record, n_prompt_tokens=len(tokens),
+                                                                     tokens=tuple(tokens))
+        return {"n_tokens": len(tokens), "n_bytes": n_bytes, "t_ms": (time.perf_counter() - started) * 1e3}
+
+    def _warm_prompt_cache(self, tokens: list[int]) -> None:
+        """A restored slot's tokens computed as a cold run computes them (chunks ending on multiples of the
+        ubatch) and offered to the prompt cache, so the next request sharing them starts from there."""
+        n = len(tokens) - len(tokens) % self.align
+        held = tuple(tokens[:n])
+        if not n or not self.prompt_cache.enabled or any(e.tokens[:n] == held for e in self.prompt_cache.entries):
+            return
+        cache, ub = self.runner.new_cache(), self.config.ubatch
+        for start in range(0, n, ub):
+            self.runner.prefill(cache, tokens[start:min(start + ub, n)])
+        snap, nbytes = self.runner.snapshot(cache, n)
+        self.prompt_cache.store(held, snap, nbytes)
 
     def _score(self, req: ScoreRequest, handle: Handle) -> None:
         from .runner import score
@@ -456,11 +539,14 @@ class Engine:
             return
         run: _Running = seq.payload
         with self._slot_lock:
+            n_held = 0 if run.is_child else self._slot_tokens(seq)
+            held = [*seq.prompt[:seq.n_prefilled], *run.generated_ids[:-1]]
             self._slot_records[seq.slot] = SlotRecord(
                 seq.slot, self.info.n_ctx, id_task=seq.rid,
                 # a child slot does not keep its context: the parent's is enough (b10621's release())
-                n_prompt_tokens=0 if run.is_child else self._slot_tokens(seq), params=run.request.params_echo,
-                prompt_tokens=run.request.prompt_tokens, generated=bytes(run.text.generated))
+                n_prompt_tokens=n_held, params=run.request.params_echo,
+                prompt_tokens=run.request.prompt_tokens, generated=bytes(run.text.generated),
+                tokens=tuple(held[len(held) - n_held:]) if n_held else ())
 
     @staticmethod
     def _progress(seq: Sequence) -> None:
@@ -511,6 +597,7 @@ class Engine:
                              else pre_probs(logits, token, req.n_probs))
                 probs = TokenProbs(prob, tuple(top))
         run.last_token = token
+        run.generated_ids.append(token)
         seq.n_decoded += 1
         run.t_gen_last = time.perf_counter()
         is_eog = token in self.eog_ids and not req.ignore_eos

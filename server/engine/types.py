@@ -97,6 +97,24 @@ class ScoreRequest:
 
 
 @dataclass(frozen=True)
+class SlotAction:
+    """POST /slots/:id_slot: save, restore or erase, run between engine steps once the slot is idle."""
+
+    action: str  # "save", "restore" or "erase"
+    id_slot: int
+    path: object = None  # pathlib.Path of the slot file (save, restore)
+    identity: object = None  # server.engine.slot_files.Identity
+
+
+class SlotActionError(Exception):
+    """A slot action refused in b10621's words; kind is the ErrorKind name."""
+
+    def __init__(self, message: str, kind: str = "INVALID_REQUEST"):
+        super().__init__(message)
+        self.message, self.kind = message, kind
+
+
+@dataclass(frozen=True)
 class ScoredPosition:
     token: int
     logprob: float
@@ -191,6 +209,7 @@ class SlotRecord:
     n_decoded: int = 0
     prompt_tokens: tuple[int, ...] = ()
     generated: bytes | bytearray = b""
+    tokens: tuple[int, ...] = ()  # the tokens the slot holds (what a slot save writes)
 
 
 @dataclass
