@@ -32,7 +32,7 @@ class Case:
     expect_identical: bool
     expect_divergences: tuple[tuple[str, str], ...]
     args: tuple[str, ...] = ()
-    setup: tuple[OracleRequest, ...] = ()
+    setup: tuple[OracleRequest | float, ...] = ()
 
     @property
     def path(self) -> Path:
@@ -72,7 +72,8 @@ def load_case(path: Path) -> Case:
         expect_identical=bool(expect.get("identical", True)),
         expect_divergences=tuple(tuple(d) for d in expect.get("divergences", [])),
         args=tuple(_substitute(a) for a in data.get("args", [])),
-        setup=tuple(OracleRequest.from_dict(r) for r in data.get("setup", [])),
+        # a setup step {"wait_s": N} waits N seconds (idle-sleep cases), anything else is a request
+        setup=tuple(float(r["wait_s"]) if "wait_s" in r else OracleRequest.from_dict(r) for r in data.get("setup", [])),
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from .corpus import Case
@@ -34,6 +35,9 @@ def expectation_met(case, report: DiffReport) -> tuple[bool, str]:
 def run_case(case: Case, mlxcel_url: str, reference_url: str | None) -> CaseResult:
     """reference_url None: the recorded transcript stands in for the reference."""
     for setup in case.setup:  # the state the compared request needs, built the same way on both
+        if isinstance(setup, float):  # a wait (both servers idle meanwhile)
+            time.sleep(setup)
+            continue
         if reference_url:
             send(reference_url, setup)
         send(mlxcel_url, setup)

@@ -57,7 +57,7 @@ def props_body(state) -> dict:
         "eos_token": _token_text(tok, tok.eos_id),
         # b10621's b<build>-<commit>; mlxcel adds the CPU backend it verified at startup (server/blas.py)
         "build_info": " ".join(filter(None, (build_info(), blas.summary() and f"({blas.summary()})"))),
-        "is_sleeping": False,
+        "is_sleeping": bool(getattr(state.engine, "sleeping", False)),
         "cors_proxy_enabled": False,
     }
 

@@ -194,6 +194,8 @@ MLXCEL: dict[str, dict] = {
     "--metrics": _s("metrics", "enable prometheus compatible metrics endpoint (default: disabled)", False),
     "--slot-save-path": _s("slot_save_path", "path to save slot kv cache (default: disabled); mlxcel saves the "
                            "slot's tokens, bound to the model, and recomputes their cache on restore", ""),
+    "--sleep-idle-seconds": _s("sleep_idle_seconds", "number of seconds of idleness after which the server will "
+                               "sleep (default: -1; -1 = disabled)", -1),
     "--embedding": _s("embedding", "restrict to only support embedding use case; use only with dedicated embedding "
                       "models (default: disabled); mlxcel embeds with BERT-family encoders", False),
     "--rerank": _s("reranking", "enable reranking endpoint on server (default: disabled); mlxcel ranks with "

@@ -362,8 +362,6 @@ RULES: dict[str, Rule] = {
     "--mtmd-batch-max-tokens": _inert("every value: it batches images, which mlxcel refuses to take"),
     "--media-path": _inert("every existing directory: it serves media to a projector, which mlxcel refuses to load",
                            check=_directory_check),
-    "--sleep-idle-seconds": _only(_is(-1), "-1 (the default: never sleep)", _not_yet("idle sleep", 12), _LEAVE,
-                                  check=_sleep_check),
     "--models-dir": _refuse(_not_yet("router mode", 13), "serve one model with -m"),
     "--models-preset": _refuse(_not_yet("router mode", 13), "serve one model with -m"),
     "--models-max": _inert("every value: it bounds router mode, which mlxcel refuses to start"),
@@ -421,6 +419,7 @@ ACTED_ON_CHECKS: dict[str, Callable[[object], None]] = {
     "--parallel": _parallel_check,
     "--pooling": _in("--pooling", "none", "mean", "cls", "last", "rank"),
     "--slot-save-path": _directory_check,
+    "--sleep-idle-seconds": _sleep_check,
 }
 
 

@@ -105,7 +105,7 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
                                                  cont_batching=args.cont_batching, ubatch=args.ubatch_size,
                                                  cache_prompt=args.cache_prompt, cache_ram_mib=args.cache_ram,
                                                  ctx_shift=args.context_shift, add_bos=tokenizer.add_bos,
-                                                 special=args.special),
+                                                 special=args.special, sleep_idle_seconds=args.sleep_idle_seconds),
                         eog_ids=tokenizer.eog_ids, piece=tokenizer.piece)
         if any(g.option in ("--pooling", "--embd-normalize") for g in args.given):
             log.warning("--pooling and --embd-normalize shape embeddings only: without --embeddings they change "

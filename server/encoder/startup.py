@@ -46,4 +46,4 @@ def encoder_config(args, checkpoint: Path, n_slots: int) -> EncoderConfig | None
     pooling = resolved_pooling(args.given, checkpoint)
     return EncoderConfig(mode="rerank" if pooling == "rank" else "embedding", pooling=pooling,
                          embd_normalize=args.embd_normalize, n_ubatch=args.ubatch_size, n_ctx=args.ctx_size,
-                         n_slots=n_slots)
+                         n_slots=n_slots, sleep_idle_seconds=getattr(args, "sleep_idle_seconds", -1))

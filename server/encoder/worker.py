@@ -36,6 +36,7 @@ class EncoderConfig:
     n_ubatch: int = 512  # --ubatch-size: the most tokens one input may have (b10621 evaluates it in one ubatch)
     n_ctx: int = 0  # --ctx-size; 0: the model's max_position_embeddings
     n_slots: int = 4
+    sleep_idle_seconds: int = -1  # --sleep-idle-seconds: free the model after this long idle (-1: never)
 
 
 class EncoderWorker:
@@ -55,6 +56,7 @@ class EncoderWorker:
         self.model = None
         self.metrics = ServerMetrics()  # GET /metrics: every prompt counts as processed, one decode each
         self._busy = 0
+        self.sleeping = False
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="mlxcel-encoder", daemon=True)
@@ -75,18 +77,21 @@ class EncoderWorker:
         return self.metrics.scrape(min(self._jobs.qsize(), self.config.n_slots),
                                    max(self._jobs.qsize() - self.config.n_slots, 0))
 
-    def _run(self) -> None:
+    def _load(self):
         from .. import cpu_kernels
         from ..models.bert import BertEncoder, NativeBert
 
+        if cpu_kernels.available():
+            from .. import blas
+
+            return NativeBert.load(self.checkpoint, blas.STATE.native)
+        return BertEncoder.load(self.checkpoint)
+
+    def _run(self) -> None:
+
         started = time.perf_counter()
         try:
-            if cpu_kernels.available():
-                from .. import blas
-
-                self.model = NativeBert.load(self.checkpoint, blas.STATE.native)
-            else:
-                self.model = BertEncoder.load(self.checkpoint)
+            self.model = self._load()
         except Exception as exc:  # noqa: BLE001 - a damaged checkpoint is reported, and the server exits
             self.load_error = f"failed to load the encoder from {self.checkpoint}: {exc}"
             self.ready.set()
@@ -97,7 +102,19 @@ class EncoderWorker:
                  self.config.mode, self.config.pooling,
                  "b10621's CPU arithmetic" if hasattr(self.model, "pool") else "MLX")
         self.ready.set()
-        while (job := self._jobs.get()) is not None:
+        while True:
+            wait = self.config.sleep_idle_seconds if self.config.sleep_idle_seconds > 0 and not self.sleeping else None
+            try:
+                job = self._jobs.get(timeout=wait)
+            except queue.Empty:  # idle for --sleep-idle-seconds: free the model until the next request
+                log.info("server is entering sleeping state")
+                self.model, self.sleeping = None, True
+                continue
+            if job is None:
+                return
+            if self.sleeping:
+                log.info("server is exiting sleeping state")
+                self.model, self.sleeping = self._load(), False
             prompts, future = job
             if not future.set_running_or_notify_cancel():
                 continue

@@ -130,6 +130,7 @@ class EngineConfig:
     ctx_shift: bool = False  # --context-shift: a full context discards old tokens instead of stopping
     add_bos: bool = False  # the vocabulary adds BOS: a context shift keeps one more token
     special: bool = False  # --special: generated special tokens are rendered as text
+    sleep_idle_seconds: int = -1  # --sleep-idle-seconds: free the model after this long idle (-1: never)
 
 
 class Engine:
@@ -158,6 +159,8 @@ class Engine:
         self._thread = threading.Thread(target=self._main, name="mlxcel-engine", daemon=True)
         self.metrics = ServerMetrics()  # GET /metrics (b10621's server_metrics)
         self._slot_actions: list[tuple[SlotAction, Future]] = []  # waiting for their slot to be idle
+        self.sleeping = False  # --sleep-idle-seconds: the weights and the prompt cache are freed
+        self._last_task = 0.0
         self._sched: Scheduler | None = None
 
     def start(self) -> None:
@@ -213,6 +216,7 @@ class Engine:
             log.info("model loaded in %.2f s (%s, dequantized=%s, n_ctx=%d per slot, %d slot(s))",
                      time.perf_counter() - started, self.checkpoint, loaded.dequantized, self.info.n_ctx,
                      self.config.n_slots)
+            del loaded  # this frame lives as long as the engine: only the runner may hold the model
         except Exception as exc:  # the server reports load failures and exits
             self.load_error = f"{type(exc).__name__}: {exc}"
             log.error("failed to load model: %s", self.load_error)
@@ -223,9 +227,17 @@ class Engine:
         self.ready.set()
         sched = Scheduler(self.config.n_slots, self.config.n_batch, self.config.cont_batching, self.config.ubatch)
         self._sched = sched
+        self._last_task = time.monotonic()
         while True:
-            if not self._drain(sched, block=sched.idle() and not self._slot_actions):
+            idle = sched.idle() and not self._slot_actions
+            drained = self._drain(sched, self._idle_wait() if idle else 0)
+            if drained is False:
                 return
+            if drained is None:  # idle for --sleep-idle-seconds with nothing submitted
+                self._sleep()
+                continue
+            if not idle:
+                self._last_task = time.monotonic()  # a busy engine is not idle
             self._run_slot_actions(sched)
             try:
                 self._step(sched)
@@ -235,16 +247,27 @@ class Engine:
                     seq.payload.handle.publish(ErrorEvent(f"{type(exc).__name__}: {exc}"))
                     sched.free(seq)
 
-    def _drain(self, sched: Scheduler, block: bool) -> bool:
-        """Move submitted requests into the scheduler; False when asked to stop."""
+    def _idle_wait(self) -> float | None:
+        """How long an idle engine waits for work: until --sleep-idle-seconds have passed, else for ever."""
+        if self.config.sleep_idle_seconds < 0 or self.sleeping:
+            return None
+        return max(1e-3, self._last_task + self.config.sleep_idle_seconds - time.monotonic())
+
+    def _drain(self, sched: Scheduler, timeout: float | None) -> bool | None:
+        """Move submitted requests into the scheduler, waiting up to timeout (None: for ever, 0: not at all) for
+        the first; False when asked to stop, None when the wait ran out with nothing submitted."""
+        block = timeout != 0
         while True:
             try:
-                item = self._queue.get(block=block)
+                item = self._queue.get(block=block, timeout=timeout if block else None)
             except queue.Empty:
-                return True
+                return None if block else True
             block = False
             if item is None:
                 return False
+            self._last_task = time.monotonic()
+            if self.sleeping:  # a request wakes the server before anything of it runs
+                self._wake()
             if item[0] == "slot":
                 self._slot_actions.append(item[1:])
                 continue
@@ -286,6 +309,28 @@ class Engine:
         if n_reuse:
             run.cache = self.runner.restore(snap, n_reuse)
         return n_reuse
+
+    def _sleep(self) -> None:
+        """b10621's sleeping state: the model and everything computed with it freed until the next request."""
+        import gc
+
+        import mlx.core as mx
+
+        log.info("server is entering sleeping state")
+        self.runner = None
+        self._batch, self._batch_rows = None, []
+        self.prompt_cache.entries.clear()
+        gc.collect()
+        mx.clear_cache()
+        self.sleeping = True
+
+    def _wake(self) -> None:
+        from ..models.loader import load_checkpoint
+        from .runner import Runner
+
+        log.info("server is exiting sleeping state")
+        self.runner = Runner(load_checkpoint(self.checkpoint), n_batch=self.config.n_batch)
+        self.sleeping = False
 
     def _run_slot_actions(self, sched: Scheduler) -> None:
         waiting = []
@@ -418,9 +463,15 @@ class Engine:
         return self.metrics.scrape(processing, deferred) + self._own_metrics()
 
     def _own_metrics(self) -> str:
-        """mlxcel's families, after b10621's: the prompt cache."""
+        """mlxcel's families, after b10621's: whether the model is loaded, MLX's memory, the prompt cache."""
+        import mlx.core as mx
+
         cache = self.prompt_cache
-        lines = ["# HELP mlxcel:prompt_cache_bytes Bytes held by the prompt cache",
+        lines = ["# HELP mlxcel:model_loaded 1 while the model is loaded, 0 while the server sleeps",
+                 "# TYPE mlxcel:model_loaded gauge", f"mlxcel:model_loaded {0 if self.sleeping else 1}",
+                 "# HELP mlxcel:mlx_active_memory_bytes Memory held by MLX arrays (weights, caches, activations)",
+                 "# TYPE mlxcel:mlx_active_memory_bytes gauge", f"mlxcel:mlx_active_memory_bytes {mx.get_active_memory()}",
+                 "# HELP mlxcel:prompt_cache_bytes Bytes held by the prompt cache",
                  "# TYPE mlxcel:prompt_cache_bytes gauge", f"mlxcel:prompt_cache_bytes {cache.nbytes}",
                  "# HELP mlxcel:prompt_cache_entries Prompts held by the prompt cache",
                  "# TYPE mlxcel:prompt_cache_entries gauge", f"mlxcel:prompt_cache_entries {len(cache.entries)}"]

@@ -1,0 +1,63 @@
+"""--sleep-idle-seconds: an idle server frees its weights and prompt cache, answers /health, /props (is_sleeping)
+and /metrics asleep, and the next request wakes it and gets what it would have got; nothing in flight is lost."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+
+from oracle.processes import mlxcel_server
+
+BODY = {"prompt": "The three primary colours are", "n_predict": 6, "temperature": 0}
+
+
+def _gauge(url: str, name: str) -> float:
+    for line in httpx.get(url + "/metrics", timeout=30).text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"no {name}")
+
+
+def _asleep(url: str) -> bool:
+    return httpx.get(url + "/props", timeout=30).json()["is_sleeping"]
+
+
+def _wait_asleep(url: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not _asleep(url):
+        assert time.monotonic() < deadline, "the server never went to sleep"
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def sleepy():
+    proc = mlxcel_server("smollm2-135m-instruct-q4_1", ["--sleep-idle-seconds", "2", "--metrics"])
+    proc.start()
+    yield proc
+    proc.cleanup()
+
+
+def test_sleep_frees_memory_and_a_request_wakes_it_unchanged(sleepy):
+    url = sleepy.base_url
+    awake = httpx.post(url + "/completion", json=BODY, timeout=120).json()
+    held = _gauge(url, "mlxcel:mlx_active_memory_bytes")
+    assert _gauge(url, "mlxcel:model_loaded") == 1
+    _wait_asleep(url)
+    assert _gauge(url, "mlxcel:model_loaded") == 0
+    assert _gauge(url, "mlxcel:mlx_active_memory_bytes") < held / 4  # the weights and caches are gone
+    assert httpx.get(url + "/health", timeout=30).json() == {"status": "ok"}
+    metrics = httpx.get(url + "/metrics", timeout=30)
+    assert metrics.status_code == 200 and "llamacpp:tokens_predicted_total 6" in metrics.text
+    assert _asleep(url)  # none of those woke it
+    woken = httpx.post(url + "/completion", json=BODY, timeout=300).json()
+    assert woken["content"] == awake["content"] and woken["tokens_predicted"] == awake["tokens_predicted"]
+    assert not _asleep(url)
+
+
+def test_a_generation_longer_than_the_window_is_not_interrupted(sleepy):
+    url = sleepy.base_url
+    r = httpx.post(url + "/completion", json={"prompt": "Count slowly:", "n_predict": 160, "temperature": 0,
+                                              "ignore_eos": True}, timeout=300)
+    assert r.status_code == 200 and r.json()["tokens_predicted"] == 160
