@@ -90,6 +90,10 @@ def create_app(state: AppState | None) -> FastAPI:
                    scoring, metrics, embeddings, rerank, disabled)
     for module in modules:
         app.include_router(module.router)
+    if settings.vertex is not None and settings.vertex.enabled:  # AIP_MODE=PREDICTION (Vertex AI)
+        from . import vertex
+
+        vertex.register(app, settings.vertex, registered_routes(app))
     return app
 
 

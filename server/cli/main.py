@@ -42,8 +42,19 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
         return 1
     from ..api.auth import AuthConfig
     from ..api.cors import CorsConfig
+    from ..api.vertex import VertexSettings
     from ..transport import HttpServer, ServeConfig, TransportError, announce_listening
 
+    try:
+        vertex = VertexSettings.from_env()
+    except ValueError:  # std::stoi of AIP_HTTP_PORT
+        print(f"{prog}: error: AIP_HTTP_PORT is not a number", file=sys.stderr)
+        return 1
+    if vertex.enabled:
+        if args.port != vertex.port:
+            log.warning("Google Cloud Platform compat: overriding server port %d with AIP_HTTP_PORT %d", args.port,
+                        vertex.port)
+        args.port = vertex.port
     try:  # the HTTP layer's settings, checked before a model is resolved
         serve_config, auth, cors = ServeConfig.from_args(args), AuthConfig.from_args(args), CorsConfig.from_args(args)
     except (ValueError, TransportError) as exc:
@@ -124,7 +135,7 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     settings = ServerSettings(chat=chat, encoder=encoder, endpoint_slots=args.slots, endpoint_props=args.props,
-                              endpoint_metrics=args.metrics, slot_save_path=args.slot_save_path or "", n_batch=args.batch_size,
+                              endpoint_metrics=args.metrics, slot_save_path=args.slot_save_path or "", vertex=vertex, n_batch=args.batch_size,
                               special=args.special, spm_infill=args.spm_infill,
                               base_params=TaskParams(**sampling, cache_prompt=args.cache_prompt, n_keep=args.keep,
                                                      n_cache_reuse=args.cache_reuse,
@@ -149,7 +160,13 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
     state = AppState(engine=engine, tokenizer=tokenizer, model_name=model_name, settings=settings,
                      model_path=str(checkpoint), model_ftype=ftype,
                      slot_identity=Identity.of(checkpoint) if args.slot_save_path else None)
-    app = create_app(state)
+    from ..api.vertex import RouteConflict
+
+    try:
+        app = create_app(state)
+    except RouteConflict as exc:  # AIP_PREDICT_ROUTE naming one of the server's own routes: b10621 exits
+        print(exc, file=sys.stderr)
+        return 1
     from ..logs import uvicorn_log_settings
 
     try:  # bound before the model loads, as b10621 binds; "listening on" only once it has loaded
