@@ -16,7 +16,7 @@ from ..chat.params import ChatInfo, ChatSettings, chat_params, chat_request
 from ..chat.peg_chat import chat_peg_parse
 from ..engine.types import FinalEvent, TokenEvent
 from ..errors import ErrorKind, UpstreamError
-from .jsonio import UpstreamJSON, read_json_object
+from .jsonio import UpstreamJSON, json_value, read_json, read_json_object
 from .native import NATIVE, Shape, _final_object, _trimmed_probs, complete
 from .native import _timings as _task_timings
 
@@ -141,7 +141,7 @@ def chat_shape(state, verbose: bool, include_usage: bool, info: ChatInfo) -> Sha
 
     return Shape(final=final, combine=combine_choices, stream_partial=stream_partial,
                  stream_progress=lambda state, t, event: NATIVE.stream_progress(state, t, event),
-                 stream_final=stream_final, done=b"data: [DONE]\n\n")
+                 stream_final=stream_final, done=b"data: [DONE]\n\n", cmpl_id=cid)
 
 
 def combine_choices(results: list[dict]) -> dict:
@@ -161,6 +161,23 @@ def count_input_tokens(state, chat_body: dict) -> int:
 def _include_usage(body: dict) -> bool:
     opts = body.get("stream_options")
     return isinstance(opts, dict) and opts.get("include_usage") is True
+
+
+@router.post("/v1/chat/completions/control")
+async def chat_control(request: Request):
+    """b10621's post_control: {"id": a running chat completion's id, "action": "reasoning_end"} ends its
+    reasoning block now (the request must have armed reasoning_control)."""
+    import asyncio
+
+    state = request.app.state.mlxcel
+    body = await read_json(request)
+    fields = body if isinstance(body, dict) else {}
+    cmpl_id, action = json_value(fields, "id", ""), json_value(fields, "action", "")
+    if not cmpl_id:
+        raise UpstreamError("missing completion id", ErrorKind.INVALID_REQUEST)
+    if action != "reasoning_end":
+        raise UpstreamError("unknown control action", ErrorKind.INVALID_REQUEST)
+    return UpstreamJSON(await asyncio.wrap_future(state.engine.control(cmpl_id, action)))
 
 
 @router.post("/chat/completions")

@@ -154,6 +154,7 @@ class Shape:
     stream_progress: Callable  # (state, task, progress event) -> frames
     stream_final: Callable  # (state, task) -> frames
     done: bytes = b""  # what closes a finished stream
+    cmpl_id: str = ""  # the answer's id, shared by its tasks (b10621's oaicompat_cmpl_id)
     sse: Callable | None = None  # frames -> bytes; None: "data: <json>" per frame
 
 
@@ -232,7 +233,7 @@ def sampling_params(p: TaskParams, tok=None) -> SamplingParams:
 
 
 def _generation_request(p: TaskParams, tokens: list[int], base: TaskParams, tok=None,
-                        grammar: GrammarSpec | None = None) -> GenerationRequest:
+                        grammar: GrammarSpec | None = None, cmpl_id: str = "") -> GenerationRequest:
     # the per-request limit takes priority over the server's (--predict), which an explicit -1 falls back to
     n_predict = p.n_predict if p.n_predict != -1 else base.n_predict
     return GenerationRequest(prompt_tokens=tuple(tokens), n_predict=n_predict, ignore_eos=p.ignore_eos,
@@ -242,6 +243,7 @@ def _generation_request(p: TaskParams, tokens: list[int], base: TaskParams, tok=
                              return_progress=p.stream and p.return_progress, n_keep=p.n_keep, n_discard=p.n_discard,
                              preserved_tokens=frozenset(p.preserved_tokens), sampling=sampling_params(p, tok),
                              grammar=grammar, reasoning_budget=reasoning_budget_spec(p, tok) if tok else None,
+                             reasoning_control=p.reasoning_control, cmpl_id=cmpl_id,
                              n_probs=max(p.n_probs, 0), post_sampling_probs=p.post_sampling_probs,
                              params_echo=generation_settings(p, only_metrics=True))
 
@@ -268,7 +270,7 @@ async def _grammar(state, p: TaskParams, prompts: list[list[int]]) -> GrammarSpe
 
 
 def _start_tasks(state, p: TaskParams, prompts: list[list[int]], id_slot: int | None,
-                 grammar: GrammarSpec | None = None) -> list[_Task]:
+                 grammar: GrammarSpec | None = None, cmpl_id: str = "") -> list[_Task]:
     _check_prompts(state, prompts)
     tasks: list[_Task] = []
     for i, tokens in enumerate(prompts):
@@ -278,7 +280,7 @@ def _start_tasks(state, p: TaskParams, prompts: list[list[int]], id_slot: int | 
                 t.final = FinalEvent("none", 0, 0, 0, 0, 0, False, 0.0, 0.0)
         else:
             base = state.settings.base_params
-            requests = [_generation_request(t.params, tokens, base, state.tokenizer, grammar) for t in group]
+            requests = [_generation_request(t.params, tokens, base, state.tokenizer, grammar, cmpl_id) for t in group]
             requests[0] = dataclasses.replace(requests[0], id_slot=id_slot)  # children cannot choose their slot
             handles = state.engine.submit_group(requests)
             for t, h in zip(group, handles):
@@ -324,7 +326,7 @@ async def complete(state, body: dict, shape: Shape = NATIVE, acted_on: frozenset
     grammar = await _grammar(state, req.params, prompts)
     if req.params.chat_parser and shape is NATIVE:
         shape = _with_chat_parser(shape, req.params)
-    tasks = _start_tasks(state, req.params, prompts, id_slot, grammar)
+    tasks = _start_tasks(state, req.params, prompts, id_slot, grammar, shape.cmpl_id)
     if req.params.stream:
         return await _start_stream(state, req.params, tasks, shape)
     try:

@@ -49,7 +49,7 @@ def completion_shape(state, verbose: bool) -> Shape:
 
     return Shape(final=final, combine=combine_choices, stream_partial=stream_partial,
                  stream_progress=lambda state, t, event: NATIVE.stream_progress(state, t, event),
-                 stream_final=lambda state, t: [final(state, t)], done=b"data: [DONE]\n\n")
+                 stream_final=lambda state, t: [final(state, t)], done=b"data: [DONE]\n\n", cmpl_id=cid)
 
 
 @router.post("/v1/completions")

@@ -55,6 +55,7 @@ ACTED_ON: tuple[str, ...] = (
     "reasoning_budget_start_tag",
     "reasoning_budget_end_tags",
     "reasoning_budget_message",
+    "reasoning_control",
     # the sampler chain (the infill sampler is not acted on yet)
     "seed",
     "temperature",

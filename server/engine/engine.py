@@ -101,6 +101,7 @@ class _Running:
     budget: ReasoningBudget | None = None  # the request's reasoning-budget sampler, built with the chain
     done: bool = False  # released: its cache is never needed again
     generated_ids: list = field(default_factory=list)  # every token drawn, in order
+    force_reasoning_end: bool = False  # a reasoning_end control arrived before the budget sampler existed
     # None until the first draw; then False (the sampler chain draws) or the tokens banned from an argmax
     # (a greedy request: sampling.draws_the_argmax)
     argmax: frozenset | tuple | bool | None = None
@@ -196,6 +197,14 @@ class Engine:
         self._queue.put(("slot", action, future))
         return future
 
+    def control(self, cmpl_id: str, action: str) -> Future:
+        """b10621's CONTROL task: act on the running completion with that id, mid generation, between two engine
+        steps (never deferred). The future's result is {"success": bool, "message"?: str}."""
+        future: Future = Future()
+        next(self._ids)
+        self._queue.put(("control", (cmpl_id, action), future))
+        return future
+
     def slots(self) -> list[SlotRecord]:
         """A copy of the slot registry, as of the last engine step; counts as a task, as upstream's does."""
         next(self._ids)
@@ -271,6 +280,9 @@ class Engine:
             if item[0] == "slot":
                 self._slot_actions.append(item[1:])
                 continue
+            if item[0] == "control":
+                item[2].set_result(self._control(sched, *item[1]))
+                continue
             requests, handles, task_ids = item
             if isinstance(requests[0], ScoreRequest):  # scoring runs alone, between steps
                 try:
@@ -331,6 +343,21 @@ class Engine:
         log.info("server is exiting sleeping state")
         self.runner = Runner(load_checkpoint(self.checkpoint), n_batch=self.config.n_batch)
         self.sleeping = False
+
+    def _control(self, sched: Scheduler, cmpl_id: str, action: str) -> dict:
+        run = next((s.payload for s in sched.running if cmpl_id and s.payload.request.cmpl_id == cmpl_id), None)
+        if run is None:
+            log.warning("control %s on unknown completion id=%s, no live slot", action, cmpl_id)
+            return {"success": False, "message": "no active completion for this id"}
+        if action != "reasoning_end":
+            return {"success": False, "message": "unknown control action"}
+        if not run.request.reasoning_control or run.request.reasoning_budget is None:
+            return {"success": False, "message": "reasoning control not enabled for this completion"}
+        if run.budget is not None:
+            run.budget.force()  # only a block still counting moves to its forced end
+        else:  # nothing drawn yet: the block ends as soon as it opens
+            run.force_reasoning_end = True
+        return {"success": True}
 
     def _run_slot_actions(self, sched: Scheduler) -> None:
         waiting = []
@@ -632,6 +659,8 @@ class Engine:
                                                  token_bytes=lambda t: self.piece(t, False))
                     for t in spec.prefill:
                         run.budget.accept(t)
+                    if run.force_reasoning_end:
+                        run.budget.force()
             logits = self.runner.to_numpy(run.logits)
             lazy = req.grammar is not None and req.grammar.lazy
             grammar = run.grammar if grammar_should_apply(run.grammar is not None, run.budget, lazy) else None

@@ -85,6 +85,8 @@ class GenerationRequest:
     params_echo: dict | None = None  # the resolved parameters as GET /slots shows them (JSON-ready)
     grammar: GrammarSpec | None = None  # constrain every draw to keep the output parsable
     reasoning_budget: ReasoningBudgetSpec | None = None  # cap the tokens spent inside a reasoning block
+    reasoning_control: bool = False  # POST /v1/chat/completions/control may end the reasoning block
+    cmpl_id: str = ""  # the OpenAI-shaped answer's id ("chatcmpl-..."), what a control request names
 
 
 @dataclass(frozen=True)
