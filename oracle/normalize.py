@@ -66,6 +66,8 @@ REGISTRY: dict[str, Normalization] = {n.name: n for n in (
                   "day differs there only; live, both servers render the same day",
                   text=((r"Current date: \d{4}-\d{2}-\d{2}", "Current date: <date>"),),
                   within=("$.__verbose.prompt",)),
+    Normalization("stream_lookup_clocks", ("$[*].total_bytes", "$[*].started_at", "$[*].completed_at"),
+                  "a stream session's clocks, and its size, which holds the stream's own clocks (timings digits)"),
     Normalization("vertex_predictions", ("$.predictions[*].timings.*", "$.predictions[*].id_slot"),
                   "POST /predict's answers hold each dispatched route's own clocks and slot choice (timings, id_slot)"),
     Normalization("slot_file_bytes", ("$.n_written", "$.n_read", "$.timings.*"),

@@ -26,6 +26,7 @@ from . import (
     responses,
     scoring,
     slots,
+    stream_sessions,
     tokenize,
 )
 from .auth import FRONTEND_PATHS, AuthMiddleware
@@ -63,6 +64,7 @@ def create_app(state: AppState | None) -> FastAPI:
     app.add_middleware(LoadingGate)
     if settings.cors is not None:
         app.add_middleware(CorsMiddleware, config=settings.cors)
+    app.add_middleware(stream_sessions.ConversationHeader)  # outermost: every task of the request sees it
 
     @app.exception_handler(UpstreamError)
     async def _upstream(_: Request, exc: UpstreamError):
@@ -87,7 +89,7 @@ def create_app(state: AppState | None) -> FastAPI:
         modules = (health, tokenize, props, metrics, embeddings, rerank, encoder_mode, disabled)
     else:
         modules = (health, tokenize, native, chat, oai_completions, anthropic, responses, infill, props, slots,
-                   scoring, metrics, embeddings, rerank, disabled)
+                   scoring, metrics, embeddings, rerank, stream_sessions, disabled)
     for module in modules:
         app.include_router(module.router)
     if settings.vertex is not None and settings.vertex.enabled:  # AIP_MODE=PREDICTION (Vertex AI)

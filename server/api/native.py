@@ -35,6 +35,7 @@ from .jsonio import UpstreamJSON, dumps, read_json_object
 from .probs import token_entry
 from .prompts import input_prompts
 from .schemas import NativeCompletionRequest
+from .stream_sessions import attach
 from .task_params import LLAMA_DEFAULT_SEED, TaskParams, f32, generation_settings
 
 router = APIRouter()
@@ -378,7 +379,9 @@ async def _start_stream(state, p: TaskParams, tasks: list[_Task], shape: Shape =
         merged.close()
         _cancel(tasks)
         raise
-    return _sse_response(_stream(state, tasks, merged, first, p.sse_ping_interval, shape))
+    stream = _stream(state, tasks, merged, first, p.sse_ping_interval, shape)
+    # X-Conversation-Id: the stream runs into a resumable session that outlives this connection
+    return attach(stream, _sse_response) or _sse_response(stream)
 
 
 def _frames(frames: list[dict]) -> bytes:
