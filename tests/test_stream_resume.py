@@ -39,7 +39,7 @@ def _wait_done(url: str, conv: str, key: str) -> dict:
 
 def test_a_dropped_client_resumes_byte_exactly(server):
     url, conv = server.base_url, "conv-drop"
-    body = {"prompt": "Once upon a time", "n_predict": 48, "temperature": 0, "stream": True}
+    body = {"prompt": "Once upon a time", "n_predict": 48, "temperature": 0, "stream": True, "ignore_eos": True}
     got = b""
     with httpx.Client(timeout=60) as client:
         with client.stream("POST", url + "/completion", json=body,
@@ -64,7 +64,7 @@ def test_the_openai_client_drops_and_the_replay_completes_it(server):
     client = openai.OpenAI(base_url=url + "/v1", api_key=KEYS[0])
     stream = client.chat.completions.create(model="x", messages=[{"role": "user", "content": "Tell me a story."}],
                                             max_tokens=40, temperature=0, stream=True,
-                                            extra_headers={"X-Conversation-Id": conv})
+                                            extra_headers={"X-Conversation-Id": conv}, extra_body={"ignore_eos": True})
     seen = ""
     for i, chunk in enumerate(stream):
         seen += chunk.choices[0].delta.content or "" if chunk.choices else ""
