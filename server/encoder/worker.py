@@ -55,7 +55,6 @@ class EncoderWorker:
         self._thread: threading.Thread | None = None
         self.model = None
         self.metrics = ServerMetrics()  # GET /metrics: every prompt counts as processed, one decode each
-        self._busy = 0
         self.sleeping = False
 
     def start(self) -> None:

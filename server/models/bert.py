@@ -22,7 +22,6 @@ import numpy as np
 
 GELU_COEF_A = 0.044715
 SQRT_2_OVER_PI = 0.79788456080286535587989211986876
-POOLING_KINDS = ("none", "mean", "cls", "last", "rank")
 
 
 @dataclass(frozen=True)
