@@ -27,6 +27,7 @@ REGISTRY: dict[str, Normalization] = {n.name: n for n in (
                   "b10621 picks a slot by prompt similarity, else least recently used; mlxcel the lowest free one"),
     Normalization("progress_time", ("$.prompt_progress.time_ms",), "a clock"),
     Normalization("created", ("$.created",), "a clock"),
+    Normalization("models_created", ("$.data[*].created",), "GET /v1/models stamps each model with the clock"),
     Normalization("completion_id", ("$.id", "$.message.id"), "random per response"),
     Normalization("system_fingerprint", ("$.system_fingerprint",), "the build's identity string"),
     Normalization("model_path", ("$.model_path",), "the GGUF path versus the MLX checkpoint path"),

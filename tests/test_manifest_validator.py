@@ -52,31 +52,33 @@ def _set(**kw) -> Callable[[dict], None]:
 
 
 MUTATIONS: list[tuple[str, str, str, Callable[[dict], None]]] = [
-    ("kind", "routes", "GET /v1/models", _set(kind="endpoint")),
-    ("key-set", "routes", "GET /v1/models", lambda e: e.update(divergance=e.pop("divergence"))),
-    ("state", "routes", "GET /v1/models", _set(state="partial")),
-    ("divergence-shape", "routes", "GET /v1/models", _set(divergence="differs")),
-    ("supported-divergence", "routes", "GET /v1/models", _set(state="supported")),
-    ("supported-evidence", "routes", "GET /models", _set(state="supported", divergence=[])),
-    ("rationale-null", "routes", "GET /v1/models", _set(rationale={"kind": "policy", "reason": "r", "revisit_if": "x"})),
-    ("rationale-shape", "routes", "GET /v1/models", _set(**{**BY_DESIGN_OK, "rationale": {"kind": "policy"}})),
-    ("rationale-kind", "routes", "GET /v1/models",
+    ("kind", "multimodal-and-audio", "POST /v1/audio/transcriptions", _set(kind="endpoint")),
+    ("key-set", "multimodal-and-audio", "POST /v1/audio/transcriptions", lambda e: e.update(divergance=e.pop("divergence"))),
+    ("state", "multimodal-and-audio", "POST /v1/audio/transcriptions", _set(state="partial")),
+    ("divergence-shape", "multimodal-and-audio", "POST /v1/audio/transcriptions", _set(divergence="differs")),
+    ("supported-divergence", "multimodal-and-audio", "POST /v1/audio/transcriptions", _set(state="supported")),
+    ("supported-evidence", "multimodal-and-audio", "POST /audio/transcriptions", _set(state="supported", divergence=[])),
+    ("rationale-null", "multimodal-and-audio", "POST /v1/audio/transcriptions", _set(rationale={"kind": "policy", "reason": "r", "revisit_if": "x"})),
+    ("rationale-shape", "multimodal-and-audio", "POST /v1/audio/transcriptions", _set(**{**BY_DESIGN_OK, "rationale": {"kind": "policy"}})),
+    ("rationale-kind", "multimodal-and-audio", "POST /v1/audio/transcriptions",
      _set(**{**BY_DESIGN_OK, "rationale": {"kind": "taste", "reason": "r", "revisit_if": None}})),
-    ("rationale-reason", "routes", "GET /v1/models",
+    ("rationale-reason", "multimodal-and-audio", "POST /v1/audio/transcriptions",
      _set(**{**BY_DESIGN_OK, "rationale": {"kind": "policy", "reason": " ", "revisit_if": "x"}})),
-    ("rationale-revisit", "routes", "GET /v1/models",
+    ("rationale-revisit", "multimodal-and-audio", "POST /v1/audio/transcriptions",
      _set(**{**BY_DESIGN_OK, "rationale": {"kind": "policy", "reason": "r", "revisit_if": None}})),
-    ("rationale-revisit", "routes", "GET /models",
+    ("rationale-revisit", "multimodal-and-audio", "POST /audio/transcriptions",
      _set(**{**BY_DESIGN_OK, "rationale": {"kind": "architectural", "reason": "r", "revisit_if": "x"}})),
-    ("by-design-divergence", "routes", "GET /v1/models", _set(**{**BY_DESIGN_OK, "divergence": []})),
-    ("by-design-notes", "routes", "GET /v1/models", _set(**{**BY_DESIGN_OK, "notes": None})),
-    ("by-design-test", "routes", "GET /v1/models", _set(**{**BY_DESIGN_OK, "test": None})),
-    ("issue-required", "routes", "GET /v1/models", _set(issue=None)),
-    ("shard-owner", "routes", "GET /v1/models", _set(issue=9)),
-    ("test-pointer", "routes", "GET /v1/models", _set(test="conformance/test_tokenize.py::test_no_such_thing")),
-    ("test-pointer", "routes", "GET /models", _set(test="conformance/missing.py::test_x")),
-    ("claim-shape", "routes", "GET /v1/models", _set(mlxcel=["GET /v1/models"])),
-    ("claim-keys", "routes", "GET /v1/models", _set(mlxcel={"route": "GET /v1/models", "divergence": ["x"]})),
+    ("by-design-divergence", "multimodal-and-audio", "POST /v1/audio/transcriptions", _set(**{**BY_DESIGN_OK, "divergence": []})),
+    ("by-design-notes", "multimodal-and-audio", "POST /v1/audio/transcriptions", _set(**{**BY_DESIGN_OK, "notes": None})),
+    ("by-design-test", "multimodal-and-audio", "POST /v1/audio/transcriptions", _set(**{**BY_DESIGN_OK, "test": None})),
+    ("issue-required", "multimodal-and-audio", "POST /v1/audio/transcriptions", _set(issue=None)),
+    ("shard-owner", "multimodal-and-audio", "POST /v1/audio/transcriptions", _set(issue=9)),
+    ("test-pointer", "multimodal-and-audio", "POST /v1/audio/transcriptions", _set(test="conformance/test_tokenize.py::test_no_such_thing")),
+    ("test-pointer", "multimodal-and-audio", "POST /audio/transcriptions", _set(test="conformance/missing.py::test_x")),
+    ("claim-shape", "multimodal-and-audio", "POST /v1/audio/transcriptions",
+     _set(mlxcel=["POST /v1/audio/transcriptions"])),
+    ("claim-keys", "multimodal-and-audio", "POST /v1/audio/transcriptions",
+     _set(mlxcel={"route": "POST /v1/audio/transcriptions", "divergence": ["x"]})),
 ]
 
 
@@ -90,19 +92,19 @@ def test_entry_rule_rejects_its_mutation(copy, rule, shard, entry_id, mutate):
 
 
 def test_supported_divergence_message_names_the_honest_alternatives(copy):
-    _edit(copy, "routes", "GET /v1/models", _set(state="supported"))
+    _edit(copy, "multimodal-and-audio", "POST /v1/audio/transcriptions", _set(state="supported"))
     msg = _rules(copy)["supported-divergence"][0]
     for alt in ("aliased", "not_applicable", "deferred", "by_design"):
         assert alt in msg
 
 
 def test_well_formed_by_design_entry_passes(copy):
-    _edit(copy, "routes", "GET /v1/models", _set(**BY_DESIGN_OK))
+    _edit(copy, "multimodal-and-audio", "POST /v1/audio/transcriptions", _set(**{**BY_DESIGN_OK, "issue": 14}))
     assert _rules(copy) == {}
 
 
 def test_key_order_rule(copy):
-    _edit(copy, "routes", "GET /v1/models", lambda e: e.update(state=e.pop("state")), canonical=False)
+    _edit(copy, "multimodal-and-audio", "POST /v1/audio/transcriptions", lambda e: e.update(state=e.pop("state")), canonical=False)
     assert "key-set" in _rules(copy)
 
 
@@ -171,11 +173,11 @@ def test_deferred_entry_of_a_closed_issue_fails_only_with_check_issues_open(copy
 
 def test_by_design_entries_do_not_feed_the_open_issue_check(copy):
     issues = json.loads((copy / "issues.json").read_text())
-    issues["issues"]["13"]["state"] = "closed"
+    issues["issues"]["14"]["state"] = "closed"
     (copy / "issues.json").write_text(json.dumps(issues, indent=2) + "\n")
-    _edit(copy, "routes", "GET /v1/models", _set(**{**BY_DESIGN_OK, "issue": 13}))
+    _edit(copy, "multimodal-and-audio", "POST /v1/audio/transcriptions", _set(**{**BY_DESIGN_OK, "issue": 14}))
     msgs = _rules(copy, check_issues_open=True).get("issue-open", [])
-    assert msgs and not any("GET /v1/models:" in m for m in msgs)
+    assert msgs and not any("POST /v1/audio/transcriptions:" in m for m in msgs)
 
 
 def test_validator_cli_exit_codes(copy):
@@ -185,10 +187,10 @@ def test_validator_cli_exit_codes(copy):
     ok = subprocess.run([sys.executable, "-m", "compat.validate", "--manifest-dir", str(copy),
                          "--check-issues-open"], capture_output=True, text=True)
     assert ok.returncode == 0 and "manifest: ok" in ok.stdout
-    _edit(copy, "routes", "GET /v1/models", _set(state="supported"))
+    _edit(copy, "multimodal-and-audio", "POST /v1/audio/transcriptions", _set(state="supported"))
     bad = subprocess.run([sys.executable, "-m", "compat.validate", "--manifest-dir", str(copy)],
                          capture_output=True, text=True)
-    assert bad.returncode == 1 and "routes.json: GET /v1/models: [supported-divergence]" in bad.stderr
+    assert bad.returncode == 1 and "multimodal-and-audio.json: POST /v1/audio/transcriptions: [supported-divergence]" in bad.stderr
 
 
 def test_every_rule_has_negative_coverage():

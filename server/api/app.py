@@ -19,6 +19,7 @@ from . import (
     health,
     infill,
     metrics,
+    models,
     native,
     oai_completions,
     props,
@@ -86,9 +87,9 @@ def create_app(state: AppState | None) -> FastAPI:
         return error_response(UpstreamError(str(exc), ErrorKind.INVALID_REQUEST))
 
     if settings.encoder is not None:  # --embeddings / --reranking: an encoder, nothing that generates
-        modules = (health, tokenize, props, metrics, embeddings, rerank, encoder_mode, disabled)
+        modules = (health, models, tokenize, props, metrics, embeddings, rerank, encoder_mode, disabled)
     else:
-        modules = (health, tokenize, native, chat, oai_completions, anthropic, responses, infill, props, slots,
+        modules = (health, models, tokenize, native, chat, oai_completions, anthropic, responses, infill, props, slots,
                    scoring, metrics, embeddings, rerank, stream_sessions, disabled)
     for module in modules:
         app.include_router(module.router)

@@ -44,6 +44,9 @@ class AppState:
     model_path: str = ""
     model_ftype: str = ""
     slot_identity: object = None  # server.engine.slot_files.Identity: what slot files are bound to
+    model_aliases: tuple[str, ...] = ()  # --alias, sorted (GET /v1/models)
+    model_tags: tuple[str, ...] = ()  # --tags, sorted (GET /v1/models)
+    model_facts: object = None  # server.models.facts.ModelFacts: GET /v1/models's meta block
     _grammar_vocab: object = None
     _grammar_lock: threading.Lock = field(default_factory=threading.Lock)
 

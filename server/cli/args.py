@@ -91,6 +91,8 @@ MLXCEL: dict[str, dict] = {
     "--model": _s("model", "model: an MLX checkpoint directory or a model store name"),
     "--alias": _s("alias", "comma-separated model names; the first in sorted order is reported in responses",
                   action=_SortedSet),
+    "--tags": _s("tags", "comma-separated model tags (informational, reported by GET /v1/models)",
+                 action=_SortedSet),
     "--ctx-size": _s("ctx_size", "size of the prompt context (default: 0, 0 = loaded from model)", 0),
     "--predict": _s("predict", "number of tokens to predict (default: -1, -1 = infinity)", -1),
     "--batch-size": _s("batch_size", "logical maximum batch size (default: 2048)", 2048),

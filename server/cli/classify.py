@@ -255,7 +255,6 @@ RULES: dict[str, Rule] = {
     "--offline": _inert("--offline: mlxcel never downloads, so it always runs offline"),
     "--override-kv": _refuse("mlxcel reads no GGUF metadata to override: an MLX checkpoint is configured by its "
                              "config.json", "edit the checkpoint's config.json", accumulates=True),
-    "--tags": _refuse(_not_yet("GET /v1/models, where b10621 reports the tags,", 13), _LEAVE),
     # ----- web UI, server tools, MCP -----
     "--ui": _only(_positive_only, "--no-ui, --no-webui", _UI, _UI_ALT),
     "--ui-mcp-proxy": _only(_positive_only, "--no-ui-mcp-proxy, --no-webui-mcp-proxy", _UI, _UI_ALT),

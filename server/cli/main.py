@@ -156,9 +156,11 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
     else:
         ftype = model_ftype(checkpoint)
     from ..engine.slot_files import Identity
+    from ..models.facts import model_facts
 
     state = AppState(engine=engine, tokenizer=tokenizer, model_name=model_name, settings=settings,
-                     model_path=str(checkpoint), model_ftype=ftype,
+                     model_path=str(checkpoint), model_ftype=ftype, model_aliases=tuple(args.alias or ()),
+                     model_tags=tuple(args.tags or ()), model_facts=model_facts(checkpoint),
                      slot_identity=Identity.of(checkpoint) if args.slot_save_path else None)
     from ..api.vertex import RouteConflict
 

@@ -218,6 +218,10 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, dtype
         "dtype": dtype,
         # what GET /props reports as model_ftype, spelled as llama_model_ftype_name() spells it
         "ftype": "all F32" if dtype == "f32" else FTYPE_NAMES.get(_field(reader, "general.file_type"), "unknown"),
+        # what GET /v1/models reports as n_params and size: llama_model_n_params / llama_model_size of the file
+        # the checkpoint equals (its tensors' elements, and their bytes as that file's types store them)
+        "n_params": sum(int(t.n_elements) for t in reader.tensors),
+        "size": sum(int(t.n_elements) * 4 if dtype == "f32" else int(t.n_bytes) for t in reader.tensors),
     }
 
     out = Path(out_dir)
