@@ -28,6 +28,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _fixture_paths(arg: str, side: str) -> str:
+    """A case's fixture files in its flags, each side given the form it reads: "{lora}" is the seeded adapter
+    (b10621 a GGUF LoRA, mlxcel a PEFT directory), "{lora_gguf}" the GGUF file on both (fixtures/lora.py)."""
+    if "{lora" not in arg:
+        return arg
+    from fixtures.lora import lora_gguf, lora_peft
+
+    arg = arg.replace("{lora_gguf}", str(lora_gguf()))
+    return arg.replace("{lora}", str(lora_gguf() if side == "reference" else lora_peft()))
+
+
 @dataclass
 class ServerProcess:
     name: str
@@ -47,7 +58,7 @@ class ServerProcess:
 
     def start(self, timeout: float = 300.0) -> "ServerProcess":
         # "{workdir}" in a case's flags: this process's own scratch directory (each server writes its own files)
-        self.argv = [a.replace("{workdir}", str(self.workdir)) for a in self.argv]
+        self.argv = [_fixture_paths(a.replace("{workdir}", str(self.workdir)), self.name) for a in self.argv]
         log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, env=self.env,
                                      cwd=self.workdir, stdin=subprocess.DEVNULL)

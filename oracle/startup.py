@@ -224,6 +224,10 @@ def observe(case: StartupCase, side: Side, extra: dict[str, str] | None = None) 
     try:
         values = {**(extra or {}), "port": str(_free_port()), "tmp": str(workdir), "gguf": str(side.gguf), "repo": str(REPO_ROOT),
                   "sock": str(workdir / "server.sock")}
+        if any("{lora_gguf}" in a for a in case.args):  # the seeded GGUF LoRA (fixtures/lora.py), read by both
+            from fixtures.lora import lora_gguf
+
+            values["lora_gguf"] = str(lora_gguf())
         argv = [*side.program, *(side.model if case.model else ())]
         if case.listen:
             argv += ["--host", "127.0.0.1", "--port", values["port"]]

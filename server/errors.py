@@ -32,6 +32,7 @@ MISSING_PROMPT = "[json.exception.out_of_range.403] key 'prompt' not found"
 BAD_PROMPT = ('"prompt" elements must be a string, a list of tokens, a JSON object containing a prompt string, '
               "or a list of mixed strings & tokens.")
 PROPS_DISABLED = "This server does not support changing global properties. Start it with `--props`"
+LORA_NOT_ARRAY = "Request body must be an array"  # POST /lora-adapters
 METRICS_DISABLED = "This server does not support metrics endpoint. Start it with `--metrics`"
 SLOT_ACTIONS_DISABLED = "This server does not support slots action. Start it with `--slot-save-path`"
 INVALID_SLOT_ID = "Invalid slot ID"

@@ -18,6 +18,7 @@ from . import (
     encoder_mode,
     health,
     infill,
+    lora,
     metrics,
     models,
     native,
@@ -90,7 +91,7 @@ def create_app(state: AppState | None) -> FastAPI:
         modules = (health, models, tokenize, props, metrics, embeddings, rerank, encoder_mode, disabled)
     else:
         modules = (health, models, tokenize, native, chat, oai_completions, anthropic, responses, infill, props, slots,
-                   scoring, metrics, embeddings, rerank, stream_sessions, disabled)
+                   scoring, metrics, embeddings, rerank, stream_sessions, lora, disabled)
     for module in modules:
         app.include_router(module.router)
     if settings.vertex is not None and settings.vertex.enabled:  # AIP_MODE=PREDICTION (Vertex AI)

@@ -245,6 +245,7 @@ def _generation_request(p: TaskParams, tokens: list[int], base: TaskParams, tok=
                              preserved_tokens=frozenset(p.preserved_tokens), sampling=sampling_params(p, tok),
                              grammar=grammar, reasoning_budget=reasoning_budget_spec(p, tok) if tok else None,
                              reasoning_control=p.reasoning_control, cmpl_id=cmpl_id,
+                             lora=tuple(p.lora.items()) or None,
                              n_probs=max(p.n_probs, 0), post_sampling_probs=p.post_sampling_probs,
                              params_echo=generation_settings(p, only_metrics=True))
 

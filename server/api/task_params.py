@@ -244,12 +244,10 @@ def _dry_base(p: TaskParams, body: dict, ctx: EvalContext) -> None:
     p.dry_base = ctx.base.dry_base if v < 1.0 else v
 
 
-def _lora(p: TaskParams, body: dict, ctx: EvalContext) -> None:
-    v = body["lora"]
-    if not isinstance(v, list):
-        raise _invalid("Error: 'lora' must be an array of objects with 'id' and 'scale' fields")
+def parse_lora_request(entries: list) -> dict[int, float]:
+    """b10621's parse_lora_request: each entry's id (else -1) and scale (else 0.0), the last of an id winning."""
     lora: dict[int, float] = {}
-    for entry in v:
+    for entry in entries:
         entry = entry if isinstance(entry, dict) else {}
         i = entry.get("id")
         s = entry.get("scale")
@@ -257,7 +255,14 @@ def _lora(p: TaskParams, body: dict, ctx: EvalContext) -> None:
         lora[get_int(i) if json_type_name(i) in ("number", "boolean") else -1] = (
             f32(s) if json_type_name(s) in ("number", "boolean") else 0.0
         )
-    p.lora = dict(sorted(lora.items()))
+    return dict(sorted(lora.items()))
+
+
+def _lora(p: TaskParams, body: dict, ctx: EvalContext) -> None:
+    v = body["lora"]
+    if not isinstance(v, list):
+        raise _invalid("Error: 'lora' must be an array of objects with 'id' and 'scale' fields")
+    p.lora = parse_lora_request(v)
 
 
 def _dry_sequence_breakers(p: TaskParams, body: dict, ctx: EvalContext) -> None:

@@ -91,6 +91,10 @@ MLXCEL: dict[str, dict] = {
     "--model": _s("model", "model: an MLX checkpoint directory or a model store name"),
     "--alias": _s("alias", "comma-separated model names; the first in sorted order is reported in responses",
                   action=_SortedSet),
+    "--lora": _s(help="path to LoRA adapter (a PEFT or mlx-lm adapter directory, or a GGUF LoRA file; "
+                      "comma-separated values load several)", dest="lora_args", action=_Ordered),
+    "--lora-scaled": _s(help="path to LoRA adapter with user defined scaling (format: FNAME:SCALE,...)",
+                        dest="lora_args", action=_Ordered),
     "--tags": _s("tags", "comma-separated model tags (informational, reported by GET /v1/models)",
                  action=_SortedSet),
     "--ctx-size": _s("ctx_size", "size of the prompt context (default: 0, 0 = loaded from model)", 0),

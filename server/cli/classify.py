@@ -305,11 +305,8 @@ RULES: dict[str, Rule] = {
                                        check=_pairs_check("control-vector-scaled"), accumulates=True),
     "--control-vector-layer-range": _inert("every range: without a vector (which mlxcel refuses) it configures "
                                            "nothing, as upstream", check=_stoi_each),
-    "--lora": _refuse(_not_yet("LoRA adapters", 13), _LEAVE, accumulates=True),
-    "--lora-scaled": _refuse(_not_yet("LoRA adapters", 13), _LEAVE, check=_pairs_check("lora-scaled"),
-                             accumulates=True),
-    "--lora-init-without-apply": _inert("--lora-init-without-apply: without an adapter (which mlxcel refuses) it "
-                                        "configures nothing, as upstream"),
+    "--lora-init-without-apply": _inert("--lora-init-without-apply: b10621's server applies its adapters' scales "
+                                        "to every batch it runs, this flag or not (POST /lora-adapters sets them)"),
     # ----- runtime and context -----
     "--swa-full": _refuse("sliding-window models keep MLX's rotating window cache; there is no full-size SWA cache "
                           "to ask for", _LEAVE),
@@ -419,6 +416,7 @@ ACTED_ON_CHECKS: dict[str, Callable[[object], None]] = {
     "--pooling": _in("--pooling", "none", "mean", "cls", "last", "rank"),
     "--slot-save-path": _directory_check,
     "--sleep-idle-seconds": _sleep_check,
+    "--lora-scaled": _pairs_check("lora-scaled"),
 }
 
 

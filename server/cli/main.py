@@ -105,6 +105,15 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
     except EncoderModeError as exc:
         print(exc, file=sys.stderr)
         return 1
+    try:
+        lora = lora_adapters(args)
+    except ValueError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 1
+    if encoder is not None and lora:
+        print(f"{prog}: error: --lora: LoRA adapters adapt a generating model's projections; mlxcel serves "
+              "embeddings and reranking without them", file=sys.stderr)
+        return 1
     if encoder is not None:
         from ..encoder.worker import EncoderWorker
 
@@ -116,7 +125,8 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
                                                  cont_batching=args.cont_batching, ubatch=args.ubatch_size,
                                                  cache_prompt=args.cache_prompt, cache_ram_mib=args.cache_ram,
                                                  ctx_shift=args.context_shift, add_bos=tokenizer.add_bos,
-                                                 special=args.special, sleep_idle_seconds=args.sleep_idle_seconds),
+                                                 special=args.special, sleep_idle_seconds=args.sleep_idle_seconds,
+                                                 lora=lora),
                         eog_ids=tokenizer.eog_ids, piece=tokenizer.piece)
         if any(g.option in ("--pooling", "--embd-normalize") for g in args.given):
             log.warning("--pooling and --embd-normalize shape embeddings only: without --embeddings they change "
@@ -194,6 +204,26 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
     finally:  # the engine thread ends its step before the interpreter tears down what it computes with
         engine.stop(wait=30)
     return 1 if engine.load_error else 0
+
+
+def lora_adapters(args) -> tuple[tuple[str, float], ...]:
+    """--lora and --lora-scaled in command-line order (b10621 appends both to one list), each adapter with its
+    starting scale; a path that does not exist fails here, before the model loads."""
+    from ..models.lora import check_scale
+    from .parse import parse_csv_row
+
+    out = []
+    for option, _, value in args.lora_args or []:
+        for item in parse_csv_row(value):
+            if option == "--lora":
+                path, scale = item, 1.0
+            else:
+                path, text = item.split(":")  # the format was checked by the parser
+                scale = check_scale(text)
+            if not os.path.exists(path):
+                raise ValueError(f"failed to load lora adapter '{path}': no such file or directory")
+            out.append((path, scale))
+    return tuple(out)
 
 
 def sampling_defaults(args, eog_ids: frozenset[int] = frozenset()) -> dict:

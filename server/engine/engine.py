@@ -102,6 +102,7 @@ class _Running:
     done: bool = False  # released: its cache is never needed again
     generated_ids: list = field(default_factory=list)  # every token drawn, in order
     force_reasoning_end: bool = False  # a reasoning_end control arrived before the budget sampler existed
+    lora: tuple[float, ...] = ()  # the adapters' scales, fixed when the request was admitted
     # None until the first draw; then False (the sampler chain draws) or the tokens banned from an argmax
     # (a greedy request: sampling.draws_the_argmax)
     argmax: frozenset | tuple | bool | None = None
@@ -119,6 +120,12 @@ class _Running:
 PREFILL_ALIGN = 128
 
 
+def _lora_key(scales: tuple[float, ...]) -> tuple[float, ...]:
+    """What a prompt's cached positions were computed with besides the model: its adapters' scales, () when
+    every scale is 0 (then the model alone computed them)."""
+    return scales if any(scales) else ()
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     n_ctx: int = 0  # per slot; 0: the model's training context
@@ -132,6 +139,7 @@ class EngineConfig:
     add_bos: bool = False  # the vocabulary adds BOS: a context shift keeps one more token
     special: bool = False  # --special: generated special tokens are rendered as text
     sleep_idle_seconds: int = -1  # --sleep-idle-seconds: free the model after this long idle (-1: never)
+    lora: tuple[tuple[str, float], ...] = ()  # --lora / --lora-scaled: (adapter, its starting scale)
 
 
 class Engine:
@@ -163,6 +171,7 @@ class Engine:
         self.sleeping = False  # --sleep-idle-seconds: the weights and the prompt cache are freed
         self._last_task = 0.0
         self._sched: Scheduler | None = None
+        self.lora = None  # server.models.lora.LoraSet once the adapters are loaded (--lora, --lora-scaled)
 
     def start(self) -> None:
         self._thread.start()
@@ -205,6 +214,22 @@ class Engine:
         self._queue.put(("control", (cmpl_id, action), future))
         return future
 
+    def lora_adapters(self) -> list[dict]:
+        """GET /lora-adapters: each adapter in b10621's entry shape, with the server's current scale."""
+        lora = self.lora
+        if lora is None:
+            return []
+        return [{"id": i, "path": a.path, "scale": s, "task_name": a.task_name, "prompt_prefix": a.prompt_prefix}
+                for i, (a, s) in enumerate(zip(lora.adapters, lora.defaults))]
+
+    def set_lora(self, listed: dict[int, float]) -> Future:
+        """POST /lora-adapters (b10621's SET_LORA task): the server's scales by upstream's rule, applied between
+        two engine steps; requests already admitted keep the scales they were admitted with."""
+        future: Future = Future()
+        next(self._ids)
+        self._queue.put(("lora", listed, future))
+        return future
+
     def slots(self) -> list[SlotRecord]:
         """A copy of the slot registry, as of the last engine step; counts as a task, as upstream's does."""
         next(self._ids)
@@ -221,6 +246,7 @@ class Engine:
             started = time.perf_counter()
             loaded = load_checkpoint(self.checkpoint)
             self.runner = Runner(loaded, n_batch=self.config.n_batch)
+            self._load_adapters()
             self.info.n_ctx = self.config.n_ctx or loaded.n_ctx_train
             log.info("model loaded in %.2f s (%s, dequantized=%s, n_ctx=%d per slot, %d slot(s))",
                      time.perf_counter() - started, self.checkpoint, loaded.dequantized, self.info.n_ctx,
@@ -256,6 +282,33 @@ class Engine:
                     seq.payload.handle.publish(ErrorEvent(f"{type(exc).__name__}: {exc}"))
                     sched.free(seq)
 
+    def _load_adapters(self) -> None:
+        """--lora / --lora-scaled: read every adapter and attach it to the model just built (after a wake too)."""
+        if not self.config.lora:
+            return
+        from ..models import lora
+
+        if self.lora is None:
+            adapters = [lora.load_adapter(path) for path, _ in self.config.lora]
+            self.lora = lora.LoraSet(adapters, [scale for _, scale in self.config.lora])
+            log.info("loaded %d LoRA adapter(s): %s", len(adapters),
+                     ", ".join(f"{a.path} (scale {s:g})" for a, s in zip(adapters, self.lora.defaults)))
+        lora.attach(self.runner.loaded.model, self.lora)
+        self.runner.lora = self.lora
+
+    def _use_lora(self, scales: tuple[float, ...]) -> None:
+        """The scales the next forward pass adds its adapters' terms with."""
+        if self.lora is not None:
+            self.lora.current = scales
+
+    def _admitted_lora(self, request: GenerationRequest) -> tuple[float, ...]:
+        """b10621's launch_slot_with_task: the request's own scales (construct_lora_list), else the server's."""
+        if self.lora is None:
+            return ()
+        if request.lora:
+            return tuple(self.lora.resolve(dict(request.lora)))
+        return tuple(self.lora.defaults)
+
     def _idle_wait(self) -> float | None:
         """How long an idle engine waits for work: until --sleep-idle-seconds have passed, else for ever."""
         if self.config.sleep_idle_seconds < 0 or self.sleeping:
@@ -283,6 +336,11 @@ class Engine:
             if item[0] == "control":
                 item[2].set_result(self._control(sched, *item[1]))
                 continue
+            if item[0] == "lora":
+                if self.lora is not None:
+                    self.lora.defaults = self.lora.resolve(item[1])
+                item[2].set_result({"success": True})
+                continue
             requests, handles, task_ids = item
             if isinstance(requests[0], ScoreRequest):  # scoring runs alone, between steps
                 try:
@@ -293,6 +351,7 @@ class Engine:
             seqs = []
             for i, (request, handle, task_id) in enumerate(zip(requests, handles, task_ids)):
                 run = _Running(request, handle, TextStream(stops=[s.encode() for s in request.stop]), is_child=i > 0)
+                run.lora = self._admitted_lora(request)
                 prompt = list(request.prompt_tokens)
                 n_reuse = self._resume(run, prompt) if request.cache_prompt and i == 0 else 0
                 if not n_reuse:
@@ -310,10 +369,11 @@ class Engine:
         n_cache_reuse, b10621's cache reuse: the whole common prefix, then cached chunks moved to where the
         prompt has them (their keys turned); the cache then differs from a cold run's, so the run offers
         nothing back (run.inexact). Otherwise a prefix in multiples of the alignment, bit-identical."""
-        n_reuse, snap = self.prompt_cache.lookup(prompt)
+        key = _lora_key(run.lora)
+        n_reuse, snap = self.prompt_cache.lookup(prompt, key)
         min_chunk = run.request.n_cache_reuse
         if min_chunk > 0 and self.runner.can_turn_keys():
-            reuse = self.prompt_cache.lookup_chunks(prompt, min_chunk)
+            reuse = self.prompt_cache.lookup_chunks(prompt, min_chunk, key)
             if reuse is not None and reuse.n > n_reuse:
                 run.cache = self.runner.restore_chunks(reuse.snapshot, reuse.prefix, reuse.chunks)
                 run.inexact = True
@@ -342,6 +402,7 @@ class Engine:
 
         log.info("server is exiting sleeping state")
         self.runner = Runner(load_checkpoint(self.checkpoint), n_batch=self.config.n_batch)
+        self._load_adapters()
         self.sleeping = False
 
     def _control(self, sched: Scheduler, cmpl_id: str, action: str) -> dict:
@@ -420,6 +481,7 @@ class Engine:
         if not n or not self.prompt_cache.enabled or any(e.tokens[:n] == held for e in self.prompt_cache.entries):
             return
         cache, ub = self.runner.new_cache(), self.config.ubatch
+        self._use_lora(())  # the prompt cache holds what the model alone computes
         for start in range(0, n, ub):
             self.runner.prefill(cache, tokens[start:min(start + ub, n)])
         snap, nbytes = self.runner.snapshot(cache, n)
@@ -428,6 +490,7 @@ class Engine:
     def _score(self, req: ScoreRequest, handle: Handle) -> None:
         from .runner import score
 
+        self._use_lora(tuple(self.lora.defaults) if self.lora is not None else ())
         rows = score(self.runner, list(req.prompt_tokens), list(req.continuation), req.n_probs)
         handle.publish(ScoreEvent(tuple(ScoredPosition(t, lp, top) for t, lp, top in rows)))
 
@@ -454,6 +517,7 @@ class Engine:
                 self._progress(chunk.seq)  # the request has started: 0% (or its cached share)
             progressed[chunk.seq.rid] = chunk.seq
             t_chunk = time.perf_counter()
+            self._use_lora(run.lora)
             run.logits = runner.prefill(run.cache, chunk.seq.prompt[chunk.start:chunk.end])
             self.metrics.add_prompt(chunk.end - chunk.start, int((time.perf_counter() - t_chunk) * 1e6))
             sched.prefilled(chunk)
@@ -469,13 +533,18 @@ class Engine:
         for seq in step.decode:
             if self.config.ctx_shift and self._slot_tokens(seq) + 1 >= self.info.n_ctx:
                 self._shift(seq)
-        if len(step.decode) >= 2 and runner.can_batch([s.payload.cache for s in step.decode
-                                                        if s.payload.cache is not None]):
+        # one forward pass adds one set of adapter scales (b10621's can_batch_with): rows admitted with other
+        # scales decode on their own
+        one_lora = len({s.payload.lora for s in step.decode}) <= 1
+        if len(step.decode) >= 2 and one_lora and runner.can_batch([s.payload.cache for s in step.decode
+                                                                    if s.payload.cache is not None]):
+            self._use_lora(step.decode[0].payload.lora)
             self._decode_batched(sched, step.decode)
         else:
             self._dissolve_batch()
             for seq in step.decode:
                 run = seq.payload
+                self._use_lora(run.lora)
                 run.logits = runner.decode(run.cache, run.last_token)
                 self._sample(sched, seq)
         if involved:
@@ -767,4 +836,4 @@ class Engine:
             if n:
                 self._own_cache(seq)
                 snap, nbytes = self.runner.snapshot(run.cache, n)
-                self.prompt_cache.store(tuple(seq.prompt[:n]), snap, nbytes)
+                self.prompt_cache.store(tuple(seq.prompt[:n]), snap, nbytes, _lora_key(run.lora))

@@ -19,6 +19,7 @@ class _Entry:
     snapshot: Any
     nbytes: int
     used: int
+    key: tuple = ()  # what else the positions were computed with (LoRA scales): () for the model alone
 
 
 def reuse_chunks(cached, prompt, n_past: int, min_chunk: int) -> list[tuple[int, int, int]]:
@@ -77,10 +78,13 @@ class PromptCache:
     def nbytes(self) -> int:
         return sum(e.nbytes for e in self.entries)
 
-    def lookup(self, prompt: list[int]) -> tuple[int, Any]:
-        """(positions to reuse, snapshot holding at least that many) or (0, None)."""
+    def lookup(self, prompt: list[int], key: tuple = ()) -> tuple[int, Any]:
+        """(positions to reuse, snapshot holding at least that many) or (0, None). key: what else the positions
+        were computed with (a request's LoRA scales); only entries computed alike are reused."""
         best, best_n = None, 0
         for e in self.entries:
+            if e.key != key:
+                continue
             n = min(common_prefix(e.tokens, prompt), len(prompt) - 1)
             n -= n % self.align
             if n > best_n:
@@ -90,13 +94,15 @@ class PromptCache:
         best.used = next(self._clock)
         return best_n, best.snapshot
 
-    def lookup_chunks(self, prompt: list[int], min_chunk: int) -> Reuse | None:
+    def lookup_chunks(self, prompt: list[int], min_chunk: int, key: tuple = ()) -> Reuse | None:
         """b10621's n_cache_reuse over the cached prompts: the entry whose whole common prefix and chunks
         moved from further on (reuse_chunks) cover the most of the prompt, leaving one token to evaluate;
         None where no entry covers any."""
         best: Reuse | None = None
         best_entry = None
         for e in self.entries:
+            if e.key != key:
+                continue
             prefix = common_prefix(e.tokens, prompt)
             chunks = reuse_chunks(e.tokens, prompt, prefix, min_chunk)
             reuse = Reuse(prefix, e.snapshot, chunks)
@@ -112,13 +118,13 @@ class PromptCache:
             best_entry.used = next(self._clock)
         return best
 
-    def store(self, tokens: tuple[int, ...], snapshot: Any, nbytes: int) -> None:
+    def store(self, tokens: tuple[int, ...], snapshot: Any, nbytes: int, key: tuple = ()) -> None:
         if not self.enabled or not tokens or (self.budget is not None and nbytes > self.budget):
             return
-        # an entry that is a prefix of the new one adds nothing
-        self.entries = [e for e in self.entries if tokens[: len(e.tokens)] != e.tokens]
-        if any(e.tokens[: len(tokens)] == tokens for e in self.entries):
+        # an entry that is a prefix of the new one (computed alike) adds nothing
+        self.entries = [e for e in self.entries if e.key != key or tokens[: len(e.tokens)] != e.tokens]
+        if any(e.key == key and e.tokens[: len(tokens)] == tokens for e in self.entries):
             return
-        self.entries.append(_Entry(tokens, snapshot, nbytes, next(self._clock)))
+        self.entries.append(_Entry(tokens, snapshot, nbytes, next(self._clock), key))
         while self.budget is not None and self.nbytes > self.budget:
             self.entries.remove(min(self.entries, key=lambda e: e.used))

@@ -29,6 +29,11 @@ class Runner:
         self._split = _trunk_and_head(loaded.model)
         self._step = DecodeStep.build(loaded.model)  # None: decode steps run through MLX
         self._prefill = PrefillStep.build(self._step)  # None: prompts run through MLX
+        self.lora = None  # server.models.lora.LoraSet: while a pass adds adapter terms, it runs through MLX
+
+    def _native(self) -> bool:
+        """Whether the native steps may run this pass: they know the base weights only."""
+        return self.lora is None or not self.lora.engaged()
 
     def new_cache(self) -> list:
         return make_prompt_cache(self.loaded.model)
@@ -102,7 +107,7 @@ class Runner:
         logits = None
         for start in range(0, len(tokens), self.n_batch):
             last = start + self.n_batch >= len(tokens)
-            if self._prefill is not None:
+            if self._prefill is not None and self._native():
                 done, out = self._prefill(cache, tokens[start : start + self.n_batch], last)
                 if done:
                     logits = out
@@ -121,7 +126,7 @@ class Runner:
         return logits.astype(mx.float32)
 
     def decode(self, cache: list, token: int) -> mx.array:
-        if self._step is not None and (logits := self._step(cache, [token])) is not None:
+        if self._step is not None and self._native() and (logits := self._step(cache, [token])) is not None:
             return logits
         logits = self.loaded.model(mx.array([[token]]), cache=cache)[:, -1, :]
         return logits.astype(mx.float32)
@@ -159,7 +164,7 @@ class Runner:
 
     def batch_decode(self, batch: list, tokens: list[int]) -> mx.array:
         """One token for each row; the rows' logits (float32), one per row."""
-        if self._step is not None and (logits := self._step(batch, tokens)) is not None:
+        if self._step is not None and self._native() and (logits := self._step(batch, tokens)) is not None:
             return logits
         logits = self.loaded.model(mx.array([[t] for t in tokens]), cache=batch)[:, -1, :]
         return logits.astype(mx.float32)

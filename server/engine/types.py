@@ -87,6 +87,9 @@ class GenerationRequest:
     reasoning_budget: ReasoningBudgetSpec | None = None  # cap the tokens spent inside a reasoning block
     reasoning_control: bool = False  # POST /v1/chat/completions/control may end the reasoning block
     cmpl_id: str = ""  # the OpenAI-shaped answer's id ("chatcmpl-..."), what a control request names
+    # the request's lora field as (id, scale) pairs; None (or empty, as b10621 reads an empty list): the
+    # server's scales when the request is admitted
+    lora: tuple[tuple[int, float], ...] | None = None
 
 
 @dataclass(frozen=True)

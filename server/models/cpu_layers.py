@@ -37,7 +37,9 @@ class FusedLinear(nn.Module):
     def product(self, x: mx.array) -> mx.array:
         """The layers' outputs side by side in one array."""
         y = x @ self.weight_t
-        return y + self.bias if "bias" in self else y
+        y = y + self.bias if "bias" in self else y
+        hook = self.__dict__.get("lora_hook")  # server/models/lora.py: adapters' terms, added after the product
+        return y if hook is None else hook(x, y)
 
     def __call__(self, x: mx.array) -> list[mx.array]:
         return mx.split(self.product(x), self.splits, axis=-1)

@@ -61,7 +61,9 @@ class TransposedLinear(nn.Module):
 
     def __call__(self, x: mx.array) -> mx.array:
         y = x @ self.weight_t
-        return y + self.bias if "bias" in self else y
+        y = y + self.bias if "bias" in self else y
+        hook = self.__dict__.get("lora_hook")  # server/models/lora.py: adapters' terms, added after the product
+        return y if hook is None else hook(x, y)
 
 
 def _transpose_linears(model: nn.Module) -> int:
