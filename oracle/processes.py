@@ -31,6 +31,10 @@ def free_port() -> int:
 def _fixture_paths(arg: str, side: str) -> str:
     """A case's fixture files in its flags, each side given the form it reads: "{lora}" is the seeded adapter
     (b10621 a GGUF LoRA, mlxcel a PEFT directory), "{lora_gguf}" the GGUF file on both (fixtures/lora.py)."""
+    if "{control_vector}" in arg:  # the seeded control vector GGUF (fixtures/control_vector.py), read by both
+        from fixtures.control_vector import control_vector_gguf
+
+        arg = arg.replace("{control_vector}", str(control_vector_gguf()))
     if "{lora" not in arg:
         return arg
     from fixtures.lora import lora_gguf, lora_peft

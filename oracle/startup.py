@@ -228,6 +228,10 @@ def observe(case: StartupCase, side: Side, extra: dict[str, str] | None = None) 
             from fixtures.lora import lora_gguf
 
             values["lora_gguf"] = str(lora_gguf())
+        if any("{control_vector}" in a for a in case.args):
+            from fixtures.control_vector import control_vector_gguf
+
+            values["control_vector"] = str(control_vector_gguf())
         argv = [*side.program, *(side.model if case.model else ())]
         if case.listen:
             argv += ["--host", "127.0.0.1", "--port", values["port"]]

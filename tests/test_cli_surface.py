@@ -277,7 +277,7 @@ def test_help_shows_the_served_surface_and_hides_the_compatibility_one(capsys):
 
     shown = set(re.findall(r"(?<![\w-])(--?[A-Za-z][\w.-]*)", capsys.readouterr().out))
     assert {"--ctx-size", "--api-key", "--log-file", "--cors-origins", "--jinja", "--temp", "-ngl"} - shown == {"-ngl"}
-    assert not shown & {"--n-gpu-layers", "--mlock", "--control-vector", "--log-prompts-dir", "--gpt-oss-20b-default",
+    assert not shown & {"--n-gpu-layers", "--mlock", "--lora-init-without-apply", "--log-prompts-dir", "--gpt-oss-20b-default",
                         "--spec-type", "--hf-repo", "--threads", "--dump-flag-surface", "--ui", "-t"}
     assert shown <= {s for o in OPTIONS if o.id in MLXCEL for s in (*o.spellings, *o.negatives)}
 
@@ -461,14 +461,11 @@ def test_the_twelfth_preset_is_speculative_and_refuses():
         "the model itself")]
 
 
-def test_control_vectors_refuse_whole_and_the_layer_range_alone_is_inert():
+def test_control_vectors_are_served():
+    # read when the model loads (a missing file fails there, as b10621's common_init does)
     assert refused("--control-vector-layer-range", "1", "20") == []
-    assert refused("--control-vector", "a.gguf,b.gguf") == [
-        ("error: --control-vector a.gguf,b.gguf: mlxcel has no control-vector path: it cannot add steering vectors to "
-        "the residual stream, and a configured vector set is refused whole rather than partly applied; for "
-        "token-level steering use --logit-bias or a request's logit_bias")]
-    (line,) = refused("--control-vector-scaled", "a.gguf:0")  # a zero scale is still a vector set
-    assert line.startswith("error: --control-vector-scaled a.gguf:0: mlxcel has no control-vector path")
+    assert refused("--control-vector", "a.gguf,b.gguf") == []
+    assert refused("--control-vector-scaled", "a.gguf:0") == []
 
 
 def test_control_vector_scaled_format_is_checked_as_b10621(capsys):

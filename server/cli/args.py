@@ -95,6 +95,12 @@ MLXCEL: dict[str, dict] = {
                       "comma-separated values load several)", dest="lora_args", action=_Ordered),
     "--lora-scaled": _s(help="path to LoRA adapter with user defined scaling (format: FNAME:SCALE,...)",
                         dest="lora_args", action=_Ordered),
+    "--control-vector": _s(help="add a control vector (a GGUF of direction.N tensors; comma-separated values add "
+                                "several)", dest="control_vector_args", action=_Ordered),
+    "--control-vector-scaled": _s(help="add a control vector with user defined scaling SCALE (format: "
+                                       "FNAME:SCALE,...)", dest="control_vector_args", action=_Ordered),
+    "--control-vector-layer-range": _s("control_vector_layer_range", "layer range to apply the control vector(s) "
+                                       "to, start and end inclusive"),
     "--tags": _s("tags", "comma-separated model tags (informational, reported by GET /v1/models)",
                  action=_SortedSet),
     "--ctx-size": _s("ctx_size", "size of the prompt context (default: 0, 0 = loaded from model)", 0),

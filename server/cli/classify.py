@@ -295,16 +295,6 @@ RULES: dict[str, Rule] = {
     "--spec-default": _refuse("b10621's preset turns on n-gram speculative decoding (ngram-mod, n_match 24, n_min 48, "
                               "n_max 64); " + _SPEC, _SPEC_ALT),
     # ----- control vectors, LoRA -----
-    "--control-vector": _refuse("mlxcel has no control-vector path: it cannot add steering vectors to the residual "
-                                "stream, and a configured vector set is refused whole rather than partly applied",
-                                "for token-level steering use --logit-bias or a request's logit_bias", accumulates=True),
-    "--control-vector-scaled": _refuse("mlxcel has no control-vector path: it cannot add steering vectors to the "
-                                       "residual stream, and a configured vector set (a zero scale included) is "
-                                       "refused whole rather than partly applied",
-                                       "for token-level steering use --logit-bias or a request's logit_bias",
-                                       check=_pairs_check("control-vector-scaled"), accumulates=True),
-    "--control-vector-layer-range": _inert("every range: without a vector (which mlxcel refuses) it configures "
-                                           "nothing, as upstream", check=_stoi_each),
     "--lora-init-without-apply": _inert("--lora-init-without-apply: b10621's server applies its adapters' scales "
                                         "to every batch it runs, this flag or not (POST /lora-adapters sets them)"),
     # ----- runtime and context -----
@@ -417,6 +407,8 @@ ACTED_ON_CHECKS: dict[str, Callable[[object], None]] = {
     "--slot-save-path": _directory_check,
     "--sleep-idle-seconds": _sleep_check,
     "--lora-scaled": _pairs_check("lora-scaled"),
+    "--control-vector-scaled": _pairs_check("control-vector-scaled"),
+    "--control-vector-layer-range": _stoi_each,
 }
 
 

@@ -105,14 +105,23 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
     except EncoderModeError as exc:
         print(exc, file=sys.stderr)
         return 1
+    from .parse import stoi
+
     try:
         lora = lora_adapters(args)
+        control_vectors = scaled_files(args.control_vector_args, "control-vector")
+        if control_vectors:  # the files read now: a bad one fails before the model loads
+            from ..models import control_vector
+
+            control_vector.load(control_vectors)
+        given_range = args.control_vector_layer_range
+        layers = (stoi(given_range[0]), stoi(given_range[1])) if given_range else (0, 0)
     except ValueError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 1
-    if encoder is not None and lora:
-        print(f"{prog}: error: --lora: LoRA adapters adapt a generating model's projections; mlxcel serves "
-              "embeddings and reranking without them", file=sys.stderr)
+    if encoder is not None and (lora or control_vectors):
+        print(f"{prog}: error: {'--lora' if lora else '--control-vector'}: adapters and control vectors steer a "
+              "generating model; mlxcel serves embeddings and reranking without them", file=sys.stderr)
         return 1
     if encoder is not None:
         from ..encoder.worker import EncoderWorker
@@ -126,7 +135,8 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
                                                  cache_prompt=args.cache_prompt, cache_ram_mib=args.cache_ram,
                                                  ctx_shift=args.context_shift, add_bos=tokenizer.add_bos,
                                                  special=args.special, sleep_idle_seconds=args.sleep_idle_seconds,
-                                                 lora=lora),
+                                                 lora=lora, control_vectors=control_vectors,
+                                                 control_vector_layers=layers),
                         eog_ids=tokenizer.eog_ids, piece=tokenizer.piece)
         if any(g.option in ("--pooling", "--embd-normalize") for g in args.given):
             log.warning("--pooling and --embd-normalize shape embeddings only: without --embeddings they change "
@@ -206,24 +216,30 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
     return 1 if engine.load_error else 0
 
 
-def lora_adapters(args) -> tuple[tuple[str, float], ...]:
-    """--lora and --lora-scaled in command-line order (b10621 appends both to one list), each adapter with its
-    starting scale; a path that does not exist fails here, before the model loads."""
+def scaled_files(given, what: str) -> tuple[tuple[str, float], ...]:
+    """--lora / --lora-scaled, or --control-vector / --control-vector-scaled, in command-line order (b10621
+    appends both spellings to one list): each file with its scale (1 for the unscaled spelling)."""
     from ..models.lora import check_scale
     from .parse import parse_csv_row
 
     out = []
-    for option, _, value in args.lora_args or []:
+    for option, _, value in given or []:
         for item in parse_csv_row(value):
-            if option == "--lora":
-                path, scale = item, 1.0
+            if option == f"--{what}":
+                out.append((item, 1.0))
             else:
                 path, text = item.split(":")  # the format was checked by the parser
-                scale = check_scale(text)
-            if not os.path.exists(path):
-                raise ValueError(f"failed to load lora adapter '{path}': no such file or directory")
-            out.append((path, scale))
+                out.append((path, check_scale(text, what.replace("-", " "))))
     return tuple(out)
+
+
+def lora_adapters(args) -> tuple[tuple[str, float], ...]:
+    """--lora and --lora-scaled; a path that does not exist fails here, before the model loads."""
+    out = scaled_files(args.lora_args, "lora")
+    for path, _ in out:
+        if not os.path.exists(path):
+            raise ValueError(f"failed to load lora adapter '{path}': no such file or directory")
+    return out
 
 
 def sampling_defaults(args, eog_ids: frozenset[int] = frozenset()) -> dict:

@@ -140,6 +140,9 @@ class EngineConfig:
     special: bool = False  # --special: generated special tokens are rendered as text
     sleep_idle_seconds: int = -1  # --sleep-idle-seconds: free the model after this long idle (-1: never)
     lora: tuple[tuple[str, float], ...] = ()  # --lora / --lora-scaled: (adapter, its starting scale)
+    # --control-vector / --control-vector-scaled: (file, strength); --control-vector-layer-range (0: default)
+    control_vectors: tuple[tuple[str, float], ...] = ()
+    control_vector_layers: tuple[int, int] = (0, 0)
 
 
 class Engine:
@@ -283,7 +286,18 @@ class Engine:
                     sched.free(seq)
 
     def _load_adapters(self) -> None:
-        """--lora / --lora-scaled: read every adapter and attach it to the model just built (after a wake too)."""
+        """--lora / --lora-scaled: read every adapter and attach it to the model just built (after a wake too);
+        the control vectors likewise."""
+        if self.config.control_vectors:
+            from ..models import control_vector
+
+            model = self.runner.loaded.model
+            n_embd, data = control_vector.load(self.config.control_vectors)
+            args = model.args
+            vectors = control_vector.per_layer(n_embd, data, args.num_hidden_layers, args.hidden_size,
+                                               *self.config.control_vector_layers)
+            control_vector.attach(model.model, vectors)
+            self.runner.steered = bool(vectors)
         if not self.config.lora:
             return
         from ..models import lora

@@ -30,10 +30,11 @@ class Runner:
         self._step = DecodeStep.build(loaded.model)  # None: decode steps run through MLX
         self._prefill = PrefillStep.build(self._step)  # None: prompts run through MLX
         self.lora = None  # server.models.lora.LoraSet: while a pass adds adapter terms, it runs through MLX
+        self.steered = False  # control vectors added to layer outputs: every pass runs through MLX
 
     def _native(self) -> bool:
         """Whether the native steps may run this pass: they know the base weights only."""
-        return self.lora is None or not self.lora.engaged()
+        return not self.steered and (self.lora is None or not self.lora.engaged())
 
     def new_cache(self) -> list:
         return make_prompt_cache(self.loaded.model)

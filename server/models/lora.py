@@ -306,11 +306,11 @@ def _check(owner: str, name: str, n_in: int, n_out: int, terms) -> None:
                             f"{a_t.shape[0]} -> {b_t.shape[1]}")
 
 
-def check_scale(text: str) -> float:
-    """--lora-scaled's SCALE: std::stof, and a finite number."""
+def check_scale(text: str, what: str = "lora") -> float:
+    """--lora-scaled's (or --control-vector-scaled's) SCALE: std::stof, and a finite number."""
     from ..cli.parse import stof
 
     value = stof(text)
     if not math.isfinite(value):
-        raise ValueError(f"lora scale '{text}' is not a finite number")
+        raise ValueError(f"{what} scale '{text}' is not a finite number")
     return value
