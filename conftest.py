@@ -119,7 +119,7 @@ def corpus_servers(request):
     Only the current group's pair stays up (the corpus is ordered by group): a pair per group at once would
     not fit in memory. Returns get(twin, args) -> (mlxcel url, reference url or None when offline).
     """
-    from oracle.processes import F32_NUMERICS, mlxcel_server, reference_server
+    from oracle.processes import ROUTER, server_pair
 
     current: dict = {"key": None, "urls": None, "procs": []}
 
@@ -132,14 +132,15 @@ def corpus_servers(request):
         key = (twin_kind, args)
         if current["key"] != key:
             stop()
-            t = request.getfixturevalue(f"twin_{twin_kind}")
-            mine = mlxcel_server(t.mlx_model, [*COMMON_ARGS, *args])
+            if twin_kind != ROUTER:
+                request.getfixturevalue(f"twin_{twin_kind}")  # built once per session
+            offline = oracle_offline()
+            binary = None if offline else request.getfixturevalue("reference_binary")
+            ref, mine = server_pair(twin_kind, args, binary, with_reference=not offline)
             current["procs"].append(mine)
             mine.start()
             ref_url = None
-            if not oracle_offline():
-                ref_args = [*COMMON_ARGS, *args, *(F32_NUMERICS if twin_kind.startswith("f32") else ())]
-                ref = reference_server(request.getfixturevalue("reference_binary"), t.gguf, ref_args)
+            if ref is not None:
                 current["procs"].append(ref)
                 ref.start()
                 ref_url = ref.base_url

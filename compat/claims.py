@@ -41,9 +41,11 @@ def app_routes() -> set[str]:
     import re
 
     from server.api.app import create_app, registered_routes
+    from server.router.app import empty_router_app
 
     param = re.compile(r"[{](\w+)[}]")  # FastAPI's {id_slot} is b10621's :id_slot
-    return {m + " " + param.sub(r":\1", path) for m, path in registered_routes(create_app(None))}
+    served = registered_routes(create_app(None)) | registered_routes(empty_router_app())  # one model, router
+    return {m + " " + param.sub(r":\1", path) for m, path in served}
 
 
 def real_surfaces() -> Surfaces:

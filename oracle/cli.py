@@ -52,7 +52,6 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 def _run_corpus(live: bool, only: str | None = None, missing: bool = False) -> tuple[int, int]:
     from .corpus import TRANSCRIPT_DIR
-    from .processes import COMMON_ARGS
     from .runner import run_case
 
     cases = [c for c in load_corpus() if (only is None or c.name == only)
@@ -61,14 +60,12 @@ def _run_corpus(live: bool, only: str | None = None, missing: bool = False) -> t
     for twin, extra in sorted({(c.twin, c.args) for c in cases}):
         mine = [c for c in cases if (c.twin, c.args) == (twin, extra)]
         if live:
-            with Pair(twin, (*COMMON_ARGS, *extra)) as pair:
+            with Pair(twin, extra) as pair:
                 results = [run_case(c, pair.mlxcel.base_url, pair.reference.base_url) for c in mine]
         else:
-            from fixtures.twins import twin as get_twin
+            from .processes import server_pair
 
-            from .processes import mlxcel_server
-
-            with mlxcel_server(get_twin(twin).mlx_model, [*COMMON_ARGS, *extra]) as srv:
+            with server_pair(twin, extra, with_reference=False)[1] as srv:
                 results = [run_case(c, srv.base_url, None) for c in mine]
         for r in results:
             ok, why = r.meets_expectation()

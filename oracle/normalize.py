@@ -28,6 +28,9 @@ REGISTRY: dict[str, Normalization] = {n.name: n for n in (
     Normalization("progress_time", ("$.prompt_progress.time_ms",), "a clock"),
     Normalization("created", ("$.created",), "a clock"),
     Normalization("models_created", ("$.data[*].created",), "GET /v1/models stamps each model with the clock"),
+    Normalization("router_args", ("$.data[*].status.args",),
+                  "the command line a router model is served with names the server's own program (and, while a "
+                  "child runs, its port): b10621 spawns itself, mlxcel serves the model in process"),
     Normalization("completion_id", ("$.id", "$.message.id"), "random per response"),
     Normalization("system_fingerprint", ("$.system_fingerprint",), "the build's identity string"),
     Normalization("model_path", ("$.model_path",), "the GGUF path versus the MLX checkpoint path"),

@@ -31,6 +31,14 @@ def free_port() -> int:
 def _fixture_paths(arg: str, side: str) -> str:
     """A case's fixture files in its flags, each side given the form it reads: "{lora}" is the seeded adapter
     (b10621 a GGUF LoRA, mlxcel a PEFT directory), "{lora_gguf}" the GGUF file on both (fixtures/lora.py)."""
+    if "{models_dir}" in arg:  # both twins' GGUFs in one directory (fixtures/router.py), read by both
+        from fixtures.router import models_dir
+
+        arg = arg.replace("{models_dir}", str(models_dir()))
+    if "{models_preset}" in arg:
+        from fixtures.router import preset_file
+
+        arg = arg.replace("{models_preset}", str(preset_file()))
     if "{control_vector}" in arg:  # the seeded control vector GGUF (fixtures/control_vector.py), read by both
         from fixtures.control_vector import control_vector_gguf
 
@@ -124,21 +132,51 @@ def _clean_env(home: Path) -> dict[str, str]:
     return keep
 
 
-def reference_server(binary: Path, gguf: Path, args: list[str] = (), port: int | None = None) -> ServerProcess:
+def reference_server(binary: Path, gguf: Path | None, args: list[str] = (), port: int | None = None) -> ServerProcess:
+    """gguf None: no -m, b10621's router mode."""
     port = port or free_port()
     sp = ServerProcess("reference", [], port, {})
-    sp.argv = [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), *args]
+    model = ["-m", str(gguf)] if gguf is not None else []
+    sp.argv = [str(binary), *model, "--host", "127.0.0.1", "--port", str(port), *args]
     sp.env = _clean_env(sp.workdir)
     return sp
 
 
-def mlxcel_server(model: str, args: list[str] = (), port: int | None = None) -> ServerProcess:
+def mlxcel_server(model: str | None, args: list[str] = (), port: int | None = None) -> ServerProcess:
+    """model None: no -m, router mode; its model store is then an empty directory of its own, as the
+    reference's cache is under its fresh HOME."""
     port = port or free_port()
     sp = ServerProcess("mlxcel", [], port, {})
-    sp.argv = [sys.executable, "-m", "server", "-m", model, "--host", "127.0.0.1", "--port", str(port), *args]
+    chosen = ["-m", model] if model is not None else []
+    sp.argv = [sys.executable, "-m", "server", *chosen, "--host", "127.0.0.1", "--port", str(port), *args]
     sp.env = _clean_env(sp.workdir)
     sp.env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    if model is None:
+        sp.env["MLXCEL_MODELS_DIR"] = str(sp.workdir / "store")
     return sp
+
+
+ROUTER = "router"  # a case's "twin" for router mode: both servers without -m
+
+
+def server_pair(twin_kind: str, args: tuple[str, ...], binary: Path | None = None,
+                with_reference: bool = True) -> tuple[ServerProcess | None, ServerProcess]:
+    """(reference, mlxcel) for a case: on a twin with the common alias, or in router mode with the case's flags
+    alone; the reference is None without with_reference (an offline run against recordings)."""
+    from fixtures.twins import twin
+
+    from .reference import build_reference
+
+    if twin_kind == ROUTER:
+        mine = mlxcel_server(None, list(args))
+        ref = reference_server(binary or build_reference(), None, list(args)) if with_reference else None
+        return ref, mine
+    t = twin(twin_kind)
+    mine = mlxcel_server(t.mlx_model, [*COMMON_ARGS, *args])
+    if not with_reference:
+        return None, mine
+    ref_args = [*COMMON_ARGS, *args, *(F32_NUMERICS if twin_kind.startswith("f32") else ())]
+    return reference_server(binary or build_reference(), t.gguf, ref_args), mine
 
 
 # Both servers get the same b10621 command line; the alias keeps the reported model name identical.
@@ -152,15 +190,8 @@ class Pair:
     off, F32 KV), not a user flag difference.
     """
 
-    def __init__(self, twin_kind: str, args: tuple[str, ...] = COMMON_ARGS, binary: Path | None = None):
-        from fixtures.twins import twin
-
-        from .reference import build_reference
-
-        t = twin(twin_kind)
-        ref_args = [*args, *(F32_NUMERICS if twin_kind.startswith("f32") else ())]
-        self.reference = reference_server(binary or build_reference(), t.gguf, ref_args)
-        self.mlxcel = mlxcel_server(t.mlx_model, list(args))
+    def __init__(self, twin_kind: str, args: tuple[str, ...] = (), binary: Path | None = None):
+        self.reference, self.mlxcel = server_pair(twin_kind, args, binary)
 
     def __enter__(self) -> "Pair":
         self.reference.start()

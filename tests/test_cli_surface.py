@@ -101,7 +101,8 @@ def test_both_entry_points_dump_the_whole_surface():
         argv = [sys.executable, "-c", code, *(["serve"] if prog == "mlxcel serve" else []), "--dump-flag-surface"]
         dump = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
         got = {s for o in dump["options"] for s in o["spellings"]}
-        assert got == {s for o in OPTIONS for s in (*o.spellings, *o.negatives)}, prog
+        # b10621's whole surface, and mlxcel's own store root
+        assert got == {s for o in OPTIONS for s in (*o.spellings, *o.negatives)} | {"--model-store-root"}, prog
 
 
 @pytest.mark.parametrize("argv, stream, start", [
@@ -279,7 +280,7 @@ def test_help_shows_the_served_surface_and_hides_the_compatibility_one(capsys):
     assert {"--ctx-size", "--api-key", "--log-file", "--cors-origins", "--jinja", "--temp", "-ngl"} - shown == {"-ngl"}
     assert not shown & {"--n-gpu-layers", "--mlock", "--lora-init-without-apply", "--log-prompts-dir", "--gpt-oss-20b-default",
                         "--spec-type", "--hf-repo", "--threads", "--dump-flag-surface", "--ui", "-t"}
-    assert shown <= {s for o in OPTIONS if o.id in MLXCEL for s in (*o.spellings, *o.negatives)}
+    assert shown <= {s for o in OPTIONS if o.id in MLXCEL for s in (*o.spellings, *o.negatives)} | {"--model-store-root"}
 
 
 def test_help_after_a_bad_option_is_the_error(capsys):
@@ -499,7 +500,7 @@ def test_speculative_tuning_is_inert_and_checked_as_b10621(capsys):
 def test_other_issues_surfaces_refuse_naming_their_issue():
     assert refused("--lora", "a") == []  # served (#13): a path that does not exist fails when the server starts
     assert refused("--mmproj", "p")[0] == "error: --mmproj p: images and audio is not served yet (#14); leave it out"
-    assert refused("--models-dir", "d")[0].startswith("error: --models-dir d: router mode is not served yet (#13)")
+    assert refused("--models-dir", "d") == []  # router mode (#13): started without -m
 
 
 def test_a_refusal_exits_1_before_the_model_is_resolved():

@@ -22,11 +22,29 @@ def test_readme_first_command_names_the_default_model():
     assert f"mlxcel-server -m {DEFAULT_MODEL.name}" in blocks[0]
 
 
-def test_server_without_model_refuses_naming_the_default():
-    proc = subprocess.run([shutil.which("mlxcel-server") or "mlxcel-server"], capture_output=True, text=True,
-                          timeout=120)
-    assert proc.returncode == 2
-    assert DEFAULT_MODEL.name in proc.stderr and "Router mode" in proc.stderr
+def test_server_without_model_starts_a_router_offering_the_store(tmp_path):
+    """b10621 started without a model is a router; the bundled default model is in the store it offers."""
+    port = free_port()
+    proc = subprocess.Popen([shutil.which("mlxcel-server") or "mlxcel-server", "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read().decode()
+            try:
+                props = httpx.get(base + "/props", timeout=2)
+                break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        assert props.json()["role"] == "router"
+        DEFAULT_MODEL.materialize()
+        models = {m["id"]: m for m in httpx.get(base + "/models?reload=1", timeout=30).json()["data"]}
+        assert models[DEFAULT_MODEL.name]["source"] == "cache"
+        assert models[DEFAULT_MODEL.name]["status"]["value"] == "unloaded"
+    finally:
+        proc.terminate()
+        proc.wait(30)
 
 
 def test_default_model_serves_health_and_completion():

@@ -101,6 +101,14 @@ MLXCEL: dict[str, dict] = {
                                        "FNAME:SCALE,...)", dest="control_vector_args", action=_Ordered),
     "--control-vector-layer-range": _s("control_vector_layer_range", "layer range to apply the control vector(s) "
                                        "to, start and end inclusive"),
+    "--models-dir": _s("models_dir", "directory containing models for the router server (default: disabled)"),
+    "--models-preset": _s("models_preset", "path to INI file containing model presets for the router server "
+                                           "(default: disabled)"),
+    "--models-max": _s("models_max", "for router server, maximum number of models to load simultaneously "
+                                     "(default: 4, 0 = unlimited)", 4),
+    "--models-autoload": _s("models_autoload", "for router server, whether to automatically load models (default: "
+                                               "enabled)", True),
+    "--offline": _s("offline", "offline mode: the model store downloads nothing (POST /models refuses)", False),
     "--tags": _s("tags", "comma-separated model tags (informational, reported by GET /v1/models)",
                  action=_SortedSet),
     "--ctx-size": _s("ctx_size", "size of the prompt context (default: 0, 0 = loaded from model)", 0),
@@ -293,5 +301,9 @@ def build_parser(prog: str) -> CompatParser:
             kw["help"] += f" (env: {o.env})"
         action = p.add_argument(*o.spellings, *o.negatives, **kw)
         action.option, action.env, action.declared_default = o, o.env, kw["default"]
+    # mlxcel's own (no b10621 spelling): where the model store lives
+    p.add_argument("--model-store-root", dest="model_store_root", default=None, metavar="DIR",
+                   help="mlxcel's model store: <owner>/<name> snapshots, GET /models's cache source (default: "
+                        "$MLXCEL_MODELS_DIR, else the cache's models/)")
     p.add_argument(DUMP_FLAG, action="store_true", help=argparse.SUPPRESS)
     return p

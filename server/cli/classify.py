@@ -252,7 +252,6 @@ RULES: dict[str, Rule] = {
     "--hf-file": _refuse(_GGUF, _GGUF_ALT),
     "--hf-token": _inert("every value: it only authenticates downloads, and mlxcel downloads nothing (the token is "
                          "never printed)"),
-    "--offline": _inert("--offline: mlxcel never downloads, so it always runs offline"),
     "--override-kv": _refuse("mlxcel reads no GGUF metadata to override: an MLX checkpoint is configured by its "
                              "config.json", "edit the checkpoint's config.json", accumulates=True),
     # ----- web UI, server tools, MCP -----
@@ -348,11 +347,6 @@ RULES: dict[str, Rule] = {
     "--mtmd-batch-max-tokens": _inert("every value: it batches images, which mlxcel refuses to take"),
     "--media-path": _inert("every existing directory: it serves media to a projector, which mlxcel refuses to load",
                            check=_directory_check),
-    "--models-dir": _refuse(_not_yet("router mode", 13), "serve one model with -m"),
-    "--models-preset": _refuse(_not_yet("router mode", 13), "serve one model with -m"),
-    "--models-max": _inert("every value: it bounds router mode, which mlxcel refuses to start"),
-    "--models-autoload": _inert("both forms: it steers router mode, which mlxcel refuses to start"),
-    # ----- speculative decoding: the selectors refuse, their tuning configures nothing without them -----
     "--spec-type": _only(lambda v: spec_types(v) == ["none"], "none (the default)", _SPEC,
                          _SPEC_ALT, check=_spec_types_check, accumulates=True),
     "--spec-draft-model": _only(_is(""), "an empty value", _SPEC, _SPEC_ALT),

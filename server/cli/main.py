@@ -6,9 +6,127 @@ import argparse
 import logging
 import os
 import sys
+from pathlib import Path
 
 log = logging.getLogger("mlxcel")
 AUTO_SLOTS = 4  # b10621's --parallel -1 (auto) serves 4 slots
+
+
+class StartupRefusal(Exception):
+    """A model that cannot be served with this command line: the one line to print, then exit 1."""
+
+    def __init__(self, text: str):
+        super().__init__(text)
+        self.text = text
+
+
+def build_state(args, prog: str, auth, cors, vertex):
+    """Everything one model is served with (its engine not yet started), from a parsed command line: the
+    checkpoint, tokenizer, engine, chat settings and the request defaults. Raises StartupRefusal."""
+    from ..api.state import AppState, ServerSettings
+    from ..api.task_params import TaskParams
+    from ..engine.engine import Engine, EngineConfig
+    from ..models.loader import model_ftype, read_config
+    from ..models.store import ModelNotFound, resolve_model
+    from ..models.tokenizer import ModelTokenizer
+
+    try:
+        checkpoint = resolve_model(args.model)
+        read_config(checkpoint)  # a damaged checkpoint is one line here, not a traceback later
+    except (ModelNotFound, RuntimeError, ValueError) as exc:
+        raise StartupRefusal(f"{prog}: error: {exc}") from None
+    from .classify import gpu_layers_refusal
+
+    refused = gpu_layers_refusal(args.given, checkpoint)  # -ngl N needs the checkpoint's layer count
+    if refused:
+        raise StartupRefusal(refused)
+    try:
+        tokenizer = ModelTokenizer(checkpoint)
+    except Exception as exc:  # a damaged tokenizer file: the tokenizers library's own error, on one line
+        raise StartupRefusal(f"{prog}: error: cannot load the model's tokenizer from {checkpoint}: {exc}".replace(
+            "\n", " ")) from None
+    n_slots = args.parallel if args.parallel > 0 else AUTO_SLOTS
+    from ..encoder.startup import EncoderModeError, encoder_config
+
+    try:
+        encoder = encoder_config(args, checkpoint, n_slots)
+    except EncoderModeError as exc:
+        raise StartupRefusal(str(exc)) from None
+    from .parse import stoi
+
+    try:
+        lora = lora_adapters(args)
+        control_vectors = scaled_files(args.control_vector_args, "control-vector")
+        if control_vectors:  # the files read now: a bad one fails before the model loads
+            from ..models import control_vector
+
+            control_vector.load(control_vectors)
+        given_range = args.control_vector_layer_range
+        layers = (stoi(given_range[0]), stoi(given_range[1])) if given_range else (0, 0)
+    except ValueError as exc:
+        raise StartupRefusal(f"{prog}: error: {exc}") from None
+    if encoder is not None and (lora or control_vectors):
+        raise StartupRefusal(f"{prog}: error: {'--lora' if lora else '--control-vector'}: adapters and control "
+                             "vectors steer a generating model; mlxcel serves embeddings and reranking without them")
+    if encoder is not None:
+        from ..encoder.worker import EncoderWorker
+
+        engine = EncoderWorker(checkpoint, encoder)
+        log.warning("%s mode (pooling %s): the completion and chat routes answer 501 here, where b10621 runs "
+                    "them against the encoder and fails each with a 500", encoder.mode, encoder.pooling)
+    else:
+        engine = Engine(checkpoint, EngineConfig(n_ctx=slot_context(args.ctx_size, args.parallel), n_slots=n_slots, n_batch=args.batch_size,
+                                                 cont_batching=args.cont_batching, ubatch=args.ubatch_size,
+                                                 cache_prompt=args.cache_prompt, cache_ram_mib=args.cache_ram,
+                                                 ctx_shift=args.context_shift, add_bos=tokenizer.add_bos,
+                                                 special=args.special, sleep_idle_seconds=args.sleep_idle_seconds,
+                                                 lora=lora, control_vectors=control_vectors,
+                                                 control_vector_layers=layers),
+                        eog_ids=tokenizer.eog_ids, piece=tokenizer.piece)
+        if any(g.option in ("--pooling", "--embd-normalize") for g in args.given):
+            log.warning("--pooling and --embd-normalize shape embeddings only: without --embeddings they change "
+                        "nothing")
+    try:
+        sampling = sampling_defaults(args, tokenizer.eog_ids)
+    except ValueError as exc:
+        raise StartupRefusal(f"error: {exc}") from None
+    try:
+        chat = None if encoder is not None else chat_settings(args, tokenizer)
+    except UnsupportedTemplate as exc:  # b10621's own sentence, printed as it prints it
+        raise StartupRefusal(str(exc)) from None
+    except ValueError as exc:
+        raise StartupRefusal(f"error: {exc}") from None
+    settings = ServerSettings(chat=chat, encoder=encoder, endpoint_slots=args.slots, endpoint_props=args.props,
+                              endpoint_metrics=args.metrics, slot_save_path=args.slot_save_path or "", vertex=vertex, n_batch=args.batch_size,
+                              special=args.special, spm_infill=args.spm_infill,
+                              base_params=TaskParams(**sampling, cache_prompt=args.cache_prompt, n_keep=args.keep,
+                                                     n_cache_reuse=args.cache_reuse,
+                                                     sse_ping_interval=args.sse_ping_interval,
+                                                     n_predict=args.predict,
+                                                     reasoning_budget_tokens=args.reasoning_budget,
+                                                     stop=list(args.reverse_prompt or []),
+                                                     # auto resolves to deepseek in b10621's task defaults
+                                                     reasoning_format="deepseek" if args.reasoning_format == "auto"
+                                                     else args.reasoning_format),
+                              slots_debug=bool(int(os.environ.get("LLAMA_SERVER_SLOTS_DEBUG", "0") or 0)),
+                              cors=cors, auth=auth, api_prefix=args.api_prefix or "")
+    # b10621 serves its sorted alias set's first, else the model path as given (a GGUF: reported as given)
+    gguf = Path(args.model) if args.model.endswith(".gguf") and Path(args.model).is_file() else None
+    model_name = args.alias[0] if args.alias else args.model if gguf else checkpoint.name
+    if encoder is not None:
+        from ..models.bert import encoder_ftype
+
+        ftype = encoder_ftype(checkpoint)
+    else:
+        ftype = model_ftype(checkpoint)
+    from ..engine.slot_files import Identity
+    from ..models.facts import model_facts
+
+    state = AppState(engine=engine, tokenizer=tokenizer, model_name=model_name, settings=settings,
+                     model_path=str(gguf or checkpoint), model_ftype=ftype, model_aliases=tuple(args.alias or ()),
+                     model_tags=tuple(args.tags or ()), model_facts=model_facts(checkpoint),
+                     slot_identity=Identity.of(checkpoint) if args.slot_save_path else None)
+    return state
 
 
 def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
@@ -24,7 +142,7 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
 
         print(dump(parser, prog))
         return 0
-    from .classify import gpu_layers_refusal, refusals
+    from .classify import refusals
 
     refused = refusals(args.given)  # every option classified before a model is resolved or a weight read
     if refused:
@@ -60,128 +178,24 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
     except (ValueError, TransportError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 1
-    from ..models.bundled import DEFAULT_MODEL
-    from ..models.store import ModelNotFound, resolve_model
+    from ..models import hub
 
-    if not args.model:
-        print(f"{prog}: error: no model given (-m). Router mode (serving without -m) is not implemented yet; "
-              f"start with the bundled default model: -m {DEFAULT_MODEL.name}", file=sys.stderr)
-        return 2
-    from ..models.loader import read_config
+    hub.set_store_root(args.model_store_root)
+    hub.set_offline(bool(args.offline))
+    if not args.model:  # b10621's router mode: models served on demand from the store, --models-dir, presets
+        from ..router.serve import serve_router
 
-    try:
-        checkpoint = resolve_model(args.model)
-        read_config(checkpoint)  # a damaged checkpoint is one line here, not a traceback later
-    except (ModelNotFound, RuntimeError, ValueError) as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return 1
-    refused = gpu_layers_refusal(args.given, checkpoint)  # -ngl N needs the checkpoint's layer count
-    if refused:
-        print(refused, file=sys.stderr)
-        return 1
-
+        return serve_router(args, argv, prog, serve_config, auth, cors)
     blas.verify()
     # a reference BLAS (or a failed interposition) makes every request ~50x slower: say it as a warning
     (log.info if blas.STATE.fast else log.warning)(blas.describe())
-
+    try:
+        state = build_state(args, prog, auth, cors, vertex)
+    except StartupRefusal as exc:
+        print(exc.text, file=sys.stderr)
+        return 1
+    engine = state.engine
     from ..api.app import create_app
-    from ..api.state import AppState, ServerSettings
-    from ..api.task_params import TaskParams
-    from ..engine.engine import Engine, EngineConfig
-    from ..models.loader import model_ftype
-    from ..models.tokenizer import ModelTokenizer
-
-    try:
-        tokenizer = ModelTokenizer(checkpoint)
-    except Exception as exc:  # a damaged tokenizer file: the tokenizers library's own error, on one line
-        print(f"{prog}: error: cannot load the model's tokenizer from {checkpoint}: {exc}".replace("\n", " "),
-              file=sys.stderr)
-        return 1
-    n_slots = args.parallel if args.parallel > 0 else AUTO_SLOTS
-    from ..encoder.startup import EncoderModeError, encoder_config
-
-    try:
-        encoder = encoder_config(args, checkpoint, n_slots)
-    except EncoderModeError as exc:
-        print(exc, file=sys.stderr)
-        return 1
-    from .parse import stoi
-
-    try:
-        lora = lora_adapters(args)
-        control_vectors = scaled_files(args.control_vector_args, "control-vector")
-        if control_vectors:  # the files read now: a bad one fails before the model loads
-            from ..models import control_vector
-
-            control_vector.load(control_vectors)
-        given_range = args.control_vector_layer_range
-        layers = (stoi(given_range[0]), stoi(given_range[1])) if given_range else (0, 0)
-    except ValueError as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return 1
-    if encoder is not None and (lora or control_vectors):
-        print(f"{prog}: error: {'--lora' if lora else '--control-vector'}: adapters and control vectors steer a "
-              "generating model; mlxcel serves embeddings and reranking without them", file=sys.stderr)
-        return 1
-    if encoder is not None:
-        from ..encoder.worker import EncoderWorker
-
-        engine = EncoderWorker(checkpoint, encoder)
-        log.warning("%s mode (pooling %s): the completion and chat routes answer 501 here, where b10621 runs "
-                    "them against the encoder and fails each with a 500", encoder.mode, encoder.pooling)
-    else:
-        engine = Engine(checkpoint, EngineConfig(n_ctx=args.ctx_size, n_slots=n_slots, n_batch=args.batch_size,
-                                                 cont_batching=args.cont_batching, ubatch=args.ubatch_size,
-                                                 cache_prompt=args.cache_prompt, cache_ram_mib=args.cache_ram,
-                                                 ctx_shift=args.context_shift, add_bos=tokenizer.add_bos,
-                                                 special=args.special, sleep_idle_seconds=args.sleep_idle_seconds,
-                                                 lora=lora, control_vectors=control_vectors,
-                                                 control_vector_layers=layers),
-                        eog_ids=tokenizer.eog_ids, piece=tokenizer.piece)
-        if any(g.option in ("--pooling", "--embd-normalize") for g in args.given):
-            log.warning("--pooling and --embd-normalize shape embeddings only: without --embeddings they change "
-                        "nothing")
-    try:
-        sampling = sampling_defaults(args, tokenizer.eog_ids)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    try:
-        chat = None if encoder is not None else chat_settings(args, tokenizer)
-    except UnsupportedTemplate as exc:  # b10621's own sentence, printed as it prints it
-        print(exc, file=sys.stderr)
-        return 1
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    settings = ServerSettings(chat=chat, encoder=encoder, endpoint_slots=args.slots, endpoint_props=args.props,
-                              endpoint_metrics=args.metrics, slot_save_path=args.slot_save_path or "", vertex=vertex, n_batch=args.batch_size,
-                              special=args.special, spm_infill=args.spm_infill,
-                              base_params=TaskParams(**sampling, cache_prompt=args.cache_prompt, n_keep=args.keep,
-                                                     n_cache_reuse=args.cache_reuse,
-                                                     sse_ping_interval=args.sse_ping_interval,
-                                                     n_predict=args.predict,
-                                                     reasoning_budget_tokens=args.reasoning_budget,
-                                                     stop=list(args.reverse_prompt or []),
-                                                     # auto resolves to deepseek in b10621's task defaults
-                                                     reasoning_format="deepseek" if args.reasoning_format == "auto"
-                                                     else args.reasoning_format),
-                              slots_debug=bool(int(os.environ.get("LLAMA_SERVER_SLOTS_DEBUG", "0") or 0)),
-                              cors=cors, auth=auth, api_prefix=args.api_prefix or "")
-    model_name = args.alias[0] if args.alias else checkpoint.name  # b10621 serves its sorted alias set's first
-    if encoder is not None:
-        from ..models.bert import encoder_ftype
-
-        ftype = encoder_ftype(checkpoint)
-    else:
-        ftype = model_ftype(checkpoint)
-    from ..engine.slot_files import Identity
-    from ..models.facts import model_facts
-
-    state = AppState(engine=engine, tokenizer=tokenizer, model_name=model_name, settings=settings,
-                     model_path=str(checkpoint), model_ftype=ftype, model_aliases=tuple(args.alias or ()),
-                     model_tags=tuple(args.tags or ()), model_facts=model_facts(checkpoint),
-                     slot_identity=Identity.of(checkpoint) if args.slot_save_path else None)
     from ..api.vertex import RouteConflict
 
     try:
@@ -231,6 +245,19 @@ def scaled_files(given, what: str) -> tuple[tuple[str, float], ...]:
                 path, text = item.split(":")  # the format was checked by the parser
                 out.append((path, check_scale(text, what.replace("-", " "))))
     return tuple(out)
+
+
+def slot_context(ctx_size: int, parallel: int) -> int:
+    """Each slot's context, as llama_context sizes it: -c rounded up to a multiple of 256; with an explicit
+    --parallel N (b10621's KV then per sequence, not unified) that divided by N and rounded up again. 0: the
+    model's training context, whatever N."""
+    if ctx_size <= 0:
+        return 0
+
+    def pad(n: int) -> int:
+        return (n + 255) // 256 * 256
+
+    return pad(pad(ctx_size) // parallel) if parallel > 0 else pad(ctx_size)
 
 
 def lora_adapters(args) -> tuple[tuple[str, float], ...]:
@@ -467,9 +494,12 @@ def server_main() -> None:
 
 def mlxcel_main() -> None:
     argv = sys.argv[1:]
-    commands = {"serve": lambda a: serve(a, "mlxcel serve"), "convert": convert}
+    from .store import main as store
+
+    commands = {"serve": lambda a: serve(a, "mlxcel serve"), "convert": convert,
+                **{c: (lambda a, c=c: store([c, *a])) for c in ("download", "list", "rm")}}
     if not argv or argv[0] not in commands:
-        print("usage: mlxcel {serve,convert} ...", file=sys.stderr)
+        print("usage: mlxcel {serve,convert,download,list,rm} ...", file=sys.stderr)
         sys.exit(2)
     code = commands[argv[0]](argv[1:])
     _exit(code) if argv[0] == "serve" else sys.exit(code)

@@ -73,7 +73,9 @@ def cached_models(root: Path | None = None) -> list[str]:
     if root is None:
         from ..models.cache import cache_root
 
-        root = cache_root() / "models"
+        from ..models.hub import store_root
+
+        root = store_root()
     try:
         entries = sorted(root.iterdir(), key=lambda p: p.name)
     except OSError:
@@ -83,7 +85,9 @@ def cached_models(root: Path | None = None) -> list[str]:
         if not entry.is_dir() or entry.is_symlink() or ".tmp-" in entry.name or not _holds_checkpoint(entry):
             continue
         found.append(entry.name if entry.name in BUNDLED_MODELS else str(entry))
-    return found
+    from ..models.hub import list_snapshots
+
+    return found + list_snapshots(root)  # downloaded <owner>/<name> snapshots, by the name -m accepts
 
 
 def cache_list_text(models: Iterable[str] | None = None) -> str:

@@ -1,11 +1,17 @@
-"""`-m MODEL` resolution: an MLX checkpoint directory, or a model store name (bundled models, offline)."""
+"""`-m MODEL` resolution: an MLX checkpoint directory, a GGUF file (converted once, losslessly, into the cache),
+a model store name (the bundled models, or an `<owner>/<name>` snapshot), all offline."""
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import os
 from pathlib import Path
 
-from .bundled import BUNDLED_ENCODERS, BUNDLED_MODELS, DEFAULT_MODEL
+from .bundled import BUNDLED_ENCODERS, BUNDLED_MODELS, CONVERTER_VERSION, DEFAULT_MODEL
+
+
+log = logging.getLogger("mlxcel.models")
 
 
 class ModelNotFound(ValueError):
@@ -22,12 +28,36 @@ def resolve_model(spec: str) -> Path:
         return BUNDLED_MODELS[spec].materialize()
     if spec in BUNDLED_ENCODERS:
         return BUNDLED_ENCODERS[spec]()
-    if path.suffix == ".gguf" and path.is_file():
-        raise ModelNotFound(
-            f"'{spec}' is a GGUF file; convert it first with `mlxcel convert {spec} OUT_DIR` and pass OUT_DIR"
-        )
-    names = ", ".join(sorted([*BUNDLED_MODELS, *BUNDLED_ENCODERS]))
-    raise ModelNotFound(f"model '{spec}' not found: not a checkpoint directory, nor a store name ({names})")
+    if path.is_file() and path.suffix == ".gguf":
+        return converted_gguf(path)
+    from .hub import list_snapshots, snapshot_dir
+
+    if spec in list_snapshots():
+        return snapshot_dir(spec)
+    names = ", ".join(sorted([*BUNDLED_MODELS, *BUNDLED_ENCODERS, *list_snapshots()]))
+    raise ModelNotFound(f"model '{spec}' not found: not a checkpoint directory, a GGUF file, nor a store name "
+                        f"({names})")
+
+
+def converted_gguf(path: Path) -> Path:
+    """The MLX checkpoint a GGUF file equals (Q4_0/Q4_1 as 4-bit affine, Q8_0 as 8-bit, group 32; float types
+    kept), converted on first use into the cache and reused while the file is unchanged (same path, size and
+    modification time). A tensor type with no lossless MLX counterpart is refused with the converter's words."""
+    from .cache import build_once, cache_root
+    from .gguf_import import convert_gguf
+
+    real = path.resolve()
+    st = real.stat()
+    recipe = {"gguf": str(real), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "converter": CONVERTER_VERSION}
+    key = hashlib.sha256(str(real).encode()).hexdigest()[:16]
+    target = cache_root() / "converted" / f"{real.stem}-{key}"
+    target.parent.mkdir(parents=True, exist_ok=True)
+
+    def convert(tmp: Path) -> None:
+        log.info("converting %s into an MLX checkpoint (once: kept in %s while the file is unchanged)", real, target)
+        convert_gguf(real, tmp, dtype="auto")
+
+    return build_once(target, recipe, convert)
 
 
 def default_model_name() -> str:

@@ -1,0 +1,111 @@
+"""Router mode: `mlxcel-server` started without a model serves b10621's router surface over an in-process pool."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import shutil
+import sys
+
+log = logging.getLogger("mlxcel.router")
+
+CHILD_ADDR = "127.0.0.1"
+
+
+def program_path() -> str:
+    """What status.args names as the program a model is served with (b10621: the server's own binary)."""
+    return shutil.which("mlxcel-server") or sys.argv[0]
+
+
+def serve_router(args, argv: list[str], prog: str, serve_config, auth, cors) -> int:
+    from ..api.state import ServerSettings
+    from ..logs import uvicorn_log_settings
+    from ..models import hub
+    from ..transport import HttpServer, TransportError, announce_listening
+    from .app import create_router_app
+    from .catalog import load_catalog, router_preset
+    from .pool import ModelPool
+    from .presets import LOAD_ON_STARTUP, TRUTHY, PresetError
+
+    program = program_path()
+    try:
+        router = router_preset(argv)
+    except PresetError as exc:
+        print(f"{prog}: error: {exc}".rstrip(), file=sys.stderr)
+        return 1
+
+    def catalog():
+        return load_catalog(hub.store_root(), args.models_dir or "", args.models_preset or "", router)
+
+    def render(entry) -> list[str]:
+        """update_args: the model's preset with the address and its name as alias, as a command line."""
+        preset = entry.preset.copy()
+        preset.set("LLAMA_ARG_HOST", CHILD_ADDR)
+        preset.set("LLAMA_ARG_PORT", "0")  # in process: no port of its own
+        preset.set("LLAMA_ARG_ALIAS", entry.name)
+        return [program, *preset.to_argv()]
+
+    try:
+        pool = ModelPool(catalog, lambda entry, model_argv: load_model(entry, model_argv, prog), render,
+                         models_max=args.models_max, autoload=args.models_autoload)
+    except (PresetError, OSError) as exc:
+        log.error("failed to initialize router models: %s", str(exc).strip())
+        return 1
+    startup = [i.name for i in pool.snapshot() if i.entry.preset.options.get(LOAD_ON_STARTUP, "") in TRUTHY]
+    if args.models_max > 0 and len(startup) > args.models_max:
+        log.error("failed to load models on startup: number of models to load on startup (%d) exceeds models_max "
+                  "(%d)", len(startup), args.models_max)
+        return 1
+    log.info("Available models (%d)", len(pool.instances))
+    for inst in pool.snapshot():
+        log.info("  %s (%s)", inst.name, inst.entry.source)
+    app = create_router_app(pool, ServerSettings(auth=auth, cors=cors, api_prefix=args.api_prefix or ""))
+    try:
+        server = HttpServer(app, serve_config, announce=None, uvicorn_options=uvicorn_log_settings())
+    except TransportError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 1
+    log.info("starting server in router mode. models will be automatically loaded on-demand")
+    announce_listening(server.address)
+    for name in startup:
+        pool.load(name)
+    try:
+        server.run()
+    finally:
+        pool.unload_all()
+    return 0
+
+
+def load_model(entry, model_argv: list[str], prog: str):
+    """One model of the pool, served in this process as a model started with that command line would be."""
+    from ..api.app import create_app
+    from ..api.auth import AuthConfig
+    from ..api.models import model_info
+    from ..cli.args import build_parser
+    from ..cli.classify import refusals
+    from ..cli.main import StartupRefusal, build_state
+    from .pool import Loaded
+
+    parser = build_parser(prog)
+    try:
+        args = parser.parse_args(model_argv)
+    except SystemExit as exc:
+        raise RuntimeError(f"the model's command line does not parse: {' '.join(model_argv)}") from exc
+    refused = refusals(args.given)
+    if refused:
+        raise RuntimeError("; ".join(refused))
+    try:
+        # the router checks keys, answers preflights and strips the prefix: the model's own routes do none
+        state = build_state(args, prog, AuthConfig(), None, None)
+    except StartupRefusal as exc:
+        raise RuntimeError(exc.text) from None
+    state.settings = dataclasses.replace(state.settings, api_prefix="")
+    app = create_app(state)
+    engine = state.engine
+    engine.start()
+    engine.ready.wait()
+    if engine.load_error:
+        engine.stop(wait=30)
+        raise RuntimeError(engine.load_error)
+    return Loaded(app=app, info=model_info(state), stop=lambda: engine.stop(wait=30),
+                  sleeping=lambda: bool(getattr(engine, "sleeping", False)))

@@ -1,0 +1,86 @@
+"""A Hugging Face-style hub on loopback for the model-store tests: the model API with each file's size and
+SHA-256, and file downloads honouring HTTP ranges; it can cut a download short once, or lie about a checksum."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import unquote, urlparse
+
+
+class FakeHub:
+    def __init__(self, repos: dict[str, dict[str, bytes]]):
+        self.repos = repos
+        self.cut_after: dict[str, int] = {}  # file -> bytes sent before the connection drops (once)
+        self.wrong_sha: set[str] = set()
+        self.ranges: list[tuple[str, str | None]] = []  # (file, Range header) of every file request
+        hub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *_):
+                pass
+
+            def do_GET(self):
+                path = unquote(urlparse(self.path).path)
+                m = re.fullmatch(r"/api/models/([^/]+/[^/]+)/revision/main", path)
+                if m:
+                    return self._listing(m.group(1))
+                m = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path)
+                if m and m.group(1) in hub.repos and m.group(3) in hub.repos[m.group(1)]:
+                    return self._file(m.group(1), m.group(3))
+                self.send_response(404)
+                self.end_headers()
+
+            def _listing(self, repo):
+                files = hub.repos.get(repo)
+                if files is None:
+                    self.send_response(404)
+                    self.end_headers()
+                    return
+                siblings = []
+                for name, data in files.items():
+                    sha = hashlib.sha256(data).hexdigest()
+                    if name in hub.wrong_sha:
+                        sha = "0" * 64
+                    siblings.append({"rfilename": name, "size": len(data), "lfs": {"sha256": sha, "size": len(data)}})
+                body = json.dumps({"id": repo, "sha": "abc123", "siblings": siblings}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _file(self, repo, name):
+                data = hub.repos[repo][name]
+                rng = self.headers.get("Range")
+                hub.ranges.append((name, rng))
+                start = int(re.fullmatch(r"bytes=(\d+)-", rng).group(1)) if rng else 0
+                body = data[start:]
+                self.send_response(206 if rng else 200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                cut = hub.cut_after.pop(name, None)
+                if cut is not None:
+                    self.wfile.write(body[:cut])
+                    self.wfile.flush()
+                    self.connection.shutdown(2)
+                    return
+                self.wfile.write(body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __enter__(self) -> "FakeHub":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
