@@ -33,6 +33,9 @@ BAD_PROMPT = ('"prompt" elements must be a string, a list of tokens, a JSON obje
               "or a list of mixed strings & tokens.")
 PROPS_DISABLED = "This server does not support changing global properties. Start it with `--props`"
 LORA_NOT_ARRAY = "Request body must be an array"  # POST /lora-adapters
+# mlxcel's own: --lora-fuse fixes the adapters' scales (no b10621 command line reaches it)
+LORA_FUSED = ("the LoRA adapters are fused into the weights (--lora-fuse): their scales are fixed; start without "
+              "--lora-fuse to change them per request or with POST /lora-adapters")
 METRICS_DISABLED = "This server does not support metrics endpoint. Start it with `--metrics`"
 SLOT_ACTIONS_DISABLED = "This server does not support slots action. Start it with `--slot-save-path`"
 INVALID_SLOT_ID = "Invalid slot ID"

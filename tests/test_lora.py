@@ -144,3 +144,36 @@ def test_an_adapter_that_does_not_fit_the_model_is_refused(tmp_path, twin_f32):
         lora.attach(model, lora.LoraSet([lora.load_adapter(str(bad))], [1.0]))
     with pytest.raises(lora.LoraError, match="no such file or directory"):
         lora.load_adapter(str(tmp_path / "missing"))
+
+
+async def test_lora_fuse_bakes_the_scales_into_the_weights_and_fixes_them(peft_dir, twin_f32):
+    """--lora-fuse computes what the unfused adapter computes at the same scale (to float rounding: same tokens),
+    through the native steps, and refuses to change the scales."""
+    with running_engine(twin_f32.mlx_dir, lora=((str(peft_dir), 0.5),)) as (engine, tok):
+        unfused = await _tokens(engine.submit(_request(tok)))
+    with running_engine(twin_f32.mlx_dir, lora=((str(peft_dir), 0.5),), lora_fuse=True) as (engine, tok):
+        fused = await _tokens(engine.submit(_request(tok)))
+        assert engine.runner._native()  # no terms at run time: the native decode step serves it
+        assert engine.lora.fused and engine.lora_adapters()[0]["scale"] == 0.5
+        assert (await asyncio.wrap_future(engine.set_lora({0: 0.0}))) == {"success": False}
+    with running_engine(twin_f32.mlx_dir) as (engine, tok):
+        base = await _tokens(engine.submit(_request(tok)))
+    assert fused == unfused != base
+
+
+def test_lora_fuse_refuses_new_scales_over_http(peft_dir):
+    import httpx
+
+    from oracle.processes import mlxcel_server
+    from server.errors import LORA_FUSED
+
+    with mlxcel_server("smollm2-135m-instruct-f32", ["--lora-scaled", f"{peft_dir}:0.5", "--lora-fuse"]) as srv:
+        base = srv.base_url
+        r = httpx.post(base + "/lora-adapters", json=[{"id": 0, "scale": 1.0}])
+        assert (r.status_code, r.json()["error"]["message"]) == (400, LORA_FUSED)
+        body = {"prompt": "Hi", "n_predict": 2, "temperature": 0}
+        r = httpx.post(base + "/completion", json={**body, "lora": [{"id": 0, "scale": 1.0}]}, timeout=120)
+        assert (r.status_code, r.json()["error"]["message"]) == (400, LORA_FUSED)
+        same = httpx.post(base + "/completion", json={**body, "lora": [{"id": 0, "scale": 0.5}]}, timeout=120)
+        assert same.status_code == 200
+        assert httpx.get(base + "/lora-adapters").json()[0]["scale"] == 0.5

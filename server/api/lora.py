@@ -6,7 +6,7 @@ import asyncio
 
 from fastapi import APIRouter, Request
 
-from ..errors import LORA_NOT_ARRAY, ErrorKind, UpstreamError
+from ..errors import LORA_FUSED, LORA_NOT_ARRAY, ErrorKind, UpstreamError
 from .jsonio import UpstreamJSON, read_json
 from .task_params import parse_lora_request
 
@@ -23,6 +23,9 @@ async def post_lora_adapters(request: Request):
     body = await read_json(request)
     if not isinstance(body, list):
         raise UpstreamError(LORA_NOT_ARRAY, ErrorKind.INVALID_REQUEST)
+    lora = request.app.state.mlxcel.engine.lora
+    if lora is not None and lora.fused:
+        raise UpstreamError(LORA_FUSED, ErrorKind.INVALID_REQUEST)
     # listed ids take their scales, the others drop to 0.0, unknown ids are ignored: applied between two engine
     # steps, so a generation already admitted keeps its scales
     result = await asyncio.wrap_future(request.app.state.mlxcel.engine.set_lora(parse_lora_request(body)))

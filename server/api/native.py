@@ -26,7 +26,7 @@ from ..engine.types import (
     Timings,
     TokenEvent,
 )
-from ..errors import SAMPLERS_FAILED, ErrorKind, UpstreamError, exceeds_context, json_type_name
+from ..errors import LORA_FUSED, SAMPLERS_FAILED, ErrorKind, UpstreamError, exceeds_context, json_type_name
 from ..peg import load as load_arena
 from .budget import reasoning_budget_spec
 from .dry import processed_breakers
@@ -271,9 +271,17 @@ async def _grammar(state, p: TaskParams, prompts: list[list[int]]) -> GrammarSpe
     return await asyncio.to_thread(grammar_spec, p, state.grammar_vocab)
 
 
+def _check_lora(state, p: TaskParams) -> None:
+    """--lora-fuse: a request may not ask for scales other than the fused ones."""
+    lora = getattr(state.engine, "lora", None)
+    if p.lora and lora is not None and lora.fused and lora.resolve(p.lora) != list(lora.defaults):
+        raise UpstreamError(LORA_FUSED, ErrorKind.INVALID_REQUEST)
+
+
 def _start_tasks(state, p: TaskParams, prompts: list[list[int]], id_slot: int | None,
                  grammar: GrammarSpec | None = None, cmpl_id: str = "") -> list[_Task]:
     _check_prompts(state, prompts)
+    _check_lora(state, p)
     tasks: list[_Task] = []
     for i, tokens in enumerate(prompts):
         group = [_Task(i * p.n_cmpl + j, tokens, _child_params(p, j)) for j in range(p.n_cmpl)]

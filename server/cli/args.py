@@ -305,5 +305,8 @@ def build_parser(prog: str) -> CompatParser:
     p.add_argument("--model-store-root", dest="model_store_root", default=None, metavar="DIR",
                    help="mlxcel's model store: <owner>/<name> snapshots, GET /models's cache source (default: "
                         "$MLXCEL_MODELS_DIR, else the cache's models/)")
+    p.add_argument("--lora-fuse", dest="lora_fuse", action="store_true",
+                   help="mlxcel's own: bake the --lora adapters into the weights at their starting scales (no cost "
+                        "per token; the scales are then fixed: POST /lora-adapters and a request's lora are refused)")
     p.add_argument(DUMP_FLAG, action="store_true", help=argparse.SUPPRESS)
     return p

@@ -80,7 +80,8 @@ def build_state(args, prog: str, auth, cors, vertex):
                                                  cache_prompt=args.cache_prompt, cache_ram_mib=args.cache_ram,
                                                  ctx_shift=args.context_shift, add_bos=tokenizer.add_bos,
                                                  special=args.special, sleep_idle_seconds=args.sleep_idle_seconds,
-                                                 lora=lora, control_vectors=control_vectors,
+                                                 lora=lora, lora_fuse=bool(args.lora_fuse),
+                                                 control_vectors=control_vectors,
                                                  control_vector_layers=layers),
                         eog_ids=tokenizer.eog_ids, piece=tokenizer.piece)
         if any(g.option in ("--pooling", "--embd-normalize") for g in args.given):

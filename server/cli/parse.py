@@ -21,6 +21,9 @@ class ArgError(Exception):
     """A command line b10621 refuses while parsing; str() is what it prints to stderr."""
 
 
+# mlxcel's own options, beside b10621's: spelling -> (namespace attribute, takes a value)
+MLXCEL_OWN = {"--model-store-root": ("model_store_root", True), "--lora-fuse": ("lora_fuse", False)}
+
 class Given(NamedTuple):
     """One option as b10621 applied it: from a variable (source is its name, raw its text) or the command
     line (source is the spelling typed). value: None (no value), a bool (a pair), an int (std::stoi), a str,
@@ -173,7 +176,7 @@ def parse(parser: argparse.ArgumentParser, argv: list[str], environ) -> argparse
 
     actions = {a.option.id: a for a in parser._actions if getattr(a, "option", None) is not None}
     by_spelling = {s: a for a in actions.values() for s in a.option_strings}
-    ns = argparse.Namespace(dump_flag_surface=False)
+    ns = argparse.Namespace(dump_flag_surface=False, **{dest: (None if v else False) for dest, v in MLXCEL_OWN.values()})
     for a in parser._actions:
         if a.dest != argparse.SUPPRESS and not hasattr(ns, a.dest) and a.default != argparse.SUPPRESS:
             setattr(ns, a.dest, list(a.default) if isinstance(a.default, list) else a.default)
@@ -219,6 +222,17 @@ def parse(parser: argparse.ArgumentParser, argv: list[str], environ) -> argparse
         if arg == "--dump-flag-surface":  # mlxcel's hidden machine interface
             ns.dump_flag_surface = True
             i += 1
+            continue
+        if arg in MLXCEL_OWN:  # mlxcel's own options (no b10621 spelling): a flag, or one value
+            dest, takes_value = MLXCEL_OWN[arg]
+            if takes_value:
+                if i + 1 >= len(argv):
+                    raise ArgError(f'error while handling argument "{arg}": expected value for argument')
+                setattr(ns, dest, argv[i + 1])
+                i += 2
+            else:
+                setattr(ns, dest, True)
+                i += 1
             continue
         a = by_spelling.get(arg)
         if a is None:

@@ -140,6 +140,7 @@ class EngineConfig:
     special: bool = False  # --special: generated special tokens are rendered as text
     sleep_idle_seconds: int = -1  # --sleep-idle-seconds: free the model after this long idle (-1: never)
     lora: tuple[tuple[str, float], ...] = ()  # --lora / --lora-scaled: (adapter, its starting scale)
+    lora_fuse: bool = False  # --lora-fuse: the adapters baked into the weights at their starting scales
     # --control-vector / --control-vector-scaled: (file, strength); --control-vector-layer-range (0: default)
     control_vectors: tuple[tuple[str, float], ...] = ()
     control_vector_layers: tuple[int, int] = (0, 0)
@@ -247,7 +248,7 @@ class Engine:
             from .runner import Runner
 
             started = time.perf_counter()
-            loaded = load_checkpoint(self.checkpoint)
+            loaded = load_checkpoint(self.checkpoint, fuse=self._fuser())
             self.runner = Runner(loaded, n_batch=self.config.n_batch)
             self._load_adapters()
             self.info.n_ctx = self.config.n_ctx or loaded.n_ctx_train
@@ -285,6 +286,26 @@ class Engine:
                     seq.payload.handle.publish(ErrorEvent(f"{type(exc).__name__}: {exc}"))
                     sched.free(seq)
 
+    def _lora_set(self):
+        """The adapters (read once): their files, and the scales they start at."""
+        if self.lora is None and self.config.lora:
+            from ..models import lora
+
+            adapters = [lora.load_adapter(path) for path, _ in self.config.lora]
+            self.lora = lora.LoraSet(adapters, [scale for _, scale in self.config.lora], fused=self.config.lora_fuse)
+            log.info("loaded %d LoRA adapter(s)%s: %s", len(adapters), " fused into the weights" if
+                     self.config.lora_fuse else "", ", ".join(f"{a.path} (scale {s:g})"
+                                                             for a, s in zip(adapters, self.lora.defaults)))
+        return self.lora
+
+    def _fuser(self):
+        """load_checkpoint's fuse step under --lora-fuse, else None."""
+        if not (self.config.lora and self.config.lora_fuse):
+            return None
+        from ..models import lora
+
+        return lambda model: lora.fuse(model, self._lora_set())
+
     def _load_adapters(self) -> None:
         """--lora / --lora-scaled: read every adapter and attach it to the model just built (after a wake too);
         the control vectors likewise."""
@@ -298,16 +319,11 @@ class Engine:
                                                *self.config.control_vector_layers)
             control_vector.attach(model.model, vectors)
             self.runner.steered = bool(vectors)
-        if not self.config.lora:
+        if not self.config.lora or self.config.lora_fuse:  # fused adapters are in the weights already
             return
         from ..models import lora
 
-        if self.lora is None:
-            adapters = [lora.load_adapter(path) for path, _ in self.config.lora]
-            self.lora = lora.LoraSet(adapters, [scale for _, scale in self.config.lora])
-            log.info("loaded %d LoRA adapter(s): %s", len(adapters),
-                     ", ".join(f"{a.path} (scale {s:g})" for a, s in zip(adapters, self.lora.defaults)))
-        lora.attach(self.runner.loaded.model, self.lora)
+        lora.attach(self.runner.loaded.model, self._lora_set())
         self.runner.lora = self.lora
 
     def _use_lora(self, scales: tuple[float, ...]) -> None:
@@ -317,7 +333,7 @@ class Engine:
 
     def _admitted_lora(self, request: GenerationRequest) -> tuple[float, ...]:
         """b10621's launch_slot_with_task: the request's own scales (construct_lora_list), else the server's."""
-        if self.lora is None:
+        if self.lora is None or self.lora.fused:  # fused: the weights carry the one scale set there is
             return ()
         if request.lora:
             return tuple(self.lora.resolve(dict(request.lora)))
@@ -351,9 +367,13 @@ class Engine:
                 item[2].set_result(self._control(sched, *item[1]))
                 continue
             if item[0] == "lora":
-                if self.lora is not None:
+                if self.lora is not None and self.lora.fused:
+                    item[2].set_result({"success": False})
+                elif self.lora is not None:
                     self.lora.defaults = self.lora.resolve(item[1])
-                item[2].set_result({"success": True})
+                    item[2].set_result({"success": True})
+                else:
+                    item[2].set_result({"success": True})
                 continue
             requests, handles, task_ids = item
             if isinstance(requests[0], ScoreRequest):  # scoring runs alone, between steps
@@ -415,7 +435,7 @@ class Engine:
         from .runner import Runner
 
         log.info("server is exiting sleeping state")
-        self.runner = Runner(load_checkpoint(self.checkpoint), n_batch=self.config.n_batch)
+        self.runner = Runner(load_checkpoint(self.checkpoint, fuse=self._fuser()), n_batch=self.config.n_batch)
         self._load_adapters()
         self.sleeping = False
 

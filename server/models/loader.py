@@ -98,7 +98,7 @@ def model_ftype(path: Path) -> str:
 
 
 def load_checkpoint(path: Path, dequantize: bool | None = None, transpose: bool | None = None,
-                    kernels: bool | None = None) -> LoadedModel:
+                    kernels: bool | None = None, fuse=None) -> LoadedModel:
     """dequantize, transpose (TransposedLinear), kernels (cpu_layers): None means "on the CPU", where MLX's
     f32 matmul through the BLAS beats its quantized one, a plain GEMM beats one with a transposed operand, and
     mlxcel's attention and SwiGLU kernels beat MLX's exp (when they are loaded); a dequantized checkpoint's
@@ -116,6 +116,9 @@ def load_checkpoint(path: Path, dequantize: bool | None = None, transpose: bool 
         _transpose_linears(model)
     if use_kernels:
         cpu_layers.use_kernels(model)
+    if fuse is not None:  # --lora-fuse: adapters baked into the weights; a changed weight loses its 4-bit twin
+        for changed in fuse(model):
+            twins.pop(changed, None)
     mx.eval(model.parameters())
     quantized_twins.register(model, twins, bool(config.get("tie_word_embeddings", False)))
     if use_kernels and on_cpu:

@@ -314,3 +314,54 @@ def check_scale(text: str, what: str = "lora") -> float:
     if not math.isfinite(value):
         raise ValueError(f"{what} scale '{text}' is not a finite number")
     return value
+
+
+def fuse(model: nn.Module, lora: LoraSet) -> set[str]:
+    """--lora-fuse: each adapted layer's weight becomes W + scale * alpha / r * (B A) at the server's scales
+    (their terms are then in every product, the native steps included, and the scales are fixed). Returns the
+    paths of the layers whose weights changed (the source layers of a fused projection by their own names)."""
+    from .cpu_layers import FusedLinear
+    from .gguf_quants import permute_rows
+
+    modules = dict(model.named_modules())
+    args = getattr(model, "args", None)
+    n_head = getattr(args, "num_attention_heads", None)
+    n_kv = getattr(args, "num_key_value_heads", None) or n_head
+    deltas: dict[str, np.ndarray] = {}  # layer path -> (in x out) to add to its transposed weight
+    for adapter, scale in zip(lora.adapters, lora.defaults):
+        if scale == 0.0:
+            continue
+        for target, (a, b) in adapter.pairs.items():
+            if adapter.rope_order and n_head and target.endswith(("q_proj", "k_proj")):
+                b = permute_rows(b, n_head if target.endswith("q_proj") else n_kv)
+            delta = (a.T @ b.T) * adapter.factor(scale, a.shape[0])
+            deltas[target] = deltas[target] + delta if target in deltas else delta
+    changed: set[str] = set()
+    for target, delta in deltas.items():
+        owner_path, name = target.rsplit(".", 1)
+        owner = modules.get(owner_path)
+        if owner is None:
+            raise LoraError(f"failed to load lora adapter: the model has no layer '{target}' (hint: maybe wrong base "
+                            "model?)")
+        layer = owner.get(name) if isinstance(owner, dict) else None
+        fused = next((m for m in owner.values() if isinstance(m, FusedLinear) and name in m.sources), None) \
+            if layer is None else None
+        if fused is not None:
+            i = fused.sources.index(name)
+            bounds = [0, *fused.splits, fused.weight_t.shape[1]]
+            lo, hi = bounds[i], bounds[i + 1]
+            if delta.shape != (fused.weight_t.shape[0], hi - lo):
+                raise LoraError(f"failed to load lora adapter: tensor '{target}' has incorrect shape (hint: maybe "
+                                "wrong base model?)")
+            w = np.array(fused.weight_t)
+            w[:, lo:hi] += delta
+            fused.weight_t = mx.array(w)
+        elif layer is not None and hasattr(layer, "weight_t"):
+            if tuple(layer.weight_t.shape) != delta.shape:
+                raise LoraError(f"failed to load lora adapter: tensor '{target}' has incorrect shape (hint: maybe "
+                                "wrong base model?)")
+            layer.weight_t = mx.array(np.array(layer.weight_t) + delta)
+        else:
+            raise LoraError(f"--lora-fuse: layer '{target}' is not a float linear layer mlxcel can fuse into")
+        changed.add(target)
+    return changed
