@@ -177,3 +177,22 @@ def test_lora_fuse_refuses_new_scales_over_http(peft_dir):
         same = httpx.post(base + "/completion", json={**body, "lora": [{"id": 0, "scale": 0.5}]}, timeout=120)
         assert same.status_code == 200
         assert httpx.get(base + "/lora-adapters").json()[0]["scale"] == 0.5
+
+
+def test_an_activated_lora_is_refused_rather_than_applied_everywhere(tmp_path):
+    import gguf
+
+    path = tmp_path / "alora.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_type(gguf.GGUFType.ADAPTER)
+    w.add_string("adapter.type", "lora")
+    w.add_float32("adapter.lora.alpha", 8.0)
+    w.add_array("adapter.alora.invocation_tokens", [1, 2, 3])
+    w.add_tensor("blk.0.attn_v.weight.lora_a", np.zeros((4, 576), np.float32))
+    w.add_tensor("blk.0.attn_v.weight.lora_b", np.zeros((192, 4), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(lora.LoraError, match="activated LoRA"):
+        lora.load_adapter(str(path))

@@ -175,6 +175,9 @@ def _from_gguf(spec: str) -> Adapter:
                         f"{value('adapter.type', '')}")
     if value("general.architecture") != "llama":
         raise LoraError(f"failed to load lora adapter '{spec}': model arch and LoRA arch mismatch")
+    if reader.fields.get("adapter.alora.invocation_tokens") is not None:
+        raise LoraError(f"failed to load lora adapter '{spec}': it is an activated LoRA (aLoRA), which applies "
+                        "only after its invocation tokens; mlxcel serves plain LoRA adapters")
     alpha = float(value("adapter.lora.alpha", 0.0) or 0.0)
     found: dict[str, dict[str, np.ndarray]] = {}
     for t in reader.tensors:
