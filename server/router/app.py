@@ -41,6 +41,14 @@ def _error(message: str, kind: str | ErrorKind = ErrorKind.INVALID_REQUEST) -> R
     return error_response(UpstreamError(message, kind))
 
 
+async def _body_model(request: Request) -> tuple[bytes, str]:
+    """The body, and json_value(body, "model", ""): its model when that is a string, else ""."""
+    body = await request.body()
+    data = loads(body)
+    name = data.get("model") if isinstance(data, dict) else None
+    return body, name if isinstance(name, str) else ""
+
+
 def _autoload(pool: ModelPool, request: Request) -> bool:
     """is_autoload: ?autoload= (true or 1) when given, else --models-autoload."""
     value = request.query_params.get("autoload", "")
@@ -119,10 +127,8 @@ def create_router_app(pool: ModelPool, settings) -> FastAPI:
         return Forward(pool, inst, body)
 
     async def proxy_post(request: Request):
-        body = await request.body()
-        data = loads(body)
-        name = data.get("model") if isinstance(data, dict) else None
-        return await forward(request, name if isinstance(name, str) else "", body, _autoload(pool, request), True)
+        body, name = await _body_model(request)
+        return await forward(request, name, body, _autoload(pool, request), True)
 
     async def proxy_get(request: Request):
         return await forward(request, request.query_params.get("model", ""), b"", _autoload(pool, request), False)
@@ -163,9 +169,7 @@ def create_router_app(pool: ModelPool, settings) -> FastAPI:
 
     @app.post("/models/load")
     async def load(request: Request):
-        data = loads(await request.body())
-        name = data.get("model") if isinstance(data, dict) else None
-        inst = pool.resolve(name) if isinstance(name, str) else None
+        inst = pool.resolve((await _body_model(request))[1])
         if inst is None:
             return _error("model is not found", ErrorKind.NOT_FOUND)
         if inst.running():
@@ -175,9 +179,7 @@ def create_router_app(pool: ModelPool, settings) -> FastAPI:
 
     @app.post("/models/unload")
     async def unload(request: Request):
-        data = loads(await request.body())
-        name = data.get("model") if isinstance(data, dict) else None
-        inst = pool.resolve(name) if isinstance(name, str) else None
+        inst = pool.resolve((await _body_model(request))[1])
         if inst is None:
             return _error("model is not found")
         if not inst.running():
@@ -206,9 +208,8 @@ def create_router_app(pool: ModelPool, settings) -> FastAPI:
 
     @app.post("/models")
     async def download(request: Request):
-        data = loads(await request.body())
-        name = data.get("model") if isinstance(data, dict) else None
-        if not isinstance(name, str) or not name:
+        name = (await _body_model(request))[1]
+        if not name:
             return _error("model must be a non-empty string")
         from ..models import hub
 
