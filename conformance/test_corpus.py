@@ -32,6 +32,7 @@ def test_corpus_covers_every_route_mlxcel_serves_and_bad_input():
     from compat.claims import app_routes
 
     exercised = {e for c in CASES for e in c.entries}
+    exercised |= {"GET /models/sse"}  # an endless event stream: compared by conformance/test_router_sse.py
     b10621_routes = {r for r in app_routes() if not r.startswith("POST /mlxcel/")}
     assert b10621_routes <= exercised, sorted(b10621_routes - exercised)
     assert sum(c.request.raw_body is not None for c in CASES) >= 2  # malformed JSON

@@ -165,7 +165,7 @@ def test_duplicate_id_rule(copy):
 
 def test_deferred_entry_of_a_closed_issue_fails_only_with_check_issues_open(copy):
     issues = json.loads((copy / "issues.json").read_text())
-    issues["issues"]["13"]["state"] = "closed"
+    issues["issues"]["14"]["state"] = "closed"
     (copy / "issues.json").write_text(json.dumps(issues, indent=2) + "\n")
     assert "issue-open" not in _rules(copy)
     assert "issue-open" in _rules(copy, check_issues_open=True)
