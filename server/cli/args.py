@@ -109,6 +109,11 @@ MLXCEL: dict[str, dict] = {
     "--models-autoload": _s("models_autoload", "for router server, whether to automatically load models (default: "
                                                "enabled)", True),
     "--offline": _s("offline", "offline mode: the model store downloads nothing (POST /models refuses)", False),
+    "--rope-scale": _s(help="RoPE context scaling factor, expands context by a factor of N", dest="rope_scale_args",
+                       action=_Ordered),
+    "--rope-freq-base": _s("rope_freq_base", "RoPE base frequency (default: loaded from model)"),
+    "--rope-freq-scale": _s(help="RoPE frequency scaling factor, expands context by a factor of 1/N",
+                            dest="rope_scale_args", action=_Ordered),
     "--tags": _s("tags", "comma-separated model tags (informational, reported by GET /v1/models)",
                  action=_SortedSet),
     "--ctx-size": _s("ctx_size", "size of the prompt context (default: 0, 0 = loaded from model)", 0),

@@ -318,14 +318,8 @@ RULES: dict[str, Rule] = {
     "--slot-prompt-similarity": _only(lambda v: stof(v) == 0, "0 (disabled)", "mlxcel picks no slot by prompt "
                                       "similarity: its prompt cache is shared by every slot", "pass -sps 0 or leave "
                                       "it out", check=_stof_check),
-    "--rope-scaling": _refuse(_not_yet("RoPE scaling overrides", 14), "leave it out: the checkpoint's config.json "
-                              "rope_scaling is used", check=_in("--rope-scaling", "none", "linear", "yarn")),
-    "--rope-scale": _refuse(_not_yet("RoPE scaling overrides", 14), "leave it out: the checkpoint's config.json is "
-                            "used", check=_stof_check),
-    "--rope-freq-base": _refuse(_not_yet("RoPE overrides", 14), "leave it out: the checkpoint's rope_theta is used",
-                                check=_stof_check),
-    "--rope-freq-scale": _refuse(_not_yet("RoPE overrides", 14), "leave it out: the checkpoint's config.json is used",
-                                 check=_stof_check),
+    "--rope-scaling": _only(lambda v: v in ("none", "linear"), "none or linear", _not_yet("YaRN rope scaling", 14),
+                            "leave it out or pass linear", check=_in("--rope-scaling", "none", "linear", "yarn")),
     "--yarn-orig-ctx": _only(_is(0), "0 (the default)", _not_yet("YaRN overrides", 14), _LEAVE),
     "--yarn-ext-factor": _only(lambda v: stof(v) == -1, "-1 (the default)", _not_yet("YaRN overrides", 14), _LEAVE,
                                check=_stof_check),
@@ -403,6 +397,9 @@ ACTED_ON_CHECKS: dict[str, Callable[[object], None]] = {
     "--lora-scaled": _pairs_check("lora-scaled"),
     "--control-vector-scaled": _pairs_check("control-vector-scaled"),
     "--control-vector-layer-range": _stoi_each,
+    "--rope-scale": _stof_check,
+    "--rope-freq-base": _stof_check,
+    "--rope-freq-scale": _stof_check,
 }
 
 

@@ -80,6 +80,7 @@ def build_state(args, prog: str, auth, cors, vertex):
                                                  cache_prompt=args.cache_prompt, cache_ram_mib=args.cache_ram,
                                                  ctx_shift=args.context_shift, add_bos=tokenizer.add_bos,
                                                  special=args.special, sleep_idle_seconds=args.sleep_idle_seconds,
+                                                 rope=rope_overrides(args),
                                                  lora=lora, lora_fuse=bool(args.lora_fuse),
                                                  control_vectors=control_vectors,
                                                  control_vector_layers=layers),
@@ -246,6 +247,20 @@ def scaled_files(given, what: str) -> tuple[tuple[str, float], ...]:
                 path, text = item.split(":")  # the format was checked by the parser
                 out.append((path, check_scale(text, what.replace("-", " "))))
     return tuple(out)
+
+
+def rope_overrides(args) -> tuple[float | None, float | None]:
+    """(freq_base, freq_scale) over the checkpoint's, as llama_context resolves them: 0 means the model's; the
+    last of --rope-scale N (1/N) and --rope-freq-scale N wins; --rope-scaling none never scales."""
+    from .parse import stof
+
+    base = stof(args.rope_freq_base) if args.rope_freq_base is not None else 0.0
+    scale = 0.0
+    for option, _, value in args.rope_scale_args or []:
+        scale = 1.0 / stof(value) if option == "--rope-scale" else stof(value)
+    if args.rope_scaling == "none":
+        scale = 1.0
+    return (base or None, scale or None)
 
 
 def slot_context(ctx_size: int, parallel: int) -> int:

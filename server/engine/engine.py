@@ -139,6 +139,7 @@ class EngineConfig:
     add_bos: bool = False  # the vocabulary adds BOS: a context shift keeps one more token
     special: bool = False  # --special: generated special tokens are rendered as text
     sleep_idle_seconds: int = -1  # --sleep-idle-seconds: free the model after this long idle (-1: never)
+    rope: tuple[float | None, float | None] = (None, None)  # --rope-freq-base, --rope-freq-scale (None: the model's)
     lora: tuple[tuple[str, float], ...] = ()  # --lora / --lora-scaled: (adapter, its starting scale)
     lora_fuse: bool = False  # --lora-fuse: the adapters baked into the weights at their starting scales
     # --control-vector / --control-vector-scaled: (file, strength); --control-vector-layer-range (0: default)
@@ -248,7 +249,7 @@ class Engine:
             from .runner import Runner
 
             started = time.perf_counter()
-            loaded = load_checkpoint(self.checkpoint, fuse=self._fuser())
+            loaded = load_checkpoint(self.checkpoint, fuse=self._fuser(), rope=self.config.rope)
             self.runner = Runner(loaded, n_batch=self.config.n_batch)
             self._load_adapters()
             self.info.n_ctx = self.config.n_ctx or loaded.n_ctx_train
@@ -435,7 +436,7 @@ class Engine:
         from .runner import Runner
 
         log.info("server is exiting sleeping state")
-        self.runner = Runner(load_checkpoint(self.checkpoint, fuse=self._fuser()), n_batch=self.config.n_batch)
+        self.runner = Runner(load_checkpoint(self.checkpoint, fuse=self._fuser(), rope=self.config.rope), n_batch=self.config.n_batch)
         self._load_adapters()
         self.sleeping = False
 

@@ -97,14 +97,39 @@ def model_ftype(path: Path) -> str:
     return str(config.get("torch_dtype") or "unknown")
 
 
+def override_rope(model: nn.Module, base: float | None, scale: float | None) -> int:
+    """--rope-freq-base / --rope-freq-scale on every plain rope of the model, before anything reads them (the
+    native steps take theirs from these modules). Returns how many ropes took them; an override that no rope
+    takes (a scaled variant: Llama 3, YaRN, ...) is refused rather than ignored."""
+    if base is None and scale is None:
+        return 0
+    import numpy as np
+
+    applied, others = 0, set()
+    for _, module in model.named_modules():
+        if type(module) is nn.RoPE:
+            if base is not None:
+                module.base = float(np.float32(base))
+            if scale is not None:
+                module.scale = float(np.float32(scale))
+            applied += 1
+        elif "rope" in type(module).__name__.lower():
+            others.add(type(module).__name__)
+    if not applied:
+        raise ValueError("--rope-freq-base / --rope-freq-scale: the model's rope ("
+                         f"{', '.join(sorted(others)) or 'none found'}) takes no override")
+    return applied
+
+
 def load_checkpoint(path: Path, dequantize: bool | None = None, transpose: bool | None = None,
-                    kernels: bool | None = None, fuse=None) -> LoadedModel:
+                    kernels: bool | None = None, fuse=None, rope: tuple = (None, None)) -> LoadedModel:
     """dequantize, transpose (TransposedLinear), kernels (cpu_layers): None means "on the CPU", where MLX's
     f32 matmul through the BLAS beats its quantized one, a plain GEMM beats one with a transposed operand, and
     mlxcel's attention and SwiGLU kernels beat MLX's exp (when they are loaded); a dequantized checkpoint's
     decode steps then read its quantized twins (quantized_twins)."""
     model, _ = load_model(path)
     config = json.loads((path / "config.json").read_text())
+    override_rope(model, *rope)
     if dequantize is None:
         dequantize = mx.default_device() == mx.cpu
     on_cpu = mx.default_device() == mx.cpu
