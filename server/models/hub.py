@@ -11,7 +11,6 @@ else https://huggingface.co; tests run a fake hub on loopback.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -225,6 +224,3 @@ def remove_snapshot(repo: str) -> bool:
         owner.rmdir()
     return True
 
-
-def describe() -> str:
-    return json.dumps({"store": str(store_root()), "hub": endpoint(), "offline": offline()})

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import mlx.core as mx
@@ -61,7 +61,6 @@ class LoraSet:
     defaults: list[float]
     current: tuple[float, ...] = ()
     fused: bool = False  # --lora-fuse: the terms are in the base weights, the scales fixed
-    _hooks: list = field(default_factory=list)
 
     def engaged(self) -> bool:
         """Whether the pass being run adds any term (the native decode and prompt steps know no adapters)."""

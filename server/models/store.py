@@ -10,7 +10,6 @@ from pathlib import Path
 
 from .bundled import BUNDLED_ENCODERS, BUNDLED_MODELS, CONVERTER_VERSION, DEFAULT_MODEL
 
-
 log = logging.getLogger("mlxcel.models")
 
 

@@ -56,7 +56,6 @@ DEDUP_CACHE_MODELS = Key("dedup-cache-models", "dedup-cache-models", env="__PRES
                          kind="preset")
 KEYS: tuple[Key, ...] = (*(_key(o) for o in OPTIONS), LOAD_ON_STARTUP, STOP_TIMEOUT, DEDUP_CACHE_MODELS)
 BY_ENV: dict[str, Key] = {k.env: k for k in KEYS if k.env}
-BY_OPTION: dict[str, Key] = {k.option_id: k for k in KEYS if k.option_id}
 
 
 def _key_map() -> dict[str, Key]:

@@ -107,5 +107,6 @@ def load_model(entry, model_argv: list[str], prog: str):
     if engine.load_error:
         engine.stop(wait=30)
         raise RuntimeError(engine.load_error)
-    return Loaded(app=app, info=model_info(state), stop=lambda: engine.stop(wait=30),
+    # the preset's stop-timeout bounds how long the engine may take to end its step (b10621: before a force-kill)
+    return Loaded(app=app, info=model_info(state), stop=lambda: engine.stop(wait=entry.stop_timeout),
                   sleeping=lambda: bool(getattr(engine, "sleeping", False)))
