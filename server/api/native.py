@@ -43,7 +43,7 @@ router = APIRouter()
 
 def _timings(final: FinalEvent | Timings) -> dict:
     steps = max(final.n_decoded - 1, 0)  # the first token comes from the prompt's logits
-    return {
+    out = {
         "cache_n": final.n_cached,
         "prompt_n": final.n_prompt_processed,
         "prompt_ms": final.t_prompt_ms,
@@ -54,6 +54,9 @@ def _timings(final: FinalEvent | Timings) -> dict:
         "predicted_per_token_ms": final.t_gen_ms / steps if steps else 0.0,
         "predicted_per_second": 1e3 / final.t_gen_ms * steps if final.t_gen_ms > 0 else 0.0,
     }
+    if final.n_draft > 0:  # server_slot_stats::to_json: only once a draft was made
+        out |= {"draft_n": final.n_draft, "draft_n_accepted": final.n_draft_accepted}
+    return out
 
 
 @dataclass

@@ -23,8 +23,8 @@ from .jsonio import UpstreamJSON, read_json
 router = APIRouter()
 
 
-def slot_json(r: SlotRecord, tokenizer, debug: bool) -> dict:
-    out = {"id": r.id, "n_ctx": r.n_ctx, "speculative": False, "is_processing": r.is_processing}
+def slot_json(r: SlotRecord, tokenizer, debug: bool, speculative: bool = False) -> dict:
+    out = {"id": r.id, "n_ctx": r.n_ctx, "speculative": speculative, "is_processing": r.is_processing}
     if r.id_task is None:  # the slot never ran a task
         return out
     out.update(
@@ -58,7 +58,8 @@ async def get_slots(request: Request):
     records = state.engine.slots()
     if request.query_params.get("fail_on_no_slot") and all(r.is_processing for r in records):
         raise UpstreamError(NO_SLOT_AVAILABLE, ErrorKind.UNAVAILABLE)
-    return UpstreamJSON([slot_json(r, state.tokenizer, state.settings.slots_debug) for r in records])
+    return UpstreamJSON([slot_json(r, state.tokenizer, state.settings.slots_debug,
+                                  getattr(state.engine, "drafter", None) is not None) for r in records])
 
 
 def _stoi(text: str) -> int:

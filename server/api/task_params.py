@@ -108,6 +108,7 @@ class TaskParams:
     n_probs: int = 0
     min_keep: int = 0
     backend_sampling: bool = False
+    speculative_types: str = "none"  # --spec-type as b10621 accumulates it ("none" first), comma-joined
     post_sampling_probs: bool = False
     lora: dict[int, float] = field(default_factory=dict)
     dry_sequence_breakers: list[str] = field(default_factory=lambda: list(DEFAULT_DRY_BREAKERS))
@@ -580,7 +581,7 @@ def _generation_settings(p: TaskParams) -> dict:
         "reasoning_in_content": p.reasoning_in_content,
         "generation_prompt": p.generation_prompt,
         "samplers": list(p.samplers),
-        "speculative.types": "none",
+        "speculative.types": p.speculative_types,
         "timings_per_token": p.timings_per_token,
         "post_sampling_probs": p.post_sampling_probs,
         "backend_sampling": p.backend_sampling,

@@ -114,6 +114,14 @@ MLXCEL: dict[str, dict] = {
     "--rope-freq-base": _s("rope_freq_base", "RoPE base frequency (default: loaded from model)"),
     "--rope-freq-scale": _s(help="RoPE frequency scaling factor, expands context by a factor of 1/N",
                             dest="rope_scale_args", action=_Ordered),
+    "--spec-draft-model": _s("spec_draft_model", "draft model for speculative decoding, an MLX checkpoint or a GGUF "
+                                                  "file (converted once); drafts with --spec-type draft-simple "
+                                                  "(default: unused)"),
+    "--spec-draft-n-max": _s("spec_draft_n_max", "number of tokens to draft for speculative decoding (default: 3)", 3),
+    "--spec-draft-n-min": _s("spec_draft_n_min", "minimum number of draft tokens to use for speculative decoding "
+                                                  "(default: 0)", 0),
+    "--spec-draft-p-min": _s("spec_draft_p_min", "minimum speculative decoding probability (greedy) (default: 0.00)",
+                             "0.00"),
     "--tags": _s("tags", "comma-separated model tags (informational, reported by GET /v1/models)",
                  action=_SortedSet),
     "--ctx-size": _s("ctx_size", "size of the prompt context (default: 0, 0 = loaded from model)", 0),

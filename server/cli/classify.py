@@ -166,8 +166,10 @@ _GGUF = "mlxcel serves MLX checkpoints (a directory with config.json and safeten
         "or URL, and it downloads nothing"
 _GGUF_ALT = "convert a GGUF file with `mlxcel convert FILE.gguf DIR`, or fetch an MLX snapshot yourself " \
             "(`huggingface-cli download mlx-community/NAME --local-dir DIR`), and pass -m DIR"
-_SPEC = "speculative decoding is not served yet (#14)"
-_SPEC_ALT = "leave it out: mlxcel decodes every token with the model itself"
+_SPEC = "mlxcel drafts with a draft model only (draft-simple); the n-gram drafters and the MTP, EAGLE-3, DFlash " \
+        "and DSpark heads are not implemented"
+_SPEC_ALT = "pass --spec-type draft-simple with --spec-draft-model FILE, or leave it out"
+SERVED_SPEC_TYPES = {"none", "draft-simple"}
 _UI = "mlxcel ships no web UI and runs no tool, MCP server or proxy on a model's behalf"
 _UI_ALT = "leave it out (client-declared tools in chat requests keep working), or pass the disabling form"
 
@@ -341,9 +343,8 @@ RULES: dict[str, Rule] = {
     "--mtmd-batch-max-tokens": _inert("every value: it batches images, which mlxcel refuses to take"),
     "--media-path": _inert("every existing directory: it serves media to a projector, which mlxcel refuses to load",
                            check=_directory_check),
-    "--spec-type": _only(lambda v: spec_types(v) == ["none"], "none (the default)", _SPEC,
+    "--spec-type": _only(lambda v: set(spec_types(v)) <= SERVED_SPEC_TYPES, "none, draft-simple", _SPEC,
                          _SPEC_ALT, check=_spec_types_check, accumulates=True),
-    "--spec-draft-model": _only(_is(""), "an empty value", _SPEC, _SPEC_ALT),
     "--spec-draft-hf": _only(_is(""), "an empty value", _SPEC, _SPEC_ALT),
     "--lookup-cache-static": _inert("every value: it feeds the ngram-cache drafter, which mlxcel refuses to select"),
     "--lookup-cache-dynamic": _inert("every value: it feeds the ngram-cache drafter, which mlxcel refuses to select"),
@@ -355,8 +356,8 @@ RULES: dict[str, Rule] = {
                                      check=_removed("use the respective --spec-ngram-*-min-hits")),
 }
 
-_DRAFT_TUNING = "every value: it tunes a draft or n-gram drafter, which mlxcel refuses to select, so it configures " \
-                "nothing, as upstream without one"
+_DRAFT_TUNING = "every value without a draft model (it configures nothing then, as upstream); with one, the " \
+                "values the target's own option accepts (the n-gram knobs: every value, their drafters are refused)"
 for _id, _check in {
     "--spec-draft-threads": None, "--spec-draft-threads-batch": None, "--spec-draft-cpu-mask": None,
     "--spec-draft-cpu-range": None, "--spec-draft-cpu-strict": None, "--spec-draft-poll": None,
@@ -364,8 +365,7 @@ for _id, _check in {
     "--spec-draft-prio": _range(0, 3), "--spec-draft-prio-batch": _range(0, 3),
     "--spec-draft-type-k": _kv_type_check, "--spec-draft-type-v": _kv_type_check,
     "--spec-draft-override-tensor": None, "--spec-draft-cpu-moe": None, "--spec-draft-n-cpu-moe": _range(0, None),
-    "--spec-draft-n-max": _range(0, None), "--spec-draft-n-min": None, "--spec-draft-p-split": _stof_check,
-    "--spec-draft-p-min": _stof_check, "--spec-draft-backend-sampling": None, "--spec-draft-device": None,
+    "--spec-draft-p-split": _stof_check, "--spec-draft-backend-sampling": None, "--spec-draft-device": None,
     "--spec-draft-ngl": _gpu_layers_check,
     "--spec-ngram-mod-n-min": _range(0, 1024, "ngram n-min must be between 0 and 1024 inclusive"),
     "--spec-ngram-mod-n-max": _range(0, 1024, "ngram n-max must be between 0 and 1024 inclusive"),
@@ -381,6 +381,35 @@ for _id, _check in {
     "--spec-ngram-map-k4v-min-hits": _range(1, None, "ngram min hits must be at least 1"),
 }.items():
     RULES[_id] = _inert(_DRAFT_TUNING, check=_check)
+
+# with a draft model, the draft's runtime options are held to the target's analogue: what that one accepts as
+# inert, and its refusal otherwise (the draft never changes a token, but a placement asked for is not ignored)
+DRAFT_ANALOGUES = {
+    "--spec-draft-threads": "--threads", "--spec-draft-threads-batch": "--threads-batch",
+    "--spec-draft-cpu-mask": "--cpu-mask", "--spec-draft-cpu-mask-batch": "--cpu-mask-batch",
+    "--spec-draft-cpu-range": "--cpu-range", "--spec-draft-cpu-strict": "--cpu-strict",
+    "--spec-draft-cpu-strict-batch": "--cpu-strict-batch", "--spec-draft-poll": "--poll",
+    "--spec-draft-poll-batch": "--poll-batch", "--spec-draft-prio": "--prio", "--spec-draft-prio-batch": "--prio-batch",
+    "--spec-draft-type-k": "--cache-type-k", "--spec-draft-type-v": "--cache-type-v",
+    "--spec-draft-override-tensor": "--override-tensor", "--spec-draft-cpu-moe": "--cpu-moe",
+    "--spec-draft-n-cpu-moe": "--n-cpu-moe", "--spec-draft-device": "--device",
+}
+
+
+def draft_refusals(given: list[Given]) -> list[str]:
+    """With a draft model: each draft runtime option its target analogue would refuse (-ngld stays inert: the
+    draft runs on MLX's device whole, as the target does)."""
+    model = next((g.value for g in reversed(given) if g.option == "--spec-draft-model"), "")
+    if not model:
+        return []
+    last: dict[str, Given] = {g.option: g for g in given}
+    out = []
+    for option, analogue in DRAFT_ANALOGUES.items():
+        g = last.get(option)
+        rule = RULES[analogue]
+        if g is not None and not rule.inert(g.value):
+            out.append(_diagnostic(g, f"{rule.reason} (the draft model's placement)", rule.alternative))
+    return out
 
 
 def _parallel_check(v) -> None:
@@ -400,6 +429,8 @@ ACTED_ON_CHECKS: dict[str, Callable[[object], None]] = {
     "--rope-scale": _stof_check,
     "--rope-freq-base": _stof_check,
     "--rope-freq-scale": _stof_check,
+    "--spec-draft-n-max": _range(0, None),
+    "--spec-draft-p-min": _stof_check,
 }
 
 
@@ -432,7 +463,7 @@ def refusals(given: list[Given]) -> list[str]:
         if not rule.inert(g.value):
             out.append(_diagnostic(g, rule.reason, rule.alternative))
     load = load_mode_refusal(given)
-    return out + ([load] if load else [])
+    return out + ([load] if load else []) + draft_refusals(given)
 
 
 def load_mode_refusal(given: list[Given]) -> str | None:

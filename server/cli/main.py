@@ -68,6 +68,7 @@ def build_state(args, prog: str, auth, cors, vertex):
     if encoder is not None and (lora or control_vectors):
         raise StartupRefusal(f"{prog}: error: {'--lora' if lora else '--control-vector'}: adapters and control "
                              "vectors steer a generating model; mlxcel serves embeddings and reranking without them")
+    spec_types, draft = speculative_config(args, tokenizer, prog)
     if encoder is not None:
         from ..encoder.worker import EncoderWorker
 
@@ -83,7 +84,7 @@ def build_state(args, prog: str, auth, cors, vertex):
                                                  rope=rope_overrides(args),
                                                  lora=lora, lora_fuse=bool(args.lora_fuse),
                                                  control_vectors=control_vectors,
-                                                 control_vector_layers=layers),
+                                                 control_vector_layers=layers, draft=draft),
                         eog_ids=tokenizer.eog_ids, piece=tokenizer.piece)
         if any(g.option in ("--pooling", "--embd-normalize") for g in args.given):
             log.warning("--pooling and --embd-normalize shape embeddings only: without --embeddings they change "
@@ -105,6 +106,7 @@ def build_state(args, prog: str, auth, cors, vertex):
                                                      n_cache_reuse=args.cache_reuse,
                                                      sse_ping_interval=args.sse_ping_interval,
                                                      n_predict=args.predict,
+                                                     speculative_types=",".join(spec_types),
                                                      reasoning_budget_tokens=args.reasoning_budget,
                                                      stop=list(args.reverse_prompt or []),
                                                      # auto resolves to deepseek in b10621's task defaults
@@ -247,6 +249,42 @@ def scaled_files(given, what: str) -> tuple[tuple[str, float], ...]:
                 path, text = item.split(":")  # the format was checked by the parser
                 out.append((path, check_scale(text, what.replace("-", " "))))
     return tuple(out)
+
+
+def speculative_config(args, tokenizer, prog: str):
+    """(--spec-type's types as b10621 accumulates them, the draft model's DraftConfig or None). Drafting needs
+    both a draft model and draft-simple; b10621 logs and serves without it where one is missing or the draft's
+    vocabulary is not the target's, and so does mlxcel. Raises StartupRefusal for a draft it cannot load."""
+    from ..engine.speculative import DraftConfig, vocab_mismatch
+    from ..models.store import ModelNotFound, resolve_model
+    from ..models.tokenizer import ModelTokenizer
+    from .classify import spec_types
+    from .parse import stof
+
+    types = ["none"]
+    for g in args.given:
+        if g.option == "--spec-type":
+            types += spec_types(g.value)
+    model = args.spec_draft_model or ""
+    if "draft-simple" not in types:
+        if model:
+            log.warning("a draft model without --spec-type draft-simple drafts nothing (b10621 loads it and "
+                        "leaves it unused; mlxcel does not load it)")
+        return types, None
+    if not model:
+        log.error("failed to initialize speculative decoding context: draft-simple requires a draft context")
+        return types, None
+    try:
+        checkpoint = resolve_model(model)
+        draft_tokenizer = ModelTokenizer(checkpoint)
+    except (ModelNotFound, RuntimeError, ValueError, OSError) as exc:
+        raise StartupRefusal(f"{prog}: error: failed to load draft model, '{model}': {exc}") from None
+    mismatch = vocab_mismatch(tokenizer, draft_tokenizer)
+    if mismatch:
+        log.error("the target and draft vocabs are not compatible (%s): speculative decoding is off", mismatch)
+        return types, None
+    return types, DraftConfig(str(checkpoint), n_max=args.spec_draft_n_max, n_min=args.spec_draft_n_min,
+                              p_min=stof(args.spec_draft_p_min))
 
 
 def rope_overrides(args) -> tuple[float | None, float | None]:

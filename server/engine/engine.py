@@ -29,6 +29,7 @@ from .prompt_cache import PromptCache
 from .reasoning_budget import ReasoningBudget, accept_generated, grammar_should_apply
 from .sampling import Chain, GrammarDeadEnd, draws_the_argmax, pre_probs, sample_constrained
 from .scheduler import Scheduler, Sequence
+from .speculative import DraftConfig, Drafter, DraftState, draft_max
 from .stopping import TextStream
 from .types import (
     EngineInfo,
@@ -106,6 +107,11 @@ class _Running:
     # None until the first draw; then False (the sampler chain draws) or the tokens banned from an argmax
     # (a greedy request: sampling.draws_the_argmax)
     argmax: frozenset | tuple | bool | None = None
+    draft: DraftState | None = None  # the draft model's cache for this sequence (speculative decoding)
+    n_draft: int = 0  # draft tokens proposed (b10621's n_draft_tokens)
+    n_draft_accepted: int = 0
+    n_draft_rounds: int = 0  # verification rounds (b10621's n_draft_verif_steps)
+    accepted_per_pos: list = field(default_factory=list)  # verification rounds that accepted draft position i
 
 
 # Prefill runs in chunks of --ubatch-size tokens ending on multiples of it counted from position 0, and the
@@ -145,6 +151,7 @@ class EngineConfig:
     # --control-vector / --control-vector-scaled: (file, strength); --control-vector-layer-range (0: default)
     control_vectors: tuple[tuple[str, float], ...] = ()
     control_vector_layers: tuple[int, int] = (0, 0)
+    draft: DraftConfig | None = None  # --spec-draft-model with --spec-type draft-simple
 
 
 class Engine:
@@ -177,6 +184,7 @@ class Engine:
         self._last_task = 0.0
         self._sched: Scheduler | None = None
         self.lora = None  # server.models.lora.LoraSet once the adapters are loaded (--lora, --lora-scaled)
+        self.drafter: Drafter | None = None  # speculative decoding's draft model, once loaded
 
     def start(self) -> None:
         self._thread.start()
@@ -252,6 +260,7 @@ class Engine:
             loaded = load_checkpoint(self.checkpoint, fuse=self._fuser(), rope=self.config.rope)
             self.runner = Runner(loaded, n_batch=self.config.n_batch)
             self._load_adapters()
+            self._load_draft()
             self.info.n_ctx = self.config.n_ctx or loaded.n_ctx_train
             log.info("model loaded in %.2f s (%s, dequantized=%s, n_ctx=%d per slot, %d slot(s))",
                      time.perf_counter() - started, self.checkpoint, loaded.dequantized, self.info.n_ctx,
@@ -286,6 +295,17 @@ class Engine:
                 for seq in sched.everyone():
                     seq.payload.handle.publish(ErrorEvent(f"{type(exc).__name__}: {exc}"))
                     sched.free(seq)
+
+    def _load_draft(self) -> None:
+        """--spec-draft-model: the draft model, loaded beside the target (after a wake too)."""
+        if self.config.draft is None:
+            return
+        from ..models.loader import load_checkpoint
+        from .runner import Runner
+
+        self.drafter = Drafter(Runner(load_checkpoint(Path(self.config.draft.model))), self.config.draft)
+        log.info("draft model loaded: %s (n_max %d, n_min %d, p_min %g)", self.config.draft.model,
+                 self.config.draft.n_max, self.config.draft.n_min, self.config.draft.p_min)
 
     def _lora_set(self):
         """The adapters (read once): their files, and the scales they start at."""
@@ -425,6 +445,7 @@ class Engine:
 
         log.info("server is entering sleeping state")
         self.runner = None
+        self.drafter = None
         self._batch, self._batch_rows = None, []
         self.prompt_cache.entries.clear()
         gc.collect()
@@ -438,6 +459,7 @@ class Engine:
         log.info("server is exiting sleeping state")
         self.runner = Runner(load_checkpoint(self.checkpoint, fuse=self._fuser(), rope=self.config.rope), n_batch=self.config.n_batch)
         self._load_adapters()
+        self._load_draft()
         self.sleeping = False
 
     def _control(self, sched: Scheduler, cmpl_id: str, action: str) -> dict:
@@ -568,6 +590,9 @@ class Engine:
         for seq in step.decode:
             if self.config.ctx_shift and self._slot_tokens(seq) + 1 >= self.info.n_ctx:
                 self._shift(seq)
+        drafting = [seq for seq in step.decode if self._n_draft_max(seq) > 0]
+        if drafting:  # each runs its own round; the others decode as they would without a drafter
+            step = dataclasses.replace(step, decode=[s for s in step.decode if s not in drafting])
         # one forward pass adds one set of adapter scales (b10621's can_batch_with): rows admitted with other
         # scales decode on their own
         one_lora = len({s.payload.lora for s in step.decode}) <= 1
@@ -582,6 +607,8 @@ class Engine:
                 self._use_lora(run.lora)
                 run.logits = runner.decode(run.cache, run.last_token)
                 self._sample(sched, seq)
+        for seq in drafting:
+            self._speculate(sched, seq)
         if involved:
             self.metrics.post_decode(busy, [self._slot_tokens(s) for s in involved])
         self._publish_slots(sched.running)
@@ -738,6 +765,62 @@ class Engine:
             run.handle.publish(ProgressEvent(len(seq.prompt), run.n_cached, seq.n_prefilled, elapsed))
 
     def _sample(self, sched: Scheduler, seq: Sequence) -> None:
+        drawn = self._draw(sched, seq)
+        if drawn is not None:
+            self._emit(sched, seq, *drawn)
+
+    def _n_draft_max(self, seq: Sequence) -> int:
+        """How many tokens this decode step may draft (0: it decodes plainly): b10621's get_n_draft_max, for a
+        sequence in plain KV caches (a trimmed position is one that is simply written again) that no context
+        shift has renumbered (its draft cache would have to follow the shift)."""
+        run: _Running = seq.payload
+        if self.drafter is None or run.shifted or (run.cache is not None and not self.runner.can_batch([run.cache])):
+            return 0
+        return draft_max(self.info.n_ctx, self._slot_tokens(seq), run.request.n_predict, seq.n_decoded)
+
+    def _speculate(self, sched: Scheduler, seq: Sequence) -> None:
+        """One speculative round: the draft, the target's pass over the last token and the draft, the draws
+        (common_sampler_sample_and_accept_n), the rejected positions forgotten, the tokens emitted in order."""
+        run: _Running = seq.payload
+        runner, drafter = self.runner, self.drafter
+        self._own_cache(seq)
+        if run.draft is None:
+            run.draft = drafter.new_state()
+        history = [*seq.prompt, *run.generated_ids[:-1]]
+        draft = drafter.propose(run.draft, history, run.last_token, self._n_draft_max(seq))
+        run.n_draft += len(draft)
+        self._use_lora(run.lora)
+        if not draft:
+            run.logits = runner.decode(run.cache, run.last_token)
+            self._sample(sched, seq)
+            return
+        n_past = run.cache[0].offset
+        rows = runner.verify(run.cache, [run.last_token, *draft])
+        ids = []
+        for i in range(len(draft) + 1):
+            run.logits = rows[i:i + 1]
+            drawn = self._draw(sched, seq)
+            if drawn is None:  # the sequence failed (a grammar dead end)
+                return
+            ids.append(drawn[0])
+            if i == len(draft) or drawn[0] != draft[i]:
+                break
+        runner.trim(run.cache, n_past + len(ids))
+        n_accepted = len(ids) - 1
+        run.n_draft_accepted += n_accepted
+        run.n_draft_rounds += 1
+        if not run.accepted_per_pos:
+            run.accepted_per_pos = [0] * drafter.config.n_max
+        for i in range(min(n_accepted, len(run.accepted_per_pos))):
+            run.accepted_per_pos[i] += 1
+        # b10621 reports no candidates for a verified round's tokens: probability 1, an empty list
+        probs = TokenProbs(1.0, ()) if run.request.n_probs > 0 else None
+        for token in ids:
+            if self._emit(sched, seq, token, probs):
+                return
+
+    def _draw(self, sched: Scheduler, seq: Sequence) -> tuple[int, TokenProbs | None] | None:
+        """The request's sampler draws from run.logits (and accepts the token); None when the sequence failed."""
         run: _Running = seq.payload
         req = run.request
         probs = None
@@ -773,13 +856,20 @@ class Engine:
             except GrammarDeadEnd as dead:
                 self._fail(sched, seq, "got exception: Unexpected empty grammar stack after accepting piece: "
                            f"{self.piece(dead.token, True).decode('utf-8', 'replace')} ({dead.token})")
-                return
+                return None
             accept_generated(token, run.budget, run.grammar, lazy)
             run.chain.accept(token)
             if req.n_probs > 0:
                 prob, top = (run.chain.post_probs(token, req.n_probs) if req.post_sampling_probs
                              else pre_probs(logits, token, req.n_probs))
                 probs = TokenProbs(prob, tuple(top))
+        return token, probs
+
+    def _emit(self, sched: Scheduler, seq: Sequence, token: int, probs: TokenProbs | None) -> bool:
+        """A drawn token through b10621's process_token: published, then the stop rules; True when it ended
+        the generation."""
+        run: _Running = seq.payload
+        req = run.request
         run.last_token = token
         run.generated_ids.append(token)
         seq.n_decoded += 1
@@ -805,6 +895,7 @@ class Engine:
             stop_type = "eos"
         if stop_type is not None:
             self._finish(sched, seq, stop_type, truncated)
+        return stop_type is not None
 
     @staticmethod
     def _line_limits(run: _Running, text: bytes) -> bool:
@@ -834,7 +925,8 @@ class Engine:
         n = seq.n_decoded
         return Timings(n_cached=run.n_cached, n_prompt_processed=len(seq.prompt) - run.n_cached,
                        t_prompt_ms=(run.t_prompt - run.t_start) * 1e3,
-                       n_decoded=n, t_gen_ms=max(run.t_gen_last - run.t_prompt, 1e-6) * 1e3 if n else 0.0)
+                       n_decoded=n, t_gen_ms=max(run.t_gen_last - run.t_prompt, 1e-6) * 1e3 if n else 0.0,
+                       n_draft=run.n_draft, n_draft_accepted=run.n_draft_accepted)
 
     def _fail(self, sched: Scheduler, seq: Sequence, message: str) -> None:
         """This sequence alone ends in an error (b10621's exception inside the slot's sampling)."""
@@ -859,9 +951,12 @@ class Engine:
             content=run.text.content,
             stopping_word=run.text.stopping_word,
             has_new_line=run.has_new_line,
+            n_draft=run.n_draft,
+            n_draft_accepted=run.n_draft_accepted,
         )
         self._release(seq)  # before the client hears of the end: a /slots read then sees the slot free
         self.metrics.on_prediction(n, int(final.t_gen_ms * 1e3) if n else 0)
+        self.metrics.on_drafts(run.n_draft, run.n_draft_accepted, run.n_draft_rounds, run.accepted_per_pos)
         run.handle.publish(final)
         sched.free(seq)
         if (run.request.cache_prompt and self.prompt_cache.enabled and not run.shifted and not run.inexact

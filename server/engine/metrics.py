@@ -35,6 +35,10 @@ class ServerMetrics:
     n_tokens_max: int = 0
     n_decode: int = 0
     n_busy_slots: int = 0
+    n_draft_tokens: int = 0
+    n_draft_accepted: int = 0
+    n_draft_verif_steps: int = 0
+    n_accepted_per_pos: list = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add_prompt(self, n: int, t_us: int) -> None:
@@ -59,6 +63,17 @@ class ServerMetrics:
             self.predict.add(n_gen, steps, t_gen_us)
             self.predict_bucket.add(n_gen, steps, t_gen_us)
 
+    def on_drafts(self, n_draft: int, n_accepted: int, n_rounds: int, per_pos: list[int]) -> None:
+        """A finished request's speculative counts (b10621's metrics_on_prediction)."""
+        with self.lock:
+            self.n_draft_tokens += n_draft
+            self.n_draft_accepted += n_accepted
+            self.n_draft_verif_steps += n_rounds
+            if len(self.n_accepted_per_pos) < len(per_pos):
+                self.n_accepted_per_pos += [0] * (len(per_pos) - len(self.n_accepted_per_pos))
+            for i, n in enumerate(per_pos):
+                self.n_accepted_per_pos[i] += n
+
     def scrape(self, n_processing: int, n_deferred: int) -> str:
         """The Prometheus text, then the buckets start over (b10621's metrics_reset_bucket)."""
         with self.lock:
@@ -76,10 +91,11 @@ COUNTERS = (
     ("n_decode_total", "Total number of llama_decode() calls, excluding speculative decoding and multimodal decoding",
      lambda m: m.n_decode),
     ("n_tokens_max", "Largest observed sequence length (prompt + generation)", lambda m: m.n_tokens_max),
-    ("spec_decode_num_draft_tokens_total", "Speculative: Total draft tokens generated", lambda m: 0),
+    ("spec_decode_num_draft_tokens_total", "Speculative: Total draft tokens generated", lambda m: m.n_draft_tokens),
     ("spec_decode_num_accepted_tokens_total", "Speculative: Total draft tokens accepted by the target model",
-     lambda m: 0),
-    ("spec_decode_num_drafts_total", "Speculative: Total speculative decoding verification steps", lambda m: 0),
+     lambda m: m.n_draft_accepted),
+    ("spec_decode_num_drafts_total", "Speculative: Total speculative decoding verification steps",
+     lambda m: m.n_draft_verif_steps),
 )
 
 
@@ -102,4 +118,8 @@ def render(m: ServerMetrics, n_processing: int, n_deferred: int) -> str:
         for name, help_text, value in items:
             lines += [f"# HELP llamacpp:{name} {help_text}", f"# TYPE llamacpp:{name} {kind}",
                       f"llamacpp:{name} {_number(value)}"]
+    if m.n_accepted_per_pos:  # a labeled counter: one series per draft position
+        name = "llamacpp:spec_decode_num_accepted_tokens_per_pos_total"
+        lines += [f"# HELP {name} Accepted tokens per draft position", f"# TYPE {name} counter"]
+        lines += [f'{name}{{position="{i}"}} {n}' for i, n in enumerate(m.n_accepted_per_pos)]
     return "\n".join(lines) + "\n"

@@ -7,7 +7,7 @@ import numpy as np
 from mlx_lm.models import llama
 from mlx_lm.models.cache import BatchKVCache, KVCache, make_prompt_cache
 
-from ..models.decode_step import DecodeStep
+from ..models.decode_step import MAX_ROWS, DecodeStep
 from ..models.loader import LoadedModel
 from ..models.prefill_step import PrefillStep
 
@@ -131,6 +131,27 @@ class Runner:
             return logits
         logits = self.loaded.model(mx.array([[token]]), cache=cache)[:, -1, :]
         return logits.astype(mx.float32)
+
+    def verify(self, cache: list, tokens: list[int]) -> mx.array:
+        """A speculative round's tokens (the last sampled one, then the draft) fed at the sequence's next
+        positions; every position's logits (rows x vocab, float32). Natively each row is bitwise what decode()
+        returns at its position, so a verified draft changes no token (tests/test_speculative.py)."""
+        out = []
+        for start in range(0, len(tokens), MAX_ROWS):
+            chunk = tokens[start:start + MAX_ROWS]
+            if self._step is not None and self._native() and (logits := self._step.verify(cache, chunk)) is not None:
+                out.append(logits)
+                continue
+            logits = self.loaded.model(mx.array([chunk]), cache=cache)[0].astype(mx.float32)
+            mx.eval(logits)
+            out.append(logits)
+        return out[0] if len(out) == 1 else mx.concatenate(out, axis=0)
+
+    @staticmethod
+    def trim(cache: list, n: int) -> None:
+        """Forget every position from n on (a rejected draft's): the next write lands at n."""
+        for c in cache:
+            c.offset = min(c.offset, n)
 
     # --- decoding several sequences in one forward pass -------------------------------------------------------
     # Their caches are merged once into one left-padded BatchKVCache per layer and stay merged while the same

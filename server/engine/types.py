@@ -140,6 +140,8 @@ class Timings:
     t_prompt_ms: float
     n_decoded: int
     t_gen_ms: float
+    n_draft: int = 0  # speculative decoding: draft tokens proposed, and how many the target accepted
+    n_draft_accepted: int = 0
 
 
 @dataclass(frozen=True)
@@ -185,6 +187,8 @@ class FinalEvent:
     content: bytes = b""  # the whole generated text, stop word cut
     stopping_word: str = ""
     has_new_line: bool = False  # a newline was among the text sent
+    n_draft: int = 0  # speculative decoding: draft tokens proposed, and how many the target accepted
+    n_draft_accepted: int = 0
 
 
 @dataclass(frozen=True)

@@ -185,3 +185,32 @@ class DecodeStep:
             for c in caches:
                 c.offset, c._idx = offset, index + 1
         return mx.array(logits)
+
+    def verify(self, caches: list, tokens: list[int]) -> mx.array | None:
+        """Consecutive tokens of one sequence (a speculative draft's verification, at most MAX_ROWS): its
+        per-layer KVCaches take their keys and values at the next positions; returns every row's logits (rows x
+        vocab, float32), each bitwise what a decode step at its position returns, or None where this step does
+        not take these caches."""
+        rows = len(tokens)
+        if not 1 <= rows <= MAX_ROWS or len(caches) != self.layers:
+            return None
+        index = caches[0].offset
+        if not all(type(c) is KVCache and c.offset == index for c in caches):
+            return None
+        for c in caches:
+            self.grow(c, index, 1, rows)
+        mx.eval([(c.keys, c.values) for c in caches])
+        pointers = self.cache_pointers(caches, 1)
+        if pointers is None:
+            return None
+        keys, values, strides = pointers
+        logits = np.empty((rows, self.vocab), np.float32)
+        n = len(caches)
+        status = self.native.mlxcel_verify(
+            self.handle, rows, (ctypes.c_int * rows)(*tokens), index, (_VOID_P * n)(*keys), (_VOID_P * n)(*values),
+            (ctypes.c_long * len(strides))(*strides), _VOID_P(logits.ctypes.data))
+        if status != 0:
+            raise MemoryError("verify step")
+        for c in caches:
+            c.offset += rows
+        return mx.array(logits)

@@ -34,15 +34,12 @@ void *mlxcel_step_model(const int *dims, const float *params, const float *const
 
 void mlxcel_step_model_free(void *model) { free(model); }
 
-/* One token for each of B sequences. Row b's token sits at position pos[b] and is written to its cache at
- * index T - 1 (its keys before first[b] are left padding; first NULL: none); keys[l] and values[l] are layer
- * l's caches, B x kv_heads x capacity x head_dim with strides (in floats) per sequence, head and position
- * at strides[6 l .. 6 l + 5] (keys, then values). Writes B x vocab logits. Returns 0, or -1 when out of
- * memory or B is out of range (the caches' index T - 1 may be written then: it is past what they hold). */
-int mlxcel_step(const void *model, int B, const int *tokens, const int *pos, const int *first, int T,
-                float *const *keys, float *const *values, const long *strides, float *logits) {
-    const struct step_model *m = model;
-    if (B < 1 || B > m->max_rows || T < 1) return -1;
+/* Rows through every layer, each computed alone and in the same order whatever the rows beside it. With
+ * one_seq 0, row b is sequence b's next token (mlxcel_step); with one_seq 1, the rows are consecutive positions
+ * of one sequence (mlxcel_verify): row b's keys and values go to its cache at pos[b] and it attends to
+ * positions up to pos[b], by the very call a decode step at that position makes. */
+static int run_rows(const struct step_model *m, int B, const int *tokens, const int *pos, const int *first, int T,
+                    int one_seq, float *const *keys, float *const *values, const long *strides, float *logits) {
     const int E = m->hidden, H = m->heads, Hkv = m->kv_heads, D = m->head_dim, I = m->inter;
     const int nqkv = (H + 2 * Hkv) * D, half = m->rope_dims / 2;
     size_t floats = (size_t)B * (3 * E + nqkv + 2 * H * D + 3 * I);
@@ -62,18 +59,25 @@ int mlxcel_step(const void *model, int B, const int *tokens, const int *pos, con
         const long *st = strides + 6 * l;
         for (int b = 0; b < B; b++) rms_norm(x + (size_t)b * E, w->attn_norm, h + (size_t)b * E, E, m->eps);
         product(B, nqkv, E, h, w->wqkv, qkv);
-        for (int b = 0; b < B; b++) { /* q turned into q; k turned and v copied into the caches at T - 1 */
+        for (int b = 0; b < B; b++) { /* q turned; k turned and v copied into the caches at the row's place */
             const float *row = qkv + (size_t)b * nqkv, *c = angles + 2 * ROPE_MAX_HALF * b, *s = c + ROPE_MAX_HALF;
             for (int i = 0; i < H; i++) rope_head(row + i * D, q + ((size_t)b * H + i) * D, half, D, c, s);
+            const long at = one_seq ? pos[b] : T - 1, kb = one_seq ? 0 : b * st[0], vb = one_seq ? 0 : b * st[3];
             for (int i = 0; i < Hkv; i++) {
-                float *kd = keys[l] + b * st[0] + i * st[1] + (long)(T - 1) * st[2];
-                float *vd = values[l] + b * st[3] + i * st[4] + (long)(T - 1) * st[5];
+                float *kd = keys[l] + kb + i * st[1] + at * st[2];
+                float *vd = values[l] + vb + i * st[4] + at * st[5];
                 rope_head(row + (H + i) * D, kd, half, D, c, s);
                 memcpy(vd, row + (H + Hkv + i) * D, sizeof(float) * D);
             }
         }
-        status = mlxcel_attention(q, (long)H * D, D, D, keys[l], st[0], st[1], st[2], values[l], st[3], st[4], st[5],
-                                  B, H, Hkv, 1, T, D, m->attn_scale, first, att);
+        if (one_seq)
+            for (int b = 0; b < B && status == 0; b++)
+                status = mlxcel_attention(q + (size_t)b * H * D, (long)H * D, D, D, keys[l], st[0], st[1], st[2],
+                                          values[l], st[3], st[4], st[5], 1, H, Hkv, 1, pos[b] + 1, D, m->attn_scale,
+                                          NULL, att + (size_t)b * H * D);
+        else
+            status = mlxcel_attention(q, (long)H * D, D, D, keys[l], st[0], st[1], st[2], values[l], st[3], st[4],
+                                      st[5], B, H, Hkv, 1, T, D, m->attn_scale, first, att);
         product(B, E, H * D, att, w->wo, t);
         for (size_t i = 0; i < (size_t)B * E; i++) x[i] += t[i];
         for (int b = 0; b < B; b++) rms_norm(x + (size_t)b * E, w->mlp_norm, h + (size_t)b * E, E, m->eps);
@@ -92,4 +96,29 @@ int mlxcel_step(const void *model, int B, const int *tokens, const int *pos, con
     free(x);
     free(angles);
     return status;
+}
+
+/* One token for each of B sequences. Row b's token sits at position pos[b] and is written to its cache at
+ * index T - 1 (its keys before first[b] are left padding; first NULL: none); keys[l] and values[l] are layer
+ * l's caches, B x kv_heads x capacity x head_dim with strides (in floats) per sequence, head and position
+ * at strides[6 l .. 6 l + 5] (keys, then values). Writes B x vocab logits. Returns 0, or -1 when out of
+ * memory or B is out of range (the caches' index T - 1 may be written then: it is past what they hold). */
+int mlxcel_step(const void *model, int B, const int *tokens, const int *pos, const int *first, int T,
+                float *const *keys, float *const *values, const long *strides, float *logits) {
+    const struct step_model *m = model;
+    if (B < 1 || B > m->max_rows || T < 1) return -1;
+    return run_rows(m, B, tokens, pos, first, T, 0, keys, values, strides, logits);
+}
+
+/* L tokens of one sequence at positions index .. index + L - 1 (a speculative draft's verification): keys[l]
+ * and values[l] are layer l's cache (one sequence, strides as mlxcel_step's), written at those positions.
+ * Writes L x vocab logits, each row bitwise the logits a decode step at its position computes. Returns 0, or
+ * -1 when out of memory or L is out of range. */
+int mlxcel_verify(const void *model, int L, const int *tokens, int index, float *const *keys,
+                  float *const *values, const long *strides, float *logits) {
+    const struct step_model *m = model;
+    if (L < 1 || L > m->max_rows || index < 0) return -1;
+    int pos[L];
+    for (int i = 0; i < L; i++) pos[i] = index + i;
+    return run_rows(m, L, tokens, pos, NULL, index + L, 1, keys, values, strides, logits);
 }

@@ -1,0 +1,130 @@
+"""Speculative decoding with a draft model: b10621's draft-simple drafter (common/speculative.cpp).
+
+Before a sequence's next decode step the draft model proposes up to n_max tokens, greedily, stopping early
+where its top candidate's probability (softmax over its 10 best, the drafter's top-k 10 sampler) falls under
+p_min; a draft shorter than n_min is dropped. The target then computes the last sampled token and the draft
+in one pass (Runner.verify) and the request's own sampler draws at each position until a draw differs from
+the draft (common_sampler_sample_and_accept_n): every token is one the target's sampler drew from the
+target's logits, so the output is the one plain decoding gives. The engine owns the rounds; this module owns
+the drafter and b10621's arithmetic around it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+DRAFT_TOP_K = 10  # the drafter's sampler: top-k 10 (common_speculative_impl_draft_simple)
+
+
+@dataclass(frozen=True)
+class DraftConfig:
+    """--spec-draft-model and the draft-simple tuning that acts (common_params_speculative_draft)."""
+
+    model: str  # the draft checkpoint (an MLX directory)
+    n_max: int = 3  # --spec-draft-n-max
+    n_min: int = 0  # --spec-draft-n-min
+    p_min: float = 0.0  # --spec-draft-p-min
+
+
+def draft_max(n_ctx: int, n_tokens: int, n_predict: int, n_decoded: int) -> int:
+    """b10621's get_n_draft_max: what fits before the slot's context end (two positions kept free) and, under
+    a token budget, one under what the budget has left."""
+    n = n_ctx - n_tokens - 2
+    remaining = -1 if n_predict == -1 else n_predict - n_decoded
+    if remaining > 0:
+        n = min(n, remaining - 1)
+    return n
+
+
+def top_choice(logits: np.ndarray) -> tuple[int, float]:
+    """The drafter's pick from one row of logits: the highest (the first of equals), and its probability
+    among the DRAFT_TOP_K best."""
+    row = np.asarray(logits, dtype=np.float32).reshape(-1)
+    best = int(np.argmax(row))
+    top = np.partition(row, -DRAFT_TOP_K)[-DRAFT_TOP_K:] if row.size > DRAFT_TOP_K else row
+    weights = np.exp((top - row[best]).astype(np.float64))
+    return best, float(1.0 / weights.sum())
+
+
+SPEC_VOCAB_MAX_SIZE_DIFFERENCE = 128
+SPEC_VOCAB_CHECK_START_TOKEN_ID = 5
+
+
+def vocab_mismatch(target, draft) -> str | None:
+    """common_speculative_are_compatible over two server.models.tokenizer.ModelTokenizer: the same vocabulary
+    type and BOS/EOS rules, sizes within 128 and the same text for every id from 5 on. None when compatible,
+    else what differs."""
+    def kind(t) -> str:
+        return type(t._parse.model).__name__
+
+    if kind(target) != kind(draft):
+        return f"the vocab types differ ({kind(draft)} in the draft, {kind(target)} in the target)"
+    for what, a, b in (("BOS", target.add_bos, draft.add_bos), ("EOS", target.add_eos, draft.add_eos)):
+        ids = (target.bos_id, draft.bos_id) if what == "BOS" else (target.eos_id, draft.eos_id)
+        if a != b or (a and ids[0] != ids[1]):
+            return f"the {what} tokens differ"
+    n_t, n_d = target.vocab_size, draft.vocab_size
+    if abs(n_t - n_d) > SPEC_VOCAB_MAX_SIZE_DIFFERENCE:
+        return f"the vocab sizes differ by more than {SPEC_VOCAB_MAX_SIZE_DIFFERENCE} ({n_d} in the draft, " \
+               f"{n_t} in the target)"
+    for i in range(SPEC_VOCAB_CHECK_START_TOKEN_ID, min(n_t, n_d)):
+        if target._parse.id_to_token(i) != draft._parse.id_to_token(i):
+            return f"token {i} differs"
+    return None
+
+
+class Drafter:
+    """The draft model and its per-sequence caches. A sequence's draft cache holds the tokens it was fed
+    (`fed`); each round it is brought to the target's tokens first (trimmed to their common prefix, the rest
+    fed), as b10621's draft context runs every batch the target runs."""
+
+    def __init__(self, runner, config: DraftConfig):
+        self.runner = runner
+        self.config = config
+
+    def new_state(self) -> DraftState:
+        return DraftState(self.runner.new_cache())
+
+    def propose(self, state: DraftState, history: list[int], last: int, n_max: int) -> list[int]:
+        """The draft after `history` (the target's tokens in its cache) and `last` (the token sampled last, not
+        yet in it): at most min(n_max, --spec-draft-n-max) tokens."""
+        runner, cfg = self.runner, self.config
+        keep = 0
+        for a, b in zip(state.fed, history):
+            if a != b:
+                break
+            keep += 1
+        if keep < len(state.fed):
+            runner.trim(state.cache, keep)
+            del state.fed[keep:]
+        if len(history) > keep:
+            runner.prefill(state.cache, history[keep:])
+            state.fed.extend(history[keep:])
+        cap = min(cfg.n_max, n_max) if n_max > 0 else cfg.n_max
+        logits = runner.decode(state.cache, last)
+        state.fed.append(last)
+        draft: list[int] = []
+        while len(draft) < cap:
+            token, p = top_choice(runner.to_numpy(logits))
+            if p < cfg.p_min:
+                break
+            draft.append(token)
+            if len(draft) >= cap:
+                break
+            logits = runner.decode(state.cache, token)
+            state.fed.append(token)
+        return draft if len(draft) >= cfg.n_min else []
+
+
+@dataclass
+class DraftState:
+    """One sequence's draft cache and the tokens in it, in order."""
+
+    cache: list
+    fed: list = None  # type: ignore[assignment]
+
+    def __post_init__(self):
+        if self.fed is None:
+            self.fed = []

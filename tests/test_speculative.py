@@ -1,0 +1,145 @@
+"""Speculative decoding (server/engine/speculative.py): a draft model proposes, the target verifies, and the
+output is the plain decoding's, token for token, whatever the draft proposes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from server.engine.engine import Engine, EngineConfig
+from server.engine.runner import Runner
+from server.engine.speculative import DraftConfig, draft_max, top_choice, vocab_mismatch
+from server.engine.types import FinalEvent, GenerationRequest, SamplingParams, TokenEvent
+from server.models.loader import load_checkpoint
+from server.models.tokenizer import ModelTokenizer
+
+PROMPTS = ["The capital of France is", "Once upon a time", "def fibonacci(n):", "List three colors:"]
+
+
+@pytest.fixture(scope="module")
+def make_engine(twin_f32):
+    tok = ModelTokenizer(twin_f32.mlx_dir)
+    engines = []
+
+    def make(**cfg) -> Engine:
+        e = Engine(twin_f32.mlx_dir, EngineConfig(**cfg), eog_ids=tok.eog_ids, piece=tok.piece)
+        e.start()
+        e.ready.wait(180)
+        assert e.load_error is None, e.load_error
+        engines.append(e)
+        return e
+
+    yield make, tok
+    for e in engines:
+        e.stop()
+
+
+async def _run(engine: Engine, request: GenerationRequest) -> tuple[list[int], FinalEvent]:
+    tokens, final = [], None
+    async for ev in engine.submit(request):
+        if isinstance(ev, TokenEvent):
+            tokens.append(ev.token)
+        elif isinstance(ev, FinalEvent):
+            final = ev
+    assert final is not None
+    return tokens, final
+
+
+def test_a_verify_pass_gives_each_row_bitwise_the_decode_steps_logits(twin_f32):
+    runner = Runner(load_checkpoint(twin_f32.mlx_dir))
+    tok = ModelTokenizer(twin_f32.mlx_dir)
+    prompt = tok.tokenize("The quick brown fox", True, True)
+    more = tok.tokenize(" jumps over the lazy dog and runs", False, False)
+    plain = runner.new_cache()
+    runner.prefill(plain, prompt)
+    stepped = [np.array(runner.decode(plain, t)) for t in more]
+    spec = runner.new_cache()
+    runner.prefill(spec, prompt)
+    rows = np.array(runner.verify(spec, more))
+    assert rows.shape == (len(more), runner.n_vocab)
+    for i, row in enumerate(stepped):
+        assert np.array_equal(rows[i], row[0]), f"row {i} differs"
+    # a rejected tail is forgotten: the next write lands where the trim left the cache
+    runner.trim(spec, len(prompt) + 3)
+    again = np.array(runner.decode(spec, more[3]))
+    assert np.array_equal(again[0], stepped[3][0])
+    assert all(c.offset == len(prompt) + 4 for c in spec)
+
+
+def test_the_drafter_picks_the_top_logit_with_its_top_10_probability():
+    logits = np.full(50, -10.0, np.float32)
+    logits[7] = 3.0
+    logits[8] = 3.0 - np.log(3.0)
+    token, p = top_choice(logits)
+    assert token == 7
+    rest = 8 * np.exp(-13.0)  # the other eight of the ten best
+    assert p == pytest.approx(1.0 / (1.0 + 1.0 / 3.0 + rest), rel=1e-6)
+
+
+def test_draft_max_is_b10621s_bound():
+    assert draft_max(n_ctx=100, n_tokens=10, n_predict=-1, n_decoded=3) == 88
+    assert draft_max(n_ctx=100, n_tokens=10, n_predict=8, n_decoded=3) == 4  # one under the 5 left
+    assert draft_max(n_ctx=100, n_tokens=10, n_predict=4, n_decoded=4) == 88  # none left: the context bounds
+    assert draft_max(n_ctx=20, n_tokens=18, n_predict=-1, n_decoded=3) == 0
+
+
+def test_a_different_vocabulary_is_reported(twin_f32, twin_f32_minilm):
+    target = ModelTokenizer(twin_f32.mlx_dir)
+    assert vocab_mismatch(target, ModelTokenizer(twin_f32.mlx_dir)) is None
+    assert vocab_mismatch(target, ModelTokenizer(twin_f32_minilm.mlx_dir)) is not None
+
+
+@pytest.mark.parametrize("n_max", [1, 3, 8])
+async def test_greedy_output_is_token_identical_with_a_quantized_draft(make_engine, twin_q4_1, n_max):
+    make, tok = make_engine
+    plain = make()
+    drafted = make(draft=DraftConfig(str(twin_q4_1.mlx_dir), n_max=n_max))
+    for prompt in PROMPTS:
+        request = GenerationRequest(tuple(tok.tokenize(prompt, True, True)), n_predict=40, ignore_eos=True)
+        want, _ = await _run(plain, request)
+        got, final = await _run(drafted, request)
+        assert got == want, prompt
+        assert final.n_decoded == 40
+        assert final.n_draft > 0 and 0 < final.n_draft_accepted <= final.n_draft
+
+
+async def test_seeded_sampling_output_is_identical_too(make_engine, twin_q4_1):
+    make, tok = make_engine
+    plain = make()
+    drafted = make(draft=DraftConfig(str(twin_q4_1.mlx_dir), n_max=4))
+    sampling = SamplingParams(temperature=0.8, top_k=40, top_p=0.95, seed=1234)
+    request = GenerationRequest(tuple(tok.tokenize(PROMPTS[1], True, True)), n_predict=48, sampling=sampling)
+    want, _ = await _run(plain, request)
+    got, final = await _run(drafted, request)
+    assert got == want
+    assert final.n_draft > 0
+
+
+async def test_the_draft_never_crosses_the_token_budget_or_the_context(make_engine, twin_q4_1):
+    make, tok = make_engine
+    drafted = make(n_ctx=64, draft=DraftConfig(str(twin_q4_1.mlx_dir), n_max=8))
+    prompt = tuple(tok.tokenize(PROMPTS[0], True, True))
+    tokens, final = await _run(drafted, GenerationRequest(prompt, n_predict=7, ignore_eos=True))
+    assert len(tokens) == final.n_decoded == 7
+    tokens, final = await _run(drafted, GenerationRequest(prompt, ignore_eos=True))
+    assert final.stop_type == "limit" and final.truncated
+    assert final.n_tokens_cached + 1 == 64
+
+
+async def test_a_draft_of_the_target_itself_is_always_accepted(make_engine, twin_f32):
+    make, tok = make_engine
+    drafted = make(draft=DraftConfig(str(twin_f32.mlx_dir), n_max=3))
+    request = GenerationRequest(tuple(tok.tokenize(PROMPTS[2], True, True)), n_predict=25, ignore_eos=True)
+    _, final = await _run(drafted, request)
+    assert final.n_draft_accepted == final.n_draft > 0
+
+
+async def test_n_min_drops_short_drafts_and_p_min_stops_them(make_engine, twin_q4_1):
+    make, tok = make_engine
+    none = make(draft=DraftConfig(str(twin_q4_1.mlx_dir), n_max=3, n_min=4))
+    request = GenerationRequest(tuple(tok.tokenize(PROMPTS[3], True, True)), n_predict=12, ignore_eos=True)
+    _, final = await _run(none, request)
+    assert final.n_draft == 0
+    sure = make(draft=DraftConfig(str(twin_q4_1.mlx_dir), n_max=3, p_min=1.01))
+    _, final = await _run(sure, request)
+    assert final.n_draft == 0
