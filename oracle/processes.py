@@ -39,6 +39,10 @@ def _fixture_paths(arg: str, side: str) -> str:
         from fixtures.router import preset_file
 
         arg = arg.replace("{models_preset}", str(preset_file()))
+    if "{draft_" in arg:  # a twin's GGUF as a draft model, read by both (mlxcel converts it once)
+        from fixtures.twins import twin
+
+        arg = arg.replace("{draft_q4_1}", str(twin("q4_1").gguf)).replace("{draft_f32}", str(twin("f32").gguf))
     if "{control_vector}" in arg:  # the seeded control vector GGUF (fixtures/control_vector.py), read by both
         from fixtures.control_vector import control_vector_gguf
 

@@ -8,7 +8,8 @@ refusal diagnostic is pinned per case (`mlxcel_says`).
 
 Placeholders in args and env: {port} (a free port per side), {tmp} (the side's own working directory),
 {certs} (a self-signed test certificate and key, made by the test),
-{gguf} (the twin's GGUF, which both sides are given verbatim), {repo}, {sock} ({tmp}/server.sock).
+{gguf} (the twin's GGUF, which both sides are given verbatim), {repo}, {sock} ({tmp}/server.sock),
+{draft_q4_1} and {draft_f32} (a twin's GGUF as a draft model).
 Unless a case says otherwise, "-m MODEL --alias NAME --host 127.0.0.1 --port {port}" comes first: the reference's
 MODEL is the twin's GGUF, mlxcel's its MLX checkpoint.
 """
@@ -232,6 +233,10 @@ def observe(case: StartupCase, side: Side, extra: dict[str, str] | None = None) 
             from fixtures.control_vector import control_vector_gguf
 
             values["control_vector"] = str(control_vector_gguf())
+        if any("{draft_" in a for a in case.args):  # a twin's GGUF as a draft model, read by both
+            from fixtures.twins import twin
+
+            values |= {"draft_q4_1": str(twin("q4_1").gguf), "draft_f32": str(twin("f32").gguf)}
         argv = [*side.program, *(side.model if case.model else ())]
         if case.listen:
             argv += ["--host", "127.0.0.1", "--port", values["port"]]

@@ -459,8 +459,9 @@ def test_the_embedding_preset_points_at_the_bundled_encoder():
 def test_the_twelfth_preset_is_speculative_and_refuses():
     assert refused("--spec-default") == [
         ("error: --spec-default: b10621's preset turns on n-gram speculative decoding (ngram-mod, n_match 24, n_min "
-        "48, n_max 64); speculative decoding is not served yet (#14); leave it out: mlxcel decodes every token with "
-        "the model itself")]
+        "48, n_max 64); mlxcel drafts with a draft model only (draft-simple); the n-gram drafters and the MTP, "
+        "EAGLE-3, DFlash and DSpark heads are not implemented; pass --spec-type draft-simple with "
+        "--spec-draft-model FILE")]
 
 
 def test_control_vectors_are_served():
@@ -485,11 +486,31 @@ def test_log_prompts_dir_refuses_and_creates_nothing(tmp_path):
 
 
 @pytest.mark.parametrize("argv", [("--spec-type", "ngram-mod"), ("--spec-type", "draft-mtp,ngram-simple"),
-                                  ("-md", "draft"), ("--spec-draft-model", "d"), ("-hfd", "a/b")])
-def test_speculative_selectors_refuse(argv):
-    assert refused(*argv) == [(f"error: {' '.join(argv)}: speculative decoding is not served yet (#14); leave it out: "
-                              "mlxcel decodes every token with the model itself")]
+                                  ("--spec-type", "draft-simple,ngram-cache")])
+def test_speculative_selectors_other_than_draft_simple_refuse(argv):
+    assert refused(*argv) == [(f"error: {' '.join(argv)}: mlxcel drafts with a draft model only (draft-simple); the "
+                               "n-gram drafters and the MTP, EAGLE-3, DFlash and DSpark heads are not implemented; "
+                               "pass --spec-type draft-simple with --spec-draft-model FILE, or leave it out")]
     assert refused("--spec-type", "none", "--spec-type", "ngram-mod") != []  # every use counts, as upstream appends
+
+
+def test_a_draft_model_and_draft_simple_are_served():
+    assert refused("-md", "draft", "--spec-type", "draft-simple", "--spec-draft-n-max", "8") == []
+    assert refused("-hfd", "a/b") == [("error: -hfd a/b: mlxcel fetches no draft model from a repository; download it "
+                                       "yourself and pass --spec-draft-model DIR (or FILE.gguf)")]
+
+
+def test_with_a_draft_model_its_runtime_options_are_held_to_the_targets():
+    assert refused("-td", "4", "-ctkd", "q8_0", "-devd", "x") == []  # no draft: they configure nothing
+    assert refused("-md", "d", "-td", "-1", "-ctkd", "f16", "-ngld", "99") == []
+    assert refused("-md", "d", "-td", "4", "-ctkd", "q8_0", "-devd", "x") == [
+        "error: -td 4: mlxcel does not size a CPU thread pool from its command line: it uses every core (upstream's "
+        "<= 0 means all cores, which is what happens here) (the draft model's placement); leave it out or pass -1; on "
+        "Linux MLXCEL_CPU_THREADS sizes mlxcel's CPU thread pool",
+        "error: -ctkd q8_0: mlxcel stores the KV cache in the model's activation type; GGML's cache types have no MLX "
+        "counterpart here (the draft model's placement); leave it out",
+        "error: -devd x: mlxcel places no tensor on a chosen device or buffer type: every weight and the KV cache live "
+        "on MLX's default device (the draft model's placement); leave it out"]
 
 
 def test_speculative_tuning_is_inert_and_checked_as_b10621(capsys):

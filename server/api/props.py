@@ -33,6 +33,7 @@ def props_body(state) -> dict:
             "stream": False,
             "timings_per_token": False,
             "post_sampling_probs": False,
+            "speculative_types": "none",  # a default task_params: none of the server's speculative types
         }
     )
     return {

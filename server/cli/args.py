@@ -115,8 +115,8 @@ MLXCEL: dict[str, dict] = {
     "--rope-freq-scale": _s(help="RoPE frequency scaling factor, expands context by a factor of 1/N",
                             dest="rope_scale_args", action=_Ordered),
     "--spec-draft-model": _s("spec_draft_model", "draft model for speculative decoding, an MLX checkpoint or a GGUF "
-                                                  "file (converted once); drafts with --spec-type draft-simple "
-                                                  "(default: unused)"),
+                                                  "file (converted once); it drafts when the speculative types "
+                                                  "include draft-simple (default: unused)"),
     "--spec-draft-n-max": _s("spec_draft_n_max", "number of tokens to draft for speculative decoding (default: 3)", 3),
     "--spec-draft-n-min": _s("spec_draft_n_min", "minimum number of draft tokens to use for speculative decoding "
                                                   "(default: 0)", 0),

@@ -294,7 +294,7 @@ RULES: dict[str, Rule] = {
     "--vision-gemma-12b-default": _preset("ggml-org/gemma-3-12b-it-qat-GGUF", "mlx-community/gemma-3-12b-it-qat-4bit",
                                           "--port 8014 -c 0 --jinja", "; images are not served yet either (#14)"),
     "--spec-default": _refuse("b10621's preset turns on n-gram speculative decoding (ngram-mod, n_match 24, n_min 48, "
-                              "n_max 64); " + _SPEC, _SPEC_ALT),
+                              "n_max 64); " + _SPEC, "pass --spec-type draft-simple with --spec-draft-model FILE"),
     # ----- control vectors, LoRA -----
     "--lora-init-without-apply": _inert("--lora-init-without-apply: b10621's server applies its adapters' scales "
                                         "to every batch it runs, this flag or not (POST /lora-adapters sets them)"),
@@ -345,7 +345,8 @@ RULES: dict[str, Rule] = {
                            check=_directory_check),
     "--spec-type": _only(lambda v: set(spec_types(v)) <= SERVED_SPEC_TYPES, "none, draft-simple", _SPEC,
                          _SPEC_ALT, check=_spec_types_check, accumulates=True),
-    "--spec-draft-hf": _only(_is(""), "an empty value", _SPEC, _SPEC_ALT),
+    "--spec-draft-hf": _only(_is(""), "an empty value", "mlxcel fetches no draft model from a repository",
+                             "download it yourself and pass --spec-draft-model DIR (or FILE.gguf)"),
     "--lookup-cache-static": _inert("every value: it feeds the ngram-cache drafter, which mlxcel refuses to select"),
     "--lookup-cache-dynamic": _inert("every value: it feeds the ngram-cache drafter, which mlxcel refuses to select"),
     "--draft": _refuse("removed upstream", "", check=_removed("use --spec-draft-n-max or --spec-ngram-mod-n-max")),
