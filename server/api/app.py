@@ -12,6 +12,7 @@ from starlette.middleware.base import BaseHTTPMiddleware
 from ..errors import LOADING_MODEL, NOT_FOUND_BODY, ErrorKind, UpstreamError
 from . import (
     anthropic,
+    audio,
     chat,
     disabled,
     embeddings,
@@ -88,10 +89,10 @@ def create_app(state: AppState | None) -> FastAPI:
         return error_response(UpstreamError(str(exc), ErrorKind.INVALID_REQUEST))
 
     if settings.encoder is not None:  # --embeddings / --reranking: an encoder, nothing that generates
-        modules = (health, models, tokenize, props, metrics, embeddings, rerank, encoder_mode, disabled)
+        modules = (health, models, tokenize, props, metrics, embeddings, rerank, encoder_mode, audio, disabled)
     else:
         modules = (health, models, tokenize, native, chat, oai_completions, anthropic, responses, infill, props, slots,
-                   scoring, metrics, embeddings, rerank, stream_sessions, lora, disabled)
+                   scoring, metrics, embeddings, rerank, stream_sessions, lora, audio, disabled)
     for module in modules:
         app.include_router(module.router)
     if settings.vertex is not None and settings.vertex.enabled:  # AIP_MODE=PREDICTION (Vertex AI)
