@@ -519,9 +519,11 @@ def test_speculative_tuning_is_inert_and_checked_as_b10621(capsys):
         'error while handling argument "--spec-ngram-mod-n-match": ngram size N must be between 1 and 1024 inclusive')
 
 
-def test_other_issues_surfaces_refuse_naming_their_issue():
+def test_other_issues_surfaces_are_served_or_refuse_with_their_reason():
     assert refused("--lora", "a") == []  # served (#13): a path that does not exist fails when the server starts
-    assert refused("--mmproj", "p")[0] == "error: --mmproj p: images and audio is not served yet (#14); leave it out"
+    assert refused("--mmproj", "p")[0] == ("error: --mmproj p: mlxcel attaches no GGUF projector to a model: it serves "
+                                           "text checkpoints (a multimodal MLX checkpoint would carry its towers "
+                                           "inside); leave it out")
     assert refused("--models-dir", "d") == []  # router mode (#13): started without -m
 
 

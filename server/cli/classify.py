@@ -170,6 +170,8 @@ _SPEC = "mlxcel drafts with a draft model only (draft-simple); the n-gram drafte
         "and DSpark heads are not implemented"
 _SPEC_ALT = "pass --spec-type draft-simple with --spec-draft-model FILE, or leave it out"
 SERVED_SPEC_TYPES = {"none", "draft-simple"}
+_NO_PROJECTOR = "mlxcel attaches no GGUF projector to a model: it serves text checkpoints (a multimodal MLX " \
+                "checkpoint would carry its towers inside)"
 _UI = "mlxcel ships no web UI and runs no tool, MCP server or proxy on a model's behalf"
 _UI_ALT = "leave it out (client-declared tools in chat requests keep working), or pass the disabling form"
 
@@ -186,7 +188,7 @@ def _preset(repo: str, mlx: str, flags: str, extra: str = "") -> Rule:
 
 _FIM = "--port 8012 -ub 1024 -b 1024 -c 0"
 _GPT_OSS = "--port 8013 -ub 2048 -b 32768 -np 2 -c 262144 --temp 1.0 --top-p 1.0 --top-k 0 --min-p 0.01 --jinja"
-_DRAFT_NOTE = "; its draft model is speculative decoding, not served yet (#14)"
+_DRAFT_NOTE = "; its draft model is a GGUF repository too (pass a local one with --spec-draft-model)"
 
 RULES: dict[str, Rule] = {
     # ----- ggml-runtime: thread pool, affinity, placement, loading -----
@@ -290,9 +292,9 @@ RULES: dict[str, Rule] = {
     "--gpt-oss-20b-default": _preset("ggml-org/gpt-oss-20b-GGUF", "mlx-community/gpt-oss-20b-MXFP4-Q8", _GPT_OSS),
     "--gpt-oss-120b-default": _preset("ggml-org/gpt-oss-120b-GGUF", "mlx-community/gpt-oss-120b-MXFP4-Q8", _GPT_OSS),
     "--vision-gemma-4b-default": _preset("ggml-org/gemma-3-4b-it-qat-GGUF", "mlx-community/gemma-3-4b-it-qat-4bit",
-                                         "--port 8014 -c 0 --jinja", "; images are not served yet either (#14)"),
+                                         "--port 8014 -c 0 --jinja", "; mlxcel serves no image model either"),
     "--vision-gemma-12b-default": _preset("ggml-org/gemma-3-12b-it-qat-GGUF", "mlx-community/gemma-3-12b-it-qat-4bit",
-                                          "--port 8014 -c 0 --jinja", "; images are not served yet either (#14)"),
+                                          "--port 8014 -c 0 --jinja", "; mlxcel serves no image model either"),
     "--spec-default": _refuse("b10621's preset turns on n-gram speculative decoding (ngram-mod, n_match 24, n_min 48, "
                               "n_max 64); " + _SPEC, "pass --spec-type draft-simple with --spec-draft-model FILE"),
     # ----- control vectors, LoRA -----
@@ -332,8 +334,8 @@ RULES: dict[str, Rule] = {
     "--yarn-beta-fast": _only(lambda v: stof(v) == -1, "-1 (the default)", _not_yet("YaRN overrides", 14), _LEAVE,
                               check=_stof_check),
     # ----- embeddings, multimodal, observability, router: other issues' surfaces -----
-    "--mmproj": _refuse(_not_yet("images and audio", 14), _LEAVE),
-    "--mmproj-url": _refuse(_not_yet("images and audio", 14), _LEAVE),
+    "--mmproj": _refuse(_NO_PROJECTOR, _LEAVE),
+    "--mmproj-url": _refuse(_NO_PROJECTOR, _LEAVE),
     "--mmproj-auto": _inert("--mmproj-auto, --no-mmproj(-auto): it only fetches a projector with --hf-repo, which "
                             "mlxcel refuses"),
     "--mmproj-offload": _inert("every form: it places a projector, which mlxcel refuses to load"),
@@ -341,7 +343,8 @@ RULES: dict[str, Rule] = {
     "--image-min-tokens": _inert("every value: it sizes images, which mlxcel refuses to take"),
     "--image-max-tokens": _inert("every value: it sizes images, which mlxcel refuses to take"),
     "--mtmd-batch-max-tokens": _inert("every value: it batches images, which mlxcel refuses to take"),
-    "--media-path": _inert("every existing directory: it serves media to a projector, which mlxcel refuses to load",
+    "--media-path": _inert("every existing directory: file:// media resolve under it, confined (server/media/"
+                           "paths.py); the models mlxcel serves take no media, so no file is read",
                            check=_directory_check),
     "--spec-type": _only(lambda v: set(spec_types(v)) <= SERVED_SPEC_TYPES, "none, draft-simple", _SPEC,
                          _SPEC_ALT, check=_spec_types_check, accumulates=True),
