@@ -118,7 +118,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
         "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n", "List three colors:\n1."]
     worst, disagreements = 0.0, 0
     out = []
-    with Pair(args.twin) as pair:
+    with Pair(args.twin, tuple(args.server_arg or ())) as pair:
         for p in prompts:
             t = trace(pair.reference.base_url, pair.mlxcel.base_url, p, args.twin, args.n_predict,
                       threshold=args.threshold)
@@ -172,6 +172,8 @@ def main(argv: list[str] | None = None) -> None:
     t.add_argument("--n-predict", type=int, default=64)
     t.add_argument("--threshold", type=float, default=None)
     t.add_argument("--json", help="write the per-position traces here")
+    t.add_argument("--server-arg", action="append", help="a flag both servers get (repeat for each word), e.g. "
+                   "--server-arg=--rope-scaling --server-arg=yarn")
     t.set_defaults(func=cmd_trace)
     args = p.parse_args(argv)
     try:

@@ -52,16 +52,19 @@ def swiglu(gate: mx.array, up: mx.array | None = None) -> mx.array:
     return mx.array(out)
 
 
-def rope(x: mx.array, dims: int, base: float, scale: float, offsets: list[int]) -> mx.array:
+def rope(x: mx.array, dims: int, base: float, scale: float, offsets: list[int],
+         yarn: tuple[float, float, float, float] | None = None) -> mx.array:
     """mx.fast.rope(x, dims, traditional=False, base=base, scale=scale, offset=...) for x (B, H, L, D),
-    row b's positions starting at offsets[b]; the angles computed as ggml computes them."""
+    row b's positions starting at offsets[b]; the angles computed as ggml computes them (with YaRN's
+    ext_factor, attn_factor and correction dims where yarn is given: server/models/yarn.py)."""
     mx.eval(x)
     view = _view(x)
     batch, heads, length, dim = view.shape
     out = np.empty(view.shape, np.float32)
     steps = [ctypes.c_long(stride // 4) for stride in view.strides[:3]]
     blas.STATE.native.mlxcel_rope(_ptr(view), *steps, batch, heads, length, dim, dims, ctypes.c_float(base),
-                                  ctypes.c_float(scale), (ctypes.c_int * batch)(*offsets), _ptr(out))
+                                  ctypes.c_float(scale), None if yarn is None else (ctypes.c_float * 4)(*yarn),
+                                  (ctypes.c_int * batch)(*offsets), _ptr(out))
     return mx.array(out)
 
 

@@ -112,6 +112,16 @@ MLXCEL: dict[str, dict] = {
     "--rope-scale": _s(help="RoPE context scaling factor, expands context by a factor of N", dest="rope_scale_args",
                        action=_Ordered),
     "--rope-freq-base": _s("rope_freq_base", "RoPE base frequency (default: loaded from model)"),
+    "--rope-scaling": _s("rope_scaling", "RoPE frequency scaling method, defaults to linear unless specified by the "
+                                         "model"),
+    "--yarn-orig-ctx": _s("yarn_orig_ctx", "YaRN: original context size of model (default: 0 = model training "
+                                           "context size)", 0),
+    "--yarn-ext-factor": _s("yarn_ext_factor", "YaRN: extrapolation mix factor (default: -1.00, 0.0 = full "
+                                               "interpolation)", "-1.00"),
+    "--yarn-attn-factor": _s("yarn_attn_factor", "YaRN: scale sqrt(t) or attention magnitude (default: -1.00)",
+                             "-1.00"),
+    "--yarn-beta-slow": _s("yarn_beta_slow", "YaRN: high correction dim or alpha (default: -1.00)", "-1.00"),
+    "--yarn-beta-fast": _s("yarn_beta_fast", "YaRN: low correction dim or beta (default: -1.00)", "-1.00"),
     "--rope-freq-scale": _s(help="RoPE frequency scaling factor, expands context by a factor of 1/N",
                             dest="rope_scale_args", action=_Ordered),
     "--spec-draft-model": _s("spec_draft_model", "draft model for speculative decoding, an MLX checkpoint or a GGUF "

@@ -176,10 +176,6 @@ _UI = "mlxcel ships no web UI and runs no tool, MCP server or proxy on a model's
 _UI_ALT = "leave it out (client-declared tools in chat requests keep working), or pass the disabling form"
 
 
-def _not_yet(what: str, issue: int) -> str:
-    return f"{what} is not served yet (#{issue})"
-
-
 def _preset(repo: str, mlx: str, flags: str, extra: str = "") -> Rule:
     return _refuse(f"b10621's preset serves the GGUF repository {repo}, which mlxcel cannot load{extra}",
                    f"the nearest MLX checkpoint is {mlx}: fetch it (`huggingface-cli download {mlx} --local-dir "
@@ -322,17 +318,6 @@ RULES: dict[str, Rule] = {
     "--slot-prompt-similarity": _only(lambda v: stof(v) == 0, "0 (disabled)", "mlxcel picks no slot by prompt "
                                       "similarity: its prompt cache is shared by every slot", "pass -sps 0 or leave "
                                       "it out", check=_stof_check),
-    "--rope-scaling": _only(lambda v: v in ("none", "linear"), "none or linear", _not_yet("YaRN rope scaling", 14),
-                            "leave it out or pass linear", check=_in("--rope-scaling", "none", "linear", "yarn")),
-    "--yarn-orig-ctx": _only(_is(0), "0 (the default)", _not_yet("YaRN overrides", 14), _LEAVE),
-    "--yarn-ext-factor": _only(lambda v: stof(v) == -1, "-1 (the default)", _not_yet("YaRN overrides", 14), _LEAVE,
-                               check=_stof_check),
-    "--yarn-attn-factor": _only(lambda v: stof(v) == -1, "-1 (the default)", _not_yet("YaRN overrides", 14), _LEAVE,
-                                check=_stof_check),
-    "--yarn-beta-slow": _only(lambda v: stof(v) == -1, "-1 (the default)", _not_yet("YaRN overrides", 14), _LEAVE,
-                              check=_stof_check),
-    "--yarn-beta-fast": _only(lambda v: stof(v) == -1, "-1 (the default)", _not_yet("YaRN overrides", 14), _LEAVE,
-                              check=_stof_check),
     # ----- embeddings, multimodal, observability, router: other issues' surfaces -----
     "--mmproj": _refuse(_NO_PROJECTOR, _LEAVE),
     "--mmproj-url": _refuse(_NO_PROJECTOR, _LEAVE),
@@ -435,6 +420,11 @@ ACTED_ON_CHECKS: dict[str, Callable[[object], None]] = {
     "--rope-freq-scale": _stof_check,
     "--spec-draft-n-max": _range(0, None),
     "--spec-draft-p-min": _stof_check,
+    "--rope-scaling": _in("--rope-scaling", "none", "linear", "yarn"),
+    "--yarn-ext-factor": _stof_check,
+    "--yarn-attn-factor": _stof_check,
+    "--yarn-beta-slow": _stof_check,
+    "--yarn-beta-fast": _stof_check,
 }
 
 

@@ -81,7 +81,7 @@ def build_state(args, prog: str, auth, cors, vertex):
                                                  cache_prompt=args.cache_prompt, cache_ram_mib=args.cache_ram,
                                                  ctx_shift=args.context_shift, add_bos=tokenizer.add_bos,
                                                  special=args.special, sleep_idle_seconds=args.sleep_idle_seconds,
-                                                 rope=rope_overrides(args),
+                                                 rope=rope_overrides(args), yarn=yarn_flags(args),
                                                  lora=lora, lora_fuse=bool(args.lora_fuse),
                                                  control_vectors=control_vectors,
                                                  control_vector_layers=layers, draft=draft),
@@ -285,6 +285,16 @@ def speculative_config(args, tokenizer, prog: str):
         return types, None
     return types, DraftConfig(str(checkpoint), n_max=args.spec_draft_n_max, n_min=args.spec_draft_n_min,
                               p_min=stof(args.spec_draft_p_min))
+
+
+def yarn_flags(args):
+    """--rope-scaling yarn and the --yarn-* values, as given (server.models.yarn resolves them)."""
+    from ..models.yarn import YarnFlags
+    from .parse import stof
+
+    return YarnFlags(scaling_yarn=args.rope_scaling == "yarn", ext_factor=stof(args.yarn_ext_factor),
+                     attn_factor=stof(args.yarn_attn_factor), beta_fast=stof(args.yarn_beta_fast),
+                     beta_slow=stof(args.yarn_beta_slow), orig_ctx=int(args.yarn_orig_ctx or 0))
 
 
 def rope_overrides(args) -> tuple[float | None, float | None]:

@@ -146,6 +146,7 @@ class EngineConfig:
     special: bool = False  # --special: generated special tokens are rendered as text
     sleep_idle_seconds: int = -1  # --sleep-idle-seconds: free the model after this long idle (-1: never)
     rope: tuple[float | None, float | None] = (None, None)  # --rope-freq-base, --rope-freq-scale (None: the model's)
+    yarn: object = None  # server.models.yarn.YarnFlags: --rope-scaling yarn and the --yarn-* values
     lora: tuple[tuple[str, float], ...] = ()  # --lora / --lora-scaled: (adapter, its starting scale)
     lora_fuse: bool = False  # --lora-fuse: the adapters baked into the weights at their starting scales
     # --control-vector / --control-vector-scaled: (file, strength); --control-vector-layer-range (0: default)
@@ -257,7 +258,7 @@ class Engine:
             from .runner import Runner
 
             started = time.perf_counter()
-            loaded = load_checkpoint(self.checkpoint, fuse=self._fuser(), rope=self.config.rope)
+            loaded = load_checkpoint(self.checkpoint, fuse=self._fuser(), rope=self.config.rope, yarn=self.config.yarn)
             self.runner = Runner(loaded, n_batch=self.config.n_batch)
             self._load_adapters()
             self._load_draft()
@@ -457,7 +458,8 @@ class Engine:
         from .runner import Runner
 
         log.info("server is exiting sleeping state")
-        self.runner = Runner(load_checkpoint(self.checkpoint, fuse=self._fuser(), rope=self.config.rope), n_batch=self.config.n_batch)
+        self.runner = Runner(load_checkpoint(self.checkpoint, fuse=self._fuser(), rope=self.config.rope,
+                                             yarn=self.config.yarn), n_batch=self.config.n_batch)
         self._load_adapters()
         self._load_draft()
         self.sleeping = False

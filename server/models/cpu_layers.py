@@ -19,6 +19,7 @@ from mlx_lm.models.base import scaled_dot_product_attention
 from mlx_lm.models.cache import BatchKVCache, KVCache
 
 from .. import cpu_kernels
+from .yarn import YarnRoPE
 
 
 class FusedLinear(nn.Module):
@@ -86,12 +87,13 @@ class KernelAttention(llama.Attention):
         values = v.reshape(batch, length, self.n_kv_heads, -1).transpose(0, 2, 1, 3)
         first = self._kernel_rows(x, mask, cache)
         rope = self.rope
-        if first is not None and type(rope) is nn.RoPE and not rope.traditional:
+        if first is not None and type(rope) in (nn.RoPE, YarnRoPE) and not rope.traditional:
             # the kernel's rope: one call instead of MLX's CPU fallback (~130 us each), ggml's angles
             offsets = [0] * batch if cache is None else cache.offset.tolist() if type(cache) is BatchKVCache \
                 else [cache.offset] * batch
-            queries = cpu_kernels.rope(queries, rope.dims, rope.base, rope.scale, offsets)
-            keys = cpu_kernels.rope(keys, rope.dims, rope.base, rope.scale, offsets)
+            yarn = getattr(rope, "yarn", None)
+            queries = cpu_kernels.rope(queries, rope.dims, rope.base, rope.scale, offsets, yarn)
+            keys = cpu_kernels.rope(keys, rope.dims, rope.base, rope.scale, offsets, yarn)
         elif cache is not None:
             queries, keys = rope(queries, offset=cache.offset), rope(keys, offset=cache.offset)
         else:

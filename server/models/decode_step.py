@@ -23,6 +23,7 @@ from mlx_lm.models.cache import BatchKVCache, KVCache
 
 from .. import blas, cpu_kernels
 from .quantized_twins import pointer
+from .yarn import YarnRoPE
 
 MAX_ROWS = 16  # the few-row products' limit (cpu_kernels.c SMALL_M): more rows decode through MLX
 _VOID_P = ctypes.c_void_p
@@ -44,7 +45,7 @@ def _layer_weights(layer) -> list[mx.array] | None:
     if not all(type(n) is nn.RMSNorm for n in norms):
         return None
     rope = attn.rope
-    if type(rope) is not nn.RoPE or rope.traditional:
+    if type(rope) not in (nn.RoPE, YarnRoPE) or rope.traditional:
         return None
     return [layer.input_layernorm.weight, attn.qkv_proj.weight_t, attn.o_proj.weight_t,
             layer.post_attention_layernorm.weight, mlp.gate_up_proj.weight_t, mlp.down_proj.weight_t]
@@ -102,12 +103,13 @@ class DecodeStep:
         norms = {trunk.norm.eps} | {n.eps for layer in trunk.layers
                                     for n in (layer.input_layernorm, layer.post_attention_layernorm)}
         ropes = {(layer.self_attn.rope.dims, layer.self_attn.rope.base, layer.self_attn.rope.scale,
-                  layer.self_attn.scale) for layer in trunk.layers}
+                  layer.self_attn.scale, getattr(layer.self_attn.rope, "yarn", (0.0, 1.0, 0.0, 0.0)))
+                 for layer in trunk.layers}
         if len(norms) != 1 or len(ropes) != 1:
             return None
-        _, base, scale, attn_scale = ropes.pop()
+        _, base, scale, attn_scale, yarn = ropes.pop()
         mx.eval(weights)
-        return cls(dims, [norms.pop(), base, scale, attn_scale], weights)
+        return cls(dims, [norms.pop(), base, scale, attn_scale, *yarn], weights)
 
     def grow(self, cache, index: int, rows: int, positions: int = 1) -> None:
         """Room for `positions` more at index in a layer's buffer (rows sequences), as mlx-lm's update_and_fetch

@@ -122,7 +122,7 @@ def override_rope(model: nn.Module, base: float | None, scale: float | None) -> 
 
 
 def load_checkpoint(path: Path, dequantize: bool | None = None, transpose: bool | None = None,
-                    kernels: bool | None = None, fuse=None, rope: tuple = (None, None)) -> LoadedModel:
+                    kernels: bool | None = None, fuse=None, rope: tuple = (None, None), yarn=None) -> LoadedModel:
     """dequantize, transpose (TransposedLinear), kernels (cpu_layers): None means "on the CPU", where MLX's
     f32 matmul through the BLAS beats its quantized one, a plain GEMM beats one with a transposed operand, and
     mlxcel's attention and SwiGLU kernels beat MLX's exp (when they are loaded); a dequantized checkpoint's
@@ -130,6 +130,12 @@ def load_checkpoint(path: Path, dequantize: bool | None = None, transpose: bool 
     model, _ = load_model(path)
     config = json.loads((path / "config.json").read_text())
     override_rope(model, *rope)
+    if yarn is not None and yarn.given:  # --rope-scaling yarn, --yarn-*: ggml's rope_ext parameters
+        from . import yarn as yarn_rope
+
+        n_ctx_train = int(config.get("max_position_embeddings") or 0)
+        if yarn_rope.install(model, yarn, n_ctx_train) < 0:
+            raise ValueError("--rope-scaling yarn / --yarn-*: the model's rope takes no YaRN parameters")
     if dequantize is None:
         dequantize = mx.default_device() == mx.cpu
     on_cpu = mx.default_device() == mx.cpu

@@ -1056,22 +1056,40 @@ int mlxcel_attention(const float *q, long q_seq, long q_head, long q_pos, const 
  * position offsets[b] + i. The first dims of each row turn in pairs (j, j + dims / 2) by the angle
  * scale * position * base^(-2j / dims), computed as ggml does (in float, the power by repeated products),
  * so the reference's rotations are reproduced; the rest stay. out: B x heads x L x D, contiguous. */
-HIDDEN void rope_angles(int position, int half, int dims, float base, float scale, float *c, float *s) {
+HIDDEN void rope_angles(int position, int half, int dims, float base, float scale, const float *yarn, float *c,
+                        float *s) {
     float theta = (float)position, theta_scale = powf(base, -2.0f / (float)dims);
-    for (int j = 0; j < half; j++) {
-        c[j] = cosf(scale * theta);
-        s[j] = sinf(scale * theta);
+    if (!yarn) {
+        for (int j = 0; j < half; j++) {
+            c[j] = cosf(scale * theta);
+            s[j] = sinf(scale * theta);
+            theta *= theta_scale;
+        }
+        return;
+    }
+    const float ext = yarn[0], low = yarn[2], high = yarn[3];
+    float mscale = yarn[1];
+    if (ext != 0.0f) mscale *= 1.0f + 0.1f * logf(1.0f / scale);
+    for (int j = 0; j < half; j++) { /* ggml's rope_yarn, pair j being its i0 = 2 j */
+        float angle = scale * theta;
+        if (ext != 0.0f) {
+            const float y = ((float)j - low) / fmaxf(0.001f, high - low);
+            const float mix = (1.0f - fminf(1.0f, fmaxf(0.0f, y))) * ext;
+            angle = angle * (1.0f - mix) + theta * mix;
+        }
+        c[j] = cosf(angle) * mscale;
+        s[j] = sinf(angle) * mscale;
         theta *= theta_scale;
     }
 }
 
 void mlxcel_rope(const float *x, long x_seq, long x_head, long x_pos, int B, int heads, int L, int D, int dims,
-                 float base, float scale, const int *offsets, float *out) {
+                 float base, float scale, const float *yarn, const int *offsets, float *out) {
     int half = dims / 2 < ROPE_MAX_HALF ? dims / 2 : ROPE_MAX_HALF;
     float c[ROPE_MAX_HALF], s[ROPE_MAX_HALF];
     for (int b = 0; b < B; b++)
         for (int i = 0; i < L; i++) {
-            rope_angles(offsets[b] + i, half, dims, base, scale, c, s);
+            rope_angles(offsets[b] + i, half, dims, base, scale, yarn, c, s);
             for (int h = 0; h < heads; h++) {
                 const float *xr = x + b * x_seq + h * x_head + i * x_pos;
                 float *o = out + (((size_t)b * heads + h) * L + i) * D;

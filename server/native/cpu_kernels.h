@@ -23,7 +23,9 @@ HIDDEN void mlxcel_pool_run(mlxcel_task_fn fn, void *ctx, int tasks, int paralle
 enum { BUFFER_SUMS, BUFFER_SCORES, BUFFER_PREFILL, THREAD_BUFFERS };
 HIDDEN float *mlxcel_thread_floats(int which, size_t floats);
 
-/* rope's cos and sin at a position for pairs 0..half-1, as ggml computes them */
-HIDDEN void rope_angles(int position, int half, int dims, float base, float scale, float *c, float *s);
+/* rope's cos and sin at a position for pairs 0..half-1, as ggml's rope_yarn computes them; yarn: NULL, or
+ * {ext_factor, attn_factor, corr_dims[0], corr_dims[1]} (YaRN's mix and magnitude) */
+HIDDEN void rope_angles(int position, int half, int dims, float base, float scale, const float *yarn, float *c,
+                        float *s);
 
 #endif

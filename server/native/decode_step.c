@@ -15,7 +15,8 @@
 #include "step_model.h"
 
 /* dims: layers, hidden, heads, kv_heads, head_dim, intermediate, vocab, rope dims, tied, max rows;
- * params: rms eps, rope base, rope scale, attention scale; weights: embed, final norm, head (ignored when
+ * params: rms eps, rope base, rope scale, attention scale, then YaRN's ext_factor, attn_factor and corr_dims
+ * (0, 1: the plain angles); weights: embed, final norm, head (ignored when
  * tied), then per layer attn norm, qkv (hidden x (heads + 2 kv_heads) head_dim), o, mlp norm, gate|up
  * (hidden x 2 intermediate), down. The weights stay the caller's. NULL when out of memory. */
 void *mlxcel_step_model(const int *dims, const float *params, const float *const *weights) {
@@ -23,8 +24,9 @@ void *mlxcel_step_model(const int *dims, const float *params, const float *const
     struct step_model *m = malloc(sizeof *m + sizeof(struct step_layer) * (size_t)dims[0]);
     if (!m) return NULL;
     *m = (struct step_model){dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6], dims[7], dims[8],
-                             dims[9], params[0], params[1], params[2], params[3], weights[0], weights[1],
-                             dims[8] ? weights[0] : weights[2]};
+                             dims[9], params[0], params[1], params[2], params[3],
+                             {params[4], params[5], params[6], params[7]}, params[4] != 0.0f || params[5] != 1.0f,
+                             weights[0], weights[1], dims[8] ? weights[0] : weights[2]};
     for (int l = 0; l < m->layers; l++) {
         const float *const *w = weights + 3 + LAYER_WEIGHTS * l;
         m->layer[l] = (struct step_layer){w[0], w[1], w[2], w[3], w[4], w[5]};
@@ -50,7 +52,8 @@ static int run_rows(const struct step_model *m, int B, const int *tokens, const 
     float *att = q + (size_t)B * H * D, *gu = att + (size_t)B * H * D, *act = gu + (size_t)B * 2 * I;
     for (int b = 0; b < B; b++) {
         memcpy(x + (size_t)b * E, m->embed + (size_t)tokens[b] * E, sizeof(float) * E);
-        rope_angles(pos[b], half, m->rope_dims, m->rope_base, m->rope_scale, angles + 2 * ROPE_MAX_HALF * b,
+        rope_angles(pos[b], half, m->rope_dims, m->rope_base, m->rope_scale, m->yarn_on ? m->yarn : NULL,
+                    angles + 2 * ROPE_MAX_HALF * b,
                     angles + 2 * ROPE_MAX_HALF * b + ROPE_MAX_HALF);
     }
     int status = 0;

@@ -102,7 +102,8 @@ int mlxcel_prefill(const void *model, int L, const int *tokens, int index, float
     for (int i = 0; i < L; i++) {
         memcpy(x + (size_t)i * E, m->embed + (size_t)tokens[i] * E, sizeof(float) * E);
         float *c = angles + (size_t)i * 2 * half;
-        rope_angles(index + i, half, m->rope_dims, m->rope_base, m->rope_scale, c, c + half);
+        rope_angles(index + i, half, m->rope_dims, m->rope_base, m->rope_scale, m->yarn_on ? m->yarn : NULL, c,
+                    c + half);
     }
     for (int l = 0; l < m->layers; l++) {
         const struct step_layer *w = &m->layer[l];

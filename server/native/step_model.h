@@ -17,6 +17,8 @@ struct step_layer {
 struct step_model {
     int layers, hidden, heads, kv_heads, head_dim, inter, vocab, rope_dims, tied, max_rows;
     float eps, rope_base, rope_scale, attn_scale;
+    float yarn[4];  /* YaRN's ext_factor, attn_factor, corr_dims (rope_angles) */
+    int yarn_on;    /* 0: the plain angles */
     const float *embed, *norm, *head; /* embed: vocab x hidden; head: hidden x vocab (the embedding when tied) */
     struct step_layer layer[];
 };
