@@ -7,7 +7,10 @@ aggregate tokens/s at 4, 8 and 16 concurrent streams, prompt tokens/s at 128, 51
 first token, and time to first token on a prompt-cache hit of a 2048-token prefix over the cold one. Peak
 resident memory is read once at the end. Each figure is reported as min/median/max over the repetitions
 and as the mlxcel/reference ratio of medians (> 1: mlxcel better). `mlx_lm.server` on the same MLX twin
-(with the same BLAS) is a second anchor for the one-stream and aggregate decode. Nothing here asserts a speed.
+(with the same BLAS) is a second anchor for the one-stream and aggregate decode. A second pair then runs with
+speculative decoding (the Q4_1 twin drafting for the target, --spec-type draft-simple): one-stream greedy
+decode with and without the draft, each server's speedup over itself and the ratio between the two. Nothing
+here asserts a speed.
 """
 
 from __future__ import annotations
@@ -232,6 +235,61 @@ def run(twin_kind: str, n_predict: int, reps: int, anchor: bool = True) -> dict:
     return results
 
 
+SPEC_ARGS = ["-md", "{draft_q4_1}", "--spec-type", "draft-simple"]  # {draft_q4_1}: oracle/processes.py
+
+
+async def measure_decode(url: str, n_predict: int) -> dict:
+    """One-stream greedy decode tokens/s over three prompts, and the draft counts the server reports."""
+    out: dict = {"decode_tps_1": [], "draft_acceptance": []}
+    async with httpx.AsyncClient(limits=httpx.Limits(max_keepalive_connections=0)) as client:
+        await _one(client, url, {"prompt": PROMPT, "n_predict": 4, "temperature": 0})  # warm up
+        for prompt in (PROMPT, "def fibonacci(n):", "The history of the Roman Empire begins with"):
+            body = {"prompt": prompt, "n_predict": n_predict, "temperature": 0, "ignore_eos": True,
+                    "cache_prompt": False}
+            start = time.perf_counter()
+            answer = await _one(client, url, body)
+            out["decode_tps_1"].append(answer["tokens_predicted"] / (time.perf_counter() - start))
+            t = answer.get("timings", {})
+            if t.get("draft_n"):
+                out["draft_acceptance"].append(t["draft_n_accepted"] / t["draft_n"])
+    return {k: statistics.median(v) for k, v in out.items() if v}
+
+
+def run_speculative(twin_kind: str, n_predict: int, reps: int) -> dict:
+    """Both servers plain and with the Q4_1 draft, side by side: decode tokens/s and the speedups."""
+    from fixtures.twins import twin
+
+    from .reference import build_reference
+
+    t = twin(twin_kind)
+    args = [*COMMON_ARGS, "--parallel", "1"]
+    servers = {("reference", "plain"): reference_server(build_reference(), t.gguf, args),
+               ("mlxcel", "plain"): mlxcel_server(t.mlx_model, args),
+               ("reference", "draft"): reference_server(build_reference(), t.gguf, [*args, *SPEC_ARGS]),
+               ("mlxcel", "draft"): mlxcel_server(t.mlx_model, [*args, *SPEC_ARGS])}
+    samples: dict = {key: [] for key in servers}
+    try:
+        for proc in servers.values():
+            proc.start()
+        for rep in range(reps):
+            order = list(servers) if rep % 2 == 0 else list(reversed(servers))
+            for key in order:
+                samples[key].append(asyncio.run(measure_decode(servers[key].base_url, n_predict)))
+    finally:
+        for proc in servers.values():
+            proc.cleanup()
+    out: dict = {"args": SPEC_ARGS}
+    for (name, mode), runs in samples.items():
+        for k in runs[0]:
+            out.setdefault(name, {})[f"{k}_{mode}"] = summarize([r[k] for r in runs])
+    for name in ("reference", "mlxcel"):
+        figures = out[name]
+        out[name]["speedup"] = figures["decode_tps_1_draft"]["median"] / figures["decode_tps_1_plain"]["median"]
+    out["ratio_mlxcel_over_reference"] = out["mlxcel"]["decode_tps_1_draft"]["median"] / \
+        out["reference"]["decode_tps_1_draft"]["median"]
+    return out
+
+
 def report(results: dict) -> str:
     ref, mine, ratio = results["reference"], results["mlxcel"], results["ratio_mlxcel_over_reference"]
     lines = [f"twin {results['twin']}, {results['repetitions']} repetitions, n_predict {results['n_predict']}; "
@@ -254,6 +312,14 @@ def report(results: dict) -> str:
         lines.append(f"mlx_lm.server: {anchor['error']}")
     for k, v in results["mlxcel_only"].items():
         lines.append(f"{k:<32}{'':>26}{v:>26.1f}")
+    spec = results.get("speculative")
+    if spec:
+        lines.append(f"speculative decoding ({' '.join(spec['args'])}), one stream, greedy")
+        for k in ("decode_tps_1_plain", "decode_tps_1_draft", "draft_acceptance_draft"):
+            if k in spec["mlxcel"] and k in spec["reference"]:
+                lines.append(f"{k:<32}{cell(spec['reference'][k]):>26}{cell(spec['mlxcel'][k]):>26}")
+        lines.append(f"{'speedup over plain':<32}{spec['reference']['speedup']:>26.3f}{spec['mlxcel']['speedup']:>26.3f}"
+                     f"{spec['ratio_mlxcel_over_reference']:>8.3f}")
     return "\n".join(lines)
 
 
@@ -263,9 +329,19 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--n-predict", type=int, default=64)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--no-anchor", action="store_true", help="skip mlx_lm.server")
+    p.add_argument("--no-speculative", action="store_true", help="skip the speculative-decoding pair")
+    p.add_argument("--speculative-only", action="store_true", help="run the speculative-decoding pair alone")
     p.add_argument("--out", default=".oracle/bench.json")
     args = p.parse_args(argv)
+    if args.speculative_only:
+        results = {"speculative": run_speculative(args.twin, args.n_predict, args.reps)}
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
+        print(json.dumps(results["speculative"], indent=1))
+        return
     results = run(args.twin, args.n_predict, args.reps, anchor=not args.no_anchor)
+    if not args.no_speculative:
+        results["speculative"] = run_speculative(args.twin, args.n_predict, args.reps)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
     print(report(results))

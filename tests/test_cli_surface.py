@@ -459,9 +459,9 @@ def test_the_embedding_preset_points_at_the_bundled_encoder():
 def test_the_twelfth_preset_is_speculative_and_refuses():
     assert refused("--spec-default") == [
         ("error: --spec-default: b10621's preset turns on n-gram speculative decoding (ngram-mod, n_match 24, n_min "
-        "48, n_max 64); mlxcel drafts with a draft model only (draft-simple); the n-gram drafters and the MTP, "
-        "EAGLE-3, DFlash and DSpark heads are not implemented; pass --spec-type draft-simple with "
-        "--spec-draft-model FILE")]
+        "48, n_max 64); mlxcel drafts with a draft model (draft-simple) or by n-gram lookup (ngram-simple); the "
+        "stateful n-gram drafters (ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache) and the MTP, EAGLE-3, "
+        "DFlash and DSpark heads are not implemented; pass --spec-type draft-simple with --spec-draft-model FILE")]
 
 
 def test_control_vectors_are_served():
@@ -486,16 +486,19 @@ def test_log_prompts_dir_refuses_and_creates_nothing(tmp_path):
 
 
 @pytest.mark.parametrize("argv", [("--spec-type", "ngram-mod"), ("--spec-type", "draft-mtp,ngram-simple"),
-                                  ("--spec-type", "draft-simple,ngram-cache")])
+                                  ("--spec-type", "draft-simple,ngram-cache"), ("--spec-type", "ngram-map-k")])
 def test_speculative_selectors_other_than_draft_simple_refuse(argv):
-    assert refused(*argv) == [(f"error: {' '.join(argv)}: mlxcel drafts with a draft model only (draft-simple); the "
-                               "n-gram drafters and the MTP, EAGLE-3, DFlash and DSpark heads are not implemented; "
-                               "pass --spec-type draft-simple with --spec-draft-model FILE, or leave it out")]
+    assert refused(*argv) == [(f"error: {' '.join(argv)}: mlxcel drafts with a draft model (draft-simple) or by "
+                               "n-gram lookup (ngram-simple); the stateful n-gram drafters (ngram-map-k, ngram-map-k4v, "
+                               "ngram-mod, ngram-cache) and the MTP, EAGLE-3, DFlash and DSpark heads are not "
+                               "implemented; pass --spec-type ngram-simple, or draft-simple with --spec-draft-model "
+                               "FILE, or leave it out")]
     assert refused("--spec-type", "none", "--spec-type", "ngram-mod") != []  # every use counts, as upstream appends
 
 
 def test_a_draft_model_and_draft_simple_are_served():
     assert refused("-md", "draft", "--spec-type", "draft-simple", "--spec-draft-n-max", "8") == []
+    assert refused("--spec-type", "ngram-simple,draft-simple", "--spec-ngram-simple-size-n", "4") == []
     assert refused("-hfd", "a/b") == [("error: -hfd a/b: mlxcel fetches no draft model from a repository; download it "
                                        "yourself and pass --spec-draft-model DIR (or FILE.gguf)")]
 

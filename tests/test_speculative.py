@@ -8,7 +8,7 @@ import pytest
 
 from server.engine.engine import Engine, EngineConfig
 from server.engine.runner import Runner
-from server.engine.speculative import DraftConfig, draft_max, top_choice, vocab_mismatch
+from server.engine.speculative import DraftConfig, NgramSimple, Speculator, draft_max, top_choice, vocab_mismatch
 from server.engine.types import FinalEvent, GenerationRequest, SamplingParams, TokenEvent
 from server.models.loader import load_checkpoint
 from server.models.tokenizer import ModelTokenizer
@@ -64,6 +64,21 @@ def test_a_verify_pass_gives_each_row_bitwise_the_decode_steps_logits(twin_f32):
     again = np.array(runner.decode(spec, more[3]))
     assert np.array_equal(again[0], stepped[3][0])
     assert all(c.offset == len(prompt) + 4 for c in spec)
+
+
+def test_without_the_native_step_a_verify_pass_runs_through_mlx(twin_f32):
+    runner = Runner(load_checkpoint(twin_f32.mlx_dir))
+    runner._step = None  # as under an engaged LoRA adapter or a steering vector: MLX's forward pass
+    tok = ModelTokenizer(twin_f32.mlx_dir)
+    prompt, more = tok.tokenize("One, two, three,", True, True), tok.tokenize(" four, five, six", False, False)
+    plain = runner.new_cache()
+    runner.prefill(plain, prompt)
+    stepped = np.concatenate([np.array(runner.decode(plain, t)) for t in more])
+    spec = runner.new_cache()
+    runner.prefill(spec, prompt)
+    rows = np.array(runner.verify(spec, more))
+    assert np.abs(rows - stepped).max() < 1e-3
+    assert (rows.argmax(-1) == stepped.argmax(-1)).all()
 
 
 def test_the_drafter_picks_the_top_logit_with_its_top_10_probability():
@@ -143,3 +158,46 @@ async def test_n_min_drops_short_drafts_and_p_min_stops_them(make_engine, twin_q
     sure = make(draft=DraftConfig(str(twin_q4_1.mlx_dir), n_max=3, p_min=1.01))
     _, final = await _run(sure, request)
     assert final.n_draft == 0
+
+
+def test_ngram_simple_copies_what_followed_the_latest_earlier_occurrence():
+    ngram = NgramSimple(size_n=2, size_m=3)
+    history = [9, 1, 2, 5, 6, 7, 8, 1, 2, 4, 4, 4, 3, 1]
+    # pattern: the last token of the history, then the sampled one: [1, 2]; its latest earlier occurrence
+    # before the tail is at 7 (searched backwards from len - n - 1), followed by 4, 4, 4
+    assert ngram.propose(None, history, 2, 0) == [4, 4, 4]
+    assert ngram.propose(None, history, 3, 0) == []  # [1, 3] never occurred
+    assert ngram.propose(None, history[:6], 2, 0) == []  # too short: needs more than n + m + 1 tokens
+    assert NgramSimple(size_n=2, size_m=8).propose(None, [0, 1, 2, 7, 1, 3, 3, 3, 3, 3, 3, 3, 1], 2, 0) == \
+        [7, 1, 3, 3, 3, 3, 3, 3]
+    assert NgramSimple(size_n=2, size_m=8).propose(None, [1, 2, 7, 1, 3, 3, 3, 3, 3, 3, 3, 1], 2, 0) == []  # at 0
+    # fewer than size_n tokens after the match: no draft
+    assert NgramSimple(size_n=2, size_m=8).propose(None, [5] * 11 + [1, 2, 1], 2, 0) == []
+
+
+def test_the_speculator_takes_the_first_draft_in_priority_order_cut_to_the_bound():
+    class Fixed:
+        def __init__(self, draft):
+            self.draft = draft
+
+        def new_state(self):
+            return None
+
+        def propose(self, *_):
+            return list(self.draft)
+
+    spec = Speculator([Fixed([]), Fixed([1, 2, 3, 4]), Fixed([9])], n_max=4)
+    assert spec.propose(spec.new_state(), [], 0, 2) == [1, 2]
+    assert spec.propose(spec.new_state(), [], 0, 0) == [1, 2, 3, 4]
+
+
+async def test_ngram_simple_output_is_token_identical_and_drafts_on_repetition(make_engine):
+    make, tok = make_engine
+    plain = make()
+    drafted = make(ngram_simple=(3, 8))
+    text = "Repeat after me exactly: red green blue yellow. red green blue yellow. red green blue yellow. red"
+    request = GenerationRequest(tuple(tok.tokenize(text, True, True)), n_predict=40, ignore_eos=True)
+    want, _ = await _run(plain, request)
+    got, final = await _run(drafted, request)
+    assert got == want
+    assert final.n_draft > 0 and final.n_draft_accepted > 0

@@ -130,6 +130,10 @@ MLXCEL: dict[str, dict] = {
     "--spec-draft-n-max": _s("spec_draft_n_max", "number of tokens to draft for speculative decoding (default: 3)", 3),
     "--spec-draft-n-min": _s("spec_draft_n_min", "minimum number of draft tokens to use for speculative decoding "
                                                   "(default: 0)", 0),
+    "--spec-ngram-simple-size-n": _s("spec_ngram_simple_size_n", "ngram size N for ngram-simple speculative "
+                                                                  "decoding, length of lookup n-gram (default: 12)"),
+    "--spec-ngram-simple-size-m": _s("spec_ngram_simple_size_m", "ngram size M for ngram-simple speculative "
+                                                                  "decoding, length of draft m-gram (default: 48)"),
     "--spec-draft-p-min": _s("spec_draft_p_min", "minimum speculative decoding probability (greedy) (default: 0.00)",
                              "0.00"),
     "--tags": _s("tags", "comma-separated model tags (informational, reported by GET /v1/models)",

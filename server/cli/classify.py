@@ -166,10 +166,11 @@ _GGUF = "mlxcel serves MLX checkpoints (a directory with config.json and safeten
         "or URL, and it downloads nothing"
 _GGUF_ALT = "convert a GGUF file with `mlxcel convert FILE.gguf DIR`, or fetch an MLX snapshot yourself " \
             "(`huggingface-cli download mlx-community/NAME --local-dir DIR`), and pass -m DIR"
-_SPEC = "mlxcel drafts with a draft model only (draft-simple); the n-gram drafters and the MTP, EAGLE-3, DFlash " \
-        "and DSpark heads are not implemented"
-_SPEC_ALT = "pass --spec-type draft-simple with --spec-draft-model FILE, or leave it out"
-SERVED_SPEC_TYPES = {"none", "draft-simple"}
+_SPEC = "mlxcel drafts with a draft model (draft-simple) or by n-gram lookup (ngram-simple); the stateful " \
+        "n-gram drafters (ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache) and the MTP, EAGLE-3, DFlash and " \
+        "DSpark heads are not implemented"
+_SPEC_ALT = "pass --spec-type ngram-simple, or draft-simple with --spec-draft-model FILE, or leave it out"
+SERVED_SPEC_TYPES = {"none", "draft-simple", "ngram-simple"}
 _NO_PROJECTOR = "mlxcel attaches no GGUF projector to a model: it serves text checkpoints (a multimodal MLX " \
                 "checkpoint would carry its towers inside)"
 _UI = "mlxcel ships no web UI and runs no tool, MCP server or proxy on a model's behalf"
@@ -359,8 +360,6 @@ for _id, _check in {
     "--spec-ngram-mod-n-min": _range(0, 1024, "ngram n-min must be between 0 and 1024 inclusive"),
     "--spec-ngram-mod-n-max": _range(0, 1024, "ngram n-max must be between 0 and 1024 inclusive"),
     "--spec-ngram-mod-n-match": _range(1, 1024, "ngram size N must be between 1 and 1024 inclusive"),
-    "--spec-ngram-simple-size-n": _range(1, 1024, "ngram size N must be between 1 and 1024 inclusive"),
-    "--spec-ngram-simple-size-m": _range(1, 1024, "ngram size M must be between 1 and 1024 inclusive"),
     "--spec-ngram-simple-min-hits": _range(1, None, "ngram min hits must be at least 1"),
     "--spec-ngram-map-k-size-n": _range(1, 1024, "ngram size N must be between 1 and 1024 inclusive"),
     "--spec-ngram-map-k-size-m": _range(1, 1024, "ngram size M must be between 1 and 1024 inclusive"),
@@ -420,6 +419,8 @@ ACTED_ON_CHECKS: dict[str, Callable[[object], None]] = {
     "--rope-freq-scale": _stof_check,
     "--spec-draft-n-max": _range(0, None),
     "--spec-draft-p-min": _stof_check,
+    "--spec-ngram-simple-size-n": _range(1, 1024, "ngram size N must be between 1 and 1024 inclusive"),
+    "--spec-ngram-simple-size-m": _range(1, 1024, "ngram size M must be between 1 and 1024 inclusive"),
     "--rope-scaling": _in("--rope-scaling", "none", "linear", "yarn"),
     "--yarn-ext-factor": _stof_check,
     "--yarn-attn-factor": _stof_check,

@@ -69,6 +69,7 @@ def build_state(args, prog: str, auth, cors, vertex):
         raise StartupRefusal(f"{prog}: error: {'--lora' if lora else '--control-vector'}: adapters and control "
                              "vectors steer a generating model; mlxcel serves embeddings and reranking without them")
     spec_types, draft = speculative_config(args, tokenizer, prog)
+    ngram_simple = ngram_simple_config(args) if "ngram-simple" in spec_types else None
     if encoder is not None:
         from ..encoder.worker import EncoderWorker
 
@@ -84,7 +85,8 @@ def build_state(args, prog: str, auth, cors, vertex):
                                                  rope=rope_overrides(args), yarn=yarn_flags(args),
                                                  lora=lora, lora_fuse=bool(args.lora_fuse),
                                                  control_vectors=control_vectors,
-                                                 control_vector_layers=layers, draft=draft),
+                                                 control_vector_layers=layers, draft=draft,
+                                                 ngram_simple=ngram_simple),
                         eog_ids=tokenizer.eog_ids, piece=tokenizer.piece)
         if any(g.option in ("--pooling", "--embd-normalize") for g in args.given):
             log.warning("--pooling and --embd-normalize shape embeddings only: without --embeddings they change "
@@ -295,6 +297,12 @@ def yarn_flags(args):
     return YarnFlags(scaling_yarn=args.rope_scaling == "yarn", ext_factor=stof(args.yarn_ext_factor),
                      attn_factor=stof(args.yarn_attn_factor), beta_fast=stof(args.yarn_beta_fast),
                      beta_slow=stof(args.yarn_beta_slow), orig_ctx=int(args.yarn_orig_ctx or 0))
+
+
+def ngram_simple_config(args) -> tuple[int, int]:
+    """--spec-ngram-simple-size-n / -size-m (b10621's defaults 12 and 48)."""
+    n, m = args.spec_ngram_simple_size_n, args.spec_ngram_simple_size_m
+    return (12 if n is None else int(n), 48 if m is None else int(m))
 
 
 def rope_overrides(args) -> tuple[float | None, float | None]:

@@ -29,7 +29,7 @@ from .prompt_cache import PromptCache
 from .reasoning_budget import ReasoningBudget, accept_generated, grammar_should_apply
 from .sampling import Chain, GrammarDeadEnd, draws_the_argmax, pre_probs, sample_constrained
 from .scheduler import Scheduler, Sequence
-from .speculative import DraftConfig, Drafter, DraftState, draft_max
+from .speculative import DraftConfig, Drafter, NgramSimple, Speculator, draft_max
 from .stopping import TextStream
 from .types import (
     EngineInfo,
@@ -107,7 +107,7 @@ class _Running:
     # None until the first draw; then False (the sampler chain draws) or the tokens banned from an argmax
     # (a greedy request: sampling.draws_the_argmax)
     argmax: frozenset | tuple | bool | None = None
-    draft: DraftState | None = None  # the draft model's cache for this sequence (speculative decoding)
+    draft: list | None = None  # each drafter's state for this sequence (the draft model's cache)
     n_draft: int = 0  # draft tokens proposed (b10621's n_draft_tokens)
     n_draft_accepted: int = 0
     n_draft_rounds: int = 0  # verification rounds (b10621's n_draft_verif_steps)
@@ -153,6 +153,7 @@ class EngineConfig:
     control_vectors: tuple[tuple[str, float], ...] = ()
     control_vector_layers: tuple[int, int] = (0, 0)
     draft: DraftConfig | None = None  # --spec-draft-model with --spec-type draft-simple
+    ngram_simple: tuple[int, int] | None = None  # --spec-type ngram-simple: (size_n, size_m)
 
 
 class Engine:
@@ -185,7 +186,7 @@ class Engine:
         self._last_task = 0.0
         self._sched: Scheduler | None = None
         self.lora = None  # server.models.lora.LoraSet once the adapters are loaded (--lora, --lora-scaled)
-        self.drafter: Drafter | None = None  # speculative decoding's draft model, once loaded
+        self.drafter: Speculator | None = None  # speculative decoding's drafters, once loaded
 
     def start(self) -> None:
         self._thread.start()
@@ -298,15 +299,22 @@ class Engine:
                     sched.free(seq)
 
     def _load_draft(self) -> None:
-        """--spec-draft-model: the draft model, loaded beside the target (after a wake too)."""
-        if self.config.draft is None:
-            return
-        from ..models.loader import load_checkpoint
-        from .runner import Runner
+        """The drafters, in b10621's priority order (n-gram first); the draft model loaded beside the target
+        (after a wake too)."""
+        sources, n_max = [], 0
+        if self.config.ngram_simple is not None:
+            sources.append(NgramSimple(*self.config.ngram_simple))
+            n_max = max(n_max, self.config.ngram_simple[1])
+        if self.config.draft is not None:
+            from ..models.loader import load_checkpoint
+            from .runner import Runner
 
-        self.drafter = Drafter(Runner(load_checkpoint(Path(self.config.draft.model))), self.config.draft)
-        log.info("draft model loaded: %s (n_max %d, n_min %d, p_min %g)", self.config.draft.model,
-                 self.config.draft.n_max, self.config.draft.n_min, self.config.draft.p_min)
+            draft = self.config.draft
+            sources.append(Drafter(Runner(load_checkpoint(Path(draft.model))), draft))
+            n_max = max(n_max, draft.n_max)
+            log.info("draft model loaded: %s (n_max %d, n_min %d, p_min %g)", draft.model, draft.n_max,
+                     draft.n_min, draft.p_min)
+        self.drafter = Speculator(sources, n_max) if sources else None
 
     def _lora_set(self):
         """The adapters (read once): their files, and the scales they start at."""
@@ -812,7 +820,7 @@ class Engine:
         run.n_draft_accepted += n_accepted
         run.n_draft_rounds += 1
         if not run.accepted_per_pos:
-            run.accepted_per_pos = [0] * drafter.config.n_max
+            run.accepted_per_pos = [0] * drafter.n_max
         for i in range(min(n_accepted, len(run.accepted_per_pos))):
             run.accepted_per_pos[i] += 1
         # b10621 reports no candidates for a verified round's tokens: probability 1, an empty list

@@ -1,4 +1,5 @@
-"""Speculative decoding with a draft model: b10621's draft-simple drafter (common/speculative.cpp).
+"""Speculative decoding: b10621's draft-simple drafter (a draft model) and its ngram-simple drafter
+(common/speculative.cpp, common/ngram-map.cpp), tried in b10621's order (n-gram first).
 
 Before a sequence's next decode step the draft model proposes up to n_max tokens, greedily, stopping early
 where its top candidate's probability (softmax over its 10 best, the drafter's top-k 10 sampler) falls under
@@ -73,6 +74,52 @@ def vocab_mismatch(target, draft) -> str | None:
         if target._parse.id_to_token(i) != draft._parse.id_to_token(i):
             return f"token {i} differs"
     return None
+
+
+class NgramSimple:
+    """common_ngram_simple_draft: the last size_n tokens (the last sampled one included) looked up backwards
+    in the sequence's own tokens; the size_m tokens that followed the latest earlier occurrence are the draft
+    (none when fewer than size_n of them exist). Stateless: it keeps nothing per sequence."""
+
+    def __init__(self, size_n: int = 12, size_m: int = 48):
+        self.size_n, self.size_m = size_n, size_m
+
+    def new_state(self) -> None:
+        return None
+
+    def propose(self, _state, history: list[int], last: int, _n_max: int) -> list[int]:
+        n, m, cur = self.size_n, self.size_m, len(history)
+        if cur <= n + m + 1:
+            return []
+        pattern = [*history[cur - n + 1:], last]
+        match = 0
+        for j in range(cur - n - 1, 0, -1):
+            if history[j:j + len(pattern)] == pattern:
+                match = j
+                break
+        if match == 0:
+            return []
+        count = min(m, cur - (match + n))
+        return [] if count < n else history[match + n:match + n + count]
+
+
+class Speculator:
+    """The drafters b10621 would run, in its priority order: each round takes the first non-empty draft,
+    cut to the round's bound (common_speculative_draft)."""
+
+    def __init__(self, sources: list, n_max: int):
+        self.sources = sources
+        self.n_max = n_max  # common_speculative_n_max: the per-position statistics' length
+
+    def new_state(self) -> list:
+        return [source.new_state() for source in self.sources]
+
+    def propose(self, states: list, history: list[int], last: int, n_max: int) -> list[int]:
+        for source, state in zip(self.sources, states):
+            draft = source.propose(state, history, last, n_max)
+            if draft:
+                return draft[:n_max] if n_max > 0 else draft
+        return []
 
 
 class Drafter:
