@@ -17,10 +17,22 @@ def test_main_manifest_passes_every_gate():
     assert [str(v) for v in validate(check_issues_open=True)] == []
 
 
+DEFERRED_ISSUE = 14  # an owner of the multimodal-and-audio shard
+
+
 @pytest.fixture
 def copy(tmp_path) -> Path:
+    """A throwaway copy of the manifest in which the two transcription routes are deferred to an open issue
+    (the state an unfinished issue leaves entries in: the mutations below start from it)."""
     dst = tmp_path / "manifest"
     shutil.copytree(MANIFEST_DIR, dst)
+    issues = json.loads((dst / "issues.json").read_text())
+    issues["issues"][str(DEFERRED_ISSUE)]["state"] = "open"
+    (dst / "issues.json").write_text(json.dumps(issues, indent=2, ensure_ascii=False) + "\n")
+    for route in ("POST /v1/audio/transcriptions", "POST /audio/transcriptions"):
+        _edit(dst, "multimodal-and-audio", route, _set(state="deferred", issue=DEFERRED_ISSUE, test=None,
+                                                        notes="not served yet", rationale=None,
+                                                        divergence=["not served: mlxcel answers 404"]))
     return dst
 
 
