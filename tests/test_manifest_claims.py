@@ -39,11 +39,12 @@ def test_adding_an_unflipped_b10621_flag_fails(entries, surfaces):
     assert any("binds LLAMA_ARG_THREADS" in e for e in errors)
 
 
-def test_adding_an_unflipped_route_fails(entries, surfaces):
-    widened = copy.deepcopy(surfaces)
-    widened.routes.add("POST /v1/audio/transcriptions")
+def test_serving_an_unflipped_route_fails(entries, surfaces):
+    unflipped = copy.deepcopy(entries)  # the route served, its entry still without the claim
+    next(e for e in unflipped if e["id"] == "POST /v1/audio/transcriptions")["mlxcel"] = None
+    assert "POST /v1/audio/transcriptions" in surfaces.routes
     expected = "POST /v1/audio/transcriptions: mlxcel serves this route but the manifest does not claim it"
-    assert expected in check_claims(entries, widened)
+    assert expected in check_claims(unflipped, surfaces)
 
 
 def test_adding_an_unflipped_native_field_fails(entries, surfaces):
