@@ -22,9 +22,9 @@ from ..errors import NOT_FOUND_BODY, ErrorKind, UpstreamError
 from .catalog import displayed_preset
 from .pool import Instance, ModelPool, RouterError
 
-# b10621's routes that the router hands to a model (server.cpp: proxy_post / proxy_get); the transcription routes
-# join them with #14, which serves them
-PROXIED_POST = ("/props", "/completion", "/completions", "/v1/completions", "/chat/completions",
+# b10621's routes that the router hands to a model (server.cpp: proxy_post / proxy_get)
+PROXIED_POST = ("/props", "/completion", "/completions", "/v1/completions", "/chat/completions", "/v1/audio/transcriptions",
+                "/audio/transcriptions",
                 "/v1/chat/completions", "/v1/chat/completions/control", "/v1/responses", "/responses",
                 "/v1/messages", "/v1/messages/count_tokens",
                 "/infill", "/embedding", "/embeddings", "/v1/embeddings", "/rerank", "/reranking", "/v1/rerank",
