@@ -100,3 +100,25 @@ def test_a_rope_that_cannot_take_yarn_is_refused_not_ignored():
 
     assert install(Attention(), YarnFlags(scaling_yarn=True), 4096) == -1
     assert install(Attention(), YarnFlags(beta_fast=8), 4096) == 0  # resolves plain: nothing to take
+
+
+async def test_with_yarn_a_full_context_stops_instead_of_shifting(twin_f32):
+    # a YaRN rope cannot turn cached keys: --context-shift then ends the generation at the bound (logged),
+    # never an engine error
+    from server.engine.engine import Engine, EngineConfig
+    from server.engine.types import ErrorEvent, FinalEvent, GenerationRequest
+
+    tok = ModelTokenizer(twin_f32.mlx_dir)
+    engine = Engine(twin_f32.mlx_dir, EngineConfig(n_ctx=64, ctx_shift=True, rope=(None, 0.5),
+                                                  yarn=YarnFlags(scaling_yarn=True)),
+                    eog_ids=tok.eog_ids, piece=tok.piece)
+    engine.start()
+    engine.ready.wait(180)
+    try:
+        events = [ev async for ev in engine.submit(GenerationRequest(tuple(tok.tokenize("Hello there", True, True)),
+                                                                     n_predict=100, ignore_eos=True))]
+    finally:
+        engine.stop(5)
+    assert not any(isinstance(ev, ErrorEvent) for ev in events)
+    final = events[-1]
+    assert isinstance(final, FinalEvent) and final.stop_type == "limit" and final.truncated

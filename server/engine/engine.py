@@ -598,7 +598,7 @@ class Engine:
         for seq in progressed.values():  # prompts still being processed: one progress event per step
             self._progress(seq)
         for seq in step.decode:
-            if self.config.ctx_shift and self._slot_tokens(seq) + 1 >= self.info.n_ctx:
+            if self._ctx_shift() and self._slot_tokens(seq) + 1 >= self.info.n_ctx:
                 self._shift(seq)
         drafting = [seq for seq in step.decode if self._n_draft_max(seq) > 0]
         if drafting:  # each runs its own round; the others decode as they would without a drafter
@@ -779,6 +779,19 @@ class Engine:
         if drawn is not None:
             self._emit(sched, seq, *drawn)
 
+    def _ctx_shift(self) -> bool:
+        """--context-shift, where the model's rope lets cached keys turn (a YaRN or banded rope does not: its
+        sequences stop at the context end instead, as without the flag; logged once)."""
+        if not self.config.ctx_shift:
+            return False
+        if self.runner.can_turn_keys():
+            return True
+        if not getattr(self, "_shift_warned", False):
+            self._shift_warned = True
+            log.warning("--context-shift: this model's rope cannot turn cached keys; a full context stops the "
+                        "generation instead")
+        return False
+
     def _n_draft_max(self, seq: Sequence) -> int:
         """How many tokens this decode step may draft (0: it decodes plainly): b10621's get_n_draft_max, for a
         sequence in plain KV caches (a trimmed position is one that is simply written again) that no context
@@ -895,7 +908,7 @@ class Engine:
         if run.text.stopped_by_word:
             stop_type = "word"
         full = self._slot_tokens(seq) + 1 >= self.info.n_ctx
-        if full and (not self.config.ctx_shift or self._shift_frees_nothing(seq)):
+        if full and (not self._ctx_shift() or self._shift_frees_nothing(seq)):
             stop_type, truncated = "limit", True
         if stop_type is None and 0 <= req.n_predict <= seq.n_decoded:
             stop_type = "limit"
