@@ -187,6 +187,7 @@ class Engine:
         self._sched: Scheduler | None = None
         self.lora = None  # server.models.lora.LoraSet once the adapters are loaded (--lora, --lora-scaled)
         self.drafter: Speculator | None = None  # speculative decoding's drafters, once loaded
+        self._shift_warned = False  # --context-shift on a rope that cannot turn keys: logged once
 
     def start(self) -> None:
         self._thread.start()
@@ -786,7 +787,7 @@ class Engine:
             return False
         if self.runner.can_turn_keys():
             return True
-        if not getattr(self, "_shift_warned", False):
+        if not self._shift_warned:
             self._shift_warned = True
             log.warning("--context-shift: this model's rope cannot turn cached keys; a full context stops the "
                         "generation instead")

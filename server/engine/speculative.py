@@ -12,7 +12,7 @@ the drafter and b10621's arithmetic around it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -170,8 +170,4 @@ class DraftState:
     """One sequence's draft cache and the tokens in it, in order."""
 
     cache: list
-    fed: list = None  # type: ignore[assignment]
-
-    def __post_init__(self):
-        if self.fed is None:
-            self.fed = []
+    fed: list = field(default_factory=list)

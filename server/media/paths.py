@@ -18,7 +18,7 @@ FILE_URL = "file://"
 NEEDS_MEDIA_PATH = "file:// URLs are not allowed unless --media-path is specified"
 MAX_NAME_BYTES = 255
 
-_FORBIDDEN = set(':*?"<>|') | {0x7F} | {0xFF0E, 0x2215, 0x2216, 0xFFFD, 0xFEFF}
+_FORBIDDEN = {ord(c) for c in ':*?"<>|'} | {0x7F, 0xFF0E, 0x2215, 0x2216, 0xFFFD, 0xFEFF}
 _PERCENT_TRAVERSAL = re.compile(r"%(2e|2f|5c|00)", re.IGNORECASE)
 
 
@@ -32,7 +32,7 @@ def valid_filename(name: str, allow_subdirs: bool = True) -> bool:
         return False
     for ch in name:
         c = ord(ch)
-        if c <= 0x1F or 0x80 <= c <= 0x9F or 0xD800 <= c <= 0xDFFF or c in _FORBIDDEN or ch in _FORBIDDEN:
+        if c <= 0x1F or 0x80 <= c <= 0x9F or 0xD800 <= c <= 0xDFFF or c in _FORBIDDEN:
             return False
         if not allow_subdirs and ch in "/\\":
             return False
