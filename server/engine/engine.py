@@ -187,7 +187,7 @@ class Engine:
         self._sched: Scheduler | None = None
         self.lora = None  # server.models.lora.LoraSet once the adapters are loaded (--lora, --lora-scaled)
         self.drafter: Speculator | None = None  # speculative decoding's drafters, once loaded
-        self._shift_warned = False  # --context-shift on a rope that cannot turn keys: logged once
+        self._keys_turn = True  # the model's rope lets cached keys move (Runner.can_turn_keys), set at load
 
     def start(self) -> None:
         self._thread.start()
@@ -264,6 +264,7 @@ class Engine:
             self.runner = Runner(loaded, n_batch=self.config.n_batch)
             self._load_adapters()
             self._load_draft()
+            self._check_keys_turn()
             self.info.n_ctx = self.config.n_ctx or loaded.n_ctx_train
             log.info("model loaded in %.2f s (%s, dequantized=%s, n_ctx=%d per slot, %d slot(s))",
                      time.perf_counter() - started, self.checkpoint, loaded.dequantized, self.info.n_ctx,
@@ -298,6 +299,12 @@ class Engine:
                 for seq in sched.everyone():
                     seq.payload.handle.publish(ErrorEvent(f"{type(exc).__name__}: {exc}"))
                     sched.free(seq)
+
+    def _check_keys_turn(self) -> None:
+        self._keys_turn = self.runner.can_turn_keys()
+        if self.config.ctx_shift and not self._keys_turn:
+            log.warning("--context-shift: this model's rope cannot turn cached keys; a full context stops the "
+                        "generation instead")
 
     def _load_draft(self) -> None:
         """The drafters, in b10621's priority order (n-gram first); the draft model loaded beside the target
@@ -601,9 +608,10 @@ class Engine:
         for seq in step.decode:
             if self._ctx_shift() and self._slot_tokens(seq) + 1 >= self.info.n_ctx:
                 self._shift(seq)
-        drafting = [seq for seq in step.decode if self._n_draft_max(seq) > 0]
+        drafting = [(seq, n) for seq in step.decode if (n := self._n_draft_max(seq)) > 0]
         if drafting:  # each runs its own round; the others decode as they would without a drafter
-            step = dataclasses.replace(step, decode=[s for s in step.decode if s not in drafting])
+            ids = {id(seq) for seq, _ in drafting}
+            step = dataclasses.replace(step, decode=[s for s in step.decode if id(s) not in ids])
         # one forward pass adds one set of adapter scales (b10621's can_batch_with): rows admitted with other
         # scales decode on their own
         one_lora = len({s.payload.lora for s in step.decode}) <= 1
@@ -618,8 +626,8 @@ class Engine:
                 self._use_lora(run.lora)
                 run.logits = runner.decode(run.cache, run.last_token)
                 self._sample(sched, seq)
-        for seq in drafting:
-            self._speculate(sched, seq)
+        for seq, n_max in drafting:
+            self._speculate(sched, seq, n_max)
         if involved:
             self.metrics.post_decode(busy, [self._slot_tokens(s) for s in involved])
         self._publish_slots(sched.running)
@@ -782,16 +790,8 @@ class Engine:
 
     def _ctx_shift(self) -> bool:
         """--context-shift, where the model's rope lets cached keys turn (a YaRN or banded rope does not: its
-        sequences stop at the context end instead, as without the flag; logged once)."""
-        if not self.config.ctx_shift:
-            return False
-        if self.runner.can_turn_keys():
-            return True
-        if not self._shift_warned:
-            self._shift_warned = True
-            log.warning("--context-shift: this model's rope cannot turn cached keys; a full context stops the "
-                        "generation instead")
-        return False
+        sequences stop at the context end instead, as without the flag; warned at load)."""
+        return self.config.ctx_shift and self._keys_turn
 
     def _n_draft_max(self, seq: Sequence) -> int:
         """How many tokens this decode step may draft (0: it decodes plainly): b10621's get_n_draft_max, for a
@@ -802,7 +802,7 @@ class Engine:
             return 0
         return draft_max(self.info.n_ctx, self._slot_tokens(seq), run.request.n_predict, seq.n_decoded)
 
-    def _speculate(self, sched: Scheduler, seq: Sequence) -> None:
+    def _speculate(self, sched: Scheduler, seq: Sequence, n_max: int) -> None:
         """One speculative round: the draft, the target's pass over the last token and the draft, the draws
         (common_sampler_sample_and_accept_n), the rejected positions forgotten, the tokens emitted in order."""
         run: _Running = seq.payload
@@ -811,7 +811,7 @@ class Engine:
         if run.draft is None:
             run.draft = drafter.new_state()
         history = [*seq.prompt, *run.generated_ids[:-1]]
-        draft = drafter.propose(run.draft, history, run.last_token, self._n_draft_max(seq))
+        draft = drafter.propose(run.draft, history, run.last_token, n_max)
         run.n_draft += len(draft)
         self._use_lora(run.lora)
         if not draft:

@@ -138,11 +138,9 @@ class Drafter:
         """The draft after `history` (the target's tokens in its cache) and `last` (the token sampled last, not
         yet in it): at most min(n_max, --spec-draft-n-max) tokens."""
         runner, cfg = self.runner, self.config
-        keep = 0
-        for a, b in zip(state.fed, history):
-            if a != b:
-                break
-            keep += 1
+        keep = len(state.fed)
+        if state.fed != history[:keep]:  # usually a prefix already (one slice compare); else where they part
+            keep = next((i for i, (a, b) in enumerate(zip(state.fed, history)) if a != b), min(keep, len(history)))
         if keep < len(state.fed):
             runner.trim(state.cache, keep)
             del state.fed[keep:]

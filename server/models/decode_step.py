@@ -128,6 +128,14 @@ class DecodeStep:
             cache.keys = mx.concatenate([cache.keys, new_k], axis=2)
             cache.values = mx.concatenate([cache.values, new_v], axis=2)
 
+    def _ready(self, caches: list, index: int, rows: int, positions: int):
+        """Every layer's buffer grown for `positions` more at index, evaluated, and its pointers and strides
+        (cache_pointers), or None."""
+        for c in caches:
+            self.grow(c, index, rows, positions)
+        mx.eval([(c.keys, c.values) for c in caches])
+        return self.cache_pointers(caches, rows)
+
     @staticmethod
     def cache_pointers(caches: list, rows: int) -> tuple[list[int], list[int], list[int]] | None:
         """The evaluated caches' key and value buffers and their strides in floats (per sequence, head and
@@ -164,10 +172,7 @@ class DecodeStep:
             return None
         if len(caches) != self.layers:
             return None
-        for c in caches:
-            self.grow(c, index, rows)
-        mx.eval([(c.keys, c.values) for c in caches])
-        pointers = self.cache_pointers(caches, rows)
+        pointers = self._ready(caches, index, rows, 1)
         if pointers is None:
             return None
         keys, values, strides = pointers
@@ -199,10 +204,7 @@ class DecodeStep:
         index = caches[0].offset
         if not all(type(c) is KVCache and c.offset == index for c in caches):
             return None
-        for c in caches:
-            self.grow(c, index, 1, rows)
-        mx.eval([(c.keys, c.values) for c in caches])
-        pointers = self.cache_pointers(caches, 1)
+        pointers = self._ready(caches, index, 1, rows)
         if pointers is None:
             return None
         keys, values, strides = pointers
