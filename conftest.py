@@ -9,6 +9,19 @@ from server import blas
 blas.activate()  # before any test imports mlx: the reference BLAS would make every model test crawl
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _hand_back_mlx_memory():
+    """After each module, what its models and engines left in MLX's buffer cache goes back to the system: the
+    suite's one process otherwise keeps every module's peak, and the conformance servers start after them."""
+    yield
+    import sys
+
+    if "mlx.core" in sys.modules:
+        from server.engine.memory import hand_back
+
+        hand_back()
+
+
 def oracle_offline() -> bool:
     """MLXCEL_ORACLE_OFFLINE=1: the reference binary is absent; recorded transcripts stand in for it."""
     import os

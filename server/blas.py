@@ -26,10 +26,15 @@ import time
 from dataclasses import dataclass
 
 BLAS_ENV = "MLXCEL_BLAS"  # a library path, or "reference" to keep the wheel's own BLAS
+CORETYPE_ENV = "OPENBLAS_CORETYPE"  # OpenBLAS's own: which CPU's kernels it runs (read when it loads)
+# AVX kernels, run by every x86-64 CPU with AVX2: a row's sums are the same however the rows were cut. The
+# Haswell and Zen kernels' are not (rows in 4- and 12-wide blocks sum in another order than rows alone).
+ROW_STABLE_CORE = "Sandybridge"
 KERNELS_ENV = "MLXCEL_CPU_KERNELS"  # "0": without mlxcel's CPU kernels
 KERNELS_DIR = os.path.join(os.path.dirname(__file__), "native")
 KERNELS_SOURCES = ("cpu_kernels.c", "decode_step.c", "prefill_step.c", "encoder_ggml.c")  # one shared object
 KERNELS_HEADERS = ("cpu_kernels.h", "step_model.h")
+X86 = os.uname().machine in ("x86_64", "AMD64")
 FAST_GFLOPS = 10.0  # the reference BLAS measures ~2.5, OpenBLAS on two cores ~150
 
 _CANDIDATES = (
@@ -47,6 +52,7 @@ class BlasState:
     gflops: float | None = None
     kernels: str = "not attempted"  # mlxcel's CPU kernels: "on", or why not
     split: bool = False  # prompt-sized products split over mlxcel's pool, the BLAS single-threaded
+    rows: str = "not probed"  # whether a product's row is the same however its rows were cut (_choose_core)
     native: ctypes.CDLL | None = None
 
     @property
@@ -80,6 +86,8 @@ def activate() -> BlasState:
         return STATE
     tried = []
     for path in [wanted] if wanted else _candidates():
+        if os.environ.get(KERNELS_ENV) != "0" and os.path.exists(path):
+            _choose_core(path)  # before this process loads it: OpenBLAS reads its core type once, at load
         try:  # opened locally first: the shim must take the global scope ahead of it
             lib = ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL)
             lib.cblas_sgemm  # noqa: B018 - must export the standard cblas symbol
@@ -92,6 +100,65 @@ def activate() -> BlasState:
         return STATE
     STATE.reason = "no OpenBLAS/MKL found (" + ("; ".join(tried) or "install libopenblas0-pthread") + ")"
     return STATE
+
+
+# Run in a child (the BLAS picks its kernels once per process): "1" when a product's rows, computed in one call
+# or cut into parts, are bitwise the same, "0" when not, "-" for a BLAS that is not OpenBLAS. Row-major, both
+# layouts of the weight, on one thread as mlxcel's pool runs it.
+_ROWS_PROBE = r"""
+import ctypes, sys
+lib = ctypes.CDLL(sys.argv[1])
+if not hasattr(lib, "openblas_set_num_threads"):
+    print("-"); sys.exit()
+lib.openblas_set_num_threads(1)
+M, K, N, seed, F = 40, 67, 50, 12345, ctypes.c_float
+def fill(n):
+    global seed
+    out = (F * n)()
+    for i in range(n):
+        seed = (seed * 1103515245 + 12345) % 2**31
+        out[i] = seed / 2**30 - 1.0
+    return out
+a, b = fill(M * K), fill(K * N)
+def rows(lo, hi, trans_b):
+    c = (F * ((hi - lo) * N))()
+    lib.cblas_sgemm(101, 111, trans_b, hi - lo, N, K, F(1.0), ctypes.byref(a, lo * K * 4), K, b,
+                    K if trans_b == 112 else N, F(0.0), c, N)
+    return bytes(c)
+same = all(rows(0, M, t)[lo * N * 4:hi * N * 4] == rows(lo, hi, t)
+           for t in (111, 112) for lo, hi in ((0, 17), (3, 20), (17, M), (0, 1), (5, 6), (13, 14)))
+print(int(same))
+"""
+
+
+def _rows_stable(path: str, core: str | None = None) -> bool | None:
+    """Whether the BLAS at path (with OpenBLAS's `core` kernels) gives a row the same sums however the rows
+    of its product were cut; None where that cannot be told (not OpenBLAS, or the probe failed)."""
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+    if core:
+        env[CORETYPE_ENV] = core
+    try:
+        out = subprocess.run([sys.executable, "-c", _ROWS_PROBE, path], capture_output=True, text=True,
+                             timeout=60, env=env).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"1": True, "0": False}.get(out)
+
+
+def _choose_core(path: str) -> None:
+    """Rows cut over the pool must sum as they would uncut (a prompt's logits must not depend on its chunks):
+    where OpenBLAS's own choice of kernels does not keep that, run its AVX kernels instead, which do."""
+    chosen = os.environ.get(CORETYPE_ENV)
+    stable = _rows_stable(path)
+    if stable is None:
+        STATE.rows = "not probed (not OpenBLAS)"
+    elif stable:
+        STATE.rows = "rows the same however cut" + (f" ({CORETYPE_ENV}={chosen})" if chosen else "")
+    elif chosen or not (X86 and _rows_stable(path, ROW_STABLE_CORE)):
+        STATE.rows = "rows depend on how a product is cut (this BLAS's kernels)"
+    else:
+        os.environ[CORETYPE_ENV] = ROW_STABLE_CORE
+        STATE.rows = f"rows the same however cut on the {ROW_STABLE_CORE} kernels (its own choice's are not)"
 
 
 def _build_kernels() -> str:
@@ -182,5 +249,5 @@ def describe() -> str:
     split = ""
     if STATE.split and STATE.native is not None:
         split = f", products split over their {STATE.native.mlxcel_threads()} threads, the BLAS on one each"
-    return (f"CPU BLAS: {verdict} ({lib}; {STATE.reason}; sgemm 512x1536x576 at {speed}; mlxcel CPU "
-            f"kernels: {STATE.kernels}{split})")
+    return (f"CPU BLAS: {verdict} ({lib}; {STATE.reason}; sgemm 512x1536x576 at {speed}; {STATE.rows}; "
+            f"mlxcel CPU kernels: {STATE.kernels}{split})")

@@ -20,4 +20,4 @@ def running_engine(checkpoint: Path, **config) -> Iterator[tuple[Engine, ModelTo
     try:
         yield engine, tok
     finally:
-        engine.stop()
+        engine.stop(wait=60)  # joined: the engine frees its weights as its thread ends

@@ -81,6 +81,17 @@ def test_prompt_sized_products_split_over_the_pool_keep_every_row_bitwise():
             assert np.array_equal(np.array(x[lo:hi] @ b), whole[lo:hi]), (lo, hi)
 
 
+def test_the_probe_tells_kernels_that_cut_rows_differently_from_ones_that_do_not():
+    """OpenBLAS's Haswell kernels (its choice on AVX2 CPUs without AVX-512, Zen included) sum a row in a
+    4- or 12-wide block in another order than a row alone; its AVX (Sandybridge) kernels do not. Where its own
+    choice fails the probe, activate() loads the AVX kernels instead, and says so."""
+    if not (blas.X86 and blas.STATE.library and blas.STATE.native and blas.STATE.native.mlxcel_has_avx2()):
+        pytest.skip("needs OpenBLAS on an x86-64 CPU with AVX2")
+    assert blas._rows_stable(blas.STATE.library, "Haswell") is False
+    assert blas._rows_stable(blas.STATE.library, blas.ROW_STABLE_CORE) is True
+    assert "rows the same however cut" in blas.describe()
+
+
 def test_the_kernels_can_be_turned_off():
     code = "from server import blas; blas.activate(); print(blas.STATE.kernels)"
     import os

@@ -14,7 +14,7 @@ from server.models.tokenizer import ModelTokenizer
 PROMPTS = ["The capital of France is", "Once upon a time", "def f(x):", "List three colors:", "Hello, my name"]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture  # engines stopped after each test: each holds its own weights
 def make_engine(twin_q4_1):
     tok = ModelTokenizer(twin_q4_1.mlx_dir)
     engines = []
@@ -29,7 +29,7 @@ def make_engine(twin_q4_1):
 
     yield make
     for e in engines:
-        e.stop()
+        e.stop(wait=60)  # joined: its weights are freed before the next test loads its own
 
 
 def _request(tok, prompt: str, n: int) -> GenerationRequest:

@@ -16,7 +16,7 @@ from server.models.tokenizer import ModelTokenizer
 PROMPTS = ["The capital of France is", "Once upon a time", "def fibonacci(n):", "List three colors:"]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture  # engines stopped after each test: each holds its own weights
 def make_engine(twin_f32):
     tok = ModelTokenizer(twin_f32.mlx_dir)
     engines = []
@@ -31,7 +31,7 @@ def make_engine(twin_f32):
 
     yield make, tok
     for e in engines:
-        e.stop()
+        e.stop(wait=60)  # joined: its weights are freed before the next test loads its own
 
 
 async def _run(engine: Engine, request: GenerationRequest) -> tuple[list[int], FinalEvent]:

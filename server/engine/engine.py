@@ -285,6 +285,7 @@ class Engine:
             idle = sched.idle() and not self._slot_actions
             drained = self._drain(sched, self._idle_wait() if idle else 0)
             if drained is False:
+                self._free()
                 return
             if drained is None:  # idle for --sleep-idle-seconds with nothing submitted
                 self._sleep()
@@ -456,18 +457,20 @@ class Engine:
 
     def _sleep(self) -> None:
         """b10621's sleeping state: the model and everything computed with it freed until the next request."""
-        import gc
-
-        import mlx.core as mx
-
         log.info("server is entering sleeping state")
+        self._free()
+        self.sleeping = True
+
+    def _free(self) -> None:
+        """The model, the drafters, the batch and the prompt cache released, and MLX's buffer cache handed back
+        (asleep, or once the thread ends: a stopped engine holds no weights)."""
+        from .memory import hand_back
+
         self.runner = None
         self.drafter = None
         self._batch, self._batch_rows = None, []
         self.prompt_cache.entries.clear()
-        gc.collect()
-        mx.clear_cache()
-        self.sleeping = True
+        hand_back()
 
     def _wake(self) -> None:
         from ..models.loader import load_checkpoint
