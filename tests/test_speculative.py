@@ -201,3 +201,17 @@ async def test_ngram_simple_output_is_token_identical_and_drafts_on_repetition(m
     got, final = await _run(drafted, request)
     assert got == want
     assert final.n_draft > 0 and final.n_draft_accepted > 0
+
+
+def test_props_report_the_drafters_this_server_runs_and_nothing_without_them():
+    """GET /props's mlxcel key: the resolved drafters in b10621's priority order, the draft model by its
+    basename; absent without any, so the key set stays b10621's (get-props.speculative-types-f32 live)."""
+    from server.api.props import speculative_props
+
+    assert speculative_props(EngineConfig()) is None
+    both = EngineConfig(draft=DraftConfig("/models/SmolLM2-draft/", n_max=5, n_min=1, p_min=0.5), ngram_simple=(3, 8))
+    assert speculative_props(both) == {
+        "types": ["ngram-simple", "draft-simple"],
+        "ngram_simple": {"size_n": 3, "size_m": 8},
+        "draft": {"model": "SmolLM2-draft", "n_max": 5, "n_min": 1, "p_min": 0.5},
+    }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from fastapi import APIRouter, Request
 
 from .. import blas
@@ -36,7 +38,7 @@ def props_body(state) -> dict:
             "speculative_types": "none",  # a default task_params: none of the server's speculative types
         }
     )
-    return {
+    body = {
         "default_generation_settings": {
             "params": generation_settings(defaults, only_metrics=True),
             "n_ctx": state.engine.info.n_ctx,
@@ -61,6 +63,25 @@ def props_body(state) -> dict:
         "is_sleeping": bool(getattr(state.engine, "sleeping", False)),
         "cors_proxy_enabled": False,
     }
+    speculative = speculative_props(state.engine.config)
+    if speculative is not None:  # an mlxcel key, only where drafting is on: b10621 reports none of it
+        body["speculative"] = speculative
+    return body
+
+
+def speculative_props(config) -> dict | None:
+    """The drafters this server runs, as resolved from its command line (b10621's priority order: n-gram
+    first), with the draft model's basename only; None without any."""
+    out: dict = {"types": []}
+    if config.ngram_simple is not None:
+        out["types"].append("ngram-simple")
+        out["ngram_simple"] = {"size_n": config.ngram_simple[0], "size_m": config.ngram_simple[1]}
+    if config.draft is not None:
+        out["types"].append("draft-simple")
+        draft = config.draft
+        out["draft"] = {"model": os.path.basename(os.path.normpath(draft.model)), "n_max": draft.n_max,
+                        "n_min": draft.n_min, "p_min": draft.p_min}
+    return out if out["types"] else None
 
 
 @router.get("/props")
