@@ -102,11 +102,11 @@ def test_a_rope_that_cannot_take_yarn_is_refused_not_ignored():
     assert install(Attention(), YarnFlags(beta_fast=8), 4096) == 0  # resolves plain: nothing to take
 
 
-async def test_with_yarn_a_full_context_stops_instead_of_shifting(twin_f32):
-    # a YaRN rope cannot turn cached keys: --context-shift then ends the generation at the bound (logged),
-    # never an engine error
+async def test_with_yarn_a_full_context_shifts_turning_keys_as_b10621_does(twin_f32):
+    # b10621's K-shift runs rope_yarn at the shift (mscale included): the sequence goes on past the context end;
+    # the oracle case post-completion.context-shift-yarn-f32 compares its tokens with the reference's
     from server.engine.engine import Engine, EngineConfig
-    from server.engine.types import ErrorEvent, FinalEvent, GenerationRequest
+    from server.engine.types import ErrorEvent, FinalEvent, GenerationRequest, TokenEvent
 
     tok = ModelTokenizer(twin_f32.mlx_dir)
     engine = Engine(twin_f32.mlx_dir, EngineConfig(n_ctx=64, ctx_shift=True, rope=(None, 0.5),
@@ -115,10 +115,35 @@ async def test_with_yarn_a_full_context_stops_instead_of_shifting(twin_f32):
     engine.start()
     engine.ready.wait(180)
     try:
+        assert engine.runner.can_turn_keys()
         events = [ev async for ev in engine.submit(GenerationRequest(tuple(tok.tokenize("Hello there", True, True)),
                                                                      n_predict=100, ignore_eos=True))]
     finally:
         engine.stop(5)
     assert not any(isinstance(ev, ErrorEvent) for ev in events)
     final = events[-1]
-    assert isinstance(final, FinalEvent) and final.stop_type == "limit" and final.truncated
+    assert isinstance(final, FinalEvent) and final.stop_type == "limit" and final.truncated  # shifted, as upstream
+    assert sum(isinstance(ev, TokenEvent) for ev in events) == final.n_decoded == 100  # past the 64-token context
+
+
+def test_a_yarn_turn_is_ggmls_rope_at_the_shift_mscale_included(twin_f32):
+    """Turning keys by `shift` multiplies each rotated pair by rope_yarn's cos/sin at that position (mscale
+    applied again, as b10621's build_rope_shift does), the dims past the rope's untouched."""
+    import mlx.core as mx
+
+    model = load_checkpoint(twin_f32.mlx_dir, rope=(None, 0.25), yarn=YarnFlags(scaling_yarn=True)).model
+    rope = model.layers[0].self_attn.rope
+    assert isinstance(rope, YarnRoPE) and rope.yarn[0] != 0  # ext_factor on
+    runner = Runner.__new__(Runner)
+    runner.loaded = type("L", (), {"model": model})()
+    keys = mx.array(np.random.default_rng(0).standard_normal((1, 3, 5, 64)).astype(np.float32))
+    turned = np.array(runner._turn(keys, -17))
+    cos, sin = rope._angles(np.array([-17]))
+    k = np.array(keys)
+    half = rope.dims // 2
+    expect = np.concatenate([k[..., :half] * cos[0] - k[..., half:rope.dims] * sin[0],
+                             k[..., :half] * sin[0] + k[..., half:rope.dims] * cos[0], k[..., rope.dims:]], axis=-1)
+    np.testing.assert_allclose(turned, expect, rtol=2e-6, atol=2e-6)
+    norms = np.linalg.norm(turned[..., :rope.dims], axis=-1) / np.linalg.norm(k[..., :rope.dims], axis=-1)
+    mscale = rope.yarn[1] * (1 + 0.1 * np.log(1 / 0.25))  # attn_factor times YaRN's magnitude correction
+    np.testing.assert_allclose(norms, mscale, rtol=1e-5)

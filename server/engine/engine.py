@@ -792,8 +792,8 @@ class Engine:
             self._emit(sched, seq, *drawn)
 
     def _ctx_shift(self) -> bool:
-        """--context-shift, where the model's rope lets cached keys turn (a YaRN or banded rope does not: its
-        sequences stop at the context end instead, as without the flag; warned at load)."""
+        """--context-shift, where the model's rope lets cached keys turn (mlx-lm's scaled ropes, Llama 3's
+        among them, do not: their sequences stop at the context end instead, as without the flag; warned at load)."""
         return self.config.ctx_shift and self._keys_turn
 
     def _n_draft_max(self, seq: Sequence) -> int:

@@ -54,7 +54,9 @@ class Runner:
 
     def _rope(self):
         rope = self.loaded.model.layers[0].self_attn.rope
-        if type(rope).__name__ != "RoPE":  # scaled variants (YaRN, Llama 3, ...) carry their own frequencies
+        # mlx-lm's scaled variants (its YaRN, Llama 3, ...) carry frequencies of their own; mlxcel's YarnRoPE
+        # computes ggml's rope_yarn and turns keys as b10621 does
+        if type(rope).__name__ not in ("RoPE", "YarnRoPE"):
             raise NotImplementedError(f"turning cached keys with {type(rope).__name__} is not implemented")
         return rope
 
@@ -70,6 +72,11 @@ class Runner:
         """Keys rotated as if they sat `shift` positions further on (llama.cpp's K-shift)."""
         rope = self._rope()
         b, h, t, d = keys.shape
+        if type(rope).__name__ == "YarnRoPE":
+            # b10621's build_rope_shift: rope_yarn at the shift with the context's ext_factor, attn_factor and
+            # correction dims, so a turned key is scaled by YaRN's mscale once more, as upstream's is
+            turned = rope(keys.reshape(1, b * h * t, 1, d), offset=shift)
+            return turned.reshape(b, h, t, d).astype(keys.dtype)
         # one position per row, all at offset shift: a rotation by shift * theta
         turned = mx.fast.rope(keys.reshape(b * h * t, 1, d), rope.dims, traditional=rope.traditional,
                               base=rope.base, scale=rope.scale, offset=shift)
