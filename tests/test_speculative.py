@@ -141,6 +141,24 @@ async def test_the_draft_never_crosses_the_token_budget_or_the_context(make_engi
     assert final.n_tokens_cached + 1 == 64
 
 
+async def test_drafting_goes_on_after_a_context_shift_and_the_output_stays_plain_decodings(make_engine, twin_q4_1):
+    """After a shift the draft cache keeps its common prefix with the shifted tokens (n_keep) and is fed the
+    rest, as b10621's draft context follows the target's prompt: drafts go on, the tokens stay the plain ones."""
+    make, tok = make_engine
+    prompt = tuple(tok.tokenize(PROMPTS[1], True, True))
+    plain = make(n_ctx=64, ctx_shift=True)
+    drafted = make(n_ctx=64, ctx_shift=True, draft=DraftConfig(str(twin_q4_1.mlx_dir), n_max=3))
+    request = GenerationRequest(prompt, n_predict=120, ignore_eos=True)  # shifted twice
+    want, plain_final = await _run(plain, request)
+    got, final = await _run(drafted, request)
+    assert got == want and final.truncated and plain_final.truncated
+    before = GenerationRequest(prompt, n_predict=64 - len(prompt) - 2, ignore_eos=True)  # ends before any shift
+    _, unshifted = await _run(drafted, before)
+    assert not unshifted.truncated
+    # drafts accepted after the shifts too (measured: 86 against 42 before any shift)
+    assert final.n_draft_accepted > unshifted.n_draft_accepted + 20, (final.n_draft_accepted, unshifted.n_draft_accepted)
+
+
 async def test_a_draft_of_the_target_itself_is_always_accepted(make_engine, twin_f32):
     make, tok = make_engine
     drafted = make(draft=DraftConfig(str(twin_f32.mlx_dir), n_max=3))

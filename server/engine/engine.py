@@ -95,6 +95,7 @@ class _Running:
     t_gen_last: float = 0.0
     n_shifted: int = 0  # positions discarded by context shifts
     shifted: bool = False
+    discards: list = field(default_factory=list)  # each context shift's (n_keep, n_discard), in order
     inexact: bool = False  # resumed from moved cache chunks (n_cache_reuse): not what a cold run computes
     is_child: bool = False  # an n_cmpl > 1 completion that takes its prompt state from the first
     chain: Chain | None = None  # the request's sampler chain, built at its first draw
@@ -722,6 +723,16 @@ class Engine:
         return child
 
     @staticmethod
+    def _cached_tokens(seq: Sequence) -> list[int]:
+        """The tokens in the slot's KV cache, in order: the prompt and every generated token but the last, less
+        what each context shift discarded (b10621's slot.prompt.tokens)."""
+        run: _Running = seq.payload
+        tokens = [*seq.prompt[:seq.n_prefilled], *run.generated_ids[:-1]]
+        for n_keep, n_discard in run.discards:
+            del tokens[n_keep:n_keep + n_discard]
+        return tokens
+
+    @staticmethod
     def _slot_tokens(seq: Sequence) -> int:
         """Tokens in the slot's KV cache: the prompt fed so far and every generated token but the last."""
         return seq.n_prefilled + max(seq.n_decoded - 1, 0) - seq.payload.n_shifted
@@ -748,6 +759,7 @@ class Engine:
         self.runner.shift(run.cache, n_keep, n_discard)
         run.n_shifted += n_discard
         run.shifted = True
+        run.discards.append((n_keep, n_discard))
 
     def _publish_slots(self, running: list[Sequence]) -> None:
         with self._slot_lock:
@@ -798,10 +810,9 @@ class Engine:
 
     def _n_draft_max(self, seq: Sequence) -> int:
         """How many tokens this decode step may draft (0: it decodes plainly): b10621's get_n_draft_max, for a
-        sequence in plain KV caches (a trimmed position is one that is simply written again) that no context
-        shift has renumbered (its draft cache would have to follow the shift)."""
+        sequence in plain KV caches (a trimmed position is one that is simply written again)."""
         run: _Running = seq.payload
-        if self.drafter is None or run.shifted or (run.cache is not None and not self.runner.can_batch([run.cache])):
+        if self.drafter is None or (run.cache is not None and not self.runner.can_batch([run.cache])):
             return 0
         return draft_max(self.info.n_ctx, self._slot_tokens(seq), run.request.n_predict, seq.n_decoded)
 
@@ -813,8 +824,8 @@ class Engine:
         self._own_cache(seq)
         if run.draft is None:
             run.draft = drafter.new_state()
-        history = [*seq.prompt, *run.generated_ids[:-1]]
-        draft = drafter.propose(run.draft, history, run.last_token, n_max)
+        # after a context shift the draft cache keeps its common prefix with the shifted tokens and is fed the rest
+        draft = drafter.propose(run.draft, self._cached_tokens(seq), run.last_token, n_max)
         run.n_draft += len(draft)
         self._use_lora(run.lora)
         if not draft:
