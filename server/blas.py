@@ -20,6 +20,7 @@ import ctypes
 import ctypes.util
 import glob
 import os
+import platform
 import subprocess
 import sys
 import time
@@ -34,7 +35,7 @@ KERNELS_ENV = "MLXCEL_CPU_KERNELS"  # "0": without mlxcel's CPU kernels
 KERNELS_DIR = os.path.join(os.path.dirname(__file__), "native")
 KERNELS_SOURCES = ("cpu_kernels.c", "decode_step.c", "prefill_step.c", "encoder_ggml.c")  # one shared object
 KERNELS_HEADERS = ("cpu_kernels.h", "step_model.h")
-X86 = os.uname().machine in ("x86_64", "AMD64")
+X86 = platform.machine() in ("x86_64", "AMD64")
 FAST_GFLOPS = 10.0  # the reference BLAS measures ~2.5, OpenBLAS on two cores ~150
 
 _CANDIDATES = (
