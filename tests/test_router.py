@@ -138,6 +138,27 @@ def _pool(models_max=1, fail=()):
     return ModelPool(lambda: entries, build, lambda e: ["prog", "--alias", e.name], models_max=models_max), stopped
 
 
+def test_a_child_naming_a_draft_reports_the_draft_stage_after_the_text_model():
+    """b10621's load_model: stages text_model then spec_model where a draft model is named (has_dft), each
+    stage's first and last samples in order."""
+    from server.router.catalog import Entry
+    from server.router.pool import load_stages
+
+    assert load_stages(["--alias", "a", "--ctx-size", "64"]) == ["text_model"]
+    for argv in (["-md", "d.gguf"], ["--model-draft", "d"], ["--spec-draft-model=d"], ["-hfd", "org/repo"]):
+        assert load_stages(argv) == ["text_model", "spec_model"], argv
+    entries = {"a": Entry("a", "models_dir", presets.Preset("a"))}
+    pool = ModelPool(lambda: entries, lambda entry, argv: Loaded(app=None, info={}, stop=lambda: None),
+                     lambda e: ["prog", "--alias", e.name, "-md", "draft.gguf"])
+    seen = []
+    pool._notify = lambda event, model, data=None: seen.append((event, data))
+    pool.ensure_ready("a")
+    progress = [d["progress"] for e, d in seen if e == "status_change" and "progress" in d]
+    assert [(p["current"], p["value"]) for p in progress] == [
+        ("text_model", 0.0), ("text_model", 1.0), ("spec_model", 0.0), ("spec_model", 1.0)]
+    assert all(p["stages"] == ["text_model", "spec_model"] for p in progress)
+
+
 def test_the_pool_gives_up_the_least_recently_used_idle_model():
     pool, stopped = _pool(models_max=2)
     for name in ("a", "b"):

@@ -30,6 +30,16 @@ class RouterError(Exception):
         self.kind = kind
 
 
+def load_stages(argv: list[str]) -> list[str]:
+    """b10621's load stages for a child started with argv (server_context's load_model): the text model, then
+    the draft model where one is named (params.speculative.has_dft). mlxcel loads no projector."""
+    from ..cli.options import OPTIONS
+
+    draft = {s for o in OPTIONS if o.id in ("--spec-draft-model", "--spec-draft-hf") for s in o.spellings}
+    named = any(a.split("=", 1)[0] in draft for a in argv)
+    return ["text_model", "spec_model"] if named else ["text_model"]
+
+
 @dataclass
 class Loaded:
     """What a loaded model is: its routes (an ASGI app) and what it tells GET /models about itself."""
@@ -165,13 +175,14 @@ class ModelPool:
         self._notify("model_status", name, {"status": "loading"})
         threading.Thread(target=self._load, args=(inst, generation), name=f"mlxcel-load-{name}", daemon=True).start()
 
-    def _progress(self, inst: Instance, value: float) -> None:
-        """A b10621 child's load progress (one stage, the text model: mlxcel loads no projector or draft)."""
+    def _progress(self, inst: Instance, stages: list[str], current: str, value: float) -> None:
+        """A b10621 child's load progress: its stages, the one loading, how far (first and last samples)."""
         self._notify("status_change", inst.name, {"status": "loading", "progress": {
-            "stages": ["text_model"], "current": "text_model", "value": value}})
+            "stages": stages, "current": current, "value": value}})
 
     def _load(self, inst: Instance, generation: int) -> None:
-        self._progress(inst, 0.0)
+        stages = load_stages(inst.args[1:])
+        self._progress(inst, stages, "text_model", 0.0)
         try:
             loaded = self._build(inst.entry, inst.args[1:])
         except Exception as exc:  # b10621's child exits with status 1 and the router marks it failed
@@ -185,7 +196,10 @@ class ModelPool:
         if stale:
             loaded.stop()
             return
-        self._progress(inst, 1.0)
+        self._progress(inst, stages, "text_model", 1.0)
+        if "spec_model" in stages:  # loaded after the text model, as b10621's child loads its draft
+            self._progress(inst, stages, "spec_model", 0.0)
+            self._progress(inst, stages, "spec_model", 1.0)
         self._set(inst, generation, "loaded", info=loaded.info)
 
     def _set(self, inst: Instance, generation: int, status: str, exit_code: int = 0, info: dict | None = None) -> None:
