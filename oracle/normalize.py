@@ -15,6 +15,7 @@ class Normalization:
     reason: str
     text: tuple[tuple[str, str], ...] = ()  # (regex, replacement) pairs for a body that is not JSON
     within: tuple[str, ...] = ()  # JSON paths of strings the text pairs are applied inside, instead of a mask
+    any_type: bool = False  # the type masked too: only for what the reference reads from memory it never wrote
 
 
 REGISTRY: dict[str, Normalization] = {n.name: n for n in (
@@ -60,6 +61,11 @@ REGISTRY: dict[str, Normalization] = {n.name: n for n in (
                   "the twins' vectors differ ~1e-5 (ggml's fp16 GELU table turns float rounding into whole fp16 "
                   "steps): every component is compared within 1e-4 of the vector's length by "
                   "conformance/test_embeddings.py; count, shape, types and order here"),
+    Normalization("rank_pooled_embedding", ("$[*].embedding[*][*]",),
+                  "b10621's /embeddings under --reranking returns n_embd floats of which its rank head wrote the "
+                  "first: the rest is whatever the output buffer held (zeros, denormals, or a NaN it prints as "
+                  "null), so each component is masked with its type; the vector's count and length stay compared",
+                  any_type=True),
     Normalization("embedding_base64", ("$.data[*].embedding",),
                   "a base64 vector holds the same ~1e-5 differences in its bytes: its JSON type and place compared"),
     Normalization("rerank_scores", ("$.results[*].relevance_score", "$[*].score"),
@@ -115,7 +121,7 @@ def normalize(value: Any, names: tuple[str, ...], fired: set[str] | None = None,
         if any(_matches(path, p) for p in REGISTRY[name].paths):
             if fired is not None:
                 fired.add(name)
-            return [MASK, type(value).__name__]
+            return [MASK, "any" if REGISTRY[name].any_type else type(value).__name__]
         if isinstance(value, str) and any(_matches(path, p) for p in REGISTRY[name].within):
             value = _substituted(value, name, fired)
     if isinstance(value, dict):

@@ -48,6 +48,17 @@ def test_masked_values_keep_types_and_report_the_rule_that_fired():
     assert kinds(diff_exchanges(a, c, ("timings", "id_slot"))) == [("$.timings.prompt_ms", "type")]
 
 
+def test_memory_the_reference_never_wrote_is_masked_with_its_type_and_only_there():
+    """--reranking's /embeddings: b10621 prints whatever its buffer held past the rank head's one float (a NaN
+    as null); rank_pooled_embedding masks each component's type too, the vector's length stays compared."""
+    a = ex(b'[{"index":0,"embedding":[[1.0,3.8e-41,0.0]]}]')
+    b = ex(b'[{"index":0,"embedding":[[1.0,null,0.0]]}]')
+    assert kinds(diff_exchanges(a, b, ("embedding_values",))) == [("$[0].embedding[0][1]", "type")]
+    assert diff_exchanges(a, b, ("rank_pooled_embedding",)).identical
+    c = ex(b'[{"index":0,"embedding":[[1.0,0.0]]}]')
+    assert kinds(diff_exchanges(a, c, ("rank_pooled_embedding",))) == [("$[0].embedding[0]", "value")]
+
+
 def test_sse_frames_are_split_and_compared_one_by_one():
     body = b'data: {"a":1}\n\ndata: {"a":2}\n\n'
     frames = split_sse(body)
