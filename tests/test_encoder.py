@@ -195,3 +195,13 @@ def test_generation_routes_answer_501_naming_the_flag(embedding_server):
         assert r.json()["error"]["message"] == ("This server does not support completions. Start it without "
                                                 "`--embeddings`")
     assert httpx.get(embedding_server.base_url + "/health", timeout=30).json() == {"status": "ok"}
+
+
+def test_props_of_an_encoder_server_carry_no_drafter(embedding_server):
+    # the encoder's config has no drafter fields: GET /props answered 500 when it read them as the engine's
+    import httpx
+
+    r = httpx.get(embedding_server.base_url + "/props", timeout=30)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert "speculative" not in body and body["total_slots"] >= 1 and body["model_alias"] == "minilm"
