@@ -132,7 +132,7 @@ def corpus_servers(request):
     Only the current group's pair stays up (the corpus is ordered by group): a pair per group at once would
     not fit in memory. Returns get(twin, args) -> (mlxcel url, reference url or None when offline).
     """
-    from oracle.processes import ROUTER, server_pair
+    from oracle.processes import ROUTER, server_pair, start_together
 
     current: dict = {"key": None, "urls": None, "procs": []}
 
@@ -150,14 +150,10 @@ def corpus_servers(request):
             offline = oracle_offline()
             binary = None if offline else request.getfixturevalue("reference_binary")
             ref, mine = server_pair(twin_kind, args, binary, with_reference=not offline)
-            current["procs"].append(mine)
-            mine.start()
-            ref_url = None
-            if ref is not None:
-                current["procs"].append(ref)
-                ref.start()
-                ref_url = ref.base_url
-            current.update(key=key, urls=(mine.base_url, ref_url))
+            both = [mine] if ref is None else [mine, ref]
+            current["procs"].extend(both)
+            start_together(*both)  # side by side: the pair is up in the time of the slower one
+            current.update(key=key, urls=(mine.base_url, ref.base_url if ref is not None else None))
         return current["urls"]
 
     yield get

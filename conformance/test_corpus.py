@@ -16,7 +16,11 @@ from oracle.runner import run_case
 CASES = sorted(load_corpus(), key=lambda c: (bool(c.args), c.twin if c.args else "", c.args, c.name))
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+# own_server: the case needs a server pair of its own (its flags); CI's offline pass leaves these out
+PARAMS = [pytest.param(c, id=c.name, marks=pytest.mark.own_server if c.args else ()) for c in CASES]
+
+
+@pytest.mark.parametrize("case", PARAMS)
 def test_corpus_case(case, request):
     if case.args:  # flags of its own: a fresh server pair per (twin, flags), its cases in name order
         mlxcel_url, reference_url = request.getfixturevalue("corpus_servers")(case.twin, case.args)

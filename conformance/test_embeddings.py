@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from conftest import oracle_offline
-from oracle.processes import COMMON_ARGS, F32_NUMERICS, mlxcel_server, reference_server
+from oracle.processes import COMMON_ARGS, F32_NUMERICS, mlxcel_server, reference_server, start_together
 
 CORPUS = json.loads((Path(__file__).resolve().parents[1] / "fixtures/corpora/embeddings.json").read_text())
 TEXTS, RERANK = CORPUS["texts"], CORPUS["rerank"]
@@ -49,8 +49,7 @@ def pair_for(request):
             ref = reference_server(request.getfixturevalue("reference_binary"), t.gguf,
                                    [*COMMON_ARGS, *args, *F32_NUMERICS])
             current.update(key=(twin_kind, args), procs=[mine, ref])
-            mine.start()
-            ref.start()
+            start_together(mine, ref)
             current["urls"] = (mine.base_url, ref.base_url)
         return current["urls"]
 

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import oracle_offline
 from oracle.corpus import load_corpus
-from oracle.processes import COMMON_ARGS, F32_NUMERICS, mlxcel_server, reference_server
+from oracle.processes import COMMON_ARGS, F32_NUMERICS, mlxcel_server, reference_server, start_together
 from oracle.runner import run_case
 
 CASES = load_corpus(Path(__file__).resolve().parents[1] / "fixtures" / "vertex")
@@ -28,8 +28,7 @@ def vertex_pair(request):
     if not oracle_offline():
         ref = _vertex(reference_server(request.getfixturevalue("reference_binary"), twin.gguf,
                                        [*COMMON_ARGS, *F32_NUMERICS]))
-        ref.start()
-    mine.start()
+    start_together(*filter(None, (ref, mine)))
     yield mine.base_url, ref.base_url if ref else None
     mine.cleanup()
     if ref:

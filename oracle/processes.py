@@ -73,11 +73,19 @@ class ServerProcess:
         return self.workdir / f"{self.name}.log"
 
     def start(self, timeout: float = 300.0) -> "ServerProcess":
+        self.launch()
+        return self.wait_healthy(timeout)
+
+    def launch(self) -> "ServerProcess":
+        """Start the process without waiting for it (start_together boots a pair side by side)."""
         # "{workdir}" in a case's flags: this process's own scratch directory (each server writes its own files)
         self.argv = [_fixture_paths(a.replace("{workdir}", str(self.workdir)), self.name) for a in self.argv]
         log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, env=self.env,
                                      cwd=self.workdir, stdin=subprocess.DEVNULL)
+        return self
+
+    def wait_healthy(self, timeout: float = 300.0) -> "ServerProcess":
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -117,6 +125,20 @@ class ServerProcess:
 
     def __exit__(self, *exc) -> None:
         self.cleanup()
+
+
+def start_together(*procs: ServerProcess, timeout: float = 300.0) -> None:
+    """Launch every server, then wait for each: a pair boots in the time of the slower one. If one fails,
+    all are stopped before the error goes on."""
+    try:
+        for p in procs:
+            p.launch()
+        for p in procs:
+            p.wait_healthy(timeout)
+    except BaseException:
+        for p in procs:
+            p.stop()
+        raise
 
 
 # b10621 draws its media marker at random unless this pins it; both servers get the same one
@@ -198,11 +220,11 @@ class Pair:
         self.reference, self.mlxcel = server_pair(twin_kind, args, binary)
 
     def __enter__(self) -> "Pair":
-        self.reference.start()
         try:
-            self.mlxcel.start()
+            start_together(self.reference, self.mlxcel)
         except Exception:
             self.reference.cleanup()
+            self.mlxcel.cleanup()
             raise
         return self
 
