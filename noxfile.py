@@ -21,13 +21,14 @@ def tests(session: nox.Session) -> None:
                 env={"MLXCEL_EVIDENCE_DIR": evidence})
     # the same conformance suite on the recorded transcripts alone. Left out of this second pass to keep CI's
     # clock, all of it already compared live above: the seeded sampling grid, the corpus cases that start a
-    # server of their own for their flags (own_server: ~200 cases, 77 servers, ~10 of this pass's 14 minutes),
-    # the cli-* cases, and the suites that never read the reference (grammar verdicts, JSON-schema outputs, the
-    # SDK clients). The cases on the shared servers stand for the transcripts' replay.
+    # server of their own for their flags (own_server: ~200 cases, 77 servers; 848 s of the pass, 163 without
+    # them), the cli-* cases, and the suites that never read the reference (grammar verdicts, JSON-schema
+    # outputs, the SDK clients). The cases on the shared servers stand for the transcripts' replay.
     offline = ("not seeded and not cli- and not test_grammar_conformance and not test_json_schema_outputs"
                " and not test_openai_sdk and not test_anthropic_sdk and not test_sdk_tools"
                " and (not test_startup_case or refused)")  # startup: the refusals (fast) stand for the rest
-    session.run("pytest", "-q", "-p", "no:cacheprovider", "conformance", "-k", offline, "-m", "not own_server",
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "conformance", "-k", offline,
+                "-m", "not own_server",
                 env={"MLXCEL_EVIDENCE_DIR": evidence + "-offline", "MLXCEL_ORACLE_OFFLINE": "1"})
     session.run("mlxcel-oracle", "verify", env={"MLXCEL_EVIDENCE_DIR": evidence})
     session.run("mlxcel-oracle", "report", env={"MLXCEL_EVIDENCE_DIR": evidence})

@@ -28,7 +28,7 @@ def vertex_pair(request):
     if not oracle_offline():
         ref = _vertex(reference_server(request.getfixturevalue("reference_binary"), twin.gguf,
                                        [*COMMON_ARGS, *F32_NUMERICS]))
-    start_together(*filter(None, (ref, mine)))
+    start_together(mine, *([ref] if ref is not None else []))
     yield mine.base_url, ref.base_url if ref else None
     mine.cleanup()
     if ref:

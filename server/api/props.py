@@ -71,15 +71,14 @@ def props_body(state) -> dict:
 
 def speculative_props(config) -> dict | None:
     """The drafters this server runs, as resolved from its command line (b10621's priority order: n-gram
-    first), with the draft model's basename only; None without any. An encoder's config has no drafter fields:
-    an --embeddings / --reranking server drafts nothing."""
+    first), with the draft model's basename only; None without any."""
     out: dict = {"types": []}
-    ngram_simple, draft = getattr(config, "ngram_simple", None), getattr(config, "draft", None)
-    if ngram_simple is not None:
+    if config.ngram_simple is not None:
         out["types"].append("ngram-simple")
-        out["ngram_simple"] = {"size_n": ngram_simple[0], "size_m": ngram_simple[1]}
-    if draft is not None:
+        out["ngram_simple"] = {"size_n": config.ngram_simple[0], "size_m": config.ngram_simple[1]}
+    if config.draft is not None:
         out["types"].append("draft-simple")
+        draft = config.draft
         out["draft"] = {"model": os.path.basename(os.path.normpath(draft.model)), "n_max": draft.n_max,
                         "n_min": draft.n_min, "p_min": draft.p_min}
     return out if out["types"] else None

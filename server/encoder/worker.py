@@ -17,6 +17,7 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import mlx.core as mx
 import numpy as np
@@ -37,6 +38,9 @@ class EncoderConfig:
     n_ctx: int = 0  # --ctx-size; 0: the model's max_position_embeddings
     n_slots: int = 4
     sleep_idle_seconds: int = -1  # --sleep-idle-seconds: free the model after this long idle (-1: never)
+    # where the HTTP layer reads an engine's drafters (GET /props): an encoder server drafts nothing
+    ngram_simple: ClassVar[None] = None
+    draft: ClassVar[None] = None
 
 
 class EncoderWorker:
