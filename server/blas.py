@@ -134,7 +134,27 @@ print(int(same))
 
 def _rows_stable(path: str, core: str | None = None) -> bool | None:
     """Whether the BLAS at path (with OpenBLAS's `core` kernels) gives a row the same sums however the rows
-    of its product were cut; None where that cannot be told (not OpenBLAS, or the probe failed)."""
+    of its product were cut; None where that cannot be told (not OpenBLAS, or the probe failed). The verdict
+    is kept in the cache, keyed by the library file and this CPU (a child costs ~0.2 s of every start)."""
+    import hashlib
+    import json
+
+    from .models.cache import cache_root
+
+    real = os.path.realpath(path)
+    try:
+        st = os.stat(real)
+        with open("/proc/cpuinfo", "rb") as f:
+            cpu = f.read().split(b"\n\n")[0]  # the first processor's model and flags
+    except OSError:
+        st, cpu = None, b""
+    key = hashlib.sha256(json.dumps([real, st and st.st_size, st and st.st_mtime_ns, core,
+                                     cpu.decode(errors="replace"), _ROWS_PROBE]).encode()).hexdigest()[:24]
+    memo = cache_root() / "native" / f"blas-rows-{key}.json"
+    try:
+        return json.loads(memo.read_text())["stable"]
+    except (OSError, ValueError, KeyError):
+        pass
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
     if core:
         env[CORETYPE_ENV] = core
@@ -143,7 +163,13 @@ def _rows_stable(path: str, core: str | None = None) -> bool | None:
                              timeout=60, env=env).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
-    return {"1": True, "0": False}.get(out)
+    stable = {"1": True, "0": False}.get(out)
+    if stable is not None and st is not None:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        tmp = memo.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"library": real, "core": core, "stable": stable}))
+        os.replace(tmp, memo)
+    return stable
 
 
 def _choose_core(path: str) -> None:

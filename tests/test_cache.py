@@ -72,3 +72,13 @@ def test_failed_build_leaves_no_target(tmp_path):
         pass
     assert not target.exists()
     assert not list(tmp_path.glob("t.tmp-*"))
+
+
+def test_a_killed_builds_leftovers_are_cleared_by_the_next_build(tmp_path):
+    from server.models.cache import build_once
+
+    target = tmp_path / "thing"
+    stale = tmp_path / "thing.tmp-abandoned"
+    (stale / "big").mkdir(parents=True)  # what a SIGKILLed build leaves beside its target
+    build_once(target, {"v": 1}, lambda tmp: (tmp / "out").write_text("x"))
+    assert (target / "out").read_text() == "x" and not stale.exists()

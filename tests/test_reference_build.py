@@ -41,3 +41,40 @@ def test_sdist_hash_mismatch_is_refused(monkeypatch, tmp_path):
 def test_second_call_reuses_the_cached_binary(reference_binary):
     again = reference.build_reference()
     assert again == reference_binary and again.stat().st_mtime == reference_binary.stat().st_mtime
+
+
+def test_build_progress_is_printed_per_tenth_and_the_output_kept(tmp_path):
+    """A cold build takes ~10 minutes: the log shows where it is, not nothing until the end."""
+    import io
+
+    script = "; ".join(f"echo '[{p:3d}%] Building CXX object o{p}.o'" for p in range(0, 101, 5))
+    log = io.StringIO()
+    code, output = reference._run_with_progress("compile", ["sh", "-c", script + "; exit 3"], log)
+    assert code == 3 and output.count("Building CXX object") == 21
+    shown = [ln for ln in log.getvalue().splitlines() if "%]" in ln]
+    assert [ln.split("[")[1].split("%")[0].strip() for ln in shown] == [str(p) for p in range(0, 101, 10)]
+    assert log.getvalue().splitlines()[-1].startswith("reference build: compile done in")
+
+
+def test_an_interrupted_build_step_takes_its_processes_with_it(tmp_path):
+    import io
+    import os
+
+    marker = tmp_path / "child.pid"
+
+    class Interrupting(io.StringIO):
+        def write(self, text):  # at the first progress line the user presses Ctrl-C
+            super().write(text)
+            if "compile " in text:
+                raise KeyboardInterrupt
+
+    cmd = ["sh", "-c", f"echo $$ > {marker}; echo '[ 10%] x'; sleep 30"]
+    with pytest.raises(KeyboardInterrupt):
+        reference._run_with_progress("compile", cmd, Interrupting())
+    with pytest.raises(ProcessLookupError):  # killed and reaped, not left compiling
+        os.kill(int(marker.read_text()), 0)
+
+
+def test_the_build_folder_is_in_the_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("MLXCEL_CACHE_DIR", str(tmp_path / "cache"))
+    assert reference.build_dir().is_relative_to(tmp_path / "cache")

@@ -201,6 +201,7 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
         print(exc.text, file=sys.stderr)
         return 1
     engine = state.engine
+    engine.start()  # the model loads on the engine's thread while the HTTP layer is built and bound here
     from ..api.app import create_app
     from ..api.vertex import RouteConflict
 
@@ -208,15 +209,16 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
         app = create_app(state)
     except RouteConflict as exc:  # AIP_PREDICT_ROUTE naming one of the server's own routes: b10621 exits
         print(exc, file=sys.stderr)
+        engine.stop(wait=30)
         return 1
     from ..logs import uvicorn_log_settings
 
-    try:  # bound before the model loads, as b10621 binds; "listening on" only once it has loaded
+    try:  # bound while the model loads, as b10621 binds first; "listening on" only once it has loaded
         server = HttpServer(app, serve_config, announce=None, uvicorn_options=uvicorn_log_settings())
     except TransportError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
+        engine.stop(wait=30)
         return 1
-    engine.start()
 
     import threading
 

@@ -57,6 +57,8 @@ def build_once(target: Path, recipe: dict, build: Callable[[Path], None]) -> Pat
     with file_lock(target.with_name(target.name + ".lock")):
         if _stamp_matches(target, recipe):
             return target
+        for stale in target.parent.glob(target.name + ".tmp-*"):  # a build killed before its cleanup ran
+            shutil.rmtree(stale, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(prefix=target.name + ".tmp-", dir=target.parent))
         try:
             build(tmp)

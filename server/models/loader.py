@@ -9,10 +9,10 @@ from pathlib import Path
 import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten, tree_unflatten
-from mlx_lm.utils import load_model
 
 from .. import cpu_kernels
 from . import cpu_layers, huge_pages, quantized_twins
+from .architectures import load_model
 
 
 @dataclass

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Iterable
 
@@ -33,12 +33,8 @@ class ModelTokenizer:
     """
 
     def __init__(self, checkpoint: Path):
-        self._parse = Tokenizer.from_file(str(checkpoint / "tokenizer.json"))
-        self._literal = Tokenizer.from_file(str(checkpoint / "tokenizer.json"))
-        for t in (self._parse, self._literal):  # a checkpoint's batch padding / truncation is not llama.cpp's
-            t.no_padding()
-            t.no_truncation()
-        self._literal.encode_special_tokens = True
+        self._file = checkpoint / "tokenizer.json"
+        self._parse = self._load(special_spellings=True)
         cfg = json.loads((checkpoint / "tokenizer_config.json").read_text(encoding="utf-8"))
         self.wordpiece = type(self._parse.model).__name__ == "WordPiece"
         self.add_bos = bool(cfg.get("add_bos_token", False))
@@ -57,6 +53,19 @@ class ModelTokenizer:
         self.fim_ids: dict[str, int] = {k: int(v) for k, v in (cfg.get("gguf_fim_token_ids") or {}).items()}
         self.vocab_size = self._parse.get_vocab_size(with_added_tokens=True)
         self._pieces: list[bytes] = [self._piece_bytes(i) for i in range(self.vocab_size)]
+
+    def _load(self, special_spellings: bool) -> Tokenizer:
+        t = Tokenizer.from_file(str(self._file))
+        t.no_padding()  # a checkpoint's batch padding / truncation is not llama.cpp's
+        t.no_truncation()
+        t.encode_special_tokens = not special_spellings
+        return t
+
+    @cached_property
+    def _literal(self) -> Tokenizer:
+        """The instance that reads control-token spellings as text: built on first use (parse_special false
+        is the rarer case), not at start-up."""
+        return self._load(special_spellings=False)
 
     def _piece_bytes(self, token_id: int) -> bytes:
         text = self._parse.id_to_token(token_id)
