@@ -114,3 +114,45 @@ def test_decode_steps_read_the_quantized_twins_of_a_dequantized_checkpoint(twin_
     fresh = load_checkpoint(twin_q4_1.mlx_dir, kernels=False)  # no twins: its weights may reuse the memory
     mx.eval(x @ fresh.model.model.layers[3].mlp.gate_proj.weight_t)
     assert native.mlxcel_quant_calls() == before
+
+
+def test_the_loader_builds_mlx_lms_model_bitwise(twin_q4_1):
+    """server/models/architectures.load_model (no transformers) against mlx-lm's own utils.load_model: the
+    same module types, the same parameters bit for bit (the Q4_1 twin: 4-bit layers, an 8-bit embedding)."""
+    from mlx.utils import tree_flatten
+    from mlx_lm.utils import load_model as mlx_lm_load_model
+
+    from server.models.architectures import load_model
+
+    ours, _ = load_model(twin_q4_1.mlx_dir)
+    theirs, _ = mlx_lm_load_model(twin_q4_1.mlx_dir)
+    types = lambda m: [(p, type(x).__name__, getattr(x, "bits", None)) for p, x in m.named_modules()]  # noqa: E731
+    assert types(ours) == types(theirs)
+    a, b = dict(tree_flatten(ours.parameters())), dict(tree_flatten(theirs.parameters()))
+    assert a.keys() == b.keys()
+    assert all(a[k].dtype == b[k].dtype and mx.array_equal(a[k], b[k]).item() for k in a)
+
+
+def test_serving_imports_no_transformers(twin_q4_1):
+    """The server's start-up path (command line, app, engine, loader, tokenizer) never imports transformers:
+    it cost ~1.5 s of every start through mlx-lm's package __init__."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from server.cli import main; from server.api import app; from server.engine import engine, "
+            "runner; from server.models import loader, tokenizer, decode_step, prefill_step; "
+            f"loader.load_checkpoint(__import__('pathlib').Path({str(twin_q4_1.mlx_dir)!r})); "
+            "tokenizer.ModelTokenizer(__import__('pathlib').Path(" + repr(str(twin_q4_1.mlx_dir)) + ")); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('transformers', 'huggingface_hub')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_bare_package_still_gives_mlx_lms_top_level_names():
+    """Asking mlx_lm itself for a name (`from mlx_lm import load`) runs its real __init__ then."""
+    import mlx_lm
+
+    from mlx_lm import load  # noqa: F401
+
+    assert callable(mlx_lm.load) and mlx_lm.__version__
