@@ -134,7 +134,8 @@ def corpus_servers(request):
     """
     from oracle.processes import ROUTER, server_pair, start_together
 
-    current: dict = {"key": None, "urls": None, "procs": []}
+    current: dict = {"key": None, "urls": None, "procs": [], "started": 0}
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
 
     def stop() -> None:
         for p in current["procs"]:
@@ -151,6 +152,11 @@ def corpus_servers(request):
             binary = None if offline else request.getfixturevalue("reference_binary")
             ref, mine = server_pair(twin_kind, args, binary, with_reference=not offline)
             both = [mine] if ref is None else [mine, ref]
+            current["started"] += 1
+            if reporter is not None:  # which server state the cases now running need, among how many
+                flags = " ".join(args)
+                reporter.write_line(f"[pair {current['started']}] {twin_kind}: "
+                                    f"{flags[:90] + '...' if len(flags) > 90 else flags}")
             current["procs"].extend(both)
             start_together(*both)  # side by side: the pair is up in the time of the slower one
             current.update(key=key, urls=(mine.base_url, ref.base_url if ref is not None else None))

@@ -97,15 +97,17 @@ class ServerProcess:
                     return self
             except httpx.HTTPError:
                 pass
-            time.sleep(0.25)
+            time.sleep(0.05)
         self.stop()
         raise ServerStartError(f"{self.name} did not become healthy in {timeout:.0f} s: {self.log_tail()}")
 
-    def log_tail(self, n: int = 2000) -> str:
+    def log_tail(self, lines: int = 20, limit: int = 3000) -> str:
+        """The last lines it printed (a failed start shows why), on lines of their own."""
         try:
-            return self.log_path.read_text(errors="replace")[-n:]
+            text = self.log_path.read_text(errors="replace")
         except OSError:
             return ""
+        return "\n" + "\n".join(text.splitlines()[-lines:])[-limit:]
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -174,7 +174,7 @@ def test_sigterm_drains_the_generation_in_flight_then_exits(twin_q4_1):
         t.join(10)
         drained = time.time() - start
     finally:
-        log = proc.log_tail(4000)
+        log = proc.log_tail(lines=200, limit=4000)
         proc.cleanup()
     assert result.get("frames") == 61 and '"stop":true' in result["last"], (result, log)
     assert code == 0, log  # as b10621 exits (it cuts the stream; mlxcel lets it finish)
@@ -245,7 +245,7 @@ def test_sigterm_cuts_what_does_not_finish_within_the_drain_and_a_second_one_at_
             took = time.time() - start
             t.join(30)
         finally:
-            log = proc.log_tail(3000)
+            log = proc.log_tail(lines=200, limit=3000)
             proc.cleanup()
         assert cut.get("cut") is True, log
         assert code == 0 and "Traceback" not in log, log
