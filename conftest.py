@@ -24,9 +24,27 @@ def _hand_back_mlx_memory():
 
 def oracle_offline() -> bool:
     """MLXCEL_ORACLE_OFFLINE=1: the reference binary is absent; recorded transcripts stand in for it."""
-    import os
+    from oracle import live
 
-    return os.environ.get("MLXCEL_ORACLE_OFFLINE") == "1"
+    return live.offline()
+
+
+def reference_live(key: str, recorded: bool = True) -> bool:
+    """Whether the case (or suite) under `key` meets the live reference on this run (oracle/live.py)."""
+    from oracle import live
+
+    return live.live(key, recorded)
+
+
+def pytest_report_header(config):
+    if any("conformance" in str(a) for a in config.args) or not config.args:
+        from oracle import live
+
+        try:
+            return live.describe()
+        except Exception as exc:  # the header never stops a run; the cases say what is wrong
+            return f"reference: {exc}"
+    return None
 
 
 @pytest.fixture(scope="session")
@@ -114,15 +132,16 @@ def reference_f32(reference_binary, twin_f32):
     yield from _serve(reference_server(reference_binary, twin_f32.gguf, [*COMMON_ARGS, *F32_NUMERICS]))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def live_reference_q4_1(request):
-    """The reference on the Q4_1 twin, or None when offline (recorded answers stand in)."""
-    return None if oracle_offline() else request.getfixturevalue("reference_q4_1")
+    """The reference on the Q4_1 twin, or None where its recorded answers stand in (offline, or the test's
+    module is outside this run's live share)."""
+    return request.getfixturevalue("reference_q4_1") if reference_live(request.module.__name__) else None
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def live_reference_f32(request):
-    return None if oracle_offline() else request.getfixturevalue("reference_f32")
+    return request.getfixturevalue("reference_f32") if reference_live(request.module.__name__) else None
 
 
 @pytest.fixture(scope="session")
@@ -142,20 +161,20 @@ def corpus_servers(request):
             p.cleanup()
         current.update(key=None, urls=None, procs=[])
 
-    def get(twin_kind: str, args: tuple[str, ...]):
-        key = (twin_kind, args)
+    def get(twin_kind: str, args: tuple[str, ...], with_reference: bool = True):
+        key = (twin_kind, args, with_reference)
         if current["key"] != key:
             stop()
             if twin_kind != ROUTER:
                 request.getfixturevalue(f"twin_{twin_kind}")  # built once per session
-            offline = oracle_offline()
-            binary = None if offline else request.getfixturevalue("reference_binary")
-            ref, mine = server_pair(twin_kind, args, binary, with_reference=not offline)
+            binary = request.getfixturevalue("reference_binary") if with_reference else None
+            ref, mine = server_pair(twin_kind, args, binary, with_reference=with_reference)
             both = [mine] if ref is None else [mine, ref]
             current["started"] += 1
             if reporter is not None:  # which server state the cases now running need, among how many
                 flags = " ".join(args)
-                reporter.write_line(f"[pair {current['started']}] {twin_kind}: "
+                reporter.write_line(f"[pair {current['started']}{'' if with_reference else ', recorded reference'}] "
+                                    f"{twin_kind}: "
                                     f"{flags[:90] + '...' if len(flags) > 90 else flags}")
             current["procs"].extend(both)
             start_together(*both)  # side by side: the pair is up in the time of the slower one

@@ -1,4 +1,4 @@
-"""nox sessions: tests (every test, the reference build included), reference, oracle."""
+"""nox sessions: tests (every test, the reference build included), unit (the fast tier), reference, oracle."""
 
 from __future__ import annotations
 
@@ -8,30 +8,48 @@ nox.options.sessions = ["tests"]
 nox.options.default_venv_backend = "venv"
 
 
+# How many shares the reference's live comparisons rotate through in CI (oracle/live.py): each run compares
+# one share of the recorded cases live, and every case whose recording is missing or stale; every case meets
+# the live binary at least once in LIVE_SHARES landings in a row. mlxcel itself runs live on every case.
+LIVE_SHARES = 4
+UNIT = ("tests", "-m", "not reference", "--ignore=tests/reliability")
+
+
+def _live_share(session: nox.Session) -> str:
+    """MLXCEL_LIVE_SHARE as given, else in CI the share of this commit (its commit count mod LIVE_SHARES),
+    else all (a developer's full run)."""
+    import os
+    import subprocess
+
+    if os.environ.get("MLXCEL_LIVE_SHARE"):
+        return os.environ["MLXCEL_LIVE_SHARE"]
+    if os.environ.get("CI") != "true":
+        return "all"
+    count = subprocess.run(["git", "rev-list", "--count", "HEAD"], capture_output=True, text=True).stdout.strip()
+    return f"{int(count or 0) % LIVE_SHARES}/{LIVE_SHARES}"
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Every test: unit tests, then conformance against the reference (built once, cached outside the repo)."""
+    """Every test: the unit tier, the reliability suites, then conformance against the reference (built once,
+    cached outside the repo) on every case, the reference live for this run's share (see _live_share)."""
     session.install("-e", ".[test]")
     session.run("python", "-m", "compat.validate", "--check-issues-open")
     session.run("python", "-m", "compat.claims")
     session.run("mlxcel-oracle", "reference")  # build (or reuse) the reference before the clock of any test
     evidence = ".oracle/evidence"
     session.run("rm", "-rf", evidence, external=True)
-    session.run("pytest", "-q", "-p", "no:cacheprovider", *session.posargs,
-                env={"MLXCEL_EVIDENCE_DIR": evidence})
-    # the same conformance suite on the recorded transcripts alone. Left out of this second pass to keep CI's
-    # clock, all of it already compared live above: the seeded sampling grid, the corpus cases that start a
-    # server of their own for their flags (own_server: ~200 cases, 77 servers; 848 s of the pass, 163 without
-    # them), the cli-* cases, and the suites that never read the reference (grammar verdicts, JSON-schema
-    # outputs, the SDK clients). The cases on the shared servers stand for the transcripts' replay.
-    offline = ("not seeded and not cli- and not test_grammar_conformance and not test_json_schema_outputs"
-               " and not test_openai_sdk and not test_anthropic_sdk and not test_sdk_tools"
-               " and (not test_startup_case or refused)")  # startup: the refusals (fast) stand for the rest
-    session.run("pytest", "-q", "-p", "no:cacheprovider", "conformance", "-k", offline,
-                "-m", "not own_server",
-                env={"MLXCEL_EVIDENCE_DIR": evidence + "-offline", "MLXCEL_ORACLE_OFFLINE": "1"})
-    session.run("mlxcel-oracle", "verify", env={"MLXCEL_EVIDENCE_DIR": evidence})
-    session.run("mlxcel-oracle", "report", env={"MLXCEL_EVIDENCE_DIR": evidence})
+    env = {"MLXCEL_EVIDENCE_DIR": evidence, "MLXCEL_LIVE_SHARE": _live_share(session)}
+    session.run("pytest", "-q", "-p", "no:cacheprovider", *session.posargs, env=env)
+    session.run("mlxcel-oracle", "verify", env=env)
+    session.run("mlxcel-oracle", "report", env=env)
+
+
+@nox.session
+def unit(session: nox.Session) -> None:
+    """The fast tier (a few minutes): tests/ without the reference binary or the reliability suites."""
+    session.install("-e", ".[test]")
+    session.run("pytest", "-q", "-p", "no:cacheprovider", *UNIT, *session.posargs)
 
 
 @nox.session

@@ -10,8 +10,8 @@ import subprocess
 
 import pytest
 
-from conftest import oracle_offline
-from oracle.startup import load_startup_cases, run_startup_case
+from conftest import reference_live
+from oracle.startup import is_recorded, load_startup_cases, run_startup_case
 
 CASES = load_startup_cases()
 
@@ -28,7 +28,8 @@ def certs(tmp_path_factory):
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_startup_case(case, request):
-    binary = None if oracle_offline() else request.getfixturevalue("reference_binary")
+    live = reference_live(f"startup {case.name}", is_recorded(case))
+    binary = request.getfixturevalue("reference_binary") if live else None
     extra = {"certs": str(request.getfixturevalue("certs"))} if any("{certs}" in a for a in case.args) else {}
     result = run_startup_case(case, binary, extra)
     ok, why = result.meets_expectation()

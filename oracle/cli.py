@@ -1,4 +1,4 @@
-"""mlxcel-oracle: reference | run | diff | trace | record | verify | report."""
+"""mlxcel-oracle: reference | run | diff | trace | record | bind | verify | report."""
 
 from __future__ import annotations
 
@@ -90,13 +90,22 @@ def cmd_record(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bind(_: argparse.Namespace) -> int:
+    from .live import BINDING, bind
+
+    print(f"{BINDING.relative_to(REPO_ROOT)}: bound to {bind(build_reference())}")
+    return 0
+
+
 def cmd_verify(_: argparse.Namespace) -> int:
     entries = [e for es in _manifest_entries().values() for e in es]
     records = load_records()
     failures = verify(entries, records)
     for f in failures:
         print(f, file=sys.stderr)
-    print(f"verify: {len(records)} evidence records; "
+    live = sum(r.get("reference_source") == "live" for r in records)
+    print(f"verify: {len(records)} evidence records ({live} against the live reference, {len(records) - live} "
+          "against its bound recordings); "
           + ("ok" if not failures else f"{len(failures)} entr{'y' if len(failures) == 1 else 'ies'} not backed"))
     return 1 if failures else 0
 
@@ -161,6 +170,9 @@ def main(argv: list[str] | None = None) -> None:
     rec.add_argument("--case", default=None, help="record this one case")
     rec.add_argument("--missing", action="store_true", help="record only the cases without a transcript")
     rec.set_defaults(func=cmd_record)
+    sub.add_parser("bind", help="bind the committed transcripts to the reference binary built here (after a "
+                   "full live run found no drift): replays then stand for it (oracle/live.py)").set_defaults(
+        func=cmd_bind)
     sub.add_parser("verify", help="gate: supported entries need identical evidence, by_design ones a difference"
                    ).set_defaults(func=cmd_verify)
     rep = sub.add_parser("report", help="write the Markdown and JSON report from the evidence")

@@ -318,6 +318,14 @@ def _transcript(name: str) -> Path:
     return STARTUP_TRANSCRIPTS / f"{name}.json"
 
 
+def is_recorded(case: StartupCase) -> bool:
+    """A recording exists for this very case (its fingerprint unchanged)."""
+    try:
+        return json.loads(_transcript(case.name).read_text(encoding="utf-8"))["fingerprint"] == case.fingerprint()
+    except (OSError, ValueError, KeyError):
+        return False
+
+
 def recorded_reference(case: StartupCase) -> Observation:
     path = _transcript(case.name)
     if not path.is_file():

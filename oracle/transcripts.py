@@ -34,6 +34,15 @@ def record(name: str, request: OracleRequest, exchange: Exchange, directory: Pat
                                                 encoding="utf-8")
 
 
+def is_current(name: str, request: OracleRequest, directory: Path = TRANSCRIPT_DIR) -> bool:
+    """A recording exists for this very request (a changed case needs the live reference to re-record)."""
+    path = transcript_path(name, directory)
+    try:
+        return path.is_file() and json.loads(path.read_text(encoding="utf-8"))["request_sha256"] == request.sha256()
+    except (OSError, ValueError, KeyError):
+        return False
+
+
 def load(name: str, request: OracleRequest, directory: Path = TRANSCRIPT_DIR) -> Exchange:
     path = transcript_path(name, directory)
     if not path.is_file():

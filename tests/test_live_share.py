@@ -1,0 +1,74 @@
+"""oracle/live.py: which cases meet the live reference on a run, and which replay their bound recordings."""
+
+from __future__ import annotations
+
+import pytest
+
+from oracle import live
+from oracle.corpus import load_corpus
+from oracle.exchange import OracleRequest
+from oracle.transcripts import is_current, record
+
+
+def test_shares_partition_the_corpus_so_every_case_is_live_within_n_runs():
+    names = [c.name for c in load_corpus()]
+    n = 4
+    takers = {name: [k for k in range(n) if live.Share(k, n).takes(name)] for name in names}
+    assert all(len(ks) == 1 for ks in takers.values())  # exactly one share of every N runs compares it live
+    sizes = [sum(ks == [k] for ks in takers.values()) for k in range(n)]
+    assert min(sizes) > len(names) / n * 0.7  # no share is left nearly empty (the hash spreads them)
+
+
+@pytest.mark.parametrize("text, shown", [("all", "all"), ("none", "none"), ("2/4", "2/4"), (None, "all")])
+def test_share_spellings(text, shown):
+    assert str(live.Share.parse(text)) == shown
+
+
+@pytest.mark.parametrize("text", ["4/4", "-1/3", "1/0", "half", "1/2/3"])
+def test_a_bad_share_is_one_clear_error(text):
+    with pytest.raises(ValueError, match="expected all, none or K/N"):
+        live.Share.parse(text)
+
+
+def test_who_runs_live(monkeypatch):
+    monkeypatch.delenv(live.OFFLINE_ENV, raising=False)
+    key = next(c.name for c in load_corpus() if live.bucket(c.name, 4) == 1)
+    monkeypatch.setattr(live, "binding_holds", lambda: True)
+    monkeypatch.setenv(live.SHARE_ENV, "all")
+    assert live.live(key, recorded=True)
+    monkeypatch.setenv(live.SHARE_ENV, "1/4")
+    assert live.live(key, recorded=True)
+    monkeypatch.setenv(live.SHARE_ENV, "2/4")
+    assert not live.live(key, recorded=True)  # another share's: its recording stands in
+    assert live.live(key, recorded=False)  # a changed or unrecorded case always meets the binary
+    monkeypatch.setenv(live.SHARE_ENV, "none")
+    assert not live.live(key, recorded=True) and live.live(key, recorded=False)
+    monkeypatch.setattr(live, "binding_holds", lambda: False)  # recordings of another binary stand for nothing
+    monkeypatch.setenv(live.SHARE_ENV, "2/4")
+    assert live.live(key, recorded=True)
+    monkeypatch.setenv(live.OFFLINE_ENV, "1")
+    assert not live.live(key, recorded=False)
+
+
+def test_the_binding_follows_the_binary(monkeypatch, tmp_path):
+    live.binding_holds.cache_clear()
+    binary = tmp_path / "llama-server"
+    binary.write_bytes(b"one build")
+    monkeypatch.setattr(live, "BINDING", tmp_path / "BINARY.json")
+    monkeypatch.setattr("oracle.reference.build_reference", lambda: binary)
+    live.bind(binary)
+    assert live.binding_holds()
+    live.binding_holds.cache_clear()
+    binary.write_bytes(b"another build")
+    assert not live.binding_holds()
+    live.binding_holds.cache_clear()
+
+
+def test_a_recording_is_current_only_for_its_own_request(tmp_path):
+    from oracle.exchange import Exchange
+
+    request = OracleRequest.from_dict({"method": "POST", "path": "/completion", "body": {"prompt": "a"}})
+    changed = OracleRequest.from_dict({"method": "POST", "path": "/completion", "body": {"prompt": "b"}})
+    assert not is_current("case", request, tmp_path)
+    record("case", request, Exchange(status=200, headers={}, body=b"{}"), tmp_path)
+    assert is_current("case", request, tmp_path) and not is_current("case", changed, tmp_path)
