@@ -36,6 +36,16 @@ def reference_live(key: str, recorded: bool = True) -> bool:
     return live.live(key, recorded)
 
 
+def pytest_collection_modifyitems(config, items):
+    """How many server states (own-server pairs) the selected corpus cases need: shown as [pair i/n]."""
+    keys = set()
+    for item in items:
+        case = getattr(item, "callspec", None) and item.callspec.params.get("case")
+        if item.get_closest_marker("own_server") and case is not None:
+            keys.add((case.twin, case.args))
+    config._mlxcel_pairs = len(keys)
+
+
 def pytest_report_header(config):
     if any("conformance" in str(a) for a in config.args) or not config.args:
         from oracle import live
@@ -149,7 +159,8 @@ def corpus_servers(request):
     """Servers for corpus cases with flags of their own: one fresh pair per (twin, flags), started on first use.
 
     Only the current group's pair stays up (the corpus is ordered by group): a pair per group at once would
-    not fit in memory. Returns get(twin, args) -> (mlxcel url, reference url or None when offline).
+    not fit in memory. Returns get(twin, args, with_reference) -> (mlxcel url, reference url or None without
+    the reference: oracle/live.py decides per group).
     """
     from oracle.processes import ROUTER, server_pair, start_together
 
@@ -173,7 +184,9 @@ def corpus_servers(request):
             current["started"] += 1
             if reporter is not None:  # which server state the cases now running need, among how many
                 flags = " ".join(args)
-                reporter.write_line(f"[pair {current['started']}{'' if with_reference else ', recorded reference'}] "
+                total = getattr(request.config, "_mlxcel_pairs", 0)
+                reporter.write_line(f"[pair {current['started']}/{total}"
+                                    f"{'' if with_reference else ', recorded reference'}] "
                                     f"{twin_kind}: "
                                     f"{flags[:90] + '...' if len(flags) > 90 else flags}")
             current["procs"].extend(both)
