@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..cli.parse import parse_csv_row
-from .jsonio import CONTENT_TYPE
 
 log = logging.getLogger("mlxcel.auth")
 
@@ -146,6 +145,8 @@ class AuthMiddleware:
             await self.app(scope, receive, send)
             return
         log.warning("unauthorized: Invalid API Key")
+        from .jsonio import CONTENT_TYPE  # FastAPI comes with it: not needed to read the command line
+
         await send({"type": "http.response.start", "status": 401,
                     "headers": [(b"Content-Type", CONTENT_TYPE.encode()),
                                 (b"Content-Length", str(len(UNAUTHORIZED_BODY)).encode())]})

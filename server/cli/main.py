@@ -21,12 +21,11 @@ class StartupRefusal(Exception):
 
 
 def build_state(args, prog: str, auth, cors, vertex):
-    """Everything one model is served with (its engine not yet started), from a parsed command line: the
-    checkpoint, tokenizer, engine, chat settings and the request defaults. Raises StartupRefusal."""
-    from ..api.state import AppState, ServerSettings
-    from ..api.task_params import TaskParams
+    """Everything one model is served with, from a parsed command line: the checkpoint, tokenizer, engine, chat
+    settings and the request defaults. The engine starts (its model loading on its own thread) as soon as it
+    exists, while the rest is read; a later refusal stops it. Raises StartupRefusal."""
     from ..engine.engine import Engine, EngineConfig
-    from ..models.loader import model_ftype, read_config
+    from ..models.loader import read_config
     from ..models.store import ModelNotFound, resolve_model
     from ..models.tokenizer import ModelTokenizer
 
@@ -91,6 +90,20 @@ def build_state(args, prog: str, auth, cors, vertex):
         if any(g.option in ("--pooling", "--embd-normalize") for g in args.given):
             log.warning("--pooling and --embd-normalize shape embeddings only: without --embeddings they change "
                         "nothing")
+    engine.start()
+    try:
+        return _settled_state(args, prog, auth, cors, vertex, checkpoint, tokenizer, engine, encoder, spec_types)
+    except BaseException:
+        engine.stop(wait=30)
+        raise
+
+
+def _settled_state(args, prog, auth, cors, vertex, checkpoint, tokenizer, engine, encoder, spec_types):
+    """build_state's second half, read while the engine loads the model."""
+    from ..api.state import AppState, ServerSettings
+    from ..api.task_params import TaskParams
+    from ..models.loader import model_ftype
+
     try:
         sampling = sampling_defaults(args, tokenizer.eog_ids)
     except ValueError as exc:
@@ -166,7 +179,7 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
         return 1
     from ..api.auth import AuthConfig
     from ..api.cors import CorsConfig
-    from ..api.vertex import VertexSettings
+    from ..api.vertex_settings import VertexSettings
     from ..transport import HttpServer, ServeConfig, TransportError, announce_listening
 
     try:
@@ -200,8 +213,7 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
     except StartupRefusal as exc:
         print(exc.text, file=sys.stderr)
         return 1
-    engine = state.engine
-    engine.start()  # the model loads on the engine's thread while the HTTP layer is built and bound here
+    engine = state.engine  # started: the model loads on the engine's thread while the HTTP layer is built here
     from ..api.app import create_app
     from ..api.vertex import RouteConflict
 

@@ -101,8 +101,7 @@ def load_model(entry, model_argv: list[str], prog: str):
         raise RuntimeError(exc.text) from None
     state.settings = dataclasses.replace(state.settings, api_prefix="")
     app = create_app(state)
-    engine = state.engine
-    engine.start()
+    engine = state.engine  # started by build_state
     engine.ready.wait()
     if engine.load_error:
         engine.stop(wait=30)
