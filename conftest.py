@@ -38,12 +38,11 @@ def reference_live(key: str, recorded: bool = True) -> bool:
 
 def pytest_collection_modifyitems(config, items):
     """How many server states (own-server pairs) the selected corpus cases need: shown as [pair i/n]."""
-    keys = set()
-    for item in items:
-        case = getattr(item, "callspec", None) and item.callspec.params.get("case")
-        if item.get_closest_marker("own_server") and case is not None:
-            keys.add((case.twin, case.args))
-    config._mlxcel_pairs = len(keys)
+    from oracle.corpus import server_states
+
+    cases = [item.callspec.params["case"] for item in items if item.get_closest_marker("own_server")
+             and hasattr(item, "callspec") and "case" in item.callspec.params]
+    config._mlxcel_pairs = len(server_states(cases))
 
 
 def pytest_report_header(config):
@@ -159,8 +158,9 @@ def corpus_servers(request):
     """Servers for corpus cases with flags of their own: one fresh pair per (twin, flags), started on first use.
 
     Only the current group's pair stays up (the corpus is ordered by group): a pair per group at once would
-    not fit in memory. Returns get(twin, args, with_reference) -> (mlxcel url, reference url or None without
-    the reference: oracle/live.py decides per group).
+    not fit in memory. Returns get(twin, args, with_reference, state) -> (mlxcel url, reference url or None
+    without the reference: oracle/live.py decides per state); `state` (oracle.corpus.server_states) tells apart
+    two pairs of the same flags (a fresh case's own).
     """
     from oracle.processes import ROUTER, server_pair, start_together
 
@@ -172,8 +172,8 @@ def corpus_servers(request):
             p.cleanup()
         current.update(key=None, urls=None, procs=[])
 
-    def get(twin_kind: str, args: tuple[str, ...], with_reference: bool = True):
-        key = (twin_kind, args, with_reference)
+    def get(twin_kind: str, args: tuple[str, ...], with_reference: bool = True, state: str | None = None):
+        key = (state or (twin_kind, args), with_reference)
         if current["key"] != key:
             stop()
             if twin_kind != ROUTER:

@@ -40,6 +40,8 @@ def tests(session: nox.Session) -> None:
     evidence = ".oracle/evidence"
     session.run("rm", "-rf", evidence, external=True)
     env = {"MLXCEL_EVIDENCE_DIR": evidence, "MLXCEL_LIVE_SHARE": _live_share(session)}
+    session.log(f"MLXCEL_LIVE_SHARE={env['MLXCEL_LIVE_SHARE']}: the reference live for that share of the recorded "
+                "cases, every changed or unrecorded one and the suites without recordings (docs/testing.md)")
     session.run("pytest", "-q", "-p", "no:cacheprovider", *session.posargs, env=env)
     session.run("mlxcel-oracle", "verify", env=env)
     session.run("mlxcel-oracle", "report", env=env)

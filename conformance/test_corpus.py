@@ -6,42 +6,34 @@ evidence record that `mlxcel-oracle verify` reads for the manifest entries it ba
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from conftest import reference_live
-from oracle.corpus import load_corpus
+from oracle.corpus import SHARED, load_corpus, server_states
 from oracle.runner import run_case
 from oracle.transcripts import is_current
 
-# cases with flags of their own last, grouped by (twin, flags) in name order: one extra server pair at a time
-CASES = sorted(load_corpus(), key=lambda c: (bool(c.args), c.twin if c.args else "", c.args, c.name))
+# the shared pairs' cases first, then one fresh pair per server state (twin, flags, fresh), in run order
+STATES = server_states(load_corpus())
+CASES = [c for _, cases in STATES for c in cases]
+STATE_OF = {c.name: key for key, cases in STATES for c in cases}
 
-
-def group_key(case) -> str:
-    """A server state: the cases with the same twin and flags share one fresh pair, in name order."""
-    return f"{case.twin} {json.dumps(case.args)}"
-
-
-# a group meets the live reference as a whole (one pair, its reference started or not); a case whose
-# recording is missing or stale brings its whole group live
-GROUP_RECORDED = {}
-for _c in CASES:
-    if _c.args:
-        GROUP_RECORDED[group_key(_c)] = GROUP_RECORDED.get(group_key(_c), True) and is_current(_c.name, _c.request)
+# a server state meets the live reference as a whole (one pair, its reference started or not); a case whose
+# recording is missing or stale brings its whole state live
+STATE_RECORDED = {key: all(is_current(c.name, c.request) for c in cases) for key, cases in STATES if key != SHARED}
 
 
 # own_server: the case needs a server pair of its own (its flags)
-PARAMS = [pytest.param(c, id=c.name, marks=pytest.mark.own_server if c.args else ()) for c in CASES]
+PARAMS = [pytest.param(c, id=c.name, marks=pytest.mark.own_server if STATE_OF[c.name] != SHARED else ())
+          for c in CASES]
 
 
 @pytest.mark.parametrize("case", PARAMS)
 def test_corpus_case(case, request):
-    if case.args:  # flags of its own: a fresh server pair per (twin, flags), its cases in name order
-        key = group_key(case)
-        live = reference_live(key, GROUP_RECORDED[key])
-        mlxcel_url, reference_url = request.getfixturevalue("corpus_servers")(case.twin, case.args, live)
+    state = STATE_OF[case.name]
+    if state != SHARED:  # flags of its own, or fresh: the pair of its server state
+        live = reference_live(state, STATE_RECORDED[state])
+        mlxcel_url, reference_url = request.getfixturevalue("corpus_servers")(case.twin, case.args, live, state)
     else:
         mlxcel_url = request.getfixturevalue(f"mlxcel_{case.twin}").base_url
         live = reference_live(case.name, is_current(case.name, case.request))

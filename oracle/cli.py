@@ -57,8 +57,12 @@ def _run_corpus(live: bool, only: str | None = None, missing: bool = False) -> t
     cases = [c for c in load_corpus() if (only is None or c.name == only)
              and not (missing and (TRANSCRIPT_DIR / f"{c.name}.json").is_file())]
     failed = 0
-    for twin, extra in sorted({(c.twin, c.args) for c in cases}):
-        mine = [c for c in cases if (c.twin, c.args) == (twin, extra)]
+    from .corpus import SHARED, server_states
+
+    pairs = [(key, [c for c in group if c.twin == t]) for key, group in server_states(cases)
+             for t in sorted({c.twin for c in group})]  # the shared state: one pair per twin
+    for key, mine in pairs:
+        twin, extra = mine[0].twin, mine[0].args if key != SHARED else ()
         if live:
             with Pair(twin, extra) as pair:
                 results = [run_case(c, pair.mlxcel.base_url, pair.reference.base_url) for c in mine]

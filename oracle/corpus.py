@@ -3,7 +3,9 @@
 A case: {"entries": [manifest ids], "twin": "q4_1"|"f32", "request": {method, path, body|raw_body},
 "normalize": [rule names], "expect": {"identical": bool, "divergences": [[path, kind], ...]}}, optionally
 "args": [server flags], whose cases get a server pair of their own (started fresh, run in name order), and
-"setup": [requests] sent to both servers before the compared one (their answers are not compared).
+"setup": [requests] sent to both servers before the compared one (their answers are not compared), and
+"fresh": true for a case whose answer depends on everything its server did since it started (counters, the
+slot registry): it runs first on a pair of its own state, never after another case (`server_states`).
 `expect` pins what the oracle sees today, so a change in either direction fails until the case and the
 manifest entry are flipped together.
 """
@@ -33,6 +35,7 @@ class Case:
     expect_divergences: tuple[tuple[str, str], ...]
     args: tuple[str, ...] = ()
     setup: tuple[OracleRequest | float, ...] = ()
+    fresh: bool = False
 
     @property
     def path(self) -> Path:
@@ -74,8 +77,27 @@ def load_case(path: Path) -> Case:
         args=tuple(_substitute(a) for a in data.get("args", [])),
         # a setup step {"wait_s": N} waits N seconds (idle-sleep cases), anything else is a request
         setup=tuple(float(r["wait_s"]) if "wait_s" in r else OracleRequest.from_dict(r) for r in data.get("setup", [])),
+        fresh=bool(data.get("fresh", False)),
     )
 
 
 def load_corpus(directory: Path = CORPUS_DIR) -> list[Case]:
     return [load_case(p) for p in sorted(directory.glob("*.json"))]
+
+
+SHARED = ""  # the server state of a case on its twin's shared pair (no flags of its own, not fresh)
+
+
+def server_states(cases: list[Case]) -> list[tuple[str, list[Case]]]:
+    """The server states the cases need, in run order, each with its cases in run order: the shared pairs'
+    cases first (state SHARED), then one fresh pair per (twin, flags), its fresh case first and the others in
+    name order; a second fresh case of the same flags gets a pair of its own."""
+    shared = [c for c in cases if not c.args and not c.fresh]
+    out: list[tuple[str, list[Case]]] = [(SHARED, sorted(shared, key=lambda c: (c.twin, c.name)))] if shared else []
+    groups: dict[str, list[Case]] = {}
+    for c in sorted((c for c in cases if c.args or c.fresh), key=lambda c: (c.twin, c.args, not c.fresh, c.name)):
+        key = f"{c.twin} {json.dumps(c.args)}"
+        if c.fresh and key in groups:  # its flags' pair already served a case: this one needs its own
+            key = f"{key} fresh:{c.name}"
+        groups.setdefault(key, []).append(c)
+    return out + list(groups.items())

@@ -142,3 +142,34 @@ def test_a_template_date_is_replaced_inside_the_rendered_prompt_only():
     assert not diff_exchanges(verbose("2026-11-30"), verbose("2026-12-01", "ho"), ("template_date",)).identical
     elsewhere = ex(b'{"content":"Current date: 2026-11-30"}'), ex(b'{"content":"Current date: 2026-12-01"}')
     assert not diff_exchanges(*elsewhere, ("template_date",)).identical
+
+
+def test_server_states_group_cases_by_the_state_they_need():
+    """One pair per (twin, flags); a fresh case first on its state's pair, a second fresh one on a pair of its own;
+    the shared pairs' cases first."""
+    from oracle.corpus import SHARED, Case, server_states
+    from oracle.exchange import OracleRequest
+
+    req = OracleRequest.from_dict({"method": "GET", "path": "/health"})
+
+    def case(name, args=(), fresh=False, twin="f32"):
+        return Case(name, ("GET /health",), twin, req, (), True, (), tuple(args), (), fresh)
+
+    states = server_states([case("b", ["-np", "1"]), case("a", ["-np", "1"]), case("z", ["-np", "1"], fresh=True),
+                            case("y", ["-np", "1"], fresh=True), case("s"), case("r", twin="q4_1"),
+                            case("f", fresh=True)])
+    keys = [k for k, _ in states]
+    names = [[c.name for c in cs] for _, cs in states]
+    assert keys[0] == SHARED and names[0] == ["s", "r"]  # by twin (f32, q4_1), then name
+    assert ["y", "a", "b"] in names and ["z"] in names  # y: first fresh, ahead of the rest; z: its own pair
+    assert ["f"] in names  # a fresh case without flags leaves the shared pair
+    assert len(states) == 4 and len(set(keys)) == 4
+
+
+def test_the_corpus_needs_one_pair_per_server_state():
+    from oracle.corpus import SHARED, load_corpus, server_states
+
+    states = server_states(load_corpus())
+    own = [cs for k, cs in states if k != SHARED]
+    assert all(len({(c.twin, c.args) for c in cs}) == 1 for cs in own)
+    assert all(not any(c.fresh for c in cs[1:]) for cs in own)  # a fresh case is never second on a pair
