@@ -156,3 +156,19 @@ def test_the_bare_package_still_gives_mlx_lms_top_level_names():
     from mlx_lm import load  # noqa: F401
 
     assert callable(mlx_lm.load) and mlx_lm.__version__
+
+
+def test_checkpoints_load_on_any_thread_one_after_another(twin_q4_1):
+    """Engines load on threads of their own (the router loads several over its life); MLX binds streams to the
+    thread that made them, so nothing made while loading may outlive its thread (it broke the next load)."""
+    import threading
+
+    loaded = []
+    worker = threading.Thread(target=lambda: loaded.append(load_checkpoint(twin_q4_1.mlx_dir)))
+    worker.start()
+    worker.join()
+    assert len(loaded) == 1
+    again = load_checkpoint(twin_q4_1.mlx_dir)  # on this thread now
+    step = again.model(mx.array([TOKENS[:8]]))
+    mx.eval(step)
+    assert step.shape[-1] == 49152

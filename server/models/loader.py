@@ -27,30 +27,14 @@ class LoadedModel:
         return int(self.config.get("max_position_embeddings", 4096))
 
 
-_LOAD_STREAMS: list = []
-
-
-def _load_stream(path: str):
-    """The CPU stream a layer's load-time work (dequantize, transpose) runs on: blocks alternate between two,
-    each evaluated on a thread of its own, so a quantized checkpoint's ~1 s of single-threaded unpacking and
-    copying takes half that on two cores. The same operations either way: the values are bitwise the same."""
-    if not _LOAD_STREAMS:
-        _LOAD_STREAMS.extend([mx.new_stream(mx.cpu), mx.new_stream(mx.cpu)])
-    parts = path.split(".")
-    index = next((int(p) for p in parts if p.isdigit()), len(path))
-    return mx.stream(_LOAD_STREAMS[index % 2]) if mx.default_device() == mx.cpu else mx.stream(mx.default_stream(
-        mx.default_device()))
-
-
 def _dequantize_module(model: nn.Module) -> int:
     """Replace quantized layers with float32 ones holding the exact dequantized values."""
     replacements = []
     for path, layer in model.named_modules():
         if not isinstance(layer, (nn.QuantizedLinear, nn.QuantizedEmbedding)):
             continue
-        with _load_stream(path):
-            w = mx.dequantize(layer.weight, layer.scales, layer.biases, group_size=layer.group_size,
-                              bits=layer.bits, mode=getattr(layer, "mode", "affine")).astype(mx.float32)
+        w = mx.dequantize(layer.weight, layer.scales, layer.biases, group_size=layer.group_size,
+                          bits=layer.bits, mode=getattr(layer, "mode", "affine")).astype(mx.float32)
         if isinstance(layer, nn.QuantizedLinear):
             new = nn.Linear(w.shape[1], w.shape[0], bias="bias" in layer)
             if "bias" in layer:
@@ -69,10 +53,9 @@ class TransposedLinear(nn.Module):
     x @ W.T as a plain GEMM, without a transposed operand: ~15% faster, and bitwise the same for GEMMs
     (tests/test_model_loading.py)."""
 
-    def __init__(self, weight: mx.array, bias: mx.array | None = None, path: str = ""):
+    def __init__(self, weight: mx.array, bias: mx.array | None = None):
         super().__init__()
-        with _load_stream(path):
-            self.weight_t = mx.contiguous(weight.T)
+        self.weight_t = weight.T  # a view until _settle_transposed: a layer fused next is copied once, not twice
         if bias is not None:
             self.bias = bias
 
@@ -84,11 +67,19 @@ class TransposedLinear(nn.Module):
 
 
 def _transpose_linears(model: nn.Module) -> int:
-    replacements = [(path, TransposedLinear(layer.weight, layer.bias if "bias" in layer else None, path))
+    replacements = [(path, TransposedLinear(layer.weight, layer.bias if "bias" in layer else None))
                     for path, layer in model.named_modules() if type(layer) is nn.Linear]
     if replacements:
         model.update_modules(tree_unflatten(replacements))
     return len(replacements)
+
+
+def _settle_transposed(model: nn.Module) -> None:
+    """Every TransposedLinear still in the model gets its weight laid out transposed (a plain GEMM's operand);
+    those fused into one product since (cpu_layers) were copied once, by the fusing."""
+    for _, layer in model.named_modules():
+        if type(layer) is TransposedLinear:
+            layer.weight_t = mx.contiguous(layer.weight_t)
 
 
 def read_config(path: Path) -> dict:
@@ -167,6 +158,7 @@ def load_checkpoint(path: Path, dequantize: bool | None = None, transpose: bool 
     if fuse is not None:  # --lora-fuse: adapters baked into the weights; a changed weight loses its 4-bit twin
         for changed in fuse(model):
             twins.pop(changed, None)
+    _settle_transposed(model)
     mx.eval(model.parameters())
     quantized_twins.register(model, twins, bool(config.get("tie_word_embeddings", False)))
     if use_kernels and on_cpu:
