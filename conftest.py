@@ -36,13 +36,13 @@ def reference_live(key: str, recorded: bool = True) -> bool:
     return live.live(key, recorded)
 
 
-def pytest_collection_modifyitems(config, items):
+def pytest_collection_finish(session):
     """How many server states (own-server pairs) the selected corpus cases need: shown as [pair i/n]."""
     from oracle.corpus import server_states
 
-    cases = [item.callspec.params["case"] for item in items if item.get_closest_marker("own_server")
+    cases = [item.callspec.params["case"] for item in session.items if item.get_closest_marker("own_server")
              and hasattr(item, "callspec") and "case" in item.callspec.params]
-    config._mlxcel_pairs = len(server_states(cases))
+    session.config._mlxcel_pairs = len(server_states(cases))
 
 
 def pytest_report_header(config):
@@ -185,10 +185,11 @@ def corpus_servers(request):
             if reporter is not None:  # which server state the cases now running need, among how many
                 flags = " ".join(args)
                 total = getattr(request.config, "_mlxcel_pairs", 0)
-                reporter.write_line(f"[pair {current['started']}/{total}"
-                                    f"{'' if with_reference else ', recorded reference'}] "
-                                    f"{twin_kind}: "
-                                    f"{flags[:90] + '...' if len(flags) > 90 else flags}")
+                capture = request.config.pluginmanager.get_plugin("capturemanager")
+                with capture.global_and_fixture_disabled():  # past pytest's capture of the test's output
+                    reporter.write_line(f"[pair {current['started']}/{total}"
+                                        f"{'' if with_reference else ', recorded reference'}] {twin_kind}: "
+                                        f"{flags[:90] + '...' if len(flags) > 90 else flags}")
             current["procs"].extend(both)
             start_together(*both)  # side by side: the pair is up in the time of the slower one
             current.update(key=key, urls=(mine.base_url, ref.base_url if ref is not None else None))
