@@ -12,7 +12,7 @@ nox.options.default_venv_backend = "venv"
 # one share of the recorded cases live, and every case whose recording is missing or stale; every case meets
 # the live binary at least once in LIVE_SHARES landings in a row. mlxcel itself runs live on every case.
 LIVE_SHARES = 4
-UNIT = ("tests", "-m", "not reference", "--ignore=tests/reliability")
+UNIT = ("tests", "-m", "not reference and not heavy", "--ignore=tests/reliability")
 
 
 def _live_share(session: nox.Session) -> str:
@@ -49,7 +49,8 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def unit(session: nox.Session) -> None:
-    """The fast tier (a few minutes): tests/ without the reference binary or the reliability suites."""
+    """The fast tier (under 5 minutes): tests/ without the reference binary, the reliability suites or the heavy
+    in-process engine suites (marker heavy)."""
     session.install("-e", ".[test]")
     session.run("pytest", "-q", "-p", "no:cacheprovider", *UNIT, *session.posargs)
 

@@ -10,6 +10,8 @@ from server.engine.runner import Runner
 from server.models.decode_step import DecodeStep
 from server.models.loader import load_checkpoint
 
+pytestmark = pytest.mark.heavy  # in-process engine runs on the real twins: nox -s tests, not unit
+
 TOKENS = [504, 3458, 282, 4649, 314, 7042, 30, 198] * 8
 
 

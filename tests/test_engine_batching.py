@@ -11,6 +11,8 @@ from server.engine.engine import Engine, EngineConfig
 from server.engine.types import FinalEvent, GenerationRequest, TokenEvent
 from server.models.tokenizer import ModelTokenizer
 
+pytestmark = pytest.mark.heavy  # in-process engine runs on the real twins: nox -s tests, not unit
+
 PROMPTS = ["The capital of France is", "Once upon a time", "def f(x):", "List three colors:", "Hello, my name"]
 
 

@@ -16,6 +16,8 @@ from server.engine.types import FinalEvent, GenerationRequest, TokenEvent
 from server.models import lora
 from tests.engines import running_engine
 
+pytestmark = pytest.mark.heavy  # in-process engine runs on the real twins: nox -s tests, not unit
+
 PROMPT = "Once upon a time, in a quiet village,"
 
 

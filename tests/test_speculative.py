@@ -13,6 +13,8 @@ from server.engine.types import FinalEvent, GenerationRequest, SamplingParams, T
 from server.models.loader import load_checkpoint
 from server.models.tokenizer import ModelTokenizer
 
+pytestmark = pytest.mark.heavy  # in-process engine runs on the real twins: nox -s tests, not unit
+
 PROMPTS = ["The capital of France is", "Once upon a time", "def fibonacci(n):", "List three colors:"]
 
 
