@@ -145,7 +145,9 @@ def _rows_stable(path: str, core: str | None = None) -> bool | None:
     try:
         st = os.stat(real)
         with open("/proc/cpuinfo", "rb") as f:
-            cpu = f.read().split(b"\n\n")[0]  # the first processor's model and flags
+            # the first processor's model and flags (not its clock: "cpu MHz" changes between reads)
+            cpu = b"\n".join(ln for ln in f.read().split(b"\n\n")[0].splitlines()
+                             if ln.startswith((b"model name", b"flags", b"vendor_id", b"cpu family", b"model\t")))
     except OSError:
         st, cpu = None, b""
     key = hashlib.sha256(json.dumps([real, st and st.st_size, st and st.st_mtime_ns, core,

@@ -148,3 +148,18 @@ def test_few_row_products_over_a_transposed_operand_at_every_row_count_and_edge(
             out = np.array(mx.array(x[:m]) @ weight.T)
             assert all(np.array_equal(out[i], rows[i]) for i in range(m)), (n, k, m)
             assert np.abs(out - exact[:m]).max() < 1e-4 * max(1.0, np.abs(exact).max()), (n, k, m)
+
+
+def test_the_row_probe_verdict_is_kept_per_library_and_cpu(monkeypatch, tmp_path):
+    """The probe's child runs once per library and CPU; later starts read the verdict from the cache."""
+    import os
+
+    from server import blas
+
+    path = next((p for p in blas._candidates() if os.path.exists(p)), None)
+    if path is None:
+        pytest.skip("no OpenBLAS here")
+    monkeypatch.setenv("MLXCEL_CACHE_DIR", str(tmp_path))
+    first = blas._rows_stable(path)
+    monkeypatch.setattr(blas.subprocess, "run", lambda *a, **k: (_ for _ in ()).throw(AssertionError("probed again")))
+    assert blas._rows_stable(path) == first
