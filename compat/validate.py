@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,28 @@ def resolve_test_pointer(pointer: str, root: Path = REPO_ROOT) -> str | None:
     if name.split("[")[0] not in names or not name.startswith("test"):
         return f"{rel} defines no test function {name}"
     return None
+
+
+# words that call work pending ("not served yet", "no ... yet", "pending", "until issue N"); a clause with them names
+# its issue ("#N", "issue N") or speaks for the entry's own issue
+_PENDING = re.compile(r"\b(?:not|no)\b[^.;:]{0,60}?\byet\b|\bpending\b|\buntil (?:issue )?#?\d+", re.I)
+_ISSUE_REF = re.compile(r"(?:#|\bissues? )(\d+)", re.I)
+_CLAUSE = re.compile(r"(?<=[.;])\s+")
+
+
+def stale_pending(e: dict, issues: dict) -> list[str]:
+    """The clauses of an entry's notes, divergence and rationale that call a closed issue's work pending."""
+    rationale = e.get("rationale") if isinstance(e.get("rationale"), dict) else {}
+    texts = [e.get("notes"), *(e.get("divergence") or []), rationale.get("reason"), rationale.get("revisit_if")]
+    stale = []
+    for text in filter(lambda t: isinstance(t, str), texts):
+        for clause in _CLAUSE.split(text):
+            if not _PENDING.search(clause):
+                continue
+            refs = [int(n) for n in _ISSUE_REF.findall(clause)] or [e.get("issue")]
+            if any(issues.get(str(n), {}).get("state") == "closed" for n in refs):
+                stale.append(clause.strip())
+    return stale
 
 
 def _check_entry(fname: str, e: dict, owners: set[int], root: Path) -> list[Violation]:
@@ -165,6 +188,10 @@ def validate(manifest_dir: Path = MANIFEST_DIR, check_issues_open: bool = False,
                     out.append(Violation(fname, eid, "issue-open",
                                          f"deferred to issue {e['issue']}, which is {state or 'unknown'} in "
                                          f"{ISSUES_FILE}: implement it or reclassify the entry"))
+            if check_issues_open:
+                for clause in stale_pending(e, issues):
+                    out.append(Violation(fname, eid, "stale-pending",
+                                         f"calls a closed issue's work pending ({clause!r}): say what mlxcel does now"))
         if all(isinstance(e, dict) and e.get("kind") in FACT_KEYS and "id" in e for e in entries):
             if path.read_text(encoding="utf-8") != dumps(shard_document(area, entries)):
                 out.append(Violation(fname, None, "canonical",

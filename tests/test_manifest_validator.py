@@ -192,6 +192,34 @@ def test_by_design_entries_do_not_feed_the_open_issue_check(copy):
     assert msgs and not any("POST /v1/audio/transcriptions:" in m for m in msgs)
 
 
+@pytest.mark.parametrize("notes,divergence", [
+    ("images are not served yet (#14)", []),
+    ("served", ["the counters stay 0 (no speculative decoding yet, issue 14)"]),
+    ("waits: pending", []),  # no issue named: the entry's own (14)
+    ("refused until issue 14 lands", []),
+])
+def test_notes_calling_a_closed_issues_work_pending_fail(copy, notes, divergence):
+    _edit(copy, "multimodal-and-audio", "POST /v1/audio/transcriptions", _set(notes=notes, divergence=divergence or
+                                                                              ["not served: mlxcel answers 404"]))
+    assert "stale-pending" not in _rules(copy, check_issues_open=True)  # issue 14 is open in the copy
+    issues = json.loads((copy / "issues.json").read_text())
+    issues["issues"]["14"]["state"] = "closed"
+    (copy / "issues.json").write_text(json.dumps(issues, indent=2) + "\n")
+    assert "stale-pending" in _rules(copy, check_issues_open=True)
+    msgs = _rules(copy, check_issues_open=True)["stale-pending"]
+    assert any("POST /v1/audio/transcriptions:" in m for m in msgs), msgs
+
+
+def test_present_tense_notes_of_a_closed_issue_pass(copy):
+    issues = json.loads((copy / "issues.json").read_text())
+    issues["issues"]["14"]["state"] = "closed"
+    (copy / "issues.json").write_text(json.dumps(issues, indent=2) + "\n")
+    _edit(copy, "multimodal-and-audio", "POST /v1/audio/transcriptions",
+          _set(**{**BY_DESIGN_OK, "issue": 14, "notes": "not served: answers 404; a slot not yet started is idle (#27)"}))
+    msgs = _rules(copy, check_issues_open=True).get("stale-pending", [])
+    assert not any("POST /v1/audio/transcriptions:" in m for m in msgs), msgs
+
+
 def test_validator_cli_exit_codes(copy):
     import subprocess
     import sys
