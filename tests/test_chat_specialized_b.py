@@ -487,8 +487,6 @@ def test_peg_functionary_v3_2(case):
     peg_test(FUNCTIONARY, output, expected, **request)
 
 
-@pytest.mark.xfail(reason="render difference until server/chat/template.py renders string + object as b10621's engine "
-                          "does (the object as JSON, not as a Python dict)")
 def test_peg_functionary_v3_2_call_reconstruction():
     peg_test(FUNCTIONARY, 'special_function\n{"arg1": 1}', MESSAGE_ASSIST_CALL, tools=[SPECIAL_FUNCTION],
              reconstruct=True)
@@ -776,7 +774,6 @@ def test_deepseek_v4_history_reasoning():
     assert '<｜DSML｜invoke name="empty_args">\n\n</｜DSML｜invoke>' in prompt
 
 
-@pytest.mark.xfail(reason="server/chat/caps.py does not detect supports_preserve_reasoning (b10621 does)")
 def test_deepseek_v4_supports_preserve_reasoning():
     assert template_caps(template_source(DEEPSEEK_V4))["supports_preserve_reasoning"]
 
@@ -897,10 +894,6 @@ def _server_inputs(case: dict, source: str, bos: str, eos: str) -> GenerationPar
         extra_context=extra)
 
 
-# render differences between jinja2 and b10621's engine (server/chat/template.py), by template and variant
-RENDER_DIFFERENCES: dict[tuple[str, str], str] = {}
-
-
 @pytest.mark.parametrize("case", _fixture_cases(), ids=lambda c: f"{c['template']}-{c['variant']}")
 def test_chat_params_match_b10621(case):
     fixture = json.loads(FIXTURE.read_text(encoding="utf-8"))
@@ -914,15 +907,11 @@ def test_chat_params_match_b10621(case):
         assert params.prompt == case["apply_prompt"]
         return
     expect = case["expect"]
-    reason = RENDER_DIFFERENCES.get((name, case["variant"]))
-    if reason is None:
-        assert params.prompt == expect["prompt"] == expect["apply_prompt"]
-        assert params.generation_prompt == expect["generation_prompt"]
+    assert params.prompt == expect["prompt"] == expect["apply_prompt"]
+    assert params.generation_prompt == expect["generation_prompt"]
     assert params.format == expect["chat_format"]
     assert params.grammar == expect["grammar"]
     assert params.grammar_lazy == expect["grammar_lazy"]
     assert [{"type": t, "value": v} for t, v in params.grammar_triggers] == expect["grammar_triggers"]
     # the binary lists the preserved tokens that are single tokens of its vocabulary
     assert set(expect["preserved_tokens"]) <= set(params.preserved_tokens)
-    if reason is not None:
-        pytest.xfail(reason)
