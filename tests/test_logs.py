@@ -17,6 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from conftest import require
 from server.logs import (
     REDACTED,
     TRACE,
@@ -633,9 +634,9 @@ def _complete(script: str, words: list[str], func: str) -> list[str]:
     return out.stdout.split()
 
 
-@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_completion_script_passes_bash_n_and_completes(tmp_path):
     bash = shutil.which("bash")
+    require(bash is not None, "needs bash")
     for prog, func, command in (("mlxcel-server", "_mlxcel_server_completions", "mlxcel-server"),
                                 ("mlxcel serve", "_mlxcel_completions", "mlxcel")):
         script = completion_bash(SURFACE, prog)
@@ -655,9 +656,10 @@ def test_completion_script_passes_bash_n_and_completes(tmp_path):
     assert _complete(script, ["mlxcel", "serve", "--grammar-f"], "_mlxcel_completions") == ["--grammar-file"]
 
 
-@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_completion_script_from_the_live_parser_passes_bash_n(tmp_path):
     from server.cli.args import build_parser
+
+    require(shutil.which("bash") is not None, "needs bash")
 
     parser = build_parser("mlxcel-server")
     script = completion_bash(parser, "mlxcel-server")

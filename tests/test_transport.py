@@ -23,6 +23,7 @@ import types
 import httpx
 import pytest
 
+from conftest import require
 from server.api.app import create_app
 from server.api.auth import AuthConfig
 from server.api.state import ServerSettings
@@ -64,8 +65,7 @@ def running(config: ServeConfig, app=None, **settings):
 
 @pytest.fixture(scope="module")
 def cert(tmp_path_factory):
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl is needed to make a self-signed certificate")
+    require(shutil.which("openssl") is not None, "openssl is needed to make a self-signed certificate")
     d = tmp_path_factory.mktemp("tls")
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(d / "key.pem"),
                     "-out", str(d / "cert.pem"), "-days", "2", "-subj", "/CN=localhost",
