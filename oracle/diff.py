@@ -17,12 +17,18 @@ class Divergence:
     reference: Any = None
     mlxcel: Any = None
 
-    def describe(self) -> str:
+    def describe(self, left: str = "reference", right: str = "mlxcel") -> str:
+        """The difference in words; `left`/`right` name the two sides (a drift check compares the recording,
+        left, with the live reference, right)."""
         if self.kind == "missing":
-            return f"{self.path}: missing in mlxcel (reference has {_short(self.reference)})"
+            return f"{self.path}: missing in {right} ({left} has {_short(self.reference)})"
         if self.kind == "extra":
-            return f"{self.path}: only in mlxcel ({_short(self.mlxcel)})"
-        return f"{self.path}: {self.kind} differs: reference {_short(self.reference)} vs mlxcel {_short(self.mlxcel)}"
+            return f"{self.path}: only in {right} ({_short(self.mlxcel)})"
+        return f"{self.path}: {self.kind} differs: {left} {_short(self.reference)} vs {right} {_short(self.mlxcel)}"
+
+    def describe_drift(self) -> str:
+        """The difference between a recording (the diff's left side) and the live reference (its right)."""
+        return self.describe("recorded", "live reference")
 
 
 @dataclass

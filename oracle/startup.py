@@ -354,7 +354,7 @@ def reference_live_or_recorded(case: StartupCase, live: Observation | None) -> t
     drift = diff_observations(recorded_reference(case), live, case.normalize)
     if not drift.identical:
         raise AssertionError(f"{case.name}: the reference no longer starts as recorded: "
-                             + "; ".join(d.describe() for d in drift.divergences[:3]))
+                             + "; ".join(d.describe_drift() for d in drift.divergences[:3]))
     return live, "live"
 
 

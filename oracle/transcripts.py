@@ -63,7 +63,7 @@ def live_or_recorded(name: str, request: OracleRequest, live: Exchange | None, n
         return live, "live"
     drift = diff_exchanges(load(name, request, directory), live, normalize)
     if not drift.identical:
-        details = "; ".join(d.describe() for d in drift.divergences[:3]) or "bytes differ"
+        details = "; ".join(d.describe_drift() for d in drift.divergences[:3]) or "bytes differ"
         raise TranscriptDrift(f"{name}: the reference binary no longer matches its recording ({details}); "
                               f"re-record with {RECORD_ENV}=1 after checking why")
     return live, "live"

@@ -72,3 +72,20 @@ def test_a_recording_is_current_only_for_its_own_request(tmp_path):
     assert not is_current("case", request, tmp_path)
     record("case", request, Exchange(status=200, headers={}, body=b"{}"), tmp_path)
     assert is_current("case", request, tmp_path) and not is_current("case", changed, tmp_path)
+
+
+def test_drift_names_the_recorded_and_the_live_reference_answers(tmp_path, monkeypatch):
+    from oracle.exchange import Exchange
+    from oracle.transcripts import RECORD_ENV, TranscriptDrift, live_or_recorded
+
+    monkeypatch.delenv(RECORD_ENV, raising=False)
+    request = OracleRequest.from_dict({"method": "POST", "path": "/slots/0?action=erase"})
+    json_type = {"content-type": "application/json"}
+    record("case", request, Exchange(status=200, headers=json_type, body=b'{"id_slot":0,"n_erased":15}'), tmp_path)
+    live_answer = Exchange(status=200, headers=json_type, body=b'{"id_slot":0,"n_erased":0}')
+    with pytest.raises(TranscriptDrift) as err:
+        live_or_recorded("case", request, live_answer, (), tmp_path)
+    assert "recorded 15 vs live reference 0" in str(err.value) and "mlxcel" not in str(err.value)
+    with pytest.raises(TranscriptDrift, match="missing in live reference"):
+        live_or_recorded("case", request, Exchange(status=200, headers=json_type, body=b'{"id_slot":0}'), (),
+                         tmp_path)
