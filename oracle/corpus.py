@@ -101,3 +101,27 @@ def server_states(cases: list[Case]) -> list[tuple[str, list[Case]]]:
             key = f"{key} fresh:{c.name}"
         groups.setdefault(key, []).append(c)
     return out + list(groups.items())
+
+
+# Routes whose successful answer reports what the server did since it started: counters and task ids (fresh pair
+# only), or state a setup can set in full (adapter scales, a slot's tokens).
+COUNTER_ROUTES = (("GET", "/slots"), ("GET", "/metrics"))
+STATE_ROUTES = (("GET", "/lora-adapters"), ("POST", "/slots/"))
+
+
+def unstated_states(cases: list[Case], recorded_status) -> list[str]:
+    """The own-server cases whose answer depends on the cases before them on their pair: a successful answer
+    (recorded_status(case) < 400) of a counter route without "fresh": true, or of a state route with neither
+    "fresh" nor a setup. Such a case answers one thing in a full run and another run alone."""
+    out = []
+    for c in cases:
+        if not c.args or c.fresh or recorded_status(c) >= 400:
+            continue
+        method, path = c.request.method, c.request.path.split("?")[0]
+        if any(method == m and path == p for m, p in COUNTER_ROUTES):
+            out.append(f"{c.name}: {method} {path} reports counters of everything its server did: mark it "
+                       f'"fresh": true')
+        elif not c.setup and any(method == m and path.startswith(p) for m, p in STATE_ROUTES):
+            out.append(f"{c.name}: {method} {path} reports state the cases before it left: give it a setup that "
+                       f'sets that state, or "fresh": true')
+    return out

@@ -173,3 +173,33 @@ def test_the_corpus_needs_one_pair_per_server_state():
     own = [cs for k, cs in states if k != SHARED]
     assert all(len({(c.twin, c.args) for c in cs}) == 1 for cs in own)
     assert all(not any(c.fresh for c in cs[1:]) for cs in own)  # a fresh case is never second on a pair
+
+
+def _recorded_status(case) -> int:
+    from oracle.corpus import TRANSCRIPT_DIR
+
+    return json.loads((TRANSCRIPT_DIR / f"{case.name}.json").read_text(encoding="utf-8"))["reference"]["status"]
+
+
+def test_every_own_server_case_states_the_server_state_it_needs():
+    from oracle.corpus import load_corpus, unstated_states
+
+    assert unstated_states(load_corpus(), _recorded_status) == []
+
+
+def test_a_case_reading_what_earlier_cases_left_is_caught():
+    from oracle.corpus import Case, unstated_states
+    from oracle.exchange import OracleRequest
+
+    def case(method, path, args=("-np", "1"), setup=(), fresh=False):
+        req = OracleRequest.from_dict({"method": method, "path": path})
+        return Case(path, ("x",), "f32", req, (), True, (), tuple(args), tuple(setup), fresh)
+
+    completion = OracleRequest.from_dict({"method": "POST", "path": "/completion", "body": {"prompt": "a"}})
+    hidden = [case("GET", "/metrics", setup=[completion]), case("GET", "/slots?fail_on_no_slot=1"),
+              case("POST", "/slots/7?action=erase"), case("GET", "/lora-adapters")]
+    stated = [case("GET", "/metrics", fresh=True), case("POST", "/slots/7?action=erase", setup=[completion]),
+              case("GET", "/slots", args=())]  # the shared pair: its own rules (no counter is compared there)
+    assert [p.split(":")[0] for p in unstated_states(hidden, lambda c: 200)] == [c.name for c in hidden]
+    assert unstated_states(stated, lambda c: 200) == []
+    assert unstated_states(hidden, lambda c: 400) == []  # a refusal reads no state
