@@ -550,12 +550,13 @@ def convert(argv: list[str]) -> int:
     from .. import blas
 
     blas.activate()
+    from ..models.gguf_check import DamagedGGUF
     from ..models.gguf_import import ImportRefused, convert_gguf
     from ..models.gguf_tokenizer import UnsupportedTokenizer
 
     try:
         out = convert_gguf(args.gguf, args.out_dir, dtype=args.dtype)
-    except (ImportRefused, UnsupportedTokenizer, FileNotFoundError) as exc:
+    except (ImportRefused, UnsupportedTokenizer, DamagedGGUF, FileNotFoundError) as exc:
         print(f"mlxcel convert: error: {exc}", file=sys.stderr)
         return 1
     print(out)
