@@ -21,6 +21,7 @@ def store(tmp_path, monkeypatch):
     monkeypatch.setenv("MLXCEL_MODELS_DIR", str(tmp_path / "store"))
     hub.set_store_root(None)
     hub.set_offline(False)
+    hub.set_token(None)
     return tmp_path / "store"
 
 
@@ -94,3 +95,50 @@ def test_the_mlxcel_commands_download_list_and_remove(store, fake_hub):
     assert run("--offline", "download", "acme/tiny").returncode == 1
     assert run("rm", "acme/tiny").returncode == 0
     assert run("list").stdout == ""
+
+
+TOKEN = "hf_" + "Ab3" * 12  # shaped as the hub issues tokens (b10621's is_valid_hf_token)
+
+
+def _store_cli(store, fake_hub, *argv, **extra):
+    env = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
+    env.update(MLXCEL_MODELS_DIR=str(store), MLXCEL_HUB_ENDPOINT=fake_hub.url, **extra)
+    return subprocess.run([sys.executable, "-m", "server.cli.store", *argv], capture_output=True, text=True,
+                          env=env, timeout=120)
+
+
+def test_hf_token_authenticates_every_request_as_a_bearer(store, fake_hub):
+    got = _store_cli(store, fake_hub, "--hf-token", TOKEN, "download", "acme/tiny", HF_TOKEN="hf_" + "z" * 34)
+    assert got.returncode == 0, got.stderr
+    assert fake_hub.auth and all(h == f"Bearer {TOKEN}" for _, h in fake_hub.auth)  # the flag wins over HF_TOKEN
+    assert {what for what, _ in fake_hub.auth} == {"api", *FILES}
+
+
+def test_the_token_defaults_to_hf_token_and_none_sends_nothing(store, fake_hub, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    hub.set_token(None)
+    hub.download("acme/tiny")
+    assert {h for _, h in fake_hub.auth} == {f"Bearer {TOKEN}"}
+    fake_hub.auth.clear()
+    hub.remove_snapshot("acme/tiny")
+    monkeypatch.delenv("HF_TOKEN")
+    hub.download("acme/tiny")
+    assert {h for _, h in fake_hub.auth} == {None}
+
+
+def test_a_token_not_shaped_as_the_hubs_is_kept_off_its_api_as_b10621_does(store, fake_hub, caplog):
+    hub.set_token("not-a-hub-token")
+    hub.download("acme/tiny")
+    assert dict(fake_hub.auth)["api"] is None
+    assert {h for what, h in fake_hub.auth if what != "api"} == {"Bearer not-a-hub-token"}
+    assert "invalid token, authentication disabled" in caplog.text
+
+
+@pytest.mark.parametrize("endpoint", ["http://127.0.0.1:9", "http://no-such-host.invalid"])
+def test_an_unreachable_hub_is_one_line(store, endpoint):
+    env = {**os.environ, "MLXCEL_MODELS_DIR": str(store), "MLXCEL_HUB_ENDPOINT": endpoint}
+    got = subprocess.run([sys.executable, "-m", "server.cli.store", "download", "acme/tiny"], capture_output=True,
+                         text=True, env=env, timeout=120)
+    assert got.returncode == 1
+    assert got.stderr.startswith(f"mlxcel: error: cannot reach the hub at {endpoint}: ")
+    assert got.stderr.count("\n") == 1 and "Traceback" not in got.stderr

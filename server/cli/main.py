@@ -201,6 +201,7 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
 
     hub.set_store_root(args.model_store_root)
     hub.set_offline(bool(args.offline))
+    hub.set_token(args.hf_token)  # --hf-token, else HF_TOKEN (the parser's environment binding)
     if not args.model:  # b10621's router mode: models served on demand from the store, --models-dir, presets
         from ..router.serve import serve_router
 

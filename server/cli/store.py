@@ -1,7 +1,7 @@
 """`mlxcel download REPO`, `mlxcel list`, `mlxcel rm REPO`: the model store (server/models/hub.py).
 
-Options before the command: --models-dir DIR (the store root; mlxcel's own spelling, never a llama-server one)
-and --offline."""
+Options before the command: --models-dir DIR (the store root; mlxcel's own spelling, never a llama-server one),
+--offline and --hf-token TOKEN (else $HF_TOKEN)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="mlxcel", description="the model store")
     p.add_argument("--models-dir", help="the store root (default: $MLXCEL_MODELS_DIR, else the cache's models/)")
     p.add_argument("--offline", action="store_true", help="refuse every download")
+    p.add_argument("-hft", "--hf-token", default=None, metavar="TOKEN",
+                   help="Hugging Face access token (default: value from HF_TOKEN environment variable)")
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("download", help="fetch <owner>/<name> from the hub").add_argument("repo")
     sub.add_parser("list", help="the store's snapshots")
@@ -22,6 +24,7 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     hub.set_store_root(args.models_dir)
     hub.set_offline(args.offline)
+    hub.set_token(args.hf_token)
     try:
         if args.command == "download":
             print(hub.download(args.repo, progress_bar=True))
