@@ -23,6 +23,8 @@ import urllib.parse
 from pathlib import Path
 from typing import Callable
 
+from .cache import STAMP
+
 STORE_ENV = "MLXCEL_MODELS_DIR"
 _REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 _OFFLINE = {"value": False}
@@ -237,6 +239,8 @@ def list_snapshots(root: Path | None = None) -> list[str]:
     if not root.is_dir():
         return out
     for owner in sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink()):
+        if (owner / "config.json").is_file() or (owner / STAMP).is_file():
+            continue  # a checkpoint itself (a bundled model, its sub-modules such as 1_Pooling), not an owner
         for model in sorted(p for p in owner.iterdir() if p.is_dir() and not p.is_symlink()):
             if (model / "config.json").is_file():
                 out.append(f"{owner.name}/{model.name}")
