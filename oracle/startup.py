@@ -9,7 +9,8 @@ refusal diagnostic is pinned per case (`mlxcel_says`).
 Placeholders in args and env: {port} (a free port per side), {tmp} (the side's own working directory),
 {certs} (a self-signed test certificate and key, made by the test),
 {gguf} (the twin's GGUF, which both sides are given verbatim), {repo}, {sock} ({tmp}/server.sock),
-{draft_q4_1} and {draft_f32} (a twin's GGUF as a draft model), {mmproj} (a projector b10621 loads, fixtures/projector.py).
+{draft_q4_1} and {draft_f32} (a twin's GGUF as a draft model), {mmproj} (a projector b10621 loads, fixtures/projector.py),
+{damaged} (the directory of damaged GGUF copies).
 Unless a case says otherwise, "-m MODEL --alias NAME --host 127.0.0.1 --port {port}" comes first: the reference's
 MODEL is the twin's GGUF, mlxcel's its MLX checkpoint.
 """
@@ -237,6 +238,10 @@ def observe(case: StartupCase, side: Side, extra: dict[str, str] | None = None) 
             from fixtures.control_vector import control_vector_gguf
 
             values["control_vector"] = str(control_vector_gguf())
+        if any("{damaged}" in a for a in case.args):  # damaged copies of the Q4_1 GGUF (fixtures/damaged_gguf.py)
+            from fixtures.damaged_gguf import damaged_dir
+
+            values["damaged"] = str(damaged_dir())
         if any("{draft_" in a for a in case.args):  # a twin's GGUF as a draft model, read by both
             from fixtures.twins import twin
 

@@ -1,5 +1,6 @@
 """A Hugging Face-style hub on loopback for the model-store tests: the model API with each file's size and
-SHA-256, and file downloads honouring HTTP ranges; it can cut a download short once, or lie about a checksum."""
+SHA-256, and file downloads honouring HTTP ranges; it can cut a download short once, or lie about a checksum, and
+records each request's Authorization header."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ class FakeHub:
         self.cut_after: dict[str, int] = {}  # file -> bytes sent before the connection drops (once)
         self.wrong_sha: set[str] = set()
         self.ranges: list[tuple[str, str | None]] = []  # (file, Range header) of every file request
+        self.auth: list[tuple[str, str | None]] = []  # ("api" or the file, Authorization header) of every request
         hub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -26,6 +28,7 @@ class FakeHub:
             def do_GET(self):
                 path = unquote(urlparse(self.path).path)
                 m = re.fullmatch(r"/api/models/([^/]+/[^/]+)/revision/main", path)
+                hub.auth.append(("api" if m else path.rsplit("/", 1)[-1], self.headers.get("Authorization")))
                 if m:
                     return self._listing(m.group(1))
                 m = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path)

@@ -21,6 +21,7 @@ def store(tmp_path, monkeypatch):
     monkeypatch.setenv("MLXCEL_MODELS_DIR", str(tmp_path / "store"))
     hub.set_store_root(None)
     hub.set_offline(False)
+    hub.set_token(None)
     return tmp_path / "store"
 
 
@@ -88,9 +89,87 @@ def test_the_mlxcel_commands_download_list_and_remove(store, fake_hub):
     got = run("download", "acme/tiny")
     assert got.returncode == 0, got.stderr
     assert "100.0%" in got.stderr  # the progress bar
-    assert run("list").stdout.splitlines() == ["acme/tiny"]
+    assert run("list").stdout.splitlines()[3:] == [f"{'acme/tiny':32s} downloaded"]  # after the bundled three
     missing = run("download", "acme/none")
     assert missing.returncode == 1 and "not found" in missing.stderr
     assert run("--offline", "download", "acme/tiny").returncode == 1
     assert run("rm", "acme/tiny").returncode == 0
-    assert run("list").stdout == ""
+    assert len(run("list").stdout.splitlines()) == 3
+
+
+TOKEN = "hf_" + "Ab3" * 12  # shaped as the hub issues tokens (b10621's is_valid_hf_token)
+
+
+def _store_cli(store, fake_hub, *argv, **extra):
+    env = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
+    env.update(MLXCEL_MODELS_DIR=str(store), MLXCEL_HUB_ENDPOINT=fake_hub.url, **extra)
+    return subprocess.run([sys.executable, "-m", "server.cli.store", *argv], capture_output=True, text=True,
+                          env=env, timeout=120)
+
+
+def test_hf_token_authenticates_every_request_as_a_bearer(store, fake_hub):
+    got = _store_cli(store, fake_hub, "--hf-token", TOKEN, "download", "acme/tiny", HF_TOKEN="hf_" + "z" * 34)
+    assert got.returncode == 0, got.stderr
+    assert fake_hub.auth and all(h == f"Bearer {TOKEN}" for _, h in fake_hub.auth)  # the flag wins over HF_TOKEN
+    assert {what for what, _ in fake_hub.auth} == {"api", *FILES}
+
+
+def test_the_token_defaults_to_hf_token_and_none_sends_nothing(store, fake_hub, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    hub.set_token(None)
+    hub.download("acme/tiny")
+    assert {h for _, h in fake_hub.auth} == {f"Bearer {TOKEN}"}
+    fake_hub.auth.clear()
+    hub.remove_snapshot("acme/tiny")
+    monkeypatch.delenv("HF_TOKEN")
+    hub.download("acme/tiny")
+    assert {h for _, h in fake_hub.auth} == {None}
+
+
+def test_a_token_not_shaped_as_the_hubs_is_kept_off_its_api_as_b10621_does(store, fake_hub, caplog):
+    hub.set_token("not-a-hub-token")
+    hub.download("acme/tiny")
+    assert dict(fake_hub.auth)["api"] is None
+    assert {h for what, h in fake_hub.auth if what != "api"} == {"Bearer not-a-hub-token"}
+    assert "invalid token, authentication disabled" in caplog.text
+
+
+@pytest.mark.parametrize("endpoint", ["http://127.0.0.1:9", "http://no-such-host.invalid"])
+def test_an_unreachable_hub_is_one_line(store, endpoint):
+    env = {**os.environ, "MLXCEL_MODELS_DIR": str(store), "MLXCEL_HUB_ENDPOINT": endpoint}
+    got = subprocess.run([sys.executable, "-m", "server.cli.store", "download", "acme/tiny"], capture_output=True,
+                         text=True, env=env, timeout=120)
+    assert got.returncode == 1
+    assert got.stderr.startswith(f"mlxcel: error: cannot reach the hub at {endpoint}: ")
+    assert got.stderr.count("\n") == 1 and "Traceback" not in got.stderr
+
+
+def _mlxcel(*argv, **env):
+    return subprocess.run([sys.executable, "-c", "import sys; sys.argv[0] = 'mlxcel'; from server.cli.main import "
+                           "mlxcel_main; mlxcel_main()", *argv], capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=120)
+
+
+def test_mlxcel_help_lists_the_commands():
+    got = _mlxcel("--help")
+    assert got.returncode == 0 and got.stderr == ""
+    commands = [line.split()[0] for line in got.stdout.split("commands:\n")[1].split("\n\n")[0].splitlines()]
+    assert commands == ["serve", "convert", "download", "list", "rm"]
+    wrong = _mlxcel("frobnicate")
+    assert wrong.returncode == 2 and wrong.stderr == got.stdout
+
+
+def test_mlxcel_list_shows_the_bundled_models_built_or_not(store):
+    from server.models.bundled import BUNDLED_ENCODERS, BUNDLED_MODELS, DEFAULT_MODEL
+    from server.models.cache import STAMP
+
+    built = store / DEFAULT_MODEL.name  # as the first start leaves it
+    built.mkdir(parents=True)
+    (built / "config.json").write_text("{}")
+    (built / STAMP).write_text("{}")
+    got = _mlxcel("--models-dir", str(store), "list")
+    assert got.returncode == 0, got.stderr
+    rows = {line.split()[0]: line.split(None, 1)[1] for line in got.stdout.splitlines()}
+    assert list(rows) == [*BUNDLED_MODELS, *BUNDLED_ENCODERS]
+    assert rows[DEFAULT_MODEL.name] == "bundled, the default; ready"
+    assert rows["all-minilm-l6-v2"] == "bundled; fetched and converted on first use"

@@ -28,6 +28,9 @@ def _wait(predicate, timeout=60.0):
         time.sleep(0.05)
 
 
+TOKEN = "hf_" + "Ab3" * 12  # shaped as the hub issues tokens
+
+
 @pytest.fixture
 def tiny_checkpoint(twin_f32):
     """The F32 twin's files as a hub repository (config, tokenizer, weights)."""
@@ -40,7 +43,7 @@ def test_post_models_downloads_into_the_store_and_delete_removes_it(tmp_path, ti
     with FakeHub({"acme/smol": tiny_checkpoint}) as hub_server:
         env = {**os.environ, "MLXCEL_MODELS_DIR": str(store), "MLXCEL_HUB_ENDPOINT": hub_server.url}
         port = free_port()
-        proc = subprocess.Popen([sys.executable, "-m", "server", "--port", str(port)], env=env,
+        proc = subprocess.Popen([sys.executable, "-m", "server", "--port", str(port), "--hf-token", TOKEN], env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         base = f"http://127.0.0.1:{port}"
         try:
@@ -57,6 +60,8 @@ def test_post_models_downloads_into_the_store_and_delete_removes_it(tmp_path, ti
             _wait(listed, 120)
             (model,) = listed()
             assert (model["id"], model["source"], model["can_remove"]) == ("acme/smol", "cache", True)
+            # --hf-token authenticated the download, listing and files, as b10621 sends it
+            assert {h for _, h in hub_server.auth} == {f"Bearer {TOKEN}"} and ("api", f"Bearer {TOKEN}") in hub_server.auth
             done = httpx.post(base + "/completion", json={"model": "acme/smol", "prompt": "The capital of France is",
                                                           "n_predict": 4, "temperature": 0}, timeout=300)
             assert done.status_code == 200 and done.json()["content"].startswith(" Paris")

@@ -109,6 +109,8 @@ MLXCEL: dict[str, dict] = {
     "--models-autoload": _s("models_autoload", "for router server, whether to automatically load models (default: "
                                                "enabled)", True),
     "--offline": _s("offline", "offline mode: the model store downloads nothing (POST /models refuses)", False),
+    "--hf-token": _s("hf_token", "Hugging Face access token for the model store's downloads (POST /models), sent "
+                                 "as 'Authorization: Bearer' (default: value from HF_TOKEN environment variable)"),
     "--rope-scale": _s(help="RoPE context scaling factor, expands context by a factor of N", dest="rope_scale_args",
                        action=_Ordered),
     "--rope-freq-base": _s("rope_freq_base", "RoPE base frequency (default: loaded from model)"),

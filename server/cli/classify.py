@@ -251,8 +251,6 @@ RULES: dict[str, Rule] = {
     "--docker-repo": _refuse(_GGUF, _GGUF_ALT),
     "--hf-repo": _refuse(_GGUF, _GGUF_ALT),
     "--hf-file": _refuse(_GGUF, _GGUF_ALT),
-    "--hf-token": _inert("every value: it only authenticates downloads, and mlxcel downloads nothing (the token is "
-                         "never printed)"),
     "--override-kv": _refuse("mlxcel reads no GGUF metadata to override: an MLX checkpoint is configured by its "
                              "config.json", "edit the checkpoint's config.json", accumulates=True),
     # ----- web UI, server tools, MCP -----

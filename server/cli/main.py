@@ -201,6 +201,7 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
 
     hub.set_store_root(args.model_store_root)
     hub.set_offline(bool(args.offline))
+    hub.set_token(args.hf_token)  # --hf-token, else HF_TOKEN (the parser's environment binding)
     if not args.model:  # b10621's router mode: models served on demand from the store, --models-dir, presets
         from ..router.serve import serve_router
 
@@ -550,12 +551,13 @@ def convert(argv: list[str]) -> int:
     from .. import blas
 
     blas.activate()
+    from ..models.gguf_check import DamagedGGUF
     from ..models.gguf_import import ImportRefused, convert_gguf
     from ..models.gguf_tokenizer import UnsupportedTokenizer
 
     try:
         out = convert_gguf(args.gguf, args.out_dir, dtype=args.dtype)
-    except (ImportRefused, UnsupportedTokenizer, FileNotFoundError) as exc:
+    except (ImportRefused, UnsupportedTokenizer, DamagedGGUF, FileNotFoundError) as exc:
         print(f"mlxcel convert: error: {exc}", file=sys.stderr)
         return 1
     print(out)
@@ -578,14 +580,36 @@ def server_main() -> None:
     _exit(serve(sys.argv[1:]))
 
 
+MLXCEL_COMMANDS = {  # `mlxcel COMMAND ...`: what each does, for --help
+    "serve": "serve a model: b10621's llama-server command line (mlxcel serve --help lists it)",
+    "convert": "convert a GGUF file into an MLX checkpoint: mlxcel convert MODEL.gguf OUT_DIR [--dtype f32]",
+    "download": "fetch <owner>/<name> from the hub into the model store [--hf-token TOKEN]",
+    "list": "the bundled models and the store's snapshots, by the name -m accepts",
+    "rm": "remove a snapshot from the model store",
+}
+
+
+def mlxcel_usage() -> str:
+    width = max(map(len, MLXCEL_COMMANDS))
+    lines = [f"usage: mlxcel {{{','.join(MLXCEL_COMMANDS)}}} ...", "", "commands:"]
+    lines += [f"  {name:{width}s}  {what}" for name, what in MLXCEL_COMMANDS.items()]
+    lines += ["", "download, list and rm take --models-dir DIR, --offline and --hf-token TOKEN (before or after the",
+              "command); mlxcel COMMAND --help shows a command's own options."]
+    return "\n".join(lines) + "\n"
+
+
 def mlxcel_main() -> None:
     argv = sys.argv[1:]
     from .store import main as store
 
-    commands = {"serve": lambda a: serve(a, "mlxcel serve"), "convert": convert,
-                **{c: (lambda a, c=c: store([c, *a])) for c in ("download", "list", "rm")}}
-    if not argv or argv[0] not in commands:
-        print("usage: mlxcel {serve,convert,download,list,rm} ...", file=sys.stderr)
-        sys.exit(2)
-    code = commands[argv[0]](argv[1:])
-    _exit(code) if argv[0] == "serve" else sys.exit(code)
+    if argv[:1] in (["-h"], ["--help"]):
+        print(mlxcel_usage(), end="")
+        sys.exit(0)
+    if argv[:1] == ["serve"]:
+        _exit(serve(argv[1:], "mlxcel serve"))
+    if argv[:1] == ["convert"]:
+        sys.exit(convert(argv[1:]))
+    if any(a in ("download", "list", "rm") for a in argv):  # the store's options may come first
+        sys.exit(store(argv))
+    print(mlxcel_usage(), end="", file=sys.stderr)
+    sys.exit(2)

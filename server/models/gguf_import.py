@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -179,9 +180,15 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, dtype
     import gguf
     import mlx.core as mx
 
+    from .gguf_check import DamagedGGUF, check_gguf
+
     if dtype not in ("auto", "f32"):
         raise ImportRefused(f"unknown dtype '{dtype}' (expected auto or f32)")
-    reader = gguf.GGUFReader(str(gguf_path))
+    check_gguf(gguf_path)  # a damaged file named in b10621's words, before gguf's reader trips over it
+    try:
+        reader = gguf.GGUFReader(str(gguf_path))
+    except (ValueError, IndexError, KeyError, struct.error) as exc:  # what the check above does not cover
+        raise DamagedGGUF(gguf_path, f"unreadable GGUF ({type(exc).__name__}: {exc})") from None
     arch = str(_field(reader, "general.architecture"))
     if arch not in SUPPORTED_ARCHITECTURES:
         raise ImportRefused(f"architecture '{arch}' is not supported (supported: {', '.join(SUPPORTED_ARCHITECTURES)})")

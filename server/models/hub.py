@@ -5,12 +5,16 @@ written as `<store>/<owner>/<name>/`: each file downloads into `<file>.part`, re
 download stopped (an HTTP range), and is checked against the SHA-256 the hub lists for it before it is renamed
 into place; the snapshot counts as a model only once its config.json is there. --offline (or
 $MLXCEL_OFFLINE / $HF_HUB_OFFLINE) refuses every download. The hub is $MLXCEL_HUB_ENDPOINT, else $HF_ENDPOINT,
-else https://huggingface.co; tests run a fake hub on loopback.
+else https://huggingface.co; tests run a fake hub on loopback. --hf-token (else $HF_TOKEN) authenticates every
+request as b10621's downloader does: `Authorization: Bearer <token>`, on the hub's model API only for a token
+shaped as Hugging Face issues them (common/hf-cache.cpp's is_valid_hf_token), on file downloads for any.
+A hub that cannot be reached is one line (HubError), never the HTTP client's traceback.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import shutil
@@ -19,9 +23,13 @@ import urllib.parse
 from pathlib import Path
 from typing import Callable
 
+from .cache import STAMP
+
 STORE_ENV = "MLXCEL_MODELS_DIR"
 _REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 _OFFLINE = {"value": False}
+_TOKEN: dict[str, str | None] = {"value": None}
+log = logging.getLogger("mlxcel.models")
 
 
 class HubError(RuntimeError):
@@ -84,20 +92,45 @@ def snapshot_dir(repo: str) -> Path:
     return store_root() / check_repo(repo)
 
 
-def _headers() -> dict[str, str]:
-    token = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")
-    return {"Authorization": f"Bearer {token}"} if token else {}
+def set_token(token: str | None) -> None:
+    """--hf-token, for the whole process (None: $HF_TOKEN, read at each download)."""
+    _TOKEN["value"] = token
+
+
+def token() -> str:
+    return _TOKEN["value"] if _TOKEN["value"] is not None else os.environ.get("HF_TOKEN", "")
+
+
+def valid_token(value: str) -> bool:
+    """b10621's is_valid_hf_token: "hf_" and then 34 to 253 letters or digits."""
+    return 37 <= len(value) <= 256 and value.startswith("hf_") and value[3:].isascii() and value[3:].isalnum()
+
+
+def _headers(api: bool = False) -> dict[str, str]:
+    value = token()
+    if api and value and not valid_token(value):
+        log.warning("api_get: invalid token, authentication disabled")
+        return {}
+    return {"Authorization": f"Bearer {value}"} if value else {}
+
+
+def _unreachable(exc: Exception) -> HubError:
+    reason = str(exc) or type(exc).__name__
+    return HubError(f"cannot reach the hub at {endpoint()}: {reason}")
 
 
 def _listing(client, repo: str) -> tuple[str, list[tuple[str, int | None, str | None]]]:
     """(revision, [(file, size, sha256)]) from the hub's model API."""
     url = f"{endpoint()}/api/models/{repo}/revision/main?blobs=true"
-    r = client.get(url, headers=_headers())
+    r = client.get(url, headers=_headers(api=True))
     if r.status_code == 404:
         raise HubError(f"repository '{repo}' not found on {endpoint()}")
     if r.status_code != 200:
         raise HubError(f"the hub answered {r.status_code} for {repo}")
-    data = r.json()
+    try:
+        data = r.json()
+    except ValueError:
+        raise HubError(f"{endpoint()} answered {repo}'s file listing with something other than JSON") from None
     files = []
     for s in data.get("siblings", []):
         name = s.get("rfilename", "")
@@ -116,7 +149,10 @@ def download(repo: str, on_progress: Callable[[dict], None] | None = None, progr
         raise HubError(f"cannot download '{repo}': offline mode (--offline) is on")
     target = snapshot_dir(repo)
     with httpx.Client(follow_redirects=True, timeout=httpx.Timeout(30.0, read=300.0)) as client:
-        revision, files = _listing(client, repo)
+        try:
+            revision, files = _listing(client, repo)
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:  # no network, a refused port, a bad endpoint
+            raise _unreachable(exc) from None
         if not any(f == "config.json" for f, _, _ in files):
             raise HubError(f"'{repo}' holds no config.json: not an MLX checkpoint")
         target.mkdir(parents=True, exist_ok=True)
@@ -203,6 +239,8 @@ def list_snapshots(root: Path | None = None) -> list[str]:
     if not root.is_dir():
         return out
     for owner in sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink()):
+        if (owner / "config.json").is_file() or (owner / STAMP).is_file():
+            continue  # a checkpoint itself (a bundled model, its sub-modules such as 1_Pooling), not an owner
         for model in sorted(p for p in owner.iterdir() if p.is_dir() and not p.is_symlink()):
             if (model / "config.json").is_file():
                 out.append(f"{owner.name}/{model.name}")
