@@ -101,12 +101,16 @@ def oracle(session: nox.Session) -> None:
         session.run("mlxcel-oracle", "diff", request, *session.posargs, success_codes=[0, 1])
 
 
+BENCH = ("--twin", "f32", "q4_1", "--reps", "5", "--no-anchor", "--no-speculative")
+
+
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Speed side by side with the reference on the same twin, reported as mlxcel/reference ratios."""
+    """Speed side by side with the reference on both twins (5 repetitions; posargs replace BENCH): the raw JSON
+    under reports/bench/<date>-<commit>.json, docs/cpu-speed.md's table regenerated from it."""
     session.install("-e", ".")
     session.run("mlxcel-oracle", "reference")
-    session.run("python", "-m", "oracle.bench", *session.posargs)
+    session.run("python", "-m", "oracle.bench", "--table", *(session.posargs or BENCH))
 
 
 @nox.session

@@ -112,15 +112,19 @@ async def measure(url: str, n_predict: int, rep: int) -> dict:
             answers = await asyncio.gather(*(_one(client, url, gen) for _ in range(streams)))
             out[f"aggregate_tps_{streams}"] = sum(a["tokens_predicted"] for a in answers) / (
                 time.perf_counter() - start)
-        for n in PROMPT_LENGTHS:
+        for n in PROMPT_LENGTHS[:-1]:
             body = {"prompt": long_prompt(n, 100 * rep + n % 97), "n_predict": 1, "temperature": 0,
                     "cache_prompt": False}
             start = time.perf_counter()
             await _one(client, url, body)
             out[f"prompt_tps_{n}"] = n / (time.perf_counter() - start)
         out["ttft_s"] = min([await _ttft(client, url, PROMPT) for _ in range(3)])
-        prefix = long_prompt(2048, 1000 + rep)  # unseen: a cold run, then the same prefix again
+        # the longest prompt, unseen, is also the cache's cold run (one 2048-token prefill less a repetition),
+        # then the same prefix again
+        n = PROMPT_LENGTHS[-1]
+        prefix = long_prompt(n, 1000 + rep)
         cold = await _ttft(client, url, prefix, cache_prompt=True)
+        out[f"prompt_tps_{n}"] = n / cold
         hit = await _ttft(client, url, prefix, cache_prompt=True)
         out["cache_hit_ttft_over_cold"] = hit / cold
     return out
@@ -217,6 +221,7 @@ def run(twin_kind: str, n_predict: int, reps: int, anchor: bool = True) -> dict:
     for name in servers:
         results[name] = {k: summarize([s[k] for s in samples[name] if s.get(k) is not None])
                          for k in samples[name][0] if samples[name][0].get(k) is not None}
+    results["samples"] = samples  # every repetition's figures: oracle/bench_table.py's noise band
     results["ratio_mlxcel_over_reference"] = ratios(results["mlxcel"], results["reference"])
     if anchor:
         proc = mlx_lm_anchor(t.mlx_dir)
@@ -323,29 +328,62 @@ def report(results: dict) -> str:
     return "\n".join(lines)
 
 
+def provenance() -> dict:
+    """What a run's figures belong to: the commit (and whether the tree differed from it), the date, the CPU,
+    the BLAS mlxcel runs (server/blas.py's choice, as a child process makes it)."""
+    import platform
+    import subprocess
+
+    def git(*a: str) -> str:
+        return subprocess.run(["git", *a], capture_output=True, text=True).stdout.strip()
+
+    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
+    code = "from server import blas; blas.activate(); print(blas.STATE.library, blas.STATE.core, sep=' | ')"
+    blas = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip()
+    return {"commit": git("rev-parse", "--short=12", "HEAD"), "dirty": bool(git("status", "--porcelain", "-uno")),
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cpu": cpu, "cores": os.cpu_count(),
+            "load_average_at_start": list(os.getloadavg()), "mlxcel_blas": blas}
+
+
+def default_out(meta: dict) -> str:
+    return f"reports/bench/{meta['date'][:10]}-{meta['commit']}.json"
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="mlxcel-oracle bench", description=__doc__.splitlines()[0])
-    p.add_argument("--twin", choices=["q4_1", "f32"], default="f32")
+    p.add_argument("--twin", choices=["q4_1", "f32"], nargs="+", default=["f32"],
+                   help="one or more twins, measured one after the other into one JSON")
     p.add_argument("--n-predict", type=int, default=64)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--no-anchor", action="store_true", help="skip mlx_lm.server")
     p.add_argument("--no-speculative", action="store_true", help="skip the speculative-decoding pair")
     p.add_argument("--speculative-only", action="store_true", help="run the speculative-decoding pair alone")
-    p.add_argument("--out", default=".oracle/bench.json")
+    p.add_argument("--out", help="the JSON written (default reports/bench/<date>-<commit>.json)")
+    p.add_argument("--table", action="store_true", help="then regenerate docs/cpu-speed.md's table from it")
     args = p.parse_args(argv)
-    if args.speculative_only:
-        results = {"speculative": run_speculative(args.twin, args.n_predict, args.reps)}
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
-        print(json.dumps(results["speculative"], indent=1))
-        return
-    results = run(args.twin, args.n_predict, args.reps, anchor=not args.no_anchor)
-    if not args.no_speculative:
-        results["speculative"] = run_speculative(args.twin, args.n_predict, args.reps)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
-    print(report(results))
-    print(f"written: {args.out}")
+    meta = provenance()
+    out = Path(args.out or default_out(meta))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    twins: dict = {}
+    for kind in args.twin:
+        if args.speculative_only:
+            twins[kind] = {"speculative": run_speculative(kind, args.n_predict, args.reps)}
+            print(json.dumps(twins[kind]["speculative"], indent=1))
+            continue
+        results = run(kind, args.n_predict, args.reps, anchor=not args.no_anchor)
+        if not args.no_speculative:
+            results["speculative"] = run_speculative(kind, args.n_predict, args.reps)
+        twins[kind] = results
+        print(report(results))
+    meta["wall_s"] = round(time.perf_counter() - started, 1)
+    out.write_text(json.dumps({**meta, "repetitions": args.reps, "twins": twins}, indent=1) + "\n")
+    print(f"written: {out} ({meta['wall_s']:.0f} s); the table: python -m oracle.bench_table {out}")
+    if args.table and not args.speculative_only:
+        from .bench_table import main as table_main
+
+        table_main([str(out)])
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -87,8 +88,9 @@ def test_the_probe_tells_kernels_that_cut_rows_differently_from_ones_that_do_not
     choice fails the probe, activate() loads the AVX kernels instead, and says so."""
     if not (blas.X86 and blas.STATE.library and blas.STATE.native and blas.STATE.native.mlxcel_has_avx2()):
         pytest.skip("needs OpenBLAS on an x86-64 CPU with AVX2")
-    assert blas._rows_stable(blas.STATE.library, "Haswell") is False
-    assert blas._rows_stable(blas.STATE.library, blas.ROW_STABLE_CORE) is True
+    assert blas._rows_stable(blas.STATE.library, "Haswell", blas.STATE.prefix) is False
+    assert blas._rows_stable(blas.STATE.library, blas.ROW_STABLE_CORE, blas.STATE.prefix) is True
+    assert blas.STATE.core == blas.ROW_STABLE_CORE  # OpenBLAS (the wheel's too) read OPENBLAS_CORETYPE
     assert "rows the same however cut" in blas.describe()
 
 
@@ -120,6 +122,8 @@ def test_the_server_warns_when_only_the_reference_blas_is_there(twin_q4_1):
 
 def test_props_build_info_names_the_cpu_backend_verified_at_startup(twin_q4_1):
     """GET /props's build_info: b10621's b<build>-<commit>, then what the CPU really runs on."""
+    import os
+
     import httpx
 
     from oracle.processes import mlxcel_server
@@ -127,7 +131,7 @@ def test_props_build_info_names_the_cpu_backend_verified_at_startup(twin_q4_1):
     with mlxcel_server(str(twin_q4_1.mlx_dir)) as server:
         info = httpx.get(server.base_url + "/props", timeout=30).json()["build_info"]
     assert info.startswith("b10621-mlxcel-")
-    assert "CPU: libopenblas" in info and "GFLOP/s" in info and "SLOW" not in info
+    assert f"CPU: {os.path.basename(blas.STATE.library)}" in info and "GFLOP/s" in info and "SLOW" not in info
     assert info.endswith("mlxcel kernels on)")
 
 
@@ -156,10 +160,65 @@ def test_the_row_probe_verdict_is_kept_per_library_and_cpu(monkeypatch, tmp_path
 
     from server import blas
 
-    path = next((p for p in blas._candidates() if os.path.exists(p)), None)
-    if path is None:
+    cand = next((c for c in blas._candidates() if os.path.exists(c.path)), None)
+    if cand is None:
         pytest.skip("no OpenBLAS here")
     monkeypatch.setenv("MLXCEL_CACHE_DIR", str(tmp_path))
-    first = blas._rows_stable(path)
+    first = blas._rows_stable(cand.path, prefix=cand.prefix)
+    assert first is not None  # an OpenBLAS, prefixed or not, is probed
     monkeypatch.setattr(blas.subprocess, "run", lambda *a, **k: (_ for _ in ()).throw(AssertionError("probed again")))
-    assert blas._rows_stable(path) == first
+    assert blas._rows_stable(cand.path, prefix=cand.prefix) == first
+
+
+def _activated(env_extra: dict, setup: str = "") -> list[str]:
+    """activate() and verify() in a child with env_extra (and setup run first): library | kernels | fast | reason."""
+    import os
+
+    code = (f"from server import blas; {setup}blas.activate(); blas.verify(); "
+            "print(blas.STATE.library, blas.STATE.kernels, blas.STATE.fast, blas.STATE.reason, sep=' | ')")
+    env = {**os.environ, **env_extra}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          check=True).stdout.strip().split(" | ")
+
+
+needs_wheel = pytest.mark.skipif(blas.wheel_library() is None, reason="the scipy-openblas32 wheel is not installed")
+
+
+@needs_wheel
+def test_the_pip_installed_openblas_runs_by_default_through_the_kernels_forwarder():
+    """pip install alone gives the fast path: the wheel's scipy_-prefixed cblas_sgemm, reached through mlxcel's
+    kernels' cblas_sgemm, is preferred to a system OpenBLAS, and says so."""
+    library, kernels, fast, reason = _activated({})
+    assert library == blas.wheel_library() and kernels == "on" and fast == "True"
+    assert "scipy-openblas32 wheel" in reason and "scipy_cblas_sgemm" in reason
+
+
+@needs_wheel
+def test_the_wheels_openblas_stays_fast_with_the_kernels_off():
+    """MLXCEL_CPU_KERNELS=0: the kernels' object only forwards each product to the prefixed BLAS."""
+    library, kernels, fast, _ = _activated({blas.KERNELS_ENV: "0"})
+    assert library == blas.wheel_library() and kernels.startswith("off") and fast == "True"
+
+
+@needs_wheel
+def test_without_a_c_compiler_the_prefixed_library_is_passed_over_and_said(tmp_path):
+    """No compiler: the wheel's prefixed symbols cannot be reached, a system OpenBLAS serves if there is one,
+    else the reference BLAS, and the reason names the compiler either way."""
+    env = {"CC": str(tmp_path / "no-cc"), "MLXCEL_CACHE_DIR": str(tmp_path)}  # an empty cache: a build is needed
+    library, kernels, fast, reason = _activated(env, setup="blas._SYSTEM = (); blas._system = lambda: []; ")
+    assert library == "None" and fast == "False" and "could not be built" in reason and "no-cc" in reason
+    system = [p for p in blas._SYSTEM if os.path.exists(p)]
+    if system:
+        library, kernels, fast, reason = _activated(env)
+        assert library == system[0] and kernels.startswith("off") and fast == "True"
+        assert reason.startswith("system") and "passed over" in reason
+
+
+def test_blas_system_picks_a_system_openblas_only():
+    import os
+
+    system = [p for p in blas._SYSTEM if os.path.exists(p)]
+    if not system:
+        pytest.skip("no system OpenBLAS here")
+    library, kernels, fast, reason = _activated({blas.BLAS_ENV: "system"})
+    assert library == system[0] and kernels == "on" and fast == "True" and reason.startswith("system")

@@ -152,9 +152,16 @@ HIDDEN void mlxcel_pool_run(mlxcel_task_fn fn, void *ctx, int tasks, int paralle
     pool_run(fn, ctx, tasks, parallel);
 }
 
-/* Bind to the BLAS loaded with dlopen(handle); returns 0 when it lacks cblas_sgemm. */
-int mlxcel_bind(void *handle) {
-    real_sgemm = (sgemm_fn)dlsym(handle, "cblas_sgemm");
+/* Bind to the BLAS loaded with dlopen(handle), whose symbols carry `prefix` ("" for a system OpenBLAS,
+ * "scipy_" for the scipy-openblas wheel's, which plain global binding cannot interpose); returns 0 when it
+ * lacks <prefix>cblas_sgemm. With kernels 0 this cblas_sgemm only forwards: every product goes to the BLAS. */
+int mlxcel_bind(void *handle, const char *prefix, int kernels) {
+    char name[64];
+    if (strlen(prefix) > sizeof name - sizeof "cblas_sgemm") return 0;
+    strcpy(name, prefix);
+    strcat(name, "cblas_sgemm");
+    real_sgemm = (sgemm_fn)dlsym(handle, name);
+    if (!kernels) return real_sgemm != 0;
 #if X86
     __builtin_cpu_init();
     have_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
