@@ -57,16 +57,15 @@ def listing() -> list[tuple[str, str]]:
     """(name -m accepts, what it is) for every model the store knows: each bundled model (built or not yet),
     then what --cache-list finds there besides them (downloaded snapshots, other checkpoints)."""
     from ..logs.introspect import cached_models
-    from ..models.bundled import BUNDLED_ENCODERS, BUNDLED_MODELS, DEFAULT_MODEL
-    from ..models.cache import STAMP
+    from ..models.bundled import BUNDLED_ENCODERS, BUNDLED_ENCODERS_BUILT, BUNDLED_MODELS, DEFAULT_MODEL
     from ..models.hub import list_snapshots, store_root
 
     root = store_root()
+    built = {**{name: m.built for name, m in BUNDLED_MODELS.items()}, **BUNDLED_ENCODERS_BUILT}
     rows = []
-    for name in [*BUNDLED_MODELS, *BUNDLED_ENCODERS]:
+    for name, is_built in built.items():
         kind = "bundled, the default" if name == DEFAULT_MODEL.name else "bundled"
-        ready = (root / name / STAMP).is_file()
-        rows.append((name, f"{kind}; {'ready' if ready else 'fetched and converted on first use'}"))
+        rows.append((name, f"{kind}; {'ready' if is_built() else 'fetched and converted on first use'}"))
     bundled = {*BUNDLED_MODELS, *BUNDLED_ENCODERS}
     for name in cached_models(root):
         if name not in bundled and Path(name).name not in bundled:

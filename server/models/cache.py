@@ -55,7 +55,7 @@ def build_once(target: Path, recipe: dict, build: Callable[[Path], None]) -> Pat
     different recipe, or whose outputs no longer match their recorded hashes, is rebuilt.
     """
     with file_lock(target.with_name(target.name + ".lock")):
-        if _stamp_matches(target, recipe):
+        if stamp_matches(target, recipe):
             return target
         for stale in target.parent.glob(target.name + ".tmp-*"):  # a build killed before its cleanup ran
             shutil.rmtree(stale, ignore_errors=True)
@@ -73,7 +73,8 @@ def build_once(target: Path, recipe: dict, build: Callable[[Path], None]) -> Pat
         return target
 
 
-def _stamp_matches(target: Path, recipe: dict) -> bool:
+def stamp_matches(target: Path, recipe: dict) -> bool:
+    """Whether `target` was built from `recipe` (and still holds its files)."""
     stamp = target / STAMP
     if not stamp.is_file():
         return False

@@ -87,8 +87,9 @@ class _Reader:
         return None if data is None else data.decode("utf-8", "replace")
 
 
-def check_gguf(path: str | os.PathLike) -> None:
-    """Raises DamagedGGUF with b10621's message for the first problem it would report, else returns."""
+def check_gguf(path: str | os.PathLike) -> int:
+    """Raises DamagedGGUF with b10621's message for the first problem it would report, else returns where the
+    tensor data starts (the header's size)."""
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
@@ -97,11 +98,13 @@ def check_gguf(path: str | os.PathLike) -> None:
         problem = "failed to read magic"
     except OSError as exc:
         problem = f"failed to open GGUF file '{path}' ({os.strerror(exc.errno or 0)})"
-    if problem:
+    if isinstance(problem, str):
         raise DamagedGGUF(path, problem)
+    return problem
 
 
-def _problem(r: _Reader, file_size: int) -> str | None:
+def _problem(r: _Reader, file_size: int) -> str | int:
+    """The problem, or (none) where the tensor data starts."""
     errors: list[str] = []  # upstream's logged lines, most specific first; the first is the one reported
 
     def fail(generic: str) -> str:
@@ -261,5 +264,5 @@ def _problem(r: _Reader, file_size: int) -> str | None:
     for name, offset, nbytes in infos:  # llama_model_loader, in the file's tensor order
         if nbytes is not None and data_start + offset + nbytes > file_size:
             return f"tensor '{name}' data is not within the file bounds, model is corrupted or incomplete"
-    return None
+    return data_start
 

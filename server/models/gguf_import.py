@@ -11,7 +11,7 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -136,11 +136,14 @@ def read_vocab(reader) -> GGUFVocab:
     )
 
 
-def _converted_tensors(reader, hp: LlamaHParams, dtype: str) -> Iterator[tuple[str, np.ndarray, int | None]]:
+def _converted_tensors(reader, hp: LlamaHParams, dtype: str, progress: Callable[[str, int, int], None] | None = None
+                       ) -> Iterator[tuple[str, np.ndarray, int | None]]:
     """Yield (hf_name, array, bits) where bits is set for affine-quantized weights."""
     import gguf  # local: only the importer needs it
 
-    for t in reader.tensors:
+    for i, t in enumerate(reader.tensors):
+        if progress is not None and i:
+            progress("tensors", i, len(reader.tensors))
         qtype = t.tensor_type.name
         name = hf_tensor_name(t.name)
         data = np.asarray(t.data)
@@ -175,8 +178,28 @@ def _converted_tensors(reader, hp: LlamaHParams, dtype: str) -> Iterator[tuple[s
 FTYPE_NAMES = {0: "all F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 32: "BF16"}
 
 
-def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, dtype: str = "auto") -> Path:
-    """Convert `gguf_path` into an MLX checkpoint directory `out_dir`. dtype: "auto" (keep) or "f32"."""
+def _reader(path, header: int, progress: Callable[[str, int, int], None] | None):
+    """gguf's reader, saying how far into the header it is (its vocabulary's strings take seconds to read)."""
+    import gguf
+
+    if progress is None:
+        return gguf.GGUFReader(str(path))
+
+    class Reader(gguf.GGUFReader):
+        def _get_str(self, offset: int):
+            progress("header", offset, header)
+            return super()._get_str(offset)
+
+    reader = Reader(str(path))
+    progress("header", header, header)
+    return reader
+
+
+def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, dtype: str = "auto",
+                 progress: Callable[[str, int, int], None] | None = None) -> Path:
+    """Convert `gguf_path` into an MLX checkpoint directory `out_dir`. dtype: "auto" (keep) or "f32".
+    `progress(stage, done, total)` is called as the header is read ("header", in bytes) and as each tensor is
+    converted ("tensors")."""
     import gguf
     import mlx.core as mx
 
@@ -184,9 +207,9 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, dtype
 
     if dtype not in ("auto", "f32"):
         raise ImportRefused(f"unknown dtype '{dtype}' (expected auto or f32)")
-    check_gguf(gguf_path)  # a damaged file named in b10621's words, before gguf's reader trips over it
+    header = check_gguf(gguf_path)  # a damaged file named in b10621's words, before gguf's reader trips over it
     try:
-        reader = gguf.GGUFReader(str(gguf_path))
+        reader = _reader(gguf_path, header, progress)
     except (ValueError, IndexError, KeyError, struct.error) as exc:  # what the check above does not cover
         raise DamagedGGUF(gguf_path, f"unreadable GGUF ({type(exc).__name__}: {exc})") from None
     arch = str(_field(reader, "general.architecture"))
@@ -198,13 +221,15 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, dtype
 
     weights: dict[str, mx.array] = {}
     per_layer_quant: dict[str, dict] = {}
-    for name, arr, bits in _converted_tensors(reader, hp, dtype):
+    for name, arr, bits in _converted_tensors(reader, hp, dtype, progress):
         if bits == "bf16":
             weights[name] = mx.array(np.ascontiguousarray(arr).view(np.uint16)).view(mx.bfloat16)
             continue
         weights[name] = mx.array(np.ascontiguousarray(arr))
         if isinstance(bits, int):
             per_layer_quant[name.removesuffix(".weight")] = {"group_size": GROUP_SIZE, "bits": bits}
+    if progress is not None:
+        progress("tensors", len(reader.tensors), len(reader.tensors))
     tied = "lm_head.weight" not in weights
 
     config = hp.hf_config(tied)

@@ -53,8 +53,14 @@ def converted_gguf(path: Path) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
 
     def convert(tmp: Path) -> None:
+        import time
+
+        from .progress import conversion_progress
+
+        started = time.monotonic()
         log.info("converting %s into an MLX checkpoint (once: kept in %s while the file is unchanged)", real, target)
-        convert_gguf(real, tmp, dtype="auto")
+        convert_gguf(real, tmp, dtype="auto", progress=conversion_progress(real.name))
+        log.info("converted %s in %.1f s: ready", real.name, time.monotonic() - started)
 
     return build_once(target, recipe, convert)
 
