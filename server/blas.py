@@ -363,7 +363,8 @@ def summary() -> str:
 
 def describe() -> str:
     speed = f"{STATE.gflops:.1f} GFLOP/s" if STATE.gflops is not None else "not measured"
-    verdict = "fast BLAS in use" if STATE.fast else "SLOW reference BLAS in use"
+    verdict = ("fast BLAS in use" if STATE.fast else "SLOW reference BLAS in use" if STATE.library is None
+               else "an OpenBLAS in use but measured SLOW (a busy machine?)")
     lib = STATE.library or "the mlx wheel's own"
     if STATE.core:
         lib += f", {STATE.core} kernels"
