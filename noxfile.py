@@ -101,7 +101,7 @@ def oracle(session: nox.Session) -> None:
         session.run("mlxcel-oracle", "diff", request, *session.posargs, success_codes=[0, 1])
 
 
-BENCH = ("--twin", "f32", "q4_1", "--reps", "5", "--no-anchor", "--no-speculative")
+BENCH = ("--twin", "f32", "q4_1", "--reps", "5", "--n-predict", "32", "--no-anchor", "--no-speculative")
 
 
 @nox.session

@@ -32,6 +32,8 @@ PROMPT = "Once upon a time, in a small village by the sea, there lived"
 STREAMS = (4, 8, 16)
 PROMPT_LENGTHS = (128, 512, 2048)
 LOWER_IS_BETTER = {"ttft_s", "cache_hit_ttft_over_cold", "peak_rss_mib"}
+# the groups of figures a repetition measures (--figures picks some: a quick run on a busy machine)
+FIGURE_GROUPS = ("decode", "sampled", "aggregate", "prompt", "ttft", "cache")
 
 # The sampled decode runs: None drops the greedy run's key (the server default applies). The grammar never
 # completes, so ignore_eos (an end-of-generation ban) cannot leave it without a token to draw.
@@ -92,41 +94,48 @@ async def _ttft(client: httpx.AsyncClient, url: str, prompt, cache_prompt: bool 
     return first
 
 
-async def measure(url: str, n_predict: int, rep: int) -> dict:
-    """One repetition of every figure on a llama-server-compatible server (`rep` keeps prompts unseen)."""
+async def measure(url: str, n_predict: int, rep: int, groups: tuple[str, ...] = FIGURE_GROUPS) -> dict:
+    """One repetition of every figure in groups on a llama-server-compatible server (`rep` keeps prompts
+    unseen)."""
     gen = {"prompt": PROMPT, "n_predict": n_predict, "temperature": 0, "ignore_eos": True, "cache_prompt": False}
     out: dict = {}
     # no keep-alive: cpp-httplib closes idle connections after 5 s, racing a pooled reuse
     async with httpx.AsyncClient(limits=httpx.Limits(max_keepalive_connections=0)) as client:
         await _one(client, url, {**gen, "n_predict": 4})  # warm up
-        start = time.perf_counter()
-        answer = await _one(client, url, gen)
-        out["decode_tps_1"] = answer["tokens_predicted"] / (time.perf_counter() - start)
-        for name, settings in SAMPLED.items():
+        if "decode" in groups:
+            start = time.perf_counter()
+            answer = await _one(client, url, gen)
+            out["decode_tps_1"] = answer["tokens_predicted"] / (time.perf_counter() - start)
+        for name, settings in SAMPLED.items() if "sampled" in groups else ():
             body = {k: v for k, v in {**gen, **settings}.items() if v is not None}
             start = time.perf_counter()
             answer = await _one(client, url, body)
             out[f"decode_tps_1_{name}"] = answer["tokens_predicted"] / (time.perf_counter() - start)
-        for streams in STREAMS:
+        for streams in STREAMS if "aggregate" in groups else ():
             start = time.perf_counter()
             answers = await asyncio.gather(*(_one(client, url, gen) for _ in range(streams)))
             out[f"aggregate_tps_{streams}"] = sum(a["tokens_predicted"] for a in answers) / (
                 time.perf_counter() - start)
-        for n in PROMPT_LENGTHS[:-1]:
+        for n in PROMPT_LENGTHS[:-1] if "prompt" in groups else ():
             body = {"prompt": long_prompt(n, 100 * rep + n % 97), "n_predict": 1, "temperature": 0,
                     "cache_prompt": False}
             start = time.perf_counter()
             await _one(client, url, body)
             out[f"prompt_tps_{n}"] = n / (time.perf_counter() - start)
-        out["ttft_s"] = min([await _ttft(client, url, PROMPT) for _ in range(3)])
+        if "ttft" in groups:
+            out["ttft_s"] = min([await _ttft(client, url, PROMPT) for _ in range(3)])
+        if not {"prompt", "cache"} & set(groups):
+            return out
         # the longest prompt, unseen, is also the cache's cold run (one 2048-token prefill less a repetition),
         # then the same prefix again
         n = PROMPT_LENGTHS[-1]
         prefix = long_prompt(n, 1000 + rep)
         cold = await _ttft(client, url, prefix, cache_prompt=True)
-        out[f"prompt_tps_{n}"] = n / cold
-        hit = await _ttft(client, url, prefix, cache_prompt=True)
-        out["cache_hit_ttft_over_cold"] = hit / cold
+        if "prompt" in groups:
+            out[f"prompt_tps_{n}"] = n / cold
+        if "cache" in groups:
+            hit = await _ttft(client, url, prefix, cache_prompt=True)
+            out["cache_hit_ttft_over_cold"] = hit / cold
     return out
 
 
@@ -191,7 +200,8 @@ def ratios(mine: dict, theirs: dict) -> dict:
     return out
 
 
-def run(twin_kind: str, n_predict: int, reps: int, anchor: bool = True) -> dict:
+def run(twin_kind: str, n_predict: int, reps: int, anchor: bool = True,
+        groups: tuple[str, ...] = FIGURE_GROUPS) -> dict:
     from fixtures.twins import twin
 
     from .reference import build_reference
@@ -201,16 +211,17 @@ def run(twin_kind: str, n_predict: int, reps: int, anchor: bool = True) -> dict:
     servers = {"reference": reference_server(build_reference(), t.gguf, args),
                "mlxcel": mlxcel_server(t.mlx_model, args)}
     samples: dict[str, list[dict]] = {name: [] for name in servers}
-    results: dict = {"twin": twin_kind, "n_predict": n_predict, "repetitions": reps, "args": args}
+    results: dict = {"twin": twin_kind, "n_predict": n_predict, "repetitions": reps, "args": args,
+                     "figures": list(groups)}
     try:
         for proc in servers.values():
             proc.start()
         for rep in range(reps):  # alternate who goes first, so drift of the machine hits both
             order = list(servers) if rep % 2 == 0 else list(reversed(servers))
             for name in order:
-                samples[name].append(asyncio.run(measure(servers[name].base_url, n_predict, rep)))
-                print(f"rep {rep + 1}/{reps} {name}: decode {samples[name][-1]['decode_tps_1']:.1f} tok/s",
-                      flush=True)
+                samples[name].append(asyncio.run(measure(servers[name].base_url, n_predict, rep, groups)))
+                print(f"rep {rep + 1}/{reps} {name}: "
+                      + ", ".join(f"{k} {v:.3g}" for k, v in list(samples[name][-1].items())[:2]), flush=True)
         for name, proc in servers.items():
             rss = peak_rss_mib(proc)
             for s in samples[name]:
@@ -361,7 +372,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--speculative-only", action="store_true", help="run the speculative-decoding pair alone")
     p.add_argument("--out", help="the JSON written (default reports/bench/<date>-<commit>.json)")
     p.add_argument("--table", action="store_true", help="then regenerate docs/cpu-speed.md's table from it")
+    p.add_argument("--figures", default=",".join(FIGURE_GROUPS),
+                   help=f"comma-separated groups of figures to measure (default all: {','.join(FIGURE_GROUPS)})")
     args = p.parse_args(argv)
+    groups = tuple(g for g in args.figures.split(",") if g)
+    if not groups or set(groups) - set(FIGURE_GROUPS):
+        p.error(f"--figures: choose from {','.join(FIGURE_GROUPS)}")
     meta = provenance()
     out = Path(args.out or default_out(meta))
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -372,7 +388,7 @@ def main(argv: list[str] | None = None) -> None:
             twins[kind] = {"speculative": run_speculative(kind, args.n_predict, args.reps)}
             print(json.dumps(twins[kind]["speculative"], indent=1))
             continue
-        results = run(kind, args.n_predict, args.reps, anchor=not args.no_anchor)
+        results = run(kind, args.n_predict, args.reps, anchor=not args.no_anchor, groups=groups)
         if not args.no_speculative:
             results["speculative"] = run_speculative(kind, args.n_predict, args.reps)
         twins[kind] = results

@@ -335,6 +335,14 @@ def small_calls() -> int:
     return int(STATE.native.mlxcel_small_calls()) if STATE.native is not None else 0
 
 
+def blas_calls() -> int:
+    """How many products mlxcel's kernels have handed to the BLAS (0 without them)."""
+    if STATE.native is None:
+        return 0
+    STATE.native.mlxcel_blas_calls.restype = ctypes.c_long
+    return int(STATE.native.mlxcel_blas_calls())
+
+
 def verify() -> BlasState:
     """Time one f32 GEMM through MLX on the CPU; records GFLOP/s in STATE."""
     import mlx.core as mx
@@ -363,7 +371,8 @@ def summary() -> str:
 
 def describe() -> str:
     speed = f"{STATE.gflops:.1f} GFLOP/s" if STATE.gflops is not None else "not measured"
-    verdict = "fast BLAS in use" if STATE.fast else "SLOW reference BLAS in use"
+    verdict = ("fast BLAS in use" if STATE.fast else "SLOW reference BLAS in use" if STATE.library is None
+               else "an OpenBLAS in use but measured SLOW (a busy machine?)")
     lib = STATE.library or "the mlx wheel's own"
     if STATE.core:
         lib += f", {STATE.core} kernels"

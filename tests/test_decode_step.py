@@ -131,3 +131,17 @@ def test_a_float_checkpoint_registers_panel_twins_for_its_life(twin_f32):
     del loaded
     gc.collect()
     assert native.mlxcel_packed_registered() == before
+
+
+def test_a_decode_step_never_calls_the_blas(runner):
+    """One sequence's prompt of up to 16 tokens and every decode step run on mlxcel's few-row kernels: which
+    OpenBLAS is loaded (the pip one or a system one, server/blas.py) cannot change a decode's speed or logits."""
+    from server import blas
+
+    cache = runner.new_cache()
+    before = blas.blas_calls()
+    runner.prefill(cache, TOKENS[:13])
+    mx.eval(_decode(runner, True, cache, TOKENS[:8]))
+    assert blas.blas_calls() == before
+    runner.prefill(runner.new_cache(), TOKENS[:40])  # 40 rows: the BLAS's (the counter does count)
+    assert blas.blas_calls() > before

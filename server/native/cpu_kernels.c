@@ -42,6 +42,7 @@ typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int
 
 static sgemm_fn real_sgemm;
 static long small_calls;
+static long blas_calls; /* products handed to the BLAS (a split product once) */
 static int have_avx2;
 
 /* ---- one pool of threads for every caller ------------------------------------------------------------------
@@ -171,6 +172,7 @@ int mlxcel_bind(void *handle, const char *prefix, int kernels) {
 }
 
 long mlxcel_small_calls(void) { return small_calls; }
+long mlxcel_blas_calls(void) { return __atomic_load_n(&blas_calls, __ATOMIC_RELAXED); }
 int mlxcel_has_avx2(void) { return have_avx2; }
 int mlxcel_threads(void) { return pool.n; }
 
@@ -687,6 +689,7 @@ void cblas_sgemm(int order, int trans_a, int trans_b, int m, int n, int k, float
         return;
     }
 #endif
+    __atomic_fetch_add(&blas_calls, 1, __ATOMIC_RELAXED);
     if (split_rows && order == ROW_MAJOR && m > SMALL_M && pool.n > 1) {
         struct split_args s = {trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, pool.n};
         pool_run(split_task, &s, pool.n, 1);
