@@ -23,7 +23,7 @@ FACT_KEYS = {
 }
 POLICY_KEYS = ("state", "issue", "test", "notes", "divergence", "rationale", "mlxcel")
 CLAIM_KEYS = ("accepted_spellings", "accepted_on_one_binary_only", "env", "env_binding", "env_test", "defaults",
-              "hidden", "route", "field")
+              "hidden", "route", "field", "refusal_is_the_behaviour")
 RATIONALE_KEYS = ("kind", "reason", "revisit_if")
 RATIONALE_KINDS = ("architectural", "policy")
 

@@ -12,6 +12,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from .refusals import case_outcomes, refusal_only
 from .schema import (CLAIM_KEYS, FACT_KEYS, HONEST_ALTERNATIVES, ISSUES_FILE, MANIFEST_DIR, NEEDS_ISSUE, PIN_FILE,
                      RATIONALE_KEYS, RATIONALE_KINDS, SCHEMA_VERSION, SHARDS, STATES, UNCLASSIFIED_FILE, dumps,
                      entry_keys, load_json, shard_document, shard_files)
@@ -161,6 +162,7 @@ def validate(manifest_dir: Path = MANIFEST_DIR, check_issues_open: bool = False,
         issues = load_json(manifest_dir / ISSUES_FILE).get("issues", {})
     all_entries: list[dict] = []
     seen: dict[str, str] = {}
+    outcomes = case_outcomes(root)
     for path in shard_files(manifest_dir):
         fname = path.name
         if fname == UNCLASSIFIED_FILE:
@@ -182,6 +184,12 @@ def validate(manifest_dir: Path = MANIFEST_DIR, check_issues_open: bool = False,
                 out.append(Violation(fname, eid, "duplicate-id", f"also in {seen[eid]}"))
             seen[eid] = fname
             out.extend(_check_entry(fname, e, owners_by_shard.get(area, set()), root))
+            refusals = refusal_only(e, outcomes)
+            if refusals and not (e.get("mlxcel") or {}).get("refusal_is_the_behaviour"):
+                out.append(Violation(fname, eid, "refusal-only",
+                                     f"supported, yet its only oracle evidence is refusals both servers give "
+                                     f"({', '.join(refusals)}): a refusal is not support; reclassify it, or claim "
+                                     f"refusal_is_the_behaviour where refusing is all b10621 does"))
             if check_issues_open and e.get("state") == "deferred" and isinstance(e.get("issue"), int):
                 state = issues.get(str(e["issue"]), {}).get("state")
                 if state != "open":

@@ -13,6 +13,7 @@ manifest entry are flipped together.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,13 +110,26 @@ COUNTER_ROUTES = (("GET", "/slots"), ("GET", "/metrics"))
 STATE_ROUTES = (("GET", "/lora-adapters"), ("POST", "/slots/"))
 
 
-def unstated_states(cases: list[Case], recorded_status) -> list[str]:
+# the prompt-cache counts an answer reports (timings, /slots, OpenAI and Anthropic usage)
+_CACHE_COUNT = re.compile(r'"(?:cache_n|n_prompt_tokens_cache|cached_tokens|cache_read_input_tokens)":\s*([1-9])')
+
+
+def unstated_states(cases: list[Case], recorded) -> list[str]:
     """The own-server cases whose answer depends on the cases before them on their pair: a successful answer
-    (recorded_status(case) < 400) of a counter route without "fresh": true, or of a state route with neither
-    "fresh" nor a setup. Such a case answers one thing in a full run and another run alone."""
+    (recorded(case), the reference's recorded exchange, status < 400) of a counter route without "fresh": true,
+    of a state route with neither "fresh" nor a setup, or one whose recorded prompt-cache counts come from an
+    earlier case (not first on its pair, no setup). Such a case answers one thing in a full run and another
+    run alone."""
     out = []
+    later = {c.name for key, group in server_states(cases) if key != SHARED for c in group[1:]}
     for c in cases:
-        if not c.args or c.fresh or recorded_status(c) >= 400:
+        rec = recorded(c)
+        if not c.args or c.fresh or rec["status"] >= 400:
+            continue
+        text = (rec["body"].get("text") or "") + "".join(rec.get("frames", []))
+        if c.name in later and not c.setup and _CACHE_COUNT.search(text):
+            out.append(f"{c.name}: its recorded prompt-cache counts come from the cases before it: give it a setup "
+                       f"that caches what it needs, or \"fresh\": true")
             continue
         method, path = c.request.method, c.request.path.split("?")[0]
         if any(method == m and path == p for m, p in COUNTER_ROUTES):

@@ -9,8 +9,8 @@ refusal diagnostic is pinned per case (`mlxcel_says`).
 Placeholders in args and env: {port} (a free port per side), {tmp} (the side's own working directory),
 {certs} (a self-signed test certificate and key, made by the test),
 {gguf} (the twin's GGUF, which both sides are given verbatim), {repo}, {sock} ({tmp}/server.sock),
-{draft_q4_1} and {draft_f32} (a twin's GGUF as a draft model), {mmproj} (a projector b10621 loads, fixtures/projector.py),
-{damaged} (the directory of damaged GGUF copies).
+{draft_q4_1} and {draft_f32} (a twin's GGUF as a draft model),
+{mmproj} (a projector b10621 loads, fixtures/projector.py), {damaged} (the directory of damaged GGUF copies).
 Unless a case says otherwise, "-m MODEL --alias NAME --host 127.0.0.1 --port {port}" comes first: the reference's
 MODEL is the twin's GGUF, mlxcel's its MLX checkpoint.
 """

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from conftest import require
 from oracle.reference import SOURCE_SUBDIR
 from server.chat.autoparser import ChatParams, GenerationParams

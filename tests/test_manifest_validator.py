@@ -91,6 +91,9 @@ MUTATIONS: list[tuple[str, str, str, Callable[[dict], None]]] = [
      _set(mlxcel=["POST /v1/audio/transcriptions"])),
     ("claim-keys", "multimodal-and-audio", "POST /v1/audio/transcriptions",
      _set(mlxcel={"route": "POST /v1/audio/transcriptions", "divergence": ["x"]})),
+    # every case of the route is the 501 both servers give a text model
+    ("refusal-only", "multimodal-and-audio", "POST /v1/audio/transcriptions",
+     _set(state="supported", divergence=[], test="conformance/test_corpus.py::test_corpus_case")),
 ]
 
 
@@ -218,6 +221,24 @@ def test_present_tense_notes_of_a_closed_issue_pass(copy):
           _set(**{**BY_DESIGN_OK, "issue": 14, "notes": "not served: answers 404; a slot not yet started is idle (#27)"}))
     msgs = _rules(copy, check_issues_open=True).get("stale-pending", [])
     assert not any("POST /v1/audio/transcriptions:" in m for m in msgs), msgs
+
+
+def test_refusal_only_evidence_passes_with_the_explicit_claim(copy):
+    """Where refusing is all b10621 does (a removed flag, --no-slots's 501), the claim says so explicitly."""
+    _edit(copy, "multimodal-and-audio", "POST /v1/audio/transcriptions",
+          _set(state="supported", divergence=[], test="conformance/test_corpus.py::test_corpus_case",
+               mlxcel={"route": "POST /v1/audio/transcriptions", "refusal_is_the_behaviour": True}))
+    assert "refusal-only" not in _rules(copy)
+
+
+def test_a_supported_entry_with_one_served_case_is_not_refusal_only():
+    from compat.refusals import refusal_only
+
+    entry = {"id": "X", "state": "supported", "test": "conformance/test_corpus.py::test_corpus_case"}
+    assert refusal_only(entry, {"X": [("a", True), ("b", True)]}) == ["a", "b"]
+    assert refusal_only(entry, {"X": [("a", True), ("b", False)]}) is None
+    assert refusal_only(entry, {}) is None  # no case: the evidence gate's business (mlxcel-oracle verify)
+    assert refusal_only({**entry, "test": "conformance/test_openai_sdk.py::test_x"}, {"X": [("a", True)]}) is None
 
 
 def test_validator_cli_exit_codes(copy):

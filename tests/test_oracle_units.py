@@ -175,16 +175,16 @@ def test_the_corpus_needs_one_pair_per_server_state():
     assert all(not any(c.fresh for c in cs[1:]) for cs in own)  # a fresh case is never second on a pair
 
 
-def _recorded_status(case) -> int:
+def _recorded(case) -> dict:
     from oracle.corpus import TRANSCRIPT_DIR
 
-    return json.loads((TRANSCRIPT_DIR / f"{case.name}.json").read_text(encoding="utf-8"))["reference"]["status"]
+    return json.loads((TRANSCRIPT_DIR / f"{case.name}.json").read_text(encoding="utf-8"))["reference"]
 
 
 def test_every_own_server_case_states_the_server_state_it_needs():
     from oracle.corpus import load_corpus, unstated_states
 
-    assert unstated_states(load_corpus(), _recorded_status) == []
+    assert unstated_states(load_corpus(), _recorded) == []
 
 
 def test_a_case_reading_what_earlier_cases_left_is_caught():
@@ -200,6 +200,12 @@ def test_a_case_reading_what_earlier_cases_left_is_caught():
               case("POST", "/slots/7?action=erase"), case("GET", "/lora-adapters")]
     stated = [case("GET", "/metrics", fresh=True), case("POST", "/slots/7?action=erase", setup=[completion]),
               case("GET", "/slots", args=())]  # the shared pair: its own rules (no counter is compared there)
-    assert [p.split(":")[0] for p in unstated_states(hidden, lambda c: 200)] == [c.name for c in hidden]
-    assert unstated_states(stated, lambda c: 200) == []
-    assert unstated_states(hidden, lambda c: 400) == []  # a refusal reads no state
+    ok, refused = {"status": 200, "body": {"text": "{}"}}, {"status": 400, "body": {"text": "{}"}}
+    assert [p.split(":")[0] for p in unstated_states(hidden, lambda c: ok)] == [c.name for c in hidden]
+    assert unstated_states(stated, lambda c: ok) == []
+    assert unstated_states(hidden, lambda c: refused) == []  # a refusal reads no state
+    # a completion second on its pair whose recorded cache_n came from the first
+    first, second = case("POST", "/completion"), case("POST", "/completion?b")
+    cached = {"status": 200, "body": {"text": '{"timings":{"cache_n":6,"prompt_n":1}}'}}
+    assert [p.split(":")[0] for p in unstated_states([first, second], lambda c: cached)] == [second.name]
+    assert unstated_states([first, case("POST", "/completion?b", setup=[completion])], lambda c: cached) == []
