@@ -132,6 +132,10 @@ def diff_exchanges(ref: Exchange, got: Exchange, names: tuple[str, ...] = ()) ->
     for name, value in ref.compared:  # the headers the case asked to compare (CORS, auth)
         if theirs.get(name) != value:
             report.divergences.append(Divergence(f"header {name}", "header", value, theirs.get(name)))
+    spelled = dict(got.spelled)
+    for name, spelling in ref.spelled:  # the headers whose presence and spelling the case compares
+        if spelled.get(name) != spelling:
+            report.divergences.append(Divergence(f"header {name}", "header name", spelling, spelled.get(name)))
     if ref.frames or got.frames:
         if len(ref.frames) != len(got.frames):
             report.divergences.append(Divergence("frames", "frames", len(ref.frames), len(got.frames)))

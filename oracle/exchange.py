@@ -23,12 +23,17 @@ class OracleRequest:
     raw_body: str | None = None  # sent verbatim instead of `body` (malformed JSON cases)
     headers: tuple[tuple[str, str], ...] = ()  # request headers (an API key, an Origin), sent to both
     compare_headers: tuple[str, ...] = ()  # response headers compared besides content-type (CORS, auth)
+    # response headers whose presence and spelling on the wire are compared, not their value (a clock): a
+    # client that reads headers into a plain dict sees "Process-Start-Time-Unix" and "process-start-time-unix"
+    # as different names
+    header_names: tuple[str, ...] = ()
 
     @classmethod
     def from_dict(cls, data: dict) -> "OracleRequest":
         return cls(method=data.get("method", "POST").upper(), path=data["path"], body=data.get("body"),
                    raw_body=data.get("raw_body"), headers=tuple((data.get("headers") or {}).items()),
-                   compare_headers=tuple(h.lower() for h in data.get("compare_headers", ())))
+                   compare_headers=tuple(h.lower() for h in data.get("compare_headers", ())),
+                   header_names=tuple(h.lower() for h in data.get("header_names", ())))
 
     def body_bytes(self) -> bytes | None:
         if self.raw_body is not None:
@@ -43,8 +48,9 @@ class OracleRequest:
 
     def sha256(self) -> str:
         head = f"{self.method} {self.path}\n".encode()
-        if self.headers or self.compare_headers:  # only then, so older transcripts keep their digests
-            head += json.dumps([list(self.headers), list(self.compare_headers)]).encode() + b"\n"
+        if self.headers or self.compare_headers or self.header_names:  # only then: older digests stay
+            extra = [list(self.header_names)] if self.header_names else []
+            head += json.dumps([list(self.headers), list(self.compare_headers), *extra]).encode() + b"\n"
         return hashlib.sha256(head + (self.body_bytes() or b"")).hexdigest()
 
 
@@ -55,6 +61,7 @@ class Exchange:
     body: bytes
     frames: tuple[bytes, ...] = field(default=())  # SSE frames, each without its blank-line terminator
     compared: tuple[tuple[str, str | None], ...] = ()  # the request's compare_headers and their values
+    spelled: tuple[tuple[str, str | None], ...] = ()  # the request's header_names and their wire spellings
 
     def json(self) -> Any:
         return json.loads(self.body)
@@ -71,6 +78,8 @@ class Exchange:
                "frames": [f.decode("utf-8", "replace") for f in self.frames]}
         if self.compared:
             rec["compared_headers"] = [list(h) for h in self.compared]
+        if self.spelled:
+            rec["header_spellings"] = [list(h) for h in self.spelled]
         return rec
 
     @classmethod
@@ -80,7 +89,8 @@ class Exchange:
         headers = {"content-type": rec["content_type"]} if rec.get("content_type") else {}
         return cls(status=rec["status"], headers=headers, body=raw,
                    frames=tuple(f.encode("utf-8") for f in rec.get("frames", [])),
-                   compared=tuple((k, v) for k, v in rec.get("compared_headers", [])))
+                   compared=tuple((k, v) for k, v in rec.get("compared_headers", [])),
+                   spelled=tuple((k, v) for k, v in rec.get("header_spellings", [])))
 
 
 def split_sse(body: bytes) -> tuple[bytes, ...]:
@@ -98,7 +108,10 @@ def send(base_url: str, request: OracleRequest, timeout: float = 300.0) -> Excha
     hdrs = {k.lower(): v for k, v in r.headers.items()}
     frames = split_sse(r.content) if hdrs.get("content-type", "").startswith("text/event-stream") else ()
     compared = tuple((name, hdrs.get(name)) for name in request.compare_headers)
-    return Exchange(status=r.status_code, headers=hdrs, body=r.content, frames=frames, compared=compared)
+    raw_names = [k.decode("latin-1") for k, _ in r.headers.raw]
+    spelled = tuple((name, next((k for k in raw_names if k.lower() == name), None)) for name in request.header_names)
+    return Exchange(status=r.status_code, headers=hdrs, body=r.content, frames=frames, compared=compared,
+                    spelled=spelled)
 
 
 @dataclass(frozen=True)

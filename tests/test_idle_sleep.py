@@ -13,13 +13,6 @@ from oracle.processes import mlxcel_server
 BODY = {"prompt": "The three primary colours are", "n_predict": 6, "temperature": 0}
 
 
-def _gauge(url: str, name: str) -> float:
-    for line in httpx.get(url + "/metrics", timeout=30).text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    raise AssertionError(f"no {name}")
-
-
 def _asleep(url: str) -> bool:
     return httpx.get(url + "/props", timeout=30).json()["is_sleeping"]
 
@@ -39,20 +32,43 @@ def sleepy():
     proc.cleanup()
 
 
+def _rss_bytes(proc) -> int:
+    """The server process's resident memory (Linux)."""
+    for line in open(f"/proc/{proc.proc.pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def _scrape(url: str) -> str:
+    r = httpx.get(url + "/metrics", timeout=30)
+    assert r.status_code == 200 and r.headers["Process-Start-Time-Unix"]
+    return r.text
+
+
 def test_sleep_frees_memory_and_a_request_wakes_it_unchanged(sleepy):
     url = sleepy.base_url
     awake = httpx.post(url + "/completion", json=BODY, timeout=120).json()
-    held = _gauge(url, "mlxcel:mlx_active_memory_bytes")
-    assert _gauge(url, "mlxcel:model_loaded") == 1
+    _scrape(url)  # the first scrape resets the throughput buckets: the next reads what sleep will keep
+    metrics_awake = _scrape(url)
+    held = _rss_bytes(sleepy)
     _wait_asleep(url)
-    assert _gauge(url, "mlxcel:model_loaded") == 0
-    assert _gauge(url, "mlxcel:mlx_active_memory_bytes") < held / 4  # the weights and caches are gone
+    assert _rss_bytes(sleepy) < held - 200 * 2**20  # the weights (~650 MB in MLX) and caches are gone
     assert httpx.get(url + "/health", timeout=30).json() == {"status": "ok"}
-    metrics = httpx.get(url + "/metrics", timeout=30)
-    assert metrics.status_code == 200 and "llamacpp:tokens_predicted_total 6" in metrics.text
+    # b10621 serves the snapshot it took on entering sleep: the same text as the last scrape awake
+    assert _scrape(url) == metrics_awake and "llamacpp:tokens_predicted_total 6" in metrics_awake
     assert _asleep(url)  # none of those woke it
     woken = httpx.post(url + "/completion", json=BODY, timeout=300).json()
     assert woken["content"] == awake["content"] and woken["tokens_predicted"] == awake["tokens_predicted"]
+    assert not _asleep(url)
+
+
+def test_tokenize_wakes_it(sleepy):
+    """b10621 wakes the server for every route that may need the model, tokenize included."""
+    url = sleepy.base_url
+    _wait_asleep(url)
+    r = httpx.post(url + "/tokenize", json={"content": "Hello"}, timeout=300)
+    assert r.status_code == 200 and r.json()["tokens"]
     assert not _asleep(url)
 
 

@@ -37,6 +37,7 @@ from .cors import CorsMiddleware
 from .jsonio import UpstreamJSON, error_response
 from .prefix import ApiPrefix
 from .state import AppState, ServerSettings
+from .wake import WakeOnRequest
 
 log = logging.getLogger("mlxcel.api")
 
@@ -60,6 +61,7 @@ def create_app(state: AppState | None) -> FastAPI:
     settings = state.settings if state is not None else ServerSettings()
     # b10621's pre-routing order, outermost first: CORS (preflights answered), loading gate, API key, then
     # routes, mounted under --api-prefix only (Starlette: the last middleware added runs first)
+    app.add_middleware(WakeOnRequest)  # innermost: after the API key, below the prefix
     if settings.api_prefix:
         app.add_middleware(ApiPrefix, prefix=settings.api_prefix)
     if settings.auth.enabled:

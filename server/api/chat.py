@@ -17,8 +17,9 @@ from ..chat.peg_chat import chat_peg_parse
 from ..engine.types import FinalEvent, TokenEvent
 from ..errors import ErrorKind, UpstreamError
 from .jsonio import UpstreamJSON, json_value, read_json, read_json_object
-from .native import NATIVE, Shape, _final_object, _trimmed_probs, complete
+from .native import Shape, _final_object, _trimmed_probs, complete, progress_extras
 from .native import _timings as _task_timings
+from .task_params import requested_verbose
 
 router = APIRouter()
 
@@ -139,9 +140,12 @@ def chat_shape(state, verbose: bool, include_usage: bool, info: ChatInfo) -> Sha
             frames[0]["__verbose"] = _final_object(state, t)
         return frames
 
+    def stream_progress(state, t, event) -> list[dict]:
+        # b10621 opens every progress partial with the role delta, the progress after it
+        return [chunk(t, {"role": "assistant", "content": None}) | progress_extras(event)]
+
     return Shape(final=final, combine=combine_choices, stream_partial=stream_partial,
-                 stream_progress=lambda state, t, event: NATIVE.stream_progress(state, t, event),
-                 stream_final=stream_final, done=b"data: [DONE]\n\n", cmpl_id=cid)
+                 stream_progress=stream_progress, stream_final=stream_final, done=b"data: [DONE]\n\n", cmpl_id=cid)
 
 
 def combine_choices(results: list[dict]) -> dict:
@@ -186,7 +190,8 @@ async def chat_completions(request: Request):
     state = request.app.state.mlxcel
     body = await read_json_object(request)
     native, info = chat_request(body, chat_settings(state))
-    shape = chat_shape(state, verbose=body.get("verbose") is True, include_usage=_include_usage(body), info=info)
+    shape = chat_shape(state, verbose=requested_verbose(body, state.settings.base_params),
+                       include_usage=_include_usage(body), info=info)
     return await complete(state, native, shape, CHAT_FIELDS, route="/v1/chat/completions")
 
 

@@ -24,5 +24,8 @@ async def get_metrics(request: Request):
     if not state.settings.endpoint_metrics:
         raise UpstreamError(METRICS_DISABLED, ErrorKind.NOT_SUPPORTED)
     engine = state.engine
-    text = engine.metrics_text()
-    return MetricsText(text.encode(), headers={"Process-Start-Time-Unix": str(engine.metrics.t_start)})
+    response = MetricsText(engine.metrics_text().encode())
+    # spelled as b10621 spells it (Starlette lowercases the names it is given): a client reading the headers
+    # into a plain dict looks it up by that spelling
+    response.raw_headers.insert(0, (b"Process-Start-Time-Unix", str(engine.metrics.t_start).encode()))
+    return response

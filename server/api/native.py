@@ -122,12 +122,22 @@ def _select(paths: list[str], obj: dict) -> dict:
     return out
 
 
+def progress_json(event: ProgressEvent) -> dict:
+    """result_prompt_progress::to_json()."""
+    return {"total": event.total, "cache": event.cache, "processed": event.processed, "time_ms": event.time_ms}
+
+
+def progress_extras(event: ProgressEvent) -> dict:
+    """What every shape adds to a progress partial, in b10621's order: the slot's timings (timings_per_token),
+    then prompt_progress."""
+    return {**({"timings": _timings(event.timings)} if event.timings is not None else {}),
+            "prompt_progress": progress_json(event)}
+
+
 def _progress(event: ProgressEvent, index: int) -> dict:
     # a progress partial carries b10621's placeholder token (0) and no text
     return {"index": index, "content": "", "tokens": [0], "stop": False, "id_slot": -1, "tokens_predicted": 0,
-            "tokens_evaluated": event.total,
-            "prompt_progress": {"total": event.total, "cache": event.cache, "processed": event.processed,
-                                "time_ms": event.time_ms}}
+            "tokens_evaluated": event.total, **progress_extras(event)}
 
 
 def _prob_entry(state, t: _Task, event: TokenEvent) -> dict:

@@ -10,8 +10,9 @@ from fastapi import APIRouter, Request
 from ..build import build_info
 from .chat import _completion_id, _finish_reason, _usage, combine_choices
 from .jsonio import read_json_object
-from .native import NATIVE, Shape, _final_object, _trimmed_probs, complete
+from .native import NATIVE, Shape, _final_object, _trimmed_probs, complete, progress_extras
 from .native import _timings as _task_timings
+from .task_params import requested_verbose
 
 router = APIRouter()
 
@@ -47,8 +48,15 @@ def completion_shape(state, verbose: bool) -> Shape:
             res["timings"] = _task_timings(event.timings)
         return [res]
 
+    def stream_progress(state, t, event) -> list[dict]:
+        res = body(t, "", None, None)
+        res["id"] = cid
+        if verbose:
+            res["__verbose"] = NATIVE.stream_progress(state, t, event)[0]
+        return [res | progress_extras(event)]
+
     return Shape(final=final, combine=combine_choices, stream_partial=stream_partial,
-                 stream_progress=lambda state, t, event: NATIVE.stream_progress(state, t, event),
+                 stream_progress=stream_progress,
                  stream_final=lambda state, t: [final(state, t)], done=b"data: [DONE]\n\n", cmpl_id=cid)
 
 
@@ -56,5 +64,5 @@ def completion_shape(state, verbose: bool) -> Shape:
 async def completions_oai(request: Request):
     state = request.app.state.mlxcel
     body = await read_json_object(request)
-    shape = completion_shape(state, verbose=body.get("verbose") is True)
+    shape = completion_shape(state, verbose=requested_verbose(body, state.settings.base_params))
     return await complete(state, body, shape, OAI_FIELDS, route="/v1/completions")

@@ -16,7 +16,7 @@ from ..errors import ErrorKind, UpstreamError
 from .anthropic import _sse
 from .chat import chat_settings, count_input_tokens, final_update, message_states
 from .jsonio import UpstreamJSON, read_json_object
-from .native import Shape, complete
+from .native import Shape, complete, progress_extras
 from .native import _timings as _task_timings
 
 router = APIRouter()
@@ -260,11 +260,13 @@ def responses_shape(state, info: ChatInfo) -> Shape:
 
     def stream_progress(state, t, event) -> list[dict]:
         p = progress.setdefault(t.index, _Progress())
+        events = [in_progress()]
         if not p.created:  # the first progress chunk opens the response
             p.created = True
-            return [_event("response.created", response={"id": resp_id, "object": "response",
-                                                         "status": "in_progress"}), in_progress()]
-        return [in_progress()]
+            events.insert(0, _event("response.created", response={"id": resp_id, "object": "response",
+                                                                  "status": "in_progress"}))
+        events[-1]["data"].update(progress_extras(event))
+        return events
 
     def stream_final(state, t) -> list[dict]:
         msg = final_update(state_of, t)[1]

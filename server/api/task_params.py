@@ -499,6 +499,13 @@ def evaluate(
     return p
 
 
+def requested_verbose(body: dict, base: TaskParams) -> bool:
+    """params.verbose, which puts __verbose in the OpenAI shapes: the body's boolean, else the server's
+    (--verbose or a verbosity above 9). A non-boolean is evaluate()'s 400 before any answer is shaped."""
+    v = body.get("verbose")
+    return v if isinstance(v, bool) else base.verbose
+
+
 def _prefixed(name: str, fn, *args):
     """handle_with_catch(): any failure reads "Field '<spelling>': <what>"."""
     try:

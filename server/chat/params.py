@@ -16,7 +16,7 @@ import logging
 from dataclasses import dataclass, field
 
 from ..errors import ErrorKind, UpstreamError
-from ..grammar.json_schema import json_schema_to_grammar
+from ..grammar.json_schema import SchemaInvalid, json_schema_to_grammar
 from ..peg import PegArena
 from .autoparser import ChatParams, GenerationParams, generate_chat_params, pure_content_params
 from .autoparser.helpers import trim_whitespace
@@ -324,6 +324,8 @@ def legacy_params(template: str, messages: list, add_generation_prompt: bool, js
     if json_schema is not None:  # any schema, {} included: json_schema_to_grammar() of it
         try:
             grammar = json_schema_to_grammar(json_schema)
+        except SchemaInvalid as e:  # std::invalid_argument: ex_wrapper's 400
+            raise _bad(str(e)) from None
         except ValueError as e:
             raise _fails(str(e)) from None
     return ChatParams(prompt=prompt, format=CHAT_FORMATS[0], grammar=grammar if isinstance(grammar, str) else "")

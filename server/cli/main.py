@@ -102,6 +102,7 @@ def _settled_state(args, prog, auth, cors, vertex, checkpoint, tokenizer, engine
     """build_state's second half, read while the engine loads the model."""
     from ..api.state import AppState, ServerSettings
     from ..api.task_params import TaskParams
+    from ..logs import LogConfig
     from ..models.loader import model_ftype
 
     try:
@@ -118,6 +119,7 @@ def _settled_state(args, prog, auth, cors, vertex, checkpoint, tokenizer, engine
                               endpoint_metrics=args.metrics, slot_save_path=args.slot_save_path or "", vertex=vertex, n_batch=args.batch_size,
                               special=args.special, spm_infill=args.spm_infill,
                               base_params=TaskParams(**sampling, cache_prompt=args.cache_prompt, n_keep=args.keep,
+                                                     verbose=LogConfig.from_args(args).verbosity > 9,
                                                      n_cache_reuse=args.cache_reuse,
                                                      sse_ping_interval=args.sse_ping_interval,
                                                      n_predict=args.predict,

@@ -76,6 +76,14 @@ class EncoderWorker:
         self._jobs.put((prompts, future))
         return future
 
+    def wake(self) -> Future:
+        """A sleeping encoder reloads its model (b10621's wait_until_no_sleep); done at once when awake."""
+        if not self.sleeping:
+            future: Future = Future()
+            future.set_result(None)
+            return future
+        return self.submit([])
+
     def metrics_text(self) -> str:
         return self.metrics.scrape(min(self._jobs.qsize(), self.config.n_slots),
                                    max(self._jobs.qsize() - self.config.n_slots, 0))
@@ -120,6 +128,9 @@ class EncoderWorker:
                 self.model, self.sleeping = self._load(), False
             prompts, future = job
             if not future.set_running_or_notify_cancel():
+                continue
+            if not prompts:  # a wake-up (wake()): the model is loaded again
+                future.set_result([])
                 continue
             try:
                 future.set_result(self.encode(prompts))

@@ -92,6 +92,7 @@ class _Running:
     last_token: int = -1
     t_start: float = 0.0
     t_prompt: float = 0.0
+    t_prompt_last: float = 0.0  # when the last prompt chunk was computed (b10621's t_prompt_last)
     t_gen_last: float = 0.0
     n_shifted: int = 0  # positions discarded by context shifts
     shifted: bool = False
@@ -184,6 +185,7 @@ class Engine:
         self.metrics = ServerMetrics()  # GET /metrics (b10621's server_metrics)
         self._slot_actions: list[tuple[SlotAction, Future]] = []  # waiting for their slot to be idle
         self.sleeping = False  # --sleep-idle-seconds: the weights and the prompt cache are freed
+        self._own_asleep: str | None = None  # mlxcel's metric families as they were when it fell asleep
         self._last_task = 0.0
         self._sched: Scheduler | None = None
         self.lora = None  # server.models.lora.LoraSet once the adapters are loaded (--lora, --lora-scaled)
@@ -214,6 +216,16 @@ class Engine:
         handles = [Handle(loop=loop) for _ in requests]
         self._queue.put((requests, handles, [next(self._ids) for _ in requests]))
         return handles
+
+    def wake(self) -> Future:
+        """b10621's wait_until_no_sleep(): a sleeping engine reloads its model; the future is done once it has
+        (at once when it was awake)."""
+        future: Future = Future()
+        if not self.sleeping:
+            future.set_result(None)
+            return future
+        self._queue.put(("wake", future))
+        return future
 
     def slot_action(self, action: SlotAction) -> Future:
         """Save, restore or erase a slot (b10621's SLOT_SAVE / _RESTORE / _ERASE tasks); deferred while the slot
@@ -400,6 +412,9 @@ class Engine:
             self._last_task = time.monotonic()
             if self.sleeping:  # a request wakes the server before anything of it runs
                 self._wake()
+            if item[0] == "wake":  # woken above: nothing else to do
+                item[1].set_result(None)
+                continue
             if item[0] == "slot":
                 self._slot_actions.append(item[1:])
                 continue
@@ -459,6 +474,7 @@ class Engine:
     def _sleep(self) -> None:
         """b10621's sleeping state: the model and everything computed with it freed until the next request."""
         log.info("server is entering sleeping state")
+        self._own_asleep = self._own_metrics()  # GET /metrics while asleep: as it was right before sleeping
         self._free()
         self.sleeping = True
 
@@ -598,7 +614,8 @@ class Engine:
             t_chunk = time.perf_counter()
             self._use_lora(run.lora)
             run.logits = runner.prefill(run.cache, chunk.seq.prompt[chunk.start:chunk.end])
-            self.metrics.add_prompt(chunk.end - chunk.start, int((time.perf_counter() - t_chunk) * 1e6))
+            run.t_prompt_last = time.perf_counter()
+            self.metrics.add_prompt(chunk.end - chunk.start, int((run.t_prompt_last - t_chunk) * 1e6))
             sched.prefilled(chunk)
             if chunk.completes_prompt:
                 run.t_prompt = time.perf_counter()
@@ -637,22 +654,19 @@ class Engine:
         self._publish_slots(sched.running)
 
     def metrics_text(self) -> str:
-        """GET /metrics: the Prometheus text, then the throughput buckets start over."""
+        """GET /metrics: the Prometheus text, then the throughput buckets start over. Asleep, b10621 serves the
+        snapshot it took on entering sleep: its counters cannot move while nothing runs, so only mlxcel's own
+        families (freed with the model) come from the snapshot taken in _sleep()."""
         sched = self._sched
         processing = len(sched.running) if sched is not None else 0
         deferred = len(sched.waiting) if sched is not None else 0
-        return self.metrics.scrape(processing, deferred) + self._own_metrics()
+        own = self._own_asleep if self.sleeping and self._own_asleep is not None else self._own_metrics()
+        return self.metrics.scrape(processing, deferred) + own
 
     def _own_metrics(self) -> str:
-        """mlxcel's families, after b10621's: whether the model is loaded, MLX's memory, the prompt cache."""
-        import mlx.core as mx
-
+        """mlxcel's families, after b10621's: the prompt cache."""
         cache = self.prompt_cache
-        lines = ["# HELP mlxcel:model_loaded 1 while the model is loaded, 0 while the server sleeps",
-                 "# TYPE mlxcel:model_loaded gauge", f"mlxcel:model_loaded {0 if self.sleeping else 1}",
-                 "# HELP mlxcel:mlx_active_memory_bytes Memory held by MLX arrays (weights, caches, activations)",
-                 "# TYPE mlxcel:mlx_active_memory_bytes gauge", f"mlxcel:mlx_active_memory_bytes {mx.get_active_memory()}",
-                 "# HELP mlxcel:prompt_cache_bytes Bytes held by the prompt cache",
+        lines = ["# HELP mlxcel:prompt_cache_bytes Bytes held by the prompt cache",
                  "# TYPE mlxcel:prompt_cache_bytes gauge", f"mlxcel:prompt_cache_bytes {cache.nbytes}",
                  "# HELP mlxcel:prompt_cache_entries Prompts held by the prompt cache",
                  "# TYPE mlxcel:prompt_cache_entries gauge", f"mlxcel:prompt_cache_entries {len(cache.entries)}"]
@@ -781,6 +795,10 @@ class Engine:
         if seq.slot is None:
             return
         run: _Running = seq.payload
+        n = seq.n_decoded
+        if n > 0:  # callback_on_reset: every release counts what was generated (a cancelled or failed one too)
+            self.metrics.on_prediction(n, int(max(run.t_gen_last - run.t_prompt, 1e-6) * 1e6))
+            self.metrics.on_drafts(run.n_draft, run.n_draft_accepted, run.n_draft_rounds, run.accepted_per_pos)
         with self._slot_lock:
             n_held = 0 if run.is_child else self._slot_tokens(seq)
             held = [*seq.prompt[:seq.n_prefilled], *run.generated_ids[:-1]]
@@ -796,7 +814,12 @@ class Engine:
         run: _Running = seq.payload
         if run.request.return_progress:
             elapsed = int((time.perf_counter() - run.t_start) * 1e3) if seq.n_prefilled > run.n_cached else 0
-            run.handle.publish(ProgressEvent(len(seq.prompt), run.n_cached, seq.n_prefilled, elapsed))
+            timings = None
+            if run.request.timings_per_token:  # the slot's stats so far: nothing generated yet
+                done = seq.n_prefilled - run.n_cached
+                timings = Timings(n_cached=run.n_cached, n_prompt_processed=done, n_decoded=0, t_gen_ms=0.0,
+                                  t_prompt_ms=(run.t_prompt_last - run.t_start) * 1e3 if done else 0.0)
+            run.handle.publish(ProgressEvent(len(seq.prompt), run.n_cached, seq.n_prefilled, elapsed, timings))
 
     def _sample(self, sched: Scheduler, seq: Sequence) -> None:
         drawn = self._draw(sched, seq)
@@ -993,8 +1016,6 @@ class Engine:
             n_draft_accepted=run.n_draft_accepted,
         )
         self._release(seq)  # before the client hears of the end: a /slots read then sees the slot free
-        self.metrics.on_prediction(n, int(final.t_gen_ms * 1e3) if n else 0)
-        self.metrics.on_drafts(run.n_draft, run.n_draft_accepted, run.n_draft_rounds, run.accepted_per_pos)
         run.handle.publish(final)
         sched.free(seq)
         if (run.request.cache_prompt and self.prompt_cache.enabled and not run.shifted and not run.inexact

@@ -152,6 +152,7 @@ class ProgressEvent:
     cache: int
     processed: int
     time_ms: int
+    timings: Timings | None = None  # the slot's stats so far, under timings_per_token (b10621 sends them then)
 
 
 @dataclass(frozen=True)

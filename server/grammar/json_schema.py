@@ -114,6 +114,15 @@ class _CppError(Exception):
     """An exception the C++ lets escape json_schema_to_grammar; its text is the C++ what()."""
 
 
+class _CppInvalidArgument(_CppError):
+    """check_errors()'s std::invalid_argument (the schema's own errors), as opposed to the runtime and json
+    errors: callers that answer a request tell them apart (b10621's ex_wrapper: 400 versus 500)."""
+
+
+class SchemaInvalid(ValueError):
+    """json_schema_to_grammar refused the schema with std::invalid_argument ("JSON schema conversion failed")."""
+
+
 def _is_number_integer(v: object) -> bool:
     # nlohmann keeps integers that fit int64/uint64; bigger ones become doubles
     return isinstance(v, int) and not isinstance(v, bool) and INT64_MIN <= v <= UINT64_MAX
@@ -709,7 +718,7 @@ class _SchemaConverter:
 
     def check_errors(self) -> None:
         if self.errors:
-            raise _CppError("JSON schema conversion failed:\n" + "\n".join(self.errors))
+            raise _CppInvalidArgument("JSON schema conversion failed:\n" + "\n".join(self.errors))
         # warnings only go to the server's stderr
 
     # $ref resolution
@@ -1036,7 +1045,8 @@ def json_schema_to_grammar(schema: object, name: str = "") -> str:
     """GBNF for a parsed JSON schema, byte-identical to b10621's json_schema_to_grammar(); with `name`, the
     schema's rules as its grammar builder's add_schema(name, schema) writes them (no root rule).
 
-    Raises ValueError with the C++ exception's what() text when the schema is refused.
+    Raises ValueError with the C++ exception's what() text when the schema is refused (SchemaInvalid for
+    upstream's std::invalid_argument).
     """
     raw = _to_raw(schema)
     converter = _SchemaConverter()
@@ -1045,7 +1055,8 @@ def json_schema_to_grammar(schema: object, name: str = "") -> str:
         converter.visit(raw, name)
         converter.check_errors()
     except _CppError as err:
-        raise ValueError(_from_raw(str(err))) from None
+        kind = SchemaInvalid if isinstance(err, _CppInvalidArgument) else ValueError
+        raise kind(_from_raw(str(err))) from None
     return _from_raw(converter.format_grammar())
 
 
