@@ -136,15 +136,20 @@ async def _run(engine, req) -> tuple[list[int], FinalEvent]:
 
 
 async def test_prompt_cache_hit_equals_cold_and_cache_prompt_false(make_engine):
+    """A hit reuses b10621's n_past, the common prefix to the token (here not a multiple of the ubatch), and
+    still gives the cold run's tokens."""
+    from server.engine.prompt_cache import common_prefix
+
     cold_engine, tok = make_engine(n_slots=2, ubatch=8, cache_ram_mib=0)
     engine, _ = make_engine(n_slots=2, ubatch=8)
     first, second = LONG + " One", LONG + " Two more words"
     cold_tokens, cold_final = await _run(cold_engine, _tok_request(tok, second, 12))
-    await _run(engine, _tok_request(tok, first, 4))  # leaves the shared prefix in the cache
+    await _run(engine, _tok_request(tok, first, 4))  # its slot keeps the shared prefix
     hit_tokens, hit_final = await _run(engine, _tok_request(tok, second, 12))
     off_tokens, off_final = await _run(engine, _tok_request(tok, second, 12, cache_prompt=False))
     assert cold_final.n_cached == 0 and off_final.n_cached == 0
-    assert hit_final.n_cached >= 16 and hit_final.n_cached % 8 == 0
+    n_past = common_prefix(tok.tokenize(first, True, True), tok.tokenize(second, True, True))
+    assert hit_final.n_cached == n_past and n_past % 8 != 0
     assert hit_final.n_prompt_processed == hit_final.n_prompt - hit_final.n_cached
     assert hit_tokens == cold_tokens == off_tokens
 
@@ -191,17 +196,17 @@ def test_a_restored_prefix_gives_bit_identical_logits(twin_f32):
 
 
 def test_a_hit_recomputing_in_a_shorter_first_chunk_gives_bit_identical_logits(twin_f32):
-    """The engine's chunks end on multiples of --ubatch-size (512) and a hit reuses a multiple of 128: the
+    """The engine's chunks end on multiples of --ubatch-size (512) and a hit resumes at 128 here: the
     hit's tail starts with a 384-row chunk where the cold run had those rows inside a 512-row one. OpenBLAS
     sums a row of the model's products alike in both, the attention's blocks sit at the same absolute
     positions: the logits are bitwise the cold run's."""
     import mlx.core as mx
 
-    from server.engine.engine import PREFILL_ALIGN
     from server.engine.runner import Runner
     from server.models.loader import load_checkpoint
 
     runner = Runner(load_checkpoint(twin_f32.mlx_dir))
+    PREFILL_ALIGN = 128  # any resume point that leaves the first recomputed chunk more than 16 rows
     words = [504, 3458, 282, 4649, 314, 7042, 30, 198, 2988, 216, 33, 34, 35]
     prompt = (words * 60)[:700]
     other = prompt[:PREFILL_ALIGN] + [1000 + i for i in range(300)]
@@ -242,25 +247,28 @@ async def test_rows_decoded_in_one_pass_match_each_request_alone(make_engine):
     assert max(calls) >= 4 and len(calls) >= 20
 
 
-async def test_cache_reuse_moves_a_cached_chunk_and_offers_nothing_back(make_engine):
+async def test_cache_reuse_moves_a_cached_chunk_and_a_later_hit_recomputes(make_engine):
     """n_cache_reuse (b10621's --cache-reuse): a middle part dropped from a cached prompt, the part after it is
-    reused moved back (its keys turned), counted in n_cached; the run is not what a cold run computes, so it
-    stores nothing in the prompt cache. Without the field the same prompt reuses only the aligned prefix."""
+    reused moved back (its keys turned), counted in n_cached. The run is not what a cold run computes: its slot
+    state is marked so, and a later hit on it reports b10621's n_past but recomputes the prompt (the cold run's
+    tokens)."""
+    from server.engine.prompt_cache import plan_reuse
+
     engine, tok = make_engine(n_slots=1, ubatch=8)
     head, dropped = LONG, " Meanwhile, far away, a storm gathers over the hills."
     tail = " Tell me the rest of the story about the fox, the dog, the cat and the birds, please."
     first = list(tok.tokenize(head + dropped + tail, True, True))
     second = list(tok.tokenize(head + tail, True, True))
-    await _run(engine, GenerationRequest(tuple(first), n_predict=2, ignore_eos=True))
+    gen, _ = await _run(engine, GenerationRequest(tuple(first), n_predict=2, ignore_eos=True))
     prefix = next(i for i, (a, b) in enumerate(zip(first, second)) if a != b)
     tokens, final = await _run(engine, GenerationRequest(tuple(second), n_predict=4, ignore_eos=True,
                                                         n_cache_reuse=3))
-    cached = len(first) - len(first) % 8  # what the cache holds of the first prompt
-    moved = min(len(second) - 1, cached - (len(first) - len(second)))  # the prefix, then the tail moved
+    moved = plan_reuse(tuple(first + gen[:-1]), second, 3).n  # the prefix, then the tail moved
     assert final.n_cached == moved > prefix
     assert final.n_prompt_processed == len(second) - final.n_cached
-    await _run(engine, _tok_request(tok, "Hi", 1, cache_prompt=False))  # the engine is past the run's end
-    assert all(tuple(first[:len(e.tokens)]) == e.tokens for e in engine.prompt_cache.entries)  # none of it
+    assert engine.slot_kv[0].state.made is None  # not as a cold run makes it
+    cold, _ = make_engine(n_slots=1, ubatch=8, cache_ram_mib=0)
+    cold_tokens, _ = await _run(cold, GenerationRequest(tuple(second), n_predict=4, ignore_eos=True))
     plain = await _run(engine, GenerationRequest(tuple(second), n_predict=4, ignore_eos=True))
-    assert plain[1].n_cached == prefix - prefix % 8
+    assert plain[1].n_cached == len(second) - 1 and plain[0] == cold_tokens
     assert len(tokens) == 4

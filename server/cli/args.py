@@ -162,6 +162,11 @@ MLXCEL: dict[str, dict] = {
     "--cont-batching": _s("cont_batching", "whether to enable continuous batching (a.k.a dynamic batching) "
                           "(default: enabled)", True),
     "--cache-prompt": _s("cache_prompt", "whether to enable prompt caching (default: enabled)", True),
+    "--cache-idle-slots": _s("cache_idle_slots", "save idle slots to the prompt cache on new task, and clear them "
+                             "when using unified KV (default: enabled, requires cache-ram)", True),
+    "--slot-prompt-similarity": _s("slot_prompt_similarity", "how much the prompt of a request must match the "
+                                   "prompt of a slot in order to use that slot (default: 0.10, 0.0 = disabled)",
+                                   0.1, **_F),
     "--slots": _s("slots", "expose slots monitoring endpoint (default: enabled)", True),
     "--props": _s("props", "enable changing global properties via POST /props (default: disabled)", False),
     # sampling: the server's default sampler settings

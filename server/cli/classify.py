@@ -307,16 +307,11 @@ RULES: dict[str, Rule] = {
     "--kv-unified": _only(_is(False), "-no-kvu, --no-kv-unified (per-slot KV, what mlxcel does)",
                           "mlxcel keeps one KV cache per slot; there is no unified buffer shared by the slots",
                           "pass -np 1 for one slot with the whole context"),
-    "--cache-idle-slots": _inert("both forms: mlxcel's prompt cache is shared by every slot and filled as requests "
-                                 "finish, whichever slot ran them; reuse never changes a result"),
     "--warmup": _inert("--warmup, --no-warmup: mlxcel runs no warm-up pass, and one never changes a result"),
     "--cache-type-k": _only(_is("f16"), "f16 (the default)", "mlxcel stores the KV cache in the model's activation "
                             "type; GGML's cache types have no MLX counterpart here", _LEAVE, check=_kv_type_check),
     "--cache-type-v": _only(_is("f16"), "f16 (the default)", "mlxcel stores the KV cache in the model's activation "
                             "type; GGML's cache types have no MLX counterpart here", _LEAVE, check=_kv_type_check),
-    "--slot-prompt-similarity": _only(lambda v: stof(v) == 0, "0 (disabled)", "mlxcel picks no slot by prompt "
-                                      "similarity: its prompt cache is shared by every slot", "pass -sps 0 or leave "
-                                      "it out", check=_stof_check),
     # ----- embeddings, multimodal, observability, router: other issues' surfaces -----
     "--mmproj": _refuse(_NO_PROJECTOR, _LEAVE),
     "--mmproj-url": _refuse(_NO_PROJECTOR, _LEAVE),
@@ -406,6 +401,7 @@ def _parallel_check(v) -> None:
 # b10621's handler checks of options mlxcel acts on (args.py), run by the parser as upstream runs them
 ACTED_ON_CHECKS: dict[str, Callable[[object], None]] = {
     "--parallel": _parallel_check,
+    "--slot-prompt-similarity": _stof_check,
     "--pooling": _in("--pooling", "none", "mean", "cls", "last", "rank"),
     "--slot-save-path": _directory_check,
     "--sleep-idle-seconds": _sleep_check,

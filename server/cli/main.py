@@ -79,6 +79,10 @@ def build_state(args, prog: str, auth, cors, vertex):
         engine = Engine(checkpoint, EngineConfig(n_ctx=slot_context(args.ctx_size, args.parallel), n_slots=n_slots, n_batch=args.batch_size,
                                                  cont_batching=args.cont_batching, ubatch=args.ubatch_size,
                                                  cache_prompt=args.cache_prompt, cache_ram_mib=args.cache_ram,
+                                                 slot_similarity=args.slot_prompt_similarity,
+                                                 # b10621's -np auto: 4 slots on a unified KV
+                                                 cache_idle_slots=args.cache_idle_slots,
+                                                 kv_unified=args.parallel <= 0,
                                                  ctx_shift=args.context_shift, add_bos=tokenizer.add_bos,
                                                  special=args.special, sleep_idle_seconds=args.sleep_idle_seconds,
                                                  rope=rope_overrides(args), yarn=yarn_flags(args),

@@ -25,7 +25,8 @@ from typing import AsyncIterator, Callable
 from server.grammar.constraint import GrammarMatcher
 
 from .metrics import ServerMetrics
-from .prompt_cache import PromptCache
+from .prompt_cache import PromptCache, Reuse, Slot, State, choose_slot, plan_reuse
+from .provenance import DECODE, Provenance, chunk_kind, exact_start
 from .reasoning_budget import ReasoningBudget, accept_generated, grammar_should_apply
 from .sampling import Chain, GrammarDeadEnd, draws_the_argmax, pre_probs, sample_constrained
 from .scheduler import Scheduler, Sequence
@@ -85,7 +86,8 @@ class _Running:
     handle: Handle
     text: TextStream
     cache: list | None = None
-    n_cached: int = 0  # prompt positions restored from the prompt cache
+    n_cached: int = 0  # prompt positions reused from the slot's state (b10621's n_past: cache_n)
+    update_cache: bool = False  # its slot was chosen by LRU (or loses most of its tokens): go by the prompt cache
     has_new_line: bool = False
     last_nl_pos: int = 0
     logits: object = None
@@ -98,6 +100,7 @@ class _Running:
     shifted: bool = False
     discards: list = field(default_factory=list)  # each context shift's (n_keep, n_discard), in order
     inexact: bool = False  # resumed from moved cache chunks (n_cache_reuse): not what a cold run computes
+    made: Provenance | None = None  # how each cached position was computed (None: not as a cold run would)
     is_child: bool = False  # an n_cmpl > 1 completion that takes its prompt state from the first
     chain: Chain | None = None  # the request's sampler chain, built at its first draw
     grammar: GrammarMatcher | None = None  # the request's grammar state, built with the chain
@@ -116,16 +119,10 @@ class _Running:
     accepted_per_pos: list = field(default_factory=list)  # verification rounds that accepted draft position i
 
 
-# Prefill runs in chunks of --ubatch-size tokens ending on multiples of it counted from position 0, and the
-# prompt cache reuses prefixes in multiples of PREFILL_ALIGN (a divisor of the chunk size, a multiple of the
-# attention kernel's 64-query blocks). A cache hit then recomputes its tail in the cold run's chunk boundaries,
-# its first chunk shorter but never under PREFILL_ALIGN rows, and gets bitwise the cold run's numbers: OpenBLAS
-# sums a row of the model's products the same in a chunk of 128 rows as in one of 512 (measured from 17 rows
-# up; tests/test_engine_batching.py), the attention runs in blocks aligned to absolute positions and the rest
-# is row by row. (Chunks of 16 rows or fewer run on mlxcel's few-row kernels, which sum in another order: a
-# hit never makes one the cold run did not make.) Larger chunks read each weight once for more rows; 128 keeps
-# a hit's recomputed tail short (a 2048-token prefix hit recomputes its last 128 positions).
-PREFILL_ALIGN = 128
+# Prefill runs in chunks of --ubatch-size tokens ending on multiples of it counted from position 0, whatever
+# else is in flight: a cold run computes every position of a prompt the same way. A request reuses b10621's
+# n_past of its slot's state (prompt_cache.py) and recomputes from the point where a cold run's numbers are
+# kept (provenance.py): a hit is bitwise a miss.
 
 
 def _lora_key(scales: tuple[float, ...]) -> tuple[float, ...]:
@@ -143,6 +140,9 @@ class EngineConfig:
     ubatch: int = 512  # the largest prefill chunk
     cache_prompt: bool = True
     cache_ram_mib: int = 8192  # -1: no limit, 0: no prompt cache
+    slot_similarity: float = 0.1  # --slot-prompt-similarity (0: slots by LRU only)
+    cache_idle_slots: bool = True  # --cache-idle-slots: idle slots saved to the prompt cache at each launch
+    kv_unified: bool = False  # b10621's unified KV (-np auto): idle slots are also cleared at each launch
     ctx_shift: bool = False  # --context-shift: a full context discards old tokens instead of stopping
     add_bos: bool = False  # the vocabulary adds BOS: a context shift keeps one more token
     special: bool = False  # --special: generated special tokens are rendered as text
@@ -174,11 +174,10 @@ class Engine:
         self._slot_lock = threading.Lock()
         self._slot_records: list[SlotRecord] = []
         mib = config.cache_ram_mib
-        enabled = config.cache_prompt and mib != 0
-        # the reuse granularity: PREFILL_ALIGN where it divides the chunk size and leaves a hit's first chunk
-        # over 16 rows, else whole chunks
-        self.align = PREFILL_ALIGN if config.ubatch % PREFILL_ALIGN == 0 else config.ubatch
-        self.prompt_cache = PromptCache(0 if not enabled else None if mib < 0 else mib << 20, self.align)
+        # b10621's host-memory prompt cache (--cache-ram; its token limit, the context, is set at load)
+        self.prompt_cache = PromptCache(max(mib, 0) << 20, 0) if mib != 0 else None
+        self.slot_kv = [Slot() for _ in range(config.n_slots)]  # what each slot holds between tasks
+        self._release_clock = itertools.count()  # b10621's t_last_used, as an order
         self._batch: list | None = None  # the decode rows' merged caches (one BatchKVCache per layer)
         self._batch_rows: list[Sequence | None] = []  # whose row is which; None: a row dropped at the next step
         self._thread = threading.Thread(target=self._main, name="mlxcel-engine", daemon=True)
@@ -292,7 +291,10 @@ class Engine:
             self._slot_records = [SlotRecord(i, self.info.n_ctx) for i in range(self.config.n_slots)]
         self.ready.set()
         sched = Scheduler(self.config.n_slots, self.config.n_batch, self.config.cont_batching, self.config.ubatch)
+        sched.choose, sched.launched = self._choose_slot, self._launch
         self._sched = sched
+        if self.prompt_cache is not None:  # b10621's token limit: the whole context (every slot's, unless unified)
+            self.prompt_cache.limit_tokens = self.info.n_ctx * (1 if self.config.kv_unified else self.config.n_slots)
         self._last_task = time.monotonic()
         while True:
             idle = sched.idle() and not self._slot_actions
@@ -442,34 +444,112 @@ class Engine:
                 run = _Running(request, handle, TextStream(stops=[s.encode() for s in request.stop]), is_child=i > 0)
                 run.lora = self._admitted_lora(request)
                 prompt = list(request.prompt_tokens)
-                n_reuse = self._resume(run, prompt) if request.cache_prompt and i == 0 else 0
-                if not n_reuse:
-                    run.cache = self.runner.new_cache()
-                run.n_cached = n_reuse
-                if n_reuse:
-                    self.metrics.add_prompt_cached(n_reuse)
-                seqs.append(Sequence(task_id, prompt, payload=run, n_prefilled=n_reuse, held=i > 0,
+                seqs.append(Sequence(task_id, prompt, payload=run, held=i > 0,
                                      want_slot=request.id_slot if i == 0 else None))
             seqs[0].children = seqs[1:]
             sched.add(seqs[0])
 
-    def _resume(self, run: _Running, prompt: list[int]) -> int:
-        """Restore what the prompt cache holds of the prompt into run.cache; returns how many positions. With
-        n_cache_reuse, b10621's cache reuse: the whole common prefix, then cached chunks moved to where the
-        prompt has them (their keys turned); the cache then differs from a cold run's, so the run offers
-        nothing back (run.inexact). Otherwise a prefix in multiples of the alignment, bit-identical."""
+    # --- b10621's slots and prompt cache (prompt_cache.py): which slot a request takes, what it reuses -------
+
+    def _choose_slot(self, seq: Sequence, free: list[int]) -> int | None:
+        """get_available_slot for a request that asked for no slot (side-effect free: it may wait and ask again)."""
+        for i, slot in enumerate(self.slot_kv):
+            slot.processing = i not in free
+        similarity = self.config.slot_similarity
+        chosen, update = choose_slot(self.slot_kv, seq.prompt, None, similarity)
+        seq.payload.update_cache = update
+        return chosen
+
+    def _launch(self, seq: Sequence) -> None:
+        """A request (and its n_cmpl children) now holds its slot: the slot updated from the prompt cache where
+        b10621 does, what the slot holds of the prompt restored (n_past), then the idle slots saved to the cache
+        (and cleared with a unified KV). Children keep nothing of their slots: the parent's state is copied."""
+        run: _Running = seq.payload
+        slot = self.slot_kv[seq.slot]
         key = _lora_key(run.lora)
-        n_reuse, snap = self.prompt_cache.lookup(prompt, key)
-        min_chunk = run.request.n_cache_reuse
-        if min_chunk > 0 and self.runner.can_turn_keys():
-            reuse = self.prompt_cache.lookup_chunks(prompt, min_chunk, key)
-            if reuse is not None and reuse.n > n_reuse:
-                run.cache = self.runner.restore_chunks(reuse.snapshot, reuse.prefix, reuse.chunks)
-                run.inexact = True
-                return reuse.n
-        if n_reuse:
-            run.cache = self.runner.restore(snap, n_reuse)
-        return n_reuse
+        if seq.want_slot is not None:  # the requested slot: by similarity only if it clears the threshold
+            for i, s in enumerate(self.slot_kv):
+                s.processing = i != seq.slot and self._sched.slots[i] is not None
+            _, run.update_cache = choose_slot(self.slot_kv, seq.prompt, seq.slot, self.config.slot_similarity)
+        cache = self.prompt_cache
+        if run.update_cache and cache is not None:
+            cache.save(slot.state)
+            loaded = cache.load(slot.state, seq.prompt, key)
+            if loaded is not None:
+                slot.state = loaded
+            cache.update()
+        if slot.state.key != key:  # other adapter scales computed it (b10621's lora_should_clear_cache)
+            slot.clear()
+        reuse = Reuse(0)
+        if run.request.cache_prompt and slot.state.tokens:
+            min_chunk = run.request.n_cache_reuse if self.runner.can_turn_keys() else 0
+            reuse = plan_reuse(slot.state.tokens, seq.prompt, min_chunk)
+        if reuse.chunks:  # moved keys: not what a cold run computes
+            run.cache = self.runner.restore_chunks(slot.state.snapshot, reuse.prefix, reuse.chunks)
+            run.inexact = True
+            seq.n_prefilled = reuse.n
+        elif reuse.n:
+            # resumed where a cold run's numbers are kept (the positions after it, up to n_past, recomputed)
+            start = exact_start(slot.state.made, len(seq.prompt), reuse.n, self.config.ubatch, self._few_rows())
+            run.cache = self.runner.restore(slot.state.snapshot, start) if start else self.runner.new_cache()
+            seq.n_prefilled = start
+            run.made = slot.state.made.copy() if slot.state.made is not None else Provenance()
+            run.made.truncate(start)
+        else:
+            run.cache = self.runner.new_cache()
+            run.made = Provenance()
+        run.n_cached = reuse.n
+        self.metrics.add_prompt_cached(reuse.n)
+        slot.clear()  # the slot's state is the request's now (b10621's keep_first(n_past)), until its release
+        for child in seq.children:
+            self.slot_kv[child.slot].clear()
+        if self.config.cache_idle_slots and cache is not None:
+            for i, s in enumerate(self.slot_kv):
+                if self._sched.slots[i] is not None:
+                    continue
+                if cache.save(s.state):
+                    cache.update()
+                if self.config.kv_unified:
+                    self._clear_slot(i)
+        self._records_hold()
+
+    def _clear_slot(self, i: int) -> None:
+        self.slot_kv[i].clear()
+
+    @staticmethod
+    def _few_rows() -> int:
+        """Up to how many rows a product runs on mlxcel's few-row kernels (cpu_kernels.c SMALL_M)."""
+        from ..models.decode_step import MAX_ROWS
+
+        return MAX_ROWS
+
+    def _keep_slot_state(self, seq: Sequence) -> None:
+        """b10621's slot keeps its KV state after its task: the prompt and every generated token but the last
+        (less what context shifts discarded); a child's slot keeps nothing."""
+        slot = self.slot_kv[seq.slot]
+        slot.t_last_used = next(self._release_clock)
+        run: _Running = seq.payload
+        slot.clear()
+        if run.is_child or run.cache is None:
+            return
+        tokens = tuple(self._cached_tokens(seq))
+        if not tokens or run.cache[0].offset < len(tokens):
+            return
+        made = None
+        if run.made is not None and not run.shifted:
+            made = run.made.copy()
+            made.add(seq.n_prefilled, len(tokens), DECODE)  # the generated tokens, decode steps' positions
+        snap, nbytes = self.runner.snapshot(run.cache, len(tokens))
+        slot.state = State(tokens, snap, nbytes, _lora_key(run.lora), made)
+
+    def _records_hold(self) -> None:
+        """The idle slots' registry entries hold what their slots hold (a load or a clear changes it)."""
+        with self._slot_lock:
+            for i, s in enumerate(self.slot_kv):
+                r = self._slot_records[i]
+                if self._sched.slots[i] is None and not r.is_processing and r.tokens != s.state.tokens:
+                    self._slot_records[i] = dataclasses.replace(r, n_prompt_tokens=len(s.state.tokens),
+                                                                tokens=s.state.tokens)
 
     def _sleep(self) -> None:
         """b10621's sleeping state: the model and everything computed with it freed until the next request."""
@@ -486,7 +566,10 @@ class Engine:
         self.runner = None
         self.drafter = None
         self._batch, self._batch_rows = None, []
-        self.prompt_cache.entries.clear()
+        if self.prompt_cache is not None:
+            self.prompt_cache.clear()
+        for slot in self.slot_kv:
+            slot.clear()
         hand_back()
 
     def _wake(self) -> None:
@@ -544,6 +627,7 @@ class Engine:
         with self._slot_lock:
             record = self._slot_records[slot]
         if action.action == "erase":
+            self.slot_kv[slot].clear()
             with self._slot_lock:
                 self._slot_records[slot] = dataclasses.replace(record, n_prompt_tokens=0, tokens=())
             return {"n_erased": len(record.tokens)}
@@ -562,25 +646,24 @@ class Engine:
             raise SlotActionError("Unable to restore slot: Restored prompt does not fit in the slot context")
         if any(not 0 <= t < self.runner.n_vocab for t in tokens):
             raise SlotActionError("Unable to restore slot: Invalid tokens in slot save file")
-        self._warm_prompt_cache(tokens)
+        self._restore_slot(slot, tokens)
         with self._slot_lock:
             self._slot_records[slot] = dataclasses.replace(record, n_prompt_tokens=len(tokens),
                                                                      tokens=tuple(tokens))
         return {"n_tokens": len(tokens), "n_bytes": n_bytes, "t_ms": (time.perf_counter() - started) * 1e3}
 
-    def _warm_prompt_cache(self, tokens: list[int]) -> None:
-        """A restored slot's tokens computed as a cold run computes them (chunks ending on multiples of the
-        ubatch) and offered to the prompt cache, so the next request sharing them starts from there."""
-        n = len(tokens) - len(tokens) % self.align
-        held = tuple(tokens[:n])
-        if not n or not self.prompt_cache.enabled or any(e.tokens[:n] == held for e in self.prompt_cache.entries):
-            return
+    def _restore_slot(self, slot: int, tokens: list[int]) -> None:
+        """A restored slot holds its tokens' KV state (b10621 reads it from the file; mlxcel's slot files hold
+        the tokens, computed here as a cold run computes them: chunks ending on multiples of the ubatch)."""
         cache, ub = self.runner.new_cache(), self.config.ubatch
-        self._use_lora(())  # the prompt cache holds what the model alone computes
-        for start in range(0, n, ub):
-            self.runner.prefill(cache, tokens[start:min(start + ub, n)])
-        snap, nbytes = self.runner.snapshot(cache, n)
-        self.prompt_cache.store(held, snap, nbytes)
+        self._use_lora(())  # the model alone computes them
+        made = Provenance()
+        for start in range(0, len(tokens), ub):
+            end = min(start + ub, len(tokens))
+            self.runner.prefill(cache, tokens[start:end])
+            made.prefilled(start, end)
+        snap, nbytes = self.runner.snapshot(cache, len(tokens))
+        self.slot_kv[slot].state = State(tuple(tokens), snap, nbytes, (), made)
 
     def _score(self, req: ScoreRequest, handle: Handle) -> None:
         from .runner import score
@@ -615,7 +698,11 @@ class Engine:
             self._use_lora(run.lora)
             run.logits = runner.prefill(run.cache, chunk.seq.prompt[chunk.start:chunk.end])
             run.t_prompt_last = time.perf_counter()
-            self.metrics.add_prompt(chunk.end - chunk.start, int((run.t_prompt_last - t_chunk) * 1e6))
+            if run.made is not None:
+                run.made.add(chunk.start, chunk.end, chunk_kind(chunk.end - chunk.start, self._few_rows()))
+            # b10621 counts the prompt tokens after n_past (a hit's recomputed positions before it are mlxcel's)
+            self.metrics.add_prompt(chunk.end - max(chunk.start, run.n_cached),
+                                    int((run.t_prompt_last - t_chunk) * 1e6))
             sched.prefilled(chunk)
             if chunk.completes_prompt:
                 run.t_prompt = time.perf_counter()
@@ -665,7 +752,7 @@ class Engine:
 
     def _own_metrics(self) -> str:
         """mlxcel's families, after b10621's: the prompt cache."""
-        cache = self.prompt_cache
+        cache = self.prompt_cache or PromptCache(0, 0)
         lines = ["# HELP mlxcel:prompt_cache_bytes Bytes held by the prompt cache",
                  "# TYPE mlxcel:prompt_cache_bytes gauge", f"mlxcel:prompt_cache_bytes {cache.nbytes}",
                  "# HELP mlxcel:prompt_cache_entries Prompts held by the prompt cache",
@@ -783,7 +870,8 @@ class Engine:
                 self._slot_records[seq.slot] = SlotRecord(
                     seq.slot, self.info.n_ctx, is_processing=True, id_task=seq.rid,
                     n_prompt_tokens=self._slot_tokens(seq),
-                    n_prompt_tokens_processed=seq.n_prefilled - run.n_cached, n_prompt_tokens_cache=run.n_cached,
+                    n_prompt_tokens_processed=max(seq.n_prefilled - run.n_cached, 0),
+                    n_prompt_tokens_cache=run.n_cached,
                     params=req.params_echo, has_next_token=True, has_new_line=run.has_new_line,
                     n_remain=req.n_predict - seq.n_decoded if req.n_predict != -1 else -1, n_decoded=seq.n_decoded,
                     # the live buffer, not a copy per step: only the debug view reads it (copying it then)
@@ -791,9 +879,12 @@ class Engine:
 
     def _release(self, seq: Sequence) -> None:
         """b10621's release() then reset(): the slot keeps its tokens and last task, its counters go to zero."""
-        seq.payload.done = True
         if seq.slot is None:
+            seq.payload.done = True
             return
+        self._own_cache(seq)
+        seq.payload.done = True
+        self._keep_slot_state(seq)
         run: _Running = seq.payload
         n = seq.n_decoded
         if n > 0:  # callback_on_reset: every release counts what was generated (a cancelled or failed one too)
@@ -813,13 +904,14 @@ class Engine:
     def _progress(seq: Sequence) -> None:
         run: _Running = seq.payload
         if run.request.return_progress:
-            elapsed = int((time.perf_counter() - run.t_start) * 1e3) if seq.n_prefilled > run.n_cached else 0
+            done = max(seq.n_prefilled, run.n_cached)  # (a hit recomputing positions before n_past: none yet)
+            elapsed = int((time.perf_counter() - run.t_start) * 1e3) if done > run.n_cached else 0
             timings = None
             if run.request.timings_per_token:  # the slot's stats so far: nothing generated yet
-                done = seq.n_prefilled - run.n_cached
-                timings = Timings(n_cached=run.n_cached, n_prompt_processed=done, n_decoded=0, t_gen_ms=0.0,
-                                  t_prompt_ms=(run.t_prompt_last - run.t_start) * 1e3 if done else 0.0)
-            run.handle.publish(ProgressEvent(len(seq.prompt), run.n_cached, seq.n_prefilled, elapsed, timings))
+                n_done = done - run.n_cached
+                timings = Timings(n_cached=run.n_cached, n_prompt_processed=n_done, n_decoded=0, t_gen_ms=0.0,
+                                  t_prompt_ms=(run.t_prompt_last - run.t_start) * 1e3 if n_done else 0.0)
+            run.handle.publish(ProgressEvent(len(seq.prompt), run.n_cached, done, elapsed, timings))
 
     def _sample(self, sched: Scheduler, seq: Sequence) -> None:
         drawn = self._draw(sched, seq)
@@ -1018,11 +1110,3 @@ class Engine:
         self._release(seq)  # before the client hears of the end: a /slots read then sees the slot free
         run.handle.publish(final)
         sched.free(seq)
-        if (run.request.cache_prompt and self.prompt_cache.enabled and not run.shifted and not run.inexact
-                and not run.is_child):
-            # only whole aligned chunks of the prompt: those are computed identically by every run
-            n = len(seq.prompt) - len(seq.prompt) % self.align
-            if n:
-                self._own_cache(seq)
-                snap, nbytes = self.runner.snapshot(run.cache, n)
-                self.prompt_cache.store(tuple(seq.prompt[:n]), snap, nbytes, _lora_key(run.lora))

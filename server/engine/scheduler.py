@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 
 @dataclass
@@ -64,6 +64,11 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.n_batch = n_batch
         self.cont_batching = cont_batching
+        # the engine's slot policy: choose(seq, free slots) -> the slot for a request that asked for none (None:
+        # it waits), and launched(seq) once it and its children hold their slots, before their prompts are cut
+        # into chunks (the engine restores what the slot holds of the prompt there)
+        self.choose: Callable[[Sequence, list[int]], int | None] = lambda seq, free: free[0]
+        self.launched: Callable[[Sequence], None] = lambda seq: None
 
     # --- bookkeeping -----------------------------------------------------------------------------
 
@@ -104,14 +109,15 @@ class Scheduler:
             free = [i for i, s in enumerate(self.slots) if s is None]
             if not free:
                 break
-            first = seq.want_slot if seq.want_slot is not None else free[0]  # else the lowest free slot
-            if first not in free or len(free) - 1 < len(seq.children):
+            first = seq.want_slot if seq.want_slot is not None else self.choose(seq, free)
+            if first is None or first not in free or len(free) - 1 < len(seq.children):
                 continue
             self.waiting.remove(seq)
             for s, slot in zip((seq, *seq.children), [first, *(i for i in free if i != first)]):
                 s.slot = slot
                 self.slots[slot] = s
                 admitted.append(s)
+            self.launched(seq)
         return admitted
 
     def schedule(self) -> Step:

@@ -1,0 +1,75 @@
+"""A prompt-cache hit is bitwise a cold run where it resumes at provenance.exact_start; resuming at b10621's
+n_past itself differs where the recomputed rows change kernels (measured ~2e-5 in the logits: docs/prompt-cache.md).
+Both twins, both paths (mlxcel's native prompt and decode steps, and MLX's own layers over the same BLAS)."""
+
+from __future__ import annotations
+
+import pytest
+
+from server.engine.provenance import DECODE, Provenance, chunk_kind, exact_start
+
+pytestmark = pytest.mark.heavy  # loads both twins' weights
+
+UB = 512
+WORDS = [504, 3458, 282, 4649, 314, 7042, 30, 198, 2988, 216, 33, 34, 35, 1350, 2211, 17, 940, 11]
+
+
+def _cold(runner, tokens, few):
+    """tokens fed as the engine feeds a prompt (chunks ending on multiples of UB); the cache, the logits and
+    how each position was made."""
+    cache, made, logits = runner.new_cache(), Provenance(), None
+    pos = 0
+    while pos < len(tokens):
+        end = min(len(tokens), (pos // UB + 1) * UB)
+        logits = runner.prefill(cache, tokens[pos:end])
+        made.add(pos, end, chunk_kind(end - pos, few))
+        pos = end
+    return cache, logits, made
+
+
+def _hit(runner, donor, n, prompt):
+    snap, _ = runner.snapshot(donor, n)
+    cache = runner.restore(snap, n) if n else runner.new_cache()
+    return runner.prefill(cache, prompt[n:])  # the prompts here fit in one ubatch
+
+
+@pytest.mark.parametrize("kind", ["f32", "q4_1"])
+@pytest.mark.parametrize("native", [True, False], ids=["native", "mlx"])
+def test_a_hit_at_exact_start_is_bitwise_the_cold_run(kind, native, request):
+    import mlx.core as mx
+
+    from server.engine.runner import Runner
+    from server.models.decode_step import MAX_ROWS
+    from server.models.loader import load_checkpoint
+
+    runner = Runner(load_checkpoint(request.getfixturevalue(f"twin_{kind}").mlx_dir))
+    if not native:
+        runner._step = runner._prefill = None
+    elif runner._prefill is None:
+        pytest.skip("mlxcel's CPU kernels are not loaded here")
+    few = MAX_ROWS
+    p40 = (WORDS * 3)[:40]
+    donor, cold40, made = _cold(runner, p40, few)
+    # a repeated 40-token prompt: b10621 reuses 39; one row recomputed would take the few-row kernels where the
+    # cold run's 40-row chunk took the GEMM: the hit resumes at 23 (17 rows)
+    start = exact_start(made, 40, 39, UB, few)
+    assert start == 23
+    assert mx.array_equal(_hit(runner, donor, start, p40), cold40).item()
+    assert not mx.array_equal(_hit(runner, donor, 39, p40), cold40).item()  # what exact_start avoids
+    # a repeated 9-token prompt: few-row rows both ways, n_past itself
+    p9 = WORDS[:9]
+    donor9, cold9, made9 = _cold(runner, p9, few)
+    assert exact_start(made9, 9, 8, UB, few) == 8
+    assert mx.array_equal(_hit(runner, donor9, 8, p9), cold9).item()
+    # a prompt continuing a generation: decode steps made the generated positions, a cold run prefills them
+    gen = []
+    cache20, logits, made20 = _cold(runner, p40[:20], few)
+    for _ in range(6):
+        gen.append(runner.greedy(logits))
+        logits = runner.decode(cache20, gen[-1])
+    made20.add(20, 25, DECODE)
+    follow = p40[:20] + gen[:5] + WORDS[:5]
+    _, cold_follow, _ = _cold(runner, follow, few)
+    start = exact_start(made20, len(follow), 25, UB, few)
+    assert start == 13  # the decoded positions and the rows before them that make 17
+    assert mx.array_equal(_hit(runner, cache20, start, follow), cold_follow).item()
