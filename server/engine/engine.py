@@ -655,13 +655,16 @@ class Engine:
     def _restore_slot(self, slot: int, tokens: list[int]) -> None:
         """A restored slot holds its tokens' KV state (b10621 reads it from the file; mlxcel's slot files hold
         the tokens, computed here as a cold run computes them: chunks ending on multiples of the ubatch)."""
+        if not tokens:
+            self.slot_kv[slot].clear()
+            return
         cache, ub = self.runner.new_cache(), self.config.ubatch
         self._use_lora(())  # the model alone computes them
         made = Provenance()
         for start in range(0, len(tokens), ub):
             end = min(start + ub, len(tokens))
             self.runner.prefill(cache, tokens[start:end])
-            made.prefilled(start, end)
+            made.add(start, end, chunk_kind(end - start, self._few_rows()))
         snap, nbytes = self.runner.snapshot(cache, len(tokens))
         self.slot_kv[slot].state = State(tuple(tokens), snap, nbytes, (), made)
 
