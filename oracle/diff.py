@@ -35,15 +35,18 @@ class DiffReport:
     divergences: list[Divergence] = field(default_factory=list)
     bytes_identical: bool = True
     normalizations_fired: list[str] = field(default_factory=list)
+    judged: dict | None = None  # a judged case (oracle/judge.py): its decided-position figures
 
     @property
     def identical(self) -> bool:
-        return self.bytes_identical and not self.divergences
+        """As the reference within the case's rule: bytes and structure, or a judged case's decided positions."""
+        return not self.divergences if self.judged is not None else self.bytes_identical and not self.divergences
 
     def to_dict(self) -> dict:
-        return {"identical": self.identical, "bytes_identical": self.bytes_identical,
-                "normalizations_fired": self.normalizations_fired,
-                "divergences": [asdict(d) for d in self.divergences]}
+        out = {"identical": self.identical, "bytes_identical": self.bytes_identical,
+               "normalizations_fired": self.normalizations_fired,
+               "divergences": [asdict(d) for d in self.divergences]}
+        return out if self.judged is None else {**out, "judged": self.judged}
 
 
 def _plain(v: Any) -> Any:
