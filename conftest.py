@@ -120,9 +120,9 @@ def _serve(proc):
         proc.cleanup()
 
 
-from oracle.processes import COMMON_ARGS  # noqa: E402  (after the BLAS interposition above)
+from oracle.processes import COMMON_ARGS, shared_args  # noqa: E402  (after the BLAS interposition above)
 
-COMMON_ARGS = list(COMMON_ARGS)
+COMMON_ARGS = [*COMMON_ARGS, *shared_args()]  # the shared pairs: a defined starting state per case
 
 
 @pytest.fixture(scope="session")

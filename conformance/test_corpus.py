@@ -38,7 +38,7 @@ def test_corpus_case(case, request):
         mlxcel_url = request.getfixturevalue(f"mlxcel_{case.twin}").base_url
         live = reference_live(case.name, is_current(case.name, case.request))
         reference_url = request.getfixturevalue(f"reference_{case.twin}").base_url if live else None
-    result = run_case(case, mlxcel_url, reference_url)
+    result = run_case(case, mlxcel_url, reference_url, erase=state == SHARED)
     ok, why = result.meets_expectation()
     assert ok, f"{case.name}: {why}. Reproduce: {case.reproduce()}"
 

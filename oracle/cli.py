@@ -62,15 +62,15 @@ def _run_corpus(live: bool, only: str | None = None, missing: bool = False) -> t
     pairs = [(key, [c for c in group if c.twin == t]) for key, group in server_states(cases)
              for t in sorted({c.twin for c in group})]  # the shared state: one pair per twin
     for key, mine in pairs:
-        twin, extra = mine[0].twin, mine[0].args if key != SHARED else ()
+        from .processes import server_pair, shared_args
+
+        twin, extra = mine[0].twin, mine[0].args if key != SHARED else shared_args()
         if live:
             with Pair(twin, extra) as pair:
-                results = [run_case(c, pair.mlxcel.base_url, pair.reference.base_url) for c in mine]
+                results = [run_case(c, pair.mlxcel.base_url, pair.reference.base_url, key == SHARED) for c in mine]
         else:
-            from .processes import server_pair
-
             with server_pair(twin, extra, with_reference=False)[1] as srv:
-                results = [run_case(c, srv.base_url, None) for c in mine]
+                results = [run_case(c, srv.base_url, None, key == SHARED) for c in mine]
         for r in results:
             ok, why = r.meets_expectation()
             failed += not ok

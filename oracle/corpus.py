@@ -4,7 +4,8 @@ A case: {"entries": [manifest ids], "twin": "q4_1"|"f32", "request": {method, pa
 "normalize": [rule names], "expect": {"identical": bool, "divergences": [[path, kind], ...]}}, optionally
 "args": [server flags], whose cases get a server pair of their own (started fresh, run in name order), and
 "setup": [requests] sent to both servers before the compared one (their answers are not compared), and
-"fresh": true for a case whose answer depends on everything its server did since it started (counters, the
+"judge": GROUP for a generating case judged by the decided-position rule (oracle/judge.py) instead of byte for
+byte, and "fresh": true for a case whose answer depends on everything its server did since it started (counters, the
 slot registry): it runs first on a pair of its own state, never after another case (`server_states`).
 `expect` pins what the oracle sees today, so a change in either direction fails until the case and the
 manifest entry are flipped together.
@@ -37,6 +38,7 @@ class Case:
     args: tuple[str, ...] = ()
     setup: tuple[OracleRequest | float, ...] = ()
     fresh: bool = False
+    judge: str | None = None  # a generating case judged by the decided-position rule (oracle/judge.py): its group
 
     @property
     def path(self) -> Path:
@@ -79,6 +81,7 @@ def load_case(path: Path) -> Case:
         # a setup step {"wait_s": N} waits N seconds (idle-sleep cases), anything else is a request
         setup=tuple(float(r["wait_s"]) if "wait_s" in r else OracleRequest.from_dict(r) for r in data.get("setup", [])),
         fresh=bool(data.get("fresh", False)),
+        judge=data.get("judge"),
     )
 
 

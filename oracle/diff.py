@@ -7,15 +7,20 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .exchange import Exchange
-from .normalize import MASK, normalize, normalize_text
+from .normalize import Approx, is_mask, masked_bytes, normalize, normalize_text
 
 
 @dataclass(frozen=True)
 class Divergence:
     path: str
     kind: str  # status | content-type | bytes | missing | extra | order | type | value | number-format | frames
+    # | tolerance (a number a rule compares within a tolerance is off by more)
     reference: Any = None
     mlxcel: Any = None
+
+    def __post_init__(self) -> None:  # the values as JSON: a number compared within a tolerance as itself
+        object.__setattr__(self, "reference", _plain(self.reference))
+        object.__setattr__(self, "mlxcel", _plain(self.mlxcel))
 
     def describe(self, left: str = "reference", right: str = "mlxcel") -> str:
         """The difference in words; `left`/`right` name the two sides (a drift check compares the recording,
@@ -36,15 +41,26 @@ class DiffReport:
     divergences: list[Divergence] = field(default_factory=list)
     bytes_identical: bool = True
     normalizations_fired: list[str] = field(default_factory=list)
+    judged: dict | None = None  # a judged case (oracle/judge.py): its decided-position figures
 
     @property
     def identical(self) -> bool:
-        return self.bytes_identical and not self.divergences
+        """As the reference within the case's rule: bytes and structure, or a judged case's decided positions."""
+        return not self.divergences if self.judged is not None else self.bytes_identical and not self.divergences
 
     def to_dict(self) -> dict:
-        return {"identical": self.identical, "bytes_identical": self.bytes_identical,
-                "normalizations_fired": self.normalizations_fired,
-                "divergences": [asdict(d) for d in self.divergences]}
+        out = {"identical": self.identical, "bytes_identical": self.bytes_identical,
+               "normalizations_fired": self.normalizations_fired,
+               "divergences": [asdict(d) for d in self.divergences]}
+        return out if self.judged is None else {**out, "judged": self.judged}
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, Approx):
+        return v.value
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    return [_plain(x) for x in v] if isinstance(v, list) else v
 
 
 def _short(v: Any, n: int = 120) -> str:
@@ -53,8 +69,10 @@ def _short(v: Any, n: int = 120) -> str:
 
 
 def _json_type(v: Any) -> str:
-    if isinstance(v, list) and len(v) == 2 and v[0] == MASK:
+    if is_mask(v):
         return "masked"
+    if isinstance(v, Approx):
+        return "number"
     if isinstance(v, bool):
         return "boolean"
     if isinstance(v, (int, float)):
@@ -67,6 +85,9 @@ def diff_values(ref: Any, got: Any, path: str = "$") -> list[Divergence]:
         return [Divergence(path, "type", ref, got)]
     if _json_type(ref) == "masked":  # both masked: compare the recorded JSON types
         return [] if ref == got else [Divergence(path, "type", ref[1], got[1])]
+    if isinstance(ref, Approx) and isinstance(got, Approx):
+        within = abs(ref.value - got.value) <= ref.tolerance
+        return [] if within else [Divergence(path, "tolerance", ref.value, got.value)]
     if isinstance(ref, dict):
         out = [Divergence(f"{path}.{k}", "missing", reference=ref[k]) for k in ref if k not in got]
         out += [Divergence(f"{path}.{k}", "extra", mlxcel=got[k]) for k in got if k not in ref]
@@ -88,10 +109,6 @@ def diff_values(ref: Any, got: Any, path: str = "$") -> list[Divergence]:
     return []
 
 
-def _canonical(obj: Any) -> bytes:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-
-
 def _body_layers(ref_body: bytes, got_body: bytes, names: tuple[str, ...], fired: set[str],
                  where: str) -> tuple[bool, list[Divergence]]:
     """(bytes identical after normalization, structural divergences) for one body or frame."""
@@ -103,8 +120,8 @@ def _body_layers(ref_body: bytes, got_body: bytes, names: tuple[str, ...], fired
         return same, [] if same else [Divergence(where, "bytes", ref_body[:200].decode(errors="replace"),
                                                  got_body[:200].decode(errors="replace"))]
     na, nb = normalize(a, names, fired), normalize(b, names, fired)
-    # with nothing masked the wire bytes must agree; masked values compare by canonical re-serialization
-    same = (ref_body == got_body) if na == a and nb == b else _canonical(na) == _canonical(nb)
+    # the wire bytes must agree outside what the rules masked (escaping and float spelling included)
+    same = masked_bytes(ref_body, a, na, names) == masked_bytes(got_body, b, nb, names)
     structural = diff_values(na, nb, where)
     if not same and not structural:
         structural = [Divergence(where, "bytes", ref_body[:200].decode(errors="replace"),

@@ -211,6 +211,23 @@ def server_pair(twin_kind: str, args: tuple[str, ...], binary: Path | None = Non
 COMMON_ARGS = ("--alias", "smollm2-135m-instruct")
 
 
+def shared_args() -> tuple[str, ...]:
+    """The shared pairs' flags besides COMMON_ARGS, so that the runner can give every shared case the same
+    starting state (docs/testing.md, "Server states"): slot actions on, to erase every slot before each case
+    (b10621 refuses them without --slot-save-path), and no host-memory prompt cache, from which b10621 would
+    restore an erased slot's prompt (--cache-ram's default 8192 MiB keeps it past an erase)."""
+    slots = Path(tempfile.gettempdir()) / "mlxcel-oracle-shared-slots"
+    slots.mkdir(exist_ok=True)
+    return ("--cache-ram", "0", "--slot-save-path", str(slots))
+
+
+def erase_slots(base_url: str) -> None:
+    """Erase every slot of a server (POST /slots/{id}?action=erase): a shared case's starting state."""
+    n = httpx.get(base_url + "/props", timeout=60).json()["total_slots"]
+    for i in range(n):
+        httpx.post(f"{base_url}/slots/{i}?action=erase", timeout=60).raise_for_status()
+
+
 class Pair:
     """The reference on a GGUF twin and mlxcel on its MLX twin, same flags, free ports.
 

@@ -24,7 +24,29 @@ def build_report(entries_by_shard: dict[str, list[dict]], records: list[dict]) -
         ]
         shards[shard] = {"states": dict(sorted(states.items())), "entries": len(entries),
                          "with_evidence": with_evidence, "diffs": diffs}
-    return {"cases": len(records), "identical": sum(r["identical"] for r in records), "shards": shards}
+    return {"cases": len(records), "identical": sum(r["identical"] for r in records), "shards": shards,
+            "judged": judged_groups(records)}
+
+
+def judged_groups(records: list[dict]) -> dict[str, dict]:
+    """Per group of judged cases (oracle/judge.py): how many agree at every decided position, and the positions."""
+    groups: dict[str, dict] = {}
+    for r in records:
+        j = r.get("judged")
+        if not j:
+            continue
+        g = groups.setdefault(j["group"], {"cases": 0, "agreeing": 0, "generated": 0, "compared": 0, "agreed": 0,
+                                           "decided": 0, "disagreements_at_decided": 0, "twins": set()})
+        g["cases"] += 1
+        g["agreeing"] += not j["disagreements_at_decided"]
+        g["twins"].add(r["twin"])
+        for k in ("generated", "compared", "agreed", "decided", "disagreements_at_decided"):
+            g[k] += j[k]
+    for g in groups.values():
+        g["twins"] = sorted(g["twins"])
+        g["case_agreement"] = g["agreeing"] / g["cases"]
+        g["decided_agreement"] = 1 - g["disagreements_at_decided"] / g["decided"] if g["decided"] else None
+    return dict(sorted(groups.items()))
 
 
 def to_markdown(report: dict) -> str:
@@ -34,6 +56,14 @@ def to_markdown(report: dict) -> str:
     for shard, s in report["shards"].items():
         states = ", ".join(f"{k} {v}" for k, v in s["states"].items())
         lines.append(f"| {shard} | {s['entries']} | {states} | {len(s['with_evidence'])} | {len(s['diffs'])} |")
+    if report.get("judged"):
+        lines += ["", "## Generation judged by the decided-position rule", "",
+                  "| group | twins | cases | agree at every decided position | decided positions agreed | "
+                  "tokens identical before the paths part |", "|---|---|---|---|---|---|"]
+        for group, g in report["judged"].items():
+            decided = f"{g['decided'] - g['disagreements_at_decided']}/{g['decided']}"
+            lines.append(f"| {group} | {', '.join(g['twins'])} | {g['cases']} | {g['agreeing']}/{g['cases']} "
+                         f"({g['case_agreement']:.0%}) | {decided} | {g['agreed']}/{g['generated']} |")
     lines += ["", "## Differences", ""]
     for shard, s in report["shards"].items():
         for d in s["diffs"]:

@@ -9,6 +9,8 @@ from .corpus import Case
 from .diff import DiffReport, diff_exchanges
 from .evidence import make_record, write_record
 from .exchange import Exchange, send
+from .judge import judged_report
+from .processes import erase_slots
 from .transcripts import live_or_recorded
 
 
@@ -32,8 +34,13 @@ def expectation_met(case, report: DiffReport) -> tuple[bool, str]:
             f"expected the divergences {want}; the oracle saw {got if got else 'none'}")
 
 
-def run_case(case: Case, mlxcel_url: str, reference_url: str | None) -> CaseResult:
-    """reference_url None: the recorded transcript stands in for the reference."""
+def run_case(case: Case, mlxcel_url: str, reference_url: str | None, erase: bool = False) -> CaseResult:
+    """reference_url None: the recorded transcript stands in for the reference. `erase`: a shared pair's case,
+    whose servers' slots are erased first, so that it starts from the same state whatever ran before it."""
+    if erase:
+        for url in (mlxcel_url, reference_url):
+            if url:
+                erase_slots(url)
     for setup in case.setup:  # the state the compared request needs, built the same way on both
         if isinstance(setup, float):  # a wait (both servers idle meanwhile)
             time.sleep(setup)
@@ -44,6 +51,7 @@ def run_case(case: Case, mlxcel_url: str, reference_url: str | None) -> CaseResu
     live: Exchange | None = send(reference_url, case.request) if reference_url else None
     ref, source = live_or_recorded(case.name, case.request, live, case.normalize)
     mine = send(mlxcel_url, case.request)
-    report = diff_exchanges(ref, mine, case.normalize)
+    report = (judged_report(ref, mine, case.judge, case.twin, case.normalize) if case.judge else
+              diff_exchanges(ref, mine, case.normalize))
     write_record(make_record(case, ref, mine, report, source))
     return CaseResult(case, report, source)

@@ -43,7 +43,7 @@ STARTUP_DIR = REPO_ROOT / "fixtures" / "startup"
 STARTUP_TRANSCRIPTS = REPO_ROOT / "fixtures" / "transcripts" / "startup"
 DEFAULT_PROBE = {"method": "POST", "path": "/completion",
                  "body": {"prompt": "The capital of France is", "n_predict": 4, "temperature": 0}}
-DEFAULT_NORMALIZE = ("timings", "id_slot")
+DEFAULT_NORMALIZE = ("clocks", "id_slot")
 # what a side prints when it is listening (b10621: "server is listening on URL", mlxcel: "listening on URL")
 _LISTENING = re.compile(r"listening on ((?:https?|unix)://\S+?)(?: |$)", re.MULTILINE)
 

@@ -21,7 +21,7 @@ def test_a_refusal_against_a_server_is_two_divergences():
 def test_the_probe_is_compared_under_its_own_prefix_and_normalizations():
     ref = _served(json.dumps({"content": "a", "timings": {"prompt_ms": 1.0}}).encode())
     mine = _served(json.dumps({"content": "b", "timings": {"prompt_ms": 2.0}}).encode())
-    paths = {d.path for d in diff_observations(ref, mine, ("timings",)).divergences}
+    paths = {d.path for d in diff_observations(ref, mine, ("clocks",)).divergences}
     assert paths == {"$probe.content"}
     assert diff_observations(ref, ref, ()).identical
 

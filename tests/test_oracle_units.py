@@ -42,10 +42,13 @@ def test_structural_kinds():
 def test_masked_values_keep_types_and_report_the_rule_that_fired():
     a = ex(b'{"timings":{"prompt_ms":1.5,"prompt_n":3},"id_slot":2}')
     b = ex(b'{"timings":{"prompt_ms":9.25,"prompt_n":7},"id_slot":0}')
-    r = diff_exchanges(a, b, ("timings", "id_slot"))
-    assert r.identical and r.normalizations_fired == ["id_slot", "timings"]
-    c = ex(b'{"timings":{"prompt_ms":9,"prompt_n":7},"id_slot":0}')  # an int where a float was
-    assert kinds(diff_exchanges(a, c, ("timings", "id_slot"))) == [("$.timings.prompt_ms", "type")]
+    r = diff_exchanges(a, b, ("clocks", "id_slot"))
+    assert kinds(r) == [("$.timings.prompt_n", "value")]  # a count is never masked
+    assert r.normalizations_fired == ["clocks", "id_slot"]
+    b = ex(b'{"timings":{"prompt_ms":9.25,"prompt_n":3},"id_slot":0}')
+    assert diff_exchanges(a, b, ("clocks", "id_slot")).identical
+    c = ex(b'{"timings":{"prompt_ms":9,"prompt_n":3},"id_slot":0}')  # an int where a float was
+    assert kinds(diff_exchanges(a, c, ("clocks", "id_slot"))) == [("$.timings.prompt_ms", "type")]
 
 
 def test_memory_the_reference_never_wrote_is_masked_with_its_type_and_only_there():
