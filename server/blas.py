@@ -1,9 +1,12 @@
 """A fast CPU BLAS for MLX on Linux.
 
-The Linux `mlx[cpu]` wheel links the netlib reference BLAS (about 2.5 GFLOP/s). Loading an OpenBLAS (or
-MKL) that exports the standard cblas symbols with global binding *before* `mlx` is imported interposes
-its `cblas_sgemm`: a 512x576x1536 GEMM drops from ~350 ms to ~5 ms. `activate()` must run before the
-first `import mlx`; `verify()` measures that GEMM afterwards, so the log states what is really in use.
+The Linux `mlx[cpu]` wheel links the netlib reference BLAS (about 2.5 GFLOP/s). A `cblas_sgemm` loaded with
+global binding *before* `mlx` is imported interposes MLX's: a 512x576x1536 GEMM drops from ~350 ms to ~5 ms.
+By default that BLAS is the scipy-openblas32 wheel's (a dependency: `pip install` alone gives the fast path),
+whose symbols carry a `scipy_` prefix: mlxcel's kernels (below) export the `cblas_sgemm` and forward to it. A
+system OpenBLAS or MKL exporting the plain names is interposed by global binding alone, and serves where the
+kernels cannot be built. `activate()` must run before the first `import mlx`; `verify()` measures that GEMM
+afterwards, so the log states what is really in use (the library, why it was chosen, its OpenBLAS kernels).
 
 Ahead of that BLAS go mlxcel's own CPU kernels (server/native/cpu_kernels.c, compiled once into the cache
 with the C compiler, skipped without one): their cblas_sgemm runs few-row products, a decode step's, at the
