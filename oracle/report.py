@@ -38,7 +38,7 @@ def judged_groups(records: list[dict]) -> dict[str, dict]:
         g = groups.setdefault(j["group"], {"cases": 0, "agreeing": 0, "generated": 0, "compared": 0, "agreed": 0,
                                            "decided": 0, "disagreements_at_decided": 0, "twins": set()})
         g["cases"] += 1
-        g["agreeing"] += not j["disagreements_at_decided"]
+        g["agreeing"] += bool(r["identical"])  # every decided position agreed, and tokens were there to judge
         g["twins"].add(r["twin"])
         for k in ("generated", "compared", "agreed", "decided", "disagreements_at_decided"):
             g[k] += j[k]
