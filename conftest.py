@@ -141,9 +141,9 @@ def reference_q4_1(reference_binary, twin_q4_1):
 
 @pytest.fixture(scope="session")
 def mlxcel_f32(twin_f32):
-    from oracle.processes import mlxcel_server
+    from oracle.processes import F32_NUMERICS, mlxcel_server
 
-    yield from _serve(mlxcel_server(twin_f32.mlx_model, COMMON_ARGS))
+    yield from _serve(mlxcel_server(twin_f32.mlx_model, [*COMMON_ARGS, *F32_NUMERICS]))
 
 
 @pytest.fixture(scope="session")

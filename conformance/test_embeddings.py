@@ -49,7 +49,7 @@ def pair_for(request):
             for p in current["procs"]:
                 p.cleanup()
             t = request.getfixturevalue(f"twin_{twin_kind}")
-            mine = mlxcel_server(t.mlx_model, [*COMMON_ARGS, *args])
+            mine = mlxcel_server(t.mlx_model, [*COMMON_ARGS, *args, *F32_NUMERICS])
             ref = reference_server(request.getfixturevalue("reference_binary"), t.gguf,
                                    [*COMMON_ARGS, *args, *F32_NUMERICS])
             current.update(key=(twin_kind, args), procs=[mine, ref])

@@ -24,7 +24,7 @@ def _vertex(proc, health_route: str = "/healthz"):
 @pytest.fixture(scope="module")
 def vertex_pair(request):
     twin = request.getfixturevalue("twin_f32")
-    mine = _vertex(mlxcel_server(twin.mlx_model, list(COMMON_ARGS)))
+    mine = _vertex(mlxcel_server(twin.mlx_model, [*COMMON_ARGS, *F32_NUMERICS]))
     ref = None  # one pair for the suite: it meets the live reference as a whole
     if reference_live("vertex", all(is_current(c.name, c.request) for c in CASES)):
         ref = _vertex(reference_server(request.getfixturevalue("reference_binary"), twin.gguf,

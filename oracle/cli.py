@@ -131,7 +131,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
         "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n", "List three colors:\n1."]
     worst, disagreements = 0.0, 0
     out = []
-    with Pair(args.twin, tuple(args.server_arg or ())) as pair:
+    config = "b10621's defaults" if args.defaults or args.twin != "f32" else "f32 KV, -fa off"
+    with Pair(args.twin, tuple(args.server_arg or ()), pinned=not args.defaults) as pair:
         for p in prompts:
             t = trace(pair.reference.base_url, pair.mlxcel.base_url, p, args.twin, args.n_predict,
                       threshold=args.threshold)
@@ -141,7 +142,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
             print(f"{p[:40]!r}: {t.positions} positions, {t.decided} decided, {t.disagreements_at_decided} "
                   f"disagreements at decided positions, max |delta logprob| {t.max_abs_delta_logprob:.3g}"
                   + (f", first divergence at {first['position']} (gap {first['gap']:.3g})" if first else ""))
-    print(f"trace ({args.twin}): {len(prompts)} prompts x {args.n_predict} tokens, {disagreements} disagreements "
+    print(f"trace ({args.twin}, {config}): {len(prompts)} prompts x {args.n_predict} tokens, {disagreements} disagreements "
           f"at decided positions, max |delta logprob| {worst:.3g}")
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
@@ -188,6 +189,8 @@ def main(argv: list[str] | None = None) -> None:
     t.add_argument("--n-predict", type=int, default=64)
     t.add_argument("--threshold", type=float, default=None)
     t.add_argument("--json", help="write the per-position traces here")
+    t.add_argument("--defaults", action="store_true", help="both servers at b10621's defaults (f16 KV, -fa auto) "
+                   "on the F32 twin too, not the pinned f32 configuration")
     t.add_argument("--server-arg", action="append", help="a flag both servers get (repeat for each word), e.g. "
                    "--server-arg=--rope-scaling --server-arg=yarn")
     t.set_defaults(func=cmd_trace)

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import httpx
 
-# Numerics pinned to F32 on the reference for content comparisons (see ARCHITECTURE.md, oracle rules).
+# Numerics pinned to F32 on both servers for content comparisons on the F32 twins: the tight configuration
+# (see ARCHITECTURE.md, oracle rules). Without it both run b10621's defaults (f16 KV, flash attention auto),
+# which the logit traces compare (oracle/trace.py).
 F32_NUMERICS = ("-fa", "off", "-ctk", "f32", "-ctv", "f32")
 
 
@@ -188,9 +190,10 @@ ROUTER = "router"  # a case's "twin" for router mode: both servers without -m
 
 
 def server_pair(twin_kind: str, args: tuple[str, ...], binary: Path | None = None,
-                with_reference: bool = True) -> tuple[ServerProcess | None, ServerProcess]:
+                with_reference: bool = True, pinned: bool = True) -> tuple[ServerProcess | None, ServerProcess]:
     """(reference, mlxcel) for a case: on a twin with the common alias, or in router mode with the case's flags
-    alone; the reference is None without with_reference (an offline run against recordings)."""
+    alone; the reference is None without with_reference (an offline run against recordings). On an F32 twin
+    both get F32_NUMERICS after the case's flags unless pinned is False (b10621's defaults then)."""
     from fixtures.twins import twin
 
     from .reference import build_reference
@@ -200,11 +203,11 @@ def server_pair(twin_kind: str, args: tuple[str, ...], binary: Path | None = Non
         ref = reference_server(binary or build_reference(), None, list(args)) if with_reference else None
         return ref, mine
     t = twin(twin_kind)
-    mine = mlxcel_server(t.mlx_model, [*COMMON_ARGS, *args])
+    both = [*COMMON_ARGS, *args, *(F32_NUMERICS if pinned and twin_kind.startswith("f32") else ())]
+    mine = mlxcel_server(t.mlx_model, both)
     if not with_reference:
         return None, mine
-    ref_args = [*COMMON_ARGS, *args, *(F32_NUMERICS if twin_kind.startswith("f32") else ())]
-    return reference_server(binary or build_reference(), t.gguf, ref_args), mine
+    return reference_server(binary or build_reference(), t.gguf, both), mine
 
 
 # Both servers get the same b10621 command line; the alias keeps the reported model name identical.
@@ -231,12 +234,12 @@ def erase_slots(base_url: str) -> None:
 class Pair:
     """The reference on a GGUF twin and mlxcel on its MLX twin, same flags, free ports.
 
-    On the F32 twins the reference also gets F32_NUMERICS: a declared oracle setting (flash attention
-    off, F32 KV), not a user flag difference.
+    On the F32 twins both also get F32_NUMERICS (flash attention off, F32 KV: the tight configuration) unless
+    pinned is False.
     """
 
-    def __init__(self, twin_kind: str, args: tuple[str, ...] = (), binary: Path | None = None):
-        self.reference, self.mlxcel = server_pair(twin_kind, args, binary)
+    def __init__(self, twin_kind: str, args: tuple[str, ...] = (), binary: Path | None = None, pinned: bool = True):
+        self.reference, self.mlxcel = server_pair(twin_kind, args, binary, pinned=pinned)
 
     def __enter__(self) -> "Pair":
         try:

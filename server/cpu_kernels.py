@@ -69,19 +69,23 @@ def rope(x: mx.array, dims: int, base: float, scale: float, offsets: list[int],
 
 
 def attention(queries: mx.array, keys: mx.array, values: mx.array, scale: float,
-              first: list[int] | None = None) -> mx.array:
+              first: list[int] | None = None, numerics=None) -> mx.array:
     """Causal attention: queries (B, H, L, D), keys and values (B, Hkv, T, D) with T >= L, the queries being
     the last L positions; in row b the keys before first[b] are left padding, unseen. Returns (B, H, L, D),
-    as mx.fast.scaled_dot_product_attention with the matching mask."""
+    as mx.fast.scaled_dot_product_attention with the matching mask; with numerics (models.kv_numerics) over
+    keys and values of a narrower cache type, as ggml-cpu computes it there (the L queries one ubatch)."""
     mx.eval(queries, keys, values)
     q, k, v = _view(queries), _view(keys), _view(values)
     (batch, n_heads, n_q, dim), (_, n_kv, n_keys, _) = q.shape, k.shape
     out = np.empty((batch, n_q, n_heads, dim), np.float32)
     starts = None if first is None else (ctypes.c_int * batch)(*first)
     steps = [ctypes.c_long(stride // 4) for a in (q, k, v) for stride in a.strides[:3]]
-    status = blas.STATE.native.mlxcel_attention(
-        _ptr(q), *steps[0:3], _ptr(k), *steps[3:6], _ptr(v), *steps[6:9],
-        batch, n_heads, n_kv, n_q, n_keys, dim, ctypes.c_float(scale), starts, _ptr(out))
+    args = (_ptr(q), *steps[0:3], _ptr(k), *steps[3:6], _ptr(v), *steps[6:9],
+            batch, n_heads, n_kv, n_q, n_keys, dim, ctypes.c_float(scale), starts, _ptr(out))
+    if numerics is None or numerics.exact:
+        status = blas.STATE.native.mlxcel_attention(*args)
+    else:
+        status = blas.STATE.native.mlxcel_attention_kv(*args, *numerics.codes(), batch * n_q)
     if status != 0:
         raise MemoryError("attention scores")
     return mx.array(out).transpose(0, 2, 1, 3)

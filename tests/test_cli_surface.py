@@ -513,8 +513,8 @@ def test_with_a_draft_model_its_runtime_options_are_held_to_the_targets():
         "error: -td 4: mlxcel does not size a CPU thread pool from its command line: it uses every core (upstream's "
         "<= 0 means all cores, which is what happens here) (the draft model's placement); leave it out or pass -1; on "
         "Linux MLXCEL_CPU_THREADS sizes mlxcel's CPU thread pool",
-        "error: -ctkd q8_0: mlxcel stores the KV cache in the model's activation type; GGML's cache types have no MLX "
-        "counterpart here (the draft model's placement); leave it out",
+        "error: -ctkd q8_0: mlxcel stores the KV cache as f32, f16 or bf16; the quantized cache types are not "
+        "implemented (the draft model's placement); pass f32, f16 or bf16, or leave it out",
         "error: -devd x: mlxcel places no tensor on a chosen device or buffer type: every weight and the KV cache live "
         "on MLX's default device (the draft model's placement); leave it out"]
 

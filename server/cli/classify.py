@@ -162,6 +162,10 @@ _THREADS_ALT = "leave it out or pass -1; on Linux MLXCEL_CPU_THREADS sizes mlxce
 _PLACEMENT = "mlxcel places no tensor on a chosen device or buffer type: every weight and the KV cache live on MLX's " \
              "default device"
 _LEAVE = "leave it out"
+KV_SERVED = ("f32", "f16", "bf16")  # the KV cache types mlxcel stores (server/models/kv_numerics.py)
+_KV_SERVED_TEXT = "f32, f16 (the default), bf16: served, the cache's values rounded as ggml writes them"
+_KV_REFUSED = "mlxcel stores the KV cache as f32, f16 or bf16; the quantized cache types are not implemented"
+_KV_ALT = "pass f32, f16 or bf16, or leave it out"
 _GGUF = "mlxcel serves MLX checkpoints (a directory with config.json and safetensors), never a GGUF file, repository " \
         "or URL, and it downloads nothing"
 _GGUF_ALT = "convert a GGUF file with `mlxcel convert FILE.gguf DIR`, or fetch an MLX snapshot yourself " \
@@ -220,8 +224,9 @@ RULES: dict[str, Rule] = {
     "--tensor-split": _refuse(_PLACEMENT + "; there is no split across devices", _LEAVE, check=lambda v: [
         stof(x) for x in _split_list(v)]),
     "--main-gpu": _only(_is(0), "0", _PLACEMENT, "leave it out or pass 0"),
-    "--flash-attn": _inert("on, off, auto: mlxcel computes exact attention with MLX's scaled_dot_product_attention "
-                           "whatever the value (the oracle compares it with the reference run at -fa off)",
+    "--flash-attn": _inert("on, off, auto: served (auto is on, as on b10621's CPU backend): attention over an f16 "
+                           "or bf16 KV cache rounds what ggml-cpu's flash or plain attention rounds "
+                           "(server/models/kv_numerics.py); over an f32 cache both are f32 math",
                            check=_in("--flash-attn", *TRUTHY, *FALSEY, *AUTOY,
                                      message="error: unknown value for {option}: '{v}'\n")),
     "--fit": _inert("on, off: mlxcel never adjusts unset arguments to fit device memory, and on is upstream's default",
@@ -308,10 +313,8 @@ RULES: dict[str, Rule] = {
                           "mlxcel keeps one KV cache per slot; there is no unified buffer shared by the slots",
                           "pass -np 1 for one slot with the whole context"),
     "--warmup": _inert("--warmup, --no-warmup: mlxcel runs no warm-up pass, and one never changes a result"),
-    "--cache-type-k": _only(_is("f16"), "f16 (the default)", "mlxcel stores the KV cache in the model's activation "
-                            "type; GGML's cache types have no MLX counterpart here", _LEAVE, check=_kv_type_check),
-    "--cache-type-v": _only(_is("f16"), "f16 (the default)", "mlxcel stores the KV cache in the model's activation "
-                            "type; GGML's cache types have no MLX counterpart here", _LEAVE, check=_kv_type_check),
+    "--cache-type-k": _only(_is(*KV_SERVED), _KV_SERVED_TEXT, _KV_REFUSED, _KV_ALT, check=_kv_type_check),
+    "--cache-type-v": _only(_is(*KV_SERVED), _KV_SERVED_TEXT, _KV_REFUSED, _KV_ALT, check=_kv_type_check),
     # ----- embeddings, multimodal, observability, router: other issues' surfaces -----
     "--mmproj": _refuse(_NO_PROJECTOR, _LEAVE),
     "--mmproj-url": _refuse(_NO_PROJECTOR, _LEAVE),

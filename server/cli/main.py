@@ -89,7 +89,7 @@ def build_state(args, prog: str, auth, cors, vertex):
                                                  lora=lora, lora_fuse=bool(args.lora_fuse),
                                                  control_vectors=control_vectors,
                                                  control_vector_layers=layers, draft=draft,
-                                                 ngram_simple=ngram_simple),
+                                                 ngram_simple=ngram_simple, kv=kv_numerics(args)),
                         eog_ids=tokenizer.eog_ids, piece=tokenizer.piece)
         if any(g.option in ("--pooling", "--embd-normalize") for g in args.given):
             log.warning("--pooling and --embd-normalize shape embeddings only: without --embeddings they change "
@@ -307,7 +307,17 @@ def speculative_config(args, tokenizer, prog: str):
         log.error("the target and draft vocabs are not compatible (%s): speculative decoding is off", mismatch)
         return types, None
     return types, DraftConfig(str(checkpoint), n_max=args.spec_draft_n_max, n_min=args.spec_draft_n_min,
-                              p_min=stof(args.spec_draft_p_min))
+                              p_min=stof(args.spec_draft_p_min), kv=kv_numerics(args, draft=True))
+
+
+def kv_numerics(args, draft: bool = False):
+    """-ctk, -ctv (-ctkd, -ctvd for the draft) and -fa as b10621 applies them (the last given wins; classify
+    refuses the types mlxcel does not store)."""
+    from ..models.kv_numerics import KVNumerics
+
+    names = ("--spec-draft-type-k", "--spec-draft-type-v") if draft else ("--cache-type-k", "--cache-type-v")
+    last = {g.option: g.value for g in args.given}
+    return KVNumerics.from_flags(last.get(names[0]), last.get(names[1]), last.get("--flash-attn"))
 
 
 def yarn_flags(args):

@@ -24,6 +24,7 @@ from typing import AsyncIterator, Callable
 
 from server.grammar.constraint import GrammarMatcher
 
+from ..models.kv_numerics import KVNumerics
 from .metrics import ServerMetrics
 from .prompt_cache import PromptCache, Reuse, Slot, State, choose_slot, plan_reuse
 from .provenance import DECODE, Provenance, chunk_kind, exact_start
@@ -156,6 +157,7 @@ class EngineConfig:
     control_vector_layers: tuple[int, int] = (0, 0)
     draft: DraftConfig | None = None  # --spec-draft-model with --spec-type draft-simple
     ngram_simple: tuple[int, int] | None = None  # --spec-type ngram-simple: (size_n, size_m)
+    kv: KVNumerics = KVNumerics()  # -ctk, -ctv, -fa; this default a float32 cache (the CLI passes b10621's: f16)
 
 
 class Engine:
@@ -273,7 +275,7 @@ class Engine:
 
             started = time.perf_counter()
             loaded = load_checkpoint(self.checkpoint, fuse=self._fuser(), rope=self.config.rope, yarn=self.config.yarn)
-            self.runner = Runner(loaded, n_batch=self.config.n_batch)
+            self.runner = Runner(loaded, n_batch=self.config.n_batch, kv=self.config.kv)
             self._load_adapters()
             self._load_draft()
             self._check_keys_turn()
@@ -334,7 +336,7 @@ class Engine:
             from .runner import Runner
 
             draft = self.config.draft
-            sources.append(Drafter(Runner(load_checkpoint(Path(draft.model))), draft))
+            sources.append(Drafter(Runner(load_checkpoint(Path(draft.model)), kv=draft.kv), draft))
             n_max = max(n_max, draft.n_max)
             log.info("draft model loaded: %s (n_max %d, n_min %d, p_min %g)", draft.model, draft.n_max,
                      draft.n_min, draft.p_min)
@@ -578,7 +580,7 @@ class Engine:
 
         log.info("server is exiting sleeping state")
         self.runner = Runner(load_checkpoint(self.checkpoint, fuse=self._fuser(), rope=self.config.rope,
-                                             yarn=self.config.yarn), n_batch=self.config.n_batch)
+                                             yarn=self.config.yarn), n_batch=self.config.n_batch, kv=self.config.kv)
         self._load_adapters()
         self._load_draft()
         self.sleeping = False

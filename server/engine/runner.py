@@ -7,7 +7,9 @@ import numpy as np
 from mlx_lm.models import llama
 from mlx_lm.models.cache import BatchKVCache, KVCache, make_prompt_cache
 
+from ..models import kv_numerics
 from ..models.decode_step import MAX_ROWS, DecodeStep
+from ..models.kv_numerics import KVNumerics
 from ..models.loader import LoadedModel
 from ..models.prefill_step import PrefillStep
 
@@ -23,9 +25,11 @@ def _trunk_and_head(model):
 
 
 class Runner:
-    def __init__(self, loaded: LoadedModel, n_batch: int = 2048):
+    def __init__(self, loaded: LoadedModel, n_batch: int = 2048, kv: KVNumerics | None = None):
         self.loaded = loaded
         self.n_batch = n_batch
+        if kv is not None:  # before the native steps are built: they take the model's
+            kv_numerics.apply(loaded.model, kv)
         self._split = _trunk_and_head(loaded.model)
         self._step = DecodeStep.build(loaded.model)  # None: decode steps run through MLX
         self._prefill = PrefillStep.build(self._step)  # None: prompts run through MLX
@@ -217,10 +221,13 @@ class Runner:
 
 
 def score(runner: Runner, prompt: list[int], continuation: list[int], n_probs: int) -> list[tuple]:
-    """(token, logprob, top-k) for each continuation token, from one teacher-forced forward pass."""
+    """(token, logprob, top-k) for each continuation token, teacher-forced as a generation computes it: the
+    prompt prefilled, then one decode step per token (over a narrower KV cache type a prompt's rows and a
+    decode step's round differently, as in b10621: models/kv_numerics.py)."""
     cache = runner.new_cache()
-    tokens = prompt + continuation
-    logits = runner.loaded.model(mx.array([tokens[:-1]]), cache=cache)[0, len(prompt) - 1:, :].astype(mx.float32)
+    rows = [runner.prefill(cache, prompt)]
+    rows += [runner.decode(cache, token) for token in continuation[:-1]]
+    logits = mx.concatenate([r.reshape(1, -1) for r in rows], axis=0).astype(mx.float32)
     logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
     k = max(1, min(n_probs, logprobs.shape[-1]))
     top_ids = mx.argsort(-logprobs, axis=-1)[:, :k]

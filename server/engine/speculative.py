@@ -27,6 +27,7 @@ class DraftConfig:
     n_max: int = 3  # --spec-draft-n-max
     n_min: int = 0  # --spec-draft-n-min
     p_min: float = 0.0  # --spec-draft-p-min
+    kv: object = None  # server.models.kv_numerics.KVNumerics: -ctkd, -ctvd, -fa (None: a float32 cache)
 
 
 def draft_max(n_ctx: int, n_tokens: int, n_predict: int, n_decoded: int) -> int:

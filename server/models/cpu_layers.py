@@ -19,6 +19,7 @@ from mlx_lm.models.base import scaled_dot_product_attention
 from mlx_lm.models.cache import BatchKVCache, KVCache
 
 from .. import cpu_kernels
+from .kv_numerics import KVNumerics, round_to
 from .yarn import YarnRoPE
 
 
@@ -60,6 +61,8 @@ def _fuse(owner: nn.Module, names: list[str]) -> FusedLinear | None:
 
 
 class KernelAttention(llama.Attention):
+    kv_numerics = KVNumerics()  # the KV cache's types and flash attention (kv_numerics.apply sets a model's)
+
     def _projections(self, x: mx.array) -> list[mx.array]:
         if "qkv_proj" in self:
             return self.qkv_proj(x)
@@ -98,10 +101,12 @@ class KernelAttention(llama.Attention):
             queries, keys = rope(queries, offset=cache.offset), rope(keys, offset=cache.offset)
         else:
             queries, keys = rope(queries), rope(keys)
+        numerics = self.kv_numerics
+        keys, values = round_to(keys, numerics.k_type), round_to(values, numerics.v_type)  # as the cache holds them
         if cache is not None:
             keys, values = cache.update_and_fetch(keys, values)
         if first is not None:
-            output = cpu_kernels.attention(queries, keys, values, self.scale, first or None)
+            output = cpu_kernels.attention(queries, keys, values, self.scale, first or None, numerics)
         else:
             output = scaled_dot_product_attention(queries, keys, values, cache=cache, scale=self.scale,
                                                   mask=mask)

@@ -6,8 +6,10 @@ writes each layer's new key and value into the sequence's mlx-lm cache in place,
 cache's bookkeeping then moves on as `update_and_fetch` would have moved it. Where a cache must grow it grows
 as mlx-lm grows it (a new buffer, 256 positions more), so the position written is never one that another
 array can see: snapshots (`Runner.snapshot`, `BatchKVCache.extract`) are views of positions before it.
-A model the step does not cover (another architecture, biases, a scaled rope, a float type other than
-float32, weights not in the kernel layout) returns None from `DecodeStep.build` and decodes through MLX.
+Keys and values are written as the cache's type rounds them, and attention rounds what ggml-cpu rounds over
+that type (models/kv_numerics.py), as through MLX. A model the step does not cover (another architecture,
+biases, a scaled rope, a float type other than float32, weights not in the kernel layout) returns None from
+`DecodeStep.build` and decodes through MLX.
 """
 
 from __future__ import annotations
@@ -97,9 +99,12 @@ class DecodeStep:
             return None
         hidden = trunk.embed_tokens.weight.shape[1]
         inter = trunk.layers[0].mlp.down_proj.weight_t.shape[0]
+        numerics = {layer.self_attn.kv_numerics for layer in trunk.layers}
+        if len(numerics) != 1:
+            return None
         dims = [len(trunk.layers), hidden, attn0.n_heads, attn0.n_kv_heads, attn0.qkv_proj.weight_t.shape[1]
                 // (attn0.n_heads + 2 * attn0.n_kv_heads), inter, trunk.embed_tokens.weight.shape[0],
-                attn0.rope.dims, int(bool(args.tie_word_embeddings)), MAX_ROWS]
+                attn0.rope.dims, int(bool(args.tie_word_embeddings)), MAX_ROWS, *numerics.pop().codes()]
         norms = {trunk.norm.eps} | {n.eps for layer in trunk.layers
                                     for n in (layer.input_layernorm, layer.post_attention_layernorm)}
         ropes = {(layer.self_attn.rope.dims, layer.self_attn.rope.base, layer.self_attn.rope.scale,

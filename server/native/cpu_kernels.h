@@ -13,6 +13,15 @@ void cblas_sgemm(int order, int trans_a, int trans_b, int m, int n, int k, float
 int mlxcel_attention(const float *q, long q_seq, long q_head, long q_pos, const float *k, long k_seq, long k_head,
                      long k_pos, const float *v, long v_seq, long v_head, long v_pos, int B, int H, int Hkv, int L,
                      int T, int D, float scale, const int *first, float *out);
+/* the KV cache's types (server/models/kv_numerics.py) and attention over them as ggml-cpu computes it
+ * (attention_ggml.c): mlxcel_attention's arguments, then the key and value types, flash attention on (1) or
+ * off (0) and the rows of the ubatch the queries came in */
+enum { KV_F32 = 0, KV_F16 = 1, KV_BF16 = 2 };
+void mlxcel_round_kv(float *x, long n, int type);
+int mlxcel_attention_kv(const float *q, long q_seq, long q_head, long q_pos, const float *k, long k_seq, long k_head,
+                        long k_pos, const float *v, long v_seq, long v_head, long v_pos, int B, int H, int Hkv, int L,
+                        int T, int D, float scale, const int *first, float *out, int k_type, int v_type, int flash,
+                        int ubatch);
 void mlxcel_swiglu(const float *g, const float *u, long rows, long width, long ld, float *out);
 
 /* fn(ctx, t) for t in [0, tasks), spread over the one pool of threads when parallel is set and it is free */

@@ -14,7 +14,8 @@
 #include "cpu_kernels.h"
 #include "step_model.h"
 
-/* dims: layers, hidden, heads, kv_heads, head_dim, intermediate, vocab, rope dims, tied, max rows;
+/* dims: layers, hidden, heads, kv_heads, head_dim, intermediate, vocab, rope dims, tied, max rows, then the
+ * cache's key and value types (KV_F32, KV_F16, KV_BF16) and flash attention (1 on, 0 off);
  * params: rms eps, rope base, rope scale, attention scale, then YaRN's ext_factor, attn_factor and corr_dims
  * (0, 1: the plain angles); weights: embed, final norm, head (ignored when
  * tied), then per layer attn norm, qkv (hidden x (heads + 2 kv_heads) head_dim), o, mlp norm, gate|up
@@ -24,7 +25,7 @@ void *mlxcel_step_model(const int *dims, const float *params, const float *const
     struct step_model *m = malloc(sizeof *m + sizeof(struct step_layer) * (size_t)dims[0]);
     if (!m) return NULL;
     *m = (struct step_model){dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6], dims[7], dims[8],
-                             dims[9], params[0], params[1], params[2], params[3],
+                             dims[9], dims[10], dims[11], dims[12], params[0], params[1], params[2], params[3],
                              {params[4], params[5], params[6], params[7]}, params[4] != 0.0f || params[5] != 1.0f,
                              weights[0], weights[1], dims[8] ? weights[0] : weights[2]};
     for (int l = 0; l < m->layers; l++) {
@@ -71,16 +72,20 @@ static int run_rows(const struct step_model *m, int B, const int *tokens, const 
                 float *vd = values[l] + vb + i * st[4] + at * st[5];
                 rope_head(row + (H + i) * D, kd, half, D, c, s);
                 memcpy(vd, row + (H + Hkv + i) * D, sizeof(float) * D);
+                mlxcel_round_kv(kd, D, m->k_type); /* stored as the cache's type stores it */
+                mlxcel_round_kv(vd, D, m->v_type);
             }
         }
         if (one_seq)
             for (int b = 0; b < B && status == 0; b++)
-                status = mlxcel_attention(q + (size_t)b * H * D, (long)H * D, D, D, keys[l], st[0], st[1], st[2],
-                                          values[l], st[3], st[4], st[5], 1, H, Hkv, 1, pos[b] + 1, D, m->attn_scale,
-                                          NULL, att + (size_t)b * H * D);
-        else
-            status = mlxcel_attention(q, (long)H * D, D, D, keys[l], st[0], st[1], st[2], values[l], st[3], st[4],
-                                      st[5], B, H, Hkv, 1, T, D, m->attn_scale, first, att);
+                status = mlxcel_attention_kv(q + (size_t)b * H * D, (long)H * D, D, D, keys[l], st[0], st[1], st[2],
+                                             values[l], st[3], st[4], st[5], 1, H, Hkv, 1, pos[b] + 1, D,
+                                             m->attn_scale, NULL, att + (size_t)b * H * D, m->k_type, m->v_type,
+                                             m->flash, B);
+        else /* (a ubatch of one token per sequence: b10621 decodes sequences together in one ubatch too) */
+            status = mlxcel_attention_kv(q, (long)H * D, D, D, keys[l], st[0], st[1], st[2], values[l], st[3], st[4],
+                                         st[5], B, H, Hkv, 1, T, D, m->attn_scale, first, att, m->k_type, m->v_type,
+                                         m->flash, B);
         product(B, E, H * D, att, w->wo, t);
         for (size_t i = 0; i < (size_t)B * E; i++) x[i] += t[i];
         for (int b = 0; b < B; b++) rms_norm(x + (size_t)b * E, w->mlp_norm, h + (size_t)b * E, E, m->eps);

@@ -69,8 +69,11 @@ static void rope_task(void *ctx, int task) {
             for (int h = 0; h < H; h++) rope_head(row + h * D, a->q + ((size_t)(i - a->q_from) * H + h) * D, half, D, c, s);
         long pos = a->index + i;
         for (int h = 0; h < Hkv; h++) {
-            rope_head(row + (H + h) * D, a->keys + h * a->st[1] + pos * a->st[2], half, D, c, s);
-            memcpy(a->values + h * a->st[4] + pos * a->st[5], row + (H + Hkv + h) * D, sizeof(float) * D);
+            float *kd = a->keys + h * a->st[1] + pos * a->st[2], *vd = a->values + h * a->st[4] + pos * a->st[5];
+            rope_head(row + (H + h) * D, kd, half, D, c, s);
+            memcpy(vd, row + (H + Hkv + h) * D, sizeof(float) * D);
+            mlxcel_round_kv(kd, D, m->k_type); /* stored as the cache's type stores it */
+            mlxcel_round_kv(vd, D, m->v_type);
         }
     }
 }
@@ -121,8 +124,9 @@ int mlxcel_prefill(const void *model, int L, const int *tokens, int index, float
         }
         rope_rows(&r);
         const int rows = last ? 1 : L, r0 = L - rows; /* the rows the rest of the layer computes */
-        if (mlxcel_attention(q, 0, D, (long)H * D, keys[l], st[0], st[1], st[2], values[l], st[3], st[4], st[5], 1,
-                             H, Hkv, rows, T, D, m->attn_scale, NULL, att) != 0)
+        if (mlxcel_attention_kv(q, 0, D, (long)H * D, keys[l], st[0], st[1], st[2], values[l], st[3], st[4], st[5],
+                                1, H, Hkv, rows, T, D, m->attn_scale, NULL, att, m->k_type, m->v_type, m->flash,
+                                L) != 0) /* (the chunk is the ubatch: the last layer's one row came in L) */
             return -1;
         float *xr = x + (size_t)r0 * E, *hr = h + (size_t)r0 * E;
         gemm(rows, E, H * D, att, H * D, w->wo, E, 1.0f, xr, E);

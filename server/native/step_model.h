@@ -16,6 +16,7 @@ struct step_layer {
 
 struct step_model {
     int layers, hidden, heads, kv_heads, head_dim, inter, vocab, rope_dims, tied, max_rows;
+    int k_type, v_type, flash; /* the KV cache's types (KV_F32...) and flash attention (attention_ggml.c) */
     float eps, rope_base, rope_scale, attn_scale;
     float yarn[4];  /* YaRN's ext_factor, attn_factor, corr_dims (rope_angles) */
     int yarn_on;    /* 0: the plain angles */

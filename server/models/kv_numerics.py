@@ -1,0 +1,57 @@
+"""The KV cache's types (-ctk, -ctv) and flash attention (-fa): what b10621 rounds where, in one place.
+
+mlxcel's caches stay float32 buffers (mlx-lm's KVCache) holding values of the cache's type: each key and value
+is rounded as ggml writes it (f32 -> f16 round-to-nearest-even, f32 -> bf16 ggml_compute_fp32_to_bf16), and
+attention then rounds what ggml-cpu rounds over such a cache (server/native/attention_ggml.c): the queries to
+the keys' type, and with flash attention over an f16 V the running sums in f16, without it the probabilities
+to V's type. b10621's defaults are f16 keys and values, and -fa auto, which resolves to on for a CPU model
+(llama_context's auto-FA probe: the CPU backend runs FLASH_ATTN_EXT). Memory stays that of a float32 cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mlx.core as mx
+
+TYPES = {"f32": 0, "f16": 1, "bf16": 2}  # attention_ggml.c's KV_F32, KV_F16, KV_BF16
+_DTYPES = {"f16": mx.float16, "bf16": mx.bfloat16}
+
+
+@dataclass(frozen=True)
+class KVNumerics:
+    k_type: str = "f32"
+    v_type: str = "f32"
+    flash: bool = False
+
+    @classmethod
+    def from_flags(cls, k_type: str | None, v_type: str | None, flash_attn: str | None) -> KVNumerics:
+        """From b10621's flag values (None: its default); -fa auto is on here, as on b10621's CPU backend."""
+        return cls(k_type or "f16", v_type or "f16", (flash_attn or "auto") not in ("off", "0", "false", "disabled"))
+
+    @property
+    def exact(self) -> bool:
+        """f32 keys and values: every attention mode is f32 math."""
+        return self.k_type == "f32" and self.v_type == "f32"
+
+    def codes(self) -> tuple[int, int, int]:
+        return TYPES[self.k_type], TYPES[self.v_type], int(self.flash)
+
+    def describe(self) -> str:
+        return f"KV cache K {self.k_type}, V {self.v_type}, flash attention {'on' if self.flash else 'off'}"
+
+
+def round_to(x: mx.array, kind: str) -> mx.array:
+    """x (float32) rounded to the cache type `kind` as ggml writes it, kept float32 (MLX's conversions round to
+    nearest even, as ggml's do)."""
+    dtype = _DTYPES.get(kind)
+    return x if dtype is None else x.astype(dtype).astype(mx.float32)
+
+
+def apply(model, numerics: KVNumerics) -> None:
+    """Set the numerics on every attention block of a model switched to mlxcel's kernels (cpu_layers)."""
+    from .cpu_layers import KernelAttention
+
+    for _, module in model.named_modules():
+        if isinstance(module, KernelAttention):
+            module.kv_numerics = numerics

@@ -1,0 +1,255 @@
+/* Attention over an f16 or bf16 KV cache, rounded where ggml-cpu (b10621) rounds (server/models/kv_numerics.py).
+ *
+ * The cache keeps float32 buffers holding values of the cache's type: written through mlxcel_round_kv, with
+ * ggml's rounding (f32 -> f16 round-to-nearest-even as F16C converts; f32 -> bf16 ggml_compute_fp32_to_bf16,
+ * NaN kept quiet). What ggml then computes over such a cache (ggml/src/ggml-cpu/ops.cpp):
+ * - flash attention, a ubatch of fewer than 64 rows (GGML_FA_TILE_Q; a decode step, a short prompt) or a
+ *   bf16 cache: flash_attn_ext_f16_one_chunk. Q rounded to K's type, each score the f32 dot product scaled,
+ *   an online softmax over the visible keys in order, and with an f16 V the sums kept in f16 (VKQ16: every
+ *   multiply-add and every rescale rounded to f16); with another V, in f32.
+ * - flash attention over an f16 or f32 cache, 64 rows or more: the tiled path, f32 math on the cached values:
+ *   mlxcel_attention's.
+ * - no flash attention: mul_mat(K, Q) with Q converted to K's vec_dot type, softmax in f32, then mul_mat(V, P)
+ *   with the probabilities converted to V's type.
+ * Over an f32 cache every mode is f32 math: mlxcel_attention's. (Past 512 keys a decode step of b10621 splits
+ * the keys over its threads and adds the parts in f32; here the keys stay in one part.) */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "cpu_kernels.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define KV_X86 1
+#define F16C __attribute__((target("avx2,fma,f16c")))
+#else
+#define KV_X86 0
+#endif
+
+enum { FA_TILE_Q = 64 }; /* ggml-cpu's GGML_FA_TILE_Q: from this many rows a ubatch takes the tiled path */
+
+static int vector_ok(void) {
+#if KV_X86
+    static int ok = -1;
+    if (ok < 0) ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    return ok;
+#else
+    return 0;
+#endif
+}
+
+static inline uint32_t bits_of(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline float float_of(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+/* ggml_compute_fp32_to_fp16 then back (round to nearest even) */
+static float round_f16(float f) {
+    float base = (fabsf(f) * 0x1.0p+112f) * 0x1.0p-110f;
+    const uint32_t w = bits_of(f), shl1_w = w + w, sign = w & 0x80000000u;
+    uint32_t bias = shl1_w & 0xFF000000u;
+    if (bias < 0x71000000u) bias = 0x71000000u;
+    base = float_of((bias >> 1) + 0x07800000u) + base;
+    const uint32_t b = bits_of(base);
+    const uint32_t h = (sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : ((b >> 13) & 0x7C00u) + (b & 0x0FFFu));
+    /* ggml_compute_fp16_to_fp32 */
+    const uint32_t w2 = (uint32_t)h << 16, sign2 = w2 & 0x80000000u, two_w = w2 + w2;
+    const float normalized = float_of((two_w >> 4) + (0xE0u << 23)) * 0x1.0p-112f;
+    const float denormalized = float_of((two_w >> 17) | (126u << 23)) - 0.5f;
+    const uint32_t result = sign2 | (two_w < (1u << 27) ? bits_of(denormalized) : bits_of(normalized));
+    return float_of(result);
+}
+
+/* ggml_compute_fp32_to_bf16 then back */
+static inline float round_bf16(float f) {
+    uint32_t u = bits_of(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return float_of(((u >> 16) | 64u) << 16);
+    return float_of(((u + (0x7fffu + ((u >> 16) & 1u))) >> 16) << 16);
+}
+
+#if KV_X86
+F16C static void round_f16_vec(float *x, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(x + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
+    for (; i < n; i++) x[i] = round_f16(x[i]);
+}
+#endif
+
+/* x[0..n) rounded in place to the cache type (KV_F32: unchanged) */
+void mlxcel_round_kv(float *x, long n, int type) {
+    if (type == KV_F16) {
+#if KV_X86
+        if (vector_ok()) { round_f16_vec(x, (int)n); return; }
+#endif
+        for (long i = 0; i < n; i++) x[i] = round_f16(x[i]);
+    } else if (type == KV_BF16) {
+        for (long i = 0; i < n; i++) x[i] = round_bf16(x[i]);
+    }
+}
+
+struct kv_args {
+    const float *q, *k, *v;
+    long q_seq, q_head, q_pos, k_seq, k_head, k_pos, v_seq, v_head, v_pos;
+    int H, Hkv, L, T, D, k_type, v_type, flash;
+    float scale;
+    const int *first;
+    float *out;
+    int failed;
+};
+
+static inline float dot(const float *a, const float *b, int D) {
+    float s = 0.0f;
+    for (int d = 0; d < D; d++) s = fmaf(a[d], b[d], s);
+    return s;
+}
+
+#if KV_X86
+F16C static float dot_vec(const float *a, const float *b, int D) {
+    __m256 acc = _mm256_setzero_ps();
+    int d = 0;
+    for (; d + 8 <= D; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), _mm256_loadu_ps(b + d), acc);
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    s = _mm_hadd_ps(s, s);
+    s = _mm_hadd_ps(s, s);
+    float r = _mm_cvtss_f32(s);
+    for (; d < D; d++) r = fmaf(a[d], b[d], r);
+    return r;
+}
+
+/* acc = f16(acc * ms) where ms != 1, then acc = f16(fma(v, vs, acc)): ggml_vec_scale_f16, ggml_vec_mad_f16 */
+F16C static void mad_f16(float *acc, const float *v, float ms, int rescale, float vs, int D) {
+    const __m256 m = _mm256_set1_ps(ms), s = _mm256_set1_ps(vs);
+    int d = 0;
+    for (; d + 8 <= D; d += 8) {
+        __m256 a = _mm256_loadu_ps(acc + d);
+        if (rescale) a = _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(a, m), _MM_FROUND_TO_NEAREST_INT));
+        a = _mm256_fmadd_ps(_mm256_loadu_ps(v + d), s, a);
+        _mm256_storeu_ps(acc + d, _mm256_cvtph_ps(_mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT)));
+    }
+    for (; d < D; d++) {
+        float a = rescale ? round_f16(acc[d] * ms) : acc[d];
+        acc[d] = round_f16(a + v[d] * vs); /* ggml's scalar leftovers: not fused */
+    }
+}
+
+F16C static void mad_f32(float *acc, const float *v, float ms, int rescale, float vs, int D) {
+    const __m256 m = _mm256_set1_ps(ms), s = _mm256_set1_ps(vs);
+    int d = 0;
+    for (; d + 8 <= D; d += 8) {
+        __m256 a = _mm256_loadu_ps(acc + d);
+        if (rescale) a = _mm256_mul_ps(a, m);
+        _mm256_storeu_ps(acc + d, _mm256_fmadd_ps(_mm256_loadu_ps(v + d), s, a));
+    }
+    for (; d < D; d++) acc[d] = (rescale ? acc[d] * ms : acc[d]) + v[d] * vs;
+}
+#endif
+
+static void mad_scalar(float *acc, const float *v, float ms, int rescale, float vs, int D, int f16) {
+    for (int d = 0; d < D; d++) {
+        float a = rescale ? acc[d] * ms : acc[d];
+        if (f16 && rescale) a = round_f16(a);
+        a = fmaf(v[d], vs, a);
+        acc[d] = f16 ? round_f16(a) : a;
+    }
+}
+
+/* one query row of one head: flash_attn_ext_f16_one_chunk over keys [0, n) */
+static void flash_row(const struct kv_args *a, const float *q, const float *k, const float *v, int n, float *acc,
+                      float *o) {
+    const int D = a->D, vec = vector_ok(), f16_v = a->v_type == KV_F16;
+    float M = -INFINITY, S = 0.0f;
+    memset(acc, 0, sizeof(float) * (size_t)D);
+    for (int j = 0; j < n; j++) {
+        const float *kj = k + j * a->k_pos, *vj = v + j * a->v_pos;
+#if KV_X86
+        float s = (vec ? dot_vec(q, kj, D) : dot(q, kj, D)) * a->scale;
+#else
+        float s = dot(q, kj, D) * a->scale;
+#endif
+        float ms = 1.0f, vs = 1.0f;
+        int rescale = 0;
+        if (s > M) {
+            const float old = M;
+            M = s;
+            ms = expf(old - M);
+            rescale = 1;
+        } else {
+            vs = expf(s - M);
+        }
+#if KV_X86
+        if (vec) {
+            if (f16_v) mad_f16(acc, vj, ms, rescale, vs, D);
+            else mad_f32(acc, vj, ms, rescale, vs, D);
+        } else
+#endif
+            mad_scalar(acc, vj, ms, rescale, vs, D, f16_v);
+        S = S * ms + vs;
+    }
+    const float inv = S == 0.0f ? 0.0f : 1.0f / S;
+    for (int d = 0; d < D; d++) o[d] = acc[d] * inv;
+}
+
+/* one query row of one head without flash attention: scores, softmax (ggml_soft_max's, sums in double), the
+ * probabilities rounded to V's type, then their products with the values summed in f32 */
+static void plain_row(const struct kv_args *a, const float *q, const float *k, const float *v, int n, float *p,
+                      float *o) {
+    const int D = a->D;
+    float mx = -INFINITY;
+    for (int j = 0; j < n; j++) {
+#if KV_X86
+        p[j] = (vector_ok() ? dot_vec(q, k + j * a->k_pos, D) : dot(q, k + j * a->k_pos, D)) * a->scale;
+#else
+        p[j] = dot(q, k + j * a->k_pos, D) * a->scale;
+#endif
+        mx = p[j] > mx ? p[j] : mx;
+    }
+    double sum = 0.0;
+    for (int j = 0; j < n; j++) sum += (double)(p[j] = expf(p[j] - mx));
+    const float inv = (float)(1.0 / sum);
+    for (int j = 0; j < n; j++) p[j] *= inv;
+    mlxcel_round_kv(p, n, a->v_type);
+    memset(o, 0, sizeof(float) * (size_t)D);
+    for (int j = 0; j < n; j++) {
+        const float *vj = v + j * a->v_pos;
+        for (int d = 0; d < D; d++) o[d] = fmaf(p[j], vj[d], o[d]);
+    }
+}
+
+static void kv_head(void *ctx, int task) {
+    struct kv_args *a = ctx;
+    const int b = task / a->H, h = task % a->H, group = a->H / a->Hkv, D = a->D;
+    const int first = a->first ? a->first[b] : 0;
+    const float *kh = a->k + b * a->k_seq + (h / group) * a->k_head + first * a->k_pos;
+    const float *vh = a->v + b * a->v_seq + (h / group) * a->v_head + first * a->v_pos;
+    const int keys = a->T - first;
+    float *scratch = mlxcel_thread_floats(BUFFER_SCORES, (size_t)2 * D + (size_t)(keys > 0 ? keys : 1));
+    if (!scratch) { a->failed = 1; return; }
+    float *qr = scratch, *acc = scratch + D, *p = acc + D;
+    for (int i = 0; i < a->L; i++) {
+        float *o = a->out + (((size_t)b * a->L + i) * a->H + h) * D;
+        const int seen = a->T - a->L + i + 1 - first;
+        if (seen <= 0) { memset(o, 0, sizeof(float) * (size_t)D); continue; } /* a padding query: zeros */
+        memcpy(qr, a->q + b * a->q_seq + h * a->q_head + i * a->q_pos, sizeof(float) * (size_t)D);
+        mlxcel_round_kv(qr, D, a->k_type); /* Q converted to K's vec_dot type */
+        if (a->flash) flash_row(a, qr, kh, vh, seen, acc, o);
+        else plain_row(a, qr, kh, vh, seen, p, o);
+    }
+}
+
+/* mlxcel_attention's arguments and result, computed as ggml-cpu computes them over a cache of k_type keys and
+ * v_type values (KV_F32, KV_F16, KV_BF16; the caches already hold values of those types), with flash attention
+ * on or off, for queries that came in a ubatch of `ubatch` rows. Returns 0, or -1 when out of memory. */
+int mlxcel_attention_kv(const float *q, long q_seq, long q_head, long q_pos, const float *k, long k_seq, long k_head,
+                        long k_pos, const float *v, long v_seq, long v_head, long v_pos, int B, int H, int Hkv, int L,
+                        int T, int D, float scale, const int *first, float *out, int k_type, int v_type, int flash,
+                        int ubatch) {
+    const int f32 = k_type == KV_F32 && v_type == KV_F32;
+    const int tiled = flash && k_type == v_type && k_type != KV_BF16 && ubatch >= FA_TILE_Q;
+    if (f32 || tiled)
+        return mlxcel_attention(q, q_seq, q_head, q_pos, k, k_seq, k_head, k_pos, v, v_seq, v_head, v_pos, B, H, Hkv,
+                                L, T, D, scale, first, out);
+    struct kv_args a = {q, k, v, q_seq, q_head, q_pos, k_seq, k_head, k_pos, v_seq, v_head, v_pos,
+                        H, Hkv, L, T, D, k_type, v_type, flash, scale, first, out, 0};
+    mlxcel_pool_run(kv_head, &a, B * H, 1);
+    return a.failed ? -1 : 0;
+}

@@ -1,0 +1,90 @@
+"""-ctk/-ctv f32|f16|bf16 and -fa (server/models/kv_numerics.py, server/native/attention_ggml.c): the cache's
+values rounded as ggml writes them, and attention rounding what ggml-cpu's one_chunk flash attention and its
+plain mul_mat path round, checked against a NumPy transcription of ggml's loops."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from server import cpu_kernels
+from server.cli.args import build_parser
+from server.cli.classify import refusals
+from server.cli.main import kv_numerics
+from server.models.kv_numerics import KVNumerics, round_to
+
+pytestmark = pytest.mark.skipif(not cpu_kernels.available(), reason="mlxcel's CPU kernels are not loaded")
+
+SCALE = 0.125
+
+
+def _f16(x):
+    return np.asarray(x, np.float32).astype(np.float16).astype(np.float32)
+
+
+def _one_chunk(q, k, v):
+    """ggml_compute_forward_flash_attn_ext_f16_one_chunk for one row over f16 K and V."""
+    qh, acc, m, s = _f16(q), np.zeros(q.shape[-1], np.float32), -np.inf, np.float32(0)
+    for kj, vj in zip(k, v):
+        score = np.float32(np.dot(qh.astype(np.float64), kj.astype(np.float64))) * np.float32(SCALE)
+        ms = vs = np.float32(1)
+        if score > m:
+            ms, m = np.float32(np.exp(np.float32(m - score))), score
+            acc = _f16(acc * ms)
+        else:
+            vs = np.float32(np.exp(np.float32(score - m)))
+        acc = _f16((acc.astype(np.float64) + vj.astype(np.float64) * vs).astype(np.float32))
+        s = s * ms + vs
+    return acc * (np.float32(1) / s)
+
+
+def _plain(q, k, v):
+    """mul_mat(K, f16(Q)), soft_max, mul_mat(V, f16(P)): the non-flash path over f16 K and V."""
+    scores = (k.astype(np.float64) @ _f16(q).astype(np.float64)).astype(np.float32) * np.float32(SCALE)
+    e = np.exp(scores - scores.max()).astype(np.float32)
+    p = _f16(e * np.float32(1.0 / e.astype(np.float64).sum()))
+    return (p.astype(np.float64) @ v.astype(np.float64)).astype(np.float32)
+
+
+def _inputs(keys=37, heads=3):
+    rng = np.random.default_rng(7)
+    q = (rng.standard_normal((1, heads, 1, 64)) * 3).astype(np.float32)
+    k = _f16(rng.standard_normal((1, 1, keys, 64)))
+    v = _f16(rng.standard_normal((1, 1, keys, 64)))
+    return q, k, v
+
+
+@pytest.mark.parametrize("flash,emulate", [(True, _one_chunk), (False, _plain)])
+def test_attention_over_an_f16_cache_rounds_where_ggml_rounds(flash, emulate):
+    q, k, v = _inputs()
+    out = np.array(cpu_kernels.attention(mx.array(q), mx.array(k), mx.array(v), SCALE, None,
+                                         KVNumerics("f16", "f16", flash)))
+    exact = np.array(cpu_kernels.attention(mx.array(q), mx.array(k), mx.array(v), SCALE))
+    for h in range(q.shape[1]):
+        want = emulate(q[0, h, 0], k[0, 0], v[0, 0])
+        assert np.abs(out[0, h, 0] - want).max() < 1e-6  # f32 summation order only
+        assert np.abs(exact[0, h, 0] - want).max() > 1e-5  # (the f32 attention is measurably not that)
+
+
+def test_cache_values_round_to_nearest_even_as_ggml_writes_them():
+    halfway = np.float32(1 + 2 ** -11)  # between two f16 values: to the even one
+    x = mx.array(np.array([halfway, -halfway, 1e-8, 65519.0, np.float32(1 + 2 ** -8)], np.float32))
+    assert np.array(round_to(x, "f16")).tolist() == [1.0, -1.0, _f16(1e-8).item(), 65504.0, 1.00390625]
+    assert np.array(round_to(x, "bf16")).tolist()[4] == 1.0  # 1 + 2^-8 is bf16's halfway: to even
+    assert np.array(round_to(x, "f32")).tolist() == np.array(x).tolist()
+
+
+def parse_args(argv: list[str]):
+    return build_parser("mlxcel-server").parse_args(argv)
+
+
+def test_flags_map_to_the_cache_types_with_b10621s_defaults():
+    assert kv_numerics(parse_args([])) == KVNumerics("f16", "f16", True)  # -fa auto: on, as on b10621's CPU
+    assert kv_numerics(parse_args(["-fa", "off", "-ctk", "f32", "-ctv", "f32"])) == KVNumerics("f32", "f32", False)
+    assert kv_numerics(parse_args(["-ctk", "bf16", "-fa", "on"])) == KVNumerics("bf16", "f16", True)
+    assert kv_numerics(parse_args(["-ctkd", "f32"]), draft=True) == KVNumerics("f32", "f16", True)
+    assert refusals(parse_args(["-ctk", "f32", "-ctv", "bf16"]).given) == []
+    assert refusals(parse_args(["-ctv", "q8_0"]).given) == [
+        "error: -ctv q8_0: mlxcel stores the KV cache as f32, f16 or bf16; the quantized cache types are not "
+        "implemented; pass f32, f16 or bf16, or leave it out"]
