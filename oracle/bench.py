@@ -10,7 +10,9 @@ and as the mlxcel/reference ratio of medians (> 1: mlxcel better). `mlx_lm.serve
 (with the same BLAS) is a second anchor for the one-stream and aggregate decode. A second pair then runs with
 speculative decoding (the Q4_1 twin drafting for the target, --spec-type draft-simple): one-stream greedy
 decode with and without the draft, each server's speedup over itself and the ratio between the two. Nothing
-here asserts a speed.
+here asserts a speed. The JSON (default reports/bench/<date>-<commit>.json) keeps every repetition's figures
+with the commit, CPU, load average and BLAS; oracle/bench_table.py turns it into docs/cpu-speed.md's table
+(`--table` does that too). `--twin` takes several twins (one JSON), `--figures` some groups of figures.
 """
 
 from __future__ import annotations
