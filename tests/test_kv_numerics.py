@@ -67,6 +67,15 @@ def test_attention_over_an_f16_cache_rounds_where_ggml_rounds(flash, emulate):
         assert np.abs(exact[0, h, 0] - want).max() > 1e-5  # (the f32 attention is measurably not that)
 
 
+def test_flash_attention_over_an_f32_cache_reads_it_cast_to_f16_as_b10621():
+    q, k, v = _inputs()
+    k, v = k + np.float32(1e-4), v - np.float32(1e-4)  # f32 values between f16 ones
+    out = np.array(cpu_kernels.attention(mx.array(q), mx.array(k), mx.array(v), SCALE, None,
+                                         KVNumerics("f32", "f32", True)))
+    for h in range(q.shape[1]):
+        assert np.abs(out[0, h, 0] - _one_chunk(q[0, h, 0], _f16(k[0, 0]), _f16(v[0, 0]))).max() < 1e-6
+
+
 def test_cache_values_round_to_nearest_even_as_ggml_writes_them():
     halfway = np.float32(1 + 2 ** -11)  # between two f16 values: to the even one
     x = mx.array(np.array([halfway, -halfway, 1e-8, 65519.0, np.float32(1 + 2 ** -8)], np.float32))

@@ -31,8 +31,8 @@ class KVNumerics:
 
     @property
     def exact(self) -> bool:
-        """f32 keys and values: every attention mode is f32 math."""
-        return self.k_type == "f32" and self.v_type == "f32"
+        """f32 keys and values without flash attention: f32 math (b10621's flash attention casts them to f16)."""
+        return self.k_type == "f32" and self.v_type == "f32" and not self.flash
 
     def codes(self) -> tuple[int, int, int]:
         return TYPES[self.k_type], TYPES[self.v_type], int(self.flash)

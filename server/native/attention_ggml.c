@@ -11,7 +11,8 @@
  *   mlxcel_attention's.
  * - no flash attention: mul_mat(K, Q) with Q converted to K's vec_dot type, softmax in f32, then mul_mat(V, P)
  *   with the probabilities converted to V's type.
- * Over an f32 cache every mode is f32 math: mlxcel_attention's. (Past 512 keys a decode step of b10621 splits
+ * Over an f32 cache without flash attention: f32 math, mlxcel_attention's; with it b10621 casts K and V to
+ * f16 first, and so do these loops as they read them. (Past 512 keys a decode step of b10621 splits
  * the keys over its threads and adds the parts in f32; here the keys stay in one part.) */
 #include <math.h>
 #include <stdint.h>
@@ -90,7 +91,7 @@ void mlxcel_round_kv(float *x, long n, int type) {
 struct kv_args {
     const float *q, *k, *v;
     long q_seq, q_head, q_pos, k_seq, k_head, k_pos, v_seq, v_head, v_pos;
-    int H, Hkv, L, T, D, k_type, v_type, flash;
+    int H, Hkv, L, T, D, k_type, v_type, flash, cast; /* cast: K (1), V (2) f32, rounded to f16 as read */
     float scale;
     const int *first;
     float *out;
@@ -159,8 +160,11 @@ static void flash_row(const struct kv_args *a, const float *q, const float *k, c
     const int D = a->D, vec = vector_ok(), f16_v = a->v_type == KV_F16;
     float M = -INFINITY, S = 0.0f;
     memset(acc, 0, sizeof(float) * (size_t)D);
+    float *kc = acc + D, *vc = kc + D; /* a cast key and value */
     for (int j = 0; j < n; j++) {
         const float *kj = k + j * a->k_pos, *vj = v + j * a->v_pos;
+        if (a->cast & 1) { memcpy(kc, kj, sizeof(float) * (size_t)D); mlxcel_round_kv(kc, D, KV_F16); kj = kc; }
+        if (a->cast & 2) { memcpy(vc, vj, sizeof(float) * (size_t)D); mlxcel_round_kv(vc, D, KV_F16); vj = vc; }
 #if KV_X86
         float s = (vec ? dot_vec(q, kj, D) : dot(q, kj, D)) * a->scale;
 #else
@@ -222,9 +226,9 @@ static void kv_head(void *ctx, int task) {
     const float *kh = a->k + b * a->k_seq + (h / group) * a->k_head + first * a->k_pos;
     const float *vh = a->v + b * a->v_seq + (h / group) * a->v_head + first * a->v_pos;
     const int keys = a->T - first;
-    float *scratch = mlxcel_thread_floats(BUFFER_SCORES, (size_t)2 * D + (size_t)(keys > 0 ? keys : 1));
+    float *scratch = mlxcel_thread_floats(BUFFER_SCORES, (size_t)4 * D + (size_t)(keys > 0 ? keys : 1));
     if (!scratch) { a->failed = 1; return; }
-    float *qr = scratch, *acc = scratch + D, *p = acc + D;
+    float *qr = scratch, *acc = scratch + D, *p = acc + 3 * D; /* acc: the sums, then flash_row's cast key, value */
     for (int i = 0; i < a->L; i++) {
         float *o = a->out + (((size_t)b * a->L + i) * a->H + h) * D;
         const int seen = a->T - a->L + i + 1 - first;
@@ -243,13 +247,17 @@ int mlxcel_attention_kv(const float *q, long q_seq, long q_head, long q_pos, con
                         long k_pos, const float *v, long v_seq, long v_head, long v_pos, int B, int H, int Hkv, int L,
                         int T, int D, float scale, const int *first, float *out, int k_type, int v_type, int flash,
                         int ubatch) {
-    const int f32 = k_type == KV_F32 && v_type == KV_F32;
+    int cast = 0; /* b10621's build_attn_mha casts an f32 K or V to f16 for flash attention */
+    if (flash && k_type == KV_F32) k_type = KV_F16, cast |= 1;
+    if (flash && v_type == KV_F32) v_type = KV_F16, cast |= 2;
+    const int f32 = !flash && k_type == KV_F32 && v_type == KV_F32;
+    /* (the tiled path over a cast cache reads f16 values; here it reads the f32 ones: f32 rounding apart) */
     const int tiled = flash && k_type == v_type && k_type != KV_BF16 && ubatch >= FA_TILE_Q;
     if (f32 || tiled)
         return mlxcel_attention(q, q_seq, q_head, q_pos, k, k_seq, k_head, k_pos, v, v_seq, v_head, v_pos, B, H, Hkv,
                                 L, T, D, scale, first, out);
     struct kv_args a = {q, k, v, q_seq, q_head, q_pos, k_seq, k_head, k_pos, v_seq, v_head, v_pos,
-                        H, Hkv, L, T, D, k_type, v_type, flash, scale, first, out, 0};
+                        H, Hkv, L, T, D, k_type, v_type, flash, cast, scale, first, out, 0};
     mlxcel_pool_run(kv_head, &a, B * H, 1);
     return a.failed ? -1 : 0;
 }
