@@ -803,7 +803,9 @@ class Engine:
         run: _Running = seq.payload
         if run.cache is not None or self._batch is None:
             return
-        i = next(i for i, s in enumerate(self._batch_rows) if s is seq)
+        i = next((i for i, s in enumerate(self._batch_rows) if s is seq), None)
+        if i is None:  # never decoded in the batch (a child released before its copy)
+            return
         run.cache = self.runner.batch_extract(self._batch, i)
         self._batch_rows[i] = None
 
