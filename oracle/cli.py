@@ -200,3 +200,7 @@ def main(argv: list[str] | None = None) -> None:
     except ReferenceBuildError as exc:
         print(f"mlxcel-oracle: {exc}", file=sys.stderr)
         sys.exit(2)
+
+
+if __name__ == "__main__":  # python -m oracle.cli
+    main()

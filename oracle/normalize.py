@@ -39,7 +39,7 @@ class Approx:
 
 # the clocks and rates in a `timings` object; its counts (prompt_n, cache_n, predicted_n, draft_n, ...) are not
 CLOCK_KEYS = ("prompt_ms", "prompt_per_token_ms", "prompt_per_second", "predicted_ms", "predicted_per_token_ms",
-              "predicted_per_second")
+              "predicted_per_second", "save_ms", "restore_ms")  # the last two: a slot action's
 
 REGISTRY: dict[str, Normalization] = {n.name: n for n in (
     Normalization("clocks", tuple(f"{at}.timings.{k}" for at in ("$", "$[*]") for k in CLOCK_KEYS),
