@@ -184,14 +184,15 @@ def corpus_servers(request):
             p.cleanup()
         current.update(key=None, urls=None, procs=[])
 
-    def get(twin_kind: str, args: tuple[str, ...], with_reference: bool = True, state: str | None = None):
+    def get(twin_kind: str, args: tuple[str, ...], with_reference: bool = True, state: str | None = None,
+            store: bool = False):
         key = (state or (twin_kind, args), with_reference)
         if current["key"] != key:
             stop()
             if twin_kind != ROUTER:
                 request.getfixturevalue(f"twin_{twin_kind}")  # built once per session
             binary = request.getfixturevalue("reference_binary") if with_reference else None
-            ref, mine = server_pair(twin_kind, args, binary, with_reference=with_reference)
+            ref, mine = server_pair(twin_kind, args, binary, with_reference=with_reference, store=store)
             both = [mine] if ref is None else [mine, ref]
             current["started"] += 1
             if reporter is not None:  # which server state the cases now running need, among how many

@@ -33,7 +33,8 @@ def test_corpus_case(case, request):
     state = STATE_OF[case.name]
     if state != SHARED:  # flags of its own, or fresh: the pair of its server state
         live = reference_live(state, STATE_RECORDED[state])
-        mlxcel_url, reference_url = request.getfixturevalue("corpus_servers")(case.twin, case.args, live, state)
+        mlxcel_url, reference_url = request.getfixturevalue("corpus_servers")(case.twin, case.args, live, state,
+                                                                                 case.store)
     else:
         mlxcel_url = request.getfixturevalue(f"mlxcel_{case.twin}").base_url
         live = reference_live(case.name, is_current(case.name, case.request))

@@ -66,10 +66,10 @@ def _run_corpus(live: bool, only: str | None = None, missing: bool = False) -> t
 
         twin, extra = mine[0].twin, mine[0].args if key != SHARED else shared_args()
         if live:
-            with Pair(twin, extra) as pair:
+            with Pair(twin, extra, store=mine[0].store) as pair:
                 results = [run_case(c, pair.mlxcel.base_url, pair.reference.base_url, key == SHARED) for c in mine]
         else:
-            with server_pair(twin, extra, with_reference=False)[1] as srv:
+            with server_pair(twin, extra, with_reference=False, store=mine[0].store)[1] as srv:
                 results = [run_case(c, srv.base_url, None, key == SHARED) for c in mine]
         for r in results:
             ok, why = r.meets_expectation()

@@ -6,7 +6,8 @@ A case: {"entries": [manifest ids], "twin": "q4_1"|"f32", "request": {method, pa
 "setup": [requests] sent to both servers before the compared one (their answers are not compared), and
 "judge": GROUP for a generating case judged by the decided-position rule (oracle/judge.py) instead of byte for
 byte, and "fresh": true for a case whose answer depends on everything its server did since it started (counters, the
-slot registry): it runs first on a pair of its own state, never after another case (`server_states`).
+slot registry): it runs first on a pair of its own state, never after another case (`server_states`), and
+"store": true for a router case whose servers start with a downloaded model in their stores (a state of its own).
 `expect` pins what the oracle sees today, so a change in either direction fails until the case and the
 manifest entry are flipped together.
 """
@@ -38,6 +39,7 @@ class Case:
     args: tuple[str, ...] = ()
     setup: tuple[OracleRequest | float, ...] = ()
     fresh: bool = False
+    store: bool = False  # router mode: each server's fresh store holds a downloaded model (fixtures/router.py)
     judge: str | None = None  # a generating case judged by the decided-position rule (oracle/judge.py): its group
 
     @property
@@ -81,6 +83,7 @@ def load_case(path: Path) -> Case:
         # a setup step {"wait_s": N} waits N seconds (idle-sleep cases), anything else is a request
         setup=tuple(float(r["wait_s"]) if "wait_s" in r else OracleRequest.from_dict(r) for r in data.get("setup", [])),
         fresh=bool(data.get("fresh", False)),
+        store=bool(data.get("store", False)),
         judge=data.get("judge"),
     )
 
@@ -96,11 +99,12 @@ def server_states(cases: list[Case]) -> list[tuple[str, list[Case]]]:
     """The server states the cases need, in run order, each with its cases in run order: the shared pairs'
     cases first (state SHARED), then one fresh pair per (twin, flags), its fresh case first and the others in
     name order; a second fresh case of the same flags gets a pair of its own."""
-    shared = [c for c in cases if not c.args and not c.fresh]
+    shared = [c for c in cases if not c.args and not c.fresh and not c.store]
     out: list[tuple[str, list[Case]]] = [(SHARED, sorted(shared, key=lambda c: (c.twin, c.name)))] if shared else []
     groups: dict[str, list[Case]] = {}
-    for c in sorted((c for c in cases if c.args or c.fresh), key=lambda c: (c.twin, c.args, not c.fresh, c.name)):
-        key = f"{c.twin} {json.dumps(c.args)}"
+    for c in sorted((c for c in cases if c.args or c.fresh or c.store),
+                    key=lambda c: (c.twin, c.args, c.store, not c.fresh, c.name)):
+        key = f"{c.twin} {json.dumps(c.args)}" + (" store" if c.store else "")
         if c.fresh and key in groups:  # its flags' pair already served a case: this one needs its own
             key = f"{key} fresh:{c.name}"
         groups.setdefault(key, []).append(c)

@@ -190,10 +190,12 @@ ROUTER = "router"  # a case's "twin" for router mode: both servers without -m
 
 
 def server_pair(twin_kind: str, args: tuple[str, ...], binary: Path | None = None,
-                with_reference: bool = True, pinned: bool = True) -> tuple[ServerProcess | None, ServerProcess]:
+                with_reference: bool = True, pinned: bool = True,
+                store: bool = False) -> tuple[ServerProcess | None, ServerProcess]:
     """(reference, mlxcel) for a case: on a twin with the common alias, or in router mode with the case's flags
     alone; the reference is None without with_reference (an offline run against recordings). On an F32 twin
-    both get F32_NUMERICS after the case's flags unless pinned is False (b10621's defaults then)."""
+    both get F32_NUMERICS after the case's flags unless pinned is False (b10621's defaults then). store: in router
+    mode each side starts with a downloaded model in its own fresh store (fixtures/router.py, lay_out_store)."""
     from fixtures.twins import twin
 
     from .reference import build_reference
@@ -201,6 +203,11 @@ def server_pair(twin_kind: str, args: tuple[str, ...], binary: Path | None = Non
     if twin_kind == ROUTER:
         mine = mlxcel_server(None, list(args))
         ref = reference_server(binary or build_reference(), None, list(args)) if with_reference else None
+        if store:
+            from fixtures.router import lay_out_store
+
+            for sp in (mine, ref) if ref is not None else (mine,):
+                sp.env.update(lay_out_store(sp.name, sp.workdir))
         return ref, mine
     t = twin(twin_kind)
     both = [*COMMON_ARGS, *args, *(F32_NUMERICS if pinned and twin_kind.startswith("f32") else ())]
@@ -238,8 +245,9 @@ class Pair:
     pinned is False.
     """
 
-    def __init__(self, twin_kind: str, args: tuple[str, ...] = (), binary: Path | None = None, pinned: bool = True):
-        self.reference, self.mlxcel = server_pair(twin_kind, args, binary, pinned=pinned)
+    def __init__(self, twin_kind: str, args: tuple[str, ...] = (), binary: Path | None = None, pinned: bool = True,
+                 store: bool = False):
+        self.reference, self.mlxcel = server_pair(twin_kind, args, binary, pinned=pinned, store=store)
 
     def __enter__(self) -> "Pair":
         try:

@@ -155,18 +155,19 @@ def test_server_states_group_cases_by_the_state_they_need():
 
     req = OracleRequest.from_dict({"method": "GET", "path": "/health"})
 
-    def case(name, args=(), fresh=False, twin="f32"):
-        return Case(name, ("GET /health",), twin, req, (), True, (), tuple(args), (), fresh)
+    def case(name, args=(), fresh=False, twin="f32", store=False):
+        return Case(name, ("GET /health",), twin, req, (), True, (), tuple(args), (), fresh, store)
 
     states = server_states([case("b", ["-np", "1"]), case("a", ["-np", "1"]), case("z", ["-np", "1"], fresh=True),
                             case("y", ["-np", "1"], fresh=True), case("s"), case("r", twin="q4_1"),
-                            case("f", fresh=True)])
+                            case("f", fresh=True), case("d", ["-np", "1"], store=True)])
     keys = [k for k, _ in states]
     names = [[c.name for c in cs] for _, cs in states]
     assert keys[0] == SHARED and names[0] == ["s", "r"]  # by twin (f32, q4_1), then name
     assert ["y", "a", "b"] in names and ["z"] in names  # y: first fresh, ahead of the rest; z: its own pair
     assert ["f"] in names  # a fresh case without flags leaves the shared pair
-    assert len(states) == 4 and len(set(keys)) == 4
+    assert ["d"] in names  # a store case: servers whose stores hold a model, never a store-less pair
+    assert len(states) == 5 and len(set(keys)) == 5
 
 
 def test_the_corpus_needs_one_pair_per_server_state():
@@ -174,7 +175,7 @@ def test_the_corpus_needs_one_pair_per_server_state():
 
     states = server_states(load_corpus())
     own = [cs for k, cs in states if k != SHARED]
-    assert all(len({(c.twin, c.args) for c in cs}) == 1 for cs in own)
+    assert all(len({(c.twin, c.args, c.store) for c in cs}) == 1 for cs in own)
     assert all(not any(c.fresh for c in cs[1:]) for cs in own)  # a fresh case is never second on a pair
 
 
