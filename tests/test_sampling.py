@@ -233,7 +233,8 @@ def _combine_as_written(pieces: list[bytes], p: list[float], alive: list[bool]) 
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.text("ab ", max_size=3), st.floats(0.015625, 1.0, width=32)), min_size=1, max_size=12))
+@given(st.lists(st.tuples(st.text("ab ", max_size=3), st.floats(0.015625, 1.0, width=32)),
+                min_size=1, max_size=12))
 def test_infill_prefix_merge_matches_the_pairwise_loop(rows):
     pieces = [t.encode() for t, _ in rows]
     p = np.array([x for _, x in rows], np.float32)

@@ -169,7 +169,7 @@ class Engine:
         self.eog_ids = eog_ids
         self.piece = piece  # (token id, render special tokens) -> the bytes b10621 adds to the generated text
         self.grammar_vocab = grammar_vocab  # server.grammar.constraint.GrammarVocab, for requests with a grammar
-        self.end_token = end_token  # token_eot(), else token_eos(): the infill sampler's fallback (asked lazily)
+        self.end_token = end_token  # token_eot(), else token_eos(): the infill sampler's fallback (lazily)
         self.info = EngineInfo(model_path=str(checkpoint), n_slots=config.n_slots)
         self.ready = threading.Event()
         self.load_error: str | None = None
