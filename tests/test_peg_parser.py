@@ -9,6 +9,7 @@ the two agree on ASCII input.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 
 import pytest
@@ -865,6 +866,15 @@ def test_unordered_map_order_matches_libstdcxx() -> None:
     assert unordered_map_order(["holder", "a-x"]) == ["a-x", "holder"]
     keys = [f"tool-{i}" for i in range(20)]
     assert unordered_map_order(keys) == CXX_ORDER_TOOL_20
+
+
+def test_unordered_map_order_of_a_vocabulary_sized_map_matches_libstdcxx() -> None:
+    # a vocabulary's token_to_id (the EOT search): 20000 keys, bucket counts past 4349; the digest of the
+    # order a GCC 12 std::unordered_map<std::string, int> printed, one key a line
+    order = unordered_map_order([f"tok{i}" for i in range(20000)])
+    assert order[:3] == ["tok19997", "tok19996", "tok19994"]
+    digest = hashlib.sha256(("\n".join(order) + "\n").encode()).hexdigest()
+    assert digest == "43c1e66e1f0086cce7a9bf5bb8e35c57385406898899dda940031cbdf5191b89"
 
 
 # --- builder: operators, ids, flattening, rules ------------------------------------------------------

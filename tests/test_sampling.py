@@ -8,7 +8,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from server.engine.rng import MT19937, canonical_double, canonical_float, discrete
-from server.engine.sampling import Candidates, Chain, MinP, TopK, TopP, draws_the_argmax, temp_impl
+from server.engine.sampling import (
+    Candidates,
+    Chain,
+    Infill,
+    InfillVocab,
+    MinP,
+    TopK,
+    TopP,
+    draws_the_argmax,
+    temp_impl,
+)
 from server.engine.types import SamplingParams
 
 
@@ -165,3 +175,71 @@ def test_what_keeps_a_request_on_the_chain():
                    SamplingParams(temperature=0.0, samplers=("top_k",)),
                    SamplingParams(temperature=0.0, samplers=("top_k", "temperature", "adaptive_p"))):
         assert draws_the_argmax(params) is None, params
+
+
+# the infill sampler (llama_sampler_infill_apply) on hand-made candidates: token -> piece, 14 and 16 EOG
+_PIECES = {10: b" the", 11: b" th", 12: b" a", 13: b" an", 15: b" b", 20: b"x", 21: b"y", 22: b"z", 23: b"w",
+           24: b"v", 14: b"", 16: b""}
+_VOCAB = InfillVocab(frozenset({14, 16}), lambda t: _PIECES.get(t, b""), 14)
+
+
+def _infill(probs: dict[int, float]) -> Candidates:
+    ids = np.array(list(probs), np.int32)
+    cur = Candidates(ids, np.log(np.array(list(probs.values()), np.float32)), np.zeros(len(ids), np.float32))
+    Infill(_VOCAB).apply(cur)
+    return cur
+
+
+def test_infill_merges_prefixes_then_applies_both_thresholds():
+    cur = _infill({12: 0.21, 10: 0.30, 13: 0.04, 11: 0.25, 15: 0.19, 14: 0.01})
+    # " th" joins " the" (0.55), " an" joins " a" (0.25); " b" (0.19) fails 0.2; " a" (0.25 / 0.81) fails 1/3
+    assert cur.ids.tolist() == [10, 14]
+    assert cur.logits[0] == np.float32(np.log(np.float32(0.30)))  # the survivor keeps its own logit
+    p55 = np.float32(np.float32(0.30) + np.float32(0.25))
+    assert abs(cur.p[0] / cur.p[1] - p55 / np.float32(0.01)) < 1e-3 and abs(cur.p.sum() - 1) < 1e-6
+
+
+def test_infill_keeps_only_the_eog_tokens_when_they_are_likely_enough():
+    cur = _infill({20: 0.6, 21: 0.3, 16: 0.05, 14: 0.05})  # 3 * 0.1 * 4 > 0.9
+    assert sorted(cur.ids.tolist()) == [14, 16] and np.allclose(cur.p, 0.5)
+    # below it the text stays (0.3 / 0.902 then fails 1/3), and so do the EOG tokens, whatever their share
+    assert _infill({20: 0.6, 21: 0.3, 16: 0.001, 14: 0.001}).ids.tolist() == [20, 16, 14]
+
+
+def test_infill_falls_back_to_the_end_token_when_no_text_token_reaches_the_threshold():
+    cur = _infill({20: 0.19, 21: 0.19, 22: 0.19, 23: 0.19, 24: 0.19, 16: 0.001})
+    assert cur.ids.tolist() == [14] and cur.logits.tolist() == [1.0]
+    params = SamplingParams(seed=3, samplers=("top_k", "infill", "temperature"), top_k=40)
+    chain = Chain(params, 30, _VOCAB)
+    logits = np.full(30, -np.inf, np.float32)
+    logits[[20, 21, 22, 23, 24, 25]] = 0  # 1/6 each: none reaches 0.2
+    assert chain.sample(logits) == 14
+
+
+def _combine_as_written(pieces: list[bytes], p: list[float], alive: list[bool]) -> tuple[list, list[bool]]:
+    """b10621's double loop over every pair, literally."""
+    p = [np.float32(x) for x in p]
+    for i0 in range(len(p)):
+        for i1 in range(len(p)):
+            if not alive[i0]:
+                break
+            if i0 == i1 or not alive[i1]:
+                continue
+            if pieces[i0] and pieces[i1].startswith(pieces[i0]):
+                dst, src = (i1, i0) if p[i1] > p[i0] else (i0, i1)
+                p[dst] = np.float32(p[dst] + p[src])
+                p[src], alive[src] = np.float32(0), False
+    return p, alive
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.text("ab ", max_size=3), st.floats(0.015625, 1.0, width=32)),
+                min_size=1, max_size=12))
+def test_infill_prefix_merge_matches_the_pairwise_loop(rows):
+    pieces = [t.encode() for t, _ in rows]
+    p = np.array([x for _, x in rows], np.float32)
+    cur = Candidates(np.arange(len(rows), dtype=np.int32), np.zeros(len(rows), np.float32), p.copy())
+    Infill(InfillVocab(frozenset(), lambda t: pieces[t], None))._combine(cur)
+    want, alive = _combine_as_written(pieces, p.tolist(), [True] * len(rows))
+    assert cur.p.tolist() == [float(x) for x in want]
+    assert (cur.logits != -np.inf).tolist() == alive

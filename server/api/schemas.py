@@ -56,7 +56,7 @@ ACTED_ON: tuple[str, ...] = (
     "reasoning_budget_end_tags",
     "reasoning_budget_message",
     "reasoning_control",
-    # the sampler chain (the infill sampler is not acted on yet)
+    # the sampler chain
     "seed",
     "temperature",
     "dynatemp_range",
@@ -108,7 +108,6 @@ class NativeCompletionRequest:
         known = also_acted_on or frozenset()
         ignored = sorted(k for k in body
                          if k not in ACTED_ON and k not in _QUIET and k not in known and body[k] is not None)
-        ignored += [f"samplers: {n}" for n in params.samplers if n == "infill"]
         if ignored:  # never silently: b10621 would act on these
             log.warning("%s: mlxcel does not act on the request field(s) %s yet", route, ", ".join(ignored))
         return cls(prompt=body["prompt"], params=params)

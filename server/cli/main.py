@@ -90,7 +90,8 @@ def build_state(args, prog: str, auth, cors, vertex):
                                                  control_vectors=control_vectors,
                                                  control_vector_layers=layers, draft=draft,
                                                  ngram_simple=ngram_simple, kv=kv_numerics(args)),
-                        eog_ids=tokenizer.eog_ids, piece=tokenizer.piece)
+                        eog_ids=tokenizer.eog_ids, piece=tokenizer.piece,
+                        end_token=lambda: tokenizer.eos_id if tokenizer.eot_id is None else tokenizer.eot_id)
         if any(g.option in ("--pooling", "--embd-normalize") for g in args.given):
             log.warning("--pooling and --embd-normalize shape embeddings only: without --embeddings they change "
                         "nothing")

@@ -29,7 +29,7 @@ from .metrics import ServerMetrics
 from .prompt_cache import PromptCache, Reuse, Slot, State, choose_slot, plan_reuse
 from .provenance import DECODE, Provenance, chunk_kind, exact_start
 from .reasoning_budget import ReasoningBudget, accept_generated, grammar_should_apply
-from .sampling import Chain, GrammarDeadEnd, draws_the_argmax, pre_probs, sample_constrained
+from .sampling import Chain, GrammarDeadEnd, InfillVocab, draws_the_argmax, pre_probs, sample_constrained
 from .scheduler import Scheduler, Sequence
 from .speculative import DraftConfig, Drafter, NgramSimple, Speculator, draft_max
 from .stopping import TextStream
@@ -162,12 +162,14 @@ class EngineConfig:
 
 class Engine:
     def __init__(self, checkpoint: Path, config: EngineConfig = EngineConfig(), eog_ids: frozenset[int] = frozenset(),
-                 piece: Callable[[int, bool], bytes] = lambda _t, _s: b"", grammar_vocab=None):
+                 piece: Callable[[int, bool], bytes] = lambda _t, _s: b"", grammar_vocab=None,
+                 end_token: Callable[[], int | None] = lambda: None):
         self.checkpoint = checkpoint
         self.config = config
         self.eog_ids = eog_ids
         self.piece = piece  # (token id, render special tokens) -> the bytes b10621 adds to the generated text
         self.grammar_vocab = grammar_vocab  # server.grammar.constraint.GrammarVocab, for requests with a grammar
+        self.end_token = end_token  # token_eot(), else token_eos(): the infill sampler's fallback (lazily)
         self.info = EngineInfo(model_path=str(checkpoint), n_slots=config.n_slots)
         self.ready = threading.Event()
         self.load_error: str | None = None
@@ -996,7 +998,9 @@ class Engine:
             token = self.runner.greedy(run.logits, run.argmax)
         else:
             if run.chain is None:  # b10621's init_sampler(): the prompt's tokens are its first history
-                run.chain = Chain(req.sampling, self.runner.n_vocab)
+                infill = InfillVocab(self.eog_ids, lambda t: self.piece(t, False), self.end_token()) \
+                    if "infill" in req.sampling.samplers else None
+                run.chain = Chain(req.sampling, self.runner.n_vocab, infill)
                 for t in seq.prompt:
                     run.chain.accept(t)
                 if req.grammar is not None:  # the prompt is not fed to it (is_generated = false)

@@ -9,6 +9,8 @@ upstream, because the order of the candidates decides which token a uniform draw
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -380,6 +382,85 @@ class TempExt(Sampler):
         cur.p = (p.astype(np.float32) / np.cumsum(p)[-1]).astype(np.float32)
 
 
+@dataclass(frozen=True)
+class InfillVocab:
+    """What b10621's infill sampler asks of the vocabulary: is_eog, token_to_piece(special=false) and the
+    token its fallback emits (token_eot(), else token_eos())."""
+
+    eog: frozenset[int]
+    piece: Callable[[int], bytes]
+    end: int | None
+
+
+@dataclass
+class Infill(Sampler):
+    """llama_sampler_infill_apply: end the fill when end-of-generation is likely enough, merge each token
+    into a more probable one whose text it starts or extends, then keep the tokens above two thresholds."""
+
+    vocab: InfillVocab
+
+    def apply(self, cur: Candidates) -> None:
+        cur.softmax(True)
+        eog = np.isin(cur.ids, np.fromiter(self.vocab.eog, dtype=np.int32, count=len(self.vocab.eog)))
+        p_eog, p_txt = _fsum(cur.p[eog]), _fsum(cur.p[~eog])
+        if F32(F32(3 * p_eog) * F32(cur.size)) > p_txt:  # p_txt / p_eog too low: the EOG tokens alone
+            keep = np.flatnonzero(eog)
+            p = cur.p[keep] / _fsum(cur.p[keep])
+            cur.keep(keep)
+            cur.p = p.astype(np.float32)
+            return
+        self._combine(cur)
+        # the first threshold; the EOG tokens stay whatever their probability
+        keep = np.flatnonzero(eog | (cur.p >= F32(0.2)))
+        n_non_eog = int(np.count_nonzero(~eog[keep]))
+        if n_non_eog == 0:  # one candidate: EOT (else EOS), logit 1, in the first slot with its probability
+            first = keep[0] if len(keep) else 0
+            if self.vocab.end is None:
+                raise RuntimeError("the infill sampler needs an EOT or EOS token")
+            cur.keep(np.array([first]))
+            cur.ids[0], cur.logits[0] = self.vocab.end, F32(1)
+            return
+        self._renormalize(cur, keep)
+        keep = np.flatnonzero(np.isin(cur.ids, list(self.vocab.eog)) | (cur.p >= F32(1.0 / (n_non_eog + 1))))
+        self._renormalize(cur, keep)
+
+    @staticmethod
+    def _renormalize(cur: Candidates, keep: np.ndarray) -> None:
+        p = cur.p[keep] / _fsum(cur.p[keep])
+        cur.keep(keep)
+        cur.p = p.astype(np.float32)
+
+    def _combine(self, cur: Candidates) -> None:
+        """For i0 then i1 in candidate order, a live i0 whose non-empty piece starts live i1's piece merges
+        the two into the more probable (i0 on a tie): that one adds the other's probability, the other gets
+        logit -inf and p 0. Only the pairs that match do anything, so each i0 visits the candidates whose
+        pieces extend its own (a run of the pieces in byte order) rather than all of them."""
+        pieces = [self.vocab.piece(int(t)) for t in cur.ids]
+        by_text = sorted(range(cur.size), key=pieces.__getitem__)
+        texts = [pieces[i] for i in by_text]
+        alive = (cur.logits != NEG_INF).tolist()
+        p = cur.p
+        for i0 in range(cur.size):
+            head = pieces[i0]
+            if not alive[i0] or not head:
+                continue
+            k = bisect_left(texts, head)
+            ext = []
+            while k < len(texts) and texts[k].startswith(head):
+                if by_text[k] != i0:
+                    ext.append(by_text[k])
+                k += 1
+            for i1 in sorted(ext):
+                if not alive[i0]:
+                    break
+                if not alive[i1]:
+                    continue
+                dst, src = (i1, i0) if p[i1] > p[i0] else (i0, i1)
+                p[dst] = F32(p[dst] + p[src])
+                cur.logits[src], p[src] = NEG_INF, F32(0)
+                alive[src] = False
+
+
 @dataclass
 class AdaptiveP(Sampler):
     """adaptive-p: reshapes the distribution around a target probability steered by an EMA of the chosen
@@ -512,7 +593,7 @@ def draws_the_argmax(s: SamplingParams) -> tuple[int, ...] | None:
         return None
     keeps_the_best = {
         "penalties": not _penalties_on(s), "dry": not _dry_on(s), "top_n_sigma": True, "top_k": True,
-        "typ_p": F32(s.typical_p) >= 1, "top_p": True, "min_p": True, "infill": True,
+        "typ_p": F32(s.typical_p) >= 1, "top_p": True, "min_p": True, "infill": False,  # (EOT, EOG-only)
         "xtc": F32(s.xtc_probability) <= 0 or F32(s.xtc_threshold) > F32(0.5),
     }
     before = s.samplers[:s.samplers.index("temperature")]  # those after it see one candidate
@@ -524,7 +605,7 @@ def draws_the_argmax(s: SamplingParams) -> tuple[int, ...] | None:
 class Chain:
     """common_sampler: the logit bias, then the samplers in order and a final draw (or Mirostat)."""
 
-    def __init__(self, params: SamplingParams, n_vocab: int):
+    def __init__(self, params: SamplingParams, n_vocab: int, infill: InfillVocab | None = None):
         f = F32
         s = params
         self.samplers: list[Sampler] = []
@@ -545,7 +626,7 @@ class Chain:
                 "min_p": lambda: MinP(f(s.min_p), s.min_keep),
                 "xtc": lambda: XTC(f(s.xtc_probability), f(s.xtc_threshold), s.min_keep, s.seed),
                 "temperature": lambda: TempExt(f(s.temperature), f(s.dynatemp_range), f(s.dynatemp_exponent)),
-                "infill": lambda: None,
+                "infill": lambda: Infill(infill or InfillVocab(frozenset(), lambda _t: b"", None)),
                 "adaptive_p": lambda: None,  # it replaces the final draw, below
             }
             for name in s.samplers:

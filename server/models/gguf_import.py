@@ -133,6 +133,7 @@ def read_vocab(reader) -> GGUFVocab:
         chat_template=_field(reader, "tokenizer.chat_template"),
         fim_declared={k: int(v) for k in ("pre", "suf", "mid", "pad", "rep", "sep")
                       if (v := _field(reader, f"tokenizer.ggml.fim_{k}_token_id")) is not None},
+        eot_declared=opt_int("tokenizer.ggml.eot_token_id"),
     )
 
 

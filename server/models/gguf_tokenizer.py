@@ -36,6 +36,7 @@ class GGUFVocab:
     add_eos: bool
     chat_template: str | None
     fim_declared: dict[str, int] = field(default_factory=dict)  # tokenizer.ggml.fim_*_token_id
+    eot_declared: int | None = None  # tokenizer.ggml.eot_token_id
 
     def fim_ids(self) -> dict[str, int]:
         """The FIM tokens llama-vocab.cpp finds: declared in the GGUF, else by their spelling."""
@@ -129,6 +130,8 @@ def tokenizer_config(vocab: GGUFVocab) -> dict:
         "gguf_eog_token_ids": vocab.eog_ids(),
         "gguf_fim_token_ids": vocab.fim_ids(),
     }
+    if vocab.eot_declared is not None:
+        cfg["gguf_eot_token_id"] = vocab.eot_declared
     if vocab.chat_template is not None:
         cfg["chat_template"] = vocab.chat_template
     return cfg

@@ -20,6 +20,15 @@ EOG_TEXTS = frozenset(
     }
 )
 
+# The EOT token's spellings, unless the GGUF names it (tokenizer.ggml.eot_token_id): the first of these that
+# llama-vocab.cpp's walk of its token_to_id (an unordered_map, so in libstdc++'s order) meets
+EOT_TEXTS = frozenset(
+    {
+        "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>", "<EOT>",
+        "_<EOT>", "[EOT]", "<｜end▁of▁sentence｜>", "<end_of_utterance>",
+    }
+)
+
 # FIM tokens by their spellings (first found wins), unless the GGUF names them (tokenizer.ggml.fim_*_token_id)
 FIM_TEXTS: dict[str, frozenset[str]] = {
     "pre": frozenset({"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>",

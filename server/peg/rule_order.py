@@ -17,7 +17,8 @@ _MASK = (1 << 64) - 1
 _MUL = (0xC6A4A793 << 32) + 0x5BD1E995
 _SEED = 0xC70F6907
 
-# the first entries of libstdc++'s __prime_list, read from GCC 12's libstdc++.so
+# the first entries of libstdc++'s __prime_list (to 2^24: a vocabulary's token_to_id), read from GCC 12's
+# libstdc++.so
 _PRIMES = [
     2,
     3,
@@ -99,6 +100,111 @@ _PRIMES = [
     3739,
     4027,
     4349,
+    4703,
+    5087,
+    5503,
+    5953,
+    6427,
+    6949,
+    7517,
+    8123,
+    8783,
+    9497,
+    10273,
+    11113,
+    12011,
+    12983,
+    14033,
+    15173,
+    16411,
+    17749,
+    19183,
+    20753,
+    22447,
+    24281,
+    26267,
+    28411,
+    30727,
+    33223,
+    35933,
+    38873,
+    42043,
+    45481,
+    49201,
+    53201,
+    57557,
+    62233,
+    67307,
+    72817,
+    78779,
+    85229,
+    92203,
+    99733,
+    107897,
+    116731,
+    126271,
+    136607,
+    147793,
+    159871,
+    172933,
+    187091,
+    202409,
+    218971,
+    236897,
+    256279,
+    277261,
+    299951,
+    324503,
+    351061,
+    379787,
+    410857,
+    444487,
+    480881,
+    520241,
+    562841,
+    608903,
+    658753,
+    712697,
+    771049,
+    834181,
+    902483,
+    976369,
+    1056323,
+    1142821,
+    1236397,
+    1337629,
+    1447153,
+    1565659,
+    1693859,
+    1832561,
+    1982627,
+    2144977,
+    2320627,
+    2510653,
+    2716249,
+    2938679,
+    3179303,
+    3439651,
+    3721303,
+    4026031,
+    4355707,
+    4712381,
+    5098259,
+    5515729,
+    5967347,
+    6456007,
+    6984629,
+    7556579,
+    8175383,
+    8844859,
+    9569143,
+    10352717,
+    11200489,
+    12117689,
+    13109983,
+    14183539,
+    15345007,
+    16601593,
 ]
 _FAST_BUCKETS = [2, 2, 2, 3, 5, 5, 7, 7, 11, 11, 11, 11, 13, 13]
 
@@ -132,32 +238,45 @@ def _next_bucket_count(n: int) -> int:
     return _PRIMES[index]
 
 
-def _link(order: list[tuple[str, int]], key: str, code: int, bucket_count: int) -> None:
-    bucket = code % bucket_count
-    for i, (_, other) in enumerate(order):
-        if other % bucket_count == bucket:
-            order.insert(i, (key, code))
-            return
-    order.insert(0, (key, code))
+class _Order:
+    """The node list as runs of buckets: the bucket made non-empty last comes first, and in a bucket's run
+    the node linked last comes first (so both are kept in arrival order and read backwards)."""
+
+    def __init__(self, bucket_count: int):
+        self.bucket_count = bucket_count
+        self.buckets: list[int] = []
+        self.runs: dict[int, list[tuple[str, int]]] = {}
+
+    def link(self, key: str, code: int) -> None:
+        bucket = code % self.bucket_count
+        run = self.runs.get(bucket)
+        if run is None:
+            self.buckets.append(bucket)
+            self.runs[bucket] = run = []
+        run.append((key, code))
+
+    def nodes(self) -> list[tuple[str, int]]:
+        return [node for b in reversed(self.buckets) for node in reversed(self.runs[b])]
 
 
 def unordered_map_order(keys: Iterable[str]) -> list[str]:
     """The iteration order of a map into which the distinct `keys` were inserted in this order."""
-    bucket_count, next_resize = 1, 0
-    order: list[tuple[str, int]] = []
+    bucket_count, next_resize, size = 1, 0, 0
+    order = _Order(bucket_count)
     for key in keys:
-        wanted = len(order) + 1
+        wanted = size + 1
         if wanted > next_resize:
             # no buckets allocated yet (next_resize == 0): start from at least 11
             min_buckets = max(wanted, 0 if next_resize else 11)
             if min_buckets >= bucket_count:
                 bucket_count = _next_bucket_count(max(min_buckets + 1, bucket_count * 2))
                 next_resize = bucket_count  # max_load_factor is 1
-                rehashed: list[tuple[str, int]] = []
-                for old_key, code in order:
-                    _link(rehashed, old_key, code, bucket_count)
+                rehashed = _Order(bucket_count)  # the old list relinked node by node, in its order
+                for old_key, code in order.nodes():
+                    rehashed.link(old_key, code)
                 order = rehashed
             else:
                 next_resize = bucket_count
-        _link(order, key, string_hash(key), bucket_count)
-    return [key for key, _ in order]
+        order.link(key, string_hash(key))
+        size += 1
+    return [key for key, _ in order.nodes()]
