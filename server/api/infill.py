@@ -96,4 +96,4 @@ async def infill(request: Request):
     body["prompt"] = format_infill(tok, prefix, suffix, extra, prompt_tokens, state.settings.n_batch,
                                    state.settings.base_params.n_predict, state.engine.info.n_ctx,
                                    state.settings.spm_infill)
-    return await complete(state, body)
+    return await complete(state, body, infill=True)

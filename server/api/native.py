@@ -247,7 +247,8 @@ def sampling_params(p: TaskParams, tok=None) -> SamplingParams:
 
 
 def _generation_request(p: TaskParams, tokens: list[int], base: TaskParams, tok=None,
-                        grammar: GrammarSpec | None = None, cmpl_id: str = "") -> GenerationRequest:
+                        grammar: GrammarSpec | None = None, cmpl_id: str = "",
+                        completion_task: bool = True) -> GenerationRequest:
     # the per-request limit takes priority over the server's (--predict), which an explicit -1 falls back to
     n_predict = p.n_predict if p.n_predict != -1 else base.n_predict
     return GenerationRequest(prompt_tokens=tuple(tokens), n_predict=n_predict, ignore_eos=p.ignore_eos,
@@ -260,7 +261,7 @@ def _generation_request(p: TaskParams, tokens: list[int], base: TaskParams, tok=
                              reasoning_control=p.reasoning_control, cmpl_id=cmpl_id,
                              lora=tuple(p.lora.items()) or None,
                              n_probs=max(p.n_probs, 0), post_sampling_probs=p.post_sampling_probs,
-                             params_echo=generation_settings(p, only_metrics=True))
+                             params_echo=generation_settings(p, only_metrics=True), completion_task=completion_task)
 
 
 def _child_params(p: TaskParams, j: int) -> TaskParams:
@@ -292,7 +293,7 @@ def _check_lora(state, p: TaskParams) -> None:
 
 
 def _start_tasks(state, p: TaskParams, prompts: list[list[int]], id_slot: int | None,
-                 grammar: GrammarSpec | None = None, cmpl_id: str = "") -> list[_Task]:
+                 grammar: GrammarSpec | None = None, cmpl_id: str = "", infill: bool = False) -> list[_Task]:
     _check_prompts(state, prompts)
     _check_lora(state, p)
     tasks: list[_Task] = []
@@ -303,7 +304,8 @@ def _start_tasks(state, p: TaskParams, prompts: list[list[int]], id_slot: int | 
                 t.final = FinalEvent("none", 0, 0, 0, 0, 0, False, 0.0, 0.0)
         else:
             base = state.settings.base_params
-            requests = [_generation_request(t.params, tokens, base, state.tokenizer, grammar, cmpl_id) for t in group]
+            requests = [_generation_request(t.params, tokens, base, state.tokenizer, grammar, cmpl_id, not infill)
+                        for t in group]
             requests[0] = dataclasses.replace(requests[0], id_slot=id_slot)  # children cannot choose their slot
             handles = state.engine.submit_group(requests)
             for t, h in zip(group, handles):
@@ -339,7 +341,7 @@ async def completion(request: Request):
 
 
 async def complete(state, body: dict, shape: Shape = NATIVE, acted_on: frozenset[str] | None = None,
-                   route: str = "/completion"):
+                   route: str = "/completion", infill: bool = False):
     """handle_completions_impl(): the answer to a completion body (JSON, or an SSE stream) in `shape`."""
     n_slots = state.engine.info.n_slots
     req = NativeCompletionRequest.parse(body, n_slots, state.tokenizer, state.settings.base_params, acted_on, route)
@@ -349,7 +351,7 @@ async def complete(state, body: dict, shape: Shape = NATIVE, acted_on: frozenset
     grammar = await _grammar(state, req.params, prompts)
     if req.params.chat_parser and shape is NATIVE:
         shape = _with_chat_parser(shape, req.params)
-    tasks = _start_tasks(state, req.params, prompts, id_slot, grammar, shape.cmpl_id)
+    tasks = _start_tasks(state, req.params, prompts, id_slot, grammar, shape.cmpl_id, infill)
     if req.params.stream:
         return await _start_stream(state, req.params, tasks, shape)
     try:

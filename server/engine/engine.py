@@ -476,7 +476,7 @@ class Engine:
                 s.processing = i != seq.slot and self._sched.slots[i] is not None
             _, run.update_cache = choose_slot(self.slot_kv, seq.prompt, seq.slot, self.config.slot_similarity)
         cache = self.prompt_cache
-        if run.update_cache and cache is not None:
+        if run.update_cache and cache is not None and run.request.completion_task:
             cache.save(slot.state)
             loaded = cache.load(slot.state, seq.prompt, key)
             if loaded is not None:

@@ -90,6 +90,9 @@ class GenerationRequest:
     # the request's lora field as (id, scale) pairs; None (or empty, as b10621 reads an empty list): the
     # server's scales when the request is admitted
     lora: tuple[tuple[int, float], ...] | None = None
+    # b10621's get_available_slot saves and loads the host-memory prompt cache for completion tasks only, not
+    # for infill (server-context.cpp: "cache prompts only for completion tasks")
+    completion_task: bool = True
 
 
 @dataclass(frozen=True)
