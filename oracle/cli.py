@@ -12,7 +12,7 @@ from .corpus import CORPUS_DIR, REPO_ROOT, load_case, load_corpus
 from .diff import diff_exchanges
 from .evidence import evidence_dir, load_records, verify
 from .exchange import OracleRequest, send
-from .processes import Pair
+from .processes import NoiseFloorPair, Pair
 from .reference import ReferenceBuildError, build_reference
 from .transcripts import RECORD_ENV
 
@@ -132,7 +132,10 @@ def cmd_trace(args: argparse.Namespace) -> int:
     worst, disagreements = 0.0, 0
     out = []
     config = "b10621's defaults" if args.defaults or args.twin != "f32" else "f32 KV, -fa off"
-    with Pair(args.twin, tuple(args.server_arg or ()), pinned=not args.defaults) as pair:
+    pair_kind = NoiseFloorPair if args.noise_floor else Pair
+    if args.noise_floor:
+        config += "; mlxcel against mlxcel with MLXCEL_CPU_KERNELS=0 in the reference's place"
+    with pair_kind(args.twin, tuple(args.server_arg or ()), pinned=not args.defaults) as pair:
         for p in prompts:
             t = trace(pair.reference.base_url, pair.mlxcel.base_url, p, args.twin, args.n_predict,
                       threshold=args.threshold)
@@ -191,6 +194,9 @@ def main(argv: list[str] | None = None) -> None:
     t.add_argument("--json", help="write the per-position traces here")
     t.add_argument("--defaults", action="store_true", help="both servers at b10621's defaults (f16 KV, -fa auto) "
                    "on the F32 twin too, not the pinned f32 configuration")
+    t.add_argument("--noise-floor", action="store_true", help="no reference: a second mlxcel whose float32 sums "
+                   "run in another order (its kernels off, OpenBLAS) stands in for it, to measure how far two "
+                   "float32-close implementations part in that configuration")
     t.add_argument("--server-arg", action="append", help="a flag both servers get (repeat for each word), e.g. "
                    "--server-arg=--rope-scaling --server-arg=yarn")
     t.set_defaults(func=cmd_trace)

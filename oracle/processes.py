@@ -261,3 +261,19 @@ class Pair:
     def __exit__(self, *exc) -> None:
         self.mlxcel.cleanup()
         self.reference.cleanup()
+
+
+class NoiseFloorPair(Pair):
+    """Pair's shape with no reference: mlxcel twice on the same twin and flags, the second with its CPU kernels
+    off (MLXCEL_CPU_KERNELS=0: every product through OpenBLAS, float32 sums in another order). Their logit
+    traces measure how far two float32-close implementations part in a configuration (`mlxcel-oracle trace
+    --noise-floor`): the floor under which no comparison with b10621 can go without its exact arithmetic."""
+
+    def __init__(self, twin_kind: str, args: tuple[str, ...] = (), binary: Path | None = None, pinned: bool = True,
+                 store: bool = False):
+        from fixtures.twins import twin
+
+        both = [*COMMON_ARGS, *args, *(F32_NUMERICS if pinned and twin_kind.startswith("f32") else ())]
+        self.mlxcel = mlxcel_server(twin(twin_kind).mlx_model, both)
+        self.reference = mlxcel_server(twin(twin_kind).mlx_model, both)
+        self.reference.env["MLXCEL_CPU_KERNELS"] = "0"

@@ -19,6 +19,7 @@ class FakeHub:
         self.wrong_sha: set[str] = set()
         self.ranges: list[tuple[str, str | None]] = []  # (file, Range header) of every file request
         self.auth: list[tuple[str, str | None]] = []  # ("api" or the file, Authorization header) of every request
+        self.requests: list[tuple[str, str | None]] = []  # (path, Authorization header) of every request
         hub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -29,6 +30,7 @@ class FakeHub:
                 path = unquote(urlparse(self.path).path)
                 m = re.fullmatch(r"/api/models/([^/]+/[^/]+)/revision/main", path)
                 hub.auth.append(("api" if m else path.rsplit("/", 1)[-1], self.headers.get("Authorization")))
+                hub.requests.append((path, self.headers.get("Authorization")))
                 if m:
                     return self._listing(m.group(1))
                 m = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path)

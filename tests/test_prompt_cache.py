@@ -92,3 +92,16 @@ def test_a_hit_resumes_where_a_cold_run_computes_the_same_numbers():
     assert exact_start(short, 9, 8, 512, 16) == 8  # a repeated 9-token prompt: few-row as cold
     assert exact_start(short, 40, 19, 512, 16) == 0  # generated positions came from decode steps
     assert exact_start(None, 40, 19, 512, 16) == 0  # after a context shift or moved chunks: all recomputed
+
+
+def test_a_state_counts_the_bytes_b10621s_state_seq_size_gives_it():
+    from server.engine.state_size import state_bytes
+
+    layers = [(192, 192)] * 30  # SmolLM2-135M: 3 KV heads of 64
+    # per token: pos, n_seq_id, seq id (12) + 30 layers x 192 keys and 192 values x 2 bytes (f16)
+    assert state_bytes(18, layers, "f16", "f16", 1) - state_bytes(17, layers, "f16", "f16", 1) == 12 + 30 * 768
+    # the f16 cache is about half the f32 one (b10621's default against mlxcel's float32 buffers)
+    assert 0.49 < state_bytes(100, layers, "f16", "f16", 1) / state_bytes(100, layers, "f32", "f32", 1) < 0.51
+    # stream count, cell count per stream; an empty sequence writes nothing else
+    assert state_bytes(0, layers, "f16", "f16", 4) == 4 + 4 * 4
+    assert state_bytes(1, layers, "f16", "bf16", 1) == 8 + 12 + 8 + 30 * (12 + 384 + 12 + 384)

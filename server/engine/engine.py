@@ -543,8 +543,18 @@ class Engine:
         if run.made is not None and not run.shifted:
             made = run.made.copy()
             made.add(seq.n_prefilled, len(tokens), DECODE)  # the generated tokens, decode steps' positions
-        snap, nbytes = self.runner.snapshot(run.cache, len(tokens))
+        snap, nbytes = self._snapshot(run.cache, len(tokens))
         slot.state = State(tokens, snap, nbytes, _lora_key(run.lora), made)
+
+    def _snapshot(self, cache: list, n: int) -> tuple[list, int]:
+        """A slot's state and the bytes b10621's --cache-ram counts for it: the target's and the draft
+        model's KV state (server_slot::prompt_save), streams as its KV cache has them."""
+        n_stream = 1 if self.config.kv_unified else self.config.n_slots
+        snap, nbytes = self.runner.snapshot(cache, n, n_stream)
+        for source in self.drafter.sources if self.drafter is not None else ():
+            if isinstance(source, Drafter):
+                nbytes += source.runner.state_bytes(None, n, n_stream)
+        return snap, nbytes
 
     def _records_hold(self) -> None:
         """The idle slots' registry entries hold what their slots hold (a load or a clear changes it)."""
@@ -669,7 +679,7 @@ class Engine:
             end = min(start + ub, len(tokens))
             self.runner.prefill(cache, tokens[start:end])
             made.add(start, end, chunk_kind(end - start, self._few_rows()))
-        snap, nbytes = self.runner.snapshot(cache, len(tokens))
+        snap, nbytes = self._snapshot(cache, len(tokens))
         self.slot_kv[slot].state = State(tuple(tokens), snap, nbytes, (), made)
 
     def _score(self, req: ScoreRequest, handle: Handle) -> None:

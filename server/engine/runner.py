@@ -12,6 +12,7 @@ from ..models.decode_step import MAX_ROWS, DecodeStep
 from ..models.kv_numerics import KVNumerics
 from ..models.loader import LoadedModel
 from ..models.prefill_step import PrefillStep
+from .state_size import state_bytes
 
 
 def _trunk_and_head(model):
@@ -28,6 +29,7 @@ class Runner:
     def __init__(self, loaded: LoadedModel, n_batch: int = 2048, kv: KVNumerics | None = None):
         self.loaded = loaded
         self.n_batch = n_batch
+        self.kv = kv  # None: a float32 cache
         if kv is not None:  # before the native steps are built: they take the model's
             kv_numerics.apply(loaded.model, kv)
         self._split = _trunk_and_head(loaded.model)
@@ -43,12 +45,23 @@ class Runner:
     def new_cache(self) -> list:
         return make_prompt_cache(self.loaded.model)
 
-    @staticmethod
-    def snapshot(cache: list, n: int) -> tuple[list, int]:
-        """The first n positions of every layer's keys and values, evaluated, and their size in bytes."""
+    def snapshot(self, cache: list, n: int, n_stream: int = 1) -> tuple[list, int]:
+        """The first n positions of every layer's keys and values, evaluated, and the size b10621 gives such a
+        state (its cache types' bytes, server/engine/state_size.py; mlxcel's buffers are float32)."""
         snap = [(c.keys[..., :n, :], c.values[..., :n, :]) for c in cache]
         mx.eval(snap)
-        return snap, sum(k.nbytes + v.nbytes for k, v in snap)
+        return snap, self.state_bytes(snap, n, n_stream)
+
+    def state_bytes(self, snap: list | None, n: int, n_stream: int = 1) -> int:
+        """snap: a snapshot's arrays, whose shapes give each layer's widths (None: the model's arguments)."""
+        kv = self.kv or KVNumerics()
+        if snap is not None:
+            layers = [(k.shape[-3] * k.shape[-1], v.shape[-3] * v.shape[-1]) for k, v in snap]
+        else:
+            a = self.loaded.model.args
+            width = a.num_key_value_heads * (getattr(a, "head_dim", None) or a.hidden_size // a.num_attention_heads)
+            layers = [(width, width)] * a.num_hidden_layers
+        return state_bytes(n, layers, kv.k_type, kv.v_type, n_stream)
 
     def restore(self, snap: list, n: int) -> list:
         cache = self.new_cache()
