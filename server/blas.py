@@ -36,7 +36,8 @@ CORETYPE_ENV = "OPENBLAS_CORETYPE"  # OpenBLAS's own (the scipy-openblas build's
 ROW_STABLE_CORE = "Sandybridge"
 KERNELS_ENV = "MLXCEL_CPU_KERNELS"  # "0": without mlxcel's CPU kernels
 KERNELS_DIR = os.path.join(os.path.dirname(__file__), "native")
-KERNELS_SOURCES = ("cpu_kernels.c", "decode_step.c", "prefill_step.c", "encoder_ggml.c", "attention_ggml.c")  # one shared object
+KERNELS_SOURCES = ("cpu_kernels.c", "decode_step.c", "prefill_step.c", "encoder_ggml.c", "attention_ggml.c",
+                   "ggml_order.c")  # one shared object
 KERNELS_HEADERS = ("cpu_kernels.h", "step_model.h")
 X86 = platform.machine() in ("x86_64", "AMD64")
 FAST_GFLOPS = 10.0  # the reference BLAS measures ~2.5, OpenBLAS on two cores ~150
@@ -295,7 +296,10 @@ def _build_kernels() -> str:
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         target = os.path.join(tmp, out.name)
         sources = [os.path.join(KERNELS_DIR, name) for name in KERNELS_SOURCES]
-        command = [compiler, "-O3", "-shared", "-fPIC", "-o", target, *sources, "-ldl", "-lm", "-lpthread"]
+        # -ffp-contract=off: a multiply-add is fused only where the code says so (fmaf, the intrinsics), as the
+        # roundings ggml-cpu does are reproduced one by one
+        command = [compiler, "-O3", "-ffp-contract=off", "-shared", "-fPIC", "-o", target, *sources, "-ldl", "-lm",
+                   "-lpthread"]
         subprocess.run(command, check=True, capture_output=True, timeout=120)
         os.replace(target, out)
     return str(out)

@@ -15,6 +15,7 @@ biases, a scaled rope, a float type other than float32, weights not in the kerne
 from __future__ import annotations
 
 import ctypes
+import logging
 import weakref
 
 import mlx.core as mx
@@ -53,6 +54,33 @@ def _layer_weights(layer) -> list[mx.array] | None:
             layer.post_attention_layernorm.weight, mlp.gate_up_proj.weight_t, mlp.down_proj.weight_t]
 
 
+GGML_ORDER_ENV = "MLXCEL_GGML_ORDER"
+
+
+def _ggml_order_weights(native, model, layer_weights: list[list[mx.array]], dims: list[int]) -> list[mx.array] | None:
+    """The products' weights out x in (qkv, o, gate|up, down per layer, then the head), for products summed in
+    ggml-cpu's order (native/ggml_order.c): a float32 model's activations are then bitwise what b10621's AVX2
+    build computes, and its float16 KV cache rounds what b10621's rounds. None where that order does not apply:
+    weights read through a quantized twin (b10621 quantizes the activations there), shapes tinyBLAS leaves to
+    another order (K not a multiple of 8, a weight's rows not a multiple of 4), no AVX2, or $MLXCEL_GGML_ORDER=0.
+    Costs a second copy of those weights (kept float32, as ggml keeps them)."""
+    import os
+
+    if os.environ.get(GGML_ORDER_ENV, "1") == "0" or not native.mlxcel_has_avx2():
+        return None
+    if any(native.mlxcel_has_quant_twin(ctypes.c_void_p(pointer(w))) for ws in layer_weights for w in ws):
+        return None
+    layers, hidden, heads, kv_heads, head_dim, inter, vocab = dims[:7]
+    if any(k % 32 for k in (hidden, heads * head_dim, inter)) or any(
+            n % 4 for n in (hidden, heads * head_dim, kv_heads * head_dim, inter, vocab)):
+        return None
+    out = [mx.contiguous(w.T) for ws in layer_weights for w in (ws[1], ws[2], ws[4], ws[5])]
+    if not model.args.tie_word_embeddings:
+        out.append(mx.contiguous(model.lm_head.weight_t.T))
+    mx.eval(out)
+    return out
+
+
 class DecodeStep:
     """The native decode step for one loaded model (use `build`)."""
 
@@ -68,6 +96,10 @@ class DecodeStep:
         self.handle = _VOID_P(handle)
         weakref.finalize(self, native.mlxcel_step_model_free, self.handle)
         self.layers, self.kv_heads, self.head_dim, self.vocab = dims[0], dims[3], dims[4], dims[6]
+        self.ggml_order = bool(dims[13])
+        logging.getLogger("mlxcel").info(
+            "native decode step: products summed %s", "in ggml-cpu's order (float32 weights: activations as "
+            "b10621's)" if self.ggml_order else "in mlxcel's order")
 
     @classmethod
     def build(cls, model: nn.Module) -> DecodeStep | None:
@@ -114,7 +146,9 @@ class DecodeStep:
             return None
         _, base, scale, attn_scale, yarn = ropes.pop()
         mx.eval(weights)
-        return cls(dims, [norms.pop(), base, scale, attn_scale, *yarn], weights)
+        order = _ggml_order_weights(native, model, layer_weights, dims)
+        dims.append(int(order is not None))
+        return cls(dims, [norms.pop(), base, scale, attn_scale, *yarn], weights + (order or []))
 
     def grow(self, cache, index: int, rows: int, positions: int = 1) -> None:
         """Room for `positions` more at index in a layer's buffer (rows sequences), as mlx-lm's update_and_fetch

@@ -92,6 +92,7 @@ struct kv_args {
     const float *q, *k, *v;
     long q_seq, q_head, q_pos, k_seq, k_head, k_pos, v_seq, v_head, v_pos;
     int H, Hkv, L, T, D, k_type, v_type, flash, cast; /* cast: K (1), V (2) f32, rounded to f16 as read */
+    int ggml_dims; /* dot products over a head in ggml's element order (a llama GGUF's interleaved pairs) */
     float scale;
     const int *first;
     float *out;
@@ -115,6 +116,24 @@ F16C static float dot_vec(const float *a, const float *b, int D) {
     float r = _mm_cvtss_f32(s);
     for (; d < D; d++) r = fmaf(a[d], b[d], r);
     return r;
+}
+
+/* ggml_vec_dot_f16 (AVX2: four accumulators of 8 lanes over 32 elements a step, then x0 + x2, x1 + x3, their
+ * sum, its halves added and two horizontal adds; leftovers added in double) over values already f16-rounded */
+F16C static float dot_ggml_f16(const float *a, const float *b, int D) {
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    const int np = D & ~31;
+    for (int i = 0; i < np; i += 32)
+        for (int j = 0; j < 4; j++)
+            acc[j] = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8 * j), _mm256_loadu_ps(b + i + 8 * j), acc[j]);
+    acc[0] = _mm256_add_ps(acc[0], acc[2]);
+    acc[1] = _mm256_add_ps(acc[1], acc[3]);
+    acc[0] = _mm256_add_ps(acc[0], acc[1]);
+    const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(acc[0]), _mm256_extractf128_ps(acc[0], 1));
+    const __m128 t1 = _mm_hadd_ps(t0, t0);
+    double sum = _mm_cvtss_f32(_mm_hadd_ps(t1, t1));
+    for (int i = np; i < D; i++) sum += (double)(a[i] * b[i]);
+    return (float)sum;
 }
 
 /* acc = f16(acc * ms) where ms != 1, then acc = f16(fma(v, vs, acc)): ggml_vec_scale_f16, ggml_vec_mad_f16 */
@@ -154,19 +173,32 @@ static void mad_scalar(float *acc, const float *v, float ms, int rescale, float 
     }
 }
 
+/* a head's values in ggml's element order: a llama GGUF's q and k rows interleave the rotary pairs (element 2i
+ * is mlxcel's i, 2i + 1 its i + D/2: convert_hf_to_gguf's permute) */
+static void to_ggml_dims(const float *x, float *out, int D) {
+    const int half = D / 2;
+    for (int i = 0; i < half; i++) out[2 * i] = x[i], out[2 * i + 1] = x[i + half];
+}
+
 /* one query row of one head: flash_attn_ext_f16_one_chunk over keys [0, n) */
 static void flash_row(const struct kv_args *a, const float *q, const float *k, const float *v, int n, float *acc,
                       float *o) {
     const int D = a->D, vec = vector_ok(), f16_v = a->v_type == KV_F16;
     float M = -INFINITY, S = 0.0f;
     memset(acc, 0, sizeof(float) * (size_t)D);
-    float *kc = acc + D, *vc = kc + D; /* a cast key and value */
+    float *kc = acc + D, *vc = kc + D, *kg = vc + D; /* a cast key and value; a key in ggml's order */
     for (int j = 0; j < n; j++) {
         const float *kj = k + j * a->k_pos, *vj = v + j * a->v_pos;
         if (a->cast & 1) { memcpy(kc, kj, sizeof(float) * (size_t)D); mlxcel_round_kv(kc, D, KV_F16); kj = kc; }
         if (a->cast & 2) { memcpy(vc, vj, sizeof(float) * (size_t)D); mlxcel_round_kv(vc, D, KV_F16); vj = vc; }
 #if KV_X86
-        float s = (vec ? dot_vec(q, kj, D) : dot(q, kj, D)) * a->scale;
+        float s;
+        if (vec && a->ggml_dims && a->k_type == KV_F16) {
+            to_ggml_dims(kj, kg, D);
+            s = dot_ggml_f16(q, kg, D) * a->scale;
+        } else {
+            s = (vec ? dot_vec(q, kj, D) : dot(q, kj, D)) * a->scale;
+        }
 #else
         float s = dot(q, kj, D) * a->scale;
 #endif
@@ -187,7 +219,7 @@ static void flash_row(const struct kv_args *a, const float *q, const float *k, c
         } else
 #endif
             mad_scalar(acc, vj, ms, rescale, vs, D, f16_v);
-        S = S * ms + vs;
+        S = fmaf(S, ms, vs); /* (b10621's build contracts S*ms + vs into one fused multiply-add) */
     }
     const float inv = S == 0.0f ? 0.0f : 1.0f / S;
     for (int d = 0; d < D; d++) o[d] = acc[d] * inv;
@@ -226,15 +258,17 @@ static void kv_head(void *ctx, int task) {
     const float *kh = a->k + b * a->k_seq + (h / group) * a->k_head + first * a->k_pos;
     const float *vh = a->v + b * a->v_seq + (h / group) * a->v_head + first * a->v_pos;
     const int keys = a->T - first;
-    float *scratch = mlxcel_thread_floats(BUFFER_SCORES, (size_t)4 * D + (size_t)(keys > 0 ? keys : 1));
+    float *scratch = mlxcel_thread_floats(BUFFER_SCORES, (size_t)6 * D + (size_t)(keys > 0 ? keys : 1));
     if (!scratch) { a->failed = 1; return; }
-    float *qr = scratch, *acc = scratch + D, *p = acc + 3 * D; /* acc: the sums, then flash_row's cast key, value */
+    /* acc: the sums, then flash_row's cast key, value and reordered key; qg: a query in ggml's order */
+    float *qr = scratch, *acc = scratch + D, *qg = acc + 4 * D, *p = qg + D;
     for (int i = 0; i < a->L; i++) {
         float *o = a->out + (((size_t)b * a->L + i) * a->H + h) * D;
         const int seen = a->T - a->L + i + 1 - first;
         if (seen <= 0) { memset(o, 0, sizeof(float) * (size_t)D); continue; } /* a padding query: zeros */
         memcpy(qr, a->q + b * a->q_seq + h * a->q_head + i * a->q_pos, sizeof(float) * (size_t)D);
         mlxcel_round_kv(qr, D, a->k_type); /* Q converted to K's vec_dot type */
+        if (a->flash && a->ggml_dims && a->k_type == KV_F16) { to_ggml_dims(qr, qg, D); memcpy(qr, qg, sizeof(float) * (size_t)D); }
         if (a->flash) flash_row(a, qr, kh, vh, seen, acc, o);
         else plain_row(a, qr, kh, vh, seen, p, o);
     }
@@ -247,6 +281,8 @@ int mlxcel_attention_kv(const float *q, long q_seq, long q_head, long q_pos, con
                         long k_pos, const float *v, long v_seq, long v_head, long v_pos, int B, int H, int Hkv, int L,
                         int T, int D, float scale, const int *first, float *out, int k_type, int v_type, int flash,
                         int ubatch) {
+    const int ggml_dims = (flash & ATTENTION_GGML_DIMS) && D % 2 == 0;
+    flash &= 1;
     int cast = 0; /* b10621's build_attn_mha casts an f32 K or V to f16 for flash attention */
     if (flash && k_type == KV_F32) k_type = KV_F16, cast |= 1;
     if (flash && v_type == KV_F32) v_type = KV_F16, cast |= 2;
@@ -257,7 +293,7 @@ int mlxcel_attention_kv(const float *q, long q_seq, long q_head, long q_pos, con
         return mlxcel_attention(q, q_seq, q_head, q_pos, k, k_seq, k_head, k_pos, v, v_seq, v_head, v_pos, B, H, Hkv,
                                 L, T, D, scale, first, out);
     struct kv_args a = {q, k, v, q_seq, q_head, q_pos, k_seq, k_head, k_pos, v_seq, v_head, v_pos,
-                        H, Hkv, L, T, D, k_type, v_type, flash, cast, scale, first, out, 0};
+                        H, Hkv, L, T, D, k_type, v_type, flash, cast, ggml_dims, scale, first, out, 0};
     mlxcel_pool_run(kv_head, &a, B * H, 1);
     return a.failed ? -1 : 0;
 }

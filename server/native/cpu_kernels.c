@@ -467,6 +467,17 @@ int mlxcel_has_twin(const float *f32) {
     return found;
 }
 
+/* 1 when the float weight has a quantized twin registered (its products read 4 or 8 bits) */
+int mlxcel_has_quant_twin(const float *f32) {
+    int found = 0;
+    pthread_mutex_lock(&quant_lock);
+    size_t s = quant_slot(f32);
+    for (size_t i = 0; i < QUANT_SLOTS && quant_table[s].f32 && !found; i++, s = (s + 1) % QUANT_SLOTS)
+        found = quant_table[s].f32 == f32 && quant_table[s].bits != PANEL_BITS;
+    pthread_mutex_unlock(&quant_lock);
+    return found;
+}
+
 /* Copy the K x N weight into panels at dst (mlxcel_pack_floats(K, N) floats, 64-byte aligned, the caller's
  * memory: it must outlive the registration) and register them; 0, or -1 when the table is full. (A tied
  * head, x E^T, keeps the dot-product kernel: its sums run in 8 lanes along k, as the reference's do.) */
@@ -747,12 +758,43 @@ AVX2 static void softmax_avx2(float *row, int n) {
     for (int j = n8; j < n; j++) row[j] *= 1.0f / sum;
 }
 
+/* e^x for 8 lanes as ggml-cpu's ggml_v_expf (vec.h, its AVX2 + FMA variant), step for step: SwiGLU's SiLU is
+ * then bitwise b10621's */
+AVX2 static inline __m256 ggml_expf8(__m256 x) {
+    const __m256 r = _mm256_set1_ps(0x1.8p23f);
+    const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), r);
+    const __m256 n = _mm256_sub_ps(z, r);
+    const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f),
+                                      _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x));
+    const __m256i e = _mm256_slli_epi32(_mm256_castps_si256(z), 23);
+    const __m256 k = _mm256_castsi256_ps(_mm256_add_epi32(e, _mm256_castps_si256(_mm256_set1_ps(1))));
+    const __m256i c = _mm256_castps_si256(
+        _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.f), n), _mm256_set1_ps(126), _CMP_GT_OQ));
+    const __m256 u = _mm256_mul_ps(b, b);
+    const __m256 j = _mm256_fmadd_ps(
+        _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f)), u,
+                        _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f))),
+        u, _mm256_mul_ps(_mm256_set1_ps(0x1.ffffecp-1f), b));
+    if (!_mm256_movemask_ps(_mm256_castsi256_ps(c))) return _mm256_fmadd_ps(j, k, k);
+    const __m256i g = _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_LE_OQ)),
+                                       _mm256_set1_epi32((int)0x82000000u));
+    const __m256 s1 = _mm256_castsi256_ps(_mm256_add_epi32(g, _mm256_set1_epi32(0x7f000000)));
+    const __m256 s2 = _mm256_castsi256_ps(_mm256_sub_epi32(e, g));
+    const __m256i d = _mm256_castps_si256(
+        _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.f), n), _mm256_set1_ps(192), _CMP_GT_OQ));
+    return _mm256_or_ps(
+        _mm256_and_ps(_mm256_castsi256_ps(d), _mm256_mul_ps(s1, s1)),
+        _mm256_andnot_ps(_mm256_castsi256_ps(d),
+                         _mm256_or_ps(_mm256_and_ps(_mm256_castsi256_ps(c), _mm256_mul_ps(_mm256_fmadd_ps(s2, j, s2), s1)),
+                                      _mm256_andnot_ps(_mm256_castsi256_ps(c), _mm256_fmadd_ps(k, j, k)))));
+}
+
 AVX2 static void swiglu_avx2(const float *g, const float *u, float *out, long n) {
     long n8 = n & ~7L;
     __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
-    for (long i = 0; i < n8; i += 8) {
+    for (long i = 0; i < n8; i += 8) { /* ggml_v_silu(x) * g, as ggml_vec_swiglu_f32 */
         __m256 x = _mm256_loadu_ps(g + i);
-        __m256 silu = _mm256_div_ps(x, _mm256_add_ps(one, exp8(_mm256_sub_ps(zero, x))));
+        __m256 silu = _mm256_div_ps(x, _mm256_add_ps(one, ggml_expf8(_mm256_sub_ps(zero, x))));
         _mm256_storeu_ps(out + i, _mm256_mul_ps(silu, _mm256_loadu_ps(u + i)));
     }
     if (n8 < n) { /* the tail through the same vector code: an element's result does not depend on its place */

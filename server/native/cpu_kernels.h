@@ -17,6 +17,9 @@ int mlxcel_attention(const float *q, long q_seq, long q_head, long q_pos, const 
  * (attention_ggml.c): mlxcel_attention's arguments, then the key and value types, flash attention on (1) or
  * off (0) and the rows of the ubatch the queries came in */
 enum { KV_F32 = 0, KV_F16 = 1, KV_BF16 = 2 };
+/* with flash attention (the flash argument's bit 0), bit 1: q and k dot products in a llama GGUF's element
+ * order, as b10621 sums them over its permuted heads (a step in ggml's order sets it) */
+enum { ATTENTION_GGML_DIMS = 2 };
 void mlxcel_round_kv(float *x, long n, int type);
 int mlxcel_attention_kv(const float *q, long q_seq, long q_head, long q_pos, const float *k, long k_seq, long k_head,
                         long k_pos, const float *v, long v_seq, long v_head, long v_pos, int B, int H, int Hkv, int L,
@@ -36,5 +39,10 @@ HIDDEN float *mlxcel_thread_floats(int which, size_t floats);
  * {ext_factor, attn_factor, corr_dims[0], corr_dims[1]} (YaRN's mix and magnitude) */
 HIDDEN void rope_angles(int position, int half, int dims, float base, float scale, const float *yarn, float *c,
                         float *s);
+
+/* products summed in ggml-cpu's order over N x K weights, as a ubatch of `ubatch` rows sums them (tinyBLAS's
+ * from 2 rows, vec_dot's for 1: ggml_order.c): 0, or -1 where it does not apply */
+HIDDEN int mlxcel_ggml_gemm(int M, int N, int K, const float *x, long ldx, const float *wt, long ldw, float *y,
+                            long ldy, int accumulate, int ubatch);
 
 #endif

@@ -19,7 +19,8 @@
  * params: rms eps, rope base, rope scale, attention scale, then YaRN's ext_factor, attn_factor and corr_dims
  * (0, 1: the plain angles); weights: embed, final norm, head (ignored when
  * tied), then per layer attn norm, qkv (hidden x (heads + 2 kv_heads) head_dim), o, mlp norm, gate|up
- * (hidden x 2 intermediate), down. The weights stay the caller's. NULL when out of memory. */
+ * (hidden x 2 intermediate), down; with dims[13] set (ggml's order), then per layer qkv, o, gate|up and down
+ * transposed (out x in) and the head vocab x hidden. The weights stay the caller's. NULL when out of memory. */
 void *mlxcel_step_model(const int *dims, const float *params, const float *const *weights) {
     if (dims[7] / 2 > ROPE_MAX_HALF || dims[7] > dims[4]) return NULL;
     struct step_model *m = malloc(sizeof *m + sizeof(struct step_layer) * (size_t)dims[0]);
@@ -27,11 +28,16 @@ void *mlxcel_step_model(const int *dims, const float *params, const float *const
     *m = (struct step_model){dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6], dims[7], dims[8],
                              dims[9], dims[10], dims[11], dims[12], params[0], params[1], params[2], params[3],
                              {params[4], params[5], params[6], params[7]}, params[4] != 0.0f || params[5] != 1.0f,
-                             weights[0], weights[1], dims[8] ? weights[0] : weights[2]};
+                             weights[0], weights[1], dims[8] ? weights[0] : weights[2], NULL, dims[13]};
+    const float *const *t = weights + 3 + LAYER_WEIGHTS * m->layers; /* the transposed ones, if kept */
     for (int l = 0; l < m->layers; l++) {
         const float *const *w = weights + 3 + LAYER_WEIGHTS * l;
-        m->layer[l] = (struct step_layer){w[0], w[1], w[2], w[3], w[4], w[5]};
+        m->layer[l] = (struct step_layer){w[0], w[1], w[2], w[3], w[4], w[5], NULL, NULL, NULL, NULL};
+        if (m->ggml_order)
+            m->layer[l].wqkv_t = t[4 * l], m->layer[l].wo_t = t[4 * l + 1], m->layer[l].wgu_t = t[4 * l + 2],
+            m->layer[l].wdown_t = t[4 * l + 3];
     }
+    if (m->ggml_order) m->head_t = dims[8] ? weights[0] : t[4 * m->layers];
     return m;
 }
 
@@ -62,7 +68,7 @@ static int run_rows(const struct step_model *m, int B, const int *tokens, const 
         const struct step_layer *w = &m->layer[l];
         const long *st = strides + 6 * l;
         for (int b = 0; b < B; b++) rms_norm(x + (size_t)b * E, w->attn_norm, h + (size_t)b * E, E, m->eps);
-        product(B, nqkv, E, h, w->wqkv, qkv);
+        product(m, B, nqkv, E, h, w->wqkv, w->wqkv_t, qkv);
         for (int b = 0; b < B; b++) { /* q turned; k turned and v copied into the caches at the row's place */
             const float *row = qkv + (size_t)b * nqkv, *c = angles + 2 * ROPE_MAX_HALF * b, *s = c + ROPE_MAX_HALF;
             for (int i = 0; i < H; i++) rope_head(row + i * D, q + ((size_t)b * H + i) * D, half, D, c, s);
@@ -81,25 +87,26 @@ static int run_rows(const struct step_model *m, int B, const int *tokens, const 
                 status = mlxcel_attention_kv(q + (size_t)b * H * D, (long)H * D, D, D, keys[l], st[0], st[1], st[2],
                                              values[l], st[3], st[4], st[5], 1, H, Hkv, 1, pos[b] + 1, D,
                                              m->attn_scale, NULL, att + (size_t)b * H * D, m->k_type, m->v_type,
-                                             m->flash, B);
+                                             m->flash | (m->ggml_order ? ATTENTION_GGML_DIMS : 0), B);
         else /* (a ubatch of one token per sequence: b10621 decodes sequences together in one ubatch too) */
             status = mlxcel_attention_kv(q, (long)H * D, D, D, keys[l], st[0], st[1], st[2], values[l], st[3], st[4],
                                          st[5], B, H, Hkv, 1, T, D, m->attn_scale, first, att, m->k_type, m->v_type,
-                                         m->flash, B);
-        product(B, E, H * D, att, w->wo, t);
+                                         m->flash | (m->ggml_order ? ATTENTION_GGML_DIMS : 0), B);
+        product(m, B, E, H * D, att, w->wo, w->wo_t, t);
         for (size_t i = 0; i < (size_t)B * E; i++) x[i] += t[i];
         for (int b = 0; b < B; b++) rms_norm(x + (size_t)b * E, w->mlp_norm, h + (size_t)b * E, E, m->eps);
-        product(B, 2 * I, E, h, w->wgu, gu);
+        product(m, B, 2 * I, E, h, w->wgu, w->wgu_t, gu);
         mlxcel_swiglu(gu, gu + I, B, I, 2 * I, act);
-        product(B, E, I, act, w->wdown, t);
+        product(m, B, E, I, act, w->wdown, w->wdown_t, t);
         for (size_t i = 0; i < (size_t)B * E; i++) x[i] += t[i];
     }
     if (status == 0) {
         for (int b = 0; b < B; b++) rms_norm(x + (size_t)b * E, m->norm, h + (size_t)b * E, E, m->eps);
-        if (m->tied) /* logits = h embed^T */
+        if (m->ggml_order && mlxcel_ggml_gemm(B, m->vocab, E, h, E, m->head_t, E, logits, m->vocab, 0, B) == 0) {
+        } else if (m->tied) /* logits = h embed^T */
             cblas_sgemm(ROW_MAJOR, NO_TRANS, TRANS, B, m->vocab, E, 1.0f, h, E, m->embed, E, 0.0f, logits, m->vocab);
         else
-            product(B, m->vocab, E, h, m->head, logits);
+            product(m, B, m->vocab, E, h, m->head, NULL, logits);
     }
     free(x);
     free(angles);

@@ -83,10 +83,6 @@ static void rope_rows(const struct rope_args *a) {
 }
 
 /* C (rows x n) = A (rows x k, lda) W (k x n of a weight ldw wide) + beta C */
-static void gemm(int rows, int n, int k, const float *a, int lda, const float *w, int ldw, float beta, float *c,
-                 int ldc) {
-    cblas_sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, rows, n, k, 1.0f, a, lda, w, ldw, beta, c, ldc);
-}
 
 /* L tokens of one sequence at positions index .. index + L - 1, written to its caches there (keys[l],
  * values[l]: layer l's, kv_heads x capacity x head_dim, strides as mlxcel_step's). logits (vocab floats): the
@@ -115,33 +111,37 @@ int mlxcel_prefill(const void *model, int L, const int *tokens, int index, float
         norm_rows(x, w->attn_norm, h, L, E, m->eps);
         struct rope_args r = {m, qkv, angles, q, keys[l], values[l], st, L, index, 0};
         if (!last) {
-            gemm(L, nqkv, E, h, E, w->wqkv, nqkv, 0.0f, qkv, nqkv);
+            step_gemm(m, L, nqkv, E, h, E, w->wqkv, nqkv, w->wqkv_t, qkv, nqkv, 0, L);
         } else { /* keys and values for every row; the queries of the last row, if its logits are wanted */
-            gemm(L, 2 * Hkv * D, E, h, E, w->wqkv + H * D, nqkv, 0.0f, qkv + H * D, nqkv);
+            step_gemm(m, L, 2 * Hkv * D, E, h, E, w->wqkv + H * D, nqkv, w->wqkv_t ? w->wqkv_t + (size_t)H * D * E : NULL,
+                      qkv + H * D, nqkv, 0, L);
             if (!logits) { rope_rows(&r); break; }
-            gemm(1, H * D, E, h + (size_t)(L - 1) * E, E, w->wqkv, nqkv, 0.0f, qkv + (size_t)(L - 1) * nqkv, nqkv);
+            step_gemm(m, 1, H * D, E, h + (size_t)(L - 1) * E, E, w->wqkv, nqkv, w->wqkv_t,
+                      qkv + (size_t)(L - 1) * nqkv, nqkv, 0, L);
             r.q_from = L - 1;
         }
         rope_rows(&r);
         const int rows = last ? 1 : L, r0 = L - rows; /* the rows the rest of the layer computes */
         if (mlxcel_attention_kv(q, 0, D, (long)H * D, keys[l], st[0], st[1], st[2], values[l], st[3], st[4], st[5],
-                                1, H, Hkv, rows, T, D, m->attn_scale, NULL, att, m->k_type, m->v_type, m->flash,
+                                1, H, Hkv, rows, T, D, m->attn_scale, NULL, att, m->k_type, m->v_type, m->flash | (m->ggml_order ? ATTENTION_GGML_DIMS : 0),
                                 L) != 0) /* (the chunk is the ubatch: the last layer's one row came in L) */
             return -1;
         float *xr = x + (size_t)r0 * E, *hr = h + (size_t)r0 * E;
-        gemm(rows, E, H * D, att, H * D, w->wo, E, 1.0f, xr, E);
+        step_gemm(m, rows, E, H * D, att, H * D, w->wo, E, w->wo_t, xr, E, 1, L); /* (b10621: on every row) */
         norm_rows(xr, w->mlp_norm, hr, rows, E, m->eps);
-        gemm(rows, 2 * I, E, hr, E, w->wgu, 2 * I, 0.0f, gu, 2 * I);
+        /* past the last layer's attention b10621 keeps the output rows only (get_rows): one, as here */
+        step_gemm(m, rows, 2 * I, E, hr, E, w->wgu, 2 * I, w->wgu_t, gu, 2 * I, 0, rows);
         mlxcel_swiglu(gu, gu + I, rows, I, 2 * I, act);
-        gemm(rows, E, I, act, I, w->wdown, E, 1.0f, xr, E);
+        step_gemm(m, rows, E, I, act, I, w->wdown, E, w->wdown_t, xr, E, 1, rows);
     }
     if (logits) {
         float *xl = x + (size_t)(L - 1) * E;
         rms_norm(xl, m->norm, h, E, m->eps);
-        if (m->tied) /* logits = h embed^T */
+        if (m->ggml_order && mlxcel_ggml_gemm(1, m->vocab, E, h, E, m->head_t, E, logits, m->vocab, 0, 1) == 0) {
+        } else if (m->tied) /* logits = h embed^T */
             cblas_sgemm(ROW_MAJOR, NO_TRANS, TRANS, 1, m->vocab, E, 1.0f, h, E, m->embed, E, 0.0f, logits, m->vocab);
         else
-            product(1, m->vocab, E, h, m->head, logits);
+            product(m, 1, m->vocab, E, h, m->head, NULL, logits);
     }
     return 0;
 }

@@ -12,6 +12,7 @@ enum { LAYER_WEIGHTS = 6 };
 
 struct step_layer {
     const float *attn_norm, *wqkv, *wo, *mlp_norm, *wgu, *wdown; /* the products' weights in x out */
+    const float *wqkv_t, *wo_t, *wgu_t, *wdown_t; /* the same out x in, for ggml's order (NULL: not kept) */
 };
 
 struct step_model {
@@ -21,6 +22,8 @@ struct step_model {
     float yarn[4];  /* YaRN's ext_factor, attn_factor, corr_dims (rope_angles) */
     int yarn_on;    /* 0: the plain angles */
     const float *embed, *norm, *head; /* embed: vocab x hidden; head: hidden x vocab (the embedding when tied) */
+    const float *head_t; /* the head vocab x hidden, for ggml's order (the embedding when tied) */
+    int ggml_order;      /* products summed in ggml-cpu's order (ggml_order.c) over the out x in weights */
     struct step_layer layer[];
 };
 
@@ -33,18 +36,31 @@ static inline void rms_norm(const float *x, const float *w, float *out, int n, f
     for (int i = 0; i < n; i++) out[i] = x[i] * scale * w[i];
 }
 
-/* rotate-half rope of one head at the angles given, from x into out */
+/* rotate-half rope of one head at the angles given, from x into out, rounded as ggml-cpu's rotate_pairs is
+ * compiled (b10621's AVX2 build: x0 cos - x1 sin and x0 sin + x1 cos each one fused multiply-add over the
+ * rounded second product) */
 static inline void rope_head(const float *x, float *out, int half, int D, const float *c, const float *s) {
     for (int j = 0; j < half; j++) {
         float u = x[j], v = x[j + half];
-        out[j] = u * c[j] - v * s[j];
-        out[j + half] = u * s[j] + v * c[j];
+        out[j] = fmaf(u, c[j], -(v * s[j]));
+        out[j + half] = fmaf(u, s[j], v * c[j]);
     }
     for (int j = 2 * half; j < D; j++) out[j] = x[j];
 }
 
-static inline void product(int rows, int n, int k, const float *x, const float *w, float *y) {
-    cblas_sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, rows, n, k, 1.0f, x, k, w, n, 0.0f, y, n);
+/* y (+)= x w for rows of x: w is k x n (ldw apart), wt the same weight n x k (k apart) or NULL. In ggml's order
+ * over wt when the model keeps it, as b10621 sums a product over `ubatch` rows (it may compute more rows than
+ * these); else the interposed cblas_sgemm. accumulate: y + (x w), rounded once more (ggml_add after it). */
+static inline void step_gemm(const struct step_model *m, int rows, int n, int k, const float *x, int ldx,
+                             const float *w, int ldw, const float *wt, float *y, int ldy, int accumulate,
+                             int ubatch) {
+    if (m->ggml_order && wt && mlxcel_ggml_gemm(rows, n, k, x, ldx, wt, k, y, ldy, accumulate, ubatch) == 0) return;
+    cblas_sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, rows, n, k, 1.0f, x, ldx, w, ldw, accumulate ? 1.0f : 0.0f, y, ldy);
+}
+
+static inline void product(const struct step_model *m, int rows, int n, int k, const float *x, const float *w,
+                           const float *wt, float *y) {
+    step_gemm(m, rows, n, k, x, k, w, n, wt, y, n, 0, rows);
 }
 
 #endif

@@ -1,0 +1,113 @@
+/* Products summed in ggml-cpu's order (b10621's llamafile tinyBLAS, the AVX2 build the oracle runs), so that a
+ * float32 model's activations are bitwise the reference's (server/models/decode_step.py, "ggml order").
+ *
+ * tinyBLAS (ggml/src/ggml-cpu/llamafile/sgemm.cpp, tinyBLAS<8, __m256, ...>) computes each output as one dot
+ * product of a weight row and an activation row: 8 lanes, lane l summing the products of positions l, l + 8,
+ * ... in order with fused multiply-adds from zero, then hsum(__m256): the upper half added to the lower, then
+ * lanes (0 + 2) and (1 + 3), then those two. It takes a product when K is a multiple of 8 and the weight's
+ * rows a multiple of 4, and only for a ubatch of two rows or more ("only enable sgemm for prompt
+ * processing"). A one-row product (a decode step, the rows left after the last layer's get_rows) takes
+ * ggml_vec_dot_f32 instead: four accumulators of 8 lanes over 32 elements a step, then x0 + x2, x1 + x3, their
+ * sum, its halves added and two horizontal adds. Which thread computes an output, or which tile, does not
+ * change its sum. The weights here are N x K (a row per output, as ggml stores them). */
+#include <stddef.h>
+#include <string.h>
+
+#include "cpu_kernels.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define ORDER_AVX2 __attribute__((target("avx2,fma")))
+
+ORDER_AVX2 static inline float hsum_tinyblas(__m256 v) {
+    __m128 x = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_add_ss(x, _mm_movehdup_ps(x));
+    return _mm_cvtss_f32(x);
+}
+
+ORDER_AVX2 static inline float reduce_vec_dot(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+    a0 = _mm256_add_ps(a0, a2);
+    a1 = _mm256_add_ps(a1, a3);
+    a0 = _mm256_add_ps(a0, a1);
+    const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(a0), _mm256_extractf128_ps(a0, 1));
+    const __m128 t1 = _mm_hadd_ps(t0, t0);
+    return _mm_cvtss_f32(_mm_hadd_ps(t1, t1));
+}
+
+ORDER_AVX2 static float vec_dot_f32(const float *w, const float *x, int K) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int k = 0; k < K; k += 32) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k), _mm256_loadu_ps(x + k), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k + 8), _mm256_loadu_ps(x + k + 8), a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k + 16), _mm256_loadu_ps(x + k + 16), a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k + 24), _mm256_loadu_ps(x + k + 24), a3);
+    }
+    return reduce_vec_dot(a0, a1, a2, a3);
+}
+
+struct gemm_args {
+    int M, N, K, accumulate, vec_dot;
+    const float *x, *wt;
+    long ldx, ldw, ldy;
+    float *y;
+};
+
+enum { OUTPUTS_PER_TASK = 64 };
+
+ORDER_AVX2 static void gemm_task(void *ctx, int task) {
+    const struct gemm_args *a = ctx;
+    const int j0 = task * OUTPUTS_PER_TASK, j1 = j0 + OUTPUTS_PER_TASK < a->N ? j0 + OUTPUTS_PER_TASK : a->N, K = a->K;
+    for (int r = 0; r < a->M; r++) {
+        const float *x = a->x + (size_t)r * a->ldx;
+        float *y = a->y + (size_t)r * a->ldy;
+        int j = j0;
+        if (a->vec_dot) {
+            for (; j < j1; j++) {
+                const float s = vec_dot_f32(a->wt + (size_t)j * a->ldw, x, K);
+                y[j] = a->accumulate ? y[j] + s : s;
+            }
+            continue;
+        }
+        for (; j + 4 <= j1; j += 4) {
+            const float *w0 = a->wt + (size_t)j * a->ldw, *w1 = w0 + a->ldw, *w2 = w1 + a->ldw, *w3 = w2 + a->ldw;
+            __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
+            for (int k = 0; k < K; k += 8) {
+                const __m256 xv = _mm256_loadu_ps(x + k);
+                c0 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + k), xv, c0);
+                c1 = _mm256_fmadd_ps(_mm256_loadu_ps(w1 + k), xv, c1);
+                c2 = _mm256_fmadd_ps(_mm256_loadu_ps(w2 + k), xv, c2);
+                c3 = _mm256_fmadd_ps(_mm256_loadu_ps(w3 + k), xv, c3);
+            }
+            const float s[4] = {hsum_tinyblas(c0), hsum_tinyblas(c1), hsum_tinyblas(c2), hsum_tinyblas(c3)};
+            for (int i = 0; i < 4; i++) y[j + i] = a->accumulate ? y[j + i] + s[i] : s[i];
+        }
+        for (; j < j1; j++) {
+            const float *w = a->wt + (size_t)j * a->ldw;
+            __m256 c = _mm256_setzero_ps();
+            for (int k = 0; k < K; k += 8) c = _mm256_fmadd_ps(_mm256_loadu_ps(w + k), _mm256_loadu_ps(x + k), c);
+            const float s = hsum_tinyblas(c);
+            y[j] = a->accumulate ? y[j] + s : s;
+        }
+    }
+}
+
+/* y[r][j] (+)= x[r] . wt[j] for r < M, j < N, each summed as ggml sums it in a ubatch of `ubatch` rows
+ * (tinyBLAS's order from 2 rows, vec_dot's for 1); accumulate: added to y after the sum (ggml_add's one
+ * rounding). Returns 0, or -1 when the order does not apply (K not a multiple of 32, no AVX2). */
+HIDDEN int mlxcel_ggml_gemm(int M, int N, int K, const float *x, long ldx, const float *wt, long ldw, float *y,
+                            long ldy, int accumulate, int ubatch) {
+    if (K % 32 || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return -1;
+    struct gemm_args a = {M, N, K, accumulate, ubatch < 2, x, wt, ldx, ldw, ldy, y};
+    const int tasks = (N + OUTPUTS_PER_TASK - 1) / OUTPUTS_PER_TASK;
+    mlxcel_pool_run(gemm_task, &a, tasks, (long)M * N * K >= (1 << 15));
+    return 0;
+}
+#else
+HIDDEN int mlxcel_ggml_gemm(int M, int N, int K, const float *x, long ldx, const float *wt, long ldw, float *y,
+                            long ldy, int accumulate, int ubatch) {
+    (void)M, (void)N, (void)K, (void)x, (void)ldx, (void)wt, (void)ldw, (void)y, (void)ldy, (void)accumulate;
+    (void)ubatch;
+    return -1;
+}
+#endif
