@@ -520,12 +520,14 @@ class Engine:
     def _clear_slot(self, i: int) -> None:
         self.slot_kv[i].clear()
 
-    @staticmethod
-    def _few_rows() -> int:
-        """Up to how many rows a product runs on mlxcel's few-row kernels (cpu_kernels.c SMALL_M)."""
+    def _few_rows(self) -> int:
+        """Up to how many rows a product runs on mlxcel's few-row kernels (cpu_kernels.c SMALL_M); with products in
+        ggml's order (a float32 model's native steps), 1: one row sums as vec_dot, two or more as tinyBLAS."""
         from ..models.decode_step import MAX_ROWS
 
-        return MAX_ROWS
+        runner = self.runner
+        step = getattr(runner, "_step", None) if runner is not None else None
+        return 1 if getattr(step, "ggml_order", False) and runner._native() else MAX_ROWS
 
     def _keep_slot_state(self, seq: Sequence) -> None:
         """b10621's slot keeps its KV state after its task: the prompt and every generated token but the last

@@ -63,7 +63,9 @@ def _ggml_order_weights(native, model, layer_weights: list[list[mx.array]], dims
     build computes, and its float16 KV cache rounds what b10621's rounds. None where that order does not apply:
     weights read through a quantized twin (b10621 quantizes the activations there), shapes tinyBLAS leaves to
     another order (K not a multiple of 8, a weight's rows not a multiple of 4), no AVX2, or $MLXCEL_GGML_ORDER=0.
-    Costs a second copy of those weights (kept float32, as ggml keeps them)."""
+    Costs a second copy of those weights (float32, as ggml keeps them), in place of the few-row kernels' panels
+    (quantized_twins.register_panels), which are dropped: products through MLX (adapters, steering) then run
+    without them."""
     import os
 
     if os.environ.get(GGML_ORDER_ENV, "1") == "0" or not native.mlxcel_has_avx2():
@@ -78,6 +80,9 @@ def _ggml_order_weights(native, model, layer_weights: list[list[mx.array]], dims
     if not model.args.tie_word_embeddings:
         out.append(mx.contiguous(model.lm_head.weight_t.T))
     mx.eval(out)
+    from .quantized_twins import drop_panels
+
+    drop_panels(model)  # the native steps no longer read the panels: their copy goes, this one stays
     return out
 
 

@@ -120,8 +120,16 @@ def register_panels(model: nn.Module) -> int:
         if native.mlxcel_pack_register(ctypes.c_void_p(ptr), *weight.shape, ctypes.c_void_p(address)) == 0:
             registered.append(ptr)
         address += 4 * floats
-    weakref.finalize(model, _unregister, native, registered, [arena, weights])
+    # (kept on the model: a step that sums in ggml's order drops them, server/models/decode_step.py)
+    model._mlxcel_panels = weakref.finalize(model, _unregister, native, registered, [arena, weights])
     return len(registered)
+
+
+def drop_panels(model: nn.Module) -> None:
+    """Unregister the model's float panels and free their memory (its products no longer read them)."""
+    finalizer = getattr(model, "_mlxcel_panels", None)
+    if finalizer is not None:
+        finalizer()
 
 
 def _unregister(native, pointers: list[int], _keep: list) -> None:

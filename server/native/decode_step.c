@@ -6,7 +6,8 @@
  * next position), on the same kernels MLX's path calls: the products through the interposed cblas_sgemm
  * (quantized twins included), attention, SwiGLU and rope as in cpu_kernels.c. RMS norm is ggml's (the
  * squares summed in double). Every row is computed alone, in the same order whatever B: a sequence's logits
- * are bitwise the same alone or beside others. */
+ * are bitwise the same alone or beside others. In ggml's order (a float32 model) each row sums as b10621's
+ * one-row decode step does (vec_dot); b10621 sums a step of several sequences in tinyBLAS's order. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,7 +69,7 @@ static int run_rows(const struct step_model *m, int B, const int *tokens, const 
         const struct step_layer *w = &m->layer[l];
         const long *st = strides + 6 * l;
         for (int b = 0; b < B; b++) rms_norm(x + (size_t)b * E, w->attn_norm, h + (size_t)b * E, E, m->eps);
-        product(m, B, nqkv, E, h, w->wqkv, w->wqkv_t, qkv);
+        product(m, B, nqkv, E, h, w->wqkv, w->wqkv_t, qkv, 1);
         for (int b = 0; b < B; b++) { /* q turned; k turned and v copied into the caches at the row's place */
             const float *row = qkv + (size_t)b * nqkv, *c = angles + 2 * ROPE_MAX_HALF * b, *s = c + ROPE_MAX_HALF;
             for (int i = 0; i < H; i++) rope_head(row + i * D, q + ((size_t)b * H + i) * D, half, D, c, s);
@@ -92,21 +93,21 @@ static int run_rows(const struct step_model *m, int B, const int *tokens, const 
             status = mlxcel_attention_kv(q, (long)H * D, D, D, keys[l], st[0], st[1], st[2], values[l], st[3], st[4],
                                          st[5], B, H, Hkv, 1, T, D, m->attn_scale, first, att, m->k_type, m->v_type,
                                          m->flash | (m->ggml_order ? ATTENTION_GGML_DIMS : 0), B);
-        product(m, B, E, H * D, att, w->wo, w->wo_t, t);
+        product(m, B, E, H * D, att, w->wo, w->wo_t, t, 1);
         for (size_t i = 0; i < (size_t)B * E; i++) x[i] += t[i];
         for (int b = 0; b < B; b++) rms_norm(x + (size_t)b * E, w->mlp_norm, h + (size_t)b * E, E, m->eps);
-        product(m, B, 2 * I, E, h, w->wgu, w->wgu_t, gu);
+        product(m, B, 2 * I, E, h, w->wgu, w->wgu_t, gu, 1);
         mlxcel_swiglu(gu, gu + I, B, I, 2 * I, act);
-        product(m, B, E, I, act, w->wdown, w->wdown_t, t);
+        product(m, B, E, I, act, w->wdown, w->wdown_t, t, 1);
         for (size_t i = 0; i < (size_t)B * E; i++) x[i] += t[i];
     }
     if (status == 0) {
         for (int b = 0; b < B; b++) rms_norm(x + (size_t)b * E, m->norm, h + (size_t)b * E, E, m->eps);
-        if (m->ggml_order && mlxcel_ggml_gemm(B, m->vocab, E, h, E, m->head_t, E, logits, m->vocab, 0, B) == 0) {
+        if (m->ggml_order && mlxcel_ggml_gemm(B, m->vocab, E, h, E, m->head_t, E, logits, m->vocab, 0, 1) == 0) {
         } else if (m->tied) /* logits = h embed^T */
             cblas_sgemm(ROW_MAJOR, NO_TRANS, TRANS, B, m->vocab, E, 1.0f, h, E, m->embed, E, 0.0f, logits, m->vocab);
         else
-            product(m, B, m->vocab, E, h, m->head, NULL, logits);
+            product(m, B, m->vocab, E, h, m->head, NULL, logits, 1);
     }
     free(x);
     free(angles);

@@ -58,17 +58,19 @@ enum { OUTPUTS_PER_TASK = 64 };
 ORDER_AVX2 static void gemm_task(void *ctx, int task) {
     const struct gemm_args *a = ctx;
     const int j0 = task * OUTPUTS_PER_TASK, j1 = j0 + OUTPUTS_PER_TASK < a->N ? j0 + OUTPUTS_PER_TASK : a->N, K = a->K;
+    if (a->vec_dot) { /* each weight row once from memory, for every activation row while it is in cache */
+        for (int j = j0; j < j1; j++)
+            for (int r = 0; r < a->M; r++) {
+                float *y = a->y + (size_t)r * a->ldy;
+                const float s = vec_dot_f32(a->wt + (size_t)j * a->ldw, a->x + (size_t)r * a->ldx, K);
+                y[j] = a->accumulate ? y[j] + s : s;
+            }
+        return;
+    }
     for (int r = 0; r < a->M; r++) {
         const float *x = a->x + (size_t)r * a->ldx;
         float *y = a->y + (size_t)r * a->ldy;
         int j = j0;
-        if (a->vec_dot) {
-            for (; j < j1; j++) {
-                const float s = vec_dot_f32(a->wt + (size_t)j * a->ldw, x, K);
-                y[j] = a->accumulate ? y[j] + s : s;
-            }
-            continue;
-        }
         for (; j + 4 <= j1; j += 4) {
             const float *w0 = a->wt + (size_t)j * a->ldw, *w1 = w0 + a->ldw, *w2 = w1 + a->ldw, *w3 = w2 + a->ldw;
             __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;

@@ -141,7 +141,7 @@ int mlxcel_prefill(const void *model, int L, const int *tokens, int index, float
         } else if (m->tied) /* logits = h embed^T */
             cblas_sgemm(ROW_MAJOR, NO_TRANS, TRANS, 1, m->vocab, E, 1.0f, h, E, m->embed, E, 0.0f, logits, m->vocab);
         else
-            product(m, 1, m->vocab, E, h, m->head, NULL, logits);
+            product(m, 1, m->vocab, E, h, m->head, NULL, logits, 1);
     }
     return 0;
 }

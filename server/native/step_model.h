@@ -59,8 +59,8 @@ static inline void step_gemm(const struct step_model *m, int rows, int n, int k,
 }
 
 static inline void product(const struct step_model *m, int rows, int n, int k, const float *x, const float *w,
-                           const float *wt, float *y) {
-    step_gemm(m, rows, n, k, x, k, w, n, wt, y, n, 0, rows);
+                           const float *wt, float *y, int ubatch) {
+    step_gemm(m, rows, n, k, x, k, w, n, wt, y, n, 0, ubatch);
 }
 
 #endif
