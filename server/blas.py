@@ -38,7 +38,7 @@ KERNELS_ENV = "MLXCEL_CPU_KERNELS"  # "0": without mlxcel's CPU kernels
 KERNELS_DIR = os.path.join(os.path.dirname(__file__), "native")
 KERNELS_SOURCES = ("cpu_kernels.c", "decode_step.c", "prefill_step.c", "encoder_ggml.c", "attention_ggml.c",
                    "ggml_order.c")  # one shared object
-KERNELS_HEADERS = ("cpu_kernels.h", "step_model.h")
+KERNELS_HEADERS = ("cpu_kernels.h", "step_model.h", "ggml_simd.h")
 X86 = platform.machine() in ("x86_64", "AMD64")
 FAST_GFLOPS = 10.0  # the reference BLAS measures ~2.5, OpenBLAS on two cores ~150
 

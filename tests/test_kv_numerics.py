@@ -97,3 +97,29 @@ def test_flags_map_to_the_cache_types_with_b10621s_defaults():
     assert refusals(parse_args(["-ctv", "q8_0"]).given) == [
         "error: -ctv q8_0: mlxcel stores the KV cache as f32, f16 or bf16; the quantized cache types are not "
         "implemented; pass f32, f16 or bf16, or leave it out"]
+
+
+@pytest.mark.heavy  # loads the F32 twin
+@pytest.mark.parametrize("native", [True, False], ids=["native", "mlx"])
+def test_an_f16_cache_is_stored_in_16_bits_and_computes_what_its_f32_holder_did(native, twin_f32):
+    """b10621's default cache type takes half a float32 cache's memory here too: the native steps and MLX's
+    layers store keys and values in float16, and both paths still compute the same logits from it."""
+    from server.engine.runner import Runner
+    from server.models.loader import load_checkpoint
+
+    runner = Runner(load_checkpoint(twin_f32.mlx_dir), kv=KVNumerics("f16", "f16", True))
+    if not native:
+        runner._step = runner._prefill = None
+    cache = runner.new_cache()
+    logits = [runner.prefill(cache, [504, 3458, 282, 4649, 314])]
+    logits += [runner.decode(cache, t) for t in (7042, 30)]
+    assert {(c.keys.dtype, c.values.dtype) for c in cache} == {(mx.float16, mx.float16)}
+    snap, nbytes = runner.snapshot(cache, 7)
+    assert sum(k.nbytes + v.nbytes for k, v in snap) < nbytes  # the arrays are no bigger than b10621's state
+    f32 = Runner(load_checkpoint(twin_f32.mlx_dir), kv=KVNumerics("f32", "f32", True))  # read cast to f16
+    if not native:
+        f32._step = f32._prefill = None
+    cache32 = f32.new_cache()
+    same = [f32.prefill(cache32, [504, 3458, 282, 4649, 314])] + [f32.decode(cache32, t) for t in (7042, 30)]
+    assert cache32[0].keys.dtype == mx.float32
+    assert all(mx.array_equal(a, b).item() for a, b in zip(logits, same))

@@ -47,7 +47,7 @@ class Runner:
 
     def snapshot(self, cache: list, n: int, n_stream: int = 1) -> tuple[list, int]:
         """The first n positions of every layer's keys and values, evaluated, and the size b10621 gives such a
-        state (its cache types' bytes, server/engine/state_size.py; mlxcel's buffers are float32)."""
+        state (its cache types' bytes, server/engine/state_size.py)."""
         snap = [(c.keys[..., :n, :], c.values[..., :n, :]) for c in cache]
         mx.eval(snap)
         return snap, self.state_bytes(snap, n, n_stream)
@@ -89,15 +89,16 @@ class Runner:
         """Keys rotated as if they sat `shift` positions further on (llama.cpp's K-shift)."""
         rope = self._rope()
         b, h, t, d = keys.shape
+        stored, keys = keys.dtype, keys.astype(mx.float32)  # turned in float32, stored back in the cache's type
         if type(rope).__name__ == "YarnRoPE":
             # b10621's build_rope_shift: rope_yarn at the shift with the context's ext_factor, attn_factor and
             # correction dims, so a turned key is scaled by YaRN's mscale once more, as upstream's is
             turned = rope(keys.reshape(1, b * h * t, 1, d), offset=shift)
-            return turned.reshape(b, h, t, d).astype(keys.dtype)
+            return turned.reshape(b, h, t, d).astype(stored)
         # one position per row, all at offset shift: a rotation by shift * theta
         turned = mx.fast.rope(keys.reshape(b * h * t, 1, d), rope.dims, traditional=rope.traditional,
                               base=rope.base, scale=rope.scale, offset=shift)
-        return turned.reshape(b, h, t, d).astype(keys.dtype)
+        return turned.reshape(b, h, t, d).astype(stored)
 
     def restore_chunks(self, snap: list, prefix: int, chunks: list[tuple[int, int, int]]) -> list:
         """restore() of a prefix, then each (cached start, prompt start, length) chunk of the snapshot moved to

@@ -19,7 +19,7 @@ from mlx_lm.models.base import scaled_dot_product_attention
 from mlx_lm.models.cache import BatchKVCache, KVCache
 
 from .. import cpu_kernels
-from .kv_numerics import KVNumerics, round_to
+from .kv_numerics import KVNumerics, stored
 from .yarn import YarnRoPE
 
 
@@ -102,9 +102,10 @@ class KernelAttention(llama.Attention):
         else:
             queries, keys = rope(queries), rope(keys)
         numerics = self.kv_numerics
-        keys, values = round_to(keys, numerics.k_type), round_to(values, numerics.v_type)  # as the cache holds them
+        keys, values = stored(keys, numerics.k_type), stored(values, numerics.v_type)  # as the cache holds them
         if cache is not None:
             keys, values = cache.update_and_fetch(keys, values)
+        keys, values = keys.astype(mx.float32), values.astype(mx.float32)  # (an f16 cache's values, exactly)
         if first is not None:
             output = cpu_kernels.attention(queries, keys, values, self.scale, first or None, numerics)
         else:

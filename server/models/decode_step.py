@@ -73,7 +73,7 @@ def _ggml_order_weights(native, model, layer_weights: list[list[mx.array]], dims
     if any(native.mlxcel_has_quant_twin(ctypes.c_void_p(pointer(w))) for ws in layer_weights for w in ws):
         return None
     layers, hidden, heads, kv_heads, head_dim, inter, vocab = dims[:7]
-    if any(k % 32 for k in (hidden, heads * head_dim, inter)) or any(
+    if any(k % 8 for k in (hidden, heads * head_dim, inter)) or any(
             n % 4 for n in (hidden, heads * head_dim, kv_heads * head_dim, inter, vocab)):
         return None
     out = [mx.contiguous(w.T) for ws in layer_weights for w in (ws[1], ws[2], ws[4], ws[5])]
@@ -102,6 +102,8 @@ class DecodeStep:
         weakref.finalize(self, native.mlxcel_step_model_free, self.handle)
         self.layers, self.kv_heads, self.head_dim, self.vocab = dims[0], dims[3], dims[4], dims[6]
         self.ggml_order = bool(dims[13])
+        # the caches' storage: an f16 cache in 16 bits (kv_numerics.storage_dtype), others in float32
+        self.k_dtype, self.v_dtype = (np.float16 if code == 1 else np.float32 for code in dims[10:12])
         logging.getLogger("mlxcel").info(
             "native decode step: products summed %s", "in ggml-cpu's order (float32 weights: activations as "
             "b10621's)" if self.ggml_order else "in mlxcel's order")
@@ -163,7 +165,7 @@ class DecodeStep:
             return
         shape = (rows, self.kv_heads, (positions + step - 1) // step * step, self.head_dim)
         # (from numpy: mx.zeros alone is a broadcast scalar, no buffer to write in)
-        new_k, new_v = mx.array(np.zeros(shape, np.float32)), mx.array(np.zeros(shape, np.float32))
+        new_k, new_v = mx.array(np.zeros(shape, self.k_dtype)), mx.array(np.zeros(shape, self.v_dtype))
         if cache.keys is None:
             cache.keys, cache.values = new_k, new_v
         else:
@@ -180,18 +182,19 @@ class DecodeStep:
         mx.eval([(c.keys, c.values) for c in caches])
         return self.cache_pointers(caches, rows)
 
-    @staticmethod
-    def cache_pointers(caches: list, rows: int) -> tuple[list[int], list[int], list[int]] | None:
-        """The evaluated caches' key and value buffers and their strides in floats (per sequence, head and
-        position: keys' then values', layer after layer), or None where one is not float32 in that layout."""
+    def cache_pointers(self, caches: list, rows: int) -> tuple[list[int], list[int], list[int]] | None:
+        """The evaluated caches' key and value buffers and their strides in elements (per sequence, head and
+        position: keys' then values', layer after layer), or None where one is not of the step's storage type
+        (float16 for an f16 cache, else float32) in that layout."""
         keys, values, strides = [], [], []
         for c in caches:
-            for arr, out in ((c.keys, keys), (c.values, values)):
+            for arr, out, dtype in ((c.keys, keys, self.k_dtype), (c.values, values, self.v_dtype)):
                 view = np.array(arr, copy=False)
-                if view.dtype != np.float32 or view.strides[-1] != 4 or view.shape[0] != rows:
+                size = np.dtype(dtype).itemsize
+                if view.dtype != dtype or view.strides[-1] != size or view.shape[0] != rows:
                     return None
                 out.append(view.ctypes.data)
-                strides.extend(s // 4 for s in view.strides[:3])
+                strides.extend(s // size for s in view.strides[:3])
         return keys, values, strides
 
     def __call__(self, caches: list, tokens: list[int]) -> mx.array | None:

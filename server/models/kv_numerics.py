@@ -1,11 +1,13 @@
 """The KV cache's types (-ctk, -ctv) and flash attention (-fa): what b10621 rounds where, in one place.
 
-mlxcel's caches stay float32 buffers (mlx-lm's KVCache) holding values of the cache's type: each key and value
-is rounded as ggml writes it (f32 -> f16 round-to-nearest-even, f32 -> bf16 ggml_compute_fp32_to_bf16), and
+An f16 cache (b10621's default) is stored in float16, its memory half a float32 cache's; an f32 cache in float32;
+a bf16 cache in float32 buffers holding bfloat16 values (MLX arrays of bfloat16 have no host view for the native
+steps). Each key and value is rounded as ggml writes it (f32 -> f16 round-to-nearest-even, f32 -> bf16
+ggml_compute_fp32_to_bf16), and
 attention then rounds what ggml-cpu rounds over such a cache (server/native/attention_ggml.c): the queries to
 the keys' type, and with flash attention over an f16 V the running sums in f16, without it the probabilities
 to V's type. b10621's defaults are f16 keys and values, and -fa auto, which resolves to on for a CPU model
-(llama_context's auto-FA probe: the CPU backend runs FLASH_ATTN_EXT). Memory stays that of a float32 cache.
+(llama_context's auto-FA probe: the CPU backend runs FLASH_ATTN_EXT).
 """
 
 from __future__ import annotations
@@ -39,6 +41,19 @@ class KVNumerics:
 
     def describe(self) -> str:
         return f"KV cache K {self.k_type}, V {self.v_type}, flash attention {'on' if self.flash else 'off'}"
+
+
+def stored(x: mx.array, kind: str) -> mx.array:
+    """x (float32) as the cache stores it: an f16 cache in float16 (its own 16 bits, rounded to nearest even as
+    ggml writes it), another in float32 holding values of its type (bf16 rounded as ggml rounds it)."""
+    return x.astype(mx.float16) if kind == "f16" else round_to(x, kind)
+
+
+def storage_dtype(kind: str):
+    """The numpy dtype of a cache of type `kind` (what the native steps write)."""
+    import numpy as np
+
+    return np.float16 if kind == "f16" else np.float32
 
 
 def round_to(x: mx.array, kind: str) -> mx.array:

@@ -15,6 +15,7 @@
  * f16 first, and so do these loops as they read them. (Past 512 keys a decode step of b10621 splits
  * the keys over its threads and adds the parts in f32; here the keys stay in one part.) */
 #include <math.h>
+#include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -43,22 +44,26 @@ static int vector_ok(void) {
 static inline uint32_t bits_of(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static inline float float_of(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 
-/* ggml_compute_fp32_to_fp16 then back (round to nearest even) */
-static float round_f16(float f) {
+/* ggml_compute_fp32_to_fp16 (round to nearest even) */
+static uint16_t f16_bits(float f) {
     float base = (fabsf(f) * 0x1.0p+112f) * 0x1.0p-110f;
     const uint32_t w = bits_of(f), shl1_w = w + w, sign = w & 0x80000000u;
     uint32_t bias = shl1_w & 0xFF000000u;
     if (bias < 0x71000000u) bias = 0x71000000u;
     base = float_of((bias >> 1) + 0x07800000u) + base;
     const uint32_t b = bits_of(base);
-    const uint32_t h = (sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : ((b >> 13) & 0x7C00u) + (b & 0x0FFFu));
-    /* ggml_compute_fp16_to_fp32 */
+    return (uint16_t)((sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : ((b >> 13) & 0x7C00u) + (b & 0x0FFFu)));
+}
+
+/* ggml_compute_fp16_to_fp32 */
+static float f16_value(uint16_t h) {
     const uint32_t w2 = (uint32_t)h << 16, sign2 = w2 & 0x80000000u, two_w = w2 + w2;
     const float normalized = float_of((two_w >> 4) + (0xE0u << 23)) * 0x1.0p-112f;
     const float denormalized = float_of((two_w >> 17) | (126u << 23)) - 0.5f;
-    const uint32_t result = sign2 | (two_w < (1u << 27) ? bits_of(denormalized) : bits_of(normalized));
-    return float_of(result);
+    return float_of(sign2 | (two_w < (1u << 27) ? bits_of(denormalized) : bits_of(normalized)));
 }
+
+static float round_f16(float f) { return f16_value(f16_bits(f)); }
 
 /* ggml_compute_fp32_to_bf16 then back */
 static inline float round_bf16(float f) {
@@ -76,6 +81,37 @@ F16C static void round_f16_vec(float *x, int n) {
 }
 #endif
 
+#if KV_X86
+F16C static void store_f16_vec(uint16_t *dst, const float *x, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) dst[i] = f16_bits(x[i]);
+}
+
+F16C static void load_f16_vec(float *dst, const uint16_t *h, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
+    for (; i < n; i++) dst[i] = f16_value(h[i]);
+}
+#endif
+
+/* a cache stored as f16 (b10621's default type, in its own 16 bits): n values written (rounded to nearest
+ * even, as ggml writes them) or read */
+void mlxcel_store_f16(uint16_t *dst, const float *x, long n) {
+#if KV_X86
+    if (vector_ok()) { store_f16_vec(dst, x, (int)n); return; }
+#endif
+    for (long i = 0; i < n; i++) dst[i] = f16_bits(x[i]);
+}
+
+void mlxcel_load_f16(float *dst, const uint16_t *h, long n) {
+#if KV_X86
+    if (vector_ok()) { load_f16_vec(dst, h, (int)n); return; }
+#endif
+    for (long i = 0; i < n; i++) dst[i] = f16_value(h[i]);
+}
+
 /* x[0..n) rounded in place to the cache type (KV_F32: unchanged) */
 void mlxcel_round_kv(float *x, long n, int type) {
     if (type == KV_F16) {
@@ -89,10 +125,12 @@ void mlxcel_round_kv(float *x, long n, int type) {
 }
 
 struct kv_args {
-    const float *q, *k, *v;
+    const float *q;
+    const void *k, *v; /* float32, or 16-bit f16 where k_half, v_half */
     long q_seq, q_head, q_pos, k_seq, k_head, k_pos, v_seq, v_head, v_pos;
     int H, Hkv, L, T, D, k_type, v_type, flash, cast; /* cast: K (1), V (2) f32, rounded to f16 as read */
     int ggml_dims; /* dot products over a head in ggml's element order (a llama GGUF's interleaved pairs) */
+    int k_half, v_half; /* the keys, the values stored as f16 */
     float scale;
     const int *first;
     float *out;
@@ -173,6 +211,21 @@ static void mad_scalar(float *acc, const float *v, float ms, int rescale, float 
     }
 }
 
+/* rows of one head's keys or values in a cache: the first row's element, the rows' stride in elements, the
+ * storage (float32 or f16) */
+struct kv_rows {
+    const void *base;
+    long pos;
+    int half;
+};
+
+/* row j as floats: in place for a float32 cache, else converted into buf */
+static inline const float *kv_row(struct kv_rows r, int j, float *buf, int D) {
+    if (!r.half) return (const float *)r.base + (long)j * r.pos;
+    mlxcel_load_f16(buf, (const uint16_t *)r.base + (long)j * r.pos, D);
+    return buf;
+}
+
 /* a head's values in ggml's element order: a llama GGUF's q and k rows interleave the rotary pairs (element 2i
  * is mlxcel's i, 2i + 1 its i + D/2: convert_hf_to_gguf's permute) */
 static void to_ggml_dims(const float *x, float *out, int D) {
@@ -181,16 +234,16 @@ static void to_ggml_dims(const float *x, float *out, int D) {
 }
 
 /* one query row of one head: flash_attn_ext_f16_one_chunk over keys [0, n) */
-static void flash_row(const struct kv_args *a, const float *q, const float *k, const float *v, int n, float *acc,
+static void flash_row(const struct kv_args *a, const float *q, struct kv_rows k, struct kv_rows v, int n, float *acc,
                       float *o) {
     const int D = a->D, vec = vector_ok(), f16_v = a->v_type == KV_F16;
     float M = -INFINITY, S = 0.0f;
     memset(acc, 0, sizeof(float) * (size_t)D);
     float *kc = acc + D, *vc = kc + D, *kg = vc + D; /* a cast key and value; a key in ggml's order */
     for (int j = 0; j < n; j++) {
-        const float *kj = k + j * a->k_pos, *vj = v + j * a->v_pos;
-        if (a->cast & 1) { memcpy(kc, kj, sizeof(float) * (size_t)D); mlxcel_round_kv(kc, D, KV_F16); kj = kc; }
-        if (a->cast & 2) { memcpy(vc, vj, sizeof(float) * (size_t)D); mlxcel_round_kv(vc, D, KV_F16); vj = vc; }
+        const float *kj = kv_row(k, j, kc, D), *vj = kv_row(v, j, vc, D);
+        if (a->cast & 1) { memmove(kc, kj, sizeof(float) * (size_t)D); mlxcel_round_kv(kc, D, KV_F16); kj = kc; }
+        if (a->cast & 2) { memmove(vc, vj, sizeof(float) * (size_t)D); mlxcel_round_kv(vc, D, KV_F16); vj = vc; }
 #if KV_X86
         float s;
         if (vec && a->ggml_dims && a->k_type == KV_F16) {
@@ -227,15 +280,16 @@ static void flash_row(const struct kv_args *a, const float *q, const float *k, c
 
 /* one query row of one head without flash attention: scores, softmax (ggml_soft_max's, sums in double), the
  * probabilities rounded to V's type, then their products with the values summed in f32 */
-static void plain_row(const struct kv_args *a, const float *q, const float *k, const float *v, int n, float *p,
-                      float *o) {
+static void plain_row(const struct kv_args *a, const float *q, struct kv_rows k, struct kv_rows v, int n, float *p,
+                      float *buf, float *o) {
     const int D = a->D;
     float mx = -INFINITY;
     for (int j = 0; j < n; j++) {
+        const float *kj = kv_row(k, j, buf, D);
 #if KV_X86
-        p[j] = (vector_ok() ? dot_vec(q, k + j * a->k_pos, D) : dot(q, k + j * a->k_pos, D)) * a->scale;
+        p[j] = (vector_ok() ? dot_vec(q, kj, D) : dot(q, kj, D)) * a->scale;
 #else
-        p[j] = dot(q, k + j * a->k_pos, D) * a->scale;
+        p[j] = dot(q, kj, D) * a->scale;
 #endif
         mx = p[j] > mx ? p[j] : mx;
     }
@@ -246,7 +300,7 @@ static void plain_row(const struct kv_args *a, const float *q, const float *k, c
     mlxcel_round_kv(p, n, a->v_type);
     memset(o, 0, sizeof(float) * (size_t)D);
     for (int j = 0; j < n; j++) {
-        const float *vj = v + j * a->v_pos;
+        const float *vj = kv_row(v, j, buf, D);
         for (int d = 0; d < D; d++) o[d] = fmaf(p[j], vj[d], o[d]);
     }
 }
@@ -255,8 +309,12 @@ static void kv_head(void *ctx, int task) {
     struct kv_args *a = ctx;
     const int b = task / a->H, h = task % a->H, group = a->H / a->Hkv, D = a->D;
     const int first = a->first ? a->first[b] : 0;
-    const float *kh = a->k + b * a->k_seq + (h / group) * a->k_head + first * a->k_pos;
-    const float *vh = a->v + b * a->v_seq + (h / group) * a->v_head + first * a->v_pos;
+    const long ko = b * a->k_seq + (h / group) * a->k_head + first * a->k_pos;
+    const long vo = b * a->v_seq + (h / group) * a->v_head + first * a->v_pos;
+    const struct kv_rows kh = {a->k_half ? (const void *)((const uint16_t *)a->k + ko) : (const void *)((const float *)a->k + ko),
+                               a->k_pos, a->k_half};
+    const struct kv_rows vh = {a->v_half ? (const void *)((const uint16_t *)a->v + vo) : (const void *)((const float *)a->v + vo),
+                               a->v_pos, a->v_half};
     const int keys = a->T - first;
     float *scratch = mlxcel_thread_floats(BUFFER_SCORES, (size_t)6 * D + (size_t)(keys > 0 ? keys : 1));
     if (!scratch) { a->failed = 1; return; }
@@ -270,18 +328,30 @@ static void kv_head(void *ctx, int task) {
         mlxcel_round_kv(qr, D, a->k_type); /* Q converted to K's vec_dot type */
         if (a->flash && a->ggml_dims && a->k_type == KV_F16) { to_ggml_dims(qr, qg, D); memcpy(qr, qg, sizeof(float) * (size_t)D); }
         if (a->flash) flash_row(a, qr, kh, vh, seen, acc, o);
-        else plain_row(a, qr, kh, vh, seen, p, o);
+        else plain_row(a, qr, kh, vh, seen, p, acc + D, o);
     }
 }
 
 /* mlxcel_attention's arguments and result, computed as ggml-cpu computes them over a cache of k_type keys and
  * v_type values (KV_F32, KV_F16, KV_BF16; the caches already hold values of those types), with flash attention
  * on or off, for queries that came in a ubatch of `ubatch` rows. Returns 0, or -1 when out of memory. */
-int mlxcel_attention_kv(const float *q, long q_seq, long q_head, long q_pos, const float *k, long k_seq, long k_head,
-                        long k_pos, const float *v, long v_seq, long v_head, long v_pos, int B, int H, int Hkv, int L,
+/* an f16-stored cache's visible keys or values [B, Hkv, T, D] as float32 (contiguous), for the f32 math */
+static float *widen(const uint16_t *x, long seq, long head, long pos, int B, int Hkv, int T, int D) {
+    float *out = malloc(sizeof(float) * (size_t)B * Hkv * T * D);
+    if (!out) return NULL;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < Hkv; h++)
+            for (int t = 0; t < T; t++)
+                mlxcel_load_f16(out + (((size_t)b * Hkv + h) * T + t) * D, x + b * seq + h * head + t * pos, D);
+    return out;
+}
+
+int mlxcel_attention_kv(const float *q, long q_seq, long q_head, long q_pos, const void *k, long k_seq, long k_head,
+                        long k_pos, const void *v, long v_seq, long v_head, long v_pos, int B, int H, int Hkv, int L,
                         int T, int D, float scale, const int *first, float *out, int k_type, int v_type, int flash,
                         int ubatch) {
     const int ggml_dims = (flash & ATTENTION_GGML_DIMS) && D % 2 == 0;
+    const int k_half = (flash & ATTENTION_K_F16) != 0, v_half = (flash & ATTENTION_V_F16) != 0;
     flash &= 1;
     int cast = 0; /* b10621's build_attn_mha casts an f32 K or V to f16 for flash attention */
     if (flash && k_type == KV_F32) k_type = KV_F16, cast |= 1;
@@ -289,11 +359,25 @@ int mlxcel_attention_kv(const float *q, long q_seq, long q_head, long q_pos, con
     const int f32 = !flash && k_type == KV_F32 && v_type == KV_F32;
     /* (the tiled path over a cast cache reads f16 values; here it reads the f32 ones: f32 rounding apart) */
     const int tiled = flash && k_type == v_type && k_type != KV_BF16 && ubatch >= FA_TILE_Q;
-    if (f32 || tiled)
-        return mlxcel_attention(q, q_seq, q_head, q_pos, k, k_seq, k_head, k_pos, v, v_seq, v_head, v_pos, B, H, Hkv,
-                                L, T, D, scale, first, out);
+    if (f32 || tiled) {
+        if (!k_half && !v_half)
+            return mlxcel_attention(q, q_seq, q_head, q_pos, k, k_seq, k_head, k_pos, v, v_seq, v_head, v_pos, B, H,
+                                    Hkv, L, T, D, scale, first, out);
+        float *kw = k_half ? widen(k, k_seq, k_head, k_pos, B, Hkv, T, D) : NULL;
+        float *vw = v_half ? widen(v, v_seq, v_head, v_pos, B, Hkv, T, D) : NULL;
+        int status = -1;
+        if ((kw || !k_half) && (vw || !v_half)) {
+            const long seq = (long)Hkv * T * D, head = (long)T * D;
+            status = mlxcel_attention(q, q_seq, q_head, q_pos, kw ? kw : k, kw ? seq : k_seq, kw ? head : k_head,
+                                      kw ? D : k_pos, vw ? vw : v, vw ? seq : v_seq, vw ? head : v_head,
+                                      vw ? D : v_pos, B, H, Hkv, L, T, D, scale, first, out);
+        }
+        free(kw);
+        free(vw);
+        return status;
+    }
     struct kv_args a = {q, k, v, q_seq, q_head, q_pos, k_seq, k_head, k_pos, v_seq, v_head, v_pos,
-                        H, Hkv, L, T, D, k_type, v_type, flash, cast, ggml_dims, scale, first, out, 0};
+                        H, Hkv, L, T, D, k_type, v_type, flash, cast, ggml_dims, k_half, v_half, scale, first, out, 0};
     mlxcel_pool_run(kv_head, &a, B * H, 1);
     return a.failed ? -1 : 0;
 }

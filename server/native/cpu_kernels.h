@@ -3,6 +3,9 @@
 #ifndef MLXCEL_CPU_KERNELS_H
 #define MLXCEL_CPU_KERNELS_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 #define HIDDEN __attribute__((visibility("hidden")))
 
 enum { ROPE_MAX_HALF = 512 }; /* rope turns at most 2 * 512 dimensions of a head */
@@ -20,9 +23,13 @@ enum { KV_F32 = 0, KV_F16 = 1, KV_BF16 = 2 };
 /* with flash attention (the flash argument's bit 0), bit 1: q and k dot products in a llama GGUF's element
  * order, as b10621 sums them over its permuted heads (a step in ggml's order sets it) */
 enum { ATTENTION_GGML_DIMS = 2 };
+/* bits 2 and 3: the keys, the values stored as f16 (16 bits each, the cache's own type; strides in elements) */
+enum { ATTENTION_K_F16 = 4, ATTENTION_V_F16 = 8 };
+void mlxcel_store_f16(uint16_t *dst, const float *x, long n);
+void mlxcel_load_f16(float *dst, const uint16_t *h, long n);
 void mlxcel_round_kv(float *x, long n, int type);
-int mlxcel_attention_kv(const float *q, long q_seq, long q_head, long q_pos, const float *k, long k_seq, long k_head,
-                        long k_pos, const float *v, long v_seq, long v_head, long v_pos, int B, int H, int Hkv, int L,
+int mlxcel_attention_kv(const float *q, long q_seq, long q_head, long q_pos, const void *k, long k_seq, long k_head,
+                        long k_pos, const void *v, long v_seq, long v_head, long v_pos, int B, int H, int Hkv, int L,
                         int T, int D, float scale, const int *first, float *out, int k_type, int v_type, int flash,
                         int ubatch);
 void mlxcel_swiglu(const float *g, const float *u, long rows, long width, long ld, float *out);

@@ -49,7 +49,7 @@ void mlxcel_step_model_free(void *model) { free(model); }
  * of one sequence (mlxcel_verify): row b's keys and values go to its cache at pos[b] and it attends to
  * positions up to pos[b], by the very call a decode step at that position makes. */
 static int run_rows(const struct step_model *m, int B, const int *tokens, const int *pos, const int *first, int T,
-                    int one_seq, float *const *keys, float *const *values, const long *strides, float *logits) {
+                    int one_seq, void *const *keys, void *const *values, const long *strides, float *logits) {
     const int E = m->hidden, H = m->heads, Hkv = m->kv_heads, D = m->head_dim, I = m->inter;
     const int nqkv = (H + 2 * Hkv) * D, half = m->rope_dims / 2;
     size_t floats = (size_t)B * (3 * E + nqkv + 2 * H * D + 3 * I);
@@ -74,13 +74,11 @@ static int run_rows(const struct step_model *m, int B, const int *tokens, const 
             const float *row = qkv + (size_t)b * nqkv, *c = angles + 2 * ROPE_MAX_HALF * b, *s = c + ROPE_MAX_HALF;
             for (int i = 0; i < H; i++) rope_head(row + i * D, q + ((size_t)b * H + i) * D, half, D, c, s);
             const long at = one_seq ? pos[b] : T - 1, kb = one_seq ? 0 : b * st[0], vb = one_seq ? 0 : b * st[3];
-            for (int i = 0; i < Hkv; i++) {
-                float *kd = keys[l] + kb + i * st[1] + at * st[2];
-                float *vd = values[l] + vb + i * st[4] + at * st[5];
-                rope_head(row + (H + i) * D, kd, half, D, c, s);
-                memcpy(vd, row + (H + Hkv + i) * D, sizeof(float) * D);
-                mlxcel_round_kv(kd, D, m->k_type); /* stored as the cache's type stores it */
-                mlxcel_round_kv(vd, D, m->v_type);
+            for (int i = 0; i < Hkv; i++) { /* stored as the cache's type stores it */
+                float turned[D];
+                rope_head(row + (H + i) * D, turned, half, D, c, s);
+                store_kv(keys[l], kb + i * st[1] + at * st[2], turned, D, m->k_type);
+                store_kv(values[l], vb + i * st[4] + at * st[5], row + (H + Hkv + i) * D, D, m->v_type);
             }
         }
         if (one_seq)
@@ -88,11 +86,11 @@ static int run_rows(const struct step_model *m, int B, const int *tokens, const 
                 status = mlxcel_attention_kv(q + (size_t)b * H * D, (long)H * D, D, D, keys[l], st[0], st[1], st[2],
                                              values[l], st[3], st[4], st[5], 1, H, Hkv, 1, pos[b] + 1, D,
                                              m->attn_scale, NULL, att + (size_t)b * H * D, m->k_type, m->v_type,
-                                             m->flash | (m->ggml_order ? ATTENTION_GGML_DIMS : 0), B);
+                                             attention_flags(m), B);
         else /* (a ubatch of one token per sequence: b10621 decodes sequences together in one ubatch too) */
             status = mlxcel_attention_kv(q, (long)H * D, D, D, keys[l], st[0], st[1], st[2], values[l], st[3], st[4],
                                          st[5], B, H, Hkv, 1, T, D, m->attn_scale, first, att, m->k_type, m->v_type,
-                                         m->flash | (m->ggml_order ? ATTENTION_GGML_DIMS : 0), B);
+                                         attention_flags(m), B);
         product(m, B, E, H * D, att, w->wo, w->wo_t, t, 1);
         for (size_t i = 0; i < (size_t)B * E; i++) x[i] += t[i];
         for (int b = 0; b < B; b++) rms_norm(x + (size_t)b * E, w->mlp_norm, h + (size_t)b * E, E, m->eps);
@@ -120,7 +118,7 @@ static int run_rows(const struct step_model *m, int B, const int *tokens, const 
  * at strides[6 l .. 6 l + 5] (keys, then values). Writes B x vocab logits. Returns 0, or -1 when out of
  * memory or B is out of range (the caches' index T - 1 may be written then: it is past what they hold). */
 int mlxcel_step(const void *model, int B, const int *tokens, const int *pos, const int *first, int T,
-                float *const *keys, float *const *values, const long *strides, float *logits) {
+                void *const *keys, void *const *values, const long *strides, float *logits) {
     const struct step_model *m = model;
     if (B < 1 || B > m->max_rows || T < 1) return -1;
     return run_rows(m, B, tokens, pos, first, T, 0, keys, values, strides, logits);
@@ -130,8 +128,8 @@ int mlxcel_step(const void *model, int B, const int *tokens, const int *pos, con
  * and values[l] are layer l's cache (one sequence, strides as mlxcel_step's), written at those positions.
  * Writes L x vocab logits, each row bitwise the logits a decode step at its position computes. Returns 0, or
  * -1 when out of memory or L is out of range. */
-int mlxcel_verify(const void *model, int L, const int *tokens, int index, float *const *keys,
-                  float *const *values, const long *strides, float *logits) {
+int mlxcel_verify(const void *model, int L, const int *tokens, int index, void *const *keys,
+                  void *const *values, const long *strides, float *logits) {
     const struct step_model *m = model;
     if (L < 1 || L > m->max_rows || index < 0) return -1;
     int pos[L];

@@ -7,7 +7,7 @@
  * - a product of two or more rows, inner size a multiple of 8 and weight rows a multiple of 4, as llamafile's
  *   tinyBLAS<8, __m256>: one 8-lane FMA accumulator per output over the whole inner size, then its hsum;
  * - any other product as ggml_vec_dot_f32: four 8-lane FMA accumulators over 32-wide steps, reduced pairwise,
- *   then two hadds, then the leftovers as GCC vectorizes an in-order float reduction (see dot_vec);
+ *   then two hadds, then the leftovers as GCC vectorizes an in-order float reduction (ggml_simd.h, ggml_dot_vec);
  * - ggml_norm: a double sum of the row, the mean in float, the centred squares in 8-lane hsums added in
  *   double, the variance in float, then the scale, the weight and the bias as three float operations;
  * - soft_max_ext: scale, mask, max, ARM's optimized-routines expf in 8 lanes (as ggml_v_expf) with libm's expf
@@ -21,6 +21,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "ggml_simd.h"
 
 #define ENC __attribute__((target("avx2,fma,f16c")))
 
@@ -36,44 +38,6 @@ typedef struct {
 } mlxcel_bert;
 
 /* ---- ggml's reductions ----------------------------------------------------------------------------------- */
-
-ENC static inline float hsum8(__m256 x) { /* llamafile's hsum(__m256), ggml_vec_cvar's and soft_max's */
-    __m128 v = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
-    v = _mm_add_ps(v, _mm_movehl_ps(v, v));
-    v = _mm_add_ss(v, _mm_movehdup_ps(v));
-    return _mm_cvtss_f32(v);
-}
-
-static inline float unfused_madd(float x, float y, float sum) { /* a product, then a sum: two roundings */
-    float p = x * y;
-    __asm__("" : "+x"(p));
-    return sum + p;
-}
-
-ENC static float dot_vec(const float *x, const float *y, int n) { /* ggml_vec_dot_f32 */
-    const int np = n & ~31;
-    __m256 s[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (int i = 0; i < np; i += 32)
-        for (int j = 0; j < 4; j++)
-            s[j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8 * j), _mm256_loadu_ps(y + i + 8 * j), s[j]);
-    s[0] = _mm256_add_ps(s[0], s[2]);
-    s[1] = _mm256_add_ps(s[1], s[3]);
-    s[0] = _mm256_add_ps(s[0], s[1]);
-    const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(s[0]), _mm256_extractf128_ps(s[0], 1));
-    const __m128 t1 = _mm_hadd_ps(t0, t0);
-    float sum = _mm_cvtss_f32(_mm_hadd_ps(t1, t1));
-    /* the leftovers as GCC compiles vec.cpp's `sumf += x[i]*y[i]`: an in-order (fold-left) vectorized loop,
-     * products then sums, 8 at a time, then once 4, then one FMA each (the scalar epilogue is contracted) */
-    int i = np;
-    for (; i + 8 <= n; i += 8)
-        for (int j = i; j < i + 8; j++) sum = unfused_madd(x[j], y[j], sum);
-    if (i + 4 <= n) {
-        for (int j = i; j < i + 4; j++) sum = unfused_madd(x[j], y[j], sum);
-        i += 4;
-    }
-    for (; i < n; i++) sum = fmaf(x[i], y[i], sum);
-    return sum;
-}
 
 /* C[j*ldc + i] = A row i . B row j, for m rows of A and n rows of B, inner size k: ggml_mul_mat's choice. */
 ENC static void mul_mat(const float *A, int lda, const float *B, int ldb, float *C, int ldc, int m, int n, int k,
@@ -94,19 +58,19 @@ ENC static void mul_mat(const float *A, int lda, const float *B, int ldb, float 
                     }
                 }
                 for (int b = 0; b < 3; b++)
-                    for (int a = 0; a < 4; a++) C[(long)ldc * (j + b) + i + a] = hsum8(c[b][a]);
+                    for (int a = 0; a < 4; a++) C[(long)ldc * (j + b) + i + a] = ggml_hsum8(c[b][a]);
             }
         for (; j < n; j++)
             for (int i = 0; i < m; i++) {
                 __m256 c = _mm256_setzero_ps();
                 for (int l = 0; l < k; l += 8)
                     c = _mm256_fmadd_ps(_mm256_loadu_ps(A + (long)lda * i + l), _mm256_loadu_ps(B + (long)ldb * j + l), c);
-                C[(long)ldc * j + i] = hsum8(c);
+                C[(long)ldc * j + i] = ggml_hsum8(c);
             }
         return;
     }
     for (int j = 0; j < n; j++)
-        for (int i = 0; i < m; i++) C[(long)ldc * j + i] = dot_vec(A + (long)lda * i, B + (long)ldb * j, k);
+        for (int i = 0; i < m; i++) C[(long)ldc * j + i] = ggml_dot_vec(A + (long)lda * i, B + (long)ldb * j, k);
 }
 
 ENC static void add_bias(float *x, const float *b, int rows, int width) {
@@ -127,7 +91,7 @@ ENC static void layer_norm(const float *x, float *y, const float *w, const float
         for (; i + 7 < n; i += 8) {
             __m256 v = _mm256_sub_ps(_mm256_loadu_ps(xr + i), _mm256_set1_ps(mean));
             _mm256_storeu_ps(yr + i, v);
-            sq += (double)hsum8(_mm256_mul_ps(v, v));
+            sq += (double)ggml_hsum8(_mm256_mul_ps(v, v));
         }
         for (; i < n; i++) {
             float v = xr[i] - mean;
@@ -143,36 +107,6 @@ ENC static void layer_norm(const float *x, float *y, const float *w, const float
     }
 }
 
-/* ARM's optimized-routines expf in 8 lanes: the algorithm ggml_v_expf runs under AVX2 + FMA. */
-ENC static __m256 expf8(__m256 x) {
-    const __m256 r = _mm256_set1_ps(0x1.8p23f);
-    const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), r);
-    const __m256 n = _mm256_sub_ps(z, r);
-    const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f),
-                                      _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x));
-    const __m256i e = _mm256_slli_epi32(_mm256_castps_si256(z), 23);
-    const __m256 k = _mm256_castsi256_ps(_mm256_add_epi32(e, _mm256_castps_si256(_mm256_set1_ps(1))));
-    const __m256i c = _mm256_castps_si256(
-        _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.f), n), _mm256_set1_ps(126), _CMP_GT_OQ));
-    const __m256 u = _mm256_mul_ps(b, b);
-    const __m256 j = _mm256_fmadd_ps(
-        _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f)), u,
-                        _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f))),
-        u, _mm256_mul_ps(_mm256_set1_ps(0x1.ffffecp-1f), b));
-    if (!_mm256_movemask_ps(_mm256_castsi256_ps(c))) return _mm256_fmadd_ps(j, k, k);
-    const __m256i g = _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_LE_OQ)),
-                                       _mm256_set1_epi32((int)0x82000000u));
-    const __m256 s1 = _mm256_castsi256_ps(_mm256_add_epi32(g, _mm256_set1_epi32(0x7f000000)));
-    const __m256 s2 = _mm256_castsi256_ps(_mm256_sub_epi32(e, g));
-    const __m256i d = _mm256_castps_si256(
-        _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.f), n), _mm256_set1_ps(192), _CMP_GT_OQ));
-    return _mm256_or_ps(
-        _mm256_and_ps(_mm256_castsi256_ps(d), _mm256_mul_ps(s1, s1)),
-        _mm256_andnot_ps(_mm256_castsi256_ps(d),
-                         _mm256_or_ps(_mm256_and_ps(_mm256_castsi256_ps(c), _mm256_mul_ps(_mm256_fmadd_ps(s2, j, s2), s1)),
-                                      _mm256_andnot_ps(_mm256_castsi256_ps(c), _mm256_fmadd_ps(k, j, k)))));
-}
-
 ENC static void soft_max_row(float *row, int n, float scale) { /* no mask: one sequence sees all its keys */
     for (int i = 0; i < n; i++) row[i] *= scale;
     float max = -INFINITY;
@@ -180,9 +114,9 @@ ENC static void soft_max_row(float *row, int n, float scale) { /* no mask: one s
     double sum = 0.0;
     int i = 0;
     for (; i + 7 < n; i += 8) {
-        const __m256 v = expf8(_mm256_sub_ps(_mm256_loadu_ps(row + i), _mm256_set1_ps(max)));
+        const __m256 v = ggml_expf8(_mm256_sub_ps(_mm256_loadu_ps(row + i), _mm256_set1_ps(max)));
         _mm256_storeu_ps(row + i, v);
-        sum += (double)hsum8(v);
+        sum += (double)ggml_hsum8(v);
     }
     for (; i < n; i++) {
         const float v = expf(row[i] - max);

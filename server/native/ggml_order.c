@@ -16,35 +16,8 @@
 #include "cpu_kernels.h"
 
 #if defined(__x86_64__)
-#include <immintrin.h>
+#include "ggml_simd.h" /* ggml_hsum8 (tinyBLAS), ggml_dot_vec (ggml_vec_dot_f32) */
 #define ORDER_AVX2 __attribute__((target("avx2,fma")))
-
-ORDER_AVX2 static inline float hsum_tinyblas(__m256 v) {
-    __m128 x = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
-    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-    x = _mm_add_ss(x, _mm_movehdup_ps(x));
-    return _mm_cvtss_f32(x);
-}
-
-ORDER_AVX2 static inline float reduce_vec_dot(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
-    a0 = _mm256_add_ps(a0, a2);
-    a1 = _mm256_add_ps(a1, a3);
-    a0 = _mm256_add_ps(a0, a1);
-    const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(a0), _mm256_extractf128_ps(a0, 1));
-    const __m128 t1 = _mm_hadd_ps(t0, t0);
-    return _mm_cvtss_f32(_mm_hadd_ps(t1, t1));
-}
-
-ORDER_AVX2 static float vec_dot_f32(const float *w, const float *x, int K) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    for (int k = 0; k < K; k += 32) {
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k), _mm256_loadu_ps(x + k), a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k + 8), _mm256_loadu_ps(x + k + 8), a1);
-        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k + 16), _mm256_loadu_ps(x + k + 16), a2);
-        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k + 24), _mm256_loadu_ps(x + k + 24), a3);
-    }
-    return reduce_vec_dot(a0, a1, a2, a3);
-}
 
 struct gemm_args {
     int M, N, K, accumulate, vec_dot;
@@ -62,7 +35,7 @@ ORDER_AVX2 static void gemm_task(void *ctx, int task) {
         for (int j = j0; j < j1; j++)
             for (int r = 0; r < a->M; r++) {
                 float *y = a->y + (size_t)r * a->ldy;
-                const float s = vec_dot_f32(a->wt + (size_t)j * a->ldw, a->x + (size_t)r * a->ldx, K);
+                const float s = ggml_dot_vec(a->wt + (size_t)j * a->ldw, a->x + (size_t)r * a->ldx, K);
                 y[j] = a->accumulate ? y[j] + s : s;
             }
         return;
@@ -81,14 +54,14 @@ ORDER_AVX2 static void gemm_task(void *ctx, int task) {
                 c2 = _mm256_fmadd_ps(_mm256_loadu_ps(w2 + k), xv, c2);
                 c3 = _mm256_fmadd_ps(_mm256_loadu_ps(w3 + k), xv, c3);
             }
-            const float s[4] = {hsum_tinyblas(c0), hsum_tinyblas(c1), hsum_tinyblas(c2), hsum_tinyblas(c3)};
+            const float s[4] = {ggml_hsum8(c0), ggml_hsum8(c1), ggml_hsum8(c2), ggml_hsum8(c3)};
             for (int i = 0; i < 4; i++) y[j + i] = a->accumulate ? y[j + i] + s[i] : s[i];
         }
         for (; j < j1; j++) {
             const float *w = a->wt + (size_t)j * a->ldw;
             __m256 c = _mm256_setzero_ps();
             for (int k = 0; k < K; k += 8) c = _mm256_fmadd_ps(_mm256_loadu_ps(w + k), _mm256_loadu_ps(x + k), c);
-            const float s = hsum_tinyblas(c);
+            const float s = ggml_hsum8(c);
             y[j] = a->accumulate ? y[j] + s : s;
         }
     }
@@ -96,10 +69,10 @@ ORDER_AVX2 static void gemm_task(void *ctx, int task) {
 
 /* y[r][j] (+)= x[r] . wt[j] for r < M, j < N, each summed as ggml sums it in a ubatch of `ubatch` rows
  * (tinyBLAS's order from 2 rows, vec_dot's for 1); accumulate: added to y after the sum (ggml_add's one
- * rounding). Returns 0, or -1 when the order does not apply (K not a multiple of 32, no AVX2). */
+ * rounding). Returns 0, or -1 when the order does not apply (K not a multiple of 8, no AVX2). */
 HIDDEN int mlxcel_ggml_gemm(int M, int N, int K, const float *x, long ldx, const float *wt, long ldw, float *y,
                             long ldy, int accumulate, int ubatch) {
-    if (K % 32 || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return -1;
+    if (K % 8 || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return -1;
     struct gemm_args a = {M, N, K, accumulate, ubatch < 2, x, wt, ldx, ldw, ldy, y};
     const int tasks = (N + OUTPUTS_PER_TASK - 1) / OUTPUTS_PER_TASK;
     mlxcel_pool_run(gemm_task, &a, tasks, (long)M * N * K >= (1 << 15));

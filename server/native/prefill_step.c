@@ -53,7 +53,8 @@ static void norm_rows(const float *x, const float *w, float *out, int rows, int 
 struct rope_args {
     const struct step_model *m;
     const float *qkv, *angles;
-    float *q, *keys, *values;
+    float *q;
+    void *keys, *values; /* the layer's caches: float32, or 16 bits for an f16 cache */
     const long *st; /* the layer's key strides (sequence, head, position), then its value strides */
     int rows, index, q_from;
 };
@@ -68,12 +69,11 @@ static void rope_task(void *ctx, int task) {
         if (i >= a->q_from)
             for (int h = 0; h < H; h++) rope_head(row + h * D, a->q + ((size_t)(i - a->q_from) * H + h) * D, half, D, c, s);
         long pos = a->index + i;
-        for (int h = 0; h < Hkv; h++) {
-            float *kd = a->keys + h * a->st[1] + pos * a->st[2], *vd = a->values + h * a->st[4] + pos * a->st[5];
-            rope_head(row + (H + h) * D, kd, half, D, c, s);
-            memcpy(vd, row + (H + Hkv + h) * D, sizeof(float) * D);
-            mlxcel_round_kv(kd, D, m->k_type); /* stored as the cache's type stores it */
-            mlxcel_round_kv(vd, D, m->v_type);
+        for (int h = 0; h < Hkv; h++) { /* stored as the cache's type stores it */
+            float turned[D];
+            rope_head(row + (H + h) * D, turned, half, D, c, s);
+            store_kv(a->keys, h * a->st[1] + pos * a->st[2], turned, D, m->k_type);
+            store_kv(a->values, h * a->st[4] + pos * a->st[5], row + (H + Hkv + h) * D, D, m->v_type);
         }
     }
 }
@@ -87,8 +87,8 @@ static void rope_rows(const struct rope_args *a) {
 /* L tokens of one sequence at positions index .. index + L - 1, written to its caches there (keys[l],
  * values[l]: layer l's, kv_heads x capacity x head_dim, strides as mlxcel_step's). logits (vocab floats): the
  * last position's, or NULL when the chunk is not the prompt's last. Returns 0, or -1 when out of memory. */
-int mlxcel_prefill(const void *model, int L, const int *tokens, int index, float *const *keys,
-                   float *const *values, const long *strides, float *logits) {
+int mlxcel_prefill(const void *model, int L, const int *tokens, int index, void *const *keys,
+                   void *const *values, const long *strides, float *logits) {
     const struct step_model *m = model;
     if (L < 1 || index < 0) return -1;
     const int E = m->hidden, H = m->heads, Hkv = m->kv_heads, D = m->head_dim, I = m->inter;
@@ -123,7 +123,7 @@ int mlxcel_prefill(const void *model, int L, const int *tokens, int index, float
         rope_rows(&r);
         const int rows = last ? 1 : L, r0 = L - rows; /* the rows the rest of the layer computes */
         if (mlxcel_attention_kv(q, 0, D, (long)H * D, keys[l], st[0], st[1], st[2], values[l], st[3], st[4], st[5],
-                                1, H, Hkv, rows, T, D, m->attn_scale, NULL, att, m->k_type, m->v_type, m->flash | (m->ggml_order ? ATTENTION_GGML_DIMS : 0),
+                                1, H, Hkv, rows, T, D, m->attn_scale, NULL, att, m->k_type, m->v_type, attention_flags(m),
                                 L) != 0) /* (the chunk is the ubatch: the last layer's one row came in L) */
             return -1;
         float *xr = x + (size_t)r0 * E, *hr = h + (size_t)r0 * E;

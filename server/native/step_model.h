@@ -4,6 +4,7 @@
 #define MLXCEL_STEP_MODEL_H
 
 #include <math.h>
+#include <string.h>
 
 #include "cpu_kernels.h"
 
@@ -46,6 +47,24 @@ static inline void rope_head(const float *x, float *out, int half, int D, const 
         out[j + half] = fmaf(u, s[j], v * c[j]);
     }
     for (int j = 2 * half; j < D; j++) out[j] = x[j];
+}
+
+/* a key or value row written to its cache at element `at`: in 16 bits for an f16 cache (its own type, rounded
+ * as ggml writes it), else as float32 rounded to the cache's type */
+static inline void store_kv(void *cache, long at, const float *row, int D, int type) {
+    if (type == KV_F16) {
+        mlxcel_store_f16((uint16_t *)cache + at, row, D);
+        return;
+    }
+    float *dst = (float *)cache + at;
+    memcpy(dst, row, sizeof(float) * (size_t)D);
+    mlxcel_round_kv(dst, D, type);
+}
+
+/* mlxcel_attention_kv's flags for the step's attention: flash attention, ggml's element order, f16 storage */
+static inline int attention_flags(const struct step_model *m) {
+    return m->flash | (m->ggml_order ? ATTENTION_GGML_DIMS : 0) | (m->k_type == KV_F16 ? ATTENTION_K_F16 : 0) |
+           (m->v_type == KV_F16 ? ATTENTION_V_F16 : 0);
 }
 
 /* y (+)= x w for rows of x: w is k x n (ldw apart), wt the same weight n x k (k apart) or NULL. In ggml's order

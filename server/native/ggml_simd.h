@@ -1,0 +1,80 @@
+/* ggml-cpu's AVX2 + FMA arithmetic that several of mlxcel's kernels reproduce bit for bit (b10621's build,
+ * GGML_NATIVE off): its reductions and its vectorized expf. One place for each (encoder_ggml.c, ggml_order.c,
+ * cpu_kernels.c's SwiGLU). x86 only; the functions carry their own target attribute. */
+#ifndef MLXCEL_GGML_SIMD_H
+#define MLXCEL_GGML_SIMD_H
+
+#include <immintrin.h>
+#include <math.h>
+
+#define GGML_SIMD_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+GGML_SIMD_AVX2 static inline float ggml_hsum8(__m256 x) { /* llamafile's hsum(__m256), ggml_vec_cvar's and soft_max's */
+    __m128 v = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
+    v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+    v = _mm_add_ss(v, _mm_movehdup_ps(v));
+    return _mm_cvtss_f32(v);
+}
+
+static inline float ggml_unfused_madd(float x, float y, float sum) { /* a product, then a sum: two roundings */
+    float p = x * y;
+    __asm__("" : "+x"(p));
+    return sum + p;
+}
+
+GGML_SIMD_AVX2 static inline float ggml_dot_vec(const float *x, const float *y, int n) { /* ggml_vec_dot_f32 */
+    const int np = n & ~31;
+    __m256 s[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int i = 0; i < np; i += 32)
+        for (int j = 0; j < 4; j++)
+            s[j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8 * j), _mm256_loadu_ps(y + i + 8 * j), s[j]);
+    s[0] = _mm256_add_ps(s[0], s[2]);
+    s[1] = _mm256_add_ps(s[1], s[3]);
+    s[0] = _mm256_add_ps(s[0], s[1]);
+    const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(s[0]), _mm256_extractf128_ps(s[0], 1));
+    const __m128 t1 = _mm_hadd_ps(t0, t0);
+    float sum = _mm_cvtss_f32(_mm_hadd_ps(t1, t1));
+    /* the leftovers as GCC compiles vec.cpp's `sumf += x[i]*y[i]`: an in-order (fold-left) vectorized loop,
+     * products then sums, 8 at a time, then once 4, then one FMA each (the scalar epilogue is contracted) */
+    int i = np;
+    for (; i + 8 <= n; i += 8)
+        for (int j = i; j < i + 8; j++) sum = ggml_unfused_madd(x[j], y[j], sum);
+    if (i + 4 <= n) {
+        for (int j = i; j < i + 4; j++) sum = ggml_unfused_madd(x[j], y[j], sum);
+        i += 4;
+    }
+    for (; i < n; i++) sum = fmaf(x[i], y[i], sum);
+    return sum;
+}
+
+/* ARM's optimized-routines expf in 8 lanes: the algorithm ggml_v_expf runs under AVX2 + FMA. */
+GGML_SIMD_AVX2 static inline __m256 ggml_expf8(__m256 x) {
+    const __m256 r = _mm256_set1_ps(0x1.8p23f);
+    const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), r);
+    const __m256 n = _mm256_sub_ps(z, r);
+    const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f),
+                                      _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x));
+    const __m256i e = _mm256_slli_epi32(_mm256_castps_si256(z), 23);
+    const __m256 k = _mm256_castsi256_ps(_mm256_add_epi32(e, _mm256_castps_si256(_mm256_set1_ps(1))));
+    const __m256i c = _mm256_castps_si256(
+        _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.f), n), _mm256_set1_ps(126), _CMP_GT_OQ));
+    const __m256 u = _mm256_mul_ps(b, b);
+    const __m256 j = _mm256_fmadd_ps(
+        _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f)), u,
+                        _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f))),
+        u, _mm256_mul_ps(_mm256_set1_ps(0x1.ffffecp-1f), b));
+    if (!_mm256_movemask_ps(_mm256_castsi256_ps(c))) return _mm256_fmadd_ps(j, k, k);
+    const __m256i g = _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_LE_OQ)),
+                                       _mm256_set1_epi32((int)0x82000000u));
+    const __m256 s1 = _mm256_castsi256_ps(_mm256_add_epi32(g, _mm256_set1_epi32(0x7f000000)));
+    const __m256 s2 = _mm256_castsi256_ps(_mm256_sub_epi32(e, g));
+    const __m256i d = _mm256_castps_si256(
+        _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.f), n), _mm256_set1_ps(192), _CMP_GT_OQ));
+    return _mm256_or_ps(
+        _mm256_and_ps(_mm256_castsi256_ps(d), _mm256_mul_ps(s1, s1)),
+        _mm256_andnot_ps(_mm256_castsi256_ps(d),
+                         _mm256_or_ps(_mm256_and_ps(_mm256_castsi256_ps(c), _mm256_mul_ps(_mm256_fmadd_ps(s2, j, s2), s1)),
+                                      _mm256_andnot_ps(_mm256_castsi256_ps(c), _mm256_fmadd_ps(k, j, k)))));
+}
+
+#endif
