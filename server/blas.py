@@ -39,6 +39,7 @@ KERNELS_DIR = os.path.join(os.path.dirname(__file__), "native")
 KERNELS_SOURCES = ("cpu_kernels.c", "decode_step.c", "prefill_step.c", "encoder_ggml.c", "attention_ggml.c",
                    "ggml_order.c")  # one shared object
 KERNELS_HEADERS = ("cpu_kernels.h", "step_model.h", "ggml_simd.h")
+KERNELS_FLAGS = ("-O3", "-shared", "-fPIC")
 X86 = platform.machine() in ("x86_64", "AMD64")
 FAST_GFLOPS = 10.0  # the reference BLAS measures ~2.5, OpenBLAS on two cores ~150
 
@@ -282,7 +283,7 @@ def _build_kernels() -> str:
 
     from .models.cache import cache_root
 
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(" ".join(KERNELS_FLAGS).encode())  # the flags change the code too
     for name in KERNELS_SOURCES + KERNELS_HEADERS:
         with open(os.path.join(KERNELS_DIR, name), "rb") as f:
             digest.update(f.read())
@@ -296,10 +297,7 @@ def _build_kernels() -> str:
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         target = os.path.join(tmp, out.name)
         sources = [os.path.join(KERNELS_DIR, name) for name in KERNELS_SOURCES]
-        # -ffp-contract=off: a multiply-add is fused only where the code says so (fmaf, the intrinsics), as the
-        # roundings ggml-cpu does are reproduced one by one
-        command = [compiler, "-O3", "-ffp-contract=off", "-shared", "-fPIC", "-o", target, *sources, "-ldl", "-lm",
-                   "-lpthread"]
+        command = [compiler, *KERNELS_FLAGS, "-o", target, *sources, "-ldl", "-lm", "-lpthread"]
         subprocess.run(command, check=True, capture_output=True, timeout=120)
         os.replace(target, out)
     return str(out)
