@@ -28,6 +28,16 @@ struct gemm_args {
 
 enum { OUTPUTS_PER_TASK = 64 };
 
+/* one output of one row in tinyBLAS's order */
+ORDER_AVX2 static void tinyblas_one(const struct gemm_args *a, int r, int j) {
+    const float *x = a->x + (size_t)r * a->ldx, *w = a->wt + (size_t)j * a->ldw;
+    __m256 c = _mm256_setzero_ps();
+    for (int k = 0; k < a->K; k += 8) c = _mm256_fmadd_ps(_mm256_loadu_ps(w + k), _mm256_loadu_ps(x + k), c);
+    const float sum = ggml_hsum8(c);
+    float *y = a->y + (size_t)r * a->ldy;
+    y[j] = a->accumulate ? y[j] + sum : sum;
+}
+
 ORDER_AVX2 static void gemm_task(void *ctx, int task) {
     const struct gemm_args *a = ctx;
     const int j0 = task * OUTPUTS_PER_TASK, j1 = j0 + OUTPUTS_PER_TASK < a->N ? j0 + OUTPUTS_PER_TASK : a->N, K = a->K;
@@ -40,31 +50,35 @@ ORDER_AVX2 static void gemm_task(void *ctx, int task) {
             }
         return;
     }
-    for (int r = 0; r < a->M; r++) {
-        const float *x = a->x + (size_t)r * a->ldx;
-        float *y = a->y + (size_t)r * a->ldy;
+    int r = 0;
+    for (; r + 3 <= a->M; r += 3) { /* tiles of 3 rows x 4 outputs, as tinyBLAS's (each output's sum unchanged) */
+        const float *x0 = a->x + (size_t)r * a->ldx, *x1 = x0 + a->ldx, *x2 = x1 + a->ldx;
         int j = j0;
         for (; j + 4 <= j1; j += 4) {
             const float *w0 = a->wt + (size_t)j * a->ldw, *w1 = w0 + a->ldw, *w2 = w1 + a->ldw, *w3 = w2 + a->ldw;
-            __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
+            __m256 c[3][4];
+            for (int b = 0; b < 3; b++)
+                for (int i = 0; i < 4; i++) c[b][i] = _mm256_setzero_ps();
             for (int k = 0; k < K; k += 8) {
-                const __m256 xv = _mm256_loadu_ps(x + k);
-                c0 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + k), xv, c0);
-                c1 = _mm256_fmadd_ps(_mm256_loadu_ps(w1 + k), xv, c1);
-                c2 = _mm256_fmadd_ps(_mm256_loadu_ps(w2 + k), xv, c2);
-                c3 = _mm256_fmadd_ps(_mm256_loadu_ps(w3 + k), xv, c3);
+                const __m256 wv[4] = {_mm256_loadu_ps(w0 + k), _mm256_loadu_ps(w1 + k), _mm256_loadu_ps(w2 + k),
+                                      _mm256_loadu_ps(w3 + k)};
+                const __m256 xv[3] = {_mm256_loadu_ps(x0 + k), _mm256_loadu_ps(x1 + k), _mm256_loadu_ps(x2 + k)};
+                for (int b = 0; b < 3; b++)
+                    for (int i = 0; i < 4; i++) c[b][i] = _mm256_fmadd_ps(wv[i], xv[b], c[b][i]);
             }
-            const float s[4] = {ggml_hsum8(c0), ggml_hsum8(c1), ggml_hsum8(c2), ggml_hsum8(c3)};
-            for (int i = 0; i < 4; i++) y[j + i] = a->accumulate ? y[j + i] + s[i] : s[i];
+            for (int b = 0; b < 3; b++) {
+                float *y = a->y + (size_t)(r + b) * a->ldy;
+                for (int i = 0; i < 4; i++) {
+                    const float sum = ggml_hsum8(c[b][i]);
+                    y[j + i] = a->accumulate ? y[j + i] + sum : sum;
+                }
+            }
         }
-        for (; j < j1; j++) {
-            const float *w = a->wt + (size_t)j * a->ldw;
-            __m256 c = _mm256_setzero_ps();
-            for (int k = 0; k < K; k += 8) c = _mm256_fmadd_ps(_mm256_loadu_ps(w + k), _mm256_loadu_ps(x + k), c);
-            const float s = ggml_hsum8(c);
-            y[j] = a->accumulate ? y[j] + s : s;
-        }
+        for (; j < j1; j++)
+            for (int b = 0; b < 3; b++) tinyblas_one(a, r + b, j);
     }
+    for (; r < a->M; r++)
+        for (int j = j0; j < j1; j++) tinyblas_one(a, r, j);
 }
 
 /* y[r][j] (+)= x[r] . wt[j] for r < M, j < N, each summed as ggml sums it in a ubatch of `ubatch` rows
