@@ -23,6 +23,8 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+
+#include "ggml_simd.h" /* ggml_dot_steps: ggml_vec_dot_f16's sums */
 #define KV_X86 1
 #define F16C __attribute__((target("avx2,fma,f16c")))
 #else
@@ -159,17 +161,8 @@ F16C static float dot_vec(const float *a, const float *b, int D) {
 /* ggml_vec_dot_f16 (AVX2: four accumulators of 8 lanes over 32 elements a step, then x0 + x2, x1 + x3, their
  * sum, its halves added and two horizontal adds; leftovers added in double) over values already f16-rounded */
 F16C static float dot_ggml_f16(const float *a, const float *b, int D) {
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     const int np = D & ~31;
-    for (int i = 0; i < np; i += 32)
-        for (int j = 0; j < 4; j++)
-            acc[j] = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8 * j), _mm256_loadu_ps(b + i + 8 * j), acc[j]);
-    acc[0] = _mm256_add_ps(acc[0], acc[2]);
-    acc[1] = _mm256_add_ps(acc[1], acc[3]);
-    acc[0] = _mm256_add_ps(acc[0], acc[1]);
-    const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(acc[0]), _mm256_extractf128_ps(acc[0], 1));
-    const __m128 t1 = _mm_hadd_ps(t0, t0);
-    double sum = _mm_cvtss_f32(_mm_hadd_ps(t1, t1));
+    double sum = ggml_dot_steps(a, b, np);
     for (int i = np; i < D; i++) sum += (double)(a[i] * b[i]);
     return (float)sum;
 }

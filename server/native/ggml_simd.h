@@ -22,8 +22,10 @@ static inline float ggml_unfused_madd(float x, float y, float sum) { /* a produc
     return sum + p;
 }
 
-GGML_SIMD_AVX2 static inline float ggml_dot_vec(const float *x, const float *y, int n) { /* ggml_vec_dot_f32 */
-    const int np = n & ~31;
+/* the first np (a multiple of 32) elements of x . y as ggml's vec_dot loops sum them (f32 and f16 alike, over
+ * the f16 values widened): four 8-lane FMA accumulators over 32-wide steps, then GGML_F32x8_REDUCE (x0 + x2,
+ * x1 + x3, their sum, its halves added, two horizontal adds) */
+GGML_SIMD_AVX2 static inline float ggml_dot_steps(const float *x, const float *y, int np) {
     __m256 s[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int i = 0; i < np; i += 32)
         for (int j = 0; j < 4; j++)
@@ -33,7 +35,12 @@ GGML_SIMD_AVX2 static inline float ggml_dot_vec(const float *x, const float *y, 
     s[0] = _mm256_add_ps(s[0], s[1]);
     const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(s[0]), _mm256_extractf128_ps(s[0], 1));
     const __m128 t1 = _mm_hadd_ps(t0, t0);
-    float sum = _mm_cvtss_f32(_mm_hadd_ps(t1, t1));
+    return _mm_cvtss_f32(_mm_hadd_ps(t1, t1));
+}
+
+GGML_SIMD_AVX2 static inline float ggml_dot_vec(const float *x, const float *y, int n) { /* ggml_vec_dot_f32 */
+    const int np = n & ~31;
+    float sum = ggml_dot_steps(x, y, np);
     /* the leftovers as GCC compiles vec.cpp's `sumf += x[i]*y[i]`: an in-order (fold-left) vectorized loop,
      * products then sums, 8 at a time, then once 4, then one FMA each (the scalar epilogue is contracted) */
     int i = np;
