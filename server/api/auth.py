@@ -32,7 +32,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..cli.parse import parse_csv_row
+from ..textparse import parse_csv_row
 
 log = logging.getLogger("mlxcel.auth")
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from ..textparse import AUTOY, FALSEY, TRUTHY, parse_csv_row, stof, stoul
 from .options import OPTIONS
-from .parse import AUTOY, FALSEY, TRUTHY, parse_csv_row, stof
 from .surface import DUMP_FLAG
 
 
@@ -50,8 +50,6 @@ class _CsvAppend(argparse.Action):
 
 def _seed(raw: str) -> int:
     """std::stoul, folded into b10621's uint32 seed: -1 is the random sentinel 4294967295."""
-    from .parse import stoul
-
     text = raw.strip()
     return (int(text, 16) if text.lower().startswith("0x") else stoul(raw)) % 2**32
 

@@ -15,7 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .parse import AUTOY, FALSEY, TRUTHY, Given, parse_csv_row, stof, stoi, stoul
+from ..textparse import AUTOY, FALSEY, TRUTHY, parse_csv_row, stof, stoi, stoul
+from .parse import Given
 
 
 @dataclass(frozen=True)

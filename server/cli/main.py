@@ -51,7 +51,7 @@ def build_state(args, prog: str, auth, cors, vertex):
         encoder = encoder_config(args, checkpoint, n_slots)
     except EncoderModeError as exc:
         raise StartupRefusal(str(exc)) from None
-    from .parse import stoi
+    from ..textparse import stoi
 
     try:
         lora = lora_adapters(args)
@@ -262,7 +262,7 @@ def scaled_files(given, what: str) -> tuple[tuple[str, float], ...]:
     """--lora / --lora-scaled, or --control-vector / --control-vector-scaled, in command-line order (b10621
     appends both spellings to one list): each file with its scale (1 for the unscaled spelling)."""
     from ..models.lora import check_scale
-    from .parse import parse_csv_row
+    from ..textparse import parse_csv_row
 
     out = []
     for option, _, value in given or []:
@@ -283,7 +283,7 @@ def speculative_config(args, tokenizer, prog: str):
     from ..models.store import ModelNotFound, resolve_model
     from ..models.tokenizer import ModelTokenizer
     from .classify import spec_types
-    from .parse import stof
+    from ..textparse import stof
 
     types = ["none"]
     for g in args.given:
@@ -324,7 +324,7 @@ def kv_numerics(args, draft: bool = False):
 def yarn_flags(args):
     """--rope-scaling yarn and the --yarn-* values, as given (server.models.yarn resolves them)."""
     from ..models.yarn import YarnFlags
-    from .parse import stof
+    from ..textparse import stof
 
     return YarnFlags(scaling_yarn=args.rope_scaling == "yarn", ext_factor=stof(args.yarn_ext_factor),
                      attn_factor=stof(args.yarn_attn_factor), beta_fast=stof(args.yarn_beta_fast),
@@ -340,7 +340,7 @@ def ngram_simple_config(args) -> tuple[int, int]:
 def rope_overrides(args) -> tuple[float | None, float | None]:
     """(freq_base, freq_scale) over the checkpoint's, as llama_context resolves them: 0 means the model's; the
     last of --rope-scale N (1/N) and --rope-freq-scale N wins; --rope-scaling none never scales."""
-    from .parse import stof
+    from ..textparse import stof
 
     base = stof(args.rope_freq_base) if args.rope_freq_base is not None else 0.0
     scale = 0.0

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from ..cli.parse import parse_csv_row
+from .. import textparse
+from ..textparse import AUTOY, FALSEY, TRUTHY, parse_csv_row
 
 VERBOSITY_DEFAULT = 3  # LOG_DEFAULT_LLAMA
 VERBOSITY_INFINITE = 2**31 - 1  # -v sets INT_MAX
@@ -37,40 +37,31 @@ class LogConfigError(ValueError):
     """A logging option whose value b10621 refuses too; the message is b10621's sentence."""
 
 
-_TRUTHY = ("on", "enabled", "true", "1")
-_FALSEY = ("off", "disabled", "false", "0")
-_AUTOY = ("auto", "-1")
-
-
 def parse_log_colors(value: str) -> str:
     """--log-colors / LLAMA_ARG_LOG_COLORS: 'on', 'off' or 'auto', with b10621's case-sensitive spellings."""
-    if value in _TRUTHY:
+    if value in TRUTHY:
         return "on"
-    if value in _FALSEY:
+    if value in FALSEY:
         return "off"
-    if value in _AUTOY:
+    if value in AUTOY:
         return "auto"
     raise LogConfigError(f"error: unknown value for --log-colors: '{value}'")
 
 
 def parse_bool_value(value: str) -> bool:
     """common/arg.cpp's parse_bool_value, used for a bool pair's environment variable."""
-    if value in _TRUTHY:
-        return True
-    if value in _FALSEY:
-        return False
-    raise LogConfigError("invalid boolean value")
+    try:
+        return textparse.parse_bool_value(value)
+    except ValueError as exc:
+        raise LogConfigError(str(exc)) from None
 
 
 def stoi(value: str) -> int:
     """std::stoi: optional leading whitespace and sign, then digits; trailing text ignored; int32 range."""
-    m = re.match(r"[ \t\n\v\f\r]*([+-]?\d+)", value)
-    if not m:
-        raise LogConfigError("stoi")
-    n = int(m.group(1))
-    if not -(2**31) <= n < 2**31:
-        raise LogConfigError("stoi")
-    return n
+    try:
+        return textparse.stoi(value)
+    except ValueError as exc:
+        raise LogConfigError(str(exc)) from None
 
 
 def _env_error(var: str, exc: Exception) -> LogConfigError:

@@ -13,6 +13,8 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
+from ..textparse import stoi
+
 
 class ControlVectorError(ValueError):
     pass
@@ -20,8 +22,6 @@ class ControlVectorError(ValueError):
 
 def _layer_index(name: str) -> int:
     """'direction.N' -> N read with std::stoi (a prefix of digits), else -1."""
-    from ..cli.parse import stoi
-
     head, dot, rest = name.partition(".")
     if not dot or head != "direction":
         return -1

@@ -23,6 +23,8 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
+from ..textparse import stof
+
 # llama.cpp's tensor names for the linear layers mlxcel attaches terms to, and the layer each names
 GGUF_TARGETS = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
                 "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
@@ -310,8 +312,6 @@ def _check(owner: str, name: str, n_in: int, n_out: int, terms) -> None:
 
 def check_scale(text: str, what: str = "lora") -> float:
     """--lora-scaled's (or --control-vector-scaled's) SCALE: std::stof, and a finite number."""
-    from ..cli.parse import stof
-
     value = stof(text)
     if not math.isfinite(value):
         raise ValueError(f"{what} scale '{text}' is not a finite number")

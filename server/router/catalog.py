@@ -7,11 +7,11 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..textparse import TRUTHY
 from .presets import (
     DEDUP_CACHE_MODELS,
     DEFAULT_NAME,
     STOP_TIMEOUT,
-    TRUTHY,
     Preset,
     PresetError,
     cascade,

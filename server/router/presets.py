@@ -13,10 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..cli.options import OPTIONS, Option
+from ..textparse import FALSEY, TRUTHY
 
 DEFAULT_NAME = "default"  # COMMON_PRESET_DEFAULT_NAME
-TRUTHY = ("on", "enabled", "true", "1")  # common_arg_utils::is_truthy
-FALSEY = ("off", "disabled", "false", "0")
 
 
 class PresetError(RuntimeError):
