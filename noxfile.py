@@ -78,7 +78,7 @@ def extract(session: nox.Session) -> None:
     binary = session.run("mlxcel-oracle", "reference", silent=True).strip().splitlines()[-1]
     src = session.run("python", "-c", "from oracle.reference import source_tree; print(source_tree())",
                       silent=True).strip().splitlines()[-1]
-    sdist = session.run("python", "-c", "from oracle.reference import SDIST_NAME; from server.models.cache import "
+    sdist = session.run("python", "-c", "from oracle.reference import SDIST_NAME; from server.cachedir import "
                         "cache_root; print(cache_root() / 'reference' / SDIST_NAME)", silent=True).strip()
     session.run("python", "-m", "compat.extract", "--llama-server", binary, "--source-dir", src, "--sdist", sdist,
                 *session.posargs)

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.reference
 @pytest.fixture(scope="module")
 def sources():
     from oracle.reference import SDIST_NAME, source_tree
-    from server.models.cache import cache_root
+    from server.cachedir import cache_root
 
     return source_tree(), cache_root() / "reference" / SDIST_NAME
 

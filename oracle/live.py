@@ -73,7 +73,7 @@ def share() -> Share:
 
 
 def binary_sha256(binary: Path) -> str:
-    from server.models.cache import sha256_file
+    from fixtures.twins import sha256_file
 
     return sha256_file(binary)
 

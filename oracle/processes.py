@@ -155,9 +155,9 @@ def _clean_env(home: Path) -> dict[str, str]:
                                                           "XDG_CACHE_HOME", "MLXCEL_BLAS")}
     keep["HOME"] = str(home)
     # the model store stays the caller's: under the fresh HOME a store name would be converted again (seconds)
-    from server.models.cache import CACHE_ENV, cache_root
+    from fixtures.twins import cache_root
 
-    keep[CACHE_ENV] = str(cache_root())
+    keep["MLXCEL_CACHE_DIR"] = str(cache_root())
     keep["LLAMA_MEDIA_MARKER"] = MEDIA_MARKER
     return keep
 

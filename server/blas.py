@@ -224,7 +224,7 @@ def _rows_stable(path: str, core: str | None = None, prefix: str = "") -> bool |
     import hashlib
     import json
 
-    from .models.cache import cache_root
+    from .cachedir import cache_root
 
     real = os.path.realpath(path)
     try:
@@ -281,7 +281,7 @@ def _build_kernels() -> str:
     import shutil
     import tempfile
 
-    from .models.cache import cache_root
+    from .cachedir import cache_root
 
     digest = hashlib.sha256(" ".join(KERNELS_FLAGS).encode())  # the flags change the code too
     for name in KERNELS_SOURCES + KERNELS_HEADERS:

@@ -7,7 +7,7 @@ import multiprocessing as mp
 import time
 from pathlib import Path
 
-from server.models.cache import STAMP, build_once, verify_build
+from server.cachedir import STAMP, build_once, verify_build
 
 
 def _slow_build(target: str, log: str) -> None:
@@ -75,7 +75,7 @@ def test_failed_build_leaves_no_target(tmp_path):
 
 
 def test_a_killed_builds_leftovers_are_cleared_by_the_next_build(tmp_path):
-    from server.models.cache import build_once
+    from server.cachedir import build_once
 
     target = tmp_path / "thing"
     stale = tmp_path / "thing.tmp-abandoned"

@@ -55,7 +55,7 @@ def renders(name_or_source: str) -> dict[str, str]:
 
 def template_source(name: str) -> str:
     from oracle.reference import SOURCE_SUBDIR
-    from server.models.cache import cache_root
+    from server.cachedir import cache_root
 
     path = cache_root() / "reference" / "source" / SOURCE_SUBDIR / "models" / "templates" / name
     require(path.is_file(), f"the b10621 sources are not unpacked ({path})")

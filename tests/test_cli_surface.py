@@ -17,7 +17,7 @@ from server.cli.args import MLXCEL, build_parser
 from server.cli.classify import RULES, gpu_layers_refusal, refusals
 from server.cli.options import BY_ID, OPTIONS
 from server.cli.parse import MLXCEL_OWN
-from server.models.cache import cache_root
+from server.cachedir import cache_root
 
 PROGS = ("mlxcel-server", "mlxcel serve")
 SRC = cache_root() / "reference" / "source" / SOURCE_SUBDIR

@@ -165,7 +165,7 @@ def test_mlxcel_list_shows_the_bundled_models_built_or_not(store):
     import json
 
     from server.models.bundled import BUNDLED_ENCODERS, BUNDLED_MODELS, DEFAULT_MODEL
-    from server.models.cache import STAMP
+    from server.cachedir import STAMP
 
     for model in BUNDLED_MODELS.values():  # the default as the first start leaves it; the other by an older converter
         built = store / model.name

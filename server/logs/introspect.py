@@ -71,8 +71,6 @@ def cached_models(root: Path | None = None) -> list[str]:
     from ..models.bundled import BUNDLED_MODELS
 
     if root is None:
-        from ..models.cache import cache_root
-
         from ..models.hub import store_root
 
         root = store_root()

