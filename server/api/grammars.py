@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import re
 
-from ..engine.types import GrammarSpec
 from ..errors import SAMPLERS_FAILED, ErrorKind, UpstreamError
 from ..grammar.constraint import GrammarRefused
+from ..grammar.spec import GrammarSpec
 from .budget import prefill_tokens
 from .task_params import GRAMMAR_TRIGGER_TOKEN, GRAMMAR_TRIGGER_WORD, TaskParams
 

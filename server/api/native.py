@@ -20,13 +20,13 @@ from ..engine.types import (
     ErrorEvent,
     FinalEvent,
     GenerationRequest,
-    GrammarSpec,
     ProgressEvent,
     SamplingParams,
     Timings,
     TokenEvent,
 )
 from ..errors import LORA_FUSED, SAMPLERS_FAILED, ErrorKind, UpstreamError, exceeds_context, json_type_name
+from ..grammar.spec import GrammarSpec
 from ..peg import load as load_arena
 from .budget import reasoning_budget_spec
 from .dry import processed_breakers

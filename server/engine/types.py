@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..grammar.spec import GrammarSpec
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -39,17 +41,6 @@ class SamplingParams:
     samplers: tuple[str, ...] = ("penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc",
                                  "temperature")
     logit_bias: tuple[tuple[int, float], ...] = ()
-
-
-@dataclass(frozen=True)
-class GrammarSpec:
-    """A request grammar, already parsed and lowered to llguidance's Lark (server/grammar/)."""
-
-    lark: str
-    lazy: bool = False
-    trigger_tokens: tuple[int, ...] = ()
-    trigger_patterns: tuple[str, ...] = ()
-    prefill: tuple[int, ...] = ()  # the generation prompt's tokens, accepted before the first draw
 
 
 @dataclass(frozen=True)

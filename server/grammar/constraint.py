@@ -15,9 +15,8 @@ from functools import lru_cache
 import llguidance
 import numpy as np
 
-from server.engine.types import GrammarSpec
-
 from .gbnf import Grammar, GrammarError, GrammarTooDeep, parse_gbnf
+from .spec import GrammarSpec
 
 # b10621's sampler-init failure for a grammar it cannot parse (common_sampler_init)
 PARSE_FAILED = "failed to parse grammar"
