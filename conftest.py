@@ -17,7 +17,7 @@ def _hand_back_mlx_memory():
     import sys
 
     if "mlx.core" in sys.modules:
-        from server.engine.memory import hand_back
+        from server.backends.memory import hand_back
 
         hand_back()
 

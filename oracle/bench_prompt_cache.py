@@ -29,11 +29,11 @@ def main(reps: int = 5) -> None:
 
     blas.activate()
     from fixtures.twins import twin
-    from server.engine.runner import Runner
+    from server.backends import open_backend
     from server.models.loader import load_checkpoint
 
     for kind in ("f32", "q4_1"):
-        r = Runner(load_checkpoint(twin(kind).mlx_dir))
+        r = open_backend(load_checkpoint(twin(kind).mlx_dir))
         base = (WORDS * 20)[:300]
         cache = r.new_cache()
         logits = r.prefill(cache, base)

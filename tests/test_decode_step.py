@@ -6,7 +6,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from server.engine.runner import Runner
+from server.backends import open_backend
 from server.models.decode_step import DecodeStep
 from server.models.loader import load_checkpoint
 
@@ -17,20 +17,19 @@ TOKENS = [504, 3458, 282, 4649, 314, 7042, 30, 198] * 8
 
 @pytest.fixture(scope="module")
 def runner(twin_f32):
-    runner = Runner(load_checkpoint(twin_f32.mlx_dir))
-    assert runner._step is not None  # the F32 twin on the CPU with the kernels takes the native step
+    runner = open_backend(load_checkpoint(twin_f32.mlx_dir))
+    assert type(runner).__name__ == "NativeBackend"  # the F32 twin on the CPU with the kernels takes the native step
     return runner
 
 
-def _decode(runner: Runner, native: bool, cache: list, tokens: list[int]) -> list[mx.array]:
-    saved = runner._step
-    runner._step = saved if native else None
+def _decode(runner, native: bool, cache: list, tokens: list[int]) -> list[mx.array]:
+    runner.native_decode = native
     try:
         out = [runner.decode(cache, t) for t in tokens]
         mx.eval(out)
         return out
     finally:
-        runner._step = saved
+        runner.native_decode = True
 
 
 def test_native_steps_give_mlxs_logits_and_keys(runner):
@@ -86,7 +85,7 @@ def test_batched_native_steps_match_single_ones_bitwise(runner):
         caches.append(cache)
     batch = runner.batch_merge(caches)
     for n, tokens in enumerate(steps):
-        together = runner.batch_decode(batch, tokens)
+        together = runner.decode_rows(batch, tokens)
         for i in range(len(prompts)):
             assert mx.array_equal(alone[i][n][0], together[i]).item(), (n, i)
     assert batch[0]._idx == 17 + 3 and batch[0].offset.tolist() == [len(p) + 3 for p in prompts]
@@ -97,8 +96,8 @@ def test_the_quantized_twin_steps_natively_on_its_4_bit_weights(twin_q4_1):
 
     native = blas.STATE.native
     loaded = load_checkpoint(twin_q4_1.mlx_dir)
-    runner = Runner(loaded)
-    assert runner._step is not None
+    runner = open_backend(loaded)
+    assert type(runner).__name__ == "NativeBackend"
     cache = runner.new_cache()
     runner.prefill(cache, TOKENS[:20])
     before = native.mlxcel_quant_calls()
@@ -113,7 +112,7 @@ def test_the_quantized_twin_steps_natively_on_its_4_bit_weights(twin_q4_1):
 def test_models_the_step_does_not_cover_decode_through_mlx(twin_f32):
     plain = load_checkpoint(twin_f32.mlx_dir, kernels=False)  # mlx-lm's own blocks
     assert DecodeStep.build(plain.model) is None
-    assert Runner(plain)._step is None
+    assert type(open_backend(plain)).__name__ == "MLXBackend"
 
 
 def test_a_float_checkpoint_registers_panel_twins_for_its_life(twin_f32):
@@ -144,6 +143,6 @@ def test_a_decode_step_never_calls_the_blas(runner):
     mx.eval(_decode(runner, True, cache, TOKENS[:8]))
     assert blas.blas_calls() == before
     runner.prefill(runner.new_cache(), TOKENS[:40])  # 40 rows: the BLAS's, or in ggml's order mlxcel's own
-    assert (blas.blas_calls() == before) == bool(getattr(runner._step, "ggml_order", False))
+    assert (blas.blas_calls() == before) == bool(getattr(getattr(runner, "_step", None), "ggml_order", False))
     mx.eval(mx.ones((64, 64)) @ mx.ones((64, 64)))  # (the counter does count)
     assert blas.blas_calls() > before

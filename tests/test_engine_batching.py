@@ -176,10 +176,10 @@ def _prefill_aligned(runner, cache, tokens, start=0, chunk=8):
 def test_a_restored_prefix_gives_bit_identical_logits(twin_f32):
     import mlx.core as mx
 
-    from server.engine.runner import Runner
+    from server.backends import open_backend
     from server.models.loader import load_checkpoint
 
-    runner = Runner(load_checkpoint(twin_f32.mlx_dir))
+    runner = open_backend(load_checkpoint(twin_f32.mlx_dir))
 
     def aligned(cache, tokens, start=0):
         return _prefill_aligned(runner, cache, tokens, start)
@@ -202,10 +202,10 @@ def test_a_hit_recomputing_in_a_shorter_first_chunk_gives_bit_identical_logits(t
     positions: the logits are bitwise the cold run's."""
     import mlx.core as mx
 
-    from server.engine.runner import Runner
+    from server.backends import open_backend
     from server.models.loader import load_checkpoint
 
-    runner = Runner(load_checkpoint(twin_f32.mlx_dir))
+    runner = open_backend(load_checkpoint(twin_f32.mlx_dir))
     PREFILL_ALIGN = 128  # any resume point that leaves the first recomputed chunk more than 16 rows
     words = [504, 3458, 282, 4649, 314, 7042, 30, 198, 2988, 216, 33, 34, 35]
     prompt = (words * 60)[:700]
@@ -233,8 +233,8 @@ async def test_rows_decoded_in_one_pass_match_each_request_alone(make_engine):
         expected.append([e.token for e in events if isinstance(e, TokenEvent)])
     together, _ = make_engine(n_slots=5)
     calls = []
-    batch_decode = together.runner.batch_decode
-    together.runner.batch_decode = lambda batch, tokens: calls.append(len(tokens)) or batch_decode(batch, tokens)
+    decode_rows = together.backend.decode_rows
+    together.backend.decode_rows = lambda batch, tokens: calls.append(len(tokens)) or decode_rows(batch, tokens)
     log: list = []
     first = [together.submit(_request(tok, p, n)) for p, n in zip(PROMPTS[:4], lengths[:4])]
     tasks = [asyncio.create_task(_collect(h, log, str(i))) for i, h in enumerate(first)]

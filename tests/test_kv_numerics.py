@@ -104,21 +104,21 @@ def test_flags_map_to_the_cache_types_with_b10621s_defaults():
 def test_an_f16_cache_is_stored_in_16_bits_and_computes_what_its_f32_holder_did(native, twin_f32):
     """b10621's default cache type takes half a float32 cache's memory here too: the native steps and MLX's
     layers store keys and values in float16, and both paths still compute the same logits from it."""
-    from server.engine.runner import Runner
+    from server.backends import open_backend
     from server.models.loader import load_checkpoint
 
-    runner = Runner(load_checkpoint(twin_f32.mlx_dir), kv=KVNumerics("f16", "f16", True))
+    runner = open_backend(load_checkpoint(twin_f32.mlx_dir), kv=KVNumerics("f16", "f16", True))
     if not native:
-        runner._step = runner._prefill = None
+        runner.native_decode = runner.native_prefill = False
     cache = runner.new_cache()
     logits = [runner.prefill(cache, [504, 3458, 282, 4649, 314])]
     logits += [runner.decode(cache, t) for t in (7042, 30)]
     assert {(c.keys.dtype, c.values.dtype) for c in cache} == {(mx.float16, mx.float16)}
     snap, nbytes = runner.snapshot(cache, 7)
     assert sum(k.nbytes + v.nbytes for k, v in snap) < nbytes  # the arrays are no bigger than b10621's state
-    f32 = Runner(load_checkpoint(twin_f32.mlx_dir), kv=KVNumerics("f32", "f32", True))  # read cast to f16
+    f32 = open_backend(load_checkpoint(twin_f32.mlx_dir), kv=KVNumerics("f32", "f32", True))  # read cast to f16
     if not native:
-        f32._step = f32._prefill = None
+        f32.native_decode = f32.native_prefill = False
     cache32 = f32.new_cache()
     same = [f32.prefill(cache32, [504, 3458, 282, 4649, 314])] + [f32.decode(cache32, t) for t in (7042, 30)]
     assert cache32[0].keys.dtype == mx.float32

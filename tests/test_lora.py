@@ -77,17 +77,16 @@ def test_peft_gguf_and_mlx_lm_adapters_read_as_the_same_terms(peft_dir, tmp_path
 def test_a_zero_scale_adds_no_operation_and_a_scale_moves_the_logits(peft_dir, twin_f32):
     """A server holding unapplied adapters computes exactly what one without them computes (bitwise, through the
     native steps), and the term is there once a scale is set."""
-    from server.engine.runner import Runner
+    from server.backends import open_backend
     from server.models.loader import load_checkpoint
     from server.models.tokenizer import ModelTokenizer
 
     tokens = ModelTokenizer(twin_f32.mlx_dir).tokenize(PROMPT, True, True)
-    plain = Runner(load_checkpoint(twin_f32.mlx_dir))
+    plain = open_backend(load_checkpoint(twin_f32.mlx_dir))
     base = np.array(plain.prefill(plain.new_cache(), tokens))
-    adapted = Runner(load_checkpoint(twin_f32.mlx_dir))
+    adapted = open_backend(load_checkpoint(twin_f32.mlx_dir))
     attached = lora.LoraSet([lora.load_adapter(str(peft_dir))], [0.0])
-    lora.attach(adapted.loaded.model, attached)
-    adapted.lora = attached
+    adapted.attach_adapters(attached)
     attached.current = (0.0,)
     assert adapted._native()
     assert np.array_equal(np.array(adapted.prefill(adapted.new_cache(), tokens)), base)
@@ -155,7 +154,7 @@ async def test_lora_fuse_bakes_the_scales_into_the_weights_and_fixes_them(peft_d
         unfused = await _tokens(engine.submit(_request(tok)))
     with running_engine(twin_f32.mlx_dir, lora=((str(peft_dir), 0.5),), lora_fuse=True) as (engine, tok):
         fused = await _tokens(engine.submit(_request(tok)))
-        assert engine.runner._native()  # no terms at run time: the native decode step serves it
+        assert engine.backend._native()  # no terms at run time: the native decode step serves it
         assert engine.lora.fused and engine.lora_adapters()[0]["scale"] == 0.5
         assert (await asyncio.wrap_future(engine.set_lora({0: 0.0}))) == {"success": False}
     with running_engine(twin_f32.mlx_dir) as (engine, tok):

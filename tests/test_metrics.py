@@ -8,6 +8,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from oracle.processes import mlxcel_server
+from server.api.prometheus import render
 from server.engine.metrics import ServerMetrics
 
 # b10621's families (server-task.cpp, server_task_result_metrics::to_metrics) and their types
@@ -30,12 +31,17 @@ def _families(text: str) -> dict[str, tuple[str, float]]:
     return out
 
 
+def _scrape(m: ServerMetrics, n_processing: int, n_deferred: int) -> str:
+    """What GET /metrics serves: the figures taken (the buckets start over), rendered."""
+    return render(m.take(), n_processing, n_deferred)
+
+
 def test_every_llamacpp_family_parses_with_its_type():
     m = ServerMetrics()
     m.add_prompt(7, 200_000)
     m.on_prediction(8, 300_000)
     m.post_decode(1, [7])
-    got = _families(m.scrape(n_processing=1, n_deferred=2))
+    got = _families(_scrape(m, n_processing=1, n_deferred=2))
     for name, kind in LLAMACPP_FAMILIES.items():
         assert got[f"llamacpp:{name.removesuffix('_total')}"][0] == kind, name
     assert got["llamacpp:prompt_tokens"][1] == 7 and got["llamacpp:tokens_predicted"][1] == 8
@@ -47,8 +53,8 @@ def test_every_llamacpp_family_parses_with_its_type():
 def test_the_gauges_are_averaged_between_scrapes_and_the_counters_are_not():
     m = ServerMetrics()
     m.add_prompt(10, 1_000_000)
-    m.scrape(0, 0)
-    again = _families(m.scrape(0, 0))
+    _scrape(m, 0, 0)
+    again = _families(_scrape(m, 0, 0))
     assert again["llamacpp:prompt_tokens_seconds"][1] == 0.0  # the window since the last scrape was empty
     assert again["llamacpp:prompt_tokens"][1] == 10
 
@@ -56,7 +62,7 @@ def test_the_gauges_are_averaged_between_scrapes_and_the_counters_are_not():
 def test_values_are_printed_as_ostream_prints_a_double():
     m = ServerMetrics()
     m.add_prompt(1_234_567, 1)
-    text = m.scrape(0, 0)
+    text = _scrape(m, 0, 0)
     assert "llamacpp:prompt_tokens_total 1.23457e+06\n" in text
 
 

@@ -60,9 +60,9 @@ def test_the_kernel_blocks_give_mlx_lms_logits(twin_q4_1):
 def test_a_row_gets_bitwise_the_same_logits_alone_or_batched(twin_q4_1):
     """On the CPU a sequence's decode step sums in the same order alone or with other rows (products of up to
     16 rows and the left-padded batch attention, server/native/cpu_kernels.c)."""
-    from server.engine.runner import Runner
+    from server.backends import open_backend
 
-    runner = Runner(load_checkpoint(twin_q4_1.mlx_dir))
+    runner = open_backend(load_checkpoint(twin_q4_1.mlx_dir))
     prompts = [TOKENS[:5], TOKENS[3:20], TOKENS[:11], TOKENS[7:9]]
     snaps = []
     for prompt in prompts:
@@ -72,7 +72,7 @@ def test_a_row_gets_bitwise_the_same_logits_alone_or_batched(twin_q4_1):
     step = [504, 3458, 282, 30]
     alone = [runner.decode(runner.restore(s, len(p)), t) for s, p, t in zip(snaps, prompts, step)]
     batch = runner.batch_merge([runner.restore(s, len(p)) for s, p in zip(snaps, prompts)])
-    together = runner.batch_decode(batch, step)
+    together = runner.decode_rows(batch, step)
     for i, logits in enumerate(alone):
         assert mx.array_equal(logits[0], together[i]).item(), i
 
@@ -140,7 +140,7 @@ def test_serving_imports_no_transformers(twin_q4_1):
     import sys
 
     code = ("import sys; from server.cli import main; from server.api import app; from server.engine import engine, "
-            "runner; from server.models import loader, tokenizer, decode_step, prefill_step; "
+            "drafting; from server.backends import mlx_backend, native_backend; from server.models import loader, tokenizer, decode_step, prefill_step; "
             f"loader.load_checkpoint(__import__('pathlib').Path({str(twin_q4_1.mlx_dir)!r})); "
             "tokenizer.ModelTokenizer(__import__('pathlib').Path(" + repr(str(twin_q4_1.mlx_dir)) + ")); "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('transformers', 'huggingface_hub')))")

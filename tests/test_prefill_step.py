@@ -7,28 +7,27 @@ import numpy as np
 import pytest
 from mlx_lm.models.cache import RotatingKVCache
 
-from server.engine.runner import Runner
+from server.backends import open_backend
 from server.models.loader import load_checkpoint
 from server.models.prefill_step import PrefillStep
 
 
 @pytest.fixture(scope="module")
 def runner(twin_f32):
-    runner = Runner(load_checkpoint(twin_f32.mlx_dir), n_batch=256)
-    assert runner._prefill is not None  # the F32 twin on the CPU with the kernels takes the native chunk
+    runner = open_backend(load_checkpoint(twin_f32.mlx_dir), n_batch=256)
+    assert type(runner).__name__ == "NativeBackend"  # the F32 twin on the CPU with the kernels takes the native chunk
     return runner
 
 
-def _prefill(runner: Runner, native: bool, tokens: list[int]) -> tuple[list, mx.array]:
-    saved = runner._prefill
-    runner._prefill = saved if native else None
+def _prefill(runner, native: bool, tokens: list[int]) -> tuple[list, mx.array]:
+    runner.native_prefill = native
     try:
         cache = runner.new_cache()
         logits = runner.prefill(cache, tokens)
         mx.eval(logits)
         return cache, logits
     finally:
-        runner._prefill = saved
+        runner.native_prefill = True
 
 
 @pytest.mark.parametrize("n", [1, 5, 17, 300, 700])
@@ -56,7 +55,7 @@ def test_decoding_after_a_native_prompt_matches_decoding_after_mlxs(runner):
 
 
 def test_only_the_prompts_last_chunk_computes_logits(runner):
-    step = runner._prefill
+    step = runner._prefill_step
     cache = runner.new_cache()
     done, logits = step(cache, [504, 3458, 282], want_logits=False)
     assert done and logits is None and cache[0].offset == 3
@@ -68,7 +67,7 @@ def test_only_the_prompts_last_chunk_computes_logits(runner):
 
 
 def test_caches_the_chunk_does_not_take_are_left_to_mlx(runner):
-    step = runner._prefill
+    step = runner._prefill_step
     rotating = [RotatingKVCache(max_size=64) for _ in range(len(runner.new_cache()))]
     assert step(rotating, [504, 3458], want_logits=True) == (False, None)
     assert all(c.offset == 0 for c in rotating)
@@ -80,4 +79,4 @@ def test_caches_the_chunk_does_not_take_are_left_to_mlx(runner):
 
 def test_models_without_the_native_step_prefill_through_mlx(twin_f32):
     plain = load_checkpoint(twin_f32.mlx_dir, kernels=False)
-    assert PrefillStep.build(Runner(plain)._step) is None and Runner(plain)._prefill is None
+    assert type(open_backend(plain)).__name__ == "MLXBackend"

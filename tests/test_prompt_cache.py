@@ -95,7 +95,7 @@ def test_a_hit_resumes_where_a_cold_run_computes_the_same_numbers():
 
 
 def test_a_state_counts_the_bytes_b10621s_state_seq_size_gives_it():
-    from server.engine.state_size import state_bytes
+    from server.backends.state_size import state_bytes
 
     layers = [(192, 192)] * 30  # SmolLM2-135M: 3 KV heads of 64
     # per token: pos, n_seq_id, seq id (12) + 30 layers x 192 keys and 192 values x 2 bytes (f16)

@@ -38,18 +38,18 @@ def _hit(runner, donor, n, prompt):
 def test_a_hit_at_exact_start_is_bitwise_the_cold_run(kind, native, request):
     import mlx.core as mx
 
-    from server.engine.runner import Runner
+    from server.backends import open_backend
     from server.models.decode_step import MAX_ROWS
     from server.models.loader import load_checkpoint
 
-    runner = Runner(load_checkpoint(request.getfixturevalue(f"twin_{kind}").mlx_dir))
+    runner = open_backend(load_checkpoint(request.getfixturevalue(f"twin_{kind}").mlx_dir))
     if not native:
-        runner._step = runner._prefill = None
-    elif runner._prefill is None:
+        runner.native_decode = runner.native_prefill = False
+    elif type(runner).__name__ != "NativeBackend":
         pytest.skip("mlxcel's CPU kernels are not loaded here")
     # the engine's kinds (Engine._few_rows): a float32 model's native steps sum in ggml's order, where one row
     # (vec_dot) and two or more (tinyBLAS) differ; else mlxcel's few-row kernels up to MAX_ROWS, then the GEMM
-    ggml = native and getattr(runner._step, "ggml_order", False)
+    ggml = native and getattr(getattr(runner, "_step", None), "ggml_order", False)
     few = 1 if ggml else MAX_ROWS
     p40 = (WORDS * 3)[:40]
     donor, cold40, made = _cold(runner, p40, few)

@@ -32,14 +32,14 @@ def test_the_overrides_resolve_as_b10621_resolves_them():
 def test_the_checkpoints_own_base_is_bitwise_no_override_and_another_is_not(twin_f32):
     import json
 
-    from server.engine.runner import Runner
+    from server.backends import open_backend
     from server.models.tokenizer import ModelTokenizer
 
     own = json.loads((twin_f32.mlx_dir / "config.json").read_text())["rope_theta"]
     tokens = ModelTokenizer(twin_f32.mlx_dir).tokenize("Once upon a time, in a small village by the sea,", True, True)
 
     def logits(rope):
-        runner = Runner(load_checkpoint(twin_f32.mlx_dir, rope=rope))
+        runner = open_backend(load_checkpoint(twin_f32.mlx_dir, rope=rope))
         return np.array(runner.prefill(runner.new_cache(), tokens))
 
     plain = logits((None, None))

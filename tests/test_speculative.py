@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from server.engine.engine import Engine, EngineConfig
-from server.engine.runner import Runner
+from server.backends import open_backend
 from server.engine.speculative import DraftConfig, NgramSimple, Speculator, draft_max, top_choice, vocab_mismatch
 from server.engine.types import FinalEvent, GenerationRequest, SamplingParams, TokenEvent
 from server.models.loader import load_checkpoint
@@ -48,7 +48,7 @@ async def _run(engine: Engine, request: GenerationRequest) -> tuple[list[int], F
 
 
 def test_a_verify_pass_gives_each_row_bitwise_the_decode_steps_logits(twin_f32):
-    runner = Runner(load_checkpoint(twin_f32.mlx_dir))
+    runner = open_backend(load_checkpoint(twin_f32.mlx_dir))
     tok = ModelTokenizer(twin_f32.mlx_dir)
     prompt = tok.tokenize("The quick brown fox", True, True)
     more = tok.tokenize(" jumps over the lazy dog and runs", False, False)
@@ -69,8 +69,8 @@ def test_a_verify_pass_gives_each_row_bitwise_the_decode_steps_logits(twin_f32):
 
 
 def test_without_the_native_step_a_verify_pass_runs_through_mlx(twin_f32):
-    runner = Runner(load_checkpoint(twin_f32.mlx_dir))
-    runner._step = None  # as under an engaged LoRA adapter or a steering vector: MLX's forward pass
+    runner = open_backend(load_checkpoint(twin_f32.mlx_dir))
+    runner.native_decode = runner.native_prefill = False  # as under an engaged LoRA adapter or a steering vector: MLX's forward pass
     tok = ModelTokenizer(twin_f32.mlx_dir)
     prompt, more = tok.tokenize("One, two, three,", True, True), tok.tokenize(" four, five, six", False, False)
     plain = runner.new_cache()

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from server import cpu_kernels
-from server.engine.runner import Runner
+from server.backends import open_backend
+from server.backends.mlx_backend import MLXBackend
 from server.models.loader import load_checkpoint
 from server.models.tokenizer import ModelTokenizer
 from server.models.yarn import YarnFlags, YarnRoPE, corr_dims, install, resolve
@@ -43,7 +44,7 @@ def prompt(twin_f32):
 
 
 def _logits(twin, prompt, **kw):
-    runner = Runner(load_checkpoint(twin.mlx_dir, **kw))
+    runner = open_backend(load_checkpoint(twin.mlx_dir, **kw))
     cache = runner.new_cache()
     return runner, np.array(runner.prefill(cache, prompt)), np.array(runner.decode(cache, 42))
 
@@ -58,7 +59,7 @@ def test_knobs_that_resolve_plain_replace_nothing_and_change_nothing(twin_f32, p
 def test_yarn_replaces_every_rope_and_runs_natively(twin_f32, prompt):
     runner, scaled, _ = _logits(twin_f32, prompt, rope=(None, 0.25), yarn=YarnFlags(scaling_yarn=True))
     ropes = {type(layer.self_attn.rope) for layer in runner.loaded.model.layers}
-    assert ropes == {YarnRoPE} and runner._step is not None
+    assert ropes == {YarnRoPE} and type(runner).__name__ == "NativeBackend"
     _, plain, _ = _logits(twin_f32, prompt, rope=(None, 0.25))
     assert np.abs(scaled - plain).max() > 0.1  # the mix and the magnitude moved the logits
 
@@ -115,7 +116,7 @@ async def test_with_yarn_a_full_context_shifts_turning_keys_as_b10621_does(twin_
     engine.start()
     engine.ready.wait(180)
     try:
-        assert engine.runner.can_turn_keys()
+        assert engine.backend.capabilities.turn_keys
         events = [ev async for ev in engine.submit(GenerationRequest(tuple(tok.tokenize("Hello there", True, True)),
                                                                      n_predict=100, ignore_eos=True))]
     finally:
@@ -134,8 +135,8 @@ def test_a_yarn_turn_is_ggmls_rope_at_the_shift_mscale_included(twin_f32):
     model = load_checkpoint(twin_f32.mlx_dir, rope=(None, 0.25), yarn=YarnFlags(scaling_yarn=True)).model
     rope = model.layers[0].self_attn.rope
     assert isinstance(rope, YarnRoPE) and rope.yarn[0] != 0  # ext_factor on
-    runner = Runner.__new__(Runner)
-    runner.loaded = type("L", (), {"model": model})()
+    runner = MLXBackend.__new__(MLXBackend)
+    runner.model = model
     keys = mx.array(np.random.default_rng(0).standard_normal((1, 3, 5, 64)).astype(np.float32))
     turned = np.array(runner._turn(keys, -17))
     cos, sin = rope._angles(np.array([-17]))

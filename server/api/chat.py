@@ -10,6 +10,7 @@ import time
 from fastapi import APIRouter, Request
 
 from ..build import build_info
+from ..engine.commands import ControlOutcome
 from ..chat.diffs import MessageState, MsgDiff, Parse, delta_json, is_empty, message_json
 from ..chat.messages import ChatMsg
 from ..chat.params import ChatInfo, ChatSettings, chat_params, chat_request
@@ -167,6 +168,15 @@ def _include_usage(body: dict) -> bool:
     return isinstance(opts, dict) and opts.get("include_usage") is True
 
 
+# b10621's answers to a control task, by outcome
+CONTROL_ANSWERS = {
+    ControlOutcome.DONE: {"success": True},
+    ControlOutcome.NO_COMPLETION: {"success": False, "message": "no active completion for this id"},
+    ControlOutcome.UNKNOWN_ACTION: {"success": False, "message": "unknown control action"},
+    ControlOutcome.NOT_ENABLED: {"success": False, "message": "reasoning control not enabled for this completion"},
+}
+
+
 @router.post("/v1/chat/completions/control")
 async def chat_control(request: Request):
     """b10621's post_control: {"id": a running chat completion's id, "action": "reasoning_end"} ends its
@@ -181,7 +191,8 @@ async def chat_control(request: Request):
         raise UpstreamError("missing completion id", ErrorKind.INVALID_REQUEST)
     if action != "reasoning_end":
         raise UpstreamError("unknown control action", ErrorKind.INVALID_REQUEST)
-    return UpstreamJSON(await asyncio.wrap_future(state.engine.control(cmpl_id, action)))
+    outcome = await asyncio.wrap_future(state.engine.control(cmpl_id, action))
+    return UpstreamJSON(CONTROL_ANSWERS[outcome])
 
 
 @router.post("/chat/completions")

@@ -15,7 +15,8 @@ router = APIRouter()
 
 @router.get("/lora-adapters")
 async def get_lora_adapters(request: Request):
-    return UpstreamJSON(request.app.state.mlxcel.engine.lora_adapters())
+    return UpstreamJSON([{"id": a.id, "path": a.path, "scale": a.scale, "task_name": a.task_name,
+                          "prompt_prefix": a.prompt_prefix} for a in request.app.state.mlxcel.engine.lora_adapters()])
 
 
 @router.post("/lora-adapters")
@@ -23,10 +24,9 @@ async def post_lora_adapters(request: Request):
     body = await read_json(request)
     if not isinstance(body, list):
         raise UpstreamError(LORA_NOT_ARRAY, ErrorKind.INVALID_REQUEST)
-    lora = request.app.state.mlxcel.engine.lora
-    if lora is not None and lora.fused:
+    if request.app.state.mlxcel.engine.lora_fused:
         raise UpstreamError(LORA_FUSED, ErrorKind.INVALID_REQUEST)
     # listed ids take their scales, the others drop to 0.0, unknown ids are ignored: applied between two engine
     # steps, so a generation already admitted keeps its scales
-    result = await asyncio.wrap_future(request.app.state.mlxcel.engine.set_lora(parse_lora_request(body)))
-    return UpstreamJSON(result)
+    applied = await asyncio.wrap_future(request.app.state.mlxcel.engine.set_lora(parse_lora_request(body)))
+    return UpstreamJSON({"success": applied})

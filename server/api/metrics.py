@@ -7,6 +7,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from ..errors import METRICS_DISABLED, ErrorKind, UpstreamError
+from .prometheus import render_snapshot
 
 router = APIRouter()
 CONTENT_TYPE = "text/plain; version=0.0.4"
@@ -24,7 +25,7 @@ async def get_metrics(request: Request):
     if not state.settings.endpoint_metrics:
         raise UpstreamError(METRICS_DISABLED, ErrorKind.NOT_SUPPORTED)
     engine = state.engine
-    response = MetricsText(engine.metrics_text().encode())
+    response = MetricsText(render_snapshot(engine.metrics_snapshot()).encode())
     # spelled as b10621 spells it (Starlette lowercases the names it is given): a client reading the headers
     # into a plain dict looks it up by that spelling
     response.raw_headers.insert(0, (b"Process-Start-Time-Unix", str(engine.metrics.t_start).encode()))

@@ -287,8 +287,8 @@ async def _grammar(state, p: TaskParams, prompts: list[list[int]]) -> GrammarSpe
 
 def _check_lora(state, p: TaskParams) -> None:
     """--lora-fuse: a request may not ask for scales other than the fused ones."""
-    lora = getattr(state.engine, "lora", None)
-    if p.lora and lora is not None and lora.fused and lora.resolve(p.lora) != list(lora.defaults):
+    conflicts = getattr(state.engine, "lora_conflicts", None)  # (an encoder's server has no adapters)
+    if p.lora and conflicts is not None and conflicts(p.lora):
         raise UpstreamError(LORA_FUSED, ErrorKind.INVALID_REQUEST)
 
 

@@ -22,6 +22,7 @@ from typing import ClassVar
 import mlx.core as mx
 import numpy as np
 
+from ..engine.commands import MetricsSnapshot
 from ..engine.metrics import ServerMetrics
 from ..engine.types import EngineInfo
 
@@ -84,9 +85,9 @@ class EncoderWorker:
             return future
         return self.submit([])
 
-    def metrics_text(self) -> str:
-        return self.metrics.scrape(min(self._jobs.qsize(), self.config.n_slots),
-                                   max(self._jobs.qsize() - self.config.n_slots, 0))
+    def metrics_snapshot(self) -> MetricsSnapshot:
+        return MetricsSnapshot(self.metrics.take(), min(self._jobs.qsize(), self.config.n_slots),
+                               max(self._jobs.qsize() - self.config.n_slots, 0))
 
     def _load(self):
         from .. import cpu_kernels

@@ -1,8 +1,9 @@
 """b10621's server_metrics: cumulative counters since start, two buckets reset at every scrape (the gauges are
-averaged over the window between two scrapes), and their Prometheus text (server_task_result_metrics)."""
+averaged over the window between two scrapes), read by GET /metrics (api/metrics.py renders them)."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from dataclasses import dataclass, field
@@ -74,52 +75,11 @@ class ServerMetrics:
             for i, n in enumerate(per_pos):
                 self.n_accepted_per_pos[i] += n
 
-    def scrape(self, n_processing: int, n_deferred: int) -> str:
-        """The Prometheus text, then the buckets start over (b10621's metrics_reset_bucket)."""
+    def take(self) -> ServerMetrics:
+        """A copy of the figures, then the buckets start over (b10621's metrics_reset_bucket)."""
         with self.lock:
-            text = render(self, n_processing, n_deferred)
+            reading = dataclasses.replace(self, prompt=dataclasses.replace(self.prompt),
+                                          predict=dataclasses.replace(self.predict),
+                                          n_accepted_per_pos=list(self.n_accepted_per_pos), lock=threading.Lock())
             self.prompt_bucket, self.predict_bucket = Bucket(), Bucket()
-        return text
-
-
-COUNTERS = (
-    ("prompt_tokens_total", "Number of prompt tokens processed, excluding cached tokens", lambda m: m.prompt.count),
-    ("prompt_tokens_cached_total", "Number of prompt tokens reused from the cache", lambda m: m.n_prompt_cached),
-    ("prompt_seconds_total", "Total time spent processing prompts", lambda m: m.prompt.time_us / 1e6),
-    ("tokens_predicted_total", "Number of generation tokens processed", lambda m: m.predict.count),
-    ("tokens_predicted_seconds_total", "Total time spent generating tokens", lambda m: m.predict.time_us / 1e6),
-    ("n_decode_total", "Total number of llama_decode() calls, excluding speculative decoding and multimodal decoding",
-     lambda m: m.n_decode),
-    ("n_tokens_max", "Largest observed sequence length (prompt + generation)", lambda m: m.n_tokens_max),
-    ("spec_decode_num_draft_tokens_total", "Speculative: Total draft tokens generated", lambda m: m.n_draft_tokens),
-    ("spec_decode_num_accepted_tokens_total", "Speculative: Total draft tokens accepted by the target model",
-     lambda m: m.n_draft_accepted),
-    ("spec_decode_num_drafts_total", "Speculative: Total speculative decoding verification steps",
-     lambda m: m.n_draft_verif_steps),
-)
-
-
-def _number(value: float) -> str:
-    """A double as C++'s ostream << writes it: %g with six significant digits."""
-    return f"{float(value):g}"
-
-
-def render(m: ServerMetrics, n_processing: int, n_deferred: int) -> str:
-    gauges = (
-        ("prompt_tokens_seconds", "Average prompt throughput in tokens/s", m.prompt_bucket.per_second()),
-        ("predicted_tokens_seconds", "Average generation throughput in tokens/s", m.predict_bucket.per_second()),
-        ("requests_processing", "Number of requests processing", n_processing),
-        ("requests_deferred", "Number of requests deferred", n_deferred),
-        ("n_busy_slots_per_decode", "Average number of busy slots per llama_decode() call",
-         m.n_busy_slots / max(m.n_decode, 1.0)),
-    )
-    lines = []
-    for kind, items in (("counter", [(n, h, f(m)) for n, h, f in COUNTERS]), ("gauge", gauges)):
-        for name, help_text, value in items:
-            lines += [f"# HELP llamacpp:{name} {help_text}", f"# TYPE llamacpp:{name} {kind}",
-                      f"llamacpp:{name} {_number(value)}"]
-    if m.n_accepted_per_pos:  # a labeled counter: one series per draft position
-        name = "llamacpp:spec_decode_num_accepted_tokens_per_pos_total"
-        lines += [f"# HELP {name} Accepted tokens per draft position", f"# TYPE {name} counter"]
-        lines += [f'{name}{{position="{i}"}} {n}' for i, n in enumerate(m.n_accepted_per_pos)]
-    return "\n".join(lines) + "\n"
+        return reading

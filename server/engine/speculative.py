@@ -129,7 +129,7 @@ class Drafter:
     fed), as b10621's draft context runs every batch the target runs."""
 
     def __init__(self, runner, config: DraftConfig):
-        self.runner = runner
+        self.runner = runner  # the draft model's backend
         self.config = config
 
     def new_state(self) -> DraftState:

@@ -19,6 +19,7 @@ from mlx_lm.models.base import scaled_dot_product_attention
 from mlx_lm.models.cache import BatchKVCache, KVCache
 
 from .. import cpu_kernels
+from . import batch_cache
 from .kv_numerics import KVNumerics, stored
 from .yarn import YarnRoPE
 
@@ -78,7 +79,7 @@ class KernelAttention(llama.Attention):
             return None
         if batch == 1 and (cache is None or type(cache) is KVCache):
             return [] if mask is None or (isinstance(mask, str) and mask == "causal") else None
-        if type(cache) is BatchKVCache and length == 1 and cache._right_padding is None:
+        if type(cache) is BatchKVCache and length == 1 and batch_cache.left_padded_only(cache):
             return cache.left_padding.tolist()  # its mask shows each row its keys from its padding on
         return None
 

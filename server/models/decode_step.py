@@ -25,6 +25,7 @@ from mlx_lm.models import llama
 from mlx_lm.models.cache import BatchKVCache, KVCache
 
 from .. import blas, cpu_kernels
+from . import batch_cache
 from .quantized_twins import pointer
 from .yarn import YarnRoPE
 
@@ -197,32 +198,51 @@ class DecodeStep:
                 strides.extend(s // size for s in view.strides[:3])
         return keys, values, strides
 
-    def __call__(self, caches: list, tokens: list[int]) -> mx.array | None:
-        """One token per row: caches is a sequence's per-layer KVCaches (one row) or a batch's per-layer
-        BatchKVCaches; returns the rows' logits (rows x vocab, float32), or None where this step does not
-        take these caches (the caller then runs MLX's step)."""
+    def _storage_matches(self, caches: list) -> bool:
+        """Every layer's buffers (where it has any) are of the step's storage types."""
+        k_type, v_type = (mx.float16 if t is np.float16 else mx.float32 for t in (self.k_dtype, self.v_dtype))
+        return all(c.keys is None or (c.keys.dtype == k_type and c.values.dtype == v_type) for c in caches)
+
+    def takes_rows(self, caches: list, rows: int) -> bool:
+        """Whether a decode step takes these caches: one sequence's per-layer KVCaches (one row, every layer at
+        the same offset), or a batch's per-layer BatchKVCaches (up to MAX_ROWS rows, left-padded only)."""
+        if len(caches) != self.layers or not self._storage_matches(caches):
+            return False
+        first = caches[0]
+        if type(first) is KVCache:
+            return rows == 1 and all(type(c) is KVCache and c.offset == first.offset for c in caches)
+        if type(first) is BatchKVCache and 1 <= rows <= MAX_ROWS:
+            index = batch_cache.written(first)
+            return all(type(c) is BatchKVCache and batch_cache.written(c) == index and
+                       batch_cache.left_padded_only(c) for c in caches)
+        return False
+
+    def takes_sequence(self, caches: list, rows: int, max_rows: int | None = MAX_ROWS) -> bool:
+        """Whether a verify (or prefill, max_rows None) pass takes `rows` tokens into one sequence's caches."""
+        if rows < 1 or (max_rows is not None and rows > max_rows) or len(caches) != self.layers:
+            return False
+        index = caches[0].offset
+        return self._storage_matches(caches) and all(type(c) is KVCache and c.offset == index for c in caches)
+
+    def _pointers(self, caches: list, index: int, rows: int, positions: int):
+        pointers = self._ready(caches, index, rows, positions)
+        if pointers is None:  # takes_*() checked the types and offsets: the layout is the step's own
+            raise RuntimeError("a KV buffer not in the native step's layout")
+        return pointers
+
+    def __call__(self, caches: list, tokens: list[int]) -> mx.array:
+        """One token per row (takes_rows() first): caches is a sequence's per-layer KVCaches (one row) or a
+        batch's per-layer BatchKVCaches; returns the rows' logits (rows x vocab, float32)."""
         rows = len(tokens)
         first_cache = caches[0]
-        if type(first_cache) is KVCache and rows == 1:
+        if type(first_cache) is KVCache:
             index = first_cache.offset
             positions, first = [index], None
-            if not all(type(c) is KVCache and c.offset == index for c in caches):
-                return None
-        elif type(first_cache) is BatchKVCache and 1 <= rows <= MAX_ROWS:
-            index = first_cache._idx
-            if first_cache._right_padding is not None or not all(
-                    type(c) is BatchKVCache and c._idx == index and c._right_padding is None for c in caches):
-                return None
+        else:
+            index = batch_cache.written(first_cache)
             positions, padding = first_cache.offset.tolist(), first_cache.left_padding.tolist()
             first = (ctypes.c_int * rows)(*padding)
-        else:
-            return None
-        if len(caches) != self.layers:
-            return None
-        pointers = self._ready(caches, index, rows, 1)
-        if pointers is None:
-            return None
-        keys, values, strides = pointers
+        keys, values, strides = self._pointers(caches, index, rows, 1)
         logits = np.empty((rows, self.vocab), np.float32)
         n = len(caches)
         status = self.native.mlxcel_step(
@@ -237,24 +257,16 @@ class DecodeStep:
         else:
             offset = first_cache.offset + 1
             for c in caches:
-                c.offset, c._idx = offset, index + 1
+                batch_cache.advance(c, offset, index + 1)
         return mx.array(logits)
 
-    def verify(self, caches: list, tokens: list[int]) -> mx.array | None:
-        """Consecutive tokens of one sequence (a speculative draft's verification, at most MAX_ROWS): its
+    def verify(self, caches: list, tokens: list[int]) -> mx.array:
+        """Consecutive tokens of one sequence (a speculative draft's verification, takes_sequence() first): its
         per-layer KVCaches take their keys and values at the next positions; returns every row's logits (rows x
-        vocab, float32), each bitwise what a decode step at its position returns, or None where this step does
-        not take these caches."""
+        vocab, float32), each bitwise what a decode step at its position returns."""
         rows = len(tokens)
-        if not 1 <= rows <= MAX_ROWS or len(caches) != self.layers:
-            return None
         index = caches[0].offset
-        if not all(type(c) is KVCache and c.offset == index for c in caches):
-            return None
-        pointers = self._ready(caches, index, 1, rows)
-        if pointers is None:
-            return None
-        keys, values, strides = pointers
+        keys, values, strides = self._pointers(caches, index, 1, rows)
         logits = np.empty((rows, self.vocab), np.float32)
         n = len(caches)
         status = self.native.mlxcel_verify(

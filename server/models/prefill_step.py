@@ -14,7 +14,6 @@ import ctypes
 
 import mlx.core as mx
 import numpy as np
-from mlx_lm.models.cache import KVCache
 
 from .decode_step import DecodeStep
 
@@ -34,23 +33,12 @@ class PrefillStep:
             return None
         return cls(step)
 
-    def __call__(self, caches: list, tokens: list[int], want_logits: bool) -> tuple[bool, mx.array | None]:
-        """Prefill `tokens` into one sequence's per-layer KVCaches. Returns (True, the last position's logits
-        (1 x vocab, float32) or None when not wanted), or (False, None) where this step does not take these
-        caches (the caller then runs MLX's)."""
+    def __call__(self, caches: list, tokens: list[int], want_logits: bool) -> mx.array | None:
+        """Prefill `tokens` into one sequence's per-layer KVCaches (DecodeStep.takes_sequence(caches, rows, None)
+        first); the last position's logits (1 x vocab, float32), or None when not wanted."""
         step, rows = self._step, len(tokens)
-        if rows < 1 or len(caches) != step.layers or not all(type(c) is KVCache for c in caches):
-            return False, None
         index = caches[0].offset
-        if not all(c.offset == index for c in caches):
-            return False, None
-        for c in caches:
-            step.grow(c, index, 1, rows)
-        mx.eval([(c.keys, c.values) for c in caches])
-        pointers = step.cache_pointers(caches, 1)
-        if pointers is None:
-            return False, None
-        keys, values, strides = pointers
+        keys, values, strides = step._pointers(caches, index, 1, rows)
         logits = np.empty((1, step.vocab), np.float32) if want_logits else None
         n = len(caches)
         status = self._native.mlxcel_prefill(
@@ -60,4 +48,4 @@ class PrefillStep:
             raise MemoryError("prefill step")
         for c in caches:
             c.offset += rows
-        return True, None if logits is None else mx.array(logits)
+        return None if logits is None else mx.array(logits)

@@ -1,0 +1,31 @@
+"""Backends: what runs a model for the engine (base.py states the interface).
+
+`open_backend` picks the native CPU backend where mlxcel's kernels cover the model, else the MLX backend (any
+mlx-lm architecture); tests use `fake.FakeBackend`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..models.kv_numerics import KVNumerics
+from ..models.loader import LoadedModel, load_checkpoint
+from .base import Backend, BackendRefusal, Capabilities
+from .memory import hand_back
+from .mlx_backend import MLXBackend
+from .native_backend import NativeBackend
+
+__all__ = ["Backend", "BackendRefusal", "Capabilities", "hand_back", "load_backend", "open_backend"]
+
+
+def open_backend(loaded: LoadedModel, n_batch: int = 2048, kv: KVNumerics | None = None) -> Backend:
+    step = NativeBackend.build_step(loaded, kv)
+    if step is not None:
+        return NativeBackend(loaded, step, n_batch=n_batch, kv=kv)
+    return MLXBackend(loaded, n_batch=n_batch, kv=kv)
+
+
+def load_backend(checkpoint: Path, *, n_batch: int = 2048, kv: KVNumerics | None = None, fuse=None,
+                 rope: tuple = (None, None), yarn=None) -> Backend:
+    """A checkpoint loaded (models/loader.py) and opened on its backend."""
+    return open_backend(load_checkpoint(checkpoint, fuse=fuse, rope=rope, yarn=yarn), n_batch=n_batch, kv=kv)

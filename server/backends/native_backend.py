@@ -1,0 +1,74 @@
+"""The native CPU backend: a llama-family model's passes in mlxcel's C kernels (server/native), over the same
+weights and mlx-lm caches as the MLX backend, whose operations it shares.
+
+A pass runs natively where the kernels know everything it adds to the model (the base weights: no adapter terms
+engaged, no control vector) and the caches are in the kernels' layout (`DecodeStep.takes_*`); otherwise that one
+pass runs through MLX. A row's logits are bitwise the same alone or batched (its products and attention summed
+in one order: tests/test_model_loading.py), and a speculative round's rows are bitwise decode steps'.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+
+from ..models import kv_numerics
+from ..models.decode_step import MAX_ROWS, DecodeStep
+from ..models.kv_numerics import KVNumerics
+from ..models.loader import LoadedModel
+from ..models.prefill_step import PrefillStep
+from .base import Capabilities, Logits
+from .mlx_backend import LayerCaches, MLXBackend
+
+
+class NativeBackend(MLXBackend):
+    """A loaded llama-family model on the CPU kernels (use `server.backends.open_backend`)."""
+
+    def __init__(self, loaded: LoadedModel, step: DecodeStep, n_batch: int = 2048, kv: KVNumerics | None = None):
+        self._step = step
+        self._prefill_step = PrefillStep(step)
+        # which passes may run natively (tests switch them off to compare with MLX's passes)
+        self.native_decode = self.native_prefill = True
+        super().__init__(loaded, n_batch=n_batch, kv=kv)
+
+    @staticmethod
+    def build_step(loaded: LoadedModel, kv: KVNumerics | None) -> DecodeStep | None:
+        """The model's native step, or None where the kernels do not cover the model (it then runs on MLX)."""
+        if kv is not None:  # the step takes the model's numerics
+            kv_numerics.apply(loaded.model, kv)
+        return DecodeStep.build(loaded.model)
+
+    def _capabilities(self, kinds: tuple[str, ...]) -> Capabilities:
+        caps = super()._capabilities(kinds)
+        # with products in ggml's order one row sums as vec_dot, two or more as tinyBLAS
+        few = 1 if self._step.ggml_order else MAX_ROWS
+        return Capabilities(**{**caps.__dict__, "row_invariant": True, "few_rows": few})
+
+    @property
+    def step(self) -> DecodeStep:
+        return self._step
+
+    def _native(self) -> bool:
+        """Whether the kernels may run this pass: they know the base weights only."""
+        return not self.steered and (self.lora is None or not self.lora.engaged())
+
+    def _prefill_chunk(self, cache: LayerCaches, chunk: list[int], last: bool) -> mx.array | None:
+        if self.native_prefill and self._native() and self._step.takes_sequence(cache, len(chunk), None):
+            return self._prefill_step(cache, chunk, last)
+        return super()._prefill_chunk(cache, chunk, last)
+
+    def decode(self, cache: LayerCaches, token: int) -> Logits:
+        if self.native_decode and self._native() and self._step.takes_rows(cache, 1):
+            logits = self._step(cache, [token])
+            cache.n += 1
+            return logits
+        return super().decode(cache, token)
+
+    def decode_rows(self, batch: list, tokens: list[int]) -> Logits:
+        if self.native_decode and self._native() and self._step.takes_rows(batch, len(tokens)):
+            return self._step(batch, tokens)
+        return super().decode_rows(batch, tokens)
+
+    def _verify_chunk(self, cache: LayerCaches, chunk: list[int]) -> mx.array:
+        if self.native_decode and self._native() and self._step.takes_sequence(cache, len(chunk)):
+            return self._step.verify(cache, chunk)
+        return super()._verify_chunk(cache, chunk)
