@@ -10,11 +10,11 @@ import json
 
 from conftest import require
 from oracle.reference import SOURCE_SUBDIR
+from server.cachedir import cache_root
 from server.chat.autoparser import ChatParams, GenerationParams
 from server.chat.autoparser.helpers import Template
 from server.chat.caps import template_caps
 from server.chat.messages import ChatMsg, ToolCall, apply_workarounds, to_template_json
-from server.cachedir import cache_root
 
 TEMPLATES = cache_root() / "reference" / "source" / SOURCE_SUBDIR / "models" / "templates"
 

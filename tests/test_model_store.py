@@ -164,8 +164,8 @@ def test_mlxcel_help_lists_the_commands():
 def test_mlxcel_list_shows_the_bundled_models_built_or_not(store):
     import json
 
-    from server.models.bundled import BUNDLED_ENCODERS, BUNDLED_MODELS, DEFAULT_MODEL
     from server.cachedir import STAMP
+    from server.models.bundled import BUNDLED_ENCODERS, BUNDLED_MODELS, DEFAULT_MODEL
 
     for model in BUNDLED_MODELS.values():  # the default as the first start leaves it; the other by an older converter
         built = store / model.name
