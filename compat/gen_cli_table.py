@@ -1,4 +1,4 @@
-"""Generate server/cli/options.py, the table of b10621's server options, from common/arg.cpp and the manifest.
+"""Generate server/options.py, the table of b10621's server options, from common/arg.cpp and the manifest.
 
     python -m compat.gen_cli_table --source-dir DIR [--check]
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .schema import MANIFEST_DIR, load_json, shard_files
 
-TABLE = Path(__file__).resolve().parent.parent / "server" / "cli" / "options.py"
+TABLE = Path(__file__).resolve().parent.parent / "server" / "options.py"
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _LAMBDA = re.compile(r"\[\]\(common_params\s*&\s*[^,)]*(?:,([^)]*))?\)")
 

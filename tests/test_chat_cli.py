@@ -8,7 +8,7 @@ import pytest
 
 from server.chat.legacy import CHATML_TEMPLATE_SRC
 from server.cli.args import build_parser
-from server.cli.main import UnsupportedTemplate, chat_settings
+from server.cli.startup import UnsupportedTemplate, chat_settings
 
 MODEL_TEMPLATE = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
 

@@ -13,11 +13,11 @@ import pytest
 
 from conftest import require
 from oracle.reference import SOURCE_SUBDIR
+from server.cachedir import cache_root
 from server.cli.args import MLXCEL, build_parser
 from server.cli.classify import RULES, gpu_layers_refusal, refusals
-from server.cli.options import BY_ID, OPTIONS
 from server.cli.parse import MLXCEL_OWN
-from server.cachedir import cache_root
+from server.options import BY_ID, OPTIONS
 
 PROGS = ("mlxcel-server", "mlxcel serve")
 SRC = cache_root() / "reference" / "source" / SOURCE_SUBDIR

@@ -11,7 +11,7 @@ import pytest
 from server import cpu_kernels
 from server.cli.args import build_parser
 from server.cli.classify import refusals
-from server.cli.main import kv_numerics
+from server.cli.startup import kv_numerics
 from server.models.kv_numerics import KVNumerics, round_to
 
 pytestmark = pytest.mark.skipif(not cpu_kernels.available(), reason="mlxcel's CPU kernels are not loaded")

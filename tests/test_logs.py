@@ -18,6 +18,7 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import require
+from server.cli.introspect import cache_list_text, completion_bash, completion_spellings, version_text
 from server.logs import (
     REDACTED,
     TRACE,
@@ -28,11 +29,7 @@ from server.logs import (
     LogFileError,
     RedactingStream,
     Redactor,
-    cache_list_text,
-    cached_models,
     collect_secrets,
-    completion_bash,
-    completion_spellings,
     configure_logging,
     open_log_file,
     parse_log_colors,
@@ -41,8 +38,8 @@ from server.logs import (
     reset_logging,
     resolve_verbosity,
     tty_can_use_colors,
-    version_text,
 )
+from server.models.store import cached_models
 
 REPO = Path(__file__).resolve().parents[1]
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0

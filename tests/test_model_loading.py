@@ -139,7 +139,7 @@ def test_serving_imports_no_transformers(twin_q4_1):
     import subprocess
     import sys
 
-    code = ("import sys; from server.cli import main; from server.api import app; from server.engine import engine, "
+    code = ("import sys; from server.cli import main, startup; from server.api import app; from server.engine import engine, "
             "drafting; from server.backends import mlx_backend, native_backend; from server.models import loader, tokenizer, decode_step, prefill_step; "
             f"loader.load_checkpoint(__import__('pathlib').Path({str(twin_q4_1.mlx_dir)!r})); "
             "tokenizer.ModelTokenizer(__import__('pathlib').Path(" + repr(str(twin_q4_1.mlx_dir)) + ")); "

@@ -9,7 +9,7 @@ import mlx.nn as nn
 import numpy as np
 import pytest
 
-from server.cli.main import rope_overrides
+from server.cli.startup import rope_overrides
 from server.models.loader import load_checkpoint, override_rope
 
 

@@ -8,17 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from server.engine.rng import MT19937, canonical_double, canonical_float, discrete
-from server.engine.sampling import (
-    Candidates,
-    Chain,
-    Infill,
-    InfillVocab,
-    MinP,
-    TopK,
-    TopP,
-    draws_the_argmax,
-    temp_impl,
-)
+from server.engine.samplers import Candidates, MinP, TopK, TopP, temp_impl
+from server.engine.samplers_draw import Infill, InfillVocab
+from server.engine.sampling import Chain, draws_the_argmax
 from server.engine.types import SamplingParams
 
 
@@ -83,7 +75,7 @@ def test_command_line_sampling_defaults_parse_and_refuse_as_b10621():
     import pytest
 
     from server.cli.args import build_parser
-    from server.cli.main import sampling_defaults
+    from server.cli.startup import sampling_defaults
 
     args = build_parser("t").parse_args(["--temp", "-1", "--samplers", "top_k;Temp;bogus", "-l", "15043+1",
                                          "-l", "13-2.5", "-s", "-2", "--top-k", "7"])
@@ -96,7 +88,7 @@ def test_command_line_sampling_defaults_parse_and_refuse_as_b10621():
 
 
 def test_dry_penalizes_the_tokens_that_would_extend_a_repeat():
-    from server.engine.sampling import Dry
+    from server.engine.samplers import Dry
 
     a, b, c, y = 1, 2, 3, 4  # upstream's own example: a b c c b c y a b c
     dry = Dry(np.float32(1), np.float32(2), 1, 64, {})

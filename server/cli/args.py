@@ -1,4 +1,4 @@
-"""The command line: every b10621 option (server/cli/options.py) parses, read as b10621 reads it
+"""The command line: every b10621 option (server/options.py) parses, read as b10621 reads it
 (server/cli/parse.py). The options mlxcel acts on get their settings here (destination, type, default, help)
 and show in --help; every other one parses hidden and is classified at startup (server/cli/classify.py).
 """
@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
+from ..options import OPTIONS
 from ..textparse import AUTOY, FALSEY, TRUTHY, parse_csv_row, stof, stoul
-from .options import OPTIONS
+from .parse import ArgError, parse
 from .surface import DUMP_FLAG
 
 
@@ -294,10 +296,6 @@ class CompatParser(argparse.ArgumentParser):
     b10621's sentence on stderr and exit status 1."""
 
     def parse_args(self, args=None, namespace=None):
-        import sys
-
-        from .parse import ArgError, parse
-
         try:
             ns = parse(self, list(sys.argv[1:] if args is None else args), os.environ)
         except ArgError as e:
@@ -306,7 +304,8 @@ class CompatParser(argparse.ArgumentParser):
             self.print_help()
             self.exit(0)
         if ns.completion_bash:
-            from ..logs import completion_bash
+            # deferred: server.build's importlib.metadata, which --help must not pay for
+            from .introspect import completion_bash
 
             print(completion_bash(self, self.prog), end="")
             self.exit(0)

@@ -14,9 +14,12 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..textparse import AUTOY, FALSEY, TRUTHY, parse_csv_row, stof, stoi, stoul
-from .parse import Given
+
+if TYPE_CHECKING:  # parse.py calls check_value: Given only annotates here
+    from .parse import Given
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,6 @@
-"""Entry points: `mlxcel-server` (b10621's command line) and `mlxcel` (serve, convert)."""
+"""Entry points: `mlxcel-server` (b10621's command line) and `mlxcel` (serve, convert). What they import at
+module level is what --help and --version pay for: the command line's own modules; a start's are
+server/cli/startup.py's, imported once the command line and the HTTP layer's settings were accepted."""
 
 from __future__ import annotations
 
@@ -6,175 +8,34 @@ import argparse
 import logging
 import os
 import sys
-from pathlib import Path
+
+from .. import blas
+from .args import build_parser
+from .classify import refusals
+from .surface import dump
 
 log = logging.getLogger("mlxcel")
-AUTO_SLOTS = 4  # b10621's --parallel -1 (auto) serves 4 slots
-
-
-class StartupRefusal(Exception):
-    """A model that cannot be served with this command line: the one line to print, then exit 1."""
-
-    def __init__(self, text: str):
-        super().__init__(text)
-        self.text = text
-
-
-def build_state(args, prog: str, auth, cors, vertex):
-    """Everything one model is served with, from a parsed command line: the checkpoint, tokenizer, engine, chat
-    settings and the request defaults. The engine starts (its model loading on its own thread) as soon as it
-    exists, while the rest is read; a later refusal stops it. Raises StartupRefusal."""
-    from ..engine.engine import Engine, EngineConfig
-    from ..models.loader import read_config
-    from ..models.store import ModelNotFound, resolve_model
-    from ..models.tokenizer import ModelTokenizer
-
-    try:
-        checkpoint = resolve_model(args.model)
-        read_config(checkpoint)  # a damaged checkpoint is one line here, not a traceback later
-    except (ModelNotFound, RuntimeError, ValueError) as exc:
-        raise StartupRefusal(f"{prog}: error: {exc}") from None
-    from .classify import gpu_layers_refusal
-
-    refused = gpu_layers_refusal(args.given, checkpoint)  # -ngl N needs the checkpoint's layer count
-    if refused:
-        raise StartupRefusal(refused)
-    try:
-        tokenizer = ModelTokenizer(checkpoint)
-    except Exception as exc:  # a damaged tokenizer file: the tokenizers library's own error, on one line
-        raise StartupRefusal(f"{prog}: error: cannot load the model's tokenizer from {checkpoint}: {exc}".replace(
-            "\n", " ")) from None
-    n_slots = args.parallel if args.parallel > 0 else AUTO_SLOTS
-    from ..encoder.startup import EncoderModeError, encoder_config
-
-    try:
-        encoder = encoder_config(args, checkpoint, n_slots)
-    except EncoderModeError as exc:
-        raise StartupRefusal(str(exc)) from None
-    from ..textparse import stoi
-
-    try:
-        lora = lora_adapters(args)
-        control_vectors = scaled_files(args.control_vector_args, "control-vector")
-        if control_vectors:  # the files read now: a bad one fails before the model loads
-            from ..models import control_vector
-
-            control_vector.load(control_vectors)
-        given_range = args.control_vector_layer_range
-        layers = (stoi(given_range[0]), stoi(given_range[1])) if given_range else (0, 0)
-    except ValueError as exc:
-        raise StartupRefusal(f"{prog}: error: {exc}") from None
-    if encoder is not None and (lora or control_vectors):
-        raise StartupRefusal(f"{prog}: error: {'--lora' if lora else '--control-vector'}: adapters and control "
-                             "vectors steer a generating model; mlxcel serves embeddings and reranking without them")
-    spec_types, draft = speculative_config(args, tokenizer, prog)
-    ngram_simple = ngram_simple_config(args) if "ngram-simple" in spec_types else None
-    if encoder is not None:
-        from ..encoder.worker import EncoderWorker
-
-        engine = EncoderWorker(checkpoint, encoder)
-        log.warning("%s mode (pooling %s): the completion and chat routes answer 501 here, where b10621 runs "
-                    "them against the encoder and fails each with a 500", encoder.mode, encoder.pooling)
-    else:
-        engine = Engine(checkpoint, EngineConfig(n_ctx=slot_context(args.ctx_size, args.parallel), n_slots=n_slots, n_batch=args.batch_size,
-                                                 cont_batching=args.cont_batching, ubatch=args.ubatch_size,
-                                                 cache_prompt=args.cache_prompt, cache_ram_mib=args.cache_ram,
-                                                 slot_similarity=args.slot_prompt_similarity,
-                                                 # b10621's -np auto: 4 slots on a unified KV
-                                                 cache_idle_slots=args.cache_idle_slots,
-                                                 kv_unified=args.parallel <= 0,
-                                                 ctx_shift=args.context_shift, add_bos=tokenizer.add_bos,
-                                                 special=args.special, sleep_idle_seconds=args.sleep_idle_seconds,
-                                                 rope=rope_overrides(args), yarn=yarn_flags(args),
-                                                 lora=lora, lora_fuse=bool(args.lora_fuse),
-                                                 control_vectors=control_vectors,
-                                                 control_vector_layers=layers, draft=draft,
-                                                 ngram_simple=ngram_simple, kv=kv_numerics(args)),
-                        eog_ids=tokenizer.eog_ids, piece=tokenizer.piece,
-                        end_token=lambda: tokenizer.eos_id if tokenizer.eot_id is None else tokenizer.eot_id)
-        if any(g.option in ("--pooling", "--embd-normalize") for g in args.given):
-            log.warning("--pooling and --embd-normalize shape embeddings only: without --embeddings they change "
-                        "nothing")
-    engine.start()
-    try:
-        return _settled_state(args, prog, auth, cors, vertex, checkpoint, tokenizer, engine, encoder, spec_types)
-    except BaseException:
-        engine.stop(wait=30)
-        raise
-
-
-def _settled_state(args, prog, auth, cors, vertex, checkpoint, tokenizer, engine, encoder, spec_types):
-    """build_state's second half, read while the engine loads the model."""
-    from ..api.state import AppState, ServerSettings
-    from ..api.task_params import TaskParams
-    from ..logs import LogConfig
-    from ..models.loader import model_ftype
-
-    try:
-        sampling = sampling_defaults(args, tokenizer.eog_ids)
-    except ValueError as exc:
-        raise StartupRefusal(f"error: {exc}") from None
-    try:
-        chat = None if encoder is not None else chat_settings(args, tokenizer)
-    except UnsupportedTemplate as exc:  # b10621's own sentence, printed as it prints it
-        raise StartupRefusal(str(exc)) from None
-    except ValueError as exc:
-        raise StartupRefusal(f"error: {exc}") from None
-    settings = ServerSettings(chat=chat, encoder=encoder, endpoint_slots=args.slots, endpoint_props=args.props,
-                              endpoint_metrics=args.metrics, slot_save_path=args.slot_save_path or "", vertex=vertex, n_batch=args.batch_size,
-                              special=args.special, spm_infill=args.spm_infill,
-                              base_params=TaskParams(**sampling, cache_prompt=args.cache_prompt, n_keep=args.keep,
-                                                     verbose=LogConfig.from_args(args).verbosity > 9,
-                                                     n_cache_reuse=args.cache_reuse,
-                                                     sse_ping_interval=args.sse_ping_interval,
-                                                     n_predict=args.predict,
-                                                     speculative_types=",".join(spec_types),
-                                                     reasoning_budget_tokens=args.reasoning_budget,
-                                                     stop=list(args.reverse_prompt or []),
-                                                     # auto resolves to deepseek in b10621's task defaults
-                                                     reasoning_format="deepseek" if args.reasoning_format == "auto"
-                                                     else args.reasoning_format),
-                              slots_debug=bool(int(os.environ.get("LLAMA_SERVER_SLOTS_DEBUG", "0") or 0)),
-                              cors=cors, auth=auth, api_prefix=args.api_prefix or "")
-    # b10621 serves its sorted alias set's first, else the model path as given (a GGUF: reported as given)
-    gguf = Path(args.model) if args.model.endswith(".gguf") and Path(args.model).is_file() else None
-    model_name = args.alias[0] if args.alias else args.model if gguf else checkpoint.name
-    if encoder is not None:
-        from ..models.bert import encoder_ftype
-
-        ftype = encoder_ftype(checkpoint)
-    else:
-        ftype = model_ftype(checkpoint)
-    from ..engine.slot_files import Identity
-    from ..models.facts import model_facts
-
-    state = AppState(engine=engine, tokenizer=tokenizer, model_name=model_name, settings=settings,
-                     model_path=str(gguf or checkpoint), model_ftype=ftype, model_aliases=tuple(args.alias or ()),
-                     model_tags=tuple(args.tags or ()), model_facts=model_facts(checkpoint),
-                     slot_identity=Identity.of(checkpoint) if args.slot_save_path else None)
-    return state
 
 
 def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
-    from .. import blas
-
     blas.activate()  # before anything imports mlx
-    from .args import build_parser
-
     parser = build_parser(prog)
     args = parser.parse_args(argv)
     if args.dump_flag_surface:
-        from .surface import dump
-
         print(dump(parser, prog))
         return 0
-    from .classify import refusals
-
     refused = refusals(args.given)  # every option classified before a model is resolved or a weight read
     if refused:
         print("\n".join(refused), file=sys.stderr)
         return 1
+    # deferred: the log sinks' and the HTTP layer's settings (~50 ms of imports) are read once the command line
+    # is accepted: --help, --version and a refused option never pay for them
+    from ..api.auth import AuthConfig
+    from ..api.cors import CorsConfig
+    from ..api.vertex_settings import VertexSettings
     from ..logs import LogConfig, LogConfigError, LogFileError, collect_secrets, configure_logging
+    from ..models import hub
+    from ..transport import ServeConfig, TransportError
 
     try:  # the log sinks (every configured secret redacted on each) before anything resolves or loads
         configure_logging(LogConfig.from_args(args), collect_secrets(args))
@@ -184,11 +45,6 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
     except LogFileError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 1
-    from ..api.auth import AuthConfig
-    from ..api.cors import CorsConfig
-    from ..api.vertex_settings import VertexSettings
-    from ..transport import HttpServer, ServeConfig, TransportError, announce_listening
-
     try:
         vertex = VertexSettings.from_env()
     except ValueError:  # std::stoi of AIP_HTTP_PORT
@@ -204,358 +60,15 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
     except (ValueError, TransportError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 1
-    from ..models import hub
-
     hub.set_store_root(args.model_store_root)
     hub.set_offline(bool(args.offline))
     hub.set_token(args.hf_token)  # --hf-token, else HF_TOKEN (the parser's environment binding)
+    # deferred: mlx, FastAPI and the model's modules (~0.7 s), once every setting above was accepted
+    from .startup import serve_model, serve_models
+
     if not args.model:  # b10621's router mode: models served on demand from the store, --models-dir, presets
-        from ..router.serve import serve_router
-
-        return serve_router(args, argv, prog, serve_config, auth, cors)
-    blas.verify()
-    # a reference BLAS (or a failed interposition) makes every request ~50x slower: say it as a warning
-    (log.info if blas.STATE.fast else log.warning)(blas.describe())
-    try:
-        state = build_state(args, prog, auth, cors, vertex)
-    except StartupRefusal as exc:
-        print(exc.text, file=sys.stderr)
-        return 1
-    engine = state.engine  # started: the model loads on the engine's thread while the HTTP layer is built here
-    from ..api.app import create_app
-    from ..api.vertex import RouteConflict
-
-    try:
-        app = create_app(state)
-    except RouteConflict as exc:  # AIP_PREDICT_ROUTE naming one of the server's own routes: b10621 exits
-        print(exc, file=sys.stderr)
-        engine.stop(wait=30)
-        return 1
-    from ..logs import uvicorn_log_settings
-
-    try:  # bound while the model loads, as b10621 binds first; "listening on" only once it has loaded
-        server = HttpServer(app, serve_config, announce=None, uvicorn_options=uvicorn_log_settings())
-    except TransportError as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        engine.stop(wait=30)
-        return 1
-
-    import threading
-
-    def _exit_on_load_failure() -> None:
-        engine.ready.wait()
-        if engine.load_error:
-            log.error("exiting: %s", engine.load_error)
-            server.stop()
-        else:
-            announce_listening(server.address)
-
-    threading.Thread(target=_exit_on_load_failure, daemon=True).start()
-    try:
-        server.run()
-    finally:  # the engine thread ends its step before the interpreter tears down what it computes with
-        engine.stop(wait=30)
-    return 1 if engine.load_error else 0
-
-
-def scaled_files(given, what: str) -> tuple[tuple[str, float], ...]:
-    """--lora / --lora-scaled, or --control-vector / --control-vector-scaled, in command-line order (b10621
-    appends both spellings to one list): each file with its scale (1 for the unscaled spelling)."""
-    from ..models.lora import check_scale
-    from ..textparse import parse_csv_row
-
-    out = []
-    for option, _, value in given or []:
-        for item in parse_csv_row(value):
-            if option == f"--{what}":
-                out.append((item, 1.0))
-            else:
-                path, text = item.split(":")  # the format was checked by the parser
-                out.append((path, check_scale(text, what.replace("-", " "))))
-    return tuple(out)
-
-
-def speculative_config(args, tokenizer, prog: str):
-    """(--spec-type's types as b10621 accumulates them, the draft model's DraftConfig or None). Drafting needs
-    both a draft model and draft-simple; b10621 logs and serves without it where one is missing or the draft's
-    vocabulary is not the target's, and so does mlxcel. Raises StartupRefusal for a draft it cannot load."""
-    from ..engine.speculative import DraftConfig, vocab_mismatch
-    from ..models.store import ModelNotFound, resolve_model
-    from ..models.tokenizer import ModelTokenizer
-    from .classify import spec_types
-    from ..textparse import stof
-
-    types = ["none"]
-    for g in args.given:
-        if g.option == "--spec-type":
-            types += spec_types(g.value)
-    model = args.spec_draft_model or ""
-    if "draft-simple" not in types:
-        if model:
-            log.warning("a draft model without --spec-type draft-simple drafts nothing (b10621 loads it and "
-                        "leaves it unused; mlxcel does not load it)")
-        return types, None
-    if not model:
-        log.error("failed to initialize speculative decoding context: draft-simple requires a draft context")
-        return types, None
-    try:
-        checkpoint = resolve_model(model)
-        draft_tokenizer = ModelTokenizer(checkpoint)
-    except (ModelNotFound, RuntimeError, ValueError, OSError) as exc:
-        raise StartupRefusal(f"{prog}: error: failed to load draft model, '{model}': {exc}") from None
-    mismatch = vocab_mismatch(tokenizer, draft_tokenizer)
-    if mismatch:
-        log.error("the target and draft vocabs are not compatible (%s): speculative decoding is off", mismatch)
-        return types, None
-    return types, DraftConfig(str(checkpoint), n_max=args.spec_draft_n_max, n_min=args.spec_draft_n_min,
-                              p_min=stof(args.spec_draft_p_min), kv=kv_numerics(args, draft=True))
-
-
-def kv_numerics(args, draft: bool = False):
-    """-ctk, -ctv (-ctkd, -ctvd for the draft) and -fa as b10621 applies them (the last given wins; classify
-    refuses the types mlxcel does not store)."""
-    from ..models.kv_numerics import KVNumerics
-
-    names = ("--spec-draft-type-k", "--spec-draft-type-v") if draft else ("--cache-type-k", "--cache-type-v")
-    last = {g.option: g.value for g in args.given}
-    return KVNumerics.from_flags(last.get(names[0]), last.get(names[1]), last.get("--flash-attn"))
-
-
-def yarn_flags(args):
-    """--rope-scaling yarn and the --yarn-* values, as given (server.models.yarn resolves them)."""
-    from ..models.yarn import YarnFlags
-    from ..textparse import stof
-
-    return YarnFlags(scaling_yarn=args.rope_scaling == "yarn", ext_factor=stof(args.yarn_ext_factor),
-                     attn_factor=stof(args.yarn_attn_factor), beta_fast=stof(args.yarn_beta_fast),
-                     beta_slow=stof(args.yarn_beta_slow), orig_ctx=int(args.yarn_orig_ctx or 0))
-
-
-def ngram_simple_config(args) -> tuple[int, int]:
-    """--spec-ngram-simple-size-n / -size-m (b10621's defaults 12 and 48)."""
-    n, m = args.spec_ngram_simple_size_n, args.spec_ngram_simple_size_m
-    return (12 if n is None else int(n), 48 if m is None else int(m))
-
-
-def rope_overrides(args) -> tuple[float | None, float | None]:
-    """(freq_base, freq_scale) over the checkpoint's, as llama_context resolves them: 0 means the model's; the
-    last of --rope-scale N (1/N) and --rope-freq-scale N wins; --rope-scaling none never scales."""
-    from ..textparse import stof
-
-    base = stof(args.rope_freq_base) if args.rope_freq_base is not None else 0.0
-    scale = 0.0
-    for option, _, value in args.rope_scale_args or []:
-        scale = 1.0 / stof(value) if option == "--rope-scale" else stof(value)
-    if args.rope_scaling == "none":
-        scale = 1.0
-    return (base or None, scale or None)
-
-
-def slot_context(ctx_size: int, parallel: int) -> int:
-    """Each slot's context, as llama_context sizes it: -c rounded up to a multiple of 256; with an explicit
-    --parallel N (b10621's KV then per sequence, not unified) that divided by N and rounded up again. 0: the
-    model's training context, whatever N."""
-    if ctx_size <= 0:
-        return 0
-
-    def pad(n: int) -> int:
-        return (n + 255) // 256 * 256
-
-    return pad(pad(ctx_size) // parallel) if parallel > 0 else pad(ctx_size)
-
-
-def lora_adapters(args) -> tuple[tuple[str, float], ...]:
-    """--lora and --lora-scaled; a path that does not exist fails here, before the model loads."""
-    out = scaled_files(args.lora_args, "lora")
-    for path, _ in out:
-        if not os.path.exists(path):
-            raise ValueError(f"failed to load lora adapter '{path}': no such file or directory")
-    return out
-
-
-def sampling_defaults(args, eog_ids: frozenset[int] = frozenset()) -> dict:
-    """The command line's sampling settings as request defaults, checked as common/arg.cpp checks them."""
-    import math
-    import re
-
-    from ..api.task_params import SAMPLER_CHARS, SAMPLER_NAMES, f32
-
-    if args.repeat_last_n < 0:
-        raise ValueError(f"invalid repeat-last-n = {args.repeat_last_n}")
-    rp = f32(args.repeat_penalty)
-    if not math.isfinite(rp) or rp <= 0 or not math.isfinite(f32(1 / rp)):
-        raise ValueError("repeat-penalty must be finite and greater than 0")
-    for name, v in (("presence-penalty", args.presence_penalty), ("frequency-penalty", args.frequency_penalty)):
-        if not math.isfinite(f32(v)):
-            raise ValueError(f"{name} must be finite")
-    out = {
-        "seed": args.seed, "temperature": max(f32(args.temp), 0.0), "top_k": args.top_k, "top_p": f32(args.top_p),
-        "min_p": f32(args.min_p), "top_n_sigma": f32(args.top_nsigma), "xtc_probability": f32(args.xtc_probability),
-        "xtc_threshold": f32(args.xtc_threshold), "typical_p": f32(args.typical), "repeat_last_n": args.repeat_last_n,
-        "repeat_penalty": rp, "presence_penalty": f32(args.presence_penalty),
-        "frequency_penalty": f32(args.frequency_penalty), "dynatemp_range": f32(args.dynatemp_range),
-        "dynatemp_exponent": f32(args.dynatemp_exp), "mirostat": args.mirostat, "mirostat_eta": f32(args.mirostat_lr),
-        "mirostat_tau": f32(args.mirostat_ent),
-    }
-    if args.dry_penalty_last_n < 0:
-        raise ValueError(f"invalid dry-penalty-last-n = {args.dry_penalty_last_n}")
-    out.update(dry_multiplier=f32(args.dry_multiplier), dry_allowed_length=args.dry_allowed_length,
-               dry_penalty_last_n=args.dry_penalty_last_n)
-    if f32(args.dry_base) >= 1:  # a smaller base keeps the default
-        out["dry_base"] = f32(args.dry_base)
-    if args.dry_sequence_breaker is not None:  # any use clears the defaults; "none" clears what came before
-        breakers: list[str] = []
-        for b in args.dry_sequence_breaker:
-            breakers = [] if b == "none" else [*breakers, b]
-        out["dry_sequence_breakers"] = breakers
-    if args.samplers is not None:  # the later of --samplers / --sampler-seq wins in b10621; names first here
-        out["samplers"] = [SAMPLER_NAMES[n.lower()] for n in args.samplers.split(";") if n.lower() in SAMPLER_NAMES]
-    if args.sampler_seq is not None:
-        out["samplers"] = [SAMPLER_CHARS[c] for c in args.sampler_seq if c in SAMPLER_CHARS]
-    bias = []
-    for raw in args.logit_bias or []:
-        m = re.fullmatch(r"\s*([+-]?\d+)\s*([+-])(.*)", raw, re.DOTALL)
-        try:
-            if not m:
-                raise ValueError
-            bias.append((int(m.group(1)), f32(float(m.group(3).strip().split()[0]) * (-1 if m.group(2) == "-" else 1))))
-        except (ValueError, IndexError):
-            raise ValueError(f"invalid input format for --logit-bias '{raw}'") from None
-    out.update(adaptive_target=f32(args.adaptive_target), adaptive_decay=f32(args.adaptive_decay))
-    if args.ignore_eos:  # the end-of-generation bans join the default biases, as common_init does
-        out["ignore_eos"] = True
-        bias += [(t, float("-inf")) for t in sorted(eog_ids)]
-    if bias:
-        out["logit_bias"] = bias
-    if args.backend_sampling:  # echoed as b10621 echoes it; the draw is the common chain's either way
-        out["backend_sampling"] = True
-        log.warning("--backend-sampling: mlxcel samples every request with b10621's CPU sampler chain; "
-                    "there is no backend sampler, so seeded draws follow the CPU chain")
-    grammar = _grammar_default(args.grammar_args or [])
-    if grammar:
-        out["grammar"] = grammar
-    return out
-
-
-class UnsupportedTemplate(ValueError):
-    """A --chat-template(-file) the legacy built-ins cannot format under --no-jinja."""
-
-
-def chat_settings(args, tokenizer):
-    """--chat-template / --chat-template-file (the last given wins, as upstream's handlers run in order),
-    --chat-template-kwargs, --prefill-assistant and --jinja, checked as b10621's handlers check them."""
-    from pathlib import Path
-
-    from ..chat.autoparser import template_supports_thinking
-    from ..chat.formats import REASONING_FORMATS
-    from ..chat.legacy import (
-        LEGACY_TEMPLATES,
-        default_template_source,
-        unsupported_template_message,
-        verify_legacy,
-    )
-    from ..chat.params import ChatSettings
-
-    given = args.chat_template_args or []
-    override = ""
-    for option, spelling, value in given:
-        if option == "--chat-template-file":
-            try:
-                value = Path(value).read_text(encoding="utf-8", errors="replace")
-            except OSError:
-                raise ValueError(f'error while handling argument "{spelling}": error: failed to open file '
-                                 f"'{value}'") from None
-        elif args.jinja and value in LEGACY_TEMPLATES and value != "chatml":
-            raise ValueError(f"{spelling} {value}: '{value}' names one of b10621's built-in chat templates, which "
-                             "it renders only without Jinja (under --jinja the name itself would become every "
-                             "prompt): add --no-jinja for the built-in formatting, or pass Jinja template text "
-                             "or a file with --chat-template-file")
-        if not args.jinja and not verify_legacy(value):  # common_chat_verify_template, at argument parsing
-            raise UnsupportedTemplate(unsupported_template_message(value, use_jinja=False))
-        override = value
-    template = default_template_source(override, tokenizer.chat_template or "")
-    kwargs, enable_reasoning = _template_kwargs(args.template_kwargs_args or [])
-    piece = lambda i: tokenizer.piece(i).decode("utf-8", "replace") if i is not None else ""  # noqa: E731
-    if args.reasoning_budget < -1:
-        raise ValueError('error while handling argument "--reasoning-budget": invalid value')
-    if args.reasoning_format not in REASONING_FORMATS:
-        raise ValueError(f'error while handling argument "--reasoning-format": Unknown reasoning format: '
-                         f"{args.reasoning_format}")
-    # b10621 thinks by default only where its autoparser finds thinking markers in the template
-    supports_thinking = args.jinja and template_supports_thinking(template, piece(tokenizer.bos_id),
-                                                                  piece(tokenizer.eos_id))
-    return ChatSettings(template=template, bos_token=piece(tokenizer.bos_id), eos_token=piece(tokenizer.eos_id),
-                        prefill_assistant=args.prefill_assistant, template_kwargs=kwargs,
-                        skip_chat_parsing=args.skip_chat_parsing, reasoning_budget=args.reasoning_budget,
-                        add_bos=tokenizer.add_bos, add_eos=tokenizer.add_eos, use_jinja=args.jinja,
-                        reasoning_budget_message=args.reasoning_budget_message,
-                        enable_thinking=enable_reasoning != 0 and supports_thinking)
-
-
-def _template_kwargs(given: list) -> tuple[dict[str, str], int]:
-    """--chat-template-kwargs, --reasoning, --reasoning-effort and --reasoning-preserve in command-line
-    order, each writing b10621's default_template_kwargs as its handler does (values as JSON text)."""
-    import json
-
-    kwargs: dict[str, str] = {}
-    enable_reasoning = -1
-    for option, spelling, value in given:
-        if option == "--chat-template-kwargs":
-            try:
-                parsed = json.loads(value)
-                if not isinstance(parsed, dict):
-                    raise ValueError("not an object")
-            except ValueError as e:
-                raise ValueError(f'error while handling argument "{spelling}": {e}') from None
-            kwargs.update({k: json.dumps(v, ensure_ascii=False) for k, v in parsed.items()})
-        elif option == "--reasoning":
-            if value in ("on", "enabled", "true", "1"):
-                enable_reasoning, kwargs["enable_thinking"] = 1, "true"
-            elif value in ("off", "disabled", "false", "0"):
-                enable_reasoning, kwargs["enable_thinking"] = 0, "false"
-            elif value in ("auto", "-1"):
-                enable_reasoning = -1
-            else:
-                raise ValueError(f'error while handling argument "{spelling}": error: unknown value for --reasoning: '
-                                 f"'{value}'")
-        elif option == "--reasoning-effort":
-            if value == "default":
-                kwargs.pop("reasoning_effort", None)
-            else:
-                kwargs["reasoning_effort"] = json.dumps(value, ensure_ascii=False)
-        else:  # --reasoning-preserve / --no-reasoning-preserve (a variable arrives as the spelling it means)
-            kwargs["preserve_reasoning"] = "false" if spelling.startswith("--no-") else "true"
-    return kwargs, enable_reasoning
-
-
-def _grammar_default(given: list[tuple[str, str, str]]) -> str:
-    """--grammar / --grammar-file / -j / -jf, each handled in order as common/arg.cpp does (the last wins).
-    A schema is converted here, so a bad one fails startup; GBNF is parsed per request, as upstream."""
-    import json
-    from pathlib import Path
-
-    from ..grammar.json_schema import json_schema_to_grammar
-
-    grammar = ""
-    for option, spelling, value in given:
-        try:
-            if option in ("--grammar-file", "--json-schema-file"):
-                try:
-                    value = Path(value).read_bytes().decode("utf-8", errors="replace")
-                except OSError:
-                    raise ValueError(f"error: failed to open file '{value}'\n") from None
-            if option in ("--grammar", "--grammar-file"):
-                grammar = value
-                continue
-            try:
-                schema = json.loads(value)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"[json.exception.parse_error.101] parse error at line {e.lineno}, column {e.colno}: "
-                                 f"syntax error while parsing value - {e.msg}") from None
-            grammar = json_schema_to_grammar(schema)
-        except ValueError as e:
-            raise ValueError(f'error while handling argument "{spelling}": {e}') from None
-    return grammar
+        return serve_models(args, argv, prog, serve_config, auth, cors)
+    return serve_model(args, prog, serve_config, auth, cors, vertex)
 
 
 def convert(argv: list[str]) -> int:
@@ -565,9 +78,8 @@ def convert(argv: list[str]) -> int:
     p.add_argument("--dtype", choices=["auto", "f32"], default="auto",
                    help="auto keeps Q4_0/Q4_1/Q8_0 as MLX affine quantization; f32 dequantizes every tensor")
     args = p.parse_args(argv)
-    from .. import blas
-
     blas.activate()
+    # deferred: the converter's modules import mlx, which must follow blas.activate(); --help must not pay it
     from ..models.gguf_check import DamagedGGUF
     from ..models.gguf_import import ImportRefused, convert_gguf
     from ..models.gguf_tokenizer import UnsupportedTokenizer
@@ -585,8 +97,6 @@ def _exit(code: int) -> None:
     """Exit with the logs and output flushed but without the interpreter's teardown: MLX's stream threads,
     started from the engine thread, abort the process ("terminate called without an active exception")
     when their objects are destroyed at exit, turning a clean stop into status -6."""
-    import logging
-
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -617,8 +127,6 @@ def mlxcel_usage() -> str:
 
 def mlxcel_main() -> None:
     argv = sys.argv[1:]
-    from .store import main as store
-
     if argv[:1] in (["-h"], ["--help"]):
         print(mlxcel_usage(), end="")
         sys.exit(0)
@@ -627,6 +135,8 @@ def mlxcel_main() -> None:
     if argv[:1] == ["convert"]:
         sys.exit(convert(argv[1:]))
     if any(a in ("download", "list", "rm") for a in argv):  # the store's options may come first
+        from .store import main as store  # deferred: the model store's modules; serve and --help skip them
+
         sys.exit(store(argv))
     print(mlxcel_usage(), end="", file=sys.stderr)
     sys.exit(2)

@@ -12,6 +12,7 @@ import sys
 from typing import NamedTuple
 
 from ..textparse import TRUTHY, parse_bool_value, stoi
+from .classify import check_value
 
 
 class ArgError(Exception):
@@ -99,8 +100,6 @@ def usage(option) -> str:
 def parse(parser: argparse.ArgumentParser, argv: list[str], environ) -> argparse.Namespace:
     """Parse as b10621 does; raises ArgError with its words. The namespace carries `given`, the options as
     applied (for classify.py), and `dump_flag_surface`."""
-    from .classify import check_value
-
     actions = {a.option.id: a for a in parser._actions if getattr(a, "option", None) is not None}
     by_spelling = {s: a for a in actions.values() for s in a.option_strings}
     ns = argparse.Namespace(dump_flag_surface=False, **{dest: (None if v else False) for dest, v in MLXCEL_OWN.values()})
@@ -176,7 +175,8 @@ def parse(parser: argparse.ArgumentParser, argv: list[str], environ) -> argparse
             if o.kind == "void":
                 apply(a, arg, None, arg)
                 if o.id in ("--version", "--cache-list"):  # b10621's handlers print and exit right there
-                    from ..logs import cache_list_text, version_text
+                    # deferred: server.build's importlib.metadata costs --help ~10 ms, paid here only
+                    from .introspect import cache_list_text, version_text
 
                     if o.id == "--version":
                         print(version_text(), end="", file=sys.stderr)

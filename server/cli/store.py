@@ -9,6 +9,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..models import hub
+from ..models.bundled import BUNDLED_ENCODERS, BUNDLED_ENCODERS_BUILT, BUNDLED_MODELS, DEFAULT_MODEL
+from ..models.store import cached_models
+
 
 def _store_options(suppress: bool) -> argparse.ArgumentParser:
     """The store's options, taken before the command and after it (a command's copy leaves the value given
@@ -25,8 +29,6 @@ def _store_options(suppress: bool) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    from ..models import hub
-
     p = argparse.ArgumentParser(prog="mlxcel", description="the model store", parents=[_store_options(False)])
     sub = p.add_subparsers(dest="command", required=True)
     common = [_store_options(True)]
@@ -56,11 +58,7 @@ def main(argv: list[str]) -> int:
 def listing() -> list[tuple[str, str]]:
     """(name -m accepts, what it is) for every model the store knows: each bundled model (built or not yet),
     then what --cache-list finds there besides them (downloaded snapshots, other checkpoints)."""
-    from ..logs.introspect import cached_models
-    from ..models.bundled import BUNDLED_ENCODERS, BUNDLED_ENCODERS_BUILT, BUNDLED_MODELS, DEFAULT_MODEL
-    from ..models.hub import list_snapshots, store_root
-
-    root = store_root()
+    root = hub.store_root()
     built = {**{name: m.built for name, m in BUNDLED_MODELS.items()}, **BUNDLED_ENCODERS_BUILT}
     rows = []
     for name, is_built in built.items():
@@ -69,7 +67,7 @@ def listing() -> list[tuple[str, str]]:
     bundled = {*BUNDLED_MODELS, *BUNDLED_ENCODERS}
     for name in cached_models(root):
         if name not in bundled and Path(name).name not in bundled:
-            rows.append((name, "downloaded" if name in list_snapshots(root) else "checkpoint in the store"))
+            rows.append((name, "downloaded" if name in hub.list_snapshots(root) else "checkpoint in the store"))
     return rows
 
 

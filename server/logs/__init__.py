@@ -1,11 +1,8 @@
-"""mlxcel's logging: b10621's log options (common/log.cpp, common/arg.cpp) as plain data, the sinks they
-configure with every configured secret redacted, and the print-and-exit options --version, --cache-list and
---completion-bash.
+"""mlxcel's logging: b10621's log options (common/log.cpp, common/arg.cpp) as plain data, and the sinks they
+configure with every configured secret redacted.
 
 Startup order for the CLI (after parsing, before anything resolves or loads a model):
-  1. --version -> print(version_text(), end="", file=sys.stderr); exit 0
-     --cache-list -> print(cache_list_text(), end=""); exit 0
-     --completion-bash -> print(completion_bash(parser_or_table, prog), end=""); exit 0
+  1. the print-and-exit options --version, --cache-list and --completion-bash (server/cli/introspect.py)
   2. config = LogConfig.from_args(args)            (LogConfigError: print it, exit 1)
   3. secrets = collect_secrets(args)
   4. configure_logging(config, secrets)            (LogFileError: print it, exit 1)
@@ -25,7 +22,6 @@ from .config import (
     record_verbosity,
     resolve_verbosity,
 )
-from .introspect import cache_list_text, cached_models, completion_bash, completion_spellings, version_text
 from .redact import REDACTED, RedactingStream, Redactor
 from .sink import (
     B10621Formatter,
@@ -52,11 +48,7 @@ __all__ = [
     "LogSetup",
     "RedactingStream",
     "Redactor",
-    "cache_list_text",
-    "cached_models",
     "collect_secrets",
-    "completion_bash",
-    "completion_spellings",
     "configure_logging",
     "current_setup",
     "format_timestamp",
@@ -69,5 +61,4 @@ __all__ = [
     "resolve_verbosity",
     "tty_can_use_colors",
     "uvicorn_log_settings",
-    "version_text",
 ]

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from .bundled import BUNDLED_ENCODERS, BUNDLED_MODELS, CONVERTER_VERSION, DEFAULT_MODEL
+from .hub import list_snapshots, snapshot_dir, store_root
 
 log = logging.getLogger("mlxcel.models")
 
@@ -29,8 +30,6 @@ def resolve_model(spec: str) -> Path:
         return BUNDLED_ENCODERS[spec]()
     if path.is_file() and path.suffix == ".gguf":
         return converted_gguf(path)
-    from .hub import list_snapshots, snapshot_dir
-
     if spec in list_snapshots():
         return snapshot_dir(spec)
     names = ", ".join(sorted([*BUNDLED_MODELS, *BUNDLED_ENCODERS, *list_snapshots()]))
@@ -67,3 +66,28 @@ def converted_gguf(path: Path) -> Path:
 
 def default_model_name() -> str:
     return DEFAULT_MODEL.name
+
+
+def _holds_checkpoint(path: Path) -> bool:
+    try:
+        return (path / "config.json").is_file() or any(p.suffix == ".safetensors" for p in path.iterdir())
+    except OSError:
+        return False
+
+
+def cached_models(root: Path | None = None) -> list[str]:
+    """The model store's entries that actually hold a checkpoint, each spelled as -m accepts it: a store
+    name for the bundled models, the checkpoint directory's path for anything else found there. Half-built
+    targets (the build's temporary directories) and lock files are not models."""
+    if root is None:
+        root = store_root()
+    try:
+        entries = sorted(root.iterdir(), key=lambda p: p.name)
+    except OSError:
+        return []
+    found = []
+    for entry in entries:
+        if not entry.is_dir() or entry.is_symlink() or ".tmp-" in entry.name or not _holds_checkpoint(entry):
+            continue
+        found.append(entry.name if entry.name in BUNDLED_MODELS else str(entry))
+    return found + list_snapshots(root)  # downloaded <owner>/<name> snapshots, by the name -m accepts

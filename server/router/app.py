@@ -17,8 +17,10 @@ from ..api.auth import AuthMiddleware
 from ..api.cors import CorsMiddleware
 from ..api.jsonio import UpstreamJSON, error_response, loads
 from ..api.prefix import ApiPrefix
+from ..api.state import ServerSettings
 from ..build import build_info
 from ..errors import NOT_FOUND_BODY, ErrorKind, UpstreamError
+from ..models import hub
 from .catalog import displayed_preset
 from .pool import Instance, ModelPool, RouterError
 
@@ -211,8 +213,6 @@ def create_router_app(pool: ModelPool, settings) -> FastAPI:
         name = (await _body_model(request))[1]
         if not name:
             return _error("model must be a non-empty string")
-        from ..models import hub
-
         try:
             hub.check_repo(name)
             if hub.offline():
@@ -227,8 +227,6 @@ def create_router_app(pool: ModelPool, settings) -> FastAPI:
         name = request.query_params.get("model", "")
         if not name:
             return _error("model must be a non-empty string")
-        from ..models import hub
-
         await asyncio.to_thread(pool.remove, name, hub.remove_snapshot)
         return UpstreamJSON({"success": True})
 
@@ -265,6 +263,4 @@ def model_info(inst: Instance) -> dict[str, Any]:
 
 def empty_router_app() -> FastAPI:
     """The router's routes over no models (what the manifest's claims gate inspects)."""
-    from ..api.state import ServerSettings
-
     return create_router_app(ModelPool(dict, None, lambda e: []), ServerSettings())

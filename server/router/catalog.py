@@ -7,6 +7,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..models.hub import list_snapshots
+from ..models.store import cached_models
 from ..textparse import TRUTHY
 from .presets import (
     DEDUP_CACHE_MODELS,
@@ -15,6 +17,7 @@ from .presets import (
     Preset,
     PresetError,
     cascade,
+    from_argv,
     load_ini,
     unset_reserved,
 )
@@ -80,9 +83,6 @@ def _local(name: str, path: str) -> Preset:
 def scan_store(root: Path) -> dict[str, Preset]:
     """The model store's checkpoints, each a model named as -m accepts it (b10621's cache, whose entries it
     names by repository)."""
-    from ..logs.introspect import cached_models
-    from ..models.hub import list_snapshots
-
     out = {}
     for name in cached_models(root):
         if "/" not in name:  # the bundled models, by their store names (anything else there is no store model)
@@ -159,8 +159,6 @@ def _add(entries: dict[str, Entry], entry: Entry) -> None:
 
 def router_preset(argv: list[str]) -> Preset:
     """The router's command line as the preset every model inherits (what it may not pass on removed)."""
-    from .presets import from_argv
-
     preset = from_argv(argv)
     unset_reserved(preset, model_args=True)
     return preset

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ..options import OPTIONS
 from .catalog import Entry
 from .presets import Preset
 
@@ -33,8 +34,6 @@ class RouterError(Exception):
 def load_stages(argv: list[str]) -> list[str]:
     """b10621's load stages for a child started with argv (server_context's load_model): the text model, then
     the draft model where one is named (params.speculative.has_dft). mlxcel loads no projector."""
-    from ..cli.options import OPTIONS
-
     draft = {s for o in OPTIONS if o.id in ("--spec-draft-model", "--spec-draft-hf") for s in o.spellings}
     named = any(a.split("=", 1)[0] in draft for a in argv)
     return ["text_model", "spec_model"] if named else ["text_model"]

@@ -2,7 +2,7 @@
 the router's own command line, or made for a model found on disk; cascaded, merged, and rendered back as the
 command line a model is served with and as the INI text GET /models shows.
 
-Options are b10621's (server/cli/options.py) plus its three preset-only keys. A preset keeps them ordered as
+Options are b10621's (server/options.py) plus its three preset-only keys. A preset keeps them ordered as
 b10621's std::map<common_arg, string> orders them: by the option's first spelling, compared byte-wise.
 """
 
@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..cli.options import OPTIONS, Option
+from ..options import OPTIONS, Option
 from ..textparse import FALSEY, TRUTHY
 
 DEFAULT_NAME = "default"  # COMMON_PRESET_DEFAULT_NAME

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import shutil
 import sys
+from collections.abc import Callable
+
+from ..api.state import ServerSettings
+from ..logs import uvicorn_log_settings
+from ..models import hub
+from ..textparse import TRUTHY
+from ..transport import HttpServer, TransportError, announce_listening
+from .app import create_router_app
+from .catalog import Entry, load_catalog, router_preset
+from .pool import Loaded, ModelPool
+from .presets import LOAD_ON_STARTUP, PresetError
 
 log = logging.getLogger("mlxcel.router")
 
@@ -17,16 +27,11 @@ def program_path() -> str:
     return shutil.which("mlxcel-server") or sys.argv[0]
 
 
-def serve_router(args, argv: list[str], prog: str, serve_config, auth, cors) -> int:
-    from ..api.state import ServerSettings
-    from ..logs import uvicorn_log_settings
-    from ..models import hub
-    from ..transport import HttpServer, TransportError, announce_listening
-    from .app import create_router_app
-    from .catalog import load_catalog, router_preset
-    from .pool import ModelPool
-    from .presets import LOAD_ON_STARTUP, TRUTHY, PresetError
-
+def serve_router(args, argv: list[str], prog: str, serve_config, auth, cors,
+                 load_model: Callable[[Entry, list[str]], Loaded]) -> int:
+    """Serve the router until it stops. load_model(entry, model_argv) serves one model of the pool in this
+    process as that command line would (the CLI's, server/cli/main.py's router_model: the router reads no
+    command line of its own)."""
     program = program_path()
     try:
         router = router_preset(argv)
@@ -46,8 +51,7 @@ def serve_router(args, argv: list[str], prog: str, serve_config, auth, cors) -> 
         return [program, *preset.to_argv()]
 
     try:
-        pool = ModelPool(catalog, lambda entry, model_argv: load_model(entry, model_argv, prog), render,
-                         models_max=args.models_max, autoload=args.models_autoload)
+        pool = ModelPool(catalog, load_model, render, models_max=args.models_max, autoload=args.models_autoload)
     except (PresetError, OSError) as exc:
         log.error("failed to initialize router models: %s", str(exc).strip())
         return 1
@@ -74,38 +78,3 @@ def serve_router(args, argv: list[str], prog: str, serve_config, auth, cors) -> 
     finally:
         pool.unload_all()
     return 0
-
-
-def load_model(entry, model_argv: list[str], prog: str):
-    """One model of the pool, served in this process as a model started with that command line would be."""
-    from ..api.app import create_app
-    from ..api.auth import AuthConfig
-    from ..api.models import model_info
-    from ..cli.args import build_parser
-    from ..cli.classify import refusals
-    from ..cli.main import StartupRefusal, build_state
-    from .pool import Loaded
-
-    parser = build_parser(prog)
-    try:
-        args = parser.parse_args(model_argv)
-    except SystemExit as exc:
-        raise RuntimeError(f"the model's command line does not parse: {' '.join(model_argv)}") from exc
-    refused = refusals(args.given)
-    if refused:
-        raise RuntimeError("; ".join(refused))
-    try:
-        # the router checks keys, answers preflights and strips the prefix: the model's own routes do none
-        state = build_state(args, prog, AuthConfig(), None, None)
-    except StartupRefusal as exc:
-        raise RuntimeError(exc.text) from None
-    state.settings = dataclasses.replace(state.settings, api_prefix="")
-    app = create_app(state)
-    engine = state.engine  # started by build_state
-    engine.ready.wait()
-    if engine.load_error:
-        engine.stop(wait=30)
-        raise RuntimeError(engine.load_error)
-    # the preset's stop-timeout bounds how long the engine may take to end its step (b10621: before a force-kill)
-    return Loaded(app=app, info=model_info(state), stop=lambda: engine.stop(wait=entry.stop_timeout),
-                  sleeping=lambda: bool(getattr(engine, "sleeping", False)))

@@ -3,21 +3,22 @@
 
 from __future__ import annotations
 
+import argparse
 import platform
 import re
 import subprocess
 from collections.abc import Iterable
 from functools import lru_cache
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from ..build import UPSTREAM_BUILD
+from .surface import flag_surface
 
 # --- --version ----------------------------------------------------------------------------------------------
 
 
 def _package_version(name: str) -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version(name)
     except PackageNotFoundError:
@@ -57,40 +58,14 @@ def version_text() -> str:
 # --- --cache-list -------------------------------------------------------------------------------------------
 
 
-def _holds_checkpoint(path: Path) -> bool:
-    try:
-        return (path / "config.json").is_file() or any(p.suffix == ".safetensors" for p in path.iterdir())
-    except OSError:
-        return False
-
-
-def cached_models(root: Path | None = None) -> list[str]:
-    """The model store's entries that actually hold a checkpoint, each spelled as -m accepts it: a store
-    name for the bundled models, the checkpoint directory's path for anything else found there. Half-built
-    targets (the build's temporary directories) and lock files are not models."""
-    from ..models.bundled import BUNDLED_MODELS
-
-    if root is None:
-        from ..models.hub import store_root
-
-        root = store_root()
-    try:
-        entries = sorted(root.iterdir(), key=lambda p: p.name)
-    except OSError:
-        return []
-    found = []
-    for entry in entries:
-        if not entry.is_dir() or entry.is_symlink() or ".tmp-" in entry.name or not _holds_checkpoint(entry):
-            continue
-        found.append(entry.name if entry.name in BUNDLED_MODELS else str(entry))
-    from ..models.hub import list_snapshots
-
-    return found + list_snapshots(root)  # downloaded <owner>/<name> snapshots, by the name -m accepts
-
-
 def cache_list_text(models: Iterable[str] | None = None) -> str:
     """--cache-list's standard output: ``number of models in cache: N`` and then ``%4zu. %s`` per model."""
-    models = cached_models() if models is None else list(models)
+    if models is None:
+        # deferred: the model store's modules, which --version and --completion-bash do not need
+        from ..models.store import cached_models
+
+        models = cached_models()
+    models = list(models)
     lines = [f"number of models in cache: {len(models)}"]
     lines += [f"{i:4d}. {name}" for i, name in enumerate(models, 1)]
     return "\n".join(lines) + "\n"
@@ -138,7 +113,7 @@ def _path_valued(surface) -> list[str]:
 
 
 def _store_names() -> list[str]:
-    from ..models.bundled import BUNDLED_MODELS
+    from ..models.bundled import BUNDLED_MODELS  # deferred: --version does not read the store
 
     return sorted(n for n in BUNDLED_MODELS if re.fullmatch(r"[A-Za-z0-9._-]+", n))
 
@@ -152,11 +127,7 @@ def _field(entry, name, default=None):
 def _surface_options(surface) -> list:
     """Accepts the --dump-flag-surface document, its "options" list, rows with spellings/hidden attributes
     (the CLI's option table), or an argparse parser."""
-    import argparse
-
     if isinstance(surface, argparse.ArgumentParser):
-        from ..cli.surface import flag_surface
-
         surface = flag_surface(surface, surface.prog)
     if isinstance(surface, dict):
         surface = surface.get("options", [])
@@ -233,7 +204,6 @@ def completion_bash(surface, prog: str = "mlxcel-server") -> str:
 
 __all__ = [
     "cache_list_text",
-    "cached_models",
     "completion_bash",
     "completion_spellings",
     "source_commit",
