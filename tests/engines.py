@@ -1,4 +1,5 @@
-"""An engine on a checkpoint, started and stopped around a test module (shared by the in-process tests)."""
+"""An engine on a checkpoint (or on the fake backend with the checkpoint's tokenizer), started and stopped around a
+test module (shared by the in-process tests)."""
 
 from __future__ import annotations
 
@@ -6,14 +7,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from server.backends.fake import FakeBackend
 from server.engine.engine import Engine, EngineConfig
 from server.models.tokenizer import ModelTokenizer
 
 
 @contextmanager
-def running_engine(checkpoint: Path, **config) -> Iterator[tuple[Engine, ModelTokenizer]]:
+def running_engine(checkpoint: Path, fake: FakeBackend | None = None, **config) -> Iterator[tuple[Engine, ModelTokenizer]]:
+    """fake: run on that fake backend (the checkpoint's tokenizer, no weights loaded)."""
     tok = ModelTokenizer(checkpoint)
-    engine = Engine(checkpoint, EngineConfig(**config), eog_ids=tok.eog_ids, piece=tok.piece)
+    engine = Engine(checkpoint, EngineConfig(**config), eog_ids=tok.eog_ids, piece=tok.piece,
+                    open_backend=None if fake is None else lambda _adapters: fake)
     engine.start()
     engine.ready.wait(120)
     assert engine.load_error is None

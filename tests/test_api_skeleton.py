@@ -1,4 +1,5 @@
-"""The walking-skeleton HTTP surface, in process: loading gate, health, tokenize, native completion."""
+"""The walking-skeleton HTTP surface, in process on the fake backend (a scripted model, no weights): loading gate,
+health, tokenize, native completion."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 
 from server.api.app import create_app
 from server.api.state import AppState
+from server.backends.fake import FakeBackend
 from server.engine.engine import Engine
 from server.models.tokenizer import ModelTokenizer
 from tests.engines import running_engine
@@ -21,9 +23,29 @@ TIMING_KEYS = ["cache_n", "prompt_n", "prompt_ms", "prompt_per_token_ms", "promp
                "predicted_ms", "predicted_per_token_ms", "predicted_per_second"]
 
 
+FRANCE = "The capital of France is"
+SAY_HI = "<|im_start|>user\nSay hi.<|im_end|>\n<|im_start|>assistant\n"
+
+
+def _scripted(tok: ModelTokenizer):
+    """The fake model's rule: after these prompts, these continuations (then counting on); no weights loaded."""
+    scripts = {tuple(tok.tokenize(FRANCE, True, True)): tok.tokenize(" Paris.\nThe answer is Paris.", False, False),
+               tuple(tok.tokenize(SAY_HI, True, True)): [*tok.tokenize("Hi!", False, False), min(tok.eog_ids)]}
+
+    def rule(history: list[int]) -> int:
+        for prompt, script in scripts.items():
+            n = len(history) - len(prompt)
+            if tuple(history[:len(prompt)]) == prompt and n < len(script):
+                return script[n]
+        return (history[-1] + 1) % tok.vocab_size
+    return rule
+
+
 @pytest.fixture(scope="module")
 def ready_state(twin_q4_1):
-    with running_engine(twin_q4_1.mlx_dir, n_slots=2) as (engine, tok):
+    fake = FakeBackend(n_vocab=ModelTokenizer(twin_q4_1.mlx_dir).vocab_size,
+                       rule=_scripted(ModelTokenizer(twin_q4_1.mlx_dir)))
+    with running_engine(twin_q4_1.mlx_dir, fake=fake, n_slots=2) as (engine, tok):
         yield AppState(engine=engine, tokenizer=tok, model_name="smol")
 
 
@@ -74,9 +96,8 @@ async def test_completion_has_native_keys_in_upstream_order(ready_state):
 
 
 async def test_completion_stops_on_end_of_generation(ready_state):
-    prompt = "<|im_start|>user\nSay hi.<|im_end|>\n<|im_start|>assistant\n"
     async with _client(ready_state) as c:
-        r = await c.post("/completion", json={"prompt": prompt, "n_predict": 64, "return_tokens": True, "temperature": 0})
+        r = await c.post("/completion", json={"prompt": SAY_HI, "n_predict": 64, "return_tokens": True, "temperature": 0})
     body = r.json()
     assert body["stop_type"] == "eos"
     assert body["tokens"][-1] in ready_state.tokenizer.eog_ids
@@ -119,7 +140,7 @@ async def test_stop_string_cuts_content_and_names_the_word(ready_state):
         r = await c.post("/completion", json={**body, "stream": True})
     frames = [json.loads(f.removeprefix("data: ")) for f in r.text.split("\n\n") if f.strip()]
     assert (whole["stop_type"], whole["stopping_word"]) == ("word", "answer")
-    assert "answer" not in whole["content"] and whole["content"].endswith("The ")
+    assert whole["content"] == " Paris.\nThe "  # cut where the stop word starts
     assert "".join(f["content"] for f in frames[:-1]) == whole["content"]
 
 

@@ -11,13 +11,14 @@ import pytest
 from server.api.app import create_app
 from server.api.prompts import input_prompts
 from server.api.state import AppState
+from server.backends.fake import FakeBackend
 from server.errors import UpstreamError
 from tests.engines import running_engine
 
 
 @pytest.fixture(scope="module")
 def state(twin_q4_1):
-    with running_engine(twin_q4_1.mlx_dir, n_slots=3) as (engine, tok):
+    with running_engine(twin_q4_1.mlx_dir, fake=FakeBackend(n_vocab=49152), n_slots=3) as (engine, tok):  # no weights
         yield AppState(engine=engine, tokenizer=tok, model_name="smol")
 
 

@@ -10,12 +10,14 @@ import pytest
 
 from server.api.app import create_app
 from server.api.state import AppState, ServerSettings
+from server.backends.fake import FakeBackend
 from tests.engines import running_engine
 
 
 @pytest.fixture(scope="module")
 def engine_and_tok(twin_q4_1):
-    with running_engine(twin_q4_1.mlx_dir, n_slots=2) as pair:
+    # no weights: the fake backend at a pace slow enough to watch both slots busy
+    with running_engine(twin_q4_1.mlx_dir, fake=FakeBackend(n_vocab=49152, pass_seconds=0.02), n_slots=2) as pair:
         yield pair
 
 

@@ -1,7 +1,7 @@
 """A deterministic fake backend: no weights, no MLX, numpy only, for engine and API tests.
 
 Its "model" is a rule: after token t the next token is (t + 1) mod vocab by a clear margin (greedy decoding
-counts up), plus small noise seeded by every token before it and its position, so two histories that differ
+counts up; a test may give its own rule over the history), plus small noise seeded by every token before it and its position, so two histories that differ
 anywhere give different logits, and a prompt-cache hit equals a cold run only where the cache holds exactly
 what a cold run would. A cache is the list of (token, position) pairs it holds; shifts and moves rewrite the
 positions as a rope would turn the keys. Capabilities are the constructor's, so a test can declare a backend
@@ -11,7 +11,9 @@ that does not rewind, batch or turn keys and check the engine plans around it.
 from __future__ import annotations
 
 import hashlib
+import time
 from dataclasses import dataclass, field, replace
+from typing import Callable
 
 import numpy as np
 
@@ -30,10 +32,14 @@ class FakeCache:
 
 class FakeBackend:
     def __init__(self, n_vocab: int = 64, n_ctx_train: int = 4096, capabilities: Capabilities = FAKE_CAPABILITIES,
-                 layers: int = 2, width: int = 8):
+                 layers: int = 2, width: int = 8, rule: Callable[[list[int]], int] | None = None,
+                 pass_seconds: float = 0.0):
         self.n_vocab, self.n_ctx_train, self.capabilities = n_vocab, n_ctx_train, capabilities
+        # the token the model favours after a history (default: the last one plus one)
+        self.rule = rule or (lambda tokens: (tokens[-1] + 1) % self.n_vocab)
         self._layers = [(width, width)] * layers
         self.passes: list[tuple[str, int]] = []  # (kind, rows) of every forward pass, for tests to read
+        self.pass_seconds = pass_seconds  # each pass takes at least this long (a test watching work in flight)
         self.adapters = None
         self.control_vectors: tuple = ()
 
@@ -43,13 +49,15 @@ class FakeBackend:
         digest = hashlib.blake2b(np.asarray(cells, dtype=np.int64).tobytes(), digest_size=8).digest()
         rng = np.random.default_rng(int.from_bytes(digest, "little"))
         row = rng.uniform(-1.0, 1.0, self.n_vocab).astype(np.float32)
-        row[(cells[-1][0] + 1) % self.n_vocab] += MARGIN
+        row[self.rule([t for t, _ in cells])] += MARGIN
         scales = getattr(self.adapters, "current", ()) or ()
         if any(scales):  # an adapter's term: a different model
             row = np.roll(row, 1)
         return row
 
     def _feed(self, cache: FakeCache, tokens: list[int]) -> np.ndarray:
+        if self.pass_seconds:
+            time.sleep(self.pass_seconds)
         rows = []
         for t in tokens:
             cache.cells.append((t, cache.cells[-1][1] + 1 if cache.cells else 0))

@@ -9,7 +9,8 @@ from ..backends import Backend
 from ..grammar.constraint import GrammarMatcher
 from .reasoning_budget import ReasoningBudget, accept_generated, grammar_should_apply
 from .running import Draws, Running
-from .sampling import Chain, GrammarDeadEnd, InfillVocab, draws_the_argmax, pre_probs, sample_constrained
+from .samplers_draw import InfillVocab
+from .sampling import Chain, GrammarDeadEnd, draws_the_argmax, pre_probs, sample_constrained
 from .types import GenerationRequest, TokenProbs
 
 
