@@ -266,7 +266,7 @@ async def test_cache_reuse_moves_a_cached_chunk_and_a_later_hit_recomputes(make_
     moved = plan_reuse(tuple(first + gen[:-1]), second, 3).n  # the prefix, then the tail moved
     assert final.n_cached == moved > prefix
     assert final.n_prompt_processed == len(second) - final.n_cached
-    assert engine.slot_kv[0].state.made is None  # not as a cold run makes it
+    assert engine.states.slots[0].state.made is None  # not as a cold run makes it
     cold, _ = make_engine(n_slots=1, ubatch=8, cache_ram_mib=0)
     cold_tokens, _ = await _run(cold, GenerationRequest(tuple(second), n_predict=4, ignore_eos=True))
     plain = await _run(engine, GenerationRequest(tuple(second), n_predict=4, ignore_eos=True))

@@ -108,7 +108,7 @@ async def test_a_scale_swap_mid_flight_does_not_change_a_running_generation(peft
                 await asyncio.wrap_future(engine.set_lora({0: 0.0}))
 
         swapped = await _tokens(engine.submit(_request(tok)), swap)
-        assert engine.lora_adapters()[0]["scale"] == 0.0
+        assert engine.lora_adapters()[0].scale == 0.0
         after = await _tokens(engine.submit(_request(tok)))
     with running_engine(twin_f32.mlx_dir) as (engine, tok):
         base = await _tokens(engine.submit(_request(tok)))
@@ -155,8 +155,8 @@ async def test_lora_fuse_bakes_the_scales_into_the_weights_and_fixes_them(peft_d
     with running_engine(twin_f32.mlx_dir, lora=((str(peft_dir), 0.5),), lora_fuse=True) as (engine, tok):
         fused = await _tokens(engine.submit(_request(tok)))
         assert engine.backend._native()  # no terms at run time: the native decode step serves it
-        assert engine.lora.fused and engine.lora_adapters()[0]["scale"] == 0.5
-        assert (await asyncio.wrap_future(engine.set_lora({0: 0.0}))) == {"success": False}
+        assert engine.lora_fused and engine.lora_adapters()[0].scale == 0.5
+        assert (await asyncio.wrap_future(engine.set_lora({0: 0.0}))) is False  # POST answers {"success": false}
     with running_engine(twin_f32.mlx_dir) as (engine, tok):
         base = await _tokens(engine.submit(_request(tok)))
     assert fused == unfused != base

@@ -11,6 +11,7 @@ import pytest
 from server.engine.reasoning_budget import INT32_MAX
 from server.engine.types import FinalEvent, GenerationRequest, ReasoningBudgetSpec, SamplingParams, TokenEvent
 from server.models.bundled import BUNDLED_MODELS
+from server.api.chat import CONTROL_ANSWERS  # the engine's outcomes in b10621's words
 from tests.engines import running_engine
 
 PROMPT = "<|im_start|>user\nWhy is the sky blue?<|im_end|>\n<|im_start|>assistant\n<think>"
@@ -41,7 +42,7 @@ async def _run(engine, request: GenerationRequest, control_after: int | None) ->
             text += event.text
             n += 1
             if n == control_after:
-                answers.append(await asyncio.wrap_future(engine.control(request.cmpl_id, "reasoning_end")))
+                answers.append(CONTROL_ANSWERS[await asyncio.wrap_future(engine.control(request.cmpl_id, "reasoning_end"))])
         elif isinstance(event, FinalEvent):
             break
     return text, answers
@@ -59,7 +60,7 @@ def test_reasoning_end_forces_the_end_of_the_block_now(engine):
 
 def test_control_answers_follow_b10621(engine):
     eng, tok = engine
-    unknown = eng.control("chatcmpl-nobody", "reasoning_end").result(timeout=60)
+    unknown = CONTROL_ANSWERS[eng.control("chatcmpl-nobody", "reasoning_end").result(timeout=60)]
     assert unknown == {"success": False, "message": "no active completion for this id"}
     _, answers = asyncio.run(_run(eng, _request(tok, False, "chatcmpl-unarmed"), 2))
     assert answers == [{"success": False, "message": "reasoning control not enabled for this completion"}]

@@ -7,9 +7,11 @@ mlx-lm architecture); tests use `fake.FakeBackend`.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Callable
 
 from ..models.kv_numerics import KVNumerics
 from ..models.loader import LoadedModel, load_checkpoint
+from ..models.yarn import YarnFlags
 from .base import Backend, BackendRefusal, Capabilities
 from .memory import hand_back
 from .mlx_backend import MLXBackend
@@ -25,7 +27,8 @@ def open_backend(loaded: LoadedModel, n_batch: int = 2048, kv: KVNumerics | None
     return MLXBackend(loaded, n_batch=n_batch, kv=kv)
 
 
-def load_backend(checkpoint: Path, *, n_batch: int = 2048, kv: KVNumerics | None = None, fuse=None,
-                 rope: tuple = (None, None), yarn=None) -> Backend:
+def load_backend(checkpoint: Path, *, n_batch: int = 2048, kv: KVNumerics | None = None,
+                 fuse: Callable[[Any], set[str]] | None = None, rope: tuple = (None, None),
+                 yarn: YarnFlags | None = None) -> Backend:
     """A checkpoint loaded (models/loader.py) and opened on its backend."""
     return open_backend(load_checkpoint(checkpoint, fuse=fuse, rope=rope, yarn=yarn), n_batch=n_batch, kv=kv)

@@ -17,6 +17,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..models.lora import LoraSet
 from .base import Capabilities
 from .state_size import state_bytes
 
@@ -40,7 +41,7 @@ class FakeBackend:
         self._layers = [(width, width)] * layers
         self.passes: list[tuple[str, int]] = []  # (kind, rows) of every forward pass, for tests to read
         self.pass_seconds = pass_seconds  # each pass takes at least this long (a test watching work in flight)
-        self.adapters = None
+        self.adapters: LoraSet | None = None
         self.control_vectors: tuple = ()
 
     # --- the rule -------------------------------------------------------------------------------------------
@@ -168,7 +169,7 @@ class FakeBackend:
 
     # --- what a pass adds to the model ------------------------------------------------------------------------
 
-    def attach_adapters(self, lora) -> None:
+    def attach_adapters(self, lora: LoraSet) -> None:
         self.adapters = lora
 
     def attach_control_vectors(self, specs: tuple[tuple[str, float], ...], layers: tuple[int, int]) -> None:

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, cast
 
 import mlx.core as mx
 import numpy as np
+from mlx import nn
 from mlx.utils import tree_map
 from mlx_lm.models import cache as mlx_cache
 from mlx_lm.models import llama
@@ -60,7 +61,7 @@ class LayerCaches(list):
     n: int = 0
 
 
-def _trunk_and_head(model):
+def _trunk_and_head(model: nn.Module) -> tuple[nn.Module, Callable[[mx.array], mx.array]] | None:
     """An mlx-lm llama-family model's transformer trunk and output head, or None for another model. The model's
     own call runs the head on every position of a prompt (512 x vocab x hidden multiply-adds for a 512-token
     chunk, about a fifth of its work) where a prompt needs the last position's logits only."""
@@ -84,7 +85,7 @@ def _kind_names(caches: list) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-def _layer_widths(model) -> list[tuple[int, int]]:
+def _layer_widths(model: nn.Module) -> list[tuple[int, int]]:
     """Each layer's key and value row widths (n_embd_k_gqa, n_embd_v_gqa), as b10621 sizes a KV state."""
     a = model.args
     heads = getattr(a, "num_attention_heads", 1) or 1
@@ -97,7 +98,7 @@ def _wire_limit() -> None:
     """On a GPU, the weights' pages wired as mlx-lm's generate loop wires them (its wired_limit)."""
     metal = getattr(mx, "metal", None)
     if metal is not None and metal.is_available():
-        mx.set_wired_limit(mx.device_info()["max_recommended_working_set_size"])
+        mx.set_wired_limit(int(mx.device_info()["max_recommended_working_set_size"]))
 
 
 class MLXBackend:
@@ -134,7 +135,7 @@ class MLXBackend:
 
     # --- forward passes ---------------------------------------------------------------------------------------
 
-    def _forward(self, cache: LayerCaches, tokens: list[list[int]]) -> mx.array:
+    def _forward(self, cache: list, tokens: list[list[int]]) -> mx.array:
         return self.model(mx.array(tokens), cache=cache)
 
     def prefill(self, cache: LayerCaches, tokens: list[int]) -> Logits:
@@ -154,8 +155,11 @@ class MLXBackend:
             return logits
         trunk, head = self._split
         hidden = trunk(mx.array([chunk]), cache=cache)
-        logits = head(hidden[:, -1:, :])[:, -1, :] if last else None  # the head on the last position only
-        mx.eval(logits if last else hidden)
+        if not last:
+            mx.eval(hidden)
+            return None
+        logits = head(hidden[:, -1:, :])[:, -1, :]  # the head on the last position only
+        mx.eval(logits)
         return logits
 
     def decode(self, cache: LayerCaches, token: int) -> Logits:
@@ -194,7 +198,7 @@ class MLXBackend:
         top_lp = mx.take_along_axis(logprobs, top_ids, axis=-1)
         chosen = mx.take_along_axis(logprobs, mx.array(continuation)[:, None], axis=-1)[:, 0]
         mx.eval(top_ids, top_lp, chosen)
-        ids, lps, ch = top_ids.tolist(), top_lp.tolist(), chosen.tolist()
+        ids, lps, ch = cast(list, top_ids.tolist()), cast(list, top_lp.tolist()), cast(list, chosen.tolist())
         return [(t, ch[i], tuple(zip(ids[i], lps[i]))) for i, t in enumerate(continuation)]
 
     # --- caches -----------------------------------------------------------------------------------------------
@@ -206,7 +210,7 @@ class MLXBackend:
     def length(cache: LayerCaches) -> int:
         return cache.n
 
-    def snapshot(self, cache: LayerCaches, n: int, n_stream: int = 1) -> tuple[list, int]:
+    def snapshot(self, cache: LayerCaches, n: int, n_stream: int = 1) -> tuple[tuple[list, int], int]:
         """The first n positions of every layer, evaluated, and the size b10621 gives such a state
         (state_size.py). A whole-state kind keeps its whole state (n must be the cache's length)."""
         if n != cache.n and not self.capabilities.rewind:
@@ -216,7 +220,7 @@ class MLXBackend:
         return (snap, n), self.state_bytes(n, n_stream)
 
     @staticmethod
-    def _layer_snapshot(c, n: int) -> tuple[str, Any]:
+    def _layer_snapshot(c: Any, n: int) -> tuple[str, Any]:
         if type(c).__name__ in _SLICED:
             return "kv", tree_map(lambda a: a[..., :n, :], (c.keys, c.values))
         return "state", (type(c), _copy(c.state))
@@ -249,7 +253,7 @@ class MLXBackend:
 
     # --- moving cached keys (a plain rope only) ---------------------------------------------------------------
 
-    def _rope(self):
+    def _rope(self) -> nn.Module:
         rope = self.model.layers[0].self_attn.rope
         # mlx-lm's scaled variants (its YaRN, Llama 3, ...) carry frequencies of their own; mlxcel's YarnRoPE
         # computes ggml's rope_yarn and turns keys as b10621 does
@@ -351,12 +355,12 @@ class MLXBackend:
             row = logits.reshape(-1)
             if banned:
                 row = row.at[mx.array(sorted(banned))].add(-mx.inf)
-            return int(mx.argmax(row).item())
-        row = np.array(logits, copy=False).reshape(-1)
+            return int(cast(int, mx.argmax(row).item()))
+        host = np.array(logits, copy=False).reshape(-1)
         if banned:
-            row = row.copy()  # (the row may be a view of a batch's logits)
-            row[sorted(banned)] = -np.inf
-        return int(np.argmax(row))
+            host = host.copy()  # (the row may be a view of a batch's logits)
+            host[sorted(banned)] = -np.inf
+        return int(np.argmax(host))
 
     # --- what a pass adds to the model ------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ scales each forward pass adds the adapters' terms with (b10621's lora lists per 
 from __future__ import annotations
 
 import logging
+from typing import Any, Callable
 
 from ..backends import Backend
 from ..models import lora
@@ -30,7 +31,7 @@ class Adapters:
                                                   for a, s in zip(adapters, self.lora.defaults)))
         return self.lora
 
-    def fuser(self):
+    def fuser(self) -> Callable[[Any], set[str]] | None:
         """The loader's fuse step under --lora-fuse, else None."""
         if not (self.specs and self.fuse):
             return None
@@ -73,7 +74,7 @@ class Adapters:
 
     def conflicts(self, listed: dict[int, float]) -> bool:
         """A request's scales that fused adapters cannot give (they are fixed in the weights)."""
-        return self.fused and self.lora.resolve(listed) != list(self.lora.defaults)
+        return self.lora is not None and self.lora.fused and self.lora.resolve(listed) != list(self.lora.defaults)
 
     def listed(self) -> list[AdapterInfo]:
         """GET /lora-adapters: each adapter with the server's current scale."""

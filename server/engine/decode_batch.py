@@ -16,18 +16,19 @@ class DecodeBatch:
 
     def decode(self, decode: list[Sequence]) -> None:
         """One token for each of these sequences in one pass; each one's logits set, in its row."""
-        backend, rows = self.backend, self._rows
+        backend = self.backend
         wanted = {id(s) for s in decode}
+        rows: list[Sequence] = []
         if self._batch is not None:
-            for s in rows:  # a row leaving while still alive takes its cache with it
+            for s in self._rows:  # a row leaving while still alive takes its cache with it
                 if s is not None and id(s) not in wanted:
                     self.own_cache(s)
-            keep = [i for i, s in enumerate(rows) if s is not None]
+            keep = [i for i, s in enumerate(self._rows) if s is not None]
             if not keep:
-                self._batch, rows = None, []
-            elif len(keep) < len(rows):
+                self._batch = None
+            elif len(keep) < len(self._rows):
                 backend.batch_keep(self._batch, keep)
-                rows = [rows[i] for i in keep]
+            rows = [s for s in self._rows if s is not None]
         present = {id(s) for s in rows}
         new = [s for s in decode if id(s) not in present]
         if new:
@@ -39,7 +40,7 @@ class DecodeBatch:
             rows = rows + new
             for s in new:
                 s.payload.cache = None  # its positions live in the batch now
-        self._rows = rows
+        self._rows = list(rows)
         logits = backend.decode_rows(self._batch, [s.payload.last_token for s in rows])
         row = {id(s): i for i, s in enumerate(rows)}
         for seq in decode:

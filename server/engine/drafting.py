@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Callable
 
 from ..backends import Backend, load_backend
 from .process_token import TokenProcessor
@@ -33,7 +34,7 @@ def load_drafters(draft: DraftConfig | None, ngram_simple: tuple[int, int] | Non
     return Speculator(sources, n_max) if sources else None
 
 
-def draft_state_bytes(drafter: Speculator | None):
+def draft_state_bytes(drafter: Speculator | None) -> Callable[[int, int], int]:
     """The draft model's share of a slot's state, as --cache-ram counts it."""
     models = [s.runner for s in drafter.sources if isinstance(s, Drafter)] if drafter is not None else []
     return lambda n, n_stream: sum(m.state_bytes(n, n_stream) for m in models)

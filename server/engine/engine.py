@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import Callable
 
 from ..backends import Backend, hand_back, load_backend
+from ..grammar.constraint import GrammarVocab
 from ..models.kv_numerics import KVNumerics
+from ..models.yarn import YarnFlags
 from . import commands as cmd
 from .adapters import Adapters
 from .decode_batch import DecodeBatch
@@ -64,7 +66,7 @@ class EngineConfig:
     special: bool = False  # --special: generated special tokens are rendered as text
     sleep_idle_seconds: int = -1  # --sleep-idle-seconds: free the model after this long idle (-1: never)
     rope: tuple[float | None, float | None] = (None, None)  # --rope-freq-base, --rope-freq-scale (None: the model's)
-    yarn: object = None  # server.models.yarn.YarnFlags: --rope-scaling yarn and the --yarn-* values
+    yarn: YarnFlags | None = None  # --rope-scaling yarn and the --yarn-* values
     lora: tuple[tuple[str, float], ...] = ()  # --lora / --lora-scaled: (adapter, its starting scale)
     lora_fuse: bool = False  # --lora-fuse: the adapters baked into the weights at their starting scales
     # --control-vector / --control-vector-scaled: (file, strength); --control-vector-layer-range (0: default)
@@ -75,9 +77,20 @@ class EngineConfig:
     kv: KVNumerics = KVNumerics()  # -ctk, -ctv, -fa; this default a float32 cache (the CLI passes b10621's: f16)
 
 
+@dataclass
+class _Loaded:
+    """What runs while the model is loaded: the backend and the collaborators that use it."""
+
+    backend: Backend
+    drafter: Speculator | None
+    batch: DecodeBatch
+    tokens: TokenProcessor
+    speculation: Speculation | None
+
+
 class Engine:
     def __init__(self, checkpoint: Path, config: EngineConfig = EngineConfig(), eog_ids: frozenset[int] = frozenset(),
-                 piece: Callable[[int, bool], bytes] = lambda _t, _s: b"", grammar_vocab=None,
+                 piece: Callable[[int, bool], bytes] = lambda _t, _s: b"", grammar_vocab: GrammarVocab | None = None,
                  end_token: Callable[[], int | None] = lambda: None,
                  open_backend: Callable[[Adapters], Backend] | None = None):
         self.checkpoint = checkpoint
@@ -103,11 +116,7 @@ class Engine:
         self._asleep_cache: tuple[int, int] | None = None  # the prompt cache's figures when it fell asleep
         self._last_task = 0.0
         self._sched: Scheduler | None = None
-        self.backend: Backend | None = None
-        self.drafter: Speculator | None = None  # speculative decoding's drafters, once loaded
-        self._batch: DecodeBatch | None = None
-        self._tokens: TokenProcessor | None = None
-        self._speculation: Speculation | None = None
+        self._loaded: _Loaded | None = None  # None before the load and while asleep
 
     # --- the HTTP side's calls (any thread) ---------------------------------------------------------------------
 
@@ -201,30 +210,29 @@ class Engine:
         return load_backend(self.checkpoint, n_batch=c.n_batch, kv=c.kv, fuse=adapters.fuser(), rope=c.rope,
                             yarn=c.yarn)
 
-    def _load(self) -> None:
+    @property
+    def backend(self) -> Backend | None:
+        return self._loaded.backend if self._loaded is not None else None
+
+    def _load(self, sched: Scheduler) -> _Loaded:
         """The backend, its adapters and drafters, and the collaborators that run on them."""
         c = self.config
         backend = self._open(self.adapters)
         self.adapters.attach(backend)
-        self.drafter = load_drafters(c.draft, c.ngram_simple)
-        self.backend = backend
+        drafter = load_drafters(c.draft, c.ngram_simple)
         self.states.backend = backend
-        self.states.draft_bytes = draft_state_bytes(self.drafter)
+        self.states.draft_bytes = draft_state_bytes(drafter)
         self.actions.n_vocab = backend.n_vocab
         if c.ctx_shift and not backend.capabilities.turn_keys:
             log.warning("--context-shift: this model's rope cannot turn cached keys; a full context stops the "
                         "generation instead")
-        if self._sched is not None:
-            self._wire(self._sched)
-
-    def _wire(self, sched: Scheduler) -> None:
-        backend, c = self.backend, self.config
-        self._batch = DecodeBatch(backend)
+        self.info.n_ctx = self.info.n_ctx or c.n_ctx or backend.n_ctx_train
+        batch = DecodeBatch(backend)
         drawer = Drawer(backend, self.eog_ids, self.piece, self.end_token, lambda: self.grammar_vocab)
         limits = Limits(self.info.n_ctx, c.special, c.add_bos, self._ctx_shift)
-        self._tokens = TokenProcessor(sched, drawer, self.states, self.registry, self.metrics, self._batch, limits)
-        self._speculation = Speculation(self.drafter, backend, self._tokens, self.info.n_ctx) \
-            if self.drafter is not None else None
+        tokens = TokenProcessor(sched, drawer, self.states, self.registry, self.metrics, batch, limits)
+        speculation = Speculation(drafter, backend, tokens, self.info.n_ctx) if drafter is not None else None
+        return _Loaded(backend, drafter, batch, tokens, speculation)
 
     def _sleep(self) -> None:
         """b10621's sleeping state: the model and everything computed with it freed until the next request."""
@@ -236,43 +244,42 @@ class Engine:
     def _free(self) -> None:
         """The backend, the drafters, the batch and the prompt cache released, and MLX's buffer cache handed back
         (asleep, or once the thread ends: a stopped engine holds no weights)."""
-        self.backend = self.states.backend = None
-        self.drafter = self._batch = self._tokens = self._speculation = None
+        self._loaded = self.states.backend = None
         self.states.clear()
         hand_back()
 
-    def _wake(self) -> None:
+    def _wake(self, sched: Scheduler) -> None:
         log.info("server is exiting sleeping state")
-        self._load()
+        self._loaded = self._load(sched)
         self.sleeping = False
 
     def _ctx_shift(self) -> bool:
         """--context-shift, where the backend can turn cached keys (mlx-lm's scaled ropes, Llama 3's among them,
         cannot: their sequences stop at the context end instead, as without the flag; warned at load)."""
-        return self.config.ctx_shift and self.backend is not None and self.backend.capabilities.turn_keys
+        backend = self.backend
+        return self.config.ctx_shift and backend is not None and backend.capabilities.turn_keys
 
     # --- the engine thread ----------------------------------------------------------------------------------
 
     def _main(self) -> None:
+        c = self.config
+        sched = Scheduler(c.n_slots, c.n_batch, c.cont_batching, c.ubatch)
         try:
             started = time.perf_counter()
-            self._load()
-            self.info.n_ctx = self.config.n_ctx or self.backend.n_ctx_train
+            self._loaded = loaded = self._load(sched)
             log.info("model loaded in %.2f s (%s, %s, n_ctx=%d per slot, %d slot(s))", time.perf_counter() - started,
-                     self.checkpoint, type(self.backend).__name__, self.info.n_ctx, self.config.n_slots)
+                     self.checkpoint, type(loaded.backend).__name__, self.info.n_ctx, c.n_slots)
         except Exception as exc:  # the server reports load failures and exits
             self.load_error = f"{type(exc).__name__}: {exc}"
             log.error("failed to load model: %s", self.load_error)
             self.ready.set()
             return
-        self.registry.reset(self.config.n_slots, self.info.n_ctx)
+        self.registry.reset(c.n_slots, self.info.n_ctx)
         self.actions.n_ctx = self.info.n_ctx
         self.ready.set()
-        c = self.config
-        sched = Scheduler(c.n_slots, c.n_batch, c.cont_batching, c.ubatch)
-        sched.choose, sched.launched = self.states.choose, self._launch
+        sched.choose = self.states.choose
+        sched.launched = lambda seq: self._launch(sched, seq)
         self._sched = sched
-        self._wire(sched)
         self.states.set_context(self.info.n_ctx)
         self._last_task = time.monotonic()
         self._loop(sched)
@@ -291,7 +298,7 @@ class Engine:
                 self._last_task = time.monotonic()  # a busy engine is not idle
             self.actions.run(sched)
             try:
-                self._step(sched)
+                self._step(sched, self._require())
             except Exception as exc:  # never leave a client hanging
                 log.exception("engine step failed")
                 for seq in sched.everyone():
@@ -318,7 +325,7 @@ class Engine:
                 return False
             self._last_task = time.monotonic()
             if self.sleeping:  # a request wakes the server before anything of it runs
-                self._wake()
+                self._wake(sched)
             self._take(sched, command)
 
     def _take(self, sched: Scheduler, command: cmd.Command) -> None:
@@ -348,10 +355,15 @@ class Engine:
         seqs[0].children = seqs[1:]
         sched.add(seqs[0])
 
-    def _launch(self, seq: Sequence) -> None:
-        busy = [s is not None for s in self._sched.slots]
+    def _require(self) -> _Loaded:
+        if self._loaded is None:
+            raise RuntimeError("the model is not loaded")
+        return self._loaded
+
+    def _launch(self, sched: Scheduler, seq: Sequence) -> None:
+        busy = [s is not None for s in sched.slots]
         self.metrics.add_prompt_cached(self.states.launch(seq, busy))
-        self.registry.idle_hold(self.states.slots, [s is not None for s in self._sched.slots])
+        self.registry.idle_hold(self.states.slots, [s is not None for s in sched.slots])
 
     def _control(self, sched: Scheduler, cmpl_id: str, action: str) -> cmd.ControlOutcome:
         run = next((s.payload for s in sched.running if cmpl_id and s.payload.request.cmpl_id == cmpl_id), None)
@@ -370,33 +382,33 @@ class Engine:
 
     def _score(self, req: ScoreRequest, handle: Handle) -> None:
         self.adapters.use(self.adapters.defaults())
-        rows = self.backend.score(list(req.prompt_tokens), list(req.continuation), req.n_probs)
+        rows = self._require().backend.score(list(req.prompt_tokens), list(req.continuation), req.n_probs)
         handle.publish(ScoreEvent(tuple(ScoredPosition(t, lp, top) for t, lp, top in rows)))
 
     # --- one step ---------------------------------------------------------------------------------------------
 
-    def _step(self, sched: Scheduler) -> None:
+    def _step(self, sched: Scheduler, w: _Loaded) -> None:
         for seq in sched.everyone():
             if seq.payload.handle.cancelled.is_set():
                 seq.cancelled = True
         for seq in sched.cancelled():  # the client went away: free the slot within this step
             for child in seq.children:  # children it had not served yet process the prompt themselves
                 child.held = False
-            self._tokens.release(seq)
+            w.tokens.release(seq)
             sched.free(seq)
         step = sched.schedule()
         if step:  # b10621 posts a NEXT_RESPONSE task (and so spends a task id) per busy loop iteration
             next(self._ids)
         busy = len(sched.running)  # b10621 counts every processing slot at each decode
         involved = [chunk.seq for chunk in step.prefill] + list(step.decode)
-        self._prefill(sched, step)
-        self._decode(step)
+        self._prefill(sched, step, w)
+        self._decode(step, w)
         if involved:
             self.metrics.post_decode(busy, [slot_tokens(s) for s in involved])
         self.registry.publish(sched.running, self.info.n_ctx)
 
-    def _prefill(self, sched: Scheduler, step: Step) -> None:
-        backend, tokens = self.backend, self._tokens
+    def _prefill(self, sched: Scheduler, step: Step, w: _Loaded) -> None:
+        backend, tokens = w.backend, w.tokens
         progressed: dict[int, Sequence] = {}
         for chunk in step.prefill:
             run: Running = chunk.seq.payload
@@ -418,18 +430,18 @@ class Engine:
                 run.clock.prompt = time.perf_counter()
                 tokens.progress(chunk.seq)
                 progressed.pop(chunk.seq.rid)
-                forked = [self._fork(chunk.seq, c) for c in chunk.seq.children if c.held and c.slot is not None]
+                forked = [self._fork(w, chunk.seq, c) for c in chunk.seq.children if c.held and c.slot is not None]
                 for seq in (chunk.seq, *forked):
                     tokens.sample(seq)
         for seq in progressed.values():  # prompts still being processed: one progress event per step
             tokens.progress(seq)
 
-    def _decode(self, step: Step) -> None:
-        backend, tokens = self.backend, self._tokens
+    def _decode(self, step: Step, w: _Loaded) -> None:
+        backend, tokens = w.backend, w.tokens
         for seq in step.decode:
             if self._ctx_shift() and slot_tokens(seq) + 1 >= self.info.n_ctx:
-                self._shift(seq)
-        spec = self._speculation
+                self._shift(w, seq)
+        spec = w.speculation
         drafting = [(seq, n) for seq in step.decode if spec is not None and (n := spec.n_max(seq)) > 0]
         ids = {id(seq) for seq, _ in drafting}  # each runs its own round; the others decode as without a drafter
         decode = [s for s in step.decode if id(s) not in ids]
@@ -439,40 +451,41 @@ class Engine:
         if len(decode) >= 2 and one_lora and backend.can_batch([s.payload.cache for s in decode
                                                                 if s.payload.cache is not None]):
             self.adapters.use(decode[0].payload.lora)
-            self._batch.decode(decode)
+            w.batch.decode(decode)
             for seq in decode:  # drawn in the scheduler's order, as the rows would be one by one
                 tokens.sample(seq)
         else:
-            self._batch.dissolve()
+            w.batch.dissolve()
             for seq in decode:
                 run = seq.payload
                 self.adapters.use(run.lora)
                 run.logits = backend.decode(run.cache, run.last_token)
                 tokens.sample(seq)
         for seq, n_max in drafting:
-            self._batch.own_cache(seq)
+            w.batch.own_cache(seq)
             self.adapters.use(seq.payload.lora)
+            assert spec is not None  # (only a speculation drafts)
             spec.round(seq, n_max)
 
-    def _fork(self, parent: Sequence, child: Sequence) -> Sequence:
+    def _fork(self, w: _Loaded, parent: Sequence, child: Sequence) -> Sequence:
         """b10621's copy_state_to(): the child gets the parent's prompt state, stats and last logits."""
         prun, crun = parent.payload, child.payload
-        self._batch.own_cache(parent)
+        w.batch.own_cache(parent)
         n = len(parent.prompt)
-        snap, _ = self.backend.snapshot(prun.cache, n)
-        crun.cache = self.backend.restore(snap, n)
+        snap, _ = w.backend.snapshot(prun.cache, n)
+        crun.cache = w.backend.restore(snap, n)
         crun.logits = prun.logits * 1  # its own array: sampling may ban tokens in place
         crun.n_cached, crun.clock.start, crun.clock.prompt = prun.n_cached, prun.clock.start, prun.clock.prompt
         child.n_prefilled, child.held = n, False
         return child
 
-    def _shift(self, seq: Sequence) -> None:
+    def _shift(self, w: _Loaded, seq: Sequence) -> None:
         """b10621's context shift (pre_decode): keep n_keep tokens, discard n_discard after them."""
         run: Running = seq.payload
         plan = shift_plan(seq, self.info.n_ctx, self.config.add_bos)
-        self._batch.own_cache(seq)
+        w.batch.own_cache(seq)
         log.warning("slot %d: context shift, n_keep = %d, n_left = %d, n_discard = %d", seq.slot, plan.n_keep,
                     plan.n_left, plan.n_discard)
-        self.backend.shift(run.cache, plan.n_keep, plan.n_discard)
+        w.backend.shift(run.cache, plan.n_keep, plan.n_discard)
         run.shifts.n_shifted += plan.n_discard
         run.shifts.discards.append((plan.n_keep, plan.n_discard))

@@ -15,11 +15,12 @@ Snapshots are opaque here (the engine's KV caches); `key` says what else their p
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 
-def common_prefix(a, b) -> int:
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     n = 0
     for x, y in zip(a, b):
         if x != y:
@@ -52,7 +53,7 @@ class Slot:
         self.state = State()
 
 
-def reuse_chunks(cached, prompt, n_past: int, min_chunk: int) -> list[tuple[int, int, int]]:
+def reuse_chunks(cached: Sequence[int], prompt: Sequence[int], n_past: int, min_chunk: int) -> list[tuple[int, int, int]]:
     """b10621's cache reuse (server-context.cpp, n_cache_reuse): past the common prefix n_past, every run of at
     least min_chunk cached tokens that continues the prompt where it stands, as (cached start, prompt start,
     length); each is to be moved to its prompt start (its keys turned by the shift)."""

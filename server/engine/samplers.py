@@ -25,7 +25,7 @@ def expf(x: np.ndarray) -> np.ndarray:
     return np.exp(x.astype(np.float64)).astype(np.float32)
 
 
-def logf(x) -> np.float32:
+def logf(x: float | np.floating) -> np.float32:
     return F32(math.log(float(x))) if x > 0 else NEG_INF
 
 
@@ -208,7 +208,7 @@ class Dry(Sampler):
                 if max_repeat.get(tok, -1) < count[i]:
                     max_repeat[tok] = count[i]
         max_exponent = int(F32(88.7228391) / F32(math.log(float(self.base)))) if self.base > F32(1.000001) else 0
-        for i in np.nonzero(np.isin(cur.ids, np.fromiter(max_repeat, dtype=np.int32)))[0] if max_repeat else []:
+        for i in np.nonzero(np.isin(cur.ids, np.fromiter(max_repeat, dtype=np.int32)))[0].tolist() if max_repeat else []:
             tok = int(cur.ids[i])
             if any(len(t) == 0 for t in self.breakers.get(tok, ())):
                 continue  # a single-token breaker is never penalized

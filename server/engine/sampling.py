@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 
+from ..grammar.constraint import GrammarMatcher
 from .samplers import (
     F32,
     XTC,
@@ -36,7 +37,7 @@ def _penalties_on(s: SamplingParams) -> bool:
 
 
 def _dry_on(s: SamplingParams) -> bool:
-    return F32(s.dry_multiplier) != 0 and F32(s.dry_base) >= 1 and max(s.dry_penalty_last_n, 0) != 0
+    return bool(F32(s.dry_multiplier) != 0 and F32(s.dry_base) >= 1 and max(s.dry_penalty_last_n, 0) != 0)
 
 
 def draws_the_argmax(s: SamplingParams) -> tuple[int, ...] | None:
@@ -128,7 +129,7 @@ class Chain:
         return (float(p[hit[0]]) if len(hit) else 1.0), top
 
 
-def sample_constrained(chain: Chain, grammar, logits: np.ndarray) -> int:
+def sample_constrained(chain: Chain, grammar: GrammarMatcher | None, logits: np.ndarray) -> int:
     """common_sampler_sample(grammar_first = false): draw unconstrained, keep the token if the grammar
     takes it, otherwise draw again from the logits with the grammar applied first (the chain runs twice,
     its random stream advancing twice, as upstream's does)."""

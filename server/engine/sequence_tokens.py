@@ -8,6 +8,13 @@ from .running import Running
 from .scheduler import Sequence
 
 
+def slot_index(seq: Sequence) -> int:
+    """The slot a launched sequence holds."""
+    if seq.slot is None:
+        raise RuntimeError(f"task {seq.rid} holds no slot")
+    return seq.slot
+
+
 def slot_tokens(seq: Sequence) -> int:
     """Tokens in the slot's KV cache: the prompt fed so far and every generated token but the last."""
     return seq.n_prefilled + max(seq.n_decoded - 1, 0) - seq.payload.shifts.n_shifted

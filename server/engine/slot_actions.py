@@ -53,6 +53,8 @@ class SlotActions:
             self.states.slots[slot].clear()
             self.registry.hold(slot, ())
             return {"n_erased": len(record.tokens)}
+        if action.path is None or action.identity is None:
+            raise SlotActionError("Invalid slot file")  # (the API layer always names one)
         if action.action == "save":
             try:
                 n_bytes = slot_files.write(action.path, list(record.tokens), action.identity)

@@ -9,7 +9,7 @@ import threading
 from .prompt_cache import Slot
 from .running import Running
 from .scheduler import Sequence
-from .sequence_tokens import slot_tokens
+from .sequence_tokens import slot_index, slot_tokens
 from .types import SlotRecord
 
 
@@ -50,8 +50,9 @@ class SlotRegistry:
             for seq in running:
                 run: Running = seq.payload
                 req = run.request
-                self._records[seq.slot] = SlotRecord(
-                    seq.slot, n_ctx, is_processing=True, id_task=seq.rid,
+                i = slot_index(seq)
+                self._records[i] = SlotRecord(
+                    i, n_ctx, is_processing=True, id_task=seq.rid,
                     n_prompt_tokens=slot_tokens(seq),
                     n_prompt_tokens_processed=max(seq.n_prefilled - run.n_cached, 0),
                     n_prompt_tokens_cache=run.n_cached,
@@ -66,8 +67,9 @@ class SlotRegistry:
         run: Running = seq.payload
         n_held = 0 if run.is_child else slot_tokens(seq)
         held = [*seq.prompt[:seq.n_prefilled], *run.generated_ids[:-1]]
+        i = slot_index(seq)
         with self._lock:
-            self._records[seq.slot] = SlotRecord(
-                seq.slot, n_ctx, id_task=seq.rid, n_prompt_tokens=n_held, params=run.request.params_echo,
+            self._records[i] = SlotRecord(
+                i, n_ctx, id_task=seq.rid, n_prompt_tokens=n_held, params=run.request.params_echo,
                 prompt_tokens=run.request.prompt_tokens, generated=bytes(run.text.generated),
                 tokens=tuple(held[len(held) - n_held:]) if n_held else ())

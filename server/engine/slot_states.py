@@ -13,12 +13,13 @@ import itertools
 from typing import Callable
 
 from ..backends import Backend
+from ..backends.base import Cache, Snapshot
 from . import adapters
 from .prompt_cache import PromptCache, Reuse, Slot, State, choose_slot, plan_reuse
 from .provenance import DECODE, Provenance, chunk_kind, exact_start
 from .running import Running
 from .scheduler import Sequence
-from .sequence_tokens import cached_tokens
+from .sequence_tokens import cached_tokens, slot_index
 
 
 class SlotStates:
@@ -31,8 +32,18 @@ class SlotStates:
         self.cache_idle_slots, self.kv_unified = cache_idle_slots, kv_unified
         self.n_stream = 1 if kv_unified else n_slots  # the KV cache's streams, as --cache-ram counts a state
         self._release_clock = itertools.count()  # b10621's t_last_used, as an order
-        self.backend: Backend | None = None
+        self._backend: Backend | None = None  # set at each load, None while asleep
         self.draft_bytes: Callable[[int, int], int] = lambda _n, _s: 0  # the draft model's share of a state
+
+    @property
+    def backend(self) -> Backend:
+        if self._backend is None:
+            raise RuntimeError("the model is not loaded")
+        return self._backend
+
+    @backend.setter
+    def backend(self, backend: Backend | None) -> None:
+        self._backend = backend
 
     def set_context(self, n_ctx: int) -> None:
         """b10621's token limit: the whole context (every slot's, unless unified)."""
@@ -59,7 +70,7 @@ class SlotStates:
         (and cleared with a unified KV). Children keep nothing of their slots: the parent's state is copied.
         Returns n_past."""
         run: Running = seq.payload
-        slot = self.slots[seq.slot]
+        slot = self.slots[slot_index(seq)]
         key = adapters.key(run.lora)
         if seq.want_slot is not None:  # the requested slot: by similarity only if it clears the threshold
             for i, s in enumerate(self.slots):
@@ -78,7 +89,7 @@ class SlotStates:
         self._resume(run, seq, slot, reuse)
         slot.clear()  # the slot's state is the request's now (b10621's keep_first(n_past)), until its release
         for child in seq.children:
-            self.slots[child.slot].clear()
+            self.slots[slot_index(child)].clear()
         if self.cache_idle_slots and cache is not None:
             for i, s in enumerate(self.slots):
                 if busy[i]:
@@ -123,7 +134,7 @@ class SlotStates:
     def keep(self, seq: Sequence) -> None:
         """b10621's slot keeps its KV state after its task: the prompt and every generated token but the last
         (less what context shifts discarded); a child's slot keeps nothing."""
-        slot = self.slots[seq.slot]
+        slot = self.slots[slot_index(seq)]
         slot.t_last_used = next(self._release_clock)
         run: Running = seq.payload
         slot.clear()
@@ -140,7 +151,7 @@ class SlotStates:
         snap, nbytes = self.snapshot(run.cache, len(tokens))
         slot.state = State(tokens, snap, nbytes, adapters.key(run.lora), made)
 
-    def snapshot(self, cache, n: int) -> tuple[object, int]:
+    def snapshot(self, cache: Cache, n: int) -> tuple[Snapshot, int]:
         """A slot's state and the bytes b10621's --cache-ram counts for it: the target's and the draft model's
         KV state (server_slot::prompt_save), streams as its KV cache has them."""
         snap, nbytes = self.backend.snapshot(cache, n, self.n_stream)

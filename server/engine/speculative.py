@@ -16,6 +16,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..backends.base import Backend
+from ..models.kv_numerics import KVNumerics
+from ..models.tokenizer import ModelTokenizer
+
 DRAFT_TOP_K = 10  # the drafter's sampler: top-k 10 (common_speculative_impl_draft_simple)
 
 
@@ -27,7 +31,7 @@ class DraftConfig:
     n_max: int = 3  # --spec-draft-n-max
     n_min: int = 0  # --spec-draft-n-min
     p_min: float = 0.0  # --spec-draft-p-min
-    kv: object = None  # server.models.kv_numerics.KVNumerics: -ctkd, -ctvd, -fa (None: a float32 cache)
+    kv: KVNumerics | None = None  # -ctkd, -ctvd, -fa (None: a float32 cache)
 
 
 def draft_max(n_ctx: int, n_tokens: int, n_predict: int, n_decoded: int) -> int:
@@ -54,11 +58,11 @@ SPEC_VOCAB_MAX_SIZE_DIFFERENCE = 128
 SPEC_VOCAB_CHECK_START_TOKEN_ID = 5
 
 
-def vocab_mismatch(target, draft) -> str | None:
+def vocab_mismatch(target: ModelTokenizer, draft: ModelTokenizer) -> str | None:
     """common_speculative_are_compatible over two server.models.tokenizer.ModelTokenizer: the same vocabulary
     type and BOS/EOS rules, sizes within 128 and the same text for every id from 5 on. None when compatible,
     else what differs."""
-    def kind(t) -> str:
+    def kind(t: ModelTokenizer) -> str:
         return type(t._parse.model).__name__
 
     if kind(target) != kind(draft):
@@ -88,7 +92,7 @@ class NgramSimple:
     def new_state(self) -> None:
         return None
 
-    def propose(self, _state, history: list[int], last: int, _n_max: int) -> list[int]:
+    def propose(self, _state: None, history: list[int], last: int, _n_max: int) -> list[int]:
         n, m, cur = self.size_n, self.size_m, len(history)
         if cur <= n + m + 1:
             return []
@@ -128,7 +132,7 @@ class Drafter:
     (`fed`); each round it is brought to the target's tokens first (trimmed to their common prefix, the rest
     fed), as b10621's draft context runs every batch the target runs."""
 
-    def __init__(self, runner, config: DraftConfig):
+    def __init__(self, runner: Backend, config: DraftConfig):
         self.runner = runner  # the draft model's backend
         self.config = config
 

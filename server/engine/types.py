@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..grammar.spec import GrammarSpec
+from .slot_files import Identity
 
 
 @dataclass(frozen=True)
@@ -101,8 +103,8 @@ class SlotAction:
 
     action: str  # "save", "restore" or "erase"
     id_slot: int
-    path: object = None  # pathlib.Path of the slot file (save, restore)
-    identity: object = None  # server.engine.slot_files.Identity
+    path: Path | None = None  # the slot file (save, restore)
+    identity: Identity | None = None  # what the file is bound to (the model, the tokenizer)
 
 
 class SlotActionError(Exception):
