@@ -22,12 +22,19 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import glob
+import hashlib
+import importlib.util
+import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
+
+from .cachedir import cache_root
 
 BLAS_ENV = "MLXCEL_BLAS"  # a library path, "scipy-openblas" or "system" (only those), "reference" (the wheel's own)
 CORETYPE_ENV = "OPENBLAS_CORETYPE"  # OpenBLAS's own (the scipy-openblas build's too): which CPU's kernels, at load
@@ -91,8 +98,6 @@ STATE = BlasState()
 
 def wheel_library() -> str | None:
     """The scipy-openblas32 wheel's shared library, found without importing the package (its import loads it)."""
-    import importlib.util
-
     try:
         spec = importlib.util.find_spec(WHEEL)
     except (ImportError, ValueError):
@@ -221,11 +226,6 @@ def _rows_stable(path: str, core: str | None = None, prefix: str = "") -> bool |
     """Whether the BLAS at path (with OpenBLAS's `core` kernels) gives a row the same sums however the rows
     of its product were cut; None where that cannot be told (not OpenBLAS, or the probe failed). The verdict
     is kept in the cache, keyed by the library file and this CPU (a child costs ~0.2 s of every start)."""
-    import hashlib
-    import json
-
-    from .cachedir import cache_root
-
     real = os.path.realpath(path)
     try:
         st = os.stat(real)
@@ -277,12 +277,6 @@ def _choose_core(path: str, prefix: str = "") -> None:
 
 def _build_kernels() -> str:
     """The kernels' shared object in the cache, compiled from their sources once (keyed by their hash)."""
-    import hashlib
-    import shutil
-    import tempfile
-
-    from .cachedir import cache_root
-
     digest = hashlib.sha256(" ".join(KERNELS_FLAGS).encode())  # the flags change the code too
     for name in KERNELS_SOURCES + KERNELS_HEADERS:
         with open(os.path.join(KERNELS_DIR, name), "rb") as f:
@@ -350,7 +344,7 @@ def blas_calls() -> int:
 
 def verify() -> BlasState:
     """Time one f32 GEMM through MLX on the CPU; records GFLOP/s in STATE."""
-    import mlx.core as mx
+    import mlx.core as mx  # deferred: mlx is imported only after activate() interposed the BLAS
 
     m, k, n = 512, 1536, 576
     with mx.stream(mx.cpu):

@@ -423,6 +423,7 @@ class HttpServer:
     def __init__(self, app, config: ServeConfig, *, log_level: str | None = "warning",
                  announce: Callable[[str], None] | None = announce_listening,
                  uvicorn_options: dict[str, Any] | None = None) -> None:
+        # deferred: uvicorn (~90 ms) once a server binds; ServeConfig.from_args does without it
         import uvicorn
 
         self.config = config

@@ -31,6 +31,7 @@ from . import (
     slots,
     stream_sessions,
     tokenize,
+    vertex,
 )
 from .auth import FRONTEND_PATHS, AuthMiddleware
 from .cors import CorsMiddleware
@@ -98,8 +99,6 @@ def create_app(state: AppState | None) -> FastAPI:
     for module in modules:
         app.include_router(module.router)
     if settings.vertex is not None and settings.vertex.enabled:  # AIP_MODE=PREDICTION (Vertex AI)
-        from . import vertex
-
         vertex.register(app, settings.vertex, registered_routes(app))
     return app
 

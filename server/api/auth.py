@@ -145,7 +145,8 @@ class AuthMiddleware:
             await self.app(scope, receive, send)
             return
         log.warning("unauthorized: Invalid API Key")
-        from .jsonio import CONTENT_TYPE  # FastAPI comes with it: not needed to read the command line
+        # deferred: jsonio imports FastAPI, which reading the command line (AuthConfig.from_args) must not
+        from .jsonio import CONTENT_TYPE
 
         await send({"type": "http.response.start", "status": 401,
                     "headers": [(b"Content-Type", CONTENT_TYPE.encode()),

@@ -3,6 +3,7 @@ OpenAI shapes (server-task.cpp to_json_oaicompat_chat, its streaming deltas and 
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import string
 import time
@@ -181,8 +182,6 @@ CONTROL_ANSWERS = {
 async def chat_control(request: Request):
     """b10621's post_control: {"id": a running chat completion's id, "action": "reasoning_end"} ends its
     reasoning block now (the request must have armed reasoning_control)."""
-    import asyncio
-
     state = request.app.state.mlxcel
     body = await read_json(request)
     fields = body if isinstance(body, dict) else {}

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import math
+import secrets
 from typing import Any
 
 from fastapi import Request
 from fastapi.responses import Response
 
-from ..errors import ErrorKind, UpstreamError
+from ..errors import ErrorKind, UpstreamError, json_type_name
+from ..jsonfloat import dump_float
 
 CONTENT_TYPE = "application/json; charset=utf-8"
 
@@ -53,16 +55,12 @@ class RawJSON:
 
 def float_array(values) -> RawJSON:
     """A float array printed as b10621's JSON library prints it (server/jsonfloat.py): the same bytes."""
-    from ..jsonfloat import dump_float
-
     return RawJSON("[" + ",".join(dump_float(float(v)) for v in values) + "]")
 
 
 def dumps_with_raw(obj: Any) -> bytes:
     """dumps() for a value holding RawJSON parts: each goes in as a placeholder string (with a nonce, so no
     request text can spell one), then its text replaces the quoted placeholder."""
-    import secrets
-
     parts: list[str] = []
     tag = f"\x00raw{secrets.token_hex(8)}:"
 
@@ -150,8 +148,6 @@ async def read_json_object(request: Request) -> dict:
 
 def json_value(body: dict, key: str, default):
     """b10621's json_value(): the value when present and of the default's JSON type, else the default."""
-    from ..errors import json_type_name
-
     value = body.get(key)
     if value is None or json_type_name(value) != json_type_name(default):
         return default

@@ -35,7 +35,7 @@ from .jsonio import UpstreamJSON, dumps, read_json_object
 from .probs import token_entry
 from .prompts import input_prompts
 from .schemas import NativeCompletionRequest
-from .stream_sessions import attach
+from .stream_sessions import attach, sse_response
 from .task_params import LLAMA_DEFAULT_SEED, TaskParams, f32, generation_settings
 
 router = APIRouter()
@@ -361,11 +361,6 @@ async def complete(state, body: dict, shape: Shape = NATIVE, acted_on: frozenset
     return UpstreamJSON(shape.combine([shape.final(state, t) for t in tasks]))
 
 
-def _sse_response(frames: AsyncIterator[bytes]) -> StreamingResponse:
-    # b10621's exact headers: no charset on text/event-stream, proxies told not to buffer
-    return StreamingResponse(frames, headers={"Content-Type": "text/event-stream", "X-Accel-Buffering": "no"})
-
-
 class _Merged:
     """The events of several tasks as one queue, in the order they happen."""
 
@@ -405,7 +400,7 @@ async def _start_stream(state, p: TaskParams, tasks: list[_Task], shape: Shape =
         raise
     stream = _stream(state, tasks, merged, first, p.sse_ping_interval, shape)
     # X-Conversation-Id: the stream runs into a resumable session that outlives this connection
-    return attach(stream, _sse_response) or _sse_response(stream)
+    return attach(stream, sse_response) or sse_response(stream)
 
 
 def _frames(frames: list[dict]) -> bytes:

@@ -7,6 +7,7 @@ import asyncio
 
 from fastapi import APIRouter, Request
 
+from ..engine import slot_files
 from ..engine.types import SlotAction, SlotActionError, SlotRecord
 from ..errors import (
     INVALID_FILENAME,
@@ -17,7 +18,9 @@ from ..errors import (
     SLOTS_DISABLED,
     ErrorKind,
     UpstreamError,
+    type_error,
 )
+from ..textparse import stoi
 from .jsonio import UpstreamJSON, read_json
 
 router = APIRouter()
@@ -62,41 +65,26 @@ async def get_slots(request: Request):
                                   getattr(state.engine, "drafter", None) is not None) for r in records])
 
 
-def _stoi(text: str) -> int:
-    """std::stoi: leading spaces, a sign, then digits (what follows them ignored); ValueError otherwise."""
-    import re
-
-    m = re.match(r"[ \t\n\v\f\r]*([+-]?\d+)", text)
-    if not m or not -2**31 <= int(m.group(1)) < 2**31:
-        raise ValueError(text)
-    return int(m.group(1))
-
-
 async def _filename(request: Request) -> str:
-    from ..engine.slot_files import valid_filename
-    from ..errors import type_error
-
     body = await read_json(request)
     if not isinstance(body, dict) or "filename" not in body:  # request_data.at("filename")
         raise UpstreamError("[json.exception.out_of_range.403] key 'filename' not found", ErrorKind.SERVER)
     name = body["filename"]
     if not isinstance(name, str):
         raise UpstreamError(type_error("string", name), ErrorKind.SERVER)
-    if not valid_filename(name):
+    if not slot_files.valid_filename(name):
         raise UpstreamError(INVALID_FILENAME, ErrorKind.INVALID_REQUEST)
     return name
 
 
 @router.post("/slots/{id_slot}")
 async def post_slots(request: Request, id_slot: str):
-    from ..engine import slot_files
-
     state = request.app.state.mlxcel
     directory = state.settings.slot_save_path
     if not directory:
         raise UpstreamError(SLOT_ACTIONS_DISABLED, ErrorKind.NOT_SUPPORTED)
     try:
-        slot = _stoi(id_slot)
+        slot = stoi(id_slot)  # std::stoi
     except ValueError:
         raise UpstreamError(INVALID_SLOT_ID, ErrorKind.INVALID_REQUEST) from None
     action = request.query_params.get("action", "")

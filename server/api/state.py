@@ -6,6 +6,7 @@ import threading
 from dataclasses import dataclass, field
 
 from ..engine.engine import Engine
+from ..grammar.constraint import GrammarVocab
 from ..models.tokenizer import ModelTokenizer
 from .auth import AuthConfig
 from .cors import CorsConfig
@@ -54,8 +55,6 @@ class AppState:
         """The vocabulary grammars compile against, built on first use and shared with the engine."""
         with self._grammar_lock:
             if self._grammar_vocab is None:
-                from ..grammar.constraint import GrammarVocab
-
                 self._grammar_vocab = GrammarVocab(self.tokenizer, frozenset(self.engine.eog_ids))
                 self.engine.grammar_vocab = self._grammar_vocab
             return self._grammar_vocab

@@ -181,14 +181,17 @@ def attach(stream: AsyncIterator[bytes], make_response) -> StreamingResponse | N
     return make_response(session.read_from(0))
 
 
+def sse_response(frames: AsyncIterator[bytes]) -> StreamingResponse:
+    # b10621's exact headers: no charset on text/event-stream, proxies told not to buffer
+    return StreamingResponse(frames, headers={"Content-Type": "text/event-stream", "X-Accel-Buffering": "no"})
+
+
 def _error(status: int, message: str, kind: ErrorKind) -> UpstreamJSON:
     return UpstreamJSON(error_body(message, kind), status_code=status)
 
 
 @router.get("/v1/stream")
 async def get_stream(request: Request):
-    from .native import _sse_response
-
     conv_id = request.query_params.get("conv_id", "")
     if not conv_id:
         return _error(400, "Missing conversation id in path", ErrorKind.INVALID_REQUEST)
@@ -204,7 +207,7 @@ async def get_stream(request: Request):
         start = int(digits[:len(digits) - len(digits.lstrip("0123456789"))]) % 2**64
     if start < session.dropped:
         return _error(400, "Stream offset lost, please restart", ErrorKind.INVALID_REQUEST)
-    return _sse_response(session.read_from(start))
+    return sse_response(session.read_from(start))
 
 
 @router.post("/v1/streams/lookup")

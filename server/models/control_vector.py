@@ -33,7 +33,7 @@ def _layer_index(name: str) -> int:
 
 def _load_one(path: str, strength: float) -> tuple[int, np.ndarray]:
     """(n_embd, data): layer il's vector at data[n_embd * (il - 1):], as common_control_vector_load_one."""
-    import gguf
+    import gguf  # deferred: gguf (~50 ms) only to read a control vector file
 
     if not Path(path).is_file():
         raise ControlVectorError(f"failed to load control vector file from {path}")

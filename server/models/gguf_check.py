@@ -10,6 +10,8 @@ import os
 import struct
 from pathlib import Path
 
+import gguf
+
 GGUF_VERSION = 3  # the newest b10621 reads
 DEFAULT_ALIGNMENT = 32
 MAX_STRING_LENGTH = 1024 * 1024 * 1024
@@ -37,8 +39,6 @@ class DamagedGGUF(ValueError):
 def _blocks(ggml_type: int) -> tuple[int, int] | None:
     """(block size, bytes per block) of a ggml type; (0, 0) for a type whose support was removed; None for
     one the gguf package does not know (its size then goes unchecked here; the converter refuses it)."""
-    import gguf
-
     try:
         return gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(ggml_type)]
     except (ValueError, KeyError):
@@ -233,10 +233,8 @@ def _problem(r: _Reader, file_size: int) -> str | int:
         if blocks is not None:
             block, type_size = blocks
             if block == 0 or ne[0] % block:
-                from gguf import GGMLQuantizationType
-
                 try:
-                    type_name = GGMLQuantizationType(ggml_type).name.lower()
+                    type_name = gguf.GGMLQuantizationType(ggml_type).name.lower()
                 except ValueError:
                     type_name = "DEPRECATED"
                 errors.append(f"tensor '{name}' of type {ggml_type} ({type_name}) has {ne[0]} elements per row, "

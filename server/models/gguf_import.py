@@ -13,8 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
+import gguf
+import mlx.core as mx
 import numpy as np
 
+from .gguf_check import DamagedGGUF, check_gguf
 from .gguf_quants import AFFINE_CONVERTERS, GROUP_SIZE, permute_rows
 from .gguf_tokenizer import GGUFVocab, tokenizer_config, tokenizer_json
 
@@ -140,8 +143,6 @@ def read_vocab(reader) -> GGUFVocab:
 def _converted_tensors(reader, hp: LlamaHParams, dtype: str, progress: Callable[[str, int, int], None] | None = None
                        ) -> Iterator[tuple[str, np.ndarray, int | None]]:
     """Yield (hf_name, array, bits) where bits is set for affine-quantized weights."""
-    import gguf  # local: only the importer needs it
-
     for i, t in enumerate(reader.tensors):
         if progress is not None and i:
             progress("tensors", i, len(reader.tensors))
@@ -181,8 +182,6 @@ FTYPE_NAMES = {0: "all F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 32: "BF1
 
 def _reader(path, header: int, progress: Callable[[str, int, int], None] | None):
     """gguf's reader, saying how far into the header it is (its vocabulary's strings take seconds to read)."""
-    import gguf
-
     if progress is None:
         return gguf.GGUFReader(str(path))
 
@@ -201,11 +200,6 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, dtype
     """Convert `gguf_path` into an MLX checkpoint directory `out_dir`. dtype: "auto" (keep) or "f32".
     `progress(stage, done, total)` is called as the header is read ("header", in bytes) and as each tensor is
     converted ("tensors")."""
-    import gguf
-    import mlx.core as mx
-
-    from .gguf_check import DamagedGGUF, check_gguf
-
     if dtype not in ("auto", "f32"):
         raise ImportRefused(f"unknown dtype '{dtype}' (expected auto or f32)")
     header = check_gguf(gguf_path)  # a damaged file named in b10621's words, before gguf's reader trips over it

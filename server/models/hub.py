@@ -141,6 +141,7 @@ def _listing(client, repo: str) -> tuple[str, list[tuple[str, int | None, str | 
 
 def download(repo: str, on_progress: Callable[[dict], None] | None = None, progress_bar: bool = False) -> Path:
     """Fetch a snapshot into the store (resuming partial files); returns its directory."""
+    # deferred: httpx (~0.1 s) only for a download; -m and `mlxcel list` read the store without it
     import httpx
 
     if offline():

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import mlx.core as mx
+import numpy as np
 
 TYPES = {"f32": 0, "f16": 1, "bf16": 2}  # attention_ggml.c's KV_F32, KV_F16, KV_BF16
 _DTYPES = {"f16": mx.float16, "bf16": mx.bfloat16}
@@ -51,8 +52,6 @@ def stored(x: mx.array, kind: str) -> mx.array:
 
 def storage_dtype(kind: str):
     """The numpy dtype of a cache of type `kind` (what the native steps write)."""
-    import numpy as np
-
     return np.float16 if kind == "f16" else np.float32
 
 
@@ -65,7 +64,7 @@ def round_to(x: mx.array, kind: str) -> mx.array:
 
 def apply(model, numerics: KVNumerics) -> None:
     """Set the numerics on every attention block of a model switched to mlxcel's kernels (cpu_layers)."""
-    from .cpu_layers import KernelAttention
+    from .cpu_layers import KernelAttention  # deferred: cpu_layers imports this module (KVNumerics, stored)
 
     for _, module in model.named_modules():
         if isinstance(module, KernelAttention):

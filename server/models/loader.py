@@ -8,10 +8,12 @@ from pathlib import Path
 
 import mlx.core as mx
 import mlx.nn as nn
+import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 
 from .. import cpu_kernels
 from . import cpu_layers, huge_pages, quantized_twins
+from . import yarn as yarn_rope
 from .architectures import load_model
 
 
@@ -111,8 +113,6 @@ def override_rope(model: nn.Module, base: float | None, scale: float | None) -> 
     takes (a scaled variant: Llama 3, YaRN, ...) is refused rather than ignored."""
     if base is None and scale is None:
         return 0
-    import numpy as np
-
     applied, others = 0, set()
     for _, module in model.named_modules():
         if type(module) is nn.RoPE:
@@ -139,8 +139,6 @@ def load_checkpoint(path: Path, dequantize: bool | None = None, transpose: bool 
     config = json.loads((path / "config.json").read_text())
     override_rope(model, *rope)
     if yarn is not None and yarn.given:  # --rope-scaling yarn, --yarn-*: ggml's rope_ext parameters
-        from . import yarn as yarn_rope
-
         n_ctx_train = int(config.get("max_position_embeddings") or 0)
         if yarn_rope.install(model, yarn, n_ctx_train) < 0:
             raise ValueError("--rope-scaling yarn / --yarn-*: the model's rope takes no YaRN parameters")

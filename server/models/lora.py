@@ -24,6 +24,9 @@ import mlx.nn as nn
 import numpy as np
 
 from ..textparse import stof
+from .cpu_layers import FusedLinear
+from .gguf_quants import permute_rows
+from .loader import TransposedLinear
 
 # llama.cpp's tensor names for the linear layers mlxcel attaches terms to, and the layer each names
 GGUF_TARGETS = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
@@ -104,6 +107,7 @@ def _layer_path(key: str) -> str | None:
 
 
 def _from_peft(spec: str, path: Path, config: dict) -> Adapter:
+    # deferred: safetensors (~3 ms) only to read a PEFT or MLX adapter
     from safetensors.numpy import load_file
 
     if str(config.get("peft_type", "LORA")).upper() != "LORA":
@@ -122,6 +126,7 @@ def _from_peft(spec: str, path: Path, config: dict) -> Adapter:
 
 
 def _from_mlx(spec: str, path: Path, config: dict) -> Adapter:
+    # deferred: safetensors (~3 ms) only to read a PEFT or MLX adapter
     from safetensors.numpy import load_file
 
     params = config.get("lora_parameters") or {}
@@ -157,7 +162,7 @@ def _pairs(spec: str, found: dict[str, dict[str, np.ndarray]]) -> dict:
 
 
 def _from_gguf(spec: str) -> Adapter:
-    import gguf
+    import gguf  # deferred: gguf (~50 ms) only to read a GGUF adapter
 
     try:
         reader = gguf.GGUFReader(spec)
@@ -243,10 +248,6 @@ def _hooked_class(cls: type) -> type:
 def attach(model: nn.Module, lora: LoraSet) -> None:
     """Give every adapted layer its hook. Refuses an adapter whose targets the model lacks or whose shapes do
     not fit (b10621: "tensor ... has incorrect shape (hint: maybe wrong base model?)")."""
-    from .cpu_layers import FusedLinear
-    from .gguf_quants import permute_rows
-    from .loader import TransposedLinear
-
     modules = dict(model.named_modules())
     args = getattr(model, "args", None)
     n_head = getattr(args, "num_attention_heads", None)
@@ -322,9 +323,6 @@ def fuse(model: nn.Module, lora: LoraSet) -> set[str]:
     """--lora-fuse: each adapted layer's weight becomes W + scale * alpha / r * (B A) at the server's scales
     (their terms are then in every product, the native steps included, and the scales are fixed). Returns the
     paths of the layers whose weights changed (the source layers of a fused projection by their own names)."""
-    from .cpu_layers import FusedLinear
-    from .gguf_quants import permute_rows
-
     modules = dict(model.named_modules())
     args = getattr(model, "args", None)
     n_head = getattr(args, "num_attention_heads", None)

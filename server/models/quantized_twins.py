@@ -18,6 +18,7 @@ import numpy as np
 
 from .. import blas
 from . import huge_pages
+from .cpu_layers import FusedLinear
 
 GROUP = 32  # the kernel reads MLX's affine scheme in groups of 32, at 4 or 8 bits
 
@@ -58,8 +59,7 @@ def pointer(a: mx.array) -> int:
 
 def register(model: nn.Module, twins: dict[str, Twin], tied_embeddings: bool) -> int:
     """Register every float weight of the model's final layout that has a twin; returns how many."""
-    from .cpu_layers import FusedLinear
-    from .loader import TransposedLinear
+    from .loader import TransposedLinear  # deferred: loader imports this module
 
     native = blas.STATE.native
     if native is None or not twins:
@@ -99,8 +99,7 @@ def register_panels(model: nn.Module) -> int:
     twin: a few-row product then reads its weight front to back with the output tile in registers (8 rows in
     ~1.5x the time of one). Bitwise the same products; the weights' memory once more, in huge pages
     (huge_pages.Arena). Returns how many."""
-    from .cpu_layers import FusedLinear
-    from .loader import TransposedLinear
+    from .loader import TransposedLinear  # deferred: loader imports this module
 
     native = blas.STATE.native
     if native is None or not hasattr(native, "mlxcel_pack_register"):

@@ -6,10 +6,13 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import time
 from pathlib import Path
 
+from ..cachedir import build_once, cache_root
 from .bundled import BUNDLED_ENCODERS, BUNDLED_MODELS, CONVERTER_VERSION, DEFAULT_MODEL
 from .hub import list_snapshots, snapshot_dir, store_root
+from .progress import conversion_progress
 
 log = logging.getLogger("mlxcel.models")
 
@@ -41,7 +44,8 @@ def converted_gguf(path: Path) -> Path:
     """The MLX checkpoint a GGUF file equals (Q4_0/Q4_1 as 4-bit affine, Q8_0 as 8-bit, group 32; float types
     kept), converted on first use into the cache and reused while the file is unchanged (same path, size and
     modification time). A tensor type with no lossless MLX counterpart is refused with the converter's words."""
-    from ..cachedir import build_once, cache_root
+    # deferred: the converter's modules (mlx, gguf, tokenizers) only for a GGUF -m; `mlxcel list` and
+    # --cache-list read this module without them
     from .gguf_import import convert_gguf
 
     real = path.resolve()
@@ -52,10 +56,6 @@ def converted_gguf(path: Path) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
 
     def convert(tmp: Path) -> None:
-        import time
-
-        from .progress import conversion_progress
-
         started = time.monotonic()
         log.info("converting %s into an MLX checkpoint (once: kept in %s while the file is unchanged)", real, target)
         convert_gguf(real, tmp, dtype="auto", progress=conversion_progress(real.name))

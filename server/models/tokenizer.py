@@ -9,6 +9,7 @@ from typing import Iterable
 
 from tokenizers import Tokenizer
 
+from ..peg.rule_order import unordered_map_order
 from .vocab_rules import EOT_TEXTS
 
 
@@ -67,8 +68,6 @@ class ModelTokenizer:
         order, libstdc++'s: ~0.3 s on a 49k vocabulary, so on first use)."""
         if self._eot_declared is not None:
             return int(self._eot_declared)
-        from ..peg.rule_order import unordered_map_order
-
         texts = [self._parse.id_to_token(i) or f"[EMPTY_{i}]" for i in range(self.vocab_size)]
         ids = {t: i for i, t in enumerate(texts)}
         return next((ids[t] for t in unordered_map_order(dict.fromkeys(texts)) if t in EOT_TEXTS), None)

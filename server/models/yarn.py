@@ -18,6 +18,8 @@ import mlx.core as mx
 import numpy as np
 from mlx import nn
 
+from .. import cpu_kernels
+
 HPARAMS_BETA_FAST, HPARAMS_BETA_SLOW = 32.0, 1.0  # llama_hparams' yarn_beta_fast / yarn_beta_slow
 
 
@@ -90,8 +92,6 @@ class YarnRoPE(nn.RoPE):
         return (np.cos(angle) * mscale).astype(np.float32), (np.sin(angle) * mscale).astype(np.float32)
 
     def __call__(self, x: mx.array, offset=0) -> mx.array:
-        from .. import cpu_kernels
-
         batch, length = x.shape[0], x.shape[-2]
         offsets = offset.tolist() if isinstance(offset, mx.array) else [int(offset)] * batch
         if isinstance(offsets, int):

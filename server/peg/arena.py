@@ -20,7 +20,9 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
+from ..grammar.json_schema import _dump, _from_raw, _to_raw
 from .context import FAIL, NEED_MORE_INPUT, SUCCESS, ParseContext, ParseResult, parse_result_type_name
+from .grammar import build_arena_grammar
 from .parsers import (
     INVALID_PARSER_ID,
     SINGLE_CHILD_TYPES,
@@ -136,8 +138,6 @@ class PegArena:
 
     def build_grammar(self, builder: GrammarBuilder, lazy: bool = False) -> None:
         """Add this parser's GBNF to `builder`; lazy: only the trigger rules and what they reach."""
-        from .grammar import build_arena_grammar
-
         build_arena_grammar(self, builder, lazy)
 
     def dump(self, parser_id: int) -> str:
@@ -201,8 +201,6 @@ class PegArena:
 
 def _dump_json(value: object) -> str:
     """nlohmann's compact dump(), as the schema's C++ dump prints it."""
-    from ..grammar.json_schema import _dump, _from_raw, _to_raw
-
     return _from_raw(_dump(_to_raw(value)))
 
 

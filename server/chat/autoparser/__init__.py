@@ -55,7 +55,8 @@ def generate_chat_params(template_source: str, inputs: GenerationParams) -> Chat
     Raises ValueError("Unable to generate parser for this template. Automatic parser generation failed: ...")
     as b10621 throws std::invalid_argument, RuntimeError (its std::runtime_error) for a grammar next to tools.
     """
-    from ..specialized import try_specialized  # the handlers build on this package
+    # deferred: chat.specialized's handlers build on this package (a cycle inside server.chat)
+    from ..specialized import try_specialized
 
     inputs = prepare_inputs(inputs)
     bos, eos = inputs.extra_context.get("bos_token", ""), inputs.extra_context.get("eos_token", "")
