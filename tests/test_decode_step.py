@@ -58,9 +58,9 @@ def test_a_snapshot_keeps_its_positions_while_its_cache_decodes_on(runner):
     cache = runner.new_cache()
     runner.prefill(cache, TOKENS[:40])
     snap, _ = runner.snapshot(cache, 40)
-    before = [(np.array(k).copy(), np.array(v).copy()) for k, v in snap]
+    before = [(np.array(k).copy(), np.array(v).copy()) for k, v in snap.kv()]
     _decode(runner, True, cache, TOKENS[:5])
-    for (k, v), (k0, v0) in zip(snap, before):
+    for (k, v), (k0, v0) in zip(snap.kv(), before):
         assert k.shape[2] == 40 and np.array_equal(np.array(k), k0) and np.array_equal(np.array(v), v0)
     # a restored copy decodes into its own new buffer: the original cache's next positions stay its own
     restored = runner.restore(snap, 40)

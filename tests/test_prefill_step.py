@@ -57,24 +57,24 @@ def test_decoding_after_a_native_prompt_matches_decoding_after_mlxs(runner):
 def test_only_the_prompts_last_chunk_computes_logits(runner):
     step = runner._prefill_step
     cache = runner.new_cache()
-    done, logits = step(cache, [504, 3458, 282], want_logits=False)
-    assert done and logits is None and cache[0].offset == 3
-    done, logits = step(cache, [4649, 314], want_logits=True)
-    assert done and logits.shape == (1, 49152) and cache[0].offset == 5
+    logits = step(cache, [504, 3458, 282], want_logits=False)
+    assert logits is None and cache[0].offset == 3
+    logits = step(cache, [4649, 314], want_logits=True)
+    assert logits.shape == (1, 49152) and cache[0].offset == 5
     whole, _ = _prefill(runner, True, [504, 3458, 282, 4649, 314])
     for a, b in zip(cache, whole):  # chunks cut at other places: rows through the BLAS, same keys
         assert mx.abs(a.keys[..., :5, :] - b.keys[..., :5, :]).max().item() < 1e-4
 
 
 def test_caches_the_chunk_does_not_take_are_left_to_mlx(runner):
-    step = runner._prefill_step
+    step = runner.step  # the native step says which caches it takes; the backend runs the others through MLX
     rotating = [RotatingKVCache(max_size=64) for _ in range(len(runner.new_cache()))]
-    assert step(rotating, [504, 3458], want_logits=True) == (False, None)
-    assert all(c.offset == 0 for c in rotating)
+    assert not step.takes_sequence(rotating, 2, None)
     cache = runner.new_cache()
     runner.prefill(cache, [504, 3458])
+    assert step.takes_sequence(cache, 1, None)
     cache[3].offset += 1  # layers out of step with each other
-    assert step(cache, [282], want_logits=True) == (False, None)
+    assert not step.takes_sequence(cache, 1, None)
 
 
 def test_models_without_the_native_step_prefill_through_mlx(twin_f32):

@@ -55,6 +55,18 @@ DECODE_BATCH_ROWS = 1024  # MLX takes any number of rows; the scheduler's slots 
 FEW_ROWS = 16
 
 
+@dataclass(frozen=True)
+class MLXSnapshot:
+    """A cache's first n positions, evaluated, kept apart from it."""
+
+    layers: list[tuple[str, Any]]  # per layer ("kv", (keys, values)) or ("state", (its class, its state))
+    n: int
+
+    def kv(self) -> list[tuple[mx.array, mx.array]]:
+        """The KV layers' keys and values."""
+        return [arrays for how, arrays in self.layers if how == "kv"]
+
+
 class LayerCaches(list):
     """One sequence's per-layer mlx-lm caches, and how many positions they hold."""
 
@@ -210,14 +222,14 @@ class MLXBackend:
     def length(cache: LayerCaches) -> int:
         return cache.n
 
-    def snapshot(self, cache: LayerCaches, n: int, n_stream: int = 1) -> tuple[tuple[list, int], int]:
+    def snapshot(self, cache: LayerCaches, n: int, n_stream: int = 1) -> tuple[MLXSnapshot, int]:
         """The first n positions of every layer, evaluated, and the size b10621 gives such a state
         (state_size.py). A whole-state kind keeps its whole state (n must be the cache's length)."""
         if n != cache.n and not self.capabilities.rewind:
             raise ValueError(f"a snapshot at {n} of {cache.n} positions: this model's caches do not rewind")
         snap = [self._layer_snapshot(c, n) for c in cache]
         mx.eval([arrays for _, arrays in snap])
-        return (snap, n), self.state_bytes(n, n_stream)
+        return MLXSnapshot(snap, n), self.state_bytes(n, n_stream)
 
     @staticmethod
     def _layer_snapshot(c: Any, n: int) -> tuple[str, Any]:
@@ -229,8 +241,8 @@ class MLXBackend:
         kv = self.kv or KVNumerics()
         return state_bytes(n, _layer_widths(self.model), kv.k_type, kv.v_type, n_stream)
 
-    def restore(self, snap: tuple[list, int], n: int) -> LayerCaches:
-        layers, held = snap
+    def restore(self, snap: MLXSnapshot, n: int) -> LayerCaches:
+        layers, held = snap.layers, snap.n
         if n != held and not self.capabilities.rewind:
             raise ValueError(f"a restore at {n} of {held} positions: this model's caches do not rewind")
         cache = self.new_cache()
@@ -283,11 +295,11 @@ class MLXBackend:
                               base=rope.base, scale=rope.scale, offset=shift)
         return turned.reshape(b, h, t, d).astype(stored)
 
-    def restore_chunks(self, snap: tuple[list, int], prefix: int, chunks: list[tuple[int, int, int]]) -> LayerCaches:
+    def restore_chunks(self, snap: MLXSnapshot, prefix: int, chunks: list[tuple[int, int, int]]) -> LayerCaches:
         """restore() of a prefix, then each (cached start, prompt start, length) chunk of the snapshot moved to
         its prompt start, its keys turned by the move: b10621's cache reuse (seq_rm, then seq_add)."""
         cache = self.new_cache()
-        for c, (_, (k, v)) in zip(cache, snap[0]):
+        for c, (k, v) in zip(cache, snap.kv()):
             keys, values = [k[..., :prefix, :]], [v[..., :prefix, :]]
             for head_c, head_p, n in chunks:
                 moved = k[..., head_c:head_c + n, :]
