@@ -3,7 +3,7 @@
 fixtures/grammars/verdicts.json holds b10621's answers (captured by fixtures/grammars/capture_verdicts.py
 from the real server on the F32 twin). mlxcel, on the same twin with the same request, must refuse exactly
 the grammars b10621 refuses, with its status and message, and what it generates under an accepted grammar
-must parse under b10621's own recognizer (oracle/grammar_check.py). Greedy output is also compared with
+must parse under b10621's own recognizer (conformance/grammar_check.py). Greedy output is also compared with
 the reference's; the share that is identical is reported.
 """
 
@@ -12,9 +12,9 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from conformance.grammar_check import Recognizer
 from fixtures.grammar_corpus import VERDICTS
 from fixtures.grammar_corpus import grammar_source as _source
-from oracle.grammar_check import Recognizer
 from server.grammar.gbnf import TOKEN, TOKEN_NOT, parse_gbnf
 
 _identical: list[bool] = []

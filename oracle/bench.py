@@ -21,7 +21,9 @@ import argparse
 import asyncio
 import json
 import os
+import platform
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -47,26 +49,12 @@ SAMPLED = {
 }
 
 
-def chain_cost_us(n_vocab: int = 49152, steps: int = 200) -> dict:
-    """mlxcel's sampler chain alone, microseconds per token on random logits of the fixture's vocabulary."""
-    import numpy as np
-
-    from server.engine.sampling import Chain
-    from server.engine.types import SamplingParams
-
-    chains = {"greedy": SamplingParams(temperature=0.0), "default_chain": SamplingParams(seed=1),
-              "topk_topp_temp": SamplingParams(seed=1, temperature=0.7, top_k=40, top_p=0.9, min_p=0.0),
-              "penalties_dry": SamplingParams(seed=1, repeat_penalty=1.1, frequency_penalty=0.1, dry_multiplier=0.8)}
-    rng = np.random.default_rng(0)
-    logits = [rng.standard_normal(n_vocab).astype(np.float32) * 3 for _ in range(steps)]
-    out = {}
-    for name, params in chains.items():
-        chain = Chain(params, n_vocab)
-        start = time.perf_counter()
-        for x in logits:
-            chain.accept(chain.sample(x))
-        out[f"chain_us_per_token_{name}"] = (time.perf_counter() - start) / steps * 1e6
-    return out
+def chain_cost_us(n_vocab: int = 49152) -> dict:
+    """mlxcel's sampler chain alone, microseconds per token on random logits of the fixture's vocabulary
+    (server/engine/chain_cost.py, run as a process: the oracle imports nothing from server/)."""
+    out = subprocess.run([sys.executable, "-m", "server.engine.chain_cost", str(n_vocab)], capture_output=True,
+                         text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def long_prompt(n_tokens: int, salt: int = 0) -> list[int]:
@@ -344,9 +332,6 @@ def report(results: dict) -> str:
 def provenance() -> dict:
     """What a run's figures belong to: the commit (and whether the tree differed from it), the date, the CPU,
     the BLAS mlxcel runs (server/blas.py's choice, as a child process makes it)."""
-    import platform
-    import subprocess
-
     def git(*a: str) -> str:
         return subprocess.run(["git", *a], capture_output=True, text=True).stdout.strip()
 

@@ -13,9 +13,9 @@ import random
 import llguidance
 import pytest
 
+from conformance.grammar_check import Recognizer, parses
 from fixtures.grammar_corpus import VERDICTS
 from fixtures.grammar_corpus import grammar_source as _source
-from oracle.grammar_check import Recognizer, parses
 from server.grammar.constraint import GrammarRefused, GrammarVocab
 from server.grammar.gbnf import GrammarError, parse_gbnf
 

@@ -1,9 +1,10 @@
 """Does a generation parse under a GBNF grammar? b10621's own pushdown recognizer, in Python.
 
-The oracle's independent check on constrained output from either server: it walks llama.cpp's element
-vectors (server/grammar/gbnf.py keeps them exactly as upstream builds them) with the stack algorithm of
-src/llama-grammar.cpp (advance_stack, accept_chr, accept_token), not with llguidance, so a fault in
-mlxcel's lowering cannot hide behind the same lowering.
+The conformance suite's independent check on constrained output from either server: it walks llama.cpp's
+element vectors (server/grammar/gbnf.py keeps them exactly as upstream builds them) with the stack algorithm
+of src/llama-grammar.cpp (advance_stack, accept_chr, accept_token), not with llguidance, so a fault in
+mlxcel's lowering cannot hide behind the same lowering. It reads mlxcel's GBNF parser, so it lives here, not
+in oracle/ (which imports nothing from server/).
 """
 
 from __future__ import annotations

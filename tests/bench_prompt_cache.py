@@ -1,7 +1,10 @@
 """The cost of keeping a prompt-cache hit bitwise a cold run (docs/prompt-cache.md): the prompt positions a hit
 recomputes between provenance.exact_start and b10621's n_past, timed against resuming at n_past and a cold run.
 
-    python -m oracle.bench_prompt_cache   (medians of 5; the bundled twins, mlxcel's native steps)
+    python -m tests.bench_prompt_cache   (medians of 5; the bundled twins, mlxcel's native steps)
+
+It times mlxcel's backend in process, so it lives beside the tests, not in oracle/ (which drives servers only
+as processes and imports nothing from server/).
 """
 
 from __future__ import annotations
