@@ -1,5 +1,5 @@
 """server.logs: b10621's log options, the redacting sinks, --log-file's refusals and modes, and the three
-print-and-exit options (--version, --cache-list, --completion-bash)."""
+print-and-exit options (--version, --cache-list, --completion-bash: server/cli/introspect.py)."""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ def program_path() -> str:
 def serve_router(args, argv: list[str], prog: str, serve_config, auth, cors,
                  load_model: Callable[[Entry, list[str]], Loaded]) -> int:
     """Serve the router until it stops. load_model(entry, model_argv) serves one model of the pool in this
-    process as that command line would (the CLI's, server/cli/main.py's router_model: the router reads no
+    process as that command line would (the CLI's, server/cli/startup.py's router_model: the router reads no
     command line of its own)."""
     program = program_path()
     try:
@@ -51,7 +51,8 @@ def serve_router(args, argv: list[str], prog: str, serve_config, auth, cors,
         return [program, *preset.to_argv()]
 
     try:
-        pool = ModelPool(catalog, load_model, render, models_max=args.models_max, autoload=args.models_autoload)
+        pool = ModelPool(catalog, load_model, render, models_max=args.models_max,
+                         autoload=args.models_autoload)
     except (PresetError, OSError) as exc:
         log.error("failed to initialize router models: %s", str(exc).strip())
         return 1
