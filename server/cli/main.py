@@ -28,8 +28,8 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
     if refused:
         print("\n".join(refused), file=sys.stderr)
         return 1
-    # deferred: the log sinks' and the HTTP layer's settings (~50 ms of imports) are read once the command line
-    # is accepted: --help, --version and a refused option never pay for them
+    # deferred: the log sinks' and the HTTP layer's settings (~50 ms of imports) are read once the command
+    # line is accepted: --help, --version and a refused option never pay for them
     from ..api.auth import AuthConfig
     from ..api.cors import CorsConfig
     from ..api.vertex_settings import VertexSettings
