@@ -47,7 +47,7 @@ def _type_checking_lines(tree: ast.AST) -> set[int]:
     for node in ast.walk(tree):
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
             for child in node.body:
-                out.update(range(child.lineno, child.end_lineno + 1))
+                out.update(range(child.lineno, (child.end_lineno or child.lineno) + 1))
     return out
 
 
@@ -76,8 +76,8 @@ def test_every_import_inside_a_function_says_why():
         lines = source.splitlines()
         tree = ast.parse(source)
         skip = _type_checking_lines(tree)
-        imports = [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
-        import_lines = {n for node in imports for n in range(node.lineno, node.end_lineno + 1)}
+        import_lines = {n for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
+                        for n in range(node.lineno, (node.end_lineno or node.lineno) + 1)}
         for func in ast.walk(tree):
             if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue

@@ -107,7 +107,7 @@ def build_state(args, prog: str, auth, cors, vertex):
     spec_types, draft = speculative_config(args, tokenizer, prog)
     ngram_simple = ngram_simple_config(args) if "ngram-simple" in spec_types else None
     if encoder is not None:
-        engine = EncoderWorker(checkpoint, encoder)
+        engine: Engine | EncoderWorker = EncoderWorker(checkpoint, encoder)
         log.warning("%s mode (pooling %s): the completion and chat routes answer 501 here, where b10621 runs "
                     "them against the encoder and fails each with a 500", encoder.mode, encoder.pooling)
     else:
