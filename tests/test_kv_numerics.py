@@ -115,7 +115,7 @@ def test_an_f16_cache_is_stored_in_16_bits_and_computes_what_its_f32_holder_did(
     logits += [runner.decode(cache, t) for t in (7042, 30)]
     assert {(c.keys.dtype, c.values.dtype) for c in cache} == {(mx.float16, mx.float16)}
     snap, nbytes = runner.snapshot(cache, 7)
-    assert sum(k.nbytes + v.nbytes for k, v in snap) < nbytes  # the arrays are no bigger than b10621's state
+    assert sum(k.nbytes + v.nbytes for k, v in snap.kv()) < nbytes  # the arrays are no bigger than b10621's state
     f32 = open_backend(load_checkpoint(twin_f32.mlx_dir), kv=KVNumerics("f32", "f32", True))  # read cast to f16
     if not native:
         f32.native_decode = f32.native_prefill = False

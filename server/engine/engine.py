@@ -266,9 +266,9 @@ class Engine:
         sched = Scheduler(c.n_slots, c.n_batch, c.cont_batching, c.ubatch)
         try:
             started = time.perf_counter()
-            self._loaded = loaded = self._load(sched)
+            self._loaded = self._load(sched)  # (no local: this frame lives as long as the engine, asleep too)
             log.info("model loaded in %.2f s (%s, %s, n_ctx=%d per slot, %d slot(s))", time.perf_counter() - started,
-                     self.checkpoint, type(loaded.backend).__name__, self.info.n_ctx, c.n_slots)
+                     self.checkpoint, type(self._loaded.backend).__name__, self.info.n_ctx, c.n_slots)
         except Exception as exc:  # the server reports load failures and exits
             self.load_error = f"{type(exc).__name__}: {exc}"
             log.error("failed to load model: %s", self.load_error)
