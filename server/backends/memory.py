@@ -5,12 +5,12 @@ from __future__ import annotations
 import ctypes
 import gc
 
+import mlx.core as mx
+
 
 def hand_back() -> None:
     """Python's cycles collected, MLX's buffer cache emptied and the C heap's free pages returned: without
     the last, glibc keeps a freed model's pages and the process's RSS stays at its peak."""
-    import mlx.core as mx
-
     gc.collect()
     mx.clear_cache()
     try:

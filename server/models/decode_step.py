@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 import weakref
 
 import mlx.core as mx
@@ -26,7 +27,9 @@ from mlx_lm.models.cache import BatchKVCache, KVCache
 
 from .. import blas, cpu_kernels
 from . import batch_cache
-from .quantized_twins import pointer
+from .cpu_layers import FusedLinear, KernelAttention, KernelMLP
+from .loader import TransposedLinear
+from .quantized_twins import drop_panels, pointer
 from .yarn import YarnRoPE
 
 MAX_ROWS = 16  # the few-row products' limit (cpu_kernels.c SMALL_M): more rows decode through MLX
@@ -35,9 +38,6 @@ _VOID_P = ctypes.c_void_p
 
 def _layer_weights(layer) -> list[mx.array] | None:
     """A block's six weights in the step's layout, or None when the block is not one the step runs."""
-    from .cpu_layers import FusedLinear, KernelAttention, KernelMLP
-    from .loader import TransposedLinear
-
     attn, mlp = layer.self_attn, layer.mlp
     if not (type(attn) is KernelAttention and type(mlp) is KernelMLP and "qkv_proj" in attn
             and "gate_up_proj" in mlp):
@@ -67,8 +67,6 @@ def _ggml_order_weights(native, model, layer_weights: list[list[mx.array]], dims
     Costs a second copy of those weights (float32, as ggml keeps them), in place of the few-row kernels' panels
     (quantized_twins.register_panels), which are dropped: products through MLX (adapters, steering) then run
     without them."""
-    import os
-
     if os.environ.get(GGML_ORDER_ENV, "1") == "0" or not native.mlxcel_has_avx2():
         return None
     if any(native.mlxcel_has_quant_twin(ctypes.c_void_p(pointer(w))) for ws in layer_weights for w in ws):
@@ -81,8 +79,6 @@ def _ggml_order_weights(native, model, layer_weights: list[list[mx.array]], dims
     if not model.args.tie_word_embeddings:
         out.append(mx.contiguous(model.lm_head.weight_t.T))
     mx.eval(out)
-    from .quantized_twins import drop_panels
-
     drop_panels(model)  # the native steps no longer read the panels: their copy goes, this one stays
     return out
 
@@ -124,8 +120,6 @@ class DecodeStep:
         layer_weights = [_layer_weights(layer) for layer in trunk.layers]
         if not layer_weights or any(w is None for w in layer_weights):
             return None
-        from .loader import TransposedLinear
-
         if args.tie_word_embeddings:
             head = trunk.embed_tokens.weight
         elif type(model.lm_head) is TransposedLinear and "bias" not in model.lm_head:
