@@ -53,8 +53,11 @@ def pytest_collection_finish(session):
     """How many server states (own-server pairs) the selected corpus cases need: shown as [pair i/n]."""
     from oracle.corpus import server_states
 
-    cases = [item.callspec.params["case"] for item in session.items if item.get_closest_marker("own_server")
-             and hasattr(item, "callspec") and "case" in item.callspec.params]
+    cases = [
+        item.callspec.params["case"]
+        for item in session.items
+        if item.get_closest_marker("own_server") and hasattr(item, "callspec") and "case" in item.callspec.params
+    ]
     session.config._mlxcel_pairs = len(server_states(cases))
 
 
@@ -184,8 +187,13 @@ def corpus_servers(request):
             p.cleanup()
         current.update(key=None, urls=None, procs=[])
 
-    def get(twin_kind: str, args: tuple[str, ...], with_reference: bool = True, state: str | None = None,
-            store: bool = False):
+    def get(
+        twin_kind: str,
+        args: tuple[str, ...],
+        with_reference: bool = True,
+        state: str | None = None,
+        store: bool = False,
+    ):
         key = (state or (twin_kind, args), with_reference)
         if current["key"] != key:
             stop()
@@ -200,9 +208,11 @@ def corpus_servers(request):
                 total = getattr(request.config, "_mlxcel_pairs", 0)
                 capture = request.config.pluginmanager.get_plugin("capturemanager")
                 with capture.global_and_fixture_disabled():  # past pytest's capture of the test's output
-                    reporter.write_line(f"[pair {current['started']}/{total}"
-                                        f"{'' if with_reference else ', recorded reference'}] {twin_kind}: "
-                                        f"{flags[:90] + '...' if len(flags) > 90 else flags}")
+                    reporter.write_line(
+                        f"[pair {current['started']}/{total}"
+                        f"{'' if with_reference else ', recorded reference'}] {twin_kind}: "
+                        f"{flags[:90] + '...' if len(flags) > 90 else flags}"
+                    )
             current["procs"].extend(both)
             start_together(*both)  # side by side: the pair is up in the time of the slower one
             current.update(key=key, urls=(mine.base_url, ref.base_url if ref is not None else None))

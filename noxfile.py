@@ -5,6 +5,7 @@ from __future__ import annotations
 import nox
 
 nox.options.sessions = ["tests"]
+LINTED = ("server", "oracle", "compat", "conformance", "tests", "fixtures", "noxfile.py", "conftest.py")
 nox.options.default_venv_backend = "venv"
 
 
@@ -29,19 +30,38 @@ def _live_share(session: nox.Session) -> str:
     return f"{int(count or 0) % LIVE_SHARES}/{LIVE_SHARES}"
 
 
+def _static_checks(session: nox.Session) -> None:
+    """ruff (pyflakes, pycodestyle, bugbear, import order, complexity), ruff format, mypy on the engine / backend /
+    API boundary, and the import layers (pyproject.toml's settings for each)."""
+    session.run("ruff", "check", *LINTED)
+    session.run("ruff", "format", "--check", *LINTED)
+    session.run("mypy")
+    session.run("lint-imports")
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """The static checks alone (nox -s tests runs them first)."""
+    session.install("-e", ".[test]")
+    _static_checks(session)
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     """Every test: the unit tier, the reliability suites, then conformance against the reference (built once,
     cached outside the repo) on every case, the reference live for this run's share (see _live_share)."""
     session.install("-e", ".[test]")
+    _static_checks(session)
     session.run("python", "-m", "compat.validate", "--check-issues-open")
     session.run("python", "-m", "compat.claims")
     session.run("mlxcel-oracle", "reference")  # build (or reuse) the reference before the clock of any test
     evidence = ".oracle/evidence"
     session.run("rm", "-rf", evidence, external=True)
     env = {"MLXCEL_EVIDENCE_DIR": evidence, "MLXCEL_LIVE_SHARE": _live_share(session)}
-    session.log(f"MLXCEL_LIVE_SHARE={env['MLXCEL_LIVE_SHARE']}: the reference live for that share of the recorded "
-                "cases, every changed or unrecorded one and the suites without recordings (docs/testing.md)")
+    session.log(
+        f"MLXCEL_LIVE_SHARE={env['MLXCEL_LIVE_SHARE']}: the reference live for that share of the recorded "
+        "cases, every changed or unrecorded one and the suites without recordings (docs/testing.md)"
+    )
     session.run("pytest", "-q", "-p", "no:cacheprovider", *session.posargs, env=env)
     session.run("mlxcel-oracle", "verify", env=env)
     session.run("mlxcel-oracle", "report", env=env)
@@ -76,12 +96,30 @@ def extract(session: nox.Session) -> None:
     """Regenerate the manifest's facts from the reference build and its pinned sources."""
     session.install("-e", ".")
     binary = session.run("mlxcel-oracle", "reference", silent=True).strip().splitlines()[-1]
-    src = session.run("python", "-c", "from oracle.reference import source_tree; print(source_tree())",
-                      silent=True).strip().splitlines()[-1]
-    sdist = session.run("python", "-c", "from oracle.reference import SDIST_NAME; from server.cachedir import "
-                        "cache_root; print(cache_root() / 'reference' / SDIST_NAME)", silent=True).strip()
-    session.run("python", "-m", "compat.extract", "--llama-server", binary, "--source-dir", src, "--sdist", sdist,
-                *session.posargs)
+    src = (
+        session.run("python", "-c", "from oracle.reference import source_tree; print(source_tree())", silent=True)
+        .strip()
+        .splitlines()[-1]
+    )
+    sdist = session.run(
+        "python",
+        "-c",
+        "from oracle.reference import SDIST_NAME; from server.cachedir import "
+        "cache_root; print(cache_root() / 'reference' / SDIST_NAME)",
+        silent=True,
+    ).strip()
+    session.run(
+        "python",
+        "-m",
+        "compat.extract",
+        "--llama-server",
+        binary,
+        "--source-dir",
+        src,
+        "--sdist",
+        sdist,
+        *session.posargs,
+    )
 
 
 @nox.session

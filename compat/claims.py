@@ -17,8 +17,11 @@ from .schema import MANIFEST_DIR, load_json, shard_files
 
 BINARIES = {
     "mlxcel-server": ["-c", "from server.cli.main import server_main; server_main()"],
-    "mlxcel serve": ["-c", "import sys; sys.argv[0] = 'mlxcel'; from server.cli.main import mlxcel_main; mlxcel_main()",
-                     "serve"],
+    "mlxcel serve": [
+        "-c",
+        "import sys; sys.argv[0] = 'mlxcel'; from server.cli.main import mlxcel_main; mlxcel_main()",
+        "serve",
+    ],
 }
 
 
@@ -61,7 +64,7 @@ def load_entries(manifest_dir: Path = MANIFEST_DIR) -> list[dict]:
     return [e for p in shard_files(manifest_dir) for e in load_json(p).get("entries", [])]
 
 
-def check_claims(entries: list[dict], s: Surfaces) -> list[str]:
+def check_claims(entries: list[dict], s: Surfaces) -> list[str]:  # noqa: C901
     errors: list[str] = []
     accepted = {b: {sp: o for o in opts for sp in o["spellings"]} for b, opts in s.flags.items()}
     b10621_spellings = set()
@@ -79,8 +82,10 @@ def check_claims(entries: list[dict], s: Surfaces) -> list[str]:
                 got = {sp for sp in e["spellings"] if sp in acc}
                 if got != want:
                     if got - want:
-                        errors.append(f"{eid}: {b} accepts {sorted(got - want)} but the manifest does not claim it "
-                                      f"(flip the entry's claim and state)")
+                        errors.append(
+                            f"{eid}: {b} accepts {sorted(got - want)} but the manifest does not claim it "
+                            f"(flip the entry's claim and state)"
+                        )
                     if want - got:
                         errors.append(f"{eid}: claims {sorted(want - got)} but {b} does not accept it")
                 bound = {acc[sp].get("env") for sp in got} - {None}

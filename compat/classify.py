@@ -9,12 +9,29 @@ from __future__ import annotations
 import re
 
 # our tracker's issue numbers (compat/llama-server/b10621/issues.json has titles and states)
-FOUNDATIONS, MANIFEST, ORACLE, ENGINE, SAMPLING, CHAT, CLI, PERF, RELIABILITY, EMBEDDINGS, OPERATIONS, \
-    ROUTER, SPECULATIVE = 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14
+(
+    FOUNDATIONS,
+    MANIFEST,
+    ORACLE,
+    ENGINE,
+    SAMPLING,
+    CHAT,
+    CLI,
+    PERF,
+    RELIABILITY,
+    EMBEDDINGS,
+    OPERATIONS,
+    ROUTER,
+    SPECULATIVE,
+) = 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14
 
 _OPTION_RULES: tuple[tuple[str, str, int], ...] = (
     (r"^--api-key", "authentication", CLI),
-    (r"^--(host|port|reuse-port|api-prefix|ssl-|cors-|timeout$|threads-http|sse-ping-interval)", "transport-tls-cors", CLI),
+    (
+        r"^--(host|port|reuse-port|api-prefix|ssl-|cors-|timeout$|threads-http|sse-ping-interval)",
+        "transport-tls-cors",
+        CLI,
+    ),
     (r"^--(log-|verbose|verbosity|offline-log|help|version|completion-bash)|-default$", "logging-and-presets", CLI),
     (r"^--(lora|control-vector)", "lora-adapters", ROUTER),
     (r"^--(models-)", "router-models", ROUTER),
@@ -25,11 +42,19 @@ _OPTION_RULES: tuple[tuple[str, str, int], ...] = (
     (r"^--(ui|webui|tools|mcp-|agent|path$)", "ui-tools-mcp-gcp", CLI),
     (r"^--(metrics|props|slots|slot-save-path|sleep-idle-seconds)", "observability-and-slots", OPERATIONS),
     (r"^--(model$|model-url|docker-repo|hf-|offline$|alias|tags|override-kv|cache-list)", "model-source", CLI),
-    (r"^--(samplers|seed|sampler-seq|ignore-eos|temp|top-|min-p|xtc-|typical|repeat-|presence-|frequency-|dry-|"
-     r"adaptive-|dynatemp-|mirostat|logit-bias|grammar|json-schema|backend-sampling)", "sampling-and-grammar", SAMPLING),
-    (r"^--(threads|cpu-|prio|poll|numa|device|list-devices|override-tensor|cpu-moe|n-cpu-moe|gpu-layers|split-mode|"
-     r"tensor-split|main-gpu|fit|check-tensors|op-offload|rpc|mlock|mmap|direct-io|load-mode|repack|no-host|"
-     r"kv-offload|flash-attn|perf)", "ggml-runtime", CLI),
+    (
+        r"^--(samplers|seed|sampler-seq|ignore-eos|temp|top-|min-p|xtc-|typical|repeat-|presence-|frequency-|dry-|"
+        r"adaptive-|dynatemp-|mirostat|logit-bias|grammar|json-schema|backend-sampling)",
+        "sampling-and-grammar",
+        SAMPLING,
+    ),
+    (
+        r"^--(threads|cpu-|prio|poll|numa|device|list-devices|override-tensor|cpu-moe|n-cpu-moe|gpu-layers|split-mode|"
+        r"tensor-split|main-gpu|fit|check-tensors|op-offload|rpc|mlock|mmap|direct-io|load-mode|repack|no-host|"
+        r"kv-offload|flash-attn|perf)",
+        "ggml-runtime",
+        CLI,
+    ),
     (r"^--(rope-|yarn-)", "runtime-and-context", SPECULATIVE),
     (r".", "runtime-and-context", ENGINE),
 )
@@ -48,11 +73,19 @@ _ROUTE_RULES: tuple[tuple[str, str, int], ...] = (
 )
 
 _FIELD_RULES: tuple[tuple[str, str, int], ...] = (
-    (r"^field:(top_|min_p|xtc_|typical_p|temperature|dynatemp_|repeat_|frequency_|presence_|dry_|mirostat|"
-     r"adaptive_|seed|n_probs|min_keep|backend_sampling|post_sampling_probs|json_schema|grammar|logit_bias|"
-     r"ignore_eos|stop$|samplers|preserved_tokens)", "sampling-and-grammar", SAMPLING),
-    (r"^field:(chat_format|reasoning_format|generation_prompt|parse_tool_calls|chat_parser|continue_final_message|"
-     r"echo|reasoning_budget|message_delimiters)", "chat-templates", CHAT),
+    (
+        r"^field:(top_|min_p|xtc_|typical_p|temperature|dynatemp_|repeat_|frequency_|presence_|dry_|mirostat|"
+        r"adaptive_|seed|n_probs|min_keep|backend_sampling|post_sampling_probs|json_schema|grammar|logit_bias|"
+        r"ignore_eos|stop$|samplers|preserved_tokens)",
+        "sampling-and-grammar",
+        SAMPLING,
+    ),
+    (
+        r"^field:(chat_format|reasoning_format|generation_prompt|parse_tool_calls|chat_parser|continue_final_message|"
+        r"echo|reasoning_budget|message_delimiters)",
+        "chat-templates",
+        CHAT,
+    ),
     (r"^field:reasoning_control$", "streams-and-realtime", OPERATIONS),
     (r"^field:lora$", "lora-adapters", ROUTER),
     (r"^field:speculative\.", "speculative", SPECULATIVE),

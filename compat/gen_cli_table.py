@@ -74,7 +74,7 @@ def registrations(arg_cpp: str) -> list[dict]:
     for m in re.finditer(r"add_opt\(common_arg\(", arg_cpp):
         open_paren = m.end() - 1
         end = _balanced(arg_cpp, open_paren)
-        body = arg_cpp[open_paren + 1:end - 1]
+        body = arg_cpp[open_paren + 1 : end - 1]
         tail_end = arg_cpp.index(";", end)
         tail = arg_cpp[end:tail_end]
         first_end = _balanced(body, body.index("{"))
@@ -99,22 +99,31 @@ def registrations(arg_cpp: str) -> list[dict]:
         env = re.search(r'\.set_env\("([A-Z0-9_]+)"\)', tail)
         examples = re.search(r"\.set_examples\(\{([^}]*)\}\)", tail)
         excludes = re.search(r"\.set_excludes\(\{([^}]*)\}\)", tail)
-        out.append({
-            "spellings": spellings, "negatives": negatives, "kind": kind, "env": env.group(1) if env else None,
-            "examples": set(re.findall(r"LLAMA_EXAMPLE_\w+", examples.group(1))) if examples else
-            {"LLAMA_EXAMPLE_COMMON"},
-            "excludes": set(re.findall(r"LLAMA_EXAMPLE_\w+", excludes.group(1))) if excludes else set(),
-            "preset_only": ".set_preset_only()" in tail,
-        })
+        out.append(
+            {
+                "spellings": spellings,
+                "negatives": negatives,
+                "kind": kind,
+                "env": env.group(1) if env else None,
+                "examples": set(re.findall(r"LLAMA_EXAMPLE_\w+", examples.group(1)))
+                if examples
+                else {"LLAMA_EXAMPLE_COMMON"},
+                "excludes": set(re.findall(r"LLAMA_EXAMPLE_\w+", excludes.group(1))) if excludes else set(),
+                "preset_only": ".set_preset_only()" in tail,
+            }
+        )
     return out
 
 
 def _in_server(reg: dict) -> bool:
-    return ({"LLAMA_EXAMPLE_SERVER", "LLAMA_EXAMPLE_COMMON"} & reg["examples"]) and \
-        "LLAMA_EXAMPLE_SERVER" not in reg["excludes"] and not reg["preset_only"]
+    return (
+        ({"LLAMA_EXAMPLE_SERVER", "LLAMA_EXAMPLE_COMMON"} & reg["examples"])
+        and "LLAMA_EXAMPLE_SERVER" not in reg["excludes"]
+        and not reg["preset_only"]
+    )
 
 
-def build_table(arg_cpp: str, manifest_dir: Path = MANIFEST_DIR) -> list[dict]:
+def build_table(arg_cpp: str, manifest_dir: Path = MANIFEST_DIR) -> list[dict]:  # noqa: C901
     entries = {}
     for path in shard_files(manifest_dir):
         for e in load_json(path).get("entries", []):
@@ -137,11 +146,19 @@ def build_table(arg_cpp: str, manifest_dir: Path = MANIFEST_DIR) -> list[dict]:
         matched.add(key)
         shard, e = entries[key]
         hints = (e["value_hint"] or "").split(" ") if reg["kind"] == "str_str" else [e["value_hint"]]
-        table.append({
-            "id": e["id"], "shard": shard, "spellings": tuple(reg["spellings"]), "negatives": tuple(reg["negatives"]),
-            "kind": reg["kind"], "env": reg["env"], "metavar": tuple(h for h in hints if h),
-            "default": e["default"], "help": e["description"],
-        })
+        table.append(
+            {
+                "id": e["id"],
+                "shard": shard,
+                "spellings": tuple(reg["spellings"]),
+                "negatives": tuple(reg["negatives"]),
+                "kind": reg["kind"],
+                "env": reg["env"],
+                "metavar": tuple(h for h in hints if h),
+                "default": e["default"],
+                "help": e["description"],
+            }
+        )
         if reg["env"] != e["env"] and not (reg["env"] is None and e["env"] == "HF_TOKEN"):
             raise ValueError(f"{e['id']}: arg.cpp binds {reg['env']}, --help says {e['env']}")
     missing = sorted(e["id"] for k, (_, e) in entries.items() if k not in matched)

@@ -37,7 +37,7 @@ def _balanced_default(text: str) -> str | None:
         elif text[i] == ")":
             depth -= 1
             if depth == 0:
-                return text[start + len("(default: "): i]
+                return text[start + len("(default: ") : i]
         i += 1
     return None
 
@@ -69,7 +69,7 @@ def parse_help(help_text: str) -> list[dict]:
             finish()
             head, desc = line, ""
             # arg.cpp pads a head of at most 37 characters to column 40; a longer one ends the line
-            if len(line) > DESCRIPTION_COLUMN and line[DESCRIPTION_COLUMN - 3:DESCRIPTION_COLUMN] == "   ":
+            if len(line) > DESCRIPTION_COLUMN and line[DESCRIPTION_COLUMN - 3 : DESCRIPTION_COLUMN] == "   ":
                 head, desc = line[:DESCRIPTION_COLUMN], line[DESCRIPTION_COLUMN:]
             spellings, rest = _split_head(head.rstrip())
             longs = [s for s in spellings if s.startswith("--")]
@@ -172,9 +172,15 @@ def parse_routes(server_cpp: str) -> list[dict]:
                 if prev and cond and prev != cond:
                     seen[rid]["condition"] = None  # registered on every branch: unconditional
                 continue
-            seen[rid] = {"kind": "route", "id": rid, "method": method, "path": path,
-                         "source": "tools/server/server.cpp", "condition": cond,
-                         "discovery": "source-route-registration"}
+            seen[rid] = {
+                "kind": "route",
+                "id": rid,
+                "method": method,
+                "path": path,
+                "source": "tools/server/server.cpp",
+                "condition": cond,
+                "discovery": "source-route-registration",
+            }
     return list(seen.values())
 
 
@@ -182,20 +188,41 @@ def parse_http_literal_routes(server_http_cpp: str) -> list[dict]:
     out = []
     if 'srv->Get(params.api_prefix + "/",' in server_http_cpp:
         for path in ("/", "/index.html"):
-            out.append({"kind": "route", "id": f"GET {path}", "method": "GET", "path": path,
-                        "source": "tools/server/server-http.cpp", "condition": "the web UI is enabled (--ui)",
-                        "discovery": "source-ui-index-registration"})
+            out.append(
+                {
+                    "kind": "route",
+                    "id": f"GET {path}",
+                    "method": "GET",
+                    "path": path,
+                    "source": "tools/server/server-http.cpp",
+                    "condition": "the web UI is enabled (--ui)",
+                    "discovery": "source-ui-index-registration",
+                }
+            )
     m = re.search(r'getenv\("AIP_PREDICT_ROUTE",\s*"([^"]+)"', server_http_cpp)
     if m:
-        out.append({"kind": "route", "id": f"POST {m.group(1)}", "method": "POST", "path": m.group(1),
-                    "source": "tools/server/server-http.cpp", "condition": "AIP_MODE=PREDICTION",
-                    "discovery": "source-gcp-predict-default"})
+        out.append(
+            {
+                "kind": "route",
+                "id": f"POST {m.group(1)}",
+                "method": "POST",
+                "path": m.group(1),
+                "source": "tools/server/server-http.cpp",
+                "condition": "AIP_MODE=PREDICTION",
+                "discovery": "source-gcp-predict-default",
+            }
+        )
     return out
 
 
 _FIELD = re.compile(r"new (field_[a-z_]+)\(\s*\"([^\"]+)\"")
-_FIELD_TYPES = {"field_bool": "bool", "field_num": "number", "field_str": "string", "field_json": "json",
-                "field_nested": "object"}
+_FIELD_TYPES = {
+    "field_bool": "bool",
+    "field_num": "number",
+    "field_str": "string",
+    "field_json": "json",
+    "field_nested": "object",
+}
 
 
 @dataclass
@@ -215,8 +242,13 @@ def parse_schema_fields(schema_cpp: str) -> list[dict]:
     body = text[start:end]
     fields: list[_Field] = []
     # walk the declarations in order; a field_nested's subfields are declared inside add_subfield(...)
-    tokens = list(re.finditer(r"new (field_[a-z_]+)\(\s*\"([^\"]+)\"|add_alias\(\"([^\"]+)\"\)|"
-                              r"set_desc\(\"((?:[^\"\\]|\\.)*)\"\)|add_subfield\(|\badd\(\(", body))
+    tokens = list(
+        re.finditer(
+            r"new (field_[a-z_]+)\(\s*\"([^\"]+)\"|add_alias\(\"([^\"]+)\"\)|"
+            r"set_desc\(\"((?:[^\"\\]|\\.)*)\"\)|add_subfield\(|\badd\(\(",
+            body,
+        )
+    )
     nested_parent: str | None = None
     stack: list[_Field] = []
     for t in tokens:
@@ -237,15 +269,31 @@ def parse_schema_fields(schema_cpp: str) -> list[dict]:
             if target is not None:
                 target.desc = t.group(4).encode().decode("unicode_escape")
     out = [
-        {"kind": "native_request_field", "id": f"field:{f.parent + '.' if f.parent else ''}{f.name}",
-         "field": f.name, "aliases": f.aliases, "parent": f.parent, "field_type": f.ftype,
-         "description": f.desc, "discovery": "source-schema-declaration"}
+        {
+            "kind": "native_request_field",
+            "id": f"field:{f.parent + '.' if f.parent else ''}{f.name}",
+            "field": f.name,
+            "aliases": f.aliases,
+            "parent": f.parent,
+            "field_type": f.ftype,
+            "description": f.desc,
+            "discovery": "source-schema-declaration",
+        }
         for f in fields
     ]
     for name, ftype, desc in OUTSIDE_SCHEMA_FIELDS:
-        out.append({"kind": "native_request_field", "id": f"field:{name}", "field": name, "aliases": [],
-                    "parent": None, "field_type": ftype, "description": desc,
-                    "discovery": "source-read-outside-schema"})
+        out.append(
+            {
+                "kind": "native_request_field",
+                "id": f"field:{name}",
+                "field": name,
+                "aliases": [],
+                "parent": None,
+                "field_type": ftype,
+                "description": desc,
+                "discovery": "source-read-outside-schema",
+            }
+        )
     return out
 
 

@@ -16,22 +16,55 @@ HONEST_ALTERNATIVES = ("aliased", "not_applicable", "deferred", "by_design")
 NEEDS_ISSUE = ("aliased", "not_applicable", "deferred")
 
 FACT_KEYS = {
-    "option": ("kind", "id", "section", "spellings", "long_spellings", "value_hint", "env", "default",
-               "description", "discovery"),
+    "option": (
+        "kind",
+        "id",
+        "section",
+        "spellings",
+        "long_spellings",
+        "value_hint",
+        "env",
+        "default",
+        "description",
+        "discovery",
+    ),
     "route": ("kind", "id", "method", "path", "source", "condition", "discovery"),
     "native_request_field": ("kind", "id", "field", "aliases", "parent", "field_type", "description", "discovery"),
 }
 POLICY_KEYS = ("state", "issue", "test", "notes", "divergence", "rationale", "mlxcel")
-CLAIM_KEYS = ("accepted_spellings", "accepted_on_one_binary_only", "env", "env_binding", "env_test", "defaults",
-              "hidden", "route", "field", "refusal_is_the_behaviour")
+CLAIM_KEYS = (
+    "accepted_spellings",
+    "accepted_on_one_binary_only",
+    "env",
+    "env_binding",
+    "env_test",
+    "defaults",
+    "hidden",
+    "route",
+    "field",
+    "refusal_is_the_behaviour",
+)
 RATIONALE_KEYS = ("kind", "reason", "revisit_if")
 RATIONALE_KINDS = ("architectural", "policy")
 
 SHARDS = (
-    "authentication", "chat-templates", "embeddings-and-rerank", "ggml-runtime", "logging-and-presets",
-    "lora-adapters", "model-source", "multimodal-and-audio", "observability-and-slots", "router-models",
-    "routes", "runtime-and-context", "sampling-and-grammar", "speculative", "streams-and-realtime",
-    "transport-tls-cors", "ui-tools-mcp-gcp",
+    "authentication",
+    "chat-templates",
+    "embeddings-and-rerank",
+    "ggml-runtime",
+    "logging-and-presets",
+    "lora-adapters",
+    "model-source",
+    "multimodal-and-audio",
+    "observability-and-slots",
+    "router-models",
+    "routes",
+    "runtime-and-context",
+    "sampling-and-grammar",
+    "speculative",
+    "streams-and-realtime",
+    "transport-tls-cors",
+    "ui-tools-mcp-gcp",
 )
 
 
@@ -54,8 +87,11 @@ def dumps(obj) -> str:
 
 
 def shard_document(area: str, entries: list[dict]) -> dict:
-    return {"schema_version": SCHEMA_VERSION, "area": area,
-            "entries": [canonical_entry(e) for e in sort_entries(entries)]}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "area": area,
+        "entries": [canonical_entry(e) for e in sort_entries(entries)],
+    }
 
 
 def load_json(path: Path):
@@ -63,5 +99,4 @@ def load_json(path: Path):
 
 
 def shard_files(manifest_dir: Path) -> list[Path]:
-    return sorted(p for p in manifest_dir.glob("*.json")
-                  if p.name not in (PIN_FILE, ISSUES_FILE))
+    return sorted(p for p in manifest_dir.glob("*.json") if p.name not in (PIN_FILE, ISSUES_FILE))

@@ -1,6 +1,6 @@
 """The manifest gate: every schema-4 rule, each failure naming the file, the entry and the rule.
 
-    python -m compat.validate [--manifest-dir DIR] [--check-issues-open]
+python -m compat.validate [--manifest-dir DIR] [--check-issues-open]
 """
 
 from __future__ import annotations
@@ -13,9 +13,26 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .refusals import case_outcomes, refusal_only
-from .schema import (CLAIM_KEYS, FACT_KEYS, HONEST_ALTERNATIVES, ISSUES_FILE, MANIFEST_DIR, NEEDS_ISSUE, PIN_FILE,
-                     RATIONALE_KEYS, RATIONALE_KINDS, SCHEMA_VERSION, SHARDS, STATES, UNCLASSIFIED_FILE, dumps,
-                     entry_keys, load_json, shard_document, shard_files)
+from .schema import (
+    CLAIM_KEYS,
+    FACT_KEYS,
+    HONEST_ALTERNATIVES,
+    ISSUES_FILE,
+    MANIFEST_DIR,
+    NEEDS_ISSUE,
+    PIN_FILE,
+    RATIONALE_KEYS,
+    RATIONALE_KINDS,
+    SCHEMA_VERSION,
+    SHARDS,
+    STATES,
+    UNCLASSIFIED_FILE,
+    dumps,
+    entry_keys,
+    load_json,
+    shard_document,
+    shard_files,
+)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -69,7 +86,7 @@ def stale_pending(e: dict, issues: dict) -> list[str]:
     return stale
 
 
-def _check_entry(fname: str, e: dict, owners: set[int], root: Path) -> list[Violation]:
+def _check_entry(fname: str, e: dict, owners: set[int], root: Path) -> list[Violation]:  # noqa: C901
     eid = e.get("id", "<no id>")
     v: list[Violation] = []
 
@@ -95,8 +112,11 @@ def _check_entry(fname: str, e: dict, owners: set[int], root: Path) -> list[Viol
         bad("divergence-shape", "divergence must be a list of non-empty strings")
         div = []
     if state == "supported" and div:
-        bad("supported-divergence", "a supported entry may not record a divergence; use one of "
-            f"{', '.join(HONEST_ALTERNATIVES)} and name the owning issue")
+        bad(
+            "supported-divergence",
+            "a supported entry may not record a divergence; use one of "
+            f"{', '.join(HONEST_ALTERNATIVES)} and name the owning issue",
+        )
     if state == "supported" and not e["test"]:
         bad("supported-evidence", "a supported entry needs a test pointer into conformance/ (oracle evidence)")
     if state == "supported" and e["test"] and not str(e["test"]).startswith("conformance/"):
@@ -147,16 +167,16 @@ def _check_entry(fname: str, e: dict, owners: set[int], root: Path) -> list[Viol
     return v
 
 
-def validate(manifest_dir: Path = MANIFEST_DIR, check_issues_open: bool = False,
-             root: Path = REPO_ROOT) -> list[Violation]:
+def validate(  # noqa: C901
+    manifest_dir: Path = MANIFEST_DIR, check_issues_open: bool = False, root: Path = REPO_ROOT
+) -> list[Violation]:
     out: list[Violation] = []
     pin = load_json(manifest_dir / PIN_FILE)
     if pin.get("schema_version") != SCHEMA_VERSION:
         out.append(Violation(PIN_FILE, None, "schema-version", f"schema_version must be {SCHEMA_VERSION}"))
     owners_by_shard = {k: set(v.get("owners", [])) for k, v in pin.get("shards", {}).items()}
     if set(owners_by_shard) != set(SHARDS):
-        out.append(Violation(PIN_FILE, None, "shard-map",
-                             f"pin.json shards must be exactly {', '.join(SHARDS)}"))
+        out.append(Violation(PIN_FILE, None, "shard-map", f"pin.json shards must be exactly {', '.join(SHARDS)}"))
     issues = {}
     if check_issues_open:
         issues = load_json(manifest_dir / ISSUES_FILE).get("issues", {})
@@ -166,8 +186,14 @@ def validate(manifest_dir: Path = MANIFEST_DIR, check_issues_open: bool = False,
     for path in shard_files(manifest_dir):
         fname = path.name
         if fname == UNCLASSIFIED_FILE:
-            out.append(Violation(fname, None, "unclassified",
-                                 "entries new upstream must be classified into a shard before the gate passes"))
+            out.append(
+                Violation(
+                    fname,
+                    None,
+                    "unclassified",
+                    "entries new upstream must be classified into a shard before the gate passes",
+                )
+            )
             continue
         doc = load_json(path)
         area = path.stem
@@ -175,8 +201,11 @@ def validate(manifest_dir: Path = MANIFEST_DIR, check_issues_open: bool = False,
             out.append(Violation(fname, None, "shard-map", f"{fname} is not one of the {len(SHARDS)} shards"))
             continue
         if doc.get("schema_version") != SCHEMA_VERSION or doc.get("area") != area:
-            out.append(Violation(fname, None, "schema-version",
-                                 f"a shard carries schema_version {SCHEMA_VERSION} and area '{area}'"))
+            out.append(
+                Violation(
+                    fname, None, "schema-version", f"a shard carries schema_version {SCHEMA_VERSION} and area '{area}'"
+                )
+            )
         entries = doc.get("entries", [])
         for e in entries:
             eid = e.get("id", "<no id>")
@@ -186,25 +215,49 @@ def validate(manifest_dir: Path = MANIFEST_DIR, check_issues_open: bool = False,
             out.extend(_check_entry(fname, e, owners_by_shard.get(area, set()), root))
             refusals = refusal_only(e, outcomes)
             if refusals and not (e.get("mlxcel") or {}).get("refusal_is_the_behaviour"):
-                out.append(Violation(fname, eid, "refusal-only",
-                                     f"supported, yet its only oracle evidence is refusals both servers give "
-                                     f"({', '.join(refusals)}): a refusal is not support; reclassify it, or claim "
-                                     f"refusal_is_the_behaviour where refusing is all b10621 does"))
+                out.append(
+                    Violation(
+                        fname,
+                        eid,
+                        "refusal-only",
+                        f"supported, yet its only oracle evidence is refusals both servers give "
+                        f"({', '.join(refusals)}): a refusal is not support; reclassify it, or claim "
+                        f"refusal_is_the_behaviour where refusing is all b10621 does",
+                    )
+                )
             if check_issues_open and e.get("state") == "deferred" and isinstance(e.get("issue"), int):
                 state = issues.get(str(e["issue"]), {}).get("state")
                 if state != "open":
-                    out.append(Violation(fname, eid, "issue-open",
-                                         f"deferred to issue {e['issue']}, which is {state or 'unknown'} in "
-                                         f"{ISSUES_FILE}: implement it or reclassify the entry"))
+                    out.append(
+                        Violation(
+                            fname,
+                            eid,
+                            "issue-open",
+                            f"deferred to issue {e['issue']}, which is {state or 'unknown'} in "
+                            f"{ISSUES_FILE}: implement it or reclassify the entry",
+                        )
+                    )
             if check_issues_open:
                 for clause in stale_pending(e, issues):
-                    out.append(Violation(fname, eid, "stale-pending",
-                                         f"calls a closed issue's work pending ({clause!r}): say what mlxcel does now"))
+                    out.append(
+                        Violation(
+                            fname,
+                            eid,
+                            "stale-pending",
+                            f"calls a closed issue's work pending ({clause!r}): say what mlxcel does now",
+                        )
+                    )
         if all(isinstance(e, dict) and e.get("kind") in FACT_KEYS and "id" in e for e in entries):
             if path.read_text(encoding="utf-8") != dumps(shard_document(area, entries)):
-                out.append(Violation(fname, None, "canonical",
-                                     "not canonically serialized (key order, sorted entries, 2-space indent, "
-                                     "trailing newline): run python -m compat.fmt"))
+                out.append(
+                    Violation(
+                        fname,
+                        None,
+                        "canonical",
+                        "not canonically serialized (key order, sorted entries, 2-space indent, "
+                        "trailing newline): run python -m compat.fmt",
+                    )
+                )
         all_entries.extend(entries)
     out.extend(_check_counts(pin.get("counts", {}), all_entries))
     return out
@@ -221,15 +274,21 @@ def _check_counts(counts: dict, entries: list[dict]) -> list[Violation]:
         "routes": sum(e.get("kind") == "route" for e in entries),
         "native_request_fields": sum(e.get("kind") == "native_request_field" for e in entries),
     }
-    return [Violation(PIN_FILE, None, "counts", f"counts.{k} is {counts.get(k)} but the shards hold {n}")
-            for k, n in actual.items() if counts.get(k) != n]
+    return [
+        Violation(PIN_FILE, None, "counts", f"counts.{k} is {counts.get(k)} but the shards hold {n}")
+        for k, n in actual.items()
+        if counts.get(k) != n
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m compat.validate")
     p.add_argument("--manifest-dir", type=Path, default=MANIFEST_DIR)
-    p.add_argument("--check-issues-open", action="store_true",
-                   help=f"fail a deferred entry whose issue is not open in {ISSUES_FILE}")
+    p.add_argument(
+        "--check-issues-open",
+        action="store_true",
+        help=f"fail a deferred entry whose issue is not open in {ISSUES_FILE}",
+    )
     args = p.parse_args(argv)
     violations = validate(args.manifest_dir, args.check_issues_open)
     for v in violations:

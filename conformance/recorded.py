@@ -21,6 +21,8 @@ def reference_answers(name: str, live: Callable[[], Any] | None) -> Any:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(answers, ensure_ascii=False, indent=0) + "\n", encoding="utf-8")
     elif json.loads(path.read_text(encoding="utf-8")) != answers:
-        raise TranscriptDrift(f"{name}: the reference binary no longer matches its recording; "
-                              f"re-record with {RECORD_ENV}=1 after checking why")
+        raise TranscriptDrift(
+            f"{name}: the reference binary no longer matches its recording; "
+            f"re-record with {RECORD_ENV}=1 after checking why"
+        )
     return answers

@@ -32,7 +32,9 @@ def test_stream_text_equals_the_message_text(client):
 
 
 def test_stop_sequence_is_reported(client):
-    m = client.messages.create(model="m", max_tokens=32, messages=HI, extra_body={"temperature": 0}, stop_sequences=["assist"])
+    m = client.messages.create(
+        model="m", max_tokens=32, messages=HI, extra_body={"temperature": 0}, stop_sequences=["assist"]
+    )
     assert m.stop_reason == "end_turn" and m.stop_sequence == "assist"
     assert "assist" not in m.content[0].text
 

@@ -15,8 +15,20 @@ PROMPTS = [
     "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n",
     "List three colors:\n1.",
 ]
-COMPARED = ("tokens", "content", "tokens_predicted", "tokens_evaluated", "stop_type", "truncated", "has_new_line",
-            "prompt", "tokens_cached", "stop", "stopping_word", "model")
+COMPARED = (
+    "tokens",
+    "content",
+    "tokens_predicted",
+    "tokens_evaluated",
+    "stop_type",
+    "truncated",
+    "has_new_line",
+    "prompt",
+    "tokens_cached",
+    "stop",
+    "stopping_word",
+    "model",
+)
 
 
 def _complete(server, prompt: str) -> dict:

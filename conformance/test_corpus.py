@@ -24,8 +24,7 @@ STATE_RECORDED = {key: all(is_current(c.name, c.request) for c in cases) for key
 
 
 # own_server: the case needs a server pair of its own (its flags)
-PARAMS = [pytest.param(c, id=c.name, marks=pytest.mark.own_server if STATE_OF[c.name] != SHARED else ())
-          for c in CASES]
+PARAMS = [pytest.param(c, id=c.name, marks=pytest.mark.own_server if STATE_OF[c.name] != SHARED else ()) for c in CASES]
 
 
 @pytest.mark.parametrize("case", PARAMS)
@@ -33,8 +32,9 @@ def test_corpus_case(case, request):
     state = STATE_OF[case.name]
     if state != SHARED:  # flags of its own, or fresh: the pair of its server state
         live = reference_live(state, STATE_RECORDED[state])
-        mlxcel_url, reference_url = request.getfixturevalue("corpus_servers")(case.twin, case.args, live, state,
-                                                                                 case.store)
+        mlxcel_url, reference_url = request.getfixturevalue("corpus_servers")(
+            case.twin, case.args, live, state, case.store
+        )
     else:
         mlxcel_url = request.getfixturevalue(f"mlxcel_{case.twin}").base_url
         live = reference_live(case.name, is_current(case.name, case.request))

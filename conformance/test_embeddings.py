@@ -50,8 +50,9 @@ def pair_for(request):
                 p.cleanup()
             t = request.getfixturevalue(f"twin_{twin_kind}")
             mine = mlxcel_server(t.mlx_model, [*COMMON_ARGS, *args, *F32_NUMERICS])
-            ref = reference_server(request.getfixturevalue("reference_binary"), t.gguf,
-                                   [*COMMON_ARGS, *args, *F32_NUMERICS])
+            ref = reference_server(
+                request.getfixturevalue("reference_binary"), t.gguf, [*COMMON_ARGS, *args, *F32_NUMERICS]
+            )
             current.update(key=(twin_kind, args), procs=[mine, ref])
             start_together(mine, ref)
             current["urls"] = (mine.base_url, ref.base_url)
@@ -97,8 +98,9 @@ def test_vectors_agree_for_every_pooling_and_normalization(pair_for, pooling, mo
     FIGURES[f"{pooling} embd_normalize {mode}"] = worst
     if mode == 2:  # how far b10621's one-request answer is from its own one-by-one answers
         together = _post(ref_url, "/embedding", body)
-        FIGURES[f"reference spread, {pooling}"] = _agreement([e["embedding"][0] for e in together],
-                                                             [e["embedding"][0] for e in alone])
+        FIGURES[f"reference spread, {pooling}"] = _agreement(
+            [e["embedding"][0] for e in together], [e["embedding"][0] for e in alone]
+        )
     assert worst <= TOLERANCE, worst
 
 
@@ -130,13 +132,16 @@ def test_rerank_scores_agree_in_value_and_order(pair_for, index):
     mine_url, ref_url = pair_for("f32_rerank", ("--reranking",))
     body = RERANK[index]
     mine = _post(mine_url, "/rerank", body)["results"]
-    alone = [_post(ref_url, "/rerank", {**body, "documents": [d]})["results"][0]["relevance_score"]
-             for d in body["documents"]]
+    alone = [
+        _post(ref_url, "/rerank", {**body, "documents": [d]})["results"][0]["relevance_score"]
+        for d in body["documents"]
+    ]
     worst = max(abs(r["relevance_score"] - alone[r["index"]]) for r in mine)
     FIGURES[f"rerank set {index}"] = worst
     assert worst <= TOLERANCE, worst
     assert [r["index"] for r in mine] == sorted(range(len(alone)), key=lambda i: -alone[i])
     together = _post(ref_url, "/rerank", body)["results"]
     assert [r["index"] for r in together] == [r["index"] for r in mine]  # the same order as b10621's own answer
-    FIGURES[f"reference spread, rerank set {index}"] = max(abs(r["relevance_score"] - alone[r["index"]])
-                                                           for r in together)
+    FIGURES[f"reference spread, rerank set {index}"] = max(
+        abs(r["relevance_score"] - alone[r["index"]]) for r in together
+    )

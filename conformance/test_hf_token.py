@@ -37,13 +37,22 @@ def test_hf_token_goes_to_the_hub_as_a_bearer_on_both(reference_binary):
             mine.cleanup()
         got, want = list(hub_mine.requests), list(hub_ref.requests)
     paths_differ = [p for p, _ in got] != [p for p, _ in want]
-    write_record({
-        "case": "hf-token-router-download", "entries": ["--hf-token"], "twin": "router",
-        "request": {"method": "POST", "path": "/models (hub on loopback)", "sha256": None},
-        "reference_sha256": None, "mlxcel_sha256": None, "reference_source": "live",
-        "identical": got == want, "bytes_identical": False, "normalizations_fired": [],
-        "divergences": [{"path": "$hub.requests[*].path", "kind": "value"}] if paths_differ else [],
-        "reproduce": "pytest conformance/test_hf_token.py"})
+    write_record(
+        {
+            "case": "hf-token-router-download",
+            "entries": ["--hf-token"],
+            "twin": "router",
+            "request": {"method": "POST", "path": "/models (hub on loopback)", "sha256": None},
+            "reference_sha256": None,
+            "mlxcel_sha256": None,
+            "reference_source": "live",
+            "identical": got == want,
+            "bytes_identical": False,
+            "normalizations_fired": [],
+            "divergences": [{"path": "$hub.requests[*].path", "kind": "value"}] if paths_differ else [],
+            "reproduce": "pytest conformance/test_hf_token.py",
+        }
+    )
     assert want and got, (want, got)
     # the first request of each carries the token as a bearer (b10621's spawned child then sends none)
     assert want[0][1] == got[0][1] == f"Bearer {TOKEN}"

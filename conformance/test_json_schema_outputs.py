@@ -15,21 +15,47 @@ import pytest
 
 NAME = {"type": "string", "maxLength": 12}
 SCHEMAS = {
-    "person": {"type": "object", "properties": {"name": NAME, "age": {"type": "integer", "minimum": 0, "maximum": 120}},
-               "required": ["name", "age"], "additionalProperties": False},
-    "tags": {"type": "array", "items": {"type": "string", "enum": ["red", "green", "blue"]}, "minItems": 1,
-             "maxItems": 3},
-    "nested": {"type": "object", "properties": {
-        "title": NAME, "score": {"type": "number"},
-        "author": {"type": "object", "properties": {"first": NAME, "last": NAME}, "required": ["first"]}},
-        "required": ["title", "author"], "additionalProperties": False},
+    "person": {
+        "type": "object",
+        "properties": {"name": NAME, "age": {"type": "integer", "minimum": 0, "maximum": 120}},
+        "required": ["name", "age"],
+        "additionalProperties": False,
+    },
+    "tags": {
+        "type": "array",
+        "items": {"type": "string", "enum": ["red", "green", "blue"]},
+        "minItems": 1,
+        "maxItems": 3,
+    },
+    "nested": {
+        "type": "object",
+        "properties": {
+            "title": NAME,
+            "score": {"type": "number"},
+            "author": {"type": "object", "properties": {"first": NAME, "last": NAME}, "required": ["first"]},
+        },
+        "required": ["title", "author"],
+        "additionalProperties": False,
+    },
     "date": {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"},
     "either": {"oneOf": [{"type": "integer", "minimum": 1, "maximum": 9}, {"type": "boolean"}]},
-    "refs": {"$defs": {"point": {"type": "object", "properties": {"x": {"type": "integer", "minimum": -9, "maximum": 9},
-                                                                  "y": {"type": "integer", "minimum": -9,
-                                                                        "maximum": 9}},
-                                 "required": ["x", "y"], "additionalProperties": False}},
-             "type": "array", "items": {"$ref": "#/$defs/point"}, "minItems": 2, "maxItems": 2},
+    "refs": {
+        "$defs": {
+            "point": {
+                "type": "object",
+                "properties": {
+                    "x": {"type": "integer", "minimum": -9, "maximum": 9},
+                    "y": {"type": "integer", "minimum": -9, "maximum": 9},
+                },
+                "required": ["x", "y"],
+                "additionalProperties": False,
+            }
+        },
+        "type": "array",
+        "items": {"$ref": "#/$defs/point"},
+        "minItems": 2,
+        "maxItems": 2,
+    },
 }
 DRAWS = {"greedy": {"temperature": 0}, "seeded": {"temperature": 0.8, "seed": 3}}
 

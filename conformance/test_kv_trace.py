@@ -21,8 +21,11 @@ from oracle.trace import trace
 
 pytestmark = pytest.mark.reference
 
-PROMPTS = ["Once upon a time, in a small village,", "def fibonacci(n):",
-           "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"]
+PROMPTS = [
+    "Once upon a time, in a small village,",
+    "def fibonacci(n):",
+    "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n",
+]
 
 
 @pytest.mark.parametrize("pinned,bound", [(False, 1e-3), (True, 1e-4)], ids=["defaults", "f32-kv"])
@@ -31,16 +34,26 @@ def test_f32_twin_traces_agree_at_decided_positions(reference_binary, pinned, bo
         traces = [trace(pair.reference.base_url, pair.mlxcel.base_url, p, "f32", 24) for p in PROMPTS]
     worst = max(t.max_abs_delta_logprob for t in traces)
     flags = " ".join(F32_NUMERICS) if pinned else "(b10621's defaults)"
-    write_record({  # the evidence behind the KV numerics' entries (mlxcel-oracle verify): equal only if bitwise
-        "case": f"kv-trace-{'f32-kv' if pinned else 'defaults'}-f32",
-        "entries": ["--flash-attn", "--cache-type-k", "--cache-type-v"], "twin": "f32",
-        "request": {"method": "TRACE", "path": flags, "sha256": None},
-        "reference_sha256": None, "mlxcel_sha256": None, "reference_source": "live",
-        "identical": worst == 0.0 and not any(t.disagreements_at_decided for t in traces), "bytes_identical": False,
-        "normalizations_fired": [],
-        "divergences": [{"path": f"$trace[{i}].logprob", "kind": "value", "max_abs_delta": t.max_abs_delta_logprob}
-                        for i, t in enumerate(traces) if t.max_abs_delta_logprob or t.disagreements_at_decided],
-        "reproduce": f"mlxcel-oracle trace --twin f32{'' if pinned else ' --defaults'}"})
+    write_record(
+        {  # the evidence behind the KV numerics' entries (mlxcel-oracle verify): equal only if bitwise
+            "case": f"kv-trace-{'f32-kv' if pinned else 'defaults'}-f32",
+            "entries": ["--flash-attn", "--cache-type-k", "--cache-type-v"],
+            "twin": "f32",
+            "request": {"method": "TRACE", "path": flags, "sha256": None},
+            "reference_sha256": None,
+            "mlxcel_sha256": None,
+            "reference_source": "live",
+            "identical": worst == 0.0 and not any(t.disagreements_at_decided for t in traces),
+            "bytes_identical": False,
+            "normalizations_fired": [],
+            "divergences": [
+                {"path": f"$trace[{i}].logprob", "kind": "value", "max_abs_delta": t.max_abs_delta_logprob}
+                for i, t in enumerate(traces)
+                if t.max_abs_delta_logprob or t.disagreements_at_decided
+            ],
+            "reproduce": f"mlxcel-oracle trace --twin f32{'' if pinned else ' --defaults'}",
+        }
+    )
     assert sum(t.decided for t in traces) >= 30  # the rule decides most positions
     assert [t.disagreements_at_decided for t in traces] == [0] * len(PROMPTS)
     assert max(t.max_abs_delta_logprob for t in traces) <= bound

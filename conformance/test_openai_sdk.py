@@ -38,8 +38,9 @@ def test_streamed_deltas_concatenate_to_the_non_streamed_content(client):
 
 
 def test_logprobs_in_openai_shape(client):
-    r = client.chat.completions.create(model="m", messages=HI, max_tokens=3, temperature=0, logprobs=True,
-                                       top_logprobs=2)
+    r = client.chat.completions.create(
+        model="m", messages=HI, max_tokens=3, temperature=0, logprobs=True, top_logprobs=2
+    )
     content = r.choices[0].logprobs.content
     assert len(content) == 3
     assert all(len(entry.top_logprobs) == 2 and entry.logprob <= 0 for entry in content)
@@ -49,8 +50,12 @@ def test_logprobs_in_openai_shape(client):
 def test_response_format_json_schema_gives_valid_json(client):
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
     r = client.chat.completions.create(
-        model="m", messages=[{"role": "user", "content": "Give JSON"}], max_tokens=40, temperature=0,
-        response_format={"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}})
+        model="m",
+        messages=[{"role": "user", "content": "Give JSON"}],
+        max_tokens=40,
+        temperature=0,
+        response_format={"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}},
+    )
     value = json.loads(r.choices[0].message.content)
     assert isinstance(value["a"], int)
 
@@ -75,6 +80,11 @@ def test_responses_api_round_trip_and_stream(client):
 def test_text_completions_route(client):
     r = client.completions.create(model="m", prompt="The capital of France is", max_tokens=6, temperature=0)
     assert r.object == "text_completion" and r.choices[0].text
-    streamed = "".join(c.choices[0].text for c in client.completions.create(
-        model="m", prompt="The capital of France is", max_tokens=6, temperature=0, stream=True) if c.choices)
+    streamed = "".join(
+        c.choices[0].text
+        for c in client.completions.create(
+            model="m", prompt="The capital of France is", max_tokens=6, temperature=0, stream=True
+        )
+        if c.choices
+    )
     assert streamed == r.choices[0].text

@@ -27,8 +27,12 @@ def _perturbing_proxy(upstream: str):
     """Forwards to mlxcel, but answers /health with {"status":"OK"}: one field, one byte class."""
 
     async def forward(request: Request) -> Response:
-        r = httpx.request(request.method, upstream + request.url.path, content=await request.body(),
-                          headers={"content-type": request.headers.get("content-type", "application/json")})
+        r = httpx.request(
+            request.method,
+            upstream + request.url.path,
+            content=await request.body(),
+            headers={"content-type": request.headers.get("content-type", "application/json")},
+        )
         body = r.content.replace(b'"ok"', b'"OK"') if request.url.path == "/health" else r.content
         return Response(body, status_code=r.status_code, media_type=r.headers.get("content-type"))
 
@@ -60,7 +64,8 @@ def test_planted_divergence_is_caught_by_every_layer(planted, request, tmp_path,
 
     assert not result.report.bytes_identical  # byte layer
     assert [(d.path, d.kind, d.reference, d.mlxcel) for d in result.report.divergences] == [
-        ("$.status", "value", "ok", "OK")]  # structural layer
+        ("$.status", "value", "ok", "OK")
+    ]  # structural layer
     assert not result.meets_expectation()[0]
 
     entries = load_entries()

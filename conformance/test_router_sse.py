@@ -21,7 +21,7 @@ def _listen(base: str, into: list, ready: threading.Event) -> None:
             ready.set()
             for line in r.iter_lines():
                 if line.startswith("data: "):
-                    into.append(json.loads(line[len("data: "):]))
+                    into.append(json.loads(line[len("data: ") :]))
     except httpx.HTTPError:
         pass
 
@@ -40,8 +40,9 @@ def _per_model(events: list[dict]) -> dict[str, list]:
 
 
 def test_model_events_match_b10621(reference_binary):
-    ref, mine = server_pair("router", ("--models-dir", "{models_dir}", "-fa", "off", "--models-max", "1"),
-                            reference_binary)
+    ref, mine = server_pair(
+        "router", ("--models-dir", "{models_dir}", "-fa", "off", "--models-max", "1"), reference_binary
+    )
     events = {"reference": [], "mlxcel": []}
     with ref, mine:
         for name, proc in (("reference", ref), ("mlxcel", mine)):
@@ -52,8 +53,7 @@ def test_model_events_match_b10621(reference_binary):
             base = proc.base_url
             assert httpx.post(base + "/models/load", json={"model": "smollm2-f32"}).status_code == 200
             for model in ("smollm2-f32", "smollm2-q4-1"):  # the second evicts the first (--models-max 1)
-                r = httpx.post(base + "/completion", json={"model": model, "prompt": "Hi", "n_predict": 1},
-                               timeout=300)
+                r = httpx.post(base + "/completion", json={"model": model, "prompt": "Hi", "n_predict": 1}, timeout=300)
                 assert r.status_code == 200, r.text
             assert httpx.post(base + "/models/unload", json={"model": "smollm2-q4-1"}).status_code == 200
             time.sleep(2)  # b10621's child takes a moment to exit
@@ -62,11 +62,20 @@ def test_model_events_match_b10621(reference_binary):
     got, want = _per_model(events["mlxcel"]), _per_model(events["reference"])
     assert set(want) == {"smollm2-f32", "smollm2-q4-1", "*"}
     differing = sorted(m for m in set(got) | set(want) if got.get(m) != want.get(m))
-    write_record({  # the evidence behind GET /models/sse (mlxcel-oracle verify)
-        "case": "sse-router-model-events", "entries": ["GET /models/sse"], "twin": "router",
-        "request": {"method": "GET", "path": "/models/sse", "sha256": None},
-        "reference_sha256": None, "mlxcel_sha256": None, "reference_source": "live",
-        "identical": not differing, "bytes_identical": False, "normalizations_fired": ["sse_progress_repeats"],
-        "divergences": [{"path": f"$events[{m}]", "kind": "value"} for m in differing],
-        "reproduce": "pytest conformance/test_router_sse.py"})
+    write_record(
+        {  # the evidence behind GET /models/sse (mlxcel-oracle verify)
+            "case": "sse-router-model-events",
+            "entries": ["GET /models/sse"],
+            "twin": "router",
+            "request": {"method": "GET", "path": "/models/sse", "sha256": None},
+            "reference_sha256": None,
+            "mlxcel_sha256": None,
+            "reference_source": "live",
+            "identical": not differing,
+            "bytes_identical": False,
+            "normalizations_fired": ["sse_progress_repeats"],
+            "divergences": [{"path": f"$events[{m}]", "kind": "value"} for m in differing],
+            "reproduce": "pytest conformance/test_router_sse.py",
+        }
+    )
     assert got == want

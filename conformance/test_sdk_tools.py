@@ -16,8 +16,9 @@ from conftest import COMMON_ARGS, _serve
 
 TEMPLATE = Path(__file__).resolve().parents[1] / "fixtures" / "chat" / "think-tools.jinja"
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
-OPENAI_TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
-                                                  "parameters": WEATHER}}]
+OPENAI_TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city", "parameters": WEATHER}}
+]
 ASK = {"role": "user", "content": "What is the weather in Paris?"}
 STARTED = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "'
 
@@ -40,8 +41,15 @@ def claude(server):
 
 
 def _tool_call_args(**extra) -> dict:
-    return dict(model="m", messages=[ASK, {"role": "assistant", "content": STARTED}], tools=OPENAI_TOOLS,
-                tool_choice="required", max_tokens=24, temperature=0, **extra)
+    return dict(
+        model="m",
+        messages=[ASK, {"role": "assistant", "content": STARTED}],
+        tools=OPENAI_TOOLS,
+        tool_choice="required",
+        max_tokens=24,
+        temperature=0,
+        **extra,
+    )
 
 
 def test_openai_client_reads_a_tool_call(oai):
@@ -67,24 +75,42 @@ def test_openai_streamed_tool_call_deltas_rebuild_the_call(oai):
 
 def test_openai_tool_result_round_trip_renders_and_answers(oai):
     call = oai.chat.completions.create(**_tool_call_args()).choices[0].message.tool_calls[0]
-    r = oai.chat.completions.create(model="m", tools=OPENAI_TOOLS, max_tokens=8, temperature=0, messages=[
-        ASK, {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
-        {"role": "tool", "tool_call_id": call.id, "content": "sunny, 21 C"}])
+    r = oai.chat.completions.create(
+        model="m",
+        tools=OPENAI_TOOLS,
+        max_tokens=8,
+        temperature=0,
+        messages=[
+            ASK,
+            {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+            {"role": "tool", "tool_call_id": call.id, "content": "sunny, 21 C"},
+        ],
+    )
     assert r.choices[0].message.content and not r.choices[0].message.tool_calls
 
 
 def test_openai_reasoning_content_is_split_from_the_answer(oai):
-    r = oai.chat.completions.create(model="m", max_tokens=6, temperature=0, messages=[
-        ASK, {"role": "assistant", "content": "", "reasoning_content": "The user wants"}])
+    r = oai.chat.completions.create(
+        model="m",
+        max_tokens=6,
+        temperature=0,
+        messages=[ASK, {"role": "assistant", "content": "", "reasoning_content": "The user wants"}],
+    )
     message = r.choices[0].message
     assert message.model_extra["reasoning_content"].startswith("The user wants")
     assert "<think>" not in (message.content or "")
 
 
 def _claude_args(**extra) -> dict:
-    return dict(model="m", max_tokens=24, extra_body={"temperature": 0}, tool_choice={"type": "any"},
-                tools=[{"name": "get_weather", "description": "Weather in a city", "input_schema": WEATHER}],
-                messages=[ASK, {"role": "assistant", "content": STARTED}], **extra)
+    return dict(
+        model="m",
+        max_tokens=24,
+        extra_body={"temperature": 0},
+        tool_choice={"type": "any"},
+        tools=[{"name": "get_weather", "description": "Weather in a city", "input_schema": WEATHER}],
+        messages=[ASK, {"role": "assistant", "content": STARTED}],
+        **extra,
+    )
 
 
 def test_anthropic_client_reads_a_tool_use_block(claude):
@@ -103,9 +129,15 @@ def test_anthropic_stream_assembles_the_same_tool_input(claude):
 
 
 def test_anthropic_thinking_block_streams_as_thinking(claude):
-    args = {"model": "m", "max_tokens": 6, "extra_body": {"temperature": 0},
-                "messages": [ASK, {"role": "assistant", "content": [{"type": "thinking", "thinking": "The user wants",
-                                                                  "signature": ""}]}]}
+    args = {
+        "model": "m",
+        "max_tokens": 6,
+        "extra_body": {"temperature": 0},
+        "messages": [
+            ASK,
+            {"role": "assistant", "content": [{"type": "thinking", "thinking": "The user wants", "signature": ""}]},
+        ],
+    }
     m = claude.messages.create(**args)
     with claude.messages.stream(**args) as stream:
         final = stream.get_final_message()

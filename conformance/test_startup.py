@@ -20,9 +20,26 @@ CASES = load_startup_cases()
 def certs(tmp_path_factory):
     """A self-signed certificate for 127.0.0.1, made with the openssl command line (never committed)."""
     d = tmp_path_factory.mktemp("certs")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-                    "-keyout", str(d / "server.key"), "-out", str(d / "server.crt"), "-subj", "/CN=127.0.0.1"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-keyout",
+            str(d / "server.key"),
+            "-out",
+            str(d / "server.crt"),
+            "-subj",
+            "/CN=127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+    )
     return d
 
 
@@ -33,9 +50,11 @@ def test_startup_case(case, request):
     extra = {"certs": str(request.getfixturevalue("certs"))} if any("{certs}" in a for a in case.args) else {}
     result = run_startup_case(case, binary, extra)
     ok, why = result.meets_expectation()
-    assert ok, (f"{case.name}: {why}\nreference: {result.reference.outcome} {result.reference.exit_status}: "
-                f"{result.reference.said[-600:]}\nmlxcel: {result.mlxcel.outcome} {result.mlxcel.exit_status}: "
-                f"{result.mlxcel.said[-600:]}\nReproduce: {case.reproduce()}")
+    assert ok, (
+        f"{case.name}: {why}\nreference: {result.reference.outcome} {result.reference.exit_status}: "
+        f"{result.reference.said[-600:]}\nmlxcel: {result.mlxcel.outcome} {result.mlxcel.exit_status}: "
+        f"{result.mlxcel.said[-600:]}\nReproduce: {case.reproduce()}"
+    )
     if case.mlxcel_says is not None:  # the refusal (or notice) mlxcel prints, pinned word for word
         assert result.mlxcel.pinned(case.mlxcel_says) in result.mlxcel.said.splitlines(), result.mlxcel.said[-1500:]
     elif result.mlxcel.outcome == "exits" and result.mlxcel.exit_status:

@@ -36,7 +36,7 @@ def test_tokenize_matches_reference_on_corpus(live_reference_q4_1, mlxcel_q4_1, 
     live = (lambda: [_tokenize(live_reference_q4_1, b) for b in bodies]) if live_reference_q4_1 else None
     ref = reference_answers(f"tokenize-corpus-parse-special-{str(parse_special).lower()}", live)
     mine = [_tokenize(mlxcel_q4_1, b) for b in bodies]
-    mismatches = [(b["content"], r, m) for b, r, m in zip(bodies, ref, mine) if r != m]
+    mismatches = [(b["content"], r, m) for b, r, m in zip(bodies, ref, mine, strict=False) if r != m]
     assert not mismatches, f"{len(mismatches)} of {len(bodies)} differ; first: {mismatches[0]}"
 
 

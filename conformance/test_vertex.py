@@ -27,8 +27,9 @@ def vertex_pair(request):
     mine = _vertex(mlxcel_server(twin.mlx_model, [*COMMON_ARGS, *F32_NUMERICS]))
     ref = None  # one pair for the suite: it meets the live reference as a whole
     if reference_live("vertex", all(is_current(c.name, c.request) for c in CASES)):
-        ref = _vertex(reference_server(request.getfixturevalue("reference_binary"), twin.gguf,
-                                       [*COMMON_ARGS, *F32_NUMERICS]))
+        ref = _vertex(
+            reference_server(request.getfixturevalue("reference_binary"), twin.gguf, [*COMMON_ARGS, *F32_NUMERICS])
+        )
     start_together(mine, *([ref] if ref is not None else []))
     yield mine.base_url, ref.base_url if ref else None
     mine.cleanup()

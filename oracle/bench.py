@@ -44,16 +44,20 @@ FIGURE_GROUPS = ("decode", "sampled", "aggregate", "prompt", "ttft", "cache")
 SAMPLED = {
     "default_chain": {"temperature": None, "seed": 1},
     "topk_topp_temp": {"temperature": 0.7, "top_k": 40, "top_p": 0.9, "min_p": 0.0, "seed": 1},
-    "json_grammar": {"temperature": 0.7, "seed": 1,
-                     "grammar": 'root ::= "[" item ("," " "? item)*\nitem ::= "\"" [a-z ]{1,12} "\""\n'},
+    "json_grammar": {
+        "temperature": 0.7,
+        "seed": 1,
+        "grammar": 'root ::= "[" item ("," " "? item)*\nitem ::= """ [a-z ]{1,12} """\n',
+    },
 }
 
 
 def chain_cost_us(n_vocab: int = 49152) -> dict:
     """mlxcel's sampler chain alone, microseconds per token on random logits of the fixture's vocabulary
     (server/engine/chain_cost.py, run as a process: the oracle imports nothing from server/)."""
-    out = subprocess.run([sys.executable, "-m", "server.engine.chain_cost", str(n_vocab)], capture_output=True,
-                         text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "server.engine.chain_cost", str(n_vocab)], capture_output=True, text=True, check=True
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -64,6 +68,7 @@ def long_prompt(n_tokens: int, salt: int = 0) -> list[int]:
 
 
 # --- one server's figures ------------------------------------------------------------------------------------
+
 
 async def _one(client: httpx.AsyncClient, url: str, body: dict) -> dict:
     r = await client.post(url + "/completion", json=body, timeout=900)
@@ -105,10 +110,15 @@ async def measure(url: str, n_predict: int, rep: int, groups: tuple[str, ...] = 
             start = time.perf_counter()
             answers = await asyncio.gather(*(_one(client, url, gen) for _ in range(streams)))
             out[f"aggregate_tps_{streams}"] = sum(a["tokens_predicted"] for a in answers) / (
-                time.perf_counter() - start)
+                time.perf_counter() - start
+            )
         for n in PROMPT_LENGTHS[:-1] if "prompt" in groups else ():
-            body = {"prompt": long_prompt(n, 100 * rep + n % 97), "n_predict": 1, "temperature": 0,
-                    "cache_prompt": False}
+            body = {
+                "prompt": long_prompt(n, 100 * rep + n % 97),
+                "n_predict": 1,
+                "temperature": 0,
+                "cache_prompt": False,
+            }
             start = time.perf_counter()
             await _one(client, url, body)
             out[f"prompt_tps_{n}"] = n / (time.perf_counter() - start)
@@ -134,6 +144,7 @@ async def measure_openai(url: str, n_predict: int) -> dict:
     body = {"prompt": PROMPT, "max_tokens": n_predict, "temperature": 0}
     out: dict = {}
     async with httpx.AsyncClient(limits=httpx.Limits(max_keepalive_connections=0)) as client:
+
         async def one() -> int:
             r = await client.post(url + "/v1/completions", json=body, timeout=900)
             r.raise_for_status()
@@ -167,15 +178,18 @@ def peak_rss_mib(proc: ServerProcess) -> float | None:
 def mlx_lm_anchor(model_dir: Path) -> ServerProcess:
     """mlx_lm.server on the MLX twin, with the BLAS mlxcel interposes (else it runs on the reference BLAS)."""
     port = free_port()
-    code = ("from server import blas; blas.activate(); import sys, runpy; "
-            f"sys.argv = ['mlx_lm.server', '--model', {str(model_dir)!r}, '--port', '{port}']; "
-            "runpy.run_module('mlx_lm.server', run_name='__main__')")
+    code = (
+        "from server import blas; blas.activate(); import sys, runpy; "
+        f"sys.argv = ['mlx_lm.server', '--model', {str(model_dir)!r}, '--port', '{port}']; "
+        "runpy.run_module('mlx_lm.server', run_name='__main__')"
+    )
     sp = ServerProcess("mlx_lm", [sys.executable, "-c", code], port, {})
     sp.env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     return sp
 
 
 # --- the run ---------------------------------------------------------------------------------------------------
+
 
 def summarize(values: list[float]) -> dict:
     return {"min": min(values), "median": statistics.median(values), "max": max(values)}
@@ -190,19 +204,27 @@ def ratios(mine: dict, theirs: dict) -> dict:
     return out
 
 
-def run(twin_kind: str, n_predict: int, reps: int, anchor: bool = True,
-        groups: tuple[str, ...] = FIGURE_GROUPS) -> dict:
+def run(
+    twin_kind: str, n_predict: int, reps: int, anchor: bool = True, groups: tuple[str, ...] = FIGURE_GROUPS
+) -> dict:
     from fixtures.twins import twin
 
     from .reference import build_reference
 
     t = twin(twin_kind)
     args = [*COMMON_ARGS, "--parallel", str(max(STREAMS)), "-c", str(max(STREAMS) * 4096)]
-    servers = {"reference": reference_server(build_reference(), t.gguf, args),
-               "mlxcel": mlxcel_server(t.mlx_model, args)}
+    servers = {
+        "reference": reference_server(build_reference(), t.gguf, args),
+        "mlxcel": mlxcel_server(t.mlx_model, args),
+    }
     samples: dict[str, list[dict]] = {name: [] for name in servers}
-    results: dict = {"twin": twin_kind, "n_predict": n_predict, "repetitions": reps, "args": args,
-                     "figures": list(groups)}
+    results: dict = {
+        "twin": twin_kind,
+        "n_predict": n_predict,
+        "repetitions": reps,
+        "args": args,
+        "figures": list(groups),
+    }
     try:
         for proc in servers.values():
             proc.start()
@@ -210,8 +232,11 @@ def run(twin_kind: str, n_predict: int, reps: int, anchor: bool = True,
             order = list(servers) if rep % 2 == 0 else list(reversed(servers))
             for name in order:
                 samples[name].append(asyncio.run(measure(servers[name].base_url, n_predict, rep, groups)))
-                print(f"rep {rep + 1}/{reps} {name}: "
-                      + ", ".join(f"{k} {v:.3g}" for k, v in list(samples[name][-1].items())[:2]), flush=True)
+                print(
+                    f"rep {rep + 1}/{reps} {name}: "
+                    + ", ".join(f"{k} {v:.3g}" for k, v in list(samples[name][-1].items())[:2]),
+                    flush=True,
+                )
         for name, proc in servers.items():
             rss = peak_rss_mib(proc)
             for s in samples[name]:
@@ -220,8 +245,11 @@ def run(twin_kind: str, n_predict: int, reps: int, anchor: bool = True,
         for proc in servers.values():
             proc.cleanup()
     for name in servers:
-        results[name] = {k: summarize([s[k] for s in samples[name] if s.get(k) is not None])
-                         for k in samples[name][0] if samples[name][0].get(k) is not None}
+        results[name] = {
+            k: summarize([s[k] for s in samples[name] if s.get(k) is not None])
+            for k in samples[name][0]
+            if samples[name][0].get(k) is not None
+        }
     results["samples"] = samples  # every repetition's figures: oracle/bench_table.py's noise band
     results["ratio_mlxcel_over_reference"] = ratios(results["mlxcel"], results["reference"])
     if anchor:
@@ -229,8 +257,9 @@ def run(twin_kind: str, n_predict: int, reps: int, anchor: bool = True,
         try:
             proc.start()
             runs = [asyncio.run(measure_openai(proc.base_url, n_predict)) for _ in range(reps)]
-            results["mlx_lm_server"] = {k: summarize([r[k] for r in runs if k in r]) for k in runs[0]
-                                        if not k.endswith("_error")}
+            results["mlx_lm_server"] = {
+                k: summarize([r[k] for r in runs if k in r]) for k in runs[0] if not k.endswith("_error")
+            }
             results["mlx_lm_server_errors"] = sorted({v for r in runs for k, v in r.items() if k.endswith("_error")})
             results["ratio_mlxcel_over_mlx_lm_server"] = ratios(results["mlxcel"], results["mlx_lm_server"])
         except Exception as exc:  # an anchor that cannot start is reported, not fatal
@@ -250,8 +279,13 @@ async def measure_decode(url: str, n_predict: int) -> dict:
     async with httpx.AsyncClient(limits=httpx.Limits(max_keepalive_connections=0)) as client:
         await _one(client, url, {"prompt": PROMPT, "n_predict": 4, "temperature": 0})  # warm up
         for prompt in (PROMPT, "def fibonacci(n):", "The history of the Roman Empire begins with"):
-            body = {"prompt": prompt, "n_predict": n_predict, "temperature": 0, "ignore_eos": True,
-                    "cache_prompt": False}
+            body = {
+                "prompt": prompt,
+                "n_predict": n_predict,
+                "temperature": 0,
+                "ignore_eos": True,
+                "cache_prompt": False,
+            }
             start = time.perf_counter()
             answer = await _one(client, url, body)
             out["decode_tps_1"].append(answer["tokens_predicted"] / (time.perf_counter() - start))
@@ -269,10 +303,12 @@ def run_speculative(twin_kind: str, n_predict: int, reps: int) -> dict:
 
     t = twin(twin_kind)
     args = [*COMMON_ARGS, "--parallel", "1"]
-    servers = {("reference", "plain"): reference_server(build_reference(), t.gguf, args),
-               ("mlxcel", "plain"): mlxcel_server(t.mlx_model, args),
-               ("reference", "draft"): reference_server(build_reference(), t.gguf, [*args, *SPEC_ARGS]),
-               ("mlxcel", "draft"): mlxcel_server(t.mlx_model, [*args, *SPEC_ARGS])}
+    servers = {
+        ("reference", "plain"): reference_server(build_reference(), t.gguf, args),
+        ("mlxcel", "plain"): mlxcel_server(t.mlx_model, args),
+        ("reference", "draft"): reference_server(build_reference(), t.gguf, [*args, *SPEC_ARGS]),
+        ("mlxcel", "draft"): mlxcel_server(t.mlx_model, [*args, *SPEC_ARGS]),
+    }
     samples: dict = {key: [] for key in servers}
     try:
         for proc in servers.values():
@@ -291,16 +327,19 @@ def run_speculative(twin_kind: str, n_predict: int, reps: int) -> dict:
     for name in ("reference", "mlxcel"):
         figures = out[name]
         out[name]["speedup"] = figures["decode_tps_1_draft"]["median"] / figures["decode_tps_1_plain"]["median"]
-    out["ratio_mlxcel_over_reference"] = out["mlxcel"]["decode_tps_1_draft"]["median"] / \
-        out["reference"]["decode_tps_1_draft"]["median"]
+    out["ratio_mlxcel_over_reference"] = (
+        out["mlxcel"]["decode_tps_1_draft"]["median"] / out["reference"]["decode_tps_1_draft"]["median"]
+    )
     return out
 
 
-def report(results: dict) -> str:
+def report(results: dict) -> str:  # noqa: C901
     ref, mine, ratio = results["reference"], results["mlxcel"], results["ratio_mlxcel_over_reference"]
-    lines = [f"twin {results['twin']}, {results['repetitions']} repetitions, n_predict {results['n_predict']}; "
-             "min/median/max; ratio of medians, > 1: mlxcel better",
-             f"{'metric':<32}{'reference':>26}{'mlxcel':>26}{'ratio':>8}"]
+    lines = [
+        f"twin {results['twin']}, {results['repetitions']} repetitions, n_predict {results['n_predict']}; "
+        "min/median/max; ratio of medians, > 1: mlxcel better",
+        f"{'metric':<32}{'reference':>26}{'mlxcel':>26}{'ratio':>8}",
+    ]
 
     def cell(s: dict) -> str:
         return f"{s['min']:.3g}/{s['median']:.3g}/{s['max']:.3g}"
@@ -312,8 +351,10 @@ def report(results: dict) -> str:
     if anchor and "error" not in anchor:
         lines.append("mlx_lm.server on the same MLX twin (ratio: mlxcel over it)")
         for k, s in anchor.items():
-            lines.append(f"{k:<32}{cell(s):>26}{cell(mine[k]):>26}"
-                         f"{results['ratio_mlxcel_over_mlx_lm_server'].get(k, float('nan')):>8.3f}")
+            lines.append(
+                f"{k:<32}{cell(s):>26}{cell(mine[k]):>26}"
+                f"{results['ratio_mlxcel_over_mlx_lm_server'].get(k, float('nan')):>8.3f}"
+            )
     elif anchor:
         lines.append(f"mlx_lm.server: {anchor['error']}")
     for k, v in results["mlxcel_only"].items():
@@ -324,24 +365,43 @@ def report(results: dict) -> str:
         for k in ("decode_tps_1_plain", "decode_tps_1_draft", "draft_acceptance_draft"):
             if k in spec["mlxcel"] and k in spec["reference"]:
                 lines.append(f"{k:<32}{cell(spec['reference'][k]):>26}{cell(spec['mlxcel'][k]):>26}")
-        lines.append(f"{'speedup over plain':<32}{spec['reference']['speedup']:>26.3f}{spec['mlxcel']['speedup']:>26.3f}"
-                     f"{spec['ratio_mlxcel_over_reference']:>8.3f}")
+        lines.append(
+            f"{'speedup over plain':<32}{spec['reference']['speedup']:>26.3f}{spec['mlxcel']['speedup']:>26.3f}"
+            f"{spec['ratio_mlxcel_over_reference']:>8.3f}"
+        )
     return "\n".join(lines)
 
 
 def provenance() -> dict:
     """What a run's figures belong to: the commit (and whether the tree differed from it), the date, the CPU,
     the BLAS mlxcel runs (server/blas.py's choice, as a child process makes it)."""
+
     def git(*a: str) -> str:
         return subprocess.run(["git", *a], capture_output=True, text=True).stdout.strip()
 
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
+    cpu = (
+        next(
+            (
+                ln.split(":", 1)[1].strip()
+                for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")
+            ),
+            platform.processor(),
+        )
+        if Path("/proc/cpuinfo").exists()
+        else ""
+    )
     code = "from server import blas; blas.activate(); print(blas.STATE.library, blas.STATE.core, sep=' | ')"
     blas = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip()
-    return {"commit": git("rev-parse", "--short=12", "HEAD"), "dirty": bool(git("status", "--porcelain", "-uno")),
-            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cpu": cpu, "cores": os.cpu_count(),
-            "load_average_at_start": list(os.getloadavg()), "mlxcel_blas": blas}
+    return {
+        "commit": git("rev-parse", "--short=12", "HEAD"),
+        "dirty": bool(git("status", "--porcelain", "-uno")),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "load_average_at_start": list(os.getloadavg()),
+        "mlxcel_blas": blas,
+    }
 
 
 def default_out(meta: dict) -> str:
@@ -350,8 +410,13 @@ def default_out(meta: dict) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="mlxcel-oracle bench", description=__doc__.splitlines()[0])
-    p.add_argument("--twin", choices=["q4_1", "f32"], nargs="+", default=["f32"],
-                   help="one or more twins, measured one after the other into one JSON")
+    p.add_argument(
+        "--twin",
+        choices=["q4_1", "f32"],
+        nargs="+",
+        default=["f32"],
+        help="one or more twins, measured one after the other into one JSON",
+    )
     p.add_argument("--n-predict", type=int, default=64)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--no-anchor", action="store_true", help="skip mlx_lm.server")
@@ -359,8 +424,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--speculative-only", action="store_true", help="run the speculative-decoding pair alone")
     p.add_argument("--out", help="the JSON written (default reports/bench/<date>-<commit>.json)")
     p.add_argument("--table", action="store_true", help="then regenerate docs/cpu-speed.md's table from it")
-    p.add_argument("--figures", default=",".join(FIGURE_GROUPS),
-                   help=f"comma-separated groups of figures to measure (default all: {','.join(FIGURE_GROUPS)})")
+    p.add_argument(
+        "--figures",
+        default=",".join(FIGURE_GROUPS),
+        help=f"comma-separated groups of figures to measure (default all: {','.join(FIGURE_GROUPS)})",
+    )
     args = p.parse_args(argv)
     groups = tuple(g for g in args.figures.split(",") if g)
     if not groups or set(groups) - set(FIGURE_GROUPS):

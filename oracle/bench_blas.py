@@ -46,20 +46,24 @@ def main(argv: list[str] | None = None) -> None:
     try:
         for proc in servers.values():
             proc.start()
-            print(f"{proc.name} {proc.env['MLXCEL_BLAS']}: "
-                  + next((ln.strip() for ln in proc.log_tail(200, 100000).splitlines() if "CPU BLAS" in ln), "?"),
-                  flush=True)
+            print(
+                f"{proc.name} {proc.env['MLXCEL_BLAS']}: "
+                + next((ln.strip() for ln in proc.log_tail(200, 100000).splitlines() if "CPU BLAS" in ln), "?"),
+                flush=True,
+            )
         for rep in range(args.reps):
             order = list(servers) if rep % 2 == 0 else list(reversed(servers))
             for side in order:
                 samples[side].append(asyncio.run(_decode(servers[side].base_url, args.n_predict)))
-            print(f"rep {rep + 1}/{args.reps}: " + ", ".join(f"{s} {v[-1]:.1f}" for s, v in samples.items()),
-                  flush=True)
+            print(
+                f"rep {rep + 1}/{args.reps}: " + ", ".join(f"{s} {v[-1]:.1f}" for s, v in samples.items()), flush=True
+            )
     finally:
         for proc in servers.values():
             proc.cleanup()
-    out = {side: {"min": min(v), "median": statistics.median(v), "max": max(v), "runs": v}
-           for side, v in samples.items()}
+    out = {
+        side: {"min": min(v), "median": statistics.median(v), "max": max(v), "runs": v} for side, v in samples.items()
+    }
     out["ratio_scipy_openblas_over_system"] = out["scipy-openblas"]["median"] / out["system"]["median"]
     print(json.dumps({"twin": args.twin, "n_predict": args.n_predict, "reps": args.reps, **out}, indent=1))
 

@@ -29,7 +29,7 @@ PROMPT_LENGTHS = (128, 512)
 
 def unseen_prompt(n_words: int, salt: str) -> str:
     """Ordinary words, about one token each, led by a salt no other request used (no prompt cache hit)."""
-    return " ".join([salt, *(WORDS * (n_words // len(WORDS) + 1))[:n_words - 1]])
+    return " ".join([salt, *(WORDS * (n_words // len(WORDS) + 1))[: n_words - 1]])
 
 
 async def _complete(client: httpx.AsyncClient, url: str, prompt: str, max_tokens: int) -> tuple[float, dict]:
@@ -78,7 +78,9 @@ def run(twin_kind: str, n_predict: int, reps: int) -> dict:
         results[name] = {k: summarize([s[k] for s in samples[name] if k in s]) for k in sorted(keys)}
     results["ratio_mlxcel_over_mlx_lm_server"] = {
         k: results["mlxcel_mlx_backend"][k]["median"] / results["mlx_lm_server"][k]["median"]
-        for k in results["mlxcel_mlx_backend"] if k in results["mlx_lm_server"]}
+        for k in results["mlxcel_mlx_backend"]
+        if k in results["mlx_lm_server"]
+    }
     return results
 
 
@@ -89,14 +91,19 @@ def _spread(s: dict) -> str:
 def table(results: list[dict]) -> str:
     """docs/mlx-backend-speed.md's table: medians, ranges, the ratio and whether it clears the noise band (the
     larger of the two servers' relative spreads)."""
-    lines = ["| twin | figure | mlxcel MLX backend (min/median/max) | mlx_lm.server (min/median/max) | ratio | verdict |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "| twin | figure | mlxcel MLX backend (min/median/max) | mlx_lm.server (min/median/max) | ratio | verdict |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in results:
         for k, ratio in r["ratio_mlxcel_over_mlx_lm_server"].items():
             a, b = r["mlxcel_mlx_backend"][k], r["mlx_lm_server"][k]
             band = max((a["max"] - a["min"]) / a["median"], (b["max"] - b["min"]) / b["median"])
-            verdict = "parity (inside the noise band)" if abs(ratio - 1) <= band else (
-                "mlxcel better" if ratio > 1 else "mlx_lm.server better")
+            verdict = (
+                "parity (inside the noise band)"
+                if abs(ratio - 1) <= band
+                else ("mlxcel better" if ratio > 1 else "mlx_lm.server better")
+            )
             lines.append(f"| {r['twin']} | {k} | {_spread(a)} | {_spread(b)} | {ratio:.2f}x | {verdict} |")
     return "\n".join(lines) + "\n"
 

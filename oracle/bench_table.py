@@ -115,8 +115,12 @@ def table(run: dict) -> str:
     for per_kind in rows.values():
         for c in per_kind.values():
             counts[c.verdict] = counts.get(c.verdict, 0) + 1
-    lines += ["", "Verdicts: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in ("parity", "mlxcel better",
-                                                                             "reference better")) + "."]
+    lines += [
+        "",
+        "Verdicts: "
+        + ", ".join(f"{counts.get(v, 0)} {v}" for v in ("parity", "mlxcel better", "reference better"))
+        + ".",
+    ]
     return "\n".join(lines)
 
 

@@ -42,9 +42,11 @@ def cmd_diff(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report.to_dict()["divergences"], ensure_ascii=False, indent=2))
     else:
-        print(f"{request.method} {request.path} on the {twin} twins: {len(report.divergences)} difference(s); "
-              f"bytes {'identical' if report.bytes_identical else 'differ'}; normalizations fired: "
-              f"{', '.join(report.normalizations_fired) or 'none'}")
+        print(
+            f"{request.method} {request.path} on the {twin} twins: {len(report.divergences)} difference(s); "
+            f"bytes {'identical' if report.bytes_identical else 'differ'}; normalizations fired: "
+            f"{', '.join(report.normalizations_fired) or 'none'}"
+        )
         for d in report.divergences:
             print("  " + d.describe())
     return 0 if report.identical else 1
@@ -54,13 +56,19 @@ def _run_corpus(live: bool, only: str | None = None, missing: bool = False) -> t
     from .corpus import TRANSCRIPT_DIR
     from .runner import run_case
 
-    cases = [c for c in load_corpus() if (only is None or c.name == only)
-             and not (missing and (TRANSCRIPT_DIR / f"{c.name}.json").is_file())]
+    cases = [
+        c
+        for c in load_corpus()
+        if (only is None or c.name == only) and not (missing and (TRANSCRIPT_DIR / f"{c.name}.json").is_file())
+    ]
     failed = 0
     from .corpus import SHARED, server_states
 
-    pairs = [(key, [c for c in group if c.twin == t]) for key, group in server_states(cases)
-             for t in sorted({c.twin for c in group})]  # the shared state: one pair per twin
+    pairs = [
+        (key, [c for c in group if c.twin == t])
+        for key, group in server_states(cases)
+        for t in sorted({c.twin for c in group})
+    ]  # the shared state: one pair per twin
     for key, mine in pairs:
         from .processes import server_pair, shared_args
 
@@ -74,9 +82,11 @@ def _run_corpus(live: bool, only: str | None = None, missing: bool = False) -> t
         for r in results:
             ok, why = r.meets_expectation()
             failed += not ok
-            print(f"{'ok  ' if ok else 'FAIL'} {r.case.name} [{r.source}] "
-                  f"{'identical' if r.report.identical else f'{len(r.report.divergences)} diff(s)'}"
-                  + ("" if ok else f": {why}"))
+            print(
+                f"{'ok  ' if ok else 'FAIL'} {r.case.name} [{r.source}] "
+                f"{'identical' if r.report.identical else f'{len(r.report.divergences)} diff(s)'}"
+                + ("" if ok else f": {why}")
+            )
     return len(cases), failed
 
 
@@ -108,9 +118,11 @@ def cmd_verify(_: argparse.Namespace) -> int:
     for f in failures:
         print(f, file=sys.stderr)
     live = sum(r.get("reference_source") == "live" for r in records)
-    print(f"verify: {len(records)} evidence records ({live} against the live reference, {len(records) - live} "
-          "against its bound recordings); "
-          + ("ok" if not failures else f"{len(failures)} entr{'y' if len(failures) == 1 else 'ies'} not backed"))
+    print(
+        f"verify: {len(records)} evidence records ({live} against the live reference, {len(records) - live} "
+        "against its bound recordings); "
+        + ("ok" if not failures else f"{len(failures)} entr{'y' if len(failures) == 1 else 'ies'} not backed")
+    )
     return 1 if failures else 0
 
 
@@ -127,8 +139,12 @@ def cmd_trace(args: argparse.Namespace) -> int:
     from .trace import trace
 
     prompts = args.prompt or [
-        "The capital of France is", "Once upon a time, in a small village,", "def fibonacci(n):",
-        "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n", "List three colors:\n1."]
+        "The capital of France is",
+        "Once upon a time, in a small village,",
+        "def fibonacci(n):",
+        "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n",
+        "List three colors:\n1.",
+    ]
     worst, disagreements = 0.0, 0
     out = []
     config = "b10621's defaults" if args.defaults or args.twin != "f32" else "f32 KV, -fa off"
@@ -137,16 +153,21 @@ def cmd_trace(args: argparse.Namespace) -> int:
         config += "; mlxcel against mlxcel with MLXCEL_CPU_KERNELS=0 in the reference's place"
     with pair_kind(args.twin, tuple(args.server_arg or ()), pinned=not args.defaults) as pair:
         for p in prompts:
-            t = trace(pair.reference.base_url, pair.mlxcel.base_url, p, args.twin, args.n_predict,
-                      threshold=args.threshold)
+            t = trace(
+                pair.reference.base_url, pair.mlxcel.base_url, p, args.twin, args.n_predict, threshold=args.threshold
+            )
             worst, disagreements = max(worst, t.max_abs_delta_logprob), disagreements + t.disagreements_at_decided
             out.append(t.to_dict())
             first = t.first_divergence
-            print(f"{p[:40]!r}: {t.positions} positions, {t.decided} decided, {t.disagreements_at_decided} "
-                  f"disagreements at decided positions, max |delta logprob| {t.max_abs_delta_logprob:.3g}"
-                  + (f", first divergence at {first['position']} (gap {first['gap']:.3g})" if first else ""))
-    print(f"trace ({args.twin}, {config}): {len(prompts)} prompts x {args.n_predict} tokens, {disagreements} disagreements "
-          f"at decided positions, max |delta logprob| {worst:.3g}")
+            print(
+                f"{p[:40]!r}: {t.positions} positions, {t.decided} decided, {t.disagreements_at_decided} "
+                f"disagreements at decided positions, max |delta logprob| {t.max_abs_delta_logprob:.3g}"
+                + (f", first divergence at {first['position']} (gap {first['gap']:.3g})" if first else "")
+            )
+    print(
+        f"trace ({args.twin}, {config}): {len(prompts)} prompts x {args.n_predict} tokens, {disagreements} disagreements "
+        f"at decided positions, max |delta logprob| {worst:.3g}"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
     return 1 if disagreements else 0
@@ -163,7 +184,8 @@ def main(argv: list[str] | None = None) -> None:
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("bench", help="speed side by side with the reference (see `mlxcel-oracle bench --help`)")
     sub.add_parser("reference", help="build (once) and print the reference llama-server path").set_defaults(
-        func=cmd_reference)
+        func=cmd_reference
+    )
     d = sub.add_parser("diff", help="send one request (or corpus case) to both servers and diff the responses")
     d.add_argument("request", help="a corpus case, or a JSON file {method, path, body}")
     d.add_argument("--twin", choices=["q4_1", "f32"], default=None)
@@ -178,11 +200,14 @@ def main(argv: list[str] | None = None) -> None:
     rec.add_argument("--case", default=None, help="record this one case")
     rec.add_argument("--missing", action="store_true", help="record only the cases without a transcript")
     rec.set_defaults(func=cmd_record)
-    sub.add_parser("bind", help="bind the committed transcripts to the reference binary built here (after a "
-                   "full live run found no drift): replays then stand for it (oracle/live.py)").set_defaults(
-        func=cmd_bind)
-    sub.add_parser("verify", help="gate: supported entries need identical evidence, by_design ones a difference"
-                   ).set_defaults(func=cmd_verify)
+    sub.add_parser(
+        "bind",
+        help="bind the committed transcripts to the reference binary built here (after a "
+        "full live run found no drift): replays then stand for it (oracle/live.py)",
+    ).set_defaults(func=cmd_bind)
+    sub.add_parser(
+        "verify", help="gate: supported entries need identical evidence, by_design ones a difference"
+    ).set_defaults(func=cmd_verify)
     rep = sub.add_parser("report", help="write the Markdown and JSON report from the evidence")
     rep.add_argument("--out")
     rep.set_defaults(func=cmd_report)
@@ -192,13 +217,24 @@ def main(argv: list[str] | None = None) -> None:
     t.add_argument("--n-predict", type=int, default=64)
     t.add_argument("--threshold", type=float, default=None)
     t.add_argument("--json", help="write the per-position traces here")
-    t.add_argument("--defaults", action="store_true", help="both servers at b10621's defaults (f16 KV, -fa auto) "
-                   "on the F32 twin too, not the pinned f32 configuration")
-    t.add_argument("--noise-floor", action="store_true", help="no reference: a second mlxcel whose float32 sums "
-                   "run in another order (its kernels off, OpenBLAS) stands in for it, to measure how far two "
-                   "float32-close implementations part in that configuration")
-    t.add_argument("--server-arg", action="append", help="a flag both servers get (repeat for each word), e.g. "
-                   "--server-arg=--rope-scaling --server-arg=yarn")
+    t.add_argument(
+        "--defaults",
+        action="store_true",
+        help="both servers at b10621's defaults (f16 KV, -fa auto) "
+        "on the F32 twin too, not the pinned f32 configuration",
+    )
+    t.add_argument(
+        "--noise-floor",
+        action="store_true",
+        help="no reference: a second mlxcel whose float32 sums "
+        "run in another order (its kernels off, OpenBLAS) stands in for it, to measure how far two "
+        "float32-close implementations part in that configuration",
+    )
+    t.add_argument(
+        "--server-arg",
+        action="append",
+        help="a flag both servers get (repeat for each word), e.g. --server-arg=--rope-scaling --server-arg=yarn",
+    )
     t.set_defaults(func=cmd_trace)
     args = p.parse_args(argv)
     try:

@@ -47,8 +47,11 @@ class Case:
         return CORPUS_DIR / f"{self.name}.json"
 
     def reproduce(self) -> str:
-        return f"mlxcel-oracle run --case {self.name}" if self.args or self.setup else \
-            f"mlxcel-oracle diff fixtures/requests/{self.name}.json --twin {self.twin}"
+        return (
+            f"mlxcel-oracle run --case {self.name}"
+            if self.args or self.setup
+            else f"mlxcel-oracle diff fixtures/requests/{self.name}.json --twin {self.twin}"
+        )
 
 
 # "{repo}" in a case's args: this checkout's root, so a file-taking flag names a committed fixture;
@@ -102,8 +105,9 @@ def server_states(cases: list[Case]) -> list[tuple[str, list[Case]]]:
     shared = [c for c in cases if not c.args and not c.fresh and not c.store]
     out: list[tuple[str, list[Case]]] = [(SHARED, sorted(shared, key=lambda c: (c.twin, c.name)))] if shared else []
     groups: dict[str, list[Case]] = {}
-    for c in sorted((c for c in cases if c.args or c.fresh or c.store),
-                    key=lambda c: (c.twin, c.args, c.store, not c.fresh, c.name)):
+    for c in sorted(
+        (c for c in cases if c.args or c.fresh or c.store), key=lambda c: (c.twin, c.args, c.store, not c.fresh, c.name)
+    ):
         key = f"{c.twin} {json.dumps(c.args)}" + (" store" if c.store else "")
         if c.fresh and key in groups:  # its flags' pair already served a case: this one needs its own
             key = f"{key} fresh:{c.name}"
@@ -135,14 +139,19 @@ def unstated_states(cases: list[Case], recorded) -> list[str]:
             continue
         text = (rec["body"].get("text") or "") + "".join(rec.get("frames", []))
         if c.name in later and not c.setup and _CACHE_COUNT.search(text):
-            out.append(f"{c.name}: its recorded prompt-cache counts come from the cases before it: give it a setup "
-                       f"that caches what it needs, or \"fresh\": true")
+            out.append(
+                f"{c.name}: its recorded prompt-cache counts come from the cases before it: give it a setup "
+                f'that caches what it needs, or "fresh": true'
+            )
             continue
         method, path = c.request.method, c.request.path.split("?")[0]
         if any(method == m and path == p for m, p in COUNTER_ROUTES):
-            out.append(f"{c.name}: {method} {path} reports counters of everything its server did: mark it "
-                       f'"fresh": true')
+            out.append(
+                f'{c.name}: {method} {path} reports counters of everything its server did: mark it "fresh": true'
+            )
         elif not c.setup and any(method == m and path.startswith(p) for m, p in STATE_ROUTES):
-            out.append(f"{c.name}: {method} {path} reports state the cases before it left: give it a setup that "
-                       f'sets that state, or "fresh": true')
+            out.append(
+                f"{c.name}: {method} {path} reports state the cases before it left: give it a setup that "
+                f'sets that state, or "fresh": true'
+            )
     return out

@@ -49,9 +49,12 @@ class DiffReport:
         return not self.divergences if self.judged is not None else self.bytes_identical and not self.divergences
 
     def to_dict(self) -> dict:
-        out = {"identical": self.identical, "bytes_identical": self.bytes_identical,
-               "normalizations_fired": self.normalizations_fired,
-               "divergences": [asdict(d) for d in self.divergences]}
+        out = {
+            "identical": self.identical,
+            "bytes_identical": self.bytes_identical,
+            "normalizations_fired": self.normalizations_fired,
+            "divergences": [asdict(d) for d in self.divergences],
+        }
         return out if self.judged is None else {**out, "judged": self.judged}
 
 
@@ -80,7 +83,7 @@ def _json_type(v: Any) -> str:
     return {dict: "object", list: "array", str: "string", type(None): "null"}.get(type(v), type(v).__name__)
 
 
-def diff_values(ref: Any, got: Any, path: str = "$") -> list[Divergence]:
+def diff_values(ref: Any, got: Any, path: str = "$") -> list[Divergence]:  # noqa: C901
     if _json_type(ref) != _json_type(got):
         return [Divergence(path, "type", ref, got)]
     if _json_type(ref) == "masked":  # both masked: compare the recorded JSON types
@@ -101,7 +104,7 @@ def diff_values(ref: Any, got: Any, path: str = "$") -> list[Divergence]:
     if isinstance(ref, list):
         if len(ref) != len(got):
             return [Divergence(path, "value", ref, got)]
-        return [d for i, (a, b) in enumerate(zip(ref, got)) for d in diff_values(a, b, f"{path}[{i}]")]
+        return [d for i, (a, b) in enumerate(zip(ref, got, strict=False)) for d in diff_values(a, b, f"{path}[{i}]")]
     if ref != got:
         return [Divergence(path, "value", ref, got)]
     if isinstance(ref, float) != isinstance(got, float):  # 1 and 1.0 are different bytes on the wire
@@ -109,23 +112,26 @@ def diff_values(ref: Any, got: Any, path: str = "$") -> list[Divergence]:
     return []
 
 
-def _body_layers(ref_body: bytes, got_body: bytes, names: tuple[str, ...], fired: set[str],
-                 where: str) -> tuple[bool, list[Divergence]]:
+def _body_layers(
+    ref_body: bytes, got_body: bytes, names: tuple[str, ...], fired: set[str], where: str
+) -> tuple[bool, list[Divergence]]:
     """(bytes identical after normalization, structural divergences) for one body or frame."""
     try:
         a, b = json.loads(ref_body), json.loads(got_body)
     except ValueError:
         ref_body, got_body = normalize_text(ref_body, names, fired), normalize_text(got_body, names, fired)
         same = ref_body == got_body
-        return same, [] if same else [Divergence(where, "bytes", ref_body[:200].decode(errors="replace"),
-                                                 got_body[:200].decode(errors="replace"))]
+        return same, [] if same else [
+            Divergence(where, "bytes", ref_body[:200].decode(errors="replace"), got_body[:200].decode(errors="replace"))
+        ]
     na, nb = normalize(a, names, fired), normalize(b, names, fired)
     # the wire bytes must agree outside what the rules masked (escaping and float spelling included)
     same = masked_bytes(ref_body, a, na, names) == masked_bytes(got_body, b, nb, names)
     structural = diff_values(na, nb, where)
     if not same and not structural:
-        structural = [Divergence(where, "bytes", ref_body[:200].decode(errors="replace"),
-                                 got_body[:200].decode(errors="replace"))]
+        structural = [
+            Divergence(where, "bytes", ref_body[:200].decode(errors="replace"), got_body[:200].decode(errors="replace"))
+        ]
     return same, structural
 
 
@@ -137,14 +143,17 @@ def _event_line(frame: bytes) -> tuple[bytes, bytes]:
     return b"", frame
 
 
-def diff_exchanges(ref: Exchange, got: Exchange, names: tuple[str, ...] = ()) -> DiffReport:
+def diff_exchanges(ref: Exchange, got: Exchange, names: tuple[str, ...] = ()) -> DiffReport:  # noqa: C901
     report = DiffReport()
     fired: set[str] = set()
     if ref.status != got.status:
         report.divergences.append(Divergence("status", "status", ref.status, got.status))
     if ref.headers.get("content-type") != got.headers.get("content-type"):
-        report.divergences.append(Divergence("header content-type", "content-type", ref.headers.get("content-type"),
-                                             got.headers.get("content-type")))
+        report.divergences.append(
+            Divergence(
+                "header content-type", "content-type", ref.headers.get("content-type"), got.headers.get("content-type")
+            )
+        )
     theirs = dict(got.compared)
     for name, value in ref.compared:  # the headers the case asked to compare (CORS, auth)
         if theirs.get(name) != value:
@@ -156,13 +165,17 @@ def diff_exchanges(ref: Exchange, got: Exchange, names: tuple[str, ...] = ()) ->
     if ref.frames or got.frames:
         if len(ref.frames) != len(got.frames):
             report.divergences.append(Divergence("frames", "frames", len(ref.frames), len(got.frames)))
-        for i, (a, b) in enumerate(zip(ref.frames, got.frames)):
+        for i, (a, b) in enumerate(zip(ref.frames, got.frames, strict=False)):
             (ev_a, a), (ev_b, b) = _event_line(a), _event_line(b)
             if ev_a != ev_b:  # an Anthropic stream names each event before its data
-                report.divergences.append(Divergence(f"frame[{i}] event", "value", ev_a.decode(errors="replace"),
-                                                     ev_b.decode(errors="replace")))
-            same, divs = _body_layers(a.removeprefix(b"data: "), b.removeprefix(b"data: "), names, fired,
-                                      f"frame[{i}]$")
+                report.divergences.append(
+                    Divergence(
+                        f"frame[{i}] event", "value", ev_a.decode(errors="replace"), ev_b.decode(errors="replace")
+                    )
+                )
+            same, divs = _body_layers(
+                a.removeprefix(b"data: "), b.removeprefix(b"data: "), names, fired, f"frame[{i}]$"
+            )
             report.bytes_identical &= same and a[:6] == b[:6] and ev_a == ev_b
             report.divergences.extend(divs)
         report.bytes_identical &= len(ref.frames) == len(got.frames)

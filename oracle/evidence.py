@@ -58,7 +58,7 @@ class GateFailure:
         return f"{self.entry} ({self.state}): {self.message}"
 
 
-def verify(entries: list[dict], records: list[dict]) -> list[GateFailure]:
+def verify(entries: list[dict], records: list[dict]) -> list[GateFailure]:  # noqa: C901
     by_entry: dict[str, list[dict]] = {}
     for r in records:
         for eid in r["entries"]:
@@ -72,9 +72,14 @@ def verify(entries: list[dict], records: list[dict]) -> list[GateFailure]:
             for r in evid:
                 if not r["identical"]:
                     first = (r["divergences"] or [{"path": "bytes", "kind": "bytes"}])[0]
-                    failures.append(GateFailure(e["id"], "supported",
-                                                f"case {r['case']} differs at {first['path']} ({first['kind']}); "
-                                                f"reproduce: {r['reproduce']}"))
+                    failures.append(
+                        GateFailure(
+                            e["id"],
+                            "supported",
+                            f"case {r['case']} differs at {first['path']} ({first['kind']}); "
+                            f"reproduce: {r['reproduce']}",
+                        )
+                    )
         elif e["state"] == "by_design":
             if not evid:
                 failures.append(GateFailure(e["id"], "by_design", "no oracle evidence pins the divergence"))

@@ -30,10 +30,15 @@ class OracleRequest:
 
     @classmethod
     def from_dict(cls, data: dict) -> "OracleRequest":
-        return cls(method=data.get("method", "POST").upper(), path=data["path"], body=data.get("body"),
-                   raw_body=data.get("raw_body"), headers=tuple((data.get("headers") or {}).items()),
-                   compare_headers=tuple(h.lower() for h in data.get("compare_headers", ())),
-                   header_names=tuple(h.lower() for h in data.get("header_names", ())))
+        return cls(
+            method=data.get("method", "POST").upper(),
+            path=data["path"],
+            body=data.get("body"),
+            raw_body=data.get("raw_body"),
+            headers=tuple((data.get("headers") or {}).items()),
+            compare_headers=tuple(h.lower() for h in data.get("compare_headers", ())),
+            header_names=tuple(h.lower() for h in data.get("header_names", ())),
+        )
 
     def body_bytes(self) -> bytes | None:
         if self.raw_body is not None:
@@ -74,8 +79,12 @@ class Exchange:
             body = {"text": self.body.decode("utf-8")}
         except UnicodeDecodeError:
             body = {"base64": base64.b64encode(self.body).decode()}
-        rec = {"status": self.status, "content_type": self.headers.get("content-type"), "body": body,
-               "frames": [f.decode("utf-8", "replace") for f in self.frames]}
+        rec = {
+            "status": self.status,
+            "content_type": self.headers.get("content-type"),
+            "body": body,
+            "frames": [f.decode("utf-8", "replace") for f in self.frames],
+        }
         if self.compared:
             rec["compared_headers"] = [list(h) for h in self.compared]
         if self.spelled:
@@ -87,10 +96,14 @@ class Exchange:
         body = rec["body"]
         raw = body["text"].encode("utf-8") if "text" in body else base64.b64decode(body["base64"])
         headers = {"content-type": rec["content_type"]} if rec.get("content_type") else {}
-        return cls(status=rec["status"], headers=headers, body=raw,
-                   frames=tuple(f.encode("utf-8") for f in rec.get("frames", [])),
-                   compared=tuple((k, v) for k, v in rec.get("compared_headers", [])),
-                   spelled=tuple((k, v) for k, v in rec.get("header_spellings", [])))
+        return cls(
+            status=rec["status"],
+            headers=headers,
+            body=raw,
+            frames=tuple(f.encode("utf-8") for f in rec.get("frames", [])),
+            compared=tuple((k, v) for k, v in rec.get("compared_headers", [])),
+            spelled=tuple((k, v) for k, v in rec.get("header_spellings", [])),
+        )
 
 
 def split_sse(body: bytes) -> tuple[bytes, ...]:
@@ -103,15 +116,17 @@ def split_sse(body: bytes) -> tuple[bytes, ...]:
 def send(base_url: str, request: OracleRequest, timeout: float = 300.0) -> Exchange:
     headers = {"Content-Type": "application/json"} if request.body_bytes() is not None else {}
     headers.update(request.headers)
-    r = httpx.request(request.method, base_url + request.path, content=request.body_bytes(), headers=headers,
-                      timeout=timeout)
+    r = httpx.request(
+        request.method, base_url + request.path, content=request.body_bytes(), headers=headers, timeout=timeout
+    )
     hdrs = {k.lower(): v for k, v in r.headers.items()}
     frames = split_sse(r.content) if hdrs.get("content-type", "").startswith("text/event-stream") else ()
     compared = tuple((name, hdrs.get(name)) for name in request.compare_headers)
     raw_names = [k.decode("latin-1") for k, _ in r.headers.raw]
     spelled = tuple((name, next((k for k in raw_names if k.lower() == name), None)) for name in request.header_names)
-    return Exchange(status=r.status_code, headers=hdrs, body=r.content, frames=frames, compared=compared,
-                    spelled=spelled)
+    return Exchange(
+        status=r.status_code, headers=hdrs, body=r.content, frames=frames, compared=compared, spelled=spelled
+    )
 
 
 @dataclass(frozen=True)
@@ -124,6 +139,5 @@ class CommandExchange:
 
 
 def run_command(argv: list[str], env: dict[str, str] | None = None, timeout: float = 60.0) -> CommandExchange:
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout,
-                          stdin=subprocess.DEVNULL)
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout, stdin=subprocess.DEVNULL)
     return CommandExchange(proc.returncode, proc.stdout, proc.stderr)

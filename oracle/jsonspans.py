@@ -27,7 +27,7 @@ class _Scanner:
         return _WS.match(self.raw, i).end()
 
     def value(self, i: int) -> tuple[Span, int]:
-        c = self.raw[i:i + 1]
+        c = self.raw[i : i + 1]
         if c == b"{":
             return self.obj(i)
         if c == b"[":
@@ -46,7 +46,7 @@ class _Scanner:
     def obj(self, start: int) -> tuple[Span, int]:
         children: dict[str, Span] = {}
         i = self.ws(start + 1)
-        if self.raw[i:i + 1] == b"}":
+        if self.raw[i : i + 1] == b"}":
             return Span(start, i + 1, children), i + 1
         while True:
             key_end = _STRING.match(self.raw, i).end()
@@ -54,20 +54,20 @@ class _Scanner:
             i = self.ws(self.ws(key_end) + 1)  # past the colon
             children[key], i = self.value(i)
             i = self.ws(i)
-            if self.raw[i:i + 1] == b"}":
+            if self.raw[i : i + 1] == b"}":
                 return Span(start, i + 1, children), i + 1
             i = self.ws(i + 1)  # past the comma
 
     def arr(self, start: int) -> tuple[Span, int]:
         children: list[Span] = []
         i = self.ws(start + 1)
-        if self.raw[i:i + 1] == b"]":
+        if self.raw[i : i + 1] == b"]":
             return Span(start, i + 1, children), i + 1
         while True:
             child, i = self.value(i)
             children.append(child)
             i = self.ws(i)
-            if self.raw[i:i + 1] == b"]":
+            if self.raw[i : i + 1] == b"]":
                 return Span(start, i + 1, children), i + 1
             i = self.ws(i + 1)
 

@@ -79,8 +79,10 @@ def judge(ref: Exchange, mine: Exchange, group: str, twin: str) -> tuple[Judgeme
             disagreement = [Divergence(f"$.generated[{i}]", "decided", ref_id, my_id)]
         break
     compared = agreed + (parted_at is not None)
-    return (Judgement(group, threshold, len(theirs), compared, agreed, decided, len(disagreement), parted_at),
-            disagreement)
+    return (
+        Judgement(group, threshold, len(theirs), compared, agreed, decided, len(disagreement), parted_at),
+        disagreement,
+    )
 
 
 def judged_report(ref: Exchange, mine: Exchange, group: str, twin: str, names: tuple[str, ...]) -> DiffReport:
@@ -90,8 +92,11 @@ def judged_report(ref: Exchange, mine: Exchange, group: str, twin: str, names: t
     if ref.status != mine.status:
         report.divergences.append(Divergence("status", "status", ref.status, mine.status))
     if ref.headers.get("content-type") != mine.headers.get("content-type"):
-        report.divergences.append(Divergence("header content-type", "content-type", ref.headers.get("content-type"),
-                                             mine.headers.get("content-type")))
+        report.divergences.append(
+            Divergence(
+                "header content-type", "content-type", ref.headers.get("content-type"), mine.headers.get("content-type")
+            )
+        )
     judgement, divergences = judge(ref, mine, group, twin)
     report.divergences.extend(divergences)
     if not judgement.generated:

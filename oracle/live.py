@@ -88,8 +88,9 @@ def bound_sha256() -> str | None:
 def bind(binary: Path) -> str:
     """Record that the committed transcripts are this binary's answers (after a full live run agreed)."""
     digest = binary_sha256(binary)
-    BINDING.write_text(json.dumps({"reference_sha256": digest, "binary": binary.name}, indent=1) + "\n",
-                       encoding="utf-8")
+    BINDING.write_text(
+        json.dumps({"reference_sha256": digest, "binary": binary.name}, indent=1) + "\n", encoding="utf-8"
+    )
     return digest
 
 
@@ -119,6 +120,9 @@ def describe() -> str:
     if s.n == 1:
         return "reference: live for every case"
     held = binding_holds()
-    return (f"reference: live share {s} (plus changed and unrecorded cases); the rest replay recordings bound to "
-            f"this binary" if held else
-            "reference: live for every case (this binary is not the one the recordings are bound to)")
+    return (
+        f"reference: live share {s} (plus changed and unrecorded cases); the rest replay recordings bound to "
+        f"this binary"
+        if held
+        else "reference: live for every case (this binary is not the one the recordings are bound to)"
+    )

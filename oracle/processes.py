@@ -83,8 +83,9 @@ class ServerProcess:
         # "{workdir}" in a case's flags: this process's own scratch directory (each server writes its own files)
         self.argv = [_fixture_paths(a.replace("{workdir}", str(self.workdir)), self.name) for a in self.argv]
         log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                                     cwd=self.workdir, stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            self.argv, stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=self.workdir, stdin=subprocess.DEVNULL
+        )
         return self
 
     def wait_healthy(self, timeout: float = 300.0) -> "ServerProcess":
@@ -151,8 +152,11 @@ MEDIA_MARKER = "<__media_mlxcel_oracle__>"
 
 def _clean_env(home: Path) -> dict[str, str]:
     """No LLAMA_ARG_* or other settings leak in from the caller's environment."""
-    keep = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "TMPDIR", "MLXCEL_CACHE_DIR",
-                                                          "XDG_CACHE_HOME", "MLXCEL_BLAS")}
+    keep = {
+        k: v
+        for k, v in os.environ.items()
+        if k in ("PATH", "LANG", "LC_ALL", "TMPDIR", "MLXCEL_CACHE_DIR", "XDG_CACHE_HOME", "MLXCEL_BLAS")
+    }
     keep["HOME"] = str(home)
     # the model store stays the caller's: under the fresh HOME a store name would be converted again (seconds)
     from fixtures.twins import cache_root
@@ -189,9 +193,14 @@ def mlxcel_server(model: str | None, args: list[str] = (), port: int | None = No
 ROUTER = "router"  # a case's "twin" for router mode: both servers without -m
 
 
-def server_pair(twin_kind: str, args: tuple[str, ...], binary: Path | None = None,
-                with_reference: bool = True, pinned: bool = True,
-                store: bool = False) -> tuple[ServerProcess | None, ServerProcess]:
+def server_pair(
+    twin_kind: str,
+    args: tuple[str, ...],
+    binary: Path | None = None,
+    with_reference: bool = True,
+    pinned: bool = True,
+    store: bool = False,
+) -> tuple[ServerProcess | None, ServerProcess]:
     """(reference, mlxcel) for a case: on a twin with the common alias, or in router mode with the case's flags
     alone; the reference is None without with_reference (an offline run against recordings). On an F32 twin
     both get F32_NUMERICS after the case's flags unless pinned is False (b10621's defaults then). store: in router
@@ -245,8 +254,14 @@ class Pair:
     pinned is False.
     """
 
-    def __init__(self, twin_kind: str, args: tuple[str, ...] = (), binary: Path | None = None, pinned: bool = True,
-                 store: bool = False):
+    def __init__(
+        self,
+        twin_kind: str,
+        args: tuple[str, ...] = (),
+        binary: Path | None = None,
+        pinned: bool = True,
+        store: bool = False,
+    ):
         self.reference, self.mlxcel = server_pair(twin_kind, args, binary, pinned=pinned, store=store)
 
     def __enter__(self) -> "Pair":
@@ -269,8 +284,14 @@ class NoiseFloorPair(Pair):
     traces measure how far two float32-close implementations part in a configuration (`mlxcel-oracle trace
     --noise-floor`): the floor under which no comparison with b10621 can go without its exact arithmetic."""
 
-    def __init__(self, twin_kind: str, args: tuple[str, ...] = (), binary: Path | None = None, pinned: bool = True,
-                 store: bool = False):
+    def __init__(
+        self,
+        twin_kind: str,
+        args: tuple[str, ...] = (),
+        binary: Path | None = None,
+        pinned: bool = True,
+        store: bool = False,
+    ):
         from fixtures.twins import twin
 
         both = [*COMMON_ARGS, *args, *(F32_NUMERICS if pinned and twin_kind.startswith("f32") else ())]

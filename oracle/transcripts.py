@@ -30,8 +30,7 @@ def transcript_path(name: str, directory: Path = TRANSCRIPT_DIR) -> Path:
 def record(name: str, request: OracleRequest, exchange: Exchange, directory: Path = TRANSCRIPT_DIR) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     doc = {"case": name, "request_sha256": request.sha256(), "reference": exchange.to_record()}
-    transcript_path(name, directory).write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n",
-                                                encoding="utf-8")
+    transcript_path(name, directory).write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def is_current(name: str, request: OracleRequest, directory: Path = TRANSCRIPT_DIR) -> bool:
@@ -53,8 +52,13 @@ def load(name: str, request: OracleRequest, directory: Path = TRANSCRIPT_DIR) ->
     return Exchange.from_record(doc["reference"])
 
 
-def live_or_recorded(name: str, request: OracleRequest, live: Exchange | None, normalize: tuple[str, ...],
-                     directory: Path = TRANSCRIPT_DIR) -> tuple[Exchange, str]:
+def live_or_recorded(
+    name: str,
+    request: OracleRequest,
+    live: Exchange | None,
+    normalize: tuple[str, ...],
+    directory: Path = TRANSCRIPT_DIR,
+) -> tuple[Exchange, str]:
     """The reference's exchange for a case, and where it came from ("live" or "recorded")."""
     if live is None:
         return load(name, request, directory), "recorded"
@@ -64,6 +68,8 @@ def live_or_recorded(name: str, request: OracleRequest, live: Exchange | None, n
     drift = diff_exchanges(load(name, request, directory), live, normalize)
     if not drift.identical:
         details = "; ".join(d.describe_drift() for d in drift.divergences[:3]) or "bytes differ"
-        raise TranscriptDrift(f"{name}: the reference binary no longer matches its recording ({details}); "
-                              f"re-record with {RECORD_ENV}=1 after checking why")
+        raise TranscriptDrift(
+            f"{name}: the reference binary no longer matches its recording ({details}); "
+            f"re-record with {RECORD_ENV}=1 after checking why"
+        )
     return live, "live"

@@ -43,8 +43,14 @@ CORETYPE_ENV = "OPENBLAS_CORETYPE"  # OpenBLAS's own (the scipy-openblas build's
 ROW_STABLE_CORE = "Sandybridge"
 KERNELS_ENV = "MLXCEL_CPU_KERNELS"  # "0": without mlxcel's CPU kernels
 KERNELS_DIR = os.path.join(os.path.dirname(__file__), "native")
-KERNELS_SOURCES = ("cpu_kernels.c", "decode_step.c", "prefill_step.c", "encoder_ggml.c", "attention_ggml.c",
-                   "ggml_order.c")  # one shared object
+KERNELS_SOURCES = (
+    "cpu_kernels.c",
+    "decode_step.c",
+    "prefill_step.c",
+    "encoder_ggml.c",
+    "attention_ggml.c",
+    "ggml_order.c",
+)  # one shared object
 KERNELS_HEADERS = ("cpu_kernels.h", "step_model.h", "ggml_simd.h")
 KERNELS_FLAGS = ("-O3", "-shared", "-fPIC")
 X86 = platform.machine() in ("x86_64", "AMD64")
@@ -134,7 +140,7 @@ def _candidates() -> list[Candidate]:
     return wheel_list + system
 
 
-def activate() -> BlasState:
+def activate() -> BlasState:  # noqa: C901
     if not sys.platform.startswith("linux"):
         STATE.reason = "not Linux: MLX uses the platform's accelerated BLAS"
         return STATE
@@ -153,8 +159,10 @@ def activate() -> BlasState:
     for cand in _candidates():
         prefix = cand.prefix
         if prefix and native_path is None:
-            tried.append(f"{cand.path}: its {prefix}cblas_sgemm is reached only through mlxcel's kernels, which "
-                         f"could not be built ({native_error})")
+            tried.append(
+                f"{cand.path}: its {prefix}cblas_sgemm is reached only through mlxcel's kernels, which "
+                f"could not be built ({native_error})"
+            )
             continue
         if kernels_on and os.path.exists(cand.path):
             _choose_core(cand.path, prefix)  # before this process loads it: OpenBLAS reads its core type at load
@@ -173,8 +181,11 @@ def activate() -> BlasState:
             ctypes.CDLL(cand.path, mode=ctypes.RTLD_GLOBAL)  # now global: MLX's cblas calls bind to it
         STATE.library, STATE.prefix = cand.path, prefix
         STATE.core = _corename(lib, prefix)
-        how = (f"its {prefix}cblas_sgemm reached through mlxcel's kernels' cblas_sgemm" if prefix
-               else "loaded with global symbol binding before mlx")
+        how = (
+            f"its {prefix}cblas_sgemm reached through mlxcel's kernels' cblas_sgemm"
+            if prefix
+            else "loaded with global symbol binding before mlx"
+        )
         passed = f"; passed over: {'; '.join(tried)}" if tried else ""
         STATE.reason = f"{cand.origin}, {how}{passed}"
         return STATE
@@ -231,12 +242,18 @@ def _rows_stable(path: str, core: str | None = None, prefix: str = "") -> bool |
         st = os.stat(real)
         with open("/proc/cpuinfo", "rb") as f:
             # the first processor's model and flags (not its clock: "cpu MHz" changes between reads)
-            cpu = b"\n".join(ln for ln in f.read().split(b"\n\n")[0].splitlines()
-                             if ln.startswith((b"model name", b"flags", b"vendor_id", b"cpu family", b"model\t")))
+            cpu = b"\n".join(
+                ln
+                for ln in f.read().split(b"\n\n")[0].splitlines()
+                if ln.startswith((b"model name", b"flags", b"vendor_id", b"cpu family", b"model\t"))
+            )
     except OSError:
         st, cpu = None, b""
-    key = hashlib.sha256(json.dumps([real, st and st.st_size, st and st.st_mtime_ns, core, prefix,
-                                     cpu.decode(errors="replace"), _ROWS_PROBE]).encode()).hexdigest()[:24]
+    key = hashlib.sha256(
+        json.dumps(
+            [real, st and st.st_size, st and st.st_mtime_ns, core, prefix, cpu.decode(errors="replace"), _ROWS_PROBE]
+        ).encode()
+    ).hexdigest()[:24]
     memo = cache_root() / "native" / f"blas-rows-{key}.json"
     try:
         return json.loads(memo.read_text())["stable"]
@@ -246,8 +263,9 @@ def _rows_stable(path: str, core: str | None = None, prefix: str = "") -> bool |
     if core:
         env[CORETYPE_ENV] = core
     try:
-        out = subprocess.run([sys.executable, "-c", _ROWS_PROBE, path, prefix], capture_output=True, text=True,
-                             timeout=60, env=env).stdout.strip()
+        out = subprocess.run(
+            [sys.executable, "-c", _ROWS_PROBE, path, prefix], capture_output=True, text=True, timeout=60, env=env
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
     stable = {"1": True, "0": False}.get(out)
@@ -370,13 +388,20 @@ def summary() -> str:
 
 def describe() -> str:
     speed = f"{STATE.gflops:.1f} GFLOP/s" if STATE.gflops is not None else "not measured"
-    verdict = ("fast BLAS in use" if STATE.fast else "SLOW reference BLAS in use" if STATE.library is None
-               else "an OpenBLAS in use but measured SLOW (a busy machine?)")
+    verdict = (
+        "fast BLAS in use"
+        if STATE.fast
+        else "SLOW reference BLAS in use"
+        if STATE.library is None
+        else "an OpenBLAS in use but measured SLOW (a busy machine?)"
+    )
     lib = STATE.library or "the mlx wheel's own"
     if STATE.core:
         lib += f", {STATE.core} kernels"
     split = ""
     if STATE.split and STATE.native is not None:
         split = f", products split over their {STATE.native.mlxcel_threads()} threads, the BLAS on one each"
-    return (f"CPU BLAS: {verdict} ({lib}; {STATE.reason}; sgemm 512x1536x576 at {speed}; {STATE.rows}; "
-            f"mlxcel CPU kernels: {STATE.kernels}{split})")
+    return (
+        f"CPU BLAS: {verdict} ({lib}; {STATE.reason}; sgemm 512x1536x576 at {speed}; {STATE.rows}; "
+        f"mlxcel CPU kernels: {STATE.kernels}{split})"
+    )

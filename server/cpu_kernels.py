@@ -15,6 +15,7 @@ import numpy as np
 
 from . import blas
 
+
 def available() -> bool:
     """The kernels are loaded and have their vector paths (otherwise MLX's own ops are the faster choice)."""
     return blas.STATE.native is not None and bool(blas.STATE.native.mlxcel_has_avx2())
@@ -47,13 +48,20 @@ def swiglu(gate: mx.array, up: mx.array | None = None) -> mx.array:
         width, ld = g.shape[-1], g.shape[-1]
     out = np.empty((*g.shape[:-1], width), np.float32)
     rows = out.size // width if width else 0
-    blas.STATE.native.mlxcel_swiglu(_ptr(g), _ptr(u), ctypes.c_long(rows), ctypes.c_long(width),
-                                    ctypes.c_long(ld), _ptr(out))
+    blas.STATE.native.mlxcel_swiglu(
+        _ptr(g), _ptr(u), ctypes.c_long(rows), ctypes.c_long(width), ctypes.c_long(ld), _ptr(out)
+    )
     return mx.array(out)
 
 
-def rope(x: mx.array, dims: int, base: float, scale: float, offsets: list[int],
-         yarn: tuple[float, float, float, float] | None = None) -> mx.array:
+def rope(
+    x: mx.array,
+    dims: int,
+    base: float,
+    scale: float,
+    offsets: list[int],
+    yarn: tuple[float, float, float, float] | None = None,
+) -> mx.array:
     """mx.fast.rope(x, dims, traditional=False, base=base, scale=scale, offset=...) for x (B, H, L, D),
     row b's positions starting at offsets[b]; the angles computed as ggml computes them (with YaRN's
     ext_factor, attn_factor and correction dims where yarn is given: server/models/yarn.py)."""
@@ -62,14 +70,26 @@ def rope(x: mx.array, dims: int, base: float, scale: float, offsets: list[int],
     batch, heads, length, dim = view.shape
     out = np.empty(view.shape, np.float32)
     steps = [ctypes.c_long(stride // 4) for stride in view.strides[:3]]
-    blas.STATE.native.mlxcel_rope(_ptr(view), *steps, batch, heads, length, dim, dims, ctypes.c_float(base),
-                                  ctypes.c_float(scale), None if yarn is None else (ctypes.c_float * 4)(*yarn),
-                                  (ctypes.c_int * batch)(*offsets), _ptr(out))
+    blas.STATE.native.mlxcel_rope(
+        _ptr(view),
+        *steps,
+        batch,
+        heads,
+        length,
+        dim,
+        dims,
+        ctypes.c_float(base),
+        ctypes.c_float(scale),
+        None if yarn is None else (ctypes.c_float * 4)(*yarn),
+        (ctypes.c_int * batch)(*offsets),
+        _ptr(out),
+    )
     return mx.array(out)
 
 
-def attention(queries: mx.array, keys: mx.array, values: mx.array, scale: float,
-              first: list[int] | None = None, numerics=None) -> mx.array:
+def attention(
+    queries: mx.array, keys: mx.array, values: mx.array, scale: float, first: list[int] | None = None, numerics=None
+) -> mx.array:
     """Causal attention: queries (B, H, L, D), keys and values (B, Hkv, T, D) with T >= L, the queries being
     the last L positions; in row b the keys before first[b] are left padding, unseen. Returns (B, H, L, D),
     as mx.fast.scaled_dot_product_attention with the matching mask; with numerics (models.kv_numerics) over
@@ -80,8 +100,23 @@ def attention(queries: mx.array, keys: mx.array, values: mx.array, scale: float,
     out = np.empty((batch, n_q, n_heads, dim), np.float32)
     starts = None if first is None else (ctypes.c_int * batch)(*first)
     steps = [ctypes.c_long(stride // 4) for a in (q, k, v) for stride in a.strides[:3]]
-    args = (_ptr(q), *steps[0:3], _ptr(k), *steps[3:6], _ptr(v), *steps[6:9],
-            batch, n_heads, n_kv, n_q, n_keys, dim, ctypes.c_float(scale), starts, _ptr(out))
+    args = (
+        _ptr(q),
+        *steps[0:3],
+        _ptr(k),
+        *steps[3:6],
+        _ptr(v),
+        *steps[6:9],
+        batch,
+        n_heads,
+        n_kv,
+        n_q,
+        n_keys,
+        dim,
+        ctypes.c_float(scale),
+        starts,
+        _ptr(out),
+    )
     if numerics is None or numerics.exact:
         status = blas.STATE.native.mlxcel_attention(*args)
     else:

@@ -29,13 +29,17 @@ class ErrorKind(Enum):
 LOADING_MODEL = "Loading model"
 # /completion without "prompt": the JSON library's out_of_range error surfaces as a 400 upstream
 MISSING_PROMPT = "[json.exception.out_of_range.403] key 'prompt' not found"
-BAD_PROMPT = ('"prompt" elements must be a string, a list of tokens, a JSON object containing a prompt string, '
-              "or a list of mixed strings & tokens.")
+BAD_PROMPT = (
+    '"prompt" elements must be a string, a list of tokens, a JSON object containing a prompt string, '
+    "or a list of mixed strings & tokens."
+)
 PROPS_DISABLED = "This server does not support changing global properties. Start it with `--props`"
 LORA_NOT_ARRAY = "Request body must be an array"  # POST /lora-adapters
 # mlxcel's own: --lora-fuse fixes the adapters' scales (no b10621 command line reaches it)
-LORA_FUSED = ("the LoRA adapters are fused into the weights (--lora-fuse): their scales are fixed; start without "
-              "--lora-fuse to change them per request or with POST /lora-adapters")
+LORA_FUSED = (
+    "the LoRA adapters are fused into the weights (--lora-fuse): their scales are fixed; start without "
+    "--lora-fuse to change them per request or with POST /lora-adapters"
+)
 METRICS_DISABLED = "This server does not support metrics endpoint. Start it with `--metrics`"
 SLOT_ACTIONS_DISABLED = "This server does not support slots action. Start it with `--slot-save-path`"
 INVALID_SLOT_ID = "Invalid slot ID"
@@ -51,8 +55,9 @@ POOLING_NONE_NOT_OAI = "Pooling type 'none' is not OAI compatible. Please use a 
 EMBEDDING_INPUT_MISSING = '"input" or "content" must be provided'
 ENCODING_FORMAT_INVALID = "The format to return the embeddings in. Can be either float or base64"
 EMBEDDING_INPUT_EMPTY = "Input content cannot be empty"
-INPUT_TOO_LARGE = ("input ({n} tokens) is too large to process. increase the physical batch size (current batch "
-                   "size: {n_ubatch})")
+INPUT_TOO_LARGE = (
+    "input ({n} tokens) is too large to process. increase the physical batch size (current batch size: {n_ubatch})"
+)
 INPUT_OVER_CONTEXT = "input ({n} tokens) is larger than the max context size ({n_ctx} tokens). skipping"
 INVALID_TOKENS = "Prompt contains invalid tokens"
 RERANK_QUERY_MISSING = '"query" must be provided'
@@ -69,8 +74,12 @@ NOT_FOUND_BODY = {"error": {"message": "File Not Found", "type": "not_found_erro
 
 def exceeds_context(n_prompt: int, n_ctx: int) -> "UpstreamError":
     """A prompt that does not fit its slot (context shift off, b10621's default)."""
-    return UpstreamError(f"request ({n_prompt} tokens) exceeds the available context size ({n_ctx} tokens), "
-                         "try increasing it", ErrorKind.EXCEED_CONTEXT_SIZE, n_prompt_tokens=n_prompt, n_ctx=n_ctx)
+    return UpstreamError(
+        f"request ({n_prompt} tokens) exceeds the available context size ({n_ctx} tokens), try increasing it",
+        ErrorKind.EXCEED_CONTEXT_SIZE,
+        n_prompt_tokens=n_prompt,
+        n_ctx=n_ctx,
+    )
 
 
 def json_type_name(value) -> str:

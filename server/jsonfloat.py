@@ -30,9 +30,7 @@ def _cached_power(k: int) -> tuple[int, int]:
     return int(value / Fraction(2) ** e + Fraction(1, 2)), e
 
 
-_CACHED_POWERS = [
-    (_cached_power(k), k) for k in range(_CACHED_POWERS_MIN_DEC_EXP, 325, _CACHED_POWERS_DEC_STEP)
-]
+_CACHED_POWERS = [(_cached_power(k), k) for k in range(_CACHED_POWERS_MIN_DEC_EXP, 325, _CACHED_POWERS_DEC_STEP)]
 
 
 def _c_div(a: int, b: int) -> int:
@@ -52,9 +50,7 @@ def _normalize(f: int, e: int) -> tuple[int, int]:
 
 
 def _grisu2_round(digits: list[int], dist: int, delta: int, rest: int, ten_k: int) -> None:
-    while (
-        rest < dist and delta - rest >= ten_k and (rest + ten_k < dist or dist - rest > rest + ten_k - dist)
-    ):
+    while rest < dist and delta - rest >= ten_k and (rest + ten_k < dist or dist - rest > rest + ten_k - dist):
         digits[-1] -= 1
         rest += ten_k
 

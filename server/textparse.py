@@ -33,8 +33,12 @@ def stoul(raw: str) -> int:
 
 def stof(raw: str) -> float:
     """std::stof: the longest leading number (hex and inf/nan included); "stof" when there is none."""
-    m = re.match(r"[ \t\n\v\f\r]*([+-]?(?:0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)(?:[pP][+-]?\d+)?|"
-                 r"inf(?:inity)?|nan|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?))", raw, re.IGNORECASE)
+    m = re.match(
+        r"[ \t\n\v\f\r]*([+-]?(?:0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)(?:[pP][+-]?\d+)?|"
+        r"inf(?:inity)?|nan|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?))",
+        raw,
+        re.IGNORECASE,
+    )
     if not m:
         raise ValueError("stof")
     text = m.group(1)

@@ -114,10 +114,13 @@ def load_tls(config: ServeConfig) -> ssl.SSLContext | None:
     if not config.tls:
         return None
     if not config.ssl_key_file or not config.ssl_cert_file:
-        given, missing = (("--ssl-key-file", "--ssl-cert-file") if config.ssl_key_file
-                          else ("--ssl-cert-file", "--ssl-key-file"))
-        raise TransportError(f"{given} was given without {missing}: TLS needs both a PEM certificate and its "
-                             f"PEM private key (b10621 would silently serve plain HTTP); give both, or neither")
+        given, missing = (
+            ("--ssl-key-file", "--ssl-cert-file") if config.ssl_key_file else ("--ssl-cert-file", "--ssl-key-file")
+        )
+        raise TransportError(
+            f"{given} was given without {missing}: TLS needs both a PEM certificate and its "
+            f"PEM private key (b10621 would silently serve plain HTTP); give both, or neither"
+        )
     for option, path in (("--ssl-cert-file", config.ssl_cert_file), ("--ssl-key-file", config.ssl_key_file)):
         try:
             with open(path, "rb"):
@@ -132,8 +135,10 @@ def load_tls(config: ServeConfig) -> ssl.SSLContext | None:
     try:
         ctx.load_cert_chain(config.ssl_cert_file, config.ssl_key_file)
     except (ssl.SSLError, OSError) as exc:
-        raise TransportError(f"--ssl-cert-file {config.ssl_cert_file} / --ssl-key-file {config.ssl_key_file}: "
-                             f"not a PEM certificate and its matching private key ({exc})") from None
+        raise TransportError(
+            f"--ssl-cert-file {config.ssl_cert_file} / --ssl-key-file {config.ssl_key_file}: "
+            f"not a PEM certificate and its matching private key ({exc})"
+        ) from None
     return ctx
 
 
@@ -167,11 +172,13 @@ class Listener:
             pass
 
 
-def bind(config: ServeConfig) -> Listener:
+def bind(config: ServeConfig) -> Listener:  # noqa: C901
     """The listening socket, bound and listening before any weight is read (as b10621 starts HTTP first)."""
+
     def refuse(reason: str) -> TransportError:
-        return TransportError(f"couldn't bind HTTP server socket, hostname: {config.host}, port: {config.port} "
-                              f"({reason})")
+        return TransportError(
+            f"couldn't bind HTTP server socket, hostname: {config.host}, port: {config.port} ({reason})"
+        )
 
     if config.is_unix:
         path = config.host
@@ -193,8 +200,9 @@ def bind(config: ServeConfig) -> Listener:
     if not 0 <= config.port <= 65535:
         raise refuse("the port must be 0-65535")
     try:
-        infos = socket.getaddrinfo(config.host or None, config.port, socket.AF_UNSPEC, socket.SOCK_STREAM, 0,
-                                   socket.AI_PASSIVE)
+        infos = socket.getaddrinfo(
+            config.host or None, config.port, socket.AF_UNSPEC, socket.SOCK_STREAM, 0, socket.AI_PASSIVE
+        )
     except (socket.gaierror, UnicodeError) as exc:
         raise refuse(f"the host does not resolve: {exc}") from None
     last: OSError | None = None
@@ -242,7 +250,7 @@ class HttpTimeouts:
         self.app = app
         self.timeout = max(float(timeout), 0.0)
 
-    async def __call__(self, scope, receive, send) -> None:
+    async def __call__(self, scope, receive, send) -> None:  # noqa: C901
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -328,7 +336,7 @@ class CancelOnDisconnect:
     def __init__(self, app) -> None:
         self.app = app
 
-    async def __call__(self, scope, receive, send) -> None:
+    async def __call__(self, scope, receive, send) -> None:  # noqa: C901
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -420,9 +428,15 @@ def announce_listening(address: str) -> None:
 class HttpServer:
     """Binds at construction (TLS files loaded first), serves with run(), stops with stop()."""
 
-    def __init__(self, app, config: ServeConfig, *, log_level: str | None = "warning",
-                 announce: Callable[[str], None] | None = announce_listening,
-                 uvicorn_options: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        app,
+        config: ServeConfig,
+        *,
+        log_level: str | None = "warning",
+        announce: Callable[[str], None] | None = announce_listening,
+        uvicorn_options: dict[str, Any] | None = None,
+    ) -> None:
         # deferred: uvicorn (~90 ms) once a server binds; ServeConfig.from_args does without it
         import uvicorn
 
@@ -439,12 +453,20 @@ class HttpServer:
                 kwargs.update(ssl_keyfile=config.ssl_key_file, ssl_certfile=config.ssl_cert_file)
         # uvicorn_options (e.g. server.logs.uvicorn_log_settings()) override the logging defaults
         options = {"log_level": log_level, "access_log": False, **(uvicorn_options or {})}
-        wrapped = CutAtShutdown(ServerHeader(HttpTimeouts(CancelOnDisconnect(app), config.timeout)),
-                                lambda: self._server.should_exit)
-        uv_config = uvicorn.Config(wrapped,
-                                   timeout_keep_alive=KEEPALIVE_TIMEOUT, backlog=LISTEN_BACKLOG,
-                                   timeout_graceful_shutdown=DRAIN_SECONDS, lifespan="off",  # (no startup hooks)
-                                   server_header=False, date_header=False, **options, **kwargs)
+        wrapped = CutAtShutdown(
+            ServerHeader(HttpTimeouts(CancelOnDisconnect(app), config.timeout)), lambda: self._server.should_exit
+        )
+        uv_config = uvicorn.Config(
+            wrapped,
+            timeout_keep_alive=KEEPALIVE_TIMEOUT,
+            backlog=LISTEN_BACKLOG,
+            timeout_graceful_shutdown=DRAIN_SECONDS,
+            lifespan="off",  # (no startup hooks)
+            server_header=False,
+            date_header=False,
+            **options,
+            **kwargs,
+        )
         address = self.address
 
         class _Server(uvicorn.Server):

@@ -46,14 +46,20 @@ def main(reps: int = 5) -> None:
             logits = r.decode(cache, gen[-1])
         follow = base + gen[:-1] + WORDS[:17] + WORDS[:3]  # the next turn: 20 new tokens
         snap, _ = r.snapshot(cache, 363)
-        print(f"{kind}: a {len(follow)}-token prompt continuing 300 + 64 generated: at n_past 363 (20 rows) "
-              f"{_timed(r, snap, 363, follow, reps):.0f} ms, exact from 300 (83 rows) "
-              f"{_timed(r, snap, 300, follow, reps):.0f} ms, cold {_timed(r, snap, 0, follow, 3):.0f} ms", flush=True)
+        print(
+            f"{kind}: a {len(follow)}-token prompt continuing 300 + 64 generated: at n_past 363 (20 rows) "
+            f"{_timed(r, snap, 363, follow, reps):.0f} ms, exact from 300 (83 rows) "
+            f"{_timed(r, snap, 300, follow, reps):.0f} ms, cold {_timed(r, snap, 0, follow, 3):.0f} ms",
+            flush=True,
+        )
         c2 = r.new_cache()
         r.prefill(c2, base)
         s2, _ = r.snapshot(c2, 300)
-        print(f"{kind}: a repeated 300-token prompt: at n_past 299 (1 row) {_timed(r, s2, 299, base, reps):.0f} ms, "
-              f"exact from 283 (17 rows) {_timed(r, s2, 283, base, reps):.0f} ms", flush=True)
+        print(
+            f"{kind}: a repeated 300-token prompt: at n_past 299 (1 row) {_timed(r, s2, 299, base, reps):.0f} ms, "
+            f"exact from 283 (17 rows) {_timed(r, s2, 283, base, reps):.0f} ms",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -13,11 +13,18 @@ from server.models.tokenizer import ModelTokenizer
 
 
 @contextmanager
-def running_engine(checkpoint: Path, fake: FakeBackend | None = None, **config) -> Iterator[tuple[Engine, ModelTokenizer]]:
+def running_engine(
+    checkpoint: Path, fake: FakeBackend | None = None, **config
+) -> Iterator[tuple[Engine, ModelTokenizer]]:
     """fake: run on that fake backend (the checkpoint's tokenizer, no weights loaded)."""
     tok = ModelTokenizer(checkpoint)
-    engine = Engine(checkpoint, EngineConfig(**config), eog_ids=tok.eog_ids, piece=tok.piece,
-                    open_backend=None if fake is None else lambda _adapters: fake)
+    engine = Engine(
+        checkpoint,
+        EngineConfig(**config),
+        eog_ids=tok.eog_ids,
+        piece=tok.piece,
+        open_backend=None if fake is None else lambda _adapters: fake,
+    )
     engine.start()
     engine.ready.wait(120)
     assert engine.load_error is None

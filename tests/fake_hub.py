@@ -13,7 +13,7 @@ from urllib.parse import unquote, urlparse
 
 
 class FakeHub:
-    def __init__(self, repos: dict[str, dict[str, bytes]]):
+    def __init__(self, repos: dict[str, dict[str, bytes]]):  # noqa: C901
         self.repos = repos
         self.cut_after: dict[str, int] = {}  # file -> bytes sent before the connection drops (once)
         self.wrong_sha: set[str] = set()

@@ -16,11 +16,35 @@ from server.models.tokenizer import ModelTokenizer
 from tests.engines import running_engine
 
 # b10621's to_json_non_oaicompat() key order; generation_settings is not produced yet (sampling issue)
-NATIVE_KEYS = ["index", "content", "tokens", "id_slot", "stop", "model", "tokens_predicted", "tokens_evaluated",
-               "generation_settings",
-               "prompt", "has_new_line", "truncated", "stop_type", "stopping_word", "tokens_cached", "timings"]
-TIMING_KEYS = ["cache_n", "prompt_n", "prompt_ms", "prompt_per_token_ms", "prompt_per_second", "predicted_n",
-               "predicted_ms", "predicted_per_token_ms", "predicted_per_second"]
+NATIVE_KEYS = [
+    "index",
+    "content",
+    "tokens",
+    "id_slot",
+    "stop",
+    "model",
+    "tokens_predicted",
+    "tokens_evaluated",
+    "generation_settings",
+    "prompt",
+    "has_new_line",
+    "truncated",
+    "stop_type",
+    "stopping_word",
+    "tokens_cached",
+    "timings",
+]
+TIMING_KEYS = [
+    "cache_n",
+    "prompt_n",
+    "prompt_ms",
+    "prompt_per_token_ms",
+    "prompt_per_second",
+    "predicted_n",
+    "predicted_ms",
+    "predicted_per_token_ms",
+    "predicted_per_second",
+]
 
 
 FRANCE = "The capital of France is"
@@ -29,22 +53,26 @@ SAY_HI = "<|im_start|>user\nSay hi.<|im_end|>\n<|im_start|>assistant\n"
 
 def _scripted(tok: ModelTokenizer):
     """The fake model's rule: after these prompts, these continuations (then counting on); no weights loaded."""
-    scripts = {tuple(tok.tokenize(FRANCE, True, True)): tok.tokenize(" Paris.\nThe answer is Paris.", False, False),
-               tuple(tok.tokenize(SAY_HI, True, True)): [*tok.tokenize("Hi!", False, False), min(tok.eog_ids)]}
+    scripts = {
+        tuple(tok.tokenize(FRANCE, True, True)): tok.tokenize(" Paris.\nThe answer is Paris.", False, False),
+        tuple(tok.tokenize(SAY_HI, True, True)): [*tok.tokenize("Hi!", False, False), min(tok.eog_ids)],
+    }
 
     def rule(history: list[int]) -> int:
         for prompt, script in scripts.items():
             n = len(history) - len(prompt)
-            if tuple(history[:len(prompt)]) == prompt and n < len(script):
+            if tuple(history[: len(prompt)]) == prompt and n < len(script):
                 return script[n]
         return (history[-1] + 1) % tok.vocab_size
+
     return rule
 
 
 @pytest.fixture(scope="module")
 def ready_state(twin_q4_1):
-    fake = FakeBackend(n_vocab=ModelTokenizer(twin_q4_1.mlx_dir).vocab_size,
-                       rule=_scripted(ModelTokenizer(twin_q4_1.mlx_dir)))
+    fake = FakeBackend(
+        n_vocab=ModelTokenizer(twin_q4_1.mlx_dir).vocab_size, rule=_scripted(ModelTokenizer(twin_q4_1.mlx_dir))
+    )
     with running_engine(twin_q4_1.mlx_dir, fake=fake, n_slots=2) as (engine, tok):
         yield AppState(engine=engine, tokenizer=tok, model_name="smol")
 
@@ -83,8 +111,10 @@ async def test_tokenize_pieces_are_strings_or_byte_arrays(ready_state):
 
 async def test_completion_has_native_keys_in_upstream_order(ready_state):
     async with _client(ready_state) as c:
-        r = await c.post("/completion", json={"prompt": "The capital of France is", "n_predict": 4,
-                                              "return_tokens": True, "temperature": 0})
+        r = await c.post(
+            "/completion",
+            json={"prompt": "The capital of France is", "n_predict": 4, "return_tokens": True, "temperature": 0},
+        )
     body = r.json()
     assert r.status_code == 200
     assert list(body) == NATIVE_KEYS
@@ -97,7 +127,9 @@ async def test_completion_has_native_keys_in_upstream_order(ready_state):
 
 async def test_completion_stops_on_end_of_generation(ready_state):
     async with _client(ready_state) as c:
-        r = await c.post("/completion", json={"prompt": SAY_HI, "n_predict": 64, "return_tokens": True, "temperature": 0})
+        r = await c.post(
+            "/completion", json={"prompt": SAY_HI, "n_predict": 64, "return_tokens": True, "temperature": 0}
+        )
     body = r.json()
     assert body["stop_type"] == "eos"
     assert body["tokens"][-1] in ready_state.tokenizer.eog_ids
@@ -108,8 +140,13 @@ async def test_missing_prompt_is_upstreams_400(ready_state):
     async with _client(ready_state) as c:
         r = await c.post("/completion", json={"n_predict": 4})
     assert r.status_code == 400
-    assert r.json() == {"error": {"code": 400, "message": "[json.exception.out_of_range.403] key 'prompt' not found",
-                                  "type": "invalid_request_error"}}
+    assert r.json() == {
+        "error": {
+            "code": 400,
+            "message": "[json.exception.out_of_range.403] key 'prompt' not found",
+            "type": "invalid_request_error",
+        }
+    }
 
 
 async def test_empty_prompt_answers_an_empty_unstopped_result(ready_state):
@@ -147,8 +184,17 @@ async def test_stop_string_cuts_content_and_names_the_word(ready_state):
 async def test_fields_mlxcel_does_not_act_on_are_logged_not_silent(ready_state, caplog):
     async with _client(ready_state) as c:
         with caplog.at_level("WARNING", logger="mlxcel.api"):
-            r = await c.post("/completion", json={"prompt": "x", "n_predict": 1, "dry_multiplier": 0.7, "top_k": 5,
-                                                  "samplers": ["top_k", "infill"], "lora": []})
+            r = await c.post(
+                "/completion",
+                json={
+                    "prompt": "x",
+                    "n_predict": 1,
+                    "dry_multiplier": 0.7,
+                    "top_k": 5,
+                    "samplers": ["top_k", "infill"],
+                    "lora": [],
+                },
+            )
     assert r.status_code == 200
     assert "does not act on the request field(s) lora yet\n" in caplog.text  # the infill sampler runs
     assert "infill" not in caplog.text
@@ -156,10 +202,17 @@ async def test_fields_mlxcel_does_not_act_on_are_logged_not_silent(ready_state, 
 
 async def test_score_route_agrees_with_greedy_generation(ready_state):
     async with _client(ready_state) as c:
-        gen = (await c.post("/completion", json={"prompt": "The capital of France is", "n_predict": 6,
-                                                 "return_tokens": True, "temperature": 0})).json()
-        scored = (await c.post("/mlxcel/score", json={"prompt": "The capital of France is",
-                                                      "tokens": gen["tokens"], "n_probs": 3})).json()
+        gen = (
+            await c.post(
+                "/completion",
+                json={"prompt": "The capital of France is", "n_predict": 6, "return_tokens": True, "temperature": 0},
+            )
+        ).json()
+        scored = (
+            await c.post(
+                "/mlxcel/score", json={"prompt": "The capital of France is", "tokens": gen["tokens"], "n_probs": 3}
+            )
+        ).json()
     positions = scored["positions"]
     assert [p["top_logprobs"][0]["id"] for p in positions] == gen["tokens"]
     assert all(p["logprob"] == p["top_logprobs"][0]["logprob"] <= 0 for p in positions)

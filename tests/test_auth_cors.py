@@ -44,8 +44,7 @@ def _state(ready: bool = True, **settings):
 
 
 def _client(app) -> httpx.AsyncClient:
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app, raise_app_exceptions=False),
-                             base_url="http://t")
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app, raise_app_exceptions=False), base_url="http://t")
 
 
 def _cors_from_args(args: list[str]) -> CorsConfig:
@@ -153,8 +152,9 @@ async def test_key_forms_match_b10621(recorded_keys, headers, status):
 
 def _inventory() -> list[tuple[str, str]]:
     app = create_app(_state())
-    return sorted((m, p.replace("{id_slot}", "0").replace("{id}", "x")) for m, p in registered_routes(app)
-                  if m != "HEAD")
+    return sorted(
+        (m, p.replace("{id_slot}", "0").replace("{id}", "x")) for m, p in registered_routes(app) if m != "HEAD"
+    )
 
 
 async def _probe(scope, receive, send):  # stands in for routing: 204 means "the key check let it through"
@@ -165,10 +165,12 @@ async def _probe(scope, receive, send):  # stands in for routing: 204 means "the
 async def test_every_route_needs_the_key_but_the_public_ones():
     routes = _inventory()
     assert len(routes) > 20 and ("GET", "/health") in routes
-    guarded = httpx.AsyncClient(transport=httpx.ASGITransport(app=AuthMiddleware(_probe, AuthConfig(("k1",)))),
-                                base_url="http://t")
-    open_app = httpx.AsyncClient(transport=httpx.ASGITransport(app=AuthMiddleware(_probe, AuthConfig())),
-                                 base_url="http://t")
+    guarded = httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=AuthMiddleware(_probe, AuthConfig(("k1",)))), base_url="http://t"
+    )
+    open_app = httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=AuthMiddleware(_probe, AuthConfig())), base_url="http://t"
+    )
     async with guarded as c, open_app as o:
         for method, path in routes:
             public = path in PUBLIC_PATHS
@@ -224,8 +226,15 @@ async def test_gates_run_in_b10621_order_while_loading():
 
 async def test_api_prefix_moves_every_route_and_the_public_paths_stay_unprefixed():
     # recorded from b10621 with --api-prefix /pfx --api-key k1 --no-ui
-    cases = [("/health", False, 404), ("/pfx/health", False, 401), ("/pfx/health", True, 200),
-             ("/props", True, 404), ("/pfx", True, 404), ("/pfx/", False, 401), ("/pfx//health", True, 404)]
+    cases = [
+        ("/health", False, 404),
+        ("/pfx/health", False, 401),
+        ("/pfx/health", True, 200),
+        ("/props", True, 404),
+        ("/pfx", True, 404),
+        ("/pfx/", False, 401),
+        ("/pfx//health", True, 404),
+    ]
     async with _client(_app(api_prefix="/pfx")) as c:
         for path, with_key, status in cases:
             r = await c.get(path, headers={"Authorization": "k1"} if with_key else {})
@@ -330,14 +339,27 @@ def test_unreadable_key_file_stops_startup_with_b10621_sentence(tmp_path):
 # --- CORS details ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("origin", "local"), [
-    ("http://localhost", True), ("https://localhost:8443/x", True), ("http://127.0.0.1:1", True),
-    ("http://[::1]", True), ("http://u:p@localhost", True), ("http://localhost: 80", True),
-    ("http://localhost:80abc", True), ("http://LOCALHOST", False), ("localhost", False),
-    ("ws://localhost", False), ("http://localhost:abc", False), ("http://localhost:99999999999", False),
-    ("http://[::1", False), ("http://localhost/@evil", False), ("http://localhost.evil", False),
-    ("http://127.0.0.2", False),
-])
+@pytest.mark.parametrize(
+    ("origin", "local"),
+    [
+        ("http://localhost", True),
+        ("https://localhost:8443/x", True),
+        ("http://127.0.0.1:1", True),
+        ("http://[::1]", True),
+        ("http://u:p@localhost", True),
+        ("http://localhost: 80", True),
+        ("http://localhost:80abc", True),
+        ("http://LOCALHOST", False),
+        ("localhost", False),
+        ("ws://localhost", False),
+        ("http://localhost:abc", False),
+        ("http://localhost:99999999999", False),
+        ("http://[::1", False),
+        ("http://localhost/@evil", False),
+        ("http://localhost.evil", False),
+        ("http://127.0.0.2", False),
+    ],
+)
 def test_origin_is_localhost(origin, local):
     assert origin_is_localhost(origin) is local
 

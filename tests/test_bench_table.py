@@ -12,11 +12,22 @@ from oracle import bench_table
 def _run(reference: dict, mlxcel: dict) -> dict:
     """A bench JSON with one twin: every repetition's figures per server."""
     reps = len(next(iter(reference.values())))
-    return {"commit": "abc123", "date": "2026-12-03T17:00:00Z", "cpu": "AMD EPYC", "cores": 2,
-            "mlxcel_blas": "/x/libscipy_openblas.so | Sandybridge", "repetitions": reps,
-            "twins": {"f32": {"samples": {
-                "reference": [{k: v[i] for k, v in reference.items()} for i in range(reps)],
-                "mlxcel": [{k: v[i] for k, v in mlxcel.items()} for i in range(reps)]}}}}
+    return {
+        "commit": "abc123",
+        "date": "2026-12-03T17:00:00Z",
+        "cpu": "AMD EPYC",
+        "cores": 2,
+        "mlxcel_blas": "/x/libscipy_openblas.so | Sandybridge",
+        "repetitions": reps,
+        "twins": {
+            "f32": {
+                "samples": {
+                    "reference": [{k: v[i] for k, v in reference.items()} for i in range(reps)],
+                    "mlxcel": [{k: v[i] for k, v in mlxcel.items()} for i in range(reps)],
+                }
+            }
+        },
+    }
 
 
 def test_overlapping_repetitions_are_parity_and_separated_ones_a_win_or_a_loss():
@@ -35,8 +46,10 @@ def test_lower_is_better_figures_invert_the_ratio_and_rss_is_one_reading():
 
 
 def test_the_table_from_json_and_the_marked_block_rewritten(tmp_path):
-    run = _run({"decode_tps_1": [40, 44, 48], "prompt_tps_512": [500, 510, 520], "peak_rss_mib": [2300] * 3},
-               {"decode_tps_1": [46, 50, 52], "prompt_tps_512": [650, 660, 700], "peak_rss_mib": [1700] * 3})
+    run = _run(
+        {"decode_tps_1": [40, 44, 48], "prompt_tps_512": [500, 510, 520], "peak_rss_mib": [2300] * 3},
+        {"decode_tps_1": [46, 50, 52], "prompt_tps_512": [650, 660, 700], "peak_rss_mib": [1700] * 3},
+    )
     block = bench_table.table(run)
     rows = {line.split(" |")[0]: line for line in block.splitlines() if line.startswith("| ")}
     assert rows["| decode, 1 stream, greedy (tokens/s)"].endswith("| 44 | 50 | 1.14 (0.96-1.30) **=** |")

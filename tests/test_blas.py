@@ -14,13 +14,16 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="th
 
 
 def _probe(env_extra: dict) -> str:
-    code = ("from server import blas; blas.activate(); blas.verify(); "
-            "print(blas.STATE.fast, blas.STATE.gflops, blas.STATE.library)")
+    code = (
+        "from server import blas; blas.activate(); blas.verify(); "
+        "print(blas.STATE.fast, blas.STATE.gflops, blas.STATE.library)"
+    )
     import os
 
     env = {**os.environ, **env_extra}
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                          check=True).stdout.split()
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    ).stdout.split()
 
 
 def test_fast_blas_is_in_use_in_this_process():
@@ -115,9 +118,13 @@ def test_the_server_warns_when_only_the_reference_blas_is_there(twin_q4_1):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        proc = subprocess.run([sys.executable, "-m", "server", "-m", str(twin_q4_1.mlx_dir), "--port", str(port)],
-                              capture_output=True, text=True, timeout=120,
-                              env={**os.environ, blas.BLAS_ENV: "reference"})
+        proc = subprocess.run(
+            [sys.executable, "-m", "server", "-m", str(twin_q4_1.mlx_dir), "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, blas.BLAS_ENV: "reference"},
+        )
     lines = (proc.stdout + proc.stderr).splitlines()
     assert proc.returncode != 0
     assert any(" W " in f" {line[:20]} " and "SLOW reference BLAS in use" in line for line in lines), lines[-5:]
@@ -150,7 +157,7 @@ def test_few_row_products_over_a_transposed_operand_at_every_row_count_and_edge(
         x = rng.standard_normal((16, k)).astype(np.float32)
         exact = x.astype(np.float64) @ w.T.astype(np.float64)
         weight = mx.array(w)
-        rows = [np.array(mx.array(x[i:i + 1]) @ weight.T)[0] for i in range(16)]
+        rows = [np.array(mx.array(x[i : i + 1]) @ weight.T)[0] for i in range(16)]
         for m in (2, 3, 4, 5, 8, 16):
             out = np.array(mx.array(x[:m]) @ weight.T)
             assert all(np.array_equal(out[i], rows[i]) for i in range(m)), (n, k, m)
@@ -175,11 +182,16 @@ def test_the_row_probe_verdict_is_kept_per_library_and_cpu(monkeypatch, tmp_path
 
 def _activated(env_extra: dict, setup: str = "") -> list[str]:
     """activate() in a child with env_extra (and setup run first): library | kernels | reason."""
-    code = (f"from server import blas; {setup}blas.activate(); "
-            "print(blas.STATE.library, blas.STATE.kernels, blas.STATE.reason, sep=' | ')")
+    code = (
+        f"from server import blas; {setup}blas.activate(); "
+        "print(blas.STATE.library, blas.STATE.kernels, blas.STATE.reason, sep=' | ')"
+    )
     env = {**os.environ, **env_extra}
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                          check=True).stdout.strip().split(" | ")
+    return (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+        .stdout.strip()
+        .split(" | ")
+    )
 
 
 needs_wheel = pytest.mark.skipif(blas.wheel_library() is None, reason="the scipy-openblas32 wheel is not installed")

@@ -15,8 +15,9 @@ MODEL_TEMPLATE = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content 
 
 def _settings(*argv: str):
     args = build_parser("mlxcel-server").parse_args(["-m", "x", *argv])
-    tokenizer = SimpleNamespace(chat_template=MODEL_TEMPLATE, bos_id=None, eos_id=None, add_bos=False, add_eos=False,
-                                piece=lambda i: b"")
+    tokenizer = SimpleNamespace(
+        chat_template=MODEL_TEMPLATE, bos_id=None, eos_id=None, add_bos=False, add_eos=False, piece=lambda i: b""
+    )
     return chat_settings(args, tokenizer)
 
 
@@ -37,8 +38,10 @@ def test_chatml_is_the_bundled_chatml_source_with_or_without_jinja():
 def test_no_jinja_refuses_a_template_no_builtin_formats_in_b10621s_words():
     with pytest.raises(UnsupportedTemplate) as err:
         _settings("--no-jinja", "--chat-template", "{{ messages }}")
-    assert str(err.value) == ("error: the supplied chat template is not supported: {{ messages }}\nnote: llama.cpp "
-                              "was started without --jinja, we only support commonly used templates\n")
+    assert str(err.value) == (
+        "error: the supplied chat template is not supported: {{ messages }}\nnote: llama.cpp "
+        "was started without --jinja, we only support commonly used templates\n"
+    )
 
 
 def test_a_builtin_name_under_jinja_is_refused_with_the_way_out():

@@ -38,8 +38,9 @@ from server.chat.legacy import (
     verify_legacy,
 )
 
-FIXTURE = json.loads((Path(__file__).parent.parent / "fixtures" / "chat" / "legacy_b10621.json")
-                     .read_text(encoding="utf-8"))
+FIXTURE = json.loads(
+    (Path(__file__).parent.parent / "fixtures" / "chat" / "legacy_b10621.json").read_text(encoding="utf-8")
+)
 CONVERSATIONS = {k: [tuple(m) for m in v] for k, v in FIXTURE["conversations"].items()}
 RENDER_KEYS = [f"{c}/{g}" for c in CONVERSATIONS for g in ("gen", "nogen")]
 
@@ -95,8 +96,20 @@ def test_upstream_cases():
 
 def test_generation_prompt_ignored_where_upstream_has_none():
     # rwkv-world ends a last user turn with "Assistant:" either way; the others never add one
-    for name in ("orion", "minicpm", "rwkv-world", "deepseek-ocr", "hunyuan-moe", "hunyuan-dense", "hunyuan-vl",
-                 "mistral-v1", "mistral-v3", "mistral-v3-tekken", "mistral-v7", "mistral-v7-tekken"):
+    for name in (
+        "orion",
+        "minicpm",
+        "rwkv-world",
+        "deepseek-ocr",
+        "hunyuan-moe",
+        "hunyuan-dense",
+        "hunyuan-vl",
+        "mistral-v1",
+        "mistral-v3",
+        "mistral-v3-tekken",
+        "mistral-v7",
+        "mistral-v7-tekken",
+    ):
         assert FIXTURE["builtin"][name]["full/gen"] == FIXTURE["builtin"][name]["full/nogen"]
 
 
@@ -163,9 +176,11 @@ def test_nul_ends_role_content_and_source():
 
 def test_trim_and_upper_are_ascii_only():
     assert apply_legacy("llama3", [("user", "\u00a0x\u3000 \t\v\f\r\n")], False) == (
-        "<|start_header_id|>user<|end_header_id|>\n\n\u00a0x\u3000<|eot_id|>")
+        "<|start_header_id|>user<|end_header_id|>\n\n\u00a0x\u3000<|eot_id|>"
+    )
     assert apply_legacy("openchat", [("\u00e9x", "c"), ("", "d")], False) == (
-        "GPT4 Correct \u00e9x: c<|end_of_turn|>GPT4 Correct : d<|end_of_turn|>")
+        "GPT4 Correct \u00e9x: c<|end_of_turn|>GPT4 Correct : d<|end_of_turn|>"
+    )
     assert apply_legacy("bailing", [("stra\u00dfe", "c")], False) == "<role>STRA\u00dfE</role>c"
 
 
@@ -208,7 +223,8 @@ def test_startup_refusal_text():
         # printed with fprintf(stderr, "%s\n")
         assert r["stderr"] == unsupported_template_message(template, use_jinja=False) + "\n"
     assert unsupported_template_message("x", use_jinja=True) == (
-        "error: the supplied chat template is not supported: x\n")
+        "error: the supplied chat template is not supported: x\n"
+    )
 
 
 # --- /props ---------------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ def _streamed(parse, pieces: list[str], continuation: bool = False) -> tuple[dic
                 slot = folded["tool_calls"].setdefault(call["index"], {"name": "", "arguments": ""})
                 slot["name"] += call.get("function", {}).get("name", "")
                 slot["arguments"] += call.get("function", {}).get("arguments", "")
+
     for piece in pieces:
         fold(state.update(piece, True))
     fold(state.update("", False))
@@ -38,14 +39,22 @@ def _streamed(parse, pieces: list[str], continuation: bool = False) -> tuple[dic
 
 
 TEMPLATE = (Path(__file__).resolve().parents[1] / "fixtures" / "chat" / "think-tools.jinja").read_text()
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
-    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    }
+]
 TEXT = st.text(alphabet=st.characters(blacklist_characters="<", blacklist_categories=("Cs",)), max_size=12)
 
 
 def _info(**body) -> ChatInfo:
-    return chat_request({"messages": [{"role": "user", "content": "Weather?"}], **body},
-                        ChatSettings(template=TEMPLATE))[1]
+    return chat_request(
+        {"messages": [{"role": "user", "content": "Weather?"}], **body}, ChatSettings(template=TEMPLATE)
+    )[1]
 
 
 def _call(city: str) -> str:
@@ -70,16 +79,21 @@ def _chunks(text: str, cuts: list[int]) -> list[str]:
 
 
 @settings(max_examples=60, deadline=None)
-@given(answers(), st.lists(st.integers(0, 400), max_size=10),
-       st.sampled_from(["none", "auto", "deepseek", "deepseek-legacy"]), st.booleans())
+@given(
+    answers(),
+    st.lists(st.integers(0, 400), max_size=10),
+    st.sampled_from(["none", "auto", "deepseek", "deepseek-legacy"]),
+    st.booleans(),
+)
 def test_streamed_deltas_fold_to_the_whole_message_under_every_reasoning_format(text, cuts, fmt, tools):
     parse = message_parser(_info(reasoning_format=fmt, **({"tools": TOOLS} if tools else {})))
     folded, whole = _streamed(parse, _chunks(text, cuts))
     assert folded["content"] == whole["content"]
     assert folded["reasoning_content"] == whole.get("reasoning_content", "")
     calls = [folded["tool_calls"][i] for i in sorted(folded["tool_calls"])]
-    assert calls == [{"name": c["function"]["name"], "arguments": c["function"]["arguments"]}
-                     for c in whole.get("tool_calls", [])]
+    assert calls == [
+        {"name": c["function"]["name"], "arguments": c["function"]["arguments"]} for c in whole.get("tool_calls", [])
+    ]
 
 
 def test_the_parser_splits_reasoning_content_and_tool_calls():
@@ -107,8 +121,11 @@ def test_plain_content_streams_to_the_whole(pieces):
 @settings(deadline=None)
 @given(st.lists(st.text(max_size=6), max_size=12), st.sampled_from(["Sure:", "A"]))
 def test_a_continued_message_streams_only_what_follows_the_prefill(pieces, continuation):
-    info = _info(messages=[{"role": "user", "content": "Hi"}, {"role": "assistant", "content": continuation}],
-                 continue_final_message="content", add_generation_prompt=False)
+    info = _info(
+        messages=[{"role": "user", "content": "Hi"}, {"role": "assistant", "content": continuation}],
+        continue_final_message="content",
+        add_generation_prompt=False,
+    )
     folded, whole = _streamed(message_parser(info), pieces, continuation=True)
     assert whole["content"] == continuation + "".join(pieces)
     assert folded["content"] == "".join(pieces)
@@ -116,8 +133,9 @@ def test_a_continued_message_streams_only_what_follows_the_prefill(pieces, conti
 
 def test_tool_call_diffs_name_the_call_once_then_stream_its_arguments():
     prv = ChatMsg("assistant", tool_calls=[ToolCall("get_weather", '{"city": "Pa', "abc")])
-    new = ChatMsg("assistant", tool_calls=[ToolCall("get_weather", '{"city": "Paris"}', "abc"),
-                                           ToolCall("f", "", "def")])
+    new = ChatMsg(
+        "assistant", tool_calls=[ToolCall("get_weather", '{"city": "Paris"}', "abc"), ToolCall("f", "", "def")]
+    )
     assert [delta_json(d) for d in compute_diffs(prv, new)] == [
         {"tool_calls": [{"index": 0, "function": {"arguments": 'ris"}'}}]},
         {"tool_calls": [{"index": 1, "id": "def", "type": "function", "function": {"name": "f"}}]},
@@ -143,8 +161,9 @@ def test_tool_call_ids_are_handed_out_once_and_kept():
 
 
 def test_nesting_deeper_than_the_parser_can_follow_is_the_format_error_not_a_crash():
-    parse = message_parser(_info(tools=[{"type": "function", "function": {"name": "f",
-                                                                          "parameters": {"type": "object"}}}]))
+    parse = message_parser(
+        _info(tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}])
+    )
     deep = '<tool_call>\n{"name": "f", "arguments": {"a": ' + "[" * 400 + "]" * 400 + "}}\n</tool_call>"
     with pytest.raises(UpstreamError, match="does not match the expected peg-native format"):
         parse(deep, False)

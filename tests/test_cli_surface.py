@@ -53,25 +53,52 @@ def _sample(o) -> list[str]:
         return []
     if o.kind == "str_str":
         return ["0", "1"]
-    return {"--load-mode": ["auto"], "--split-mode": ["none"], "--numa": ["isolate"], "--pooling": ["mean"],
-            "--rope-scaling": ["yarn"], "--spec-type": ["none"], "--log-colors": ["auto"], "--flash-attn": ["on"],
-            "--fit": ["on"], "--gpu-layers": ["all"], "--spec-draft-ngl": ["all"], "--cache-type-k": ["f16"],
-            "--cache-type-v": ["f16"], "--spec-draft-type-k": ["f16"], "--spec-draft-type-v": ["f16"],
-            "--media-path": ["/"], "--slot-save-path": ["/"], "--api-key-file": [__file__],
-            "--ui-config-file": [__file__], "--reasoning": ["on"], "--reasoning-format": ["none"],
-            "--sleep-idle-seconds": ["5"], "--prio-batch": ["1"], "--spec-draft-prio": ["1"],
-            "--spec-draft-prio-batch": ["1"], "--control-vector-scaled": ["f:0.5"], "--lora-scaled": ["f:0.5"],
-            "--spec-ngram-simple-size-n": ["2"], "--spec-ngram-simple-size-m": ["2"],
-            "--spec-ngram-simple-min-hits": ["2"], "--spec-ngram-map-k-size-n": ["2"],
-            "--spec-ngram-map-k-size-m": ["2"], "--spec-ngram-map-k-min-hits": ["2"],
-            "--spec-ngram-map-k4v-size-n": ["2"], "--spec-ngram-map-k4v-size-m": ["2"],
-            "--spec-ngram-map-k4v-min-hits": ["2"], "--spec-ngram-mod-n-match": ["2"]}.get(o.id, ["1"])
+    return {
+        "--load-mode": ["auto"],
+        "--split-mode": ["none"],
+        "--numa": ["isolate"],
+        "--pooling": ["mean"],
+        "--rope-scaling": ["yarn"],
+        "--spec-type": ["none"],
+        "--log-colors": ["auto"],
+        "--flash-attn": ["on"],
+        "--fit": ["on"],
+        "--gpu-layers": ["all"],
+        "--spec-draft-ngl": ["all"],
+        "--cache-type-k": ["f16"],
+        "--cache-type-v": ["f16"],
+        "--spec-draft-type-k": ["f16"],
+        "--spec-draft-type-v": ["f16"],
+        "--media-path": ["/"],
+        "--slot-save-path": ["/"],
+        "--api-key-file": [__file__],
+        "--ui-config-file": [__file__],
+        "--reasoning": ["on"],
+        "--reasoning-format": ["none"],
+        "--sleep-idle-seconds": ["5"],
+        "--prio-batch": ["1"],
+        "--spec-draft-prio": ["1"],
+        "--spec-draft-prio-batch": ["1"],
+        "--control-vector-scaled": ["f:0.5"],
+        "--lora-scaled": ["f:0.5"],
+        "--spec-ngram-simple-size-n": ["2"],
+        "--spec-ngram-simple-size-m": ["2"],
+        "--spec-ngram-simple-min-hits": ["2"],
+        "--spec-ngram-map-k-size-n": ["2"],
+        "--spec-ngram-map-k-size-m": ["2"],
+        "--spec-ngram-map-k-min-hits": ["2"],
+        "--spec-ngram-map-k4v-size-n": ["2"],
+        "--spec-ngram-map-k4v-size-m": ["2"],
+        "--spec-ngram-map-k4v-min-hits": ["2"],
+        "--spec-ngram-mod-n-match": ["2"],
+    }.get(o.id, ["1"])
 
 
 REMOVED = {"--draft", "--draft-min", "--spec-ngram-size-n", "--spec-ngram-size-m", "--spec-ngram-min-hits"}
 
 
 # ----- every spelling parses ----------------------------------------------------------------------------------
+
 
 def test_the_table_holds_b10621s_323_long_and_84_short_spellings():
     spellings = {s for o in OPTIONS for s in (*o.spellings, *o.negatives)}
@@ -99,9 +126,13 @@ def test_every_spelling_parses(prog):
 
 
 def test_both_entry_points_dump_the_whole_surface():
-    for prog, code in (("mlxcel-server", "from server.cli.main import server_main; server_main()"),
-                       ("mlxcel serve", ("import sys; sys.argv[0] = 'mlxcel'; from server.cli.main import mlxcel_main; "
-                                        "mlxcel_main()"))):
+    for prog, code in (
+        ("mlxcel-server", "from server.cli.main import server_main; server_main()"),
+        (
+            "mlxcel serve",
+            ("import sys; sys.argv[0] = 'mlxcel'; from server.cli.main import mlxcel_main; mlxcel_main()"),
+        ),
+    ):
         argv = [sys.executable, "-c", code, *(["serve"] if prog == "mlxcel serve" else []), "--dump-flag-surface"]
         dump = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
         got = {s for o in dump["options"] for s in o["spellings"]}
@@ -109,11 +140,14 @@ def test_both_entry_points_dump_the_whole_surface():
         assert got == {s for o in OPTIONS for s in (*o.spellings, *o.negatives)} | set(MLXCEL_OWN), prog
 
 
-@pytest.mark.parametrize("argv, stream, start", [
-    (["--version", "--bogus"], "err", "version: "),  # b10621 exits inside the handler, before the next token
-    (["-cl"], "out", "number of models in cache: "),
-    (["--completion-bash"], "out", "# bash completion for mlxcel-server"),
-])
+@pytest.mark.parametrize(
+    "argv, stream, start",
+    [
+        (["--version", "--bogus"], "err", "version: "),  # b10621 exits inside the handler, before the next token
+        (["-cl"], "out", "number of models in cache: "),
+        (["--completion-bash"], "out", "# bash completion for mlxcel-server"),
+    ],
+)
 def test_print_and_exit_options(capsys, argv, stream, start):
     with pytest.raises(SystemExit) as e:
         parse(*argv)
@@ -123,13 +157,22 @@ def test_print_and_exit_options(capsys, argv, stream, start):
 
 def test_removed_options_fail_in_b10621s_words(capsys):
     err = _error(capsys, "--draft", "4")
-    assert err.startswith('error while handling argument "--draft": the argument has been removed. use '
-                          "--spec-draft-n-max or --spec-ngram-mod-n-max\n\nusage:\n--draft, --draft-n, --draft-max N")
+    assert err.startswith(
+        'error while handling argument "--draft": the argument has been removed. use '
+        "--spec-draft-n-max or --spec-ngram-mod-n-max\n\nusage:\n--draft, --draft-n, --draft-max N"
+    )
     assert err.rstrip().endswith("to show complete usage, run with -h")
 
 
-@pytest.mark.parametrize("argv, value", [(["--alias", "-np"], ["-np"]), (["-a", "-h"], ["-h"]),
-                                         (["--alias", "--help"], ["--help"]), (["-a", "--"], ["--"])])
+@pytest.mark.parametrize(
+    "argv, value",
+    [
+        (["--alias", "-np"], ["-np"]),
+        (["-a", "-h"], ["-h"]),
+        (["--alias", "--help"], ["--help"]),
+        (["-a", "--"], ["--"]),
+    ],
+)
 def test_a_value_that_spells_an_option_is_a_value(argv, value):
     ns = parse(*argv, "-np", "2")
     assert ns.alias == value and ns.parallel == 2 and not ns.help
@@ -144,28 +187,43 @@ def test_chat_template_value_that_spells_an_option_is_a_value():
 def test_multi_letter_single_dash_spellings_are_options():
     ns = parse("-ngl", "99", "-np", "3", "-ctk", "f16", "-hft", "t", "-fa", "on", "-cram", "0", "-to", "7")
     assert ns.parallel == 3 and ns.cache_ram == 0 and ns.timeout == 7
-    assert [g.option for g in ns.given] == ["--gpu-layers", "--parallel", "--cache-type-k", "--hf-token",
-                                            "--flash-attn", "--cache-ram", "--timeout"]
+    assert [g.option for g in ns.given] == [
+        "--gpu-layers",
+        "--parallel",
+        "--cache-type-k",
+        "--hf-token",
+        "--flash-attn",
+        "--cache-ram",
+        "--timeout",
+    ]
 
 
 def test_underscores_in_long_spellings_read_as_dashes():
     assert parse("--ctx_size", "4096", "--no_cont_batching").ctx_size == 4096
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--ctx-size=5"], "error: invalid argument: --ctx-size=5"),
-    (["-c5"], "error: invalid argument: -c5"),
-    (["--ctx"], "error: invalid argument: --ctx"),  # no abbreviations
-    (["model.gguf"], "error: invalid argument: model.gguf"),
-    (["-c"], 'error while handling argument "-c": expected value for argument'),
-    (["-c", "abc"], 'error while handling argument "-c": stoi'),
-    (["-c", "99999999999"], 'error while handling argument "-c": stoi'),
-    (["-fa", "maybe"], """error while handling argument "-fa": error: unknown value for --flash-attn: 'maybe'"""),
-    (["--spec-type", "bogus"], 'error while handling argument "--spec-type": unknown speculative type: bogus'),
-    (["--prio", "4"], 'error while handling argument "--prio": invalid value'),
-    (["--log-colors", "yes"], ("""error while handling argument "--log-colors": error: unknown value for """
-                              "--log-colors: 'yes'")),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--ctx-size=5"], "error: invalid argument: --ctx-size=5"),
+        (["-c5"], "error: invalid argument: -c5"),
+        (["--ctx"], "error: invalid argument: --ctx"),  # no abbreviations
+        (["model.gguf"], "error: invalid argument: model.gguf"),
+        (["-c"], 'error while handling argument "-c": expected value for argument'),
+        (["-c", "abc"], 'error while handling argument "-c": stoi'),
+        (["-c", "99999999999"], 'error while handling argument "-c": stoi'),
+        (["-fa", "maybe"], """error while handling argument "-fa": error: unknown value for --flash-attn: 'maybe'"""),
+        (["--spec-type", "bogus"], 'error while handling argument "--spec-type": unknown speculative type: bogus'),
+        (["--prio", "4"], 'error while handling argument "--prio": invalid value'),
+        (
+            ["--log-colors", "yes"],
+            (
+                """error while handling argument "--log-colors": error: unknown value for """
+                "--log-colors: 'yes'"
+            ),
+        ),
+    ],
+)
 def test_command_line_errors_are_b10621s(capsys, argv, message):
     assert _error(capsys, *argv).startswith(message)
 
@@ -176,8 +234,20 @@ def test_int_values_read_as_std_stoi():
 
 # ----- the environment --------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("raw, fires", [("1", True), ("true", True), ("on", True), ("enabled", True),
-                                        ("TRUE", False), ("yes", False), ("0", False), (" 1", False)])
+
+@pytest.mark.parametrize(
+    "raw, fires",
+    [
+        ("1", True),
+        ("true", True),
+        ("on", True),
+        ("enabled", True),
+        ("TRUE", False),
+        ("yes", False),
+        ("0", False),
+        (" 1", False),
+    ],
+)
 def test_value_less_flags_fire_from_the_environment_only_for_truthy(monkeypatch, raw, fires):
     monkeypatch.setenv("LLAMA_ARG_ENDPOINT_PROPS", raw)
     monkeypatch.setenv("LLAMA_ARG_CPU_MOE", raw)
@@ -186,21 +256,41 @@ def test_value_less_flags_fire_from_the_environment_only_for_truthy(monkeypatch,
     assert bool(refusals(ns.given)) is fires  # LLAMA_ARG_CPU_MOE=0 turns nothing on
 
 
-@pytest.mark.parametrize("raw, value", [("1", True), ("on", True), ("enabled", True), ("true", True),
-                                        ("0", False), ("off", False), ("disabled", False), ("false", False)])
+@pytest.mark.parametrize(
+    "raw, value",
+    [
+        ("1", True),
+        ("on", True),
+        ("enabled", True),
+        ("true", True),
+        ("0", False),
+        ("off", False),
+        ("disabled", False),
+        ("false", False),
+    ],
+)
 def test_bool_pairs_read_the_environment_with_parse_bool_value(monkeypatch, raw, value):
     monkeypatch.setenv("LLAMA_ARG_CONT_BATCHING", raw)
     assert parse().cont_batching is value
 
 
-@pytest.mark.parametrize("var, raw, message", [
-    ("LLAMA_ARG_CONT_BATCHING", "yes", ('error while handling environment variable "LLAMA_ARG_CONT_BATCHING": '
-                                       "invalid boolean value")),
-    ("LLAMA_ARG_CTX_SIZE", "abc", 'error while handling environment variable "LLAMA_ARG_CTX_SIZE": stoi'),
-    ("LLAMA_ARG_PERF", "sometimes", 'error while handling environment variable "LLAMA_ARG_PERF": invalid boolean'),
-    ("LLAMA_ARG_DRAFT_MAX", "4", ('error while handling environment variable "LLAMA_ARG_DRAFT_MAX": the argument '
-                                 "has been removed.")),
-])
+@pytest.mark.parametrize(
+    "var, raw, message",
+    [
+        (
+            "LLAMA_ARG_CONT_BATCHING",
+            "yes",
+            ('error while handling environment variable "LLAMA_ARG_CONT_BATCHING": invalid boolean value'),
+        ),
+        ("LLAMA_ARG_CTX_SIZE", "abc", 'error while handling environment variable "LLAMA_ARG_CTX_SIZE": stoi'),
+        ("LLAMA_ARG_PERF", "sometimes", 'error while handling environment variable "LLAMA_ARG_PERF": invalid boolean'),
+        (
+            "LLAMA_ARG_DRAFT_MAX",
+            "4",
+            ('error while handling environment variable "LLAMA_ARG_DRAFT_MAX": the argument has been removed.'),
+        ),
+    ],
+)
 def test_environment_errors_are_b10621s(capsys, monkeypatch, var, raw, message):
     monkeypatch.setenv(var, raw)
     assert _error(capsys).startswith(message)
@@ -226,8 +316,10 @@ def test_command_line_beats_environment(monkeypatch, capsys):
     assert ns.ctx_size == 200 and ns.cont_batching is True
     assert ns.chat_template_args[-1] == ("--chat-template-file", "--chat-template-file", "f.jinja")
     assert gpu_layers_refusal(ns.given, Path("/nonexistent")) is None
-    assert "warn: LLAMA_ARG_CTX_SIZE environment variable is set, but will be overwritten by command line argument " \
-           "-c" in capsys.readouterr().err
+    assert (
+        "warn: LLAMA_ARG_CTX_SIZE environment variable is set, but will be overwritten by command line argument "
+        "-c" in capsys.readouterr().err
+    )
     assert parse().ctx_size == 100
 
 
@@ -243,27 +335,108 @@ def test_transport_authentication_and_logging_parse_into_their_dests(monkeypatch
     keys = tmp_path / "keys"
     keys.write_text("k\n")
     monkeypatch.setenv("LLAMA_ARG_LOG_TIMESTAMPS", "off")
-    ns = parse("--host", "h.sock", "--port", "0", "-to", "9", "--threads-http", "3", "--api-prefix", "/v", "--reuse-port",
-               "--ssl-key-file", "k.pem", "--ssl-cert-file", "c.pem", "--cors-origins", "localhost", "--cors-headers",
-               "X", "--cors-methods", "GET", "--no-cors-credentials", "--api-key", "a", "--api-key-file", str(keys),
-               "--log-disable", "--log-file", "l.log", "--log-colors", "enabled", "--no-log-prefix", "-v", "-lv", "5")
-    got = {k: getattr(ns, k) for k in ("host", "port", "timeout", "threads_http", "api_prefix", "reuse_port",
-                                       "ssl_key_file", "ssl_cert_file", "cors_origins", "cors_headers", "cors_methods",
-                                       "cors_credentials", "api_key", "api_key_file", "log_disable", "log_file",
-                                       "log_colors", "log_prefix", "log_timestamps", "verbose", "verbosity")}
-    assert got == {"host": "h.sock", "port": 0, "timeout": 9, "threads_http": 3, "api_prefix": "/v",
-                   "reuse_port": True, "ssl_key_file": "k.pem", "ssl_cert_file": "c.pem", "cors_origins": "localhost",
-                   "cors_headers": "X", "cors_methods": "GET", "cors_credentials": False, "api_key": ["a"],
-                   "api_key_file": [str(keys)], "log_disable": True, "log_file": "l.log", "log_colors": "on",
-                   "log_prefix": False, "log_timestamps": False, "verbose": True, "verbosity": 5}
+    ns = parse(
+        "--host",
+        "h.sock",
+        "--port",
+        "0",
+        "-to",
+        "9",
+        "--threads-http",
+        "3",
+        "--api-prefix",
+        "/v",
+        "--reuse-port",
+        "--ssl-key-file",
+        "k.pem",
+        "--ssl-cert-file",
+        "c.pem",
+        "--cors-origins",
+        "localhost",
+        "--cors-headers",
+        "X",
+        "--cors-methods",
+        "GET",
+        "--no-cors-credentials",
+        "--api-key",
+        "a",
+        "--api-key-file",
+        str(keys),
+        "--log-disable",
+        "--log-file",
+        "l.log",
+        "--log-colors",
+        "enabled",
+        "--no-log-prefix",
+        "-v",
+        "-lv",
+        "5",
+    )
+    got = {
+        k: getattr(ns, k)
+        for k in (
+            "host",
+            "port",
+            "timeout",
+            "threads_http",
+            "api_prefix",
+            "reuse_port",
+            "ssl_key_file",
+            "ssl_cert_file",
+            "cors_origins",
+            "cors_headers",
+            "cors_methods",
+            "cors_credentials",
+            "api_key",
+            "api_key_file",
+            "log_disable",
+            "log_file",
+            "log_colors",
+            "log_prefix",
+            "log_timestamps",
+            "verbose",
+            "verbosity",
+        )
+    }
+    assert got == {
+        "host": "h.sock",
+        "port": 0,
+        "timeout": 9,
+        "threads_http": 3,
+        "api_prefix": "/v",
+        "reuse_port": True,
+        "ssl_key_file": "k.pem",
+        "ssl_cert_file": "c.pem",
+        "cors_origins": "localhost",
+        "cors_headers": "X",
+        "cors_methods": "GET",
+        "cors_credentials": False,
+        "api_key": ["a"],
+        "api_key_file": [str(keys)],
+        "log_disable": True,
+        "log_file": "l.log",
+        "log_colors": "on",
+        "log_prefix": False,
+        "log_timestamps": False,
+        "verbose": True,
+        "verbosity": 5,
+    }
     defaults = parse()
-    assert (defaults.host, defaults.port, defaults.timeout, defaults.api_key, defaults.cors_credentials,
-            defaults.log_colors, defaults.verbosity) == ("127.0.0.1", 8080, 3600, [], True, "auto", 3)
+    assert (
+        defaults.host,
+        defaults.port,
+        defaults.timeout,
+        defaults.api_key,
+        defaults.cors_credentials,
+        defaults.log_colors,
+        defaults.verbosity,
+    ) == ("127.0.0.1", 8080, 3600, [], True, "auto", 3)
 
 
 def test_an_unreadable_api_key_file_fails_as_b10621(capsys, tmp_path):
     assert _error(capsys, "--api-key-file", str(tmp_path / "none")).startswith(
-        f"""error while handling argument "--api-key-file": error: failed to open file '{tmp_path / "none"}'""")
+        f"""error while handling argument "--api-key-file": error: failed to open file '{tmp_path / "none"}'"""
+    )
 
 
 def test_escapes_are_processed_in_reverse_prompts_and_dry_breakers():
@@ -274,6 +447,7 @@ def test_escapes_are_processed_in_reverse_prompts_and_dry_breakers():
 
 # ----- --help and the classification -------------------------------------------------------------------------
 
+
 def test_help_shows_the_served_surface_and_hides_the_compatibility_one(capsys):
     with pytest.raises(SystemExit) as e:
         parse("--help")
@@ -282,8 +456,19 @@ def test_help_shows_the_served_surface_and_hides_the_compatibility_one(capsys):
 
     shown = set(re.findall(r"(?<![\w-])(--?[A-Za-z][\w.-]*)", capsys.readouterr().out))
     assert {"--ctx-size", "--api-key", "--log-file", "--cors-origins", "--jinja", "--temp", "-ngl"} - shown == {"-ngl"}
-    assert not shown & {"--n-gpu-layers", "--mlock", "--lora-init-without-apply", "--log-prompts-dir", "--gpt-oss-20b-default",
-                        "--spec-type", "--hf-repo", "--threads", "--dump-flag-surface", "--ui", "-t"}
+    assert not shown & {
+        "--n-gpu-layers",
+        "--mlock",
+        "--lora-init-without-apply",
+        "--log-prompts-dir",
+        "--gpt-oss-20b-default",
+        "--spec-type",
+        "--hf-repo",
+        "--threads",
+        "--dump-flag-surface",
+        "--ui",
+        "-t",
+    }
     assert shown <= {s for o in OPTIONS if o.id in MLXCEL for s in (*o.spellings, *o.negatives)} | set(MLXCEL_OWN)
 
 
@@ -294,8 +479,11 @@ def test_help_after_a_bad_option_is_the_error(capsys):
 def test_every_option_is_acted_on_or_classified():
     ids = {o.id for o in OPTIONS}
     assert set(MLXCEL) | set(RULES) == ids and not set(MLXCEL) & set(RULES)
-    hidden = {o.id for o in OPTIONS if any(a.help == "==SUPPRESS==" for a in build_parser("p")._actions
-                                           if getattr(a, "option", None) is o)}
+    hidden = {
+        o.id
+        for o in OPTIONS
+        if any(a.help == "==SUPPRESS==" for a in build_parser("p")._actions if getattr(a, "option", None) is o)
+    }
     assert hidden == set(RULES)
 
 
@@ -318,17 +506,69 @@ def test_every_refusal_is_one_line_naming_option_value_reason_and_alternative():
     assert len(checked) > 60
 
 
-INERT = [["-t", "-1"], ["-t", "0"], ["-tb", "-1"], ["--cpu-strict", "0"], ["--prio", "0"], ["--poll", "50"],
-         ["--cpu-strict-batch", "0"], ["--prio-batch", "0"], ["--poll-batch", "50"], ["-ngl", "all"], ["-ngl", "auto"],
-         ["-fa", "on"], ["-fa", "auto"], ["-fa", "off"], ["-sm", "none"], ["-sm", "layer"], ["-mg", "0"],
-         ["-fit", "off"], ["-fit", "on"], ["-fitt", "1024"], ["-fitc", "4096"], ["--mmap"], ["--no-mmap"],
-         ["-ndio"], ["-lm", "auto"], ["-lm", "mmap"], ["-lm", "none"], ["--repack"], ["--no-repack"], ["-kvo"],
-         ["--op-offload"], ["--no-perf"], ["-ncmoe", "0"], ["-dt", "0.1"], ["--offline"], ["-hft", "secret"],
-         ["--no-ui"], ["--no-webui"], ["-no-ag"], ["--no-agent"], ["--no-ui-mcp-proxy"], ["--no-webui-mcp-proxy"],
-         ["--tools", ""], ["--path", ""], ["--control-vector-layer-range", "2", "9"], ["--spec-type", "none"],
-         ["--spec-draft-n-max", "8"], ["--spec-ngram-mod-n-min", "12"], ["-ctkd", "q8_0"], ["-ngld", "7"],
-         ["--no-warmup"], ["--warmup"], ["-ctk", "f16"], ["-ctv", "f16"], ["--pooling", "cls"], ["--no-mmproj"],
-         ["-no-kvu"], ["-sps", "0"], ["--cache-reuse", "0"], ["--sleep-idle-seconds", "-1"], ["--models-max", "2"]]
+INERT = [
+    ["-t", "-1"],
+    ["-t", "0"],
+    ["-tb", "-1"],
+    ["--cpu-strict", "0"],
+    ["--prio", "0"],
+    ["--poll", "50"],
+    ["--cpu-strict-batch", "0"],
+    ["--prio-batch", "0"],
+    ["--poll-batch", "50"],
+    ["-ngl", "all"],
+    ["-ngl", "auto"],
+    ["-fa", "on"],
+    ["-fa", "auto"],
+    ["-fa", "off"],
+    ["-sm", "none"],
+    ["-sm", "layer"],
+    ["-mg", "0"],
+    ["-fit", "off"],
+    ["-fit", "on"],
+    ["-fitt", "1024"],
+    ["-fitc", "4096"],
+    ["--mmap"],
+    ["--no-mmap"],
+    ["-ndio"],
+    ["-lm", "auto"],
+    ["-lm", "mmap"],
+    ["-lm", "none"],
+    ["--repack"],
+    ["--no-repack"],
+    ["-kvo"],
+    ["--op-offload"],
+    ["--no-perf"],
+    ["-ncmoe", "0"],
+    ["-dt", "0.1"],
+    ["--offline"],
+    ["-hft", "secret"],
+    ["--no-ui"],
+    ["--no-webui"],
+    ["-no-ag"],
+    ["--no-agent"],
+    ["--no-ui-mcp-proxy"],
+    ["--no-webui-mcp-proxy"],
+    ["--tools", ""],
+    ["--path", ""],
+    ["--control-vector-layer-range", "2", "9"],
+    ["--spec-type", "none"],
+    ["--spec-draft-n-max", "8"],
+    ["--spec-ngram-mod-n-min", "12"],
+    ["-ctkd", "q8_0"],
+    ["-ngld", "7"],
+    ["--no-warmup"],
+    ["--warmup"],
+    ["-ctk", "f16"],
+    ["-ctv", "f16"],
+    ["--pooling", "cls"],
+    ["--no-mmproj"],
+    ["-no-kvu"],
+    ["-sps", "0"],
+    ["--cache-reuse", "0"],
+    ["--sleep-idle-seconds", "-1"],
+    ["--models-max", "2"],
+]
 
 
 @pytest.mark.parametrize("argv", INERT, ids=[" ".join(a) for a in INERT])
@@ -338,24 +578,27 @@ def test_inert_values_start(argv):
 
 GGML_REFUSALS = {
     ("-t", "8"): "error: -t 8: mlxcel does not size a CPU thread pool from its command line: it uses every core "
-                 "(upstream's <= 0 means all cores, which is what happens here); leave it out or pass -1; on Linux "
-                 "MLXCEL_CPU_THREADS sizes mlxcel's CPU thread pool",
+    "(upstream's <= 0 means all cores, which is what happens here); leave it out or pass -1; on Linux "
+    "MLXCEL_CPU_THREADS sizes mlxcel's CPU thread pool",
     ("--numa", "distribute"): "error: --numa distribute: mlxcel has no NUMA placement of its own; leave it out and run "
-                              "the process under numactl",
-    ("-C", "ff"): "error: -C ff: mlxcel sets no CPU affinity, polling or scheduling policy of its own (MLX and the BLAS "
-                  "schedule their threads); leave it out, and pin or prioritise the whole process with taskset, "
-                  "numactl, nice or chrt",
+    "the process under numactl",
+    (
+        "-C",
+        "ff",
+    ): "error: -C ff: mlxcel sets no CPU affinity, polling or scheduling policy of its own (MLX and the BLAS "
+    "schedule their threads); leave it out, and pin or prioritise the whole process with taskset, "
+    "numactl, nice or chrt",
     ("-sm", "row"): "error: -sm row: mlxcel places no tensor on a chosen device or buffer type: every weight and the "
-                    "KV cache live on MLX's default device; there is no row or tensor split across devices; leave it "
-                    "out",
+    "KV cache live on MLX's default device; there is no row or tensor split across devices; leave it "
+    "out",
     ("-nkvo",): "error: -nkvo: mlxcel places no tensor on a chosen device or buffer type: every weight and the KV "
-                "cache live on MLX's default device, the KV cache included; leave it out",
+    "cache live on MLX's default device, the KV cache included; leave it out",
     ("--perf",): "error: --perf: mlxcel prints no libllama performance counters; read each response's `timings` "
-                 "instead",
+    "instead",
     ("--rpc", "h:1"): "error: --rpc h:1: mlxcel has no GGML backend: MLX runs every tensor of the model on one "
-                      "device, its default; there is no RPC backend to offload to; run one mlxcel per machine",
+    "device, its default; there is no RPC backend to offload to; run one mlxcel per machine",
     ("-fit", "on", "-fitc", "512"): "error: -fitc 512: mlxcel never fits the context to device memory; the context "
-                                    "is -c or the model's; set the context with -c",
+    "is -c or the model's; set the context with -c",
 }
 
 
@@ -368,10 +611,14 @@ def test_load_mode_is_classified_in_command_line_order():
     assert refused("--mlock", "--load-mode", "mmap") == []  # the last writer wins, as upstream
     assert refused("--no-mmap", "--load-mode", "mmap") == []
     assert refused("-lm", "auto", "--mlock") == [
-        ("error: --mlock: the load mode this leaves (mlock) asks mlxcel to lock the weights in RAM; mlxcel loads "
-        "safetensors through MLX and has no such loading mode; leave it out, or pass --load-mode auto|mmap|none")]
-    assert refused("-lm", "dio")[0].startswith("error: -lm dio: the load mode this leaves (dio) asks mlxcel to read "
-                                               "the weights with direct I/O")
+        (
+            "error: --mlock: the load mode this leaves (mlock) asks mlxcel to lock the weights in RAM; mlxcel loads "
+            "safetensors through MLX and has no such loading mode; leave it out, or pass --load-mode auto|mmap|none"
+        )
+    ]
+    assert refused("-lm", "dio")[0].startswith(
+        "error: -lm dio: the load mode this leaves (dio) asks mlxcel to read the weights with direct I/O"
+    )
 
 
 def test_gpu_layers_inert_only_as_a_full_offload(tmp_path):
@@ -382,7 +629,8 @@ def test_gpu_layers_inert_only_as_a_full_offload(tmp_path):
     assert gpu_layers_refusal(parse("-ngl", "30").given, tmp_path) == (
         "error: -ngl 30: this model has 30 layers, so 30 keeps some on the CPU; mlxcel places no tensor on a chosen "
         "device or buffer type: every weight and the KV cache live on MLX's default device, and cannot split layers "
-        "across devices; pass -ngl all (or leave it out)")
+        "across devices; pass -ngl all (or leave it out)"
+    )
     assert gpu_layers_refusal(parse("-ngl", "0").given, tmp_path).startswith("error: -ngl 0: this model has 30")
 
 
@@ -398,27 +646,45 @@ MODEL_SOURCE_REFUSALS = {
 @pytest.mark.parametrize("argv", list(MODEL_SOURCE_REFUSALS))
 def test_model_source_refusals_are_pinned(argv):
     assert refused(*argv) == [
-        (f"error: {MODEL_SOURCE_REFUSALS[argv]}: mlxcel serves MLX checkpoints (a directory with config.json and "
-        "safetensors), never a GGUF file, repository or URL, and it downloads nothing; convert a GGUF file with "
-        "`mlxcel convert FILE.gguf DIR`, or fetch an MLX snapshot yourself (`huggingface-cli download "
-        "mlx-community/NAME --local-dir DIR`), and pass -m DIR")]
+        (
+            f"error: {MODEL_SOURCE_REFUSALS[argv]}: mlxcel serves MLX checkpoints (a directory with config.json and "
+            "safetensors), never a GGUF file, repository or URL, and it downloads nothing; convert a GGUF file with "
+            "`mlxcel convert FILE.gguf DIR`, or fetch an MLX snapshot yourself (`huggingface-cli download "
+            "mlx-community/NAME --local-dir DIR`), and pass -m DIR"
+        )
+    ]
     assert refused("--override-kv", "a=int:1") == [
-        ("error: --override-kv a=int:1: mlxcel reads no GGUF metadata to override: an MLX checkpoint is configured "
-        "by its config.json; edit the checkpoint's config.json")]
+        (
+            "error: --override-kv a=int:1: mlxcel reads no GGUF metadata to override: an MLX checkpoint is configured "
+            "by its config.json; edit the checkpoint's config.json"
+        )
+    ]
 
 
-UI = ("mlxcel ships no web UI and runs no tool, MCP server or proxy on a model's behalf; leave it out "
-      "(client-declared tools in chat requests keep working), or pass the disabling form")
+UI = (
+    "mlxcel ships no web UI and runs no tool, MCP server or proxy on a model's behalf; leave it out "
+    "(client-declared tools in chat requests keep working), or pass the disabling form"
+)
 
 
-@pytest.mark.parametrize("argv", [("--ui",), ("--webui",), ("--ui-mcp-proxy",), ("--webui-mcp-proxy",), ("-ag",),
-                                  ("--agent",), ("--tools", "all")])
+@pytest.mark.parametrize(
+    "argv",
+    [("--ui",), ("--webui",), ("--ui-mcp-proxy",), ("--webui-mcp-proxy",), ("-ag",), ("--agent",), ("--tools", "all")],
+)
 def test_ui_tools_mcp_enabling_forms_refuse(argv):
     assert refused(*argv) == [f"error: {' '.join(argv)}: {UI}"]
 
 
-@pytest.mark.parametrize("argv", [("--ui-config", "{}"), ("--tools-runtime", "docker"), ("--mcp-servers-json", "{}"),
-                                  ("--mcp-servers-config", "m.json"), ("--path", "/srv/ui")])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("--ui-config", "{}"),
+        ("--tools-runtime", "docker"),
+        ("--mcp-servers-json", "{}"),
+        ("--mcp-servers-config", "m.json"),
+        ("--path", "/srv/ui"),
+    ],
+)
 def test_ui_config_paths_and_mcp_refuse(argv):
     (line,) = refused(*argv)
     assert line.startswith(f"error: {' '.join(argv)}: mlxcel ships no web UI") and line.endswith("; leave it out")
@@ -430,8 +696,10 @@ PRESETS = {
     "--fim-qwen-7b-default": ("ggml-org/Qwen2.5-Coder-7B-Q8_0-GGUF", "mlx-community/Qwen2.5-Coder-7B-8bit"),
     "--fim-qwen-7b-spec": ("ggml-org/Qwen2.5-Coder-7B-Q8_0-GGUF", "mlx-community/Qwen2.5-Coder-7B-8bit"),
     "--fim-qwen-14b-spec": ("ggml-org/Qwen2.5-Coder-14B-Q8_0-GGUF", "mlx-community/Qwen2.5-Coder-14B-8bit"),
-    "--fim-qwen-30b-default": ("ggml-org/Qwen3-Coder-30B-A3B-Instruct-Q8_0-GGUF",
-                               "mlx-community/Qwen3-Coder-30B-A3B-Instruct-8bit"),
+    "--fim-qwen-30b-default": (
+        "ggml-org/Qwen3-Coder-30B-A3B-Instruct-Q8_0-GGUF",
+        "mlx-community/Qwen3-Coder-30B-A3B-Instruct-8bit",
+    ),
     "--gpt-oss-20b-default": ("ggml-org/gpt-oss-20b-GGUF", "mlx-community/gpt-oss-20b-MXFP4-Q8"),
     "--gpt-oss-120b-default": ("ggml-org/gpt-oss-120b-GGUF", "mlx-community/gpt-oss-120b-MXFP4-Q8"),
     "--vision-gemma-4b-default": ("ggml-org/gemma-3-4b-it-qat-GGUF", "mlx-community/gemma-3-4b-it-qat-4bit"),
@@ -443,28 +711,37 @@ PRESETS = {
 def test_presets_refuse_with_the_mlx_equivalents(preset):
     gguf, mlx = PRESETS[preset]
     (line,) = refused(preset)
-    assert line.startswith(f"error: {preset}: b10621's preset serves the GGUF repository {gguf}, which mlxcel cannot "
-                           "load")
-    assert f"the nearest MLX checkpoint is {mlx}: fetch it (`huggingface-cli download {mlx} --local-dir DIR`) and " \
-           "run `mlxcel-server -m DIR --port 80" in line
-    assert refused("--gpt-oss-20b-default")[0].endswith("-m DIR --port 8013 -ub 2048 -b 32768 -np 2 -c 262144 --temp "
-                                                        "1.0 --top-p 1.0 --top-k 0 --min-p 0.01 --jinja`")
+    assert line.startswith(
+        f"error: {preset}: b10621's preset serves the GGUF repository {gguf}, which mlxcel cannot load"
+    )
+    assert (
+        f"the nearest MLX checkpoint is {mlx}: fetch it (`huggingface-cli download {mlx} --local-dir DIR`) and "
+        "run `mlxcel-server -m DIR --port 80" in line
+    )
+    assert refused("--gpt-oss-20b-default")[0].endswith(
+        "-m DIR --port 8013 -ub 2048 -b 32768 -np 2 -c 262144 --temp 1.0 --top-p 1.0 --top-k 0 --min-p 0.01 --jinja`"
+    )
 
 
 def test_the_embedding_preset_points_at_the_bundled_encoder():
     (line,) = refused("--embd-gemma-default")
-    assert line.startswith("error: --embd-gemma-default: b10621's preset serves the GGUF repository "
-                           "ggml-org/embeddinggemma-300M-qat-q4_0-GGUF, which mlxcel cannot load, and embeddinggemma "
-                           "is no BERT-family encoder")
+    assert line.startswith(
+        "error: --embd-gemma-default: b10621's preset serves the GGUF repository "
+        "ggml-org/embeddinggemma-300M-qat-q4_0-GGUF, which mlxcel cannot load, and embeddinggemma "
+        "is no BERT-family encoder"
+    )
     assert line.endswith("`mlxcel-server -m all-minilm-l6-v2 --port 8011 -np 32 --embedding`")
 
 
 def test_the_twelfth_preset_is_speculative_and_refuses():
     assert refused("--spec-default") == [
-        ("error: --spec-default: b10621's preset turns on n-gram speculative decoding (ngram-mod, n_match 24, n_min "
-        "48, n_max 64); mlxcel drafts with a draft model (draft-simple) or by n-gram lookup (ngram-simple); the "
-        "stateful n-gram drafters (ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache) and the MTP, EAGLE-3, "
-        "DFlash and DSpark heads are not implemented; pass --spec-type draft-simple with --spec-draft-model FILE")]
+        (
+            "error: --spec-default: b10621's preset turns on n-gram speculative decoding (ngram-mod, n_match 24, n_min "
+            "48, n_max 64); mlxcel drafts with a draft model (draft-simple) or by n-gram lookup (ngram-simple); the "
+            "stateful n-gram drafters (ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache) and the MTP, EAGLE-3, "
+            "DFlash and DSpark heads are not implemented; pass --spec-type draft-simple with --spec-draft-model FILE"
+        )
+    ]
 
 
 def test_control_vectors_are_served():
@@ -476,34 +753,53 @@ def test_control_vectors_are_served():
 
 def test_control_vector_scaled_format_is_checked_as_b10621(capsys):
     assert _error(capsys, "--control-vector-scaled", "a.gguf").startswith(
-        'error while handling argument "--control-vector-scaled": control-vector-scaled format: FNAME:SCALE')
+        'error while handling argument "--control-vector-scaled": control-vector-scaled format: FNAME:SCALE'
+    )
 
 
 def test_log_prompts_dir_refuses_and_creates_nothing(tmp_path):
     target = tmp_path / "prompts"
     assert refused("--log-prompts-dir", str(target)) == [
-        (f"error: --log-prompts-dir {target}: mlxcel never writes request prompts to disk (a plaintext copy of user "
-        "requests on the log volume), and creates no directory for them; for request-level debugging use --log-file "
-        "FILE with --verbose")]
+        (
+            f"error: --log-prompts-dir {target}: mlxcel never writes request prompts to disk (a plaintext copy of user "
+            "requests on the log volume), and creates no directory for them; for request-level debugging use --log-file "
+            "FILE with --verbose"
+        )
+    ]
     assert not target.exists()
 
 
-@pytest.mark.parametrize("argv", [("--spec-type", "ngram-mod"), ("--spec-type", "draft-mtp,ngram-simple"),
-                                  ("--spec-type", "draft-simple,ngram-cache"), ("--spec-type", "ngram-map-k")])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("--spec-type", "ngram-mod"),
+        ("--spec-type", "draft-mtp,ngram-simple"),
+        ("--spec-type", "draft-simple,ngram-cache"),
+        ("--spec-type", "ngram-map-k"),
+    ],
+)
 def test_speculative_selectors_other_than_draft_simple_refuse(argv):
-    assert refused(*argv) == [(f"error: {' '.join(argv)}: mlxcel drafts with a draft model (draft-simple) or by "
-                               "n-gram lookup (ngram-simple); the stateful n-gram drafters (ngram-map-k, ngram-map-k4v, "
-                               "ngram-mod, ngram-cache) and the MTP, EAGLE-3, DFlash and DSpark heads are not "
-                               "implemented; pass --spec-type ngram-simple, or draft-simple with --spec-draft-model "
-                               "FILE, or leave it out")]
+    assert refused(*argv) == [
+        (
+            f"error: {' '.join(argv)}: mlxcel drafts with a draft model (draft-simple) or by "
+            "n-gram lookup (ngram-simple); the stateful n-gram drafters (ngram-map-k, ngram-map-k4v, "
+            "ngram-mod, ngram-cache) and the MTP, EAGLE-3, DFlash and DSpark heads are not "
+            "implemented; pass --spec-type ngram-simple, or draft-simple with --spec-draft-model "
+            "FILE, or leave it out"
+        )
+    ]
     assert refused("--spec-type", "none", "--spec-type", "ngram-mod") != []  # every use counts, as upstream appends
 
 
 def test_a_draft_model_and_draft_simple_are_served():
     assert refused("-md", "draft", "--spec-type", "draft-simple", "--spec-draft-n-max", "8") == []
     assert refused("--spec-type", "ngram-simple,draft-simple", "--spec-ngram-simple-size-n", "4") == []
-    assert refused("-hfd", "a/b") == [("error: -hfd a/b: mlxcel fetches no draft model from a repository; download it "
-                                       "yourself and pass --spec-draft-model DIR (or FILE.gguf)")]
+    assert refused("-hfd", "a/b") == [
+        (
+            "error: -hfd a/b: mlxcel fetches no draft model from a repository; download it "
+            "yourself and pass --spec-draft-model DIR (or FILE.gguf)"
+        )
+    ]
 
 
 def test_with_a_draft_model_its_runtime_options_are_held_to_the_targets():
@@ -516,29 +812,43 @@ def test_with_a_draft_model_its_runtime_options_are_held_to_the_targets():
         "error: -ctkd q8_0: mlxcel stores the KV cache as f32, f16 or bf16; the quantized cache types are not "
         "implemented (the draft model's placement); pass f32, f16 or bf16, or leave it out",
         "error: -devd x: mlxcel places no tensor on a chosen device or buffer type: every weight and the KV cache live "
-        "on MLX's default device (the draft model's placement); leave it out"]
+        "on MLX's default device (the draft model's placement); leave it out",
+    ]
 
 
 def test_speculative_tuning_is_inert_and_checked_as_b10621(capsys):
     assert refused("--spec-draft-n-max", "16", "--spec-ngram-mod-n-match", "3", "-td", "4", "-devd", "x") == []
     assert _error(capsys, "--spec-ngram-mod-n-match", "0").startswith(
-        'error while handling argument "--spec-ngram-mod-n-match": ngram size N must be between 1 and 1024 inclusive')
+        'error while handling argument "--spec-ngram-mod-n-match": ngram size N must be between 1 and 1024 inclusive'
+    )
 
 
 def test_other_issues_surfaces_are_served_or_refuse_with_their_reason():
     assert refused("--lora", "a") == []  # served (#13): a path that does not exist fails when the server starts
-    assert refused("--mmproj", "p")[0] == ("error: --mmproj p: mlxcel attaches no GGUF projector to a model: it serves "
-                                           "text checkpoints (a multimodal MLX checkpoint would carry its towers "
-                                           "inside); leave it out")
+    assert refused("--mmproj", "p")[0] == (
+        "error: --mmproj p: mlxcel attaches no GGUF projector to a model: it serves "
+        "text checkpoints (a multimodal MLX checkpoint would carry its towers "
+        "inside); leave it out"
+    )
     assert refused("--models-dir", "d") == []  # router mode (#13): started without -m
 
 
 def test_a_refusal_exits_1_before_the_model_is_resolved():
-    proc = subprocess.run([sys.executable, "-m", "server", "-m", "/nonexistent/model", "--numa", "distribute",
-                           "--mlock"], capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "server", "-m", "/nonexistent/model", "--numa", "distribute", "--mlock"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 1
     assert proc.stderr.splitlines() == [
-        ("error: --numa distribute: mlxcel has no NUMA placement of its own; leave it out and run the process under "
-        "numactl"),
-        ("error: --mlock: the load mode this leaves (mlock) asks mlxcel to lock the weights in RAM; mlxcel loads "
-        "safetensors through MLX and has no such loading mode; leave it out, or pass --load-mode auto|mmap|none")]
+        (
+            "error: --numa distribute: mlxcel has no NUMA placement of its own; leave it out and run the process under "
+            "numactl"
+        ),
+        (
+            "error: --mlock: the load mode this leaves (mlock) asks mlxcel to lock the weights in RAM; mlxcel loads "
+            "safetensors through MLX and has no such loading mode; leave it out, or pass --load-mode auto|mmap|none"
+        ),
+    ]

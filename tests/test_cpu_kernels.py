@@ -28,20 +28,25 @@ def _arrays(rng, *shapes):
 
 
 @settings(max_examples=40, deadline=None)
-@given(heads=st.sampled_from([(1, 1), (4, 2), (9, 3), (6, 6)]), n_q=st.integers(1, 150),
-       extra=st.integers(0, 90), dim=st.sampled_from([8, 13, 64]), seed=st.integers(0, 2**16))
+@given(
+    heads=st.sampled_from([(1, 1), (4, 2), (9, 3), (6, 6)]),
+    n_q=st.integers(1, 150),
+    extra=st.integers(0, 90),
+    dim=st.sampled_from([8, 13, 64]),
+    seed=st.integers(0, 2**16),
+)
 def test_attention_matches_mlx(heads, n_q, extra, dim, seed):
     (n_heads, n_kv), n_keys = heads, n_q + extra
-    q, k, v = _arrays(np.random.default_rng(seed), (1, n_heads, n_q, dim), (1, n_kv, n_keys, dim),
-                      (1, n_kv, n_keys, dim))
+    q, k, v = _arrays(
+        np.random.default_rng(seed), (1, n_heads, n_q, dim), (1, n_kv, n_keys, dim), (1, n_kv, n_keys, dim)
+    )
     got, want = cpu_kernels.attention(q, k, v, dim**-0.5), _masked_reference(q, k, v, dim**-0.5)
     assert got.shape == want.shape
     assert mx.abs(got - want).max().item() < 2e-5
 
 
 @settings(max_examples=25, deadline=None)
-@given(batch=st.integers(1, 9), n_q=st.sampled_from([1, 1, 3]), n_keys=st.integers(3, 300),
-       seed=st.integers(0, 2**16))
+@given(batch=st.integers(1, 9), n_q=st.sampled_from([1, 1, 3]), n_keys=st.integers(3, 300), seed=st.integers(0, 2**16))
 def test_batched_attention_skips_each_rows_left_padding(batch, n_q, n_keys, seed):
     rng = np.random.default_rng(seed)
     first = [int(f) for f in rng.integers(0, n_keys - n_q + 1, batch)]
@@ -50,25 +55,32 @@ def test_batched_attention_skips_each_rows_left_padding(batch, n_q, n_keys, seed
     assert mx.abs(got - _masked_reference(q, k, v, 0.125, first)).max().item() < 2e-5
     # a row's result does not depend on the rows beside it, nor on its padding: bitwise
     row = rng.integers(batch)
-    alone = cpu_kernels.attention(q[row:row + 1, :, :, :], k[row:row + 1, :, first[row]:, :],
-                                  v[row:row + 1, :, first[row]:, :], 0.125)
+    alone = cpu_kernels.attention(
+        q[row : row + 1, :, :, :], k[row : row + 1, :, first[row] :, :], v[row : row + 1, :, first[row] :, :], 0.125
+    )
     assert mx.array_equal(alone[0], got[row]).item()
 
 
 @settings(max_examples=25, deadline=None)
-@given(heads=st.sampled_from([(1, 1), (9, 3), (4, 2)]), n_q=st.integers(2, 90), extra=st.integers(0, 60),
-       dim=st.sampled_from([13, 64]), seed=st.integers(0, 2**16))
+@given(
+    heads=st.sampled_from([(1, 1), (9, 3), (4, 2)]),
+    n_q=st.integers(2, 90),
+    extra=st.integers(0, 60),
+    dim=st.sampled_from([13, 64]),
+    seed=st.integers(0, 2**16),
+)
 def test_each_prompt_row_is_bitwise_what_a_decode_step_gives_it(heads, n_q, extra, dim, seed):
     """A prompt's rows (rows_task) are summed as a one-query step sums its row: every row bitwise what it
     gets alone over its visible keys, and a later part of the prompt (a resumed chunk) bitwise the same."""
     (n_heads, n_kv), n_keys = heads, n_q + extra
-    q, k, v = _arrays(np.random.default_rng(seed), (1, n_heads, n_q, dim), (1, n_kv, n_keys, dim),
-                      (1, n_kv, n_keys, dim))
+    q, k, v = _arrays(
+        np.random.default_rng(seed), (1, n_heads, n_q, dim), (1, n_kv, n_keys, dim), (1, n_kv, n_keys, dim)
+    )
     whole = cpu_kernels.attention(q, k, v, 0.125)
     for i in range(n_q):
         pos = extra + i
-        alone = cpu_kernels.attention(q[:, :, i:i + 1], k[:, :, :pos + 1], v[:, :, :pos + 1], 0.125)
-        assert mx.array_equal(alone, whole[:, :, i:i + 1]).item(), i
+        alone = cpu_kernels.attention(q[:, :, i : i + 1], k[:, :, : pos + 1], v[:, :, : pos + 1], 0.125)
+        assert mx.array_equal(alone, whole[:, :, i : i + 1]).item(), i
     cut = n_q // 2
     assert mx.array_equal(cpu_kernels.attention(q[:, :, cut:], k, v, 0.125), whole[:, :, cut:]).item()
 
@@ -104,7 +116,6 @@ def test_swiglu_saturates_without_nan():
     got = np.array(cpu_kernels.swiglu(g, mx.ones_like(g)))
     assert np.isfinite(got).all()
     assert np.allclose(got, [0, 0, 0, 0, 88, 100, 1e4, 0], atol=1e-3)
-
 
 
 def _exact_rope(x, offsets, base=100000.0):
@@ -192,4 +203,3 @@ def test_an_arena_is_in_huge_pages_where_the_kernel_gives_them():
     ctypes.memset(arena.address, 1, 64 << 20)  # touch it
     assert arena.address % huge_pages.HUGE_PAGE == 0
     assert huge_pages.huge_bytes() - before >= 32 << 20
-

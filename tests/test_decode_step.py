@@ -43,10 +43,10 @@ def test_native_steps_give_mlxs_logits_and_keys(runner):
         runner.prefill(cache, prompt)
         caches.append((cache, _decode(runner, native, cache, steps)))
     (mlx_cache, mlx_logits), (native_cache, native_logits) = caches
-    for a, b in zip(mlx_logits, native_logits):
+    for a, b in zip(mlx_logits, native_logits, strict=False):
         assert 0 < mx.abs(a - b).max().item() < 1e-4
         assert mx.argmax(a).item() == mx.argmax(b).item()
-    for a, b in zip(mlx_cache, native_cache):
+    for a, b in zip(mlx_cache, native_cache, strict=False):
         assert a.offset == b.offset == 260 and b.keys.shape[2] == 512
         for x, y in ((a.keys, b.keys), (a.values, b.values)):
             assert mx.abs(x[..., :260, :] - y[..., :260, :]).max().item() < 1e-4
@@ -60,7 +60,7 @@ def test_a_snapshot_keeps_its_positions_while_its_cache_decodes_on(runner):
     snap, _ = runner.snapshot(cache, 40)
     before = [(np.array(k).copy(), np.array(v).copy()) for k, v in snap.kv()]
     _decode(runner, True, cache, TOKENS[:5])
-    for (k, v), (k0, v0) in zip(snap.kv(), before):
+    for (k, v), (k0, v0) in zip(snap.kv(), before, strict=False):
         assert k.shape[2] == 40 and np.array_equal(np.array(k), k0) and np.array_equal(np.array(v), v0)
     # a restored copy decodes into its own new buffer: the original cache's next positions stay its own
     restored = runner.restore(snap, 40)

@@ -34,6 +34,7 @@ def tokenizer(minilm):
 
 # ---- --embd-normalize ------------------------------------------------------------------------------------
 
+
 def _reference_normalize(x: np.ndarray, mode: int) -> np.ndarray:
     """common_embd_normalize, written out element by element."""
     total = 0.0
@@ -46,7 +47,7 @@ def _reference_normalize(x: np.ndarray, mode: int) -> np.ndarray:
     elif mode == 2:
         for v in x:
             total += float(np.float32(v) * np.float32(v))
-        total = total ** 0.5
+        total = total**0.5
     else:
         for v in x:
             total += abs(float(v)) ** mode
@@ -78,6 +79,7 @@ def test_a_zero_vector_stays_zero(mode):
 
 # ---- the WordPiece tokenizer -----------------------------------------------------------------------------
 
+
 def test_wordpiece_pieces_and_specials_follow_llama_cpp(tokenizer):
     ids = tokenizer.tokenize("Hello world, unaffable!", add_special=True, parse_special=True)
     assert ids[0] == tokenizer.bos_id == 101 and ids[-1] == tokenizer.eos_id == 102
@@ -94,6 +96,7 @@ def test_the_checkpoint_padding_is_not_applied(tokenizer):
 
 
 # ---- command line -> encoder settings --------------------------------------------------------------------
+
 
 def _args(**kw) -> argparse.Namespace:
     given = kw.pop("given", [])
@@ -128,13 +131,15 @@ def test_an_encoder_without_the_flag_and_a_chat_model_with_it_refuse(minilm):
 
 def test_the_refusals_exit_1_with_one_line():
     for argv in (["-m", MINILM_NAME], ["-m", "smollm2-135m-instruct-q4_1", "--reranking"]):
-        proc = subprocess.run([sys.executable, "-m", "server", *argv, "--port", "0"], capture_output=True, text=True,
-                              timeout=300)
+        proc = subprocess.run(
+            [sys.executable, "-m", "server", *argv, "--port", "0"], capture_output=True, text=True, timeout=300
+        )
         assert proc.returncode == 1
         assert proc.stderr.strip().splitlines()[-1].startswith("error: ")
 
 
 # ---- the models ------------------------------------------------------------------------------------------
+
 
 def test_the_rerank_pair_is_cls_query_sep_document_sep(tokenizer):
     from server.api.rerank import pair_tokens
@@ -163,6 +168,7 @@ def test_the_native_encoder_agrees_with_the_mlx_one(minilm, tokenizer):
 
 # ---- a live server, through the openai client -------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def embedding_server():
     proc = mlxcel_server(MINILM_NAME, ["--embeddings", "--alias", "minilm"])
@@ -180,8 +186,9 @@ def test_openai_client_embeddings(embedding_server):
     b64 = client.embeddings.create(model="minilm", input="The cat sat on the mat.", encoding_format="base64")
     raw = np.frombuffer(base64.b64decode(b64.data[0].embedding), dtype="<f4")  # asked for, it stays base64
     assert raw.tolist() == pytest.approx(r.data[0].embedding, abs=0)
-    similar = client.embeddings.create(model="minilm", input=["A man plays a guitar.", "Someone strums an "
-                                                                "instrument.", "The stock market fell."])
+    similar = client.embeddings.create(
+        model="minilm", input=["A man plays a guitar.", "Someone strums an instrument.", "The stock market fell."]
+    )
     v = [np.array(d.embedding) for d in similar.data]
     assert v[0] @ v[1] > v[0] @ v[2]  # a real embedder: paraphrases sit closer than unrelated sentences
 
@@ -192,8 +199,9 @@ def test_generation_routes_answer_501_naming_the_flag(embedding_server):
     for path in ("/completion", "/v1/chat/completions", "/infill", "/v1/messages"):
         r = httpx.post(embedding_server.base_url + path, json={"prompt": "x"}, timeout=30)
         assert r.status_code == 501, path
-        assert r.json()["error"]["message"] == ("This server does not support completions. Start it without "
-                                                "`--embeddings`")
+        assert r.json()["error"]["message"] == (
+            "This server does not support completions. Start it without `--embeddings`"
+        )
     assert httpx.get(embedding_server.base_url + "/health", timeout=30).json() == {"status": "ok"}
 
 

@@ -22,8 +22,7 @@ def make_engine(twin_q4_1):
     engines = []
 
     def make(**cfg) -> tuple[Engine, ModelTokenizer]:
-        e = Engine(twin_q4_1.mlx_dir, EngineConfig(**cfg), eog_ids=tok.eog_ids,
-                   piece=tok.piece)
+        e = Engine(twin_q4_1.mlx_dir, EngineConfig(**cfg), eog_ids=tok.eog_ids, piece=tok.piece)
         e.start()
         e.ready.wait(120)
         engines.append(e)
@@ -121,13 +120,16 @@ async def test_cancelling_frees_the_slot_for_a_waiting_request(make_engine):
     assert sum(1 for n, e in log if n == "a" and isinstance(e, TokenEvent)) < 500
 
 
-LONG = ("The quick brown fox jumps over the lazy dog while the cat sleeps on the warm windowsill and "
-        "the birds sing outside in the garden.")
+LONG = (
+    "The quick brown fox jumps over the lazy dog while the cat sleeps on the warm windowsill and "
+    "the birds sing outside in the garden."
+)
 
 
 def _tok_request(tok, text: str, n: int, cache_prompt: bool = True) -> GenerationRequest:
-    return GenerationRequest(tuple(tok.tokenize(text, True, True)), n_predict=n, ignore_eos=True,
-                             cache_prompt=cache_prompt)
+    return GenerationRequest(
+        tuple(tok.tokenize(text, True, True)), n_predict=n, ignore_eos=True, cache_prompt=cache_prompt
+    )
 
 
 async def _run(engine, req) -> tuple[list[int], FinalEvent]:
@@ -168,7 +170,7 @@ def _prefill_aligned(runner, cache, tokens, start=0, chunk=8):
     out, pos = None, start
     while pos < start + len(tokens):
         end = min(start + len(tokens), (pos // chunk + 1) * chunk)
-        out = runner.prefill(cache, tokens[pos - start:end - start])
+        out = runner.prefill(cache, tokens[pos - start : end - start])
         pos = end
     return out
 
@@ -228,7 +230,7 @@ async def test_rows_decoded_in_one_pass_match_each_request_alone(make_engine):
     alone, tok = make_engine(n_slots=1)
     lengths = [24, 9, 17, 30, 12]
     expected = []
-    for prompt, n in zip(PROMPTS, lengths):
+    for prompt, n in zip(PROMPTS, lengths, strict=False):
         events = await _collect(alone.submit(_request(tok, prompt, n)), [], "x")
         expected.append([e.token for e in events if isinstance(e, TokenEvent)])
     together, _ = make_engine(n_slots=5)
@@ -236,7 +238,7 @@ async def test_rows_decoded_in_one_pass_match_each_request_alone(make_engine):
     decode_rows = together.backend.decode_rows
     together.backend.decode_rows = lambda batch, tokens: calls.append(len(tokens)) or decode_rows(batch, tokens)
     log: list = []
-    first = [together.submit(_request(tok, p, n)) for p, n in zip(PROMPTS[:4], lengths[:4])]
+    first = [together.submit(_request(tok, p, n)) for p, n in zip(PROMPTS[:4], lengths[:4], strict=False)]
     tasks = [asyncio.create_task(_collect(h, log, str(i))) for i, h in enumerate(first)]
     while sum(1 for n, e in log if n == "0" and isinstance(e, TokenEvent)) < 6:
         await asyncio.sleep(0.01)
@@ -260,9 +262,8 @@ async def test_cache_reuse_moves_a_cached_chunk_and_a_later_hit_recomputes(make_
     first = list(tok.tokenize(head + dropped + tail, True, True))
     second = list(tok.tokenize(head + tail, True, True))
     gen, _ = await _run(engine, GenerationRequest(tuple(first), n_predict=2, ignore_eos=True))
-    prefix = next(i for i, (a, b) in enumerate(zip(first, second)) if a != b)
-    tokens, final = await _run(engine, GenerationRequest(tuple(second), n_predict=4, ignore_eos=True,
-                                                        n_cache_reuse=3))
+    prefix = next(i for i, (a, b) in enumerate(zip(first, second, strict=False)) if a != b)
+    tokens, final = await _run(engine, GenerationRequest(tuple(second), n_predict=4, ignore_eos=True, n_cache_reuse=3))
     moved = plan_reuse(tuple(first + gen[:-1]), second, 3).n  # the prefix, then the tail moved
     assert final.n_cached == moved > prefix
     assert final.n_prompt_processed == len(second) - final.n_cached

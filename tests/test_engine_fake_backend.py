@@ -18,8 +18,13 @@ EOS = 63
 
 
 def _engine(backend: FakeBackend, **config) -> Engine:
-    engine = Engine(Path("fake"), EngineConfig(**{"n_ctx": 64, **config}), eog_ids=frozenset({EOS}),
-                    piece=lambda t, _special: f"<{t}>".encode(), open_backend=lambda _adapters: backend)
+    engine = Engine(
+        Path("fake"),
+        EngineConfig(**{"n_ctx": 64, **config}),
+        eog_ids=frozenset({EOS}),
+        piece=lambda t, _special: f"<{t}>".encode(),
+        open_backend=lambda _adapters: backend,
+    )
     engine.start()
     assert engine.ready.wait(10) and engine.load_error is None
     return engine
@@ -104,8 +109,10 @@ def test_rows_decode_together_and_get_the_tokens_they_get_alone(fake):
     engine, backend = fake
     alone = [asyncio.run(_run(engine, _greedy(p, n_predict=6)))[0][0] for p in ([3, 4], [20, 21, 22])]
     backend.passes.clear()
-    together = [tokens for tokens, _ in asyncio.run(_run(engine, _greedy([3, 4], n_predict=6),
-                                                         _greedy([20, 21, 22], n_predict=6)))]
+    together = [
+        tokens
+        for tokens, _ in asyncio.run(_run(engine, _greedy([3, 4], n_predict=6), _greedy([20, 21, 22], n_predict=6)))
+    ]
     assert together == alone
     assert ("decode_rows", 2) in backend.passes
 

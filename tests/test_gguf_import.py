@@ -37,12 +37,14 @@ def test_every_tensor_of_the_q4_1_gguf_imports_losslessly(twin_q4_1):
         base = name.removesuffix(".weight")
         if base + ".scales" in weights:
             bits = quant.get(base, quant)["bits"]
-            got = mx.dequantize(weights[name], weights[base + ".scales"], weights[base + ".biases"],
-                                group_size=32, bits=bits)
+            got = mx.dequantize(
+                weights[name], weights[base + ".scales"], weights[base + ".biases"], group_size=32, bits=bits
+            )
         else:
             got = weights[name]
-        diff = np.abs(np.array(got) - _reference_dequantized(t, config["num_attention_heads"],
-                                                             config["num_key_value_heads"]))
+        diff = np.abs(
+            np.array(got) - _reference_dequantized(t, config["num_attention_heads"], config["num_key_value_heads"])
+        )
         worst = max(worst, float(diff.max()))
         checked += 1
     assert checked == len(reader.tensors) == 272
@@ -60,8 +62,7 @@ def test_f32_checkpoint_holds_the_same_values(twin_q4_1, twin_f32):
 
 def test_checkpoint_files_and_configs(twin_q4_1):
     d = twin_q4_1.mlx_dir
-    for f in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-              "generation_config.json"):
+    for f in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "generation_config.json"):
         assert (d / f).is_file(), f
     tok_cfg = json.loads((d / "tokenizer_config.json").read_text())
     assert tok_cfg["add_bos_token"] is False
@@ -121,12 +122,15 @@ def test_unknown_pre_tokenizer_is_an_error_not_a_fallback(tmp_path):
         convert_gguf(src, tmp_path / "out")
 
 
-@pytest.mark.parametrize("pre,text,pieces", [
-    ("gpt-2", "abc 123", ["abc", " 123"]),
-    ("smollm", "abc 123", ["abc", " ", "1", "2", "3"]),
-    ("llama-bpe", "abc 12345", ["abc", " ", "123", "45"]),
-    ("qwen2", "abc 123", ["abc", " ", "1", "2", "3"]),
-])
+@pytest.mark.parametrize(
+    "pre,text,pieces",
+    [
+        ("gpt-2", "abc 123", ["abc", " 123"]),
+        ("smollm", "abc 123", ["abc", " ", "1", "2", "3"]),
+        ("llama-bpe", "abc 12345", ["abc", " ", "123", "45"]),
+        ("qwen2", "abc 123", ["abc", " ", "1", "2", "3"]),
+    ],
+)
 def test_pre_tokenizers_split_like_llama_cpp(pre, text, pieces):
     vocab = GGUFVocab("gpt2", pre, ["a"], [1], [], None, None, None, None, False, False, None)
     tok = build_tokenizer(vocab)
@@ -138,7 +142,17 @@ def test_pre_tokenizers_split_like_llama_cpp(pre, text, pieces):
 def test_convert_cli_reports_refusal_in_one_sentence(tmp_path):
     src = tmp_path / "q5k.gguf"
     _tiny_gguf(src, gguf.GGMLQuantizationType.Q5_K)
-    proc = subprocess.run([sys.executable, "-c", "from server.cli.main import mlxcel_main; mlxcel_main()",
-                           "convert", str(src), str(tmp_path / "out")], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from server.cli.main import mlxcel_main; mlxcel_main()",
+            "convert",
+            str(src),
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 1
     assert proc.stderr.startswith("mlxcel convert: error: tensor 'blk.0.ffn_up.weight' has type Q5_K")

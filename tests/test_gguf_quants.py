@@ -19,20 +19,25 @@ def _random_blocks(qtype: str, rows: int, blocks: int, seed: int) -> np.ndarray:
     raw = rng.integers(0, 256, size=(rows, blocks, BLOCK_BYTES[qtype]), dtype=np.uint8)
     # finite, varied f16 scales (and mins): random exponents across the f16 range, random signs
     n_halves = 2 if qtype == "Q4_1" else 1
-    halves = (rng.standard_normal((rows, blocks, n_halves)) * 10.0 ** rng.integers(-4, 3, (rows, blocks, n_halves)))
+    halves = rng.standard_normal((rows, blocks, n_halves)) * 10.0 ** rng.integers(-4, 3, (rows, blocks, n_halves))
     raw[..., : 2 * n_halves] = halves.astype(np.float16).view(np.uint8).reshape(rows, blocks, 2 * n_halves)
     return raw.reshape(rows, blocks * BLOCK_BYTES[qtype])
 
 
 @settings(max_examples=25, deadline=None)
-@given(qtype=st.sampled_from(sorted(AFFINE_CONVERTERS)), rows=st.integers(1, 6), blocks=st.integers(1, 5),
-       seed=st.integers(0, 2**32 - 1))
+@given(
+    qtype=st.sampled_from(sorted(AFFINE_CONVERTERS)),
+    rows=st.integers(1, 6),
+    blocks=st.integers(1, 5),
+    seed=st.integers(0, 2**32 - 1),
+)
 def test_affine_dequantization_equals_gguf_dequantization_exactly(qtype, rows, blocks, seed):
     raw = _random_blocks(qtype, rows, blocks, seed)
     q = AFFINE_CONVERTERS[qtype](raw)
     assert q.scales.dtype == np.float32 and q.biases.dtype == np.float32
-    got = np.array(mx.dequantize(mx.array(q.weight), mx.array(q.scales), mx.array(q.biases),
-                                 group_size=32, bits=q.bits))
+    got = np.array(
+        mx.dequantize(mx.array(q.weight), mx.array(q.scales), mx.array(q.biases), group_size=32, bits=q.bits)
+    )
     want = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType[qtype])
     np.testing.assert_array_equal(got, want)
 
@@ -51,8 +56,9 @@ def test_packing_puts_element_k_at_bits_times_k(qtype):
     raw = _random_blocks(qtype, 1, 1, seed=7)
     q = AFFINE_CONVERTERS[qtype](raw)
     per_word = 32 // q.bits
-    ints = np.rint((gguf.quants.dequantize(raw, gguf.GGMLQuantizationType[qtype])[0] - q.biases[0, 0])
-                   / q.scales[0, 0]).astype(np.uint32)
+    ints = np.rint(
+        (gguf.quants.dequantize(raw, gguf.GGMLQuantizationType[qtype])[0] - q.biases[0, 0]) / q.scales[0, 0]
+    ).astype(np.uint32)
     word0 = int(q.weight[0, 0])
     for k in range(per_word):
         assert (word0 >> (q.bits * k)) & ((1 << q.bits) - 1) == ints[k]

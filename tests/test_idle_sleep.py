@@ -74,6 +74,9 @@ def test_tokenize_wakes_it(sleepy):
 
 def test_a_generation_longer_than_the_window_is_not_interrupted(sleepy):
     url = sleepy.base_url
-    r = httpx.post(url + "/completion", json={"prompt": "Count slowly:", "n_predict": 160, "temperature": 0,
-                                              "ignore_eos": True}, timeout=300)
+    r = httpx.post(
+        url + "/completion",
+        json={"prompt": "Count slowly:", "n_predict": 160, "temperature": 0, "ignore_eos": True},
+        timeout=300,
+    )
     assert r.status_code == 200 and r.json()["tokens_predicted"] == 160

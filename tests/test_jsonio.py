@@ -17,8 +17,11 @@ def test_what_is_not_json_is_b10621s_500_parse_error(raw):
 
 def test_nesting_past_the_limit_is_a_400_and_never_a_recursion_error():
     assert loads("[" * MAX_DEPTH + "]" * MAX_DEPTH) is not None
-    for raw in ("[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1), "[" * 200_000 + "]" * 200_000,
-                '{"a": ' * 3000 + "1" + "}" * 3000):
+    for raw in (
+        "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1),
+        "[" * 200_000 + "]" * 200_000,
+        '{"a": ' * 3000 + "1" + "}" * 3000,
+    ):
         with pytest.raises(UpstreamError) as err:
             loads(raw)
         assert err.value.kind is ErrorKind.INVALID_REQUEST and "nested" in err.value.message
@@ -29,5 +32,7 @@ def test_duplicate_keys_keep_the_last_value():
 
 
 def test_non_finite_floats_are_written_as_null():
-    assert dumps({"t": float("inf"), "l": [float("nan"), 1.5, -float("inf")], "k": "é"}) == \
-        '{"t":null,"l":[null,1.5,null],"k":"é"}'.encode()
+    assert (
+        dumps({"t": float("inf"), "l": [float("nan"), 1.5, -float("inf")], "k": "é"})
+        == '{"t":null,"l":[null,1.5,null],"k":"é"}'.encode()
+    )

@@ -12,8 +12,13 @@ JSON = {"content-type": "application/json; charset=utf-8"}
 
 
 def _tok(chosen: int, *top: tuple[int, float]) -> dict:
-    return {"id": chosen, "token": str(chosen), "bytes": [], "logprob": top[0][1],
-            "top_logprobs": [{"id": i, "token": str(i), "bytes": [], "logprob": lp} for i, lp in top]}
+    return {
+        "id": chosen,
+        "token": str(chosen),
+        "bytes": [],
+        "logprob": top[0][1],
+        "top_logprobs": [{"id": i, "token": str(i), "bytes": [], "logprob": lp} for i, lp in top],
+    }
 
 
 def completion(*toks: dict) -> Exchange:
@@ -33,11 +38,13 @@ def test_the_same_path_agrees_even_where_the_bytes_do_not():
 
 
 def test_a_different_token_at_a_decided_position_fails():
-    report = judged_report(completion(_tok(1, *DECIDED)), completion(_tok(2, (2, -0.1), (1, -5.0))), "greedy", "q4_1",
-                           ())
+    report = judged_report(
+        completion(_tok(1, *DECIDED)), completion(_tok(2, (2, -0.1), (1, -5.0))), "greedy", "q4_1", ()
+    )
     assert not report.identical
     assert [(d.path, d.kind, d.reference, d.mlxcel) for d in report.divergences] == [
-        ("$.generated[0]", "decided", 1, 2)]
+        ("$.generated[0]", "decided", 1, 2)
+    ]
 
 
 def test_paths_that_part_at_an_undecided_position_stop_being_compared():
@@ -61,8 +68,10 @@ def test_stopping_early_at_a_decided_position_fails():
 
 def test_streamed_frames_and_chat_logprobs_are_read():
     sse = {"content-type": "text/event-stream"}
-    frames = tuple(b"data: " + json.dumps({"completion_probabilities": [t]}).encode()
-                   for t in (_tok(1, *DECIDED), _tok(3, (3, -0.1), (4, -5.0))))
+    frames = tuple(
+        b"data: " + json.dumps({"completion_probabilities": [t]}).encode()
+        for t in (_tok(1, *DECIDED), _tok(3, (3, -0.1), (4, -5.0)))
+    )
     ref = Exchange(200, sse, b"", frames)
     bad = Exchange(200, sse, b"", frames[:1] + (frames[0],))
     assert judged_report(ref, ref, "streamed", "q4_1", ()).judged["agreed"] == 2
@@ -76,8 +85,10 @@ def test_streamed_frames_and_chat_logprobs_are_read():
 def test_the_report_prints_agreement_rates_per_group():
     good = judged_report(completion(_tok(1, *DECIDED)), completion(_tok(1, *DECIDED)), "greedy", "q4_1", ())
     bad = judged_report(completion(_tok(1, *DECIDED)), completion(_tok(2, *DECIDED)), "greedy", "q4_1", ())
-    records = [{"case": f"c{i}", "entries": ["POST /completion"], "twin": "q4_1", "reproduce": "x", **r.to_dict()}
-               for i, r in enumerate((good, bad))]
+    records = [
+        {"case": f"c{i}", "entries": ["POST /completion"], "twin": "q4_1", "reproduce": "x", **r.to_dict()}
+        for i, r in enumerate((good, bad))
+    ]
     report = build_report({"routes": [{"id": "POST /completion", "state": "supported"}]}, records)
     assert report["judged"]["greedy"]["agreeing"] == 1 and report["judged"]["greedy"]["cases"] == 2
     assert "| greedy | q4_1 | 2 | 1/2 (50%) | 1/2 | 1/2 |" in to_markdown(report)

@@ -26,7 +26,7 @@ def _f16(x):
 def _one_chunk(q, k, v):
     """ggml_compute_forward_flash_attn_ext_f16_one_chunk for one row over f16 K and V."""
     qh, acc, m, s = _f16(q), np.zeros(q.shape[-1], np.float32), -np.inf, np.float32(0)
-    for kj, vj in zip(k, v):
+    for kj, vj in zip(k, v, strict=False):
         score = np.float32(np.dot(qh.astype(np.float64), kj.astype(np.float64))) * np.float32(SCALE)
         ms = vs = np.float32(1)
         if score > m:
@@ -58,8 +58,9 @@ def _inputs(keys=37, heads=3):
 @pytest.mark.parametrize("flash,emulate", [(True, _one_chunk), (False, _plain)])
 def test_attention_over_an_f16_cache_rounds_where_ggml_rounds(flash, emulate):
     q, k, v = _inputs()
-    out = np.array(cpu_kernels.attention(mx.array(q), mx.array(k), mx.array(v), SCALE, None,
-                                         KVNumerics("f16", "f16", flash)))
+    out = np.array(
+        cpu_kernels.attention(mx.array(q), mx.array(k), mx.array(v), SCALE, None, KVNumerics("f16", "f16", flash))
+    )
     exact = np.array(cpu_kernels.attention(mx.array(q), mx.array(k), mx.array(v), SCALE))
     for h in range(q.shape[1]):
         want = emulate(q[0, h, 0], k[0, 0], v[0, 0])
@@ -70,15 +71,16 @@ def test_attention_over_an_f16_cache_rounds_where_ggml_rounds(flash, emulate):
 def test_flash_attention_over_an_f32_cache_reads_it_cast_to_f16_as_b10621():
     q, k, v = _inputs()
     k, v = k + np.float32(1e-4), v - np.float32(1e-4)  # f32 values between f16 ones
-    out = np.array(cpu_kernels.attention(mx.array(q), mx.array(k), mx.array(v), SCALE, None,
-                                         KVNumerics("f32", "f32", True)))
+    out = np.array(
+        cpu_kernels.attention(mx.array(q), mx.array(k), mx.array(v), SCALE, None, KVNumerics("f32", "f32", True))
+    )
     for h in range(q.shape[1]):
         assert np.abs(out[0, h, 0] - _one_chunk(q[0, h, 0], _f16(k[0, 0]), _f16(v[0, 0]))).max() < 1e-6
 
 
 def test_cache_values_round_to_nearest_even_as_ggml_writes_them():
-    halfway = np.float32(1 + 2 ** -11)  # between two f16 values: to the even one
-    x = mx.array(np.array([halfway, -halfway, 1e-8, 65519.0, np.float32(1 + 2 ** -8)], np.float32))
+    halfway = np.float32(1 + 2**-11)  # between two f16 values: to the even one
+    x = mx.array(np.array([halfway, -halfway, 1e-8, 65519.0, np.float32(1 + 2**-8)], np.float32))
     assert np.array(round_to(x, "f16")).tolist() == [1.0, -1.0, _f16(1e-8).item(), 65504.0, 1.00390625]
     assert np.array(round_to(x, "bf16")).tolist()[4] == 1.0  # 1 + 2^-8 is bf16's halfway: to even
     assert np.array(round_to(x, "f32")).tolist() == np.array(x).tolist()
@@ -96,7 +98,8 @@ def test_flags_map_to_the_cache_types_with_b10621s_defaults():
     assert refusals(parse_args(["-ctk", "f32", "-ctv", "bf16"]).given) == []
     assert refusals(parse_args(["-ctv", "q8_0"]).given) == [
         "error: -ctv q8_0: mlxcel stores the KV cache as f32, f16 or bf16; the quantized cache types are not "
-        "implemented; pass f32, f16 or bf16, or leave it out"]
+        "implemented; pass f32, f16 or bf16, or leave it out"
+    ]
 
 
 @pytest.mark.heavy  # loads the F32 twin
@@ -122,4 +125,4 @@ def test_an_f16_cache_is_stored_in_16_bits_and_computes_what_its_f32_holder_did(
     cache32 = f32.new_cache()
     same = [f32.prefill(cache32, [504, 3458, 282, 4649, 314])] + [f32.decode(cache32, t) for t in (7042, 30)]
     assert cache32[0].keys.dtype == mx.float32
-    assert all(mx.array_equal(a, b).item() for a, b in zip(logits, same))
+    assert all(mx.array_equal(a, b).item() for a, b in zip(logits, same, strict=False))

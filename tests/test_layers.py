@@ -19,10 +19,11 @@ def test_the_import_contracts_are_kept():
     """`lint-imports` over [tool.importlinter]: a broken contract fails with its name and the imports that
     break it."""
     code = "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
-    run = subprocess.run([sys.executable, "-c", code, "--no-cache"], cwd=REPO, capture_output=True, text=True,
-                         timeout=300)
+    run = subprocess.run(
+        [sys.executable, "-c", code, "--no-cache"], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
     report = run.stdout + run.stderr
-    broken = report[report.find("Broken contracts"):] if "Broken contracts" in report else report[-4000:]
+    broken = report[report.find("Broken contracts") :] if "Broken contracts" in report else report[-4000:]
     assert run.returncode == 0, f"import contracts broken (pyproject.toml [tool.importlinter]):\n{broken}"
     assert "0 broken" in report, report[-2000:]
 
@@ -76,16 +77,25 @@ def test_every_import_inside_a_function_says_why():
         lines = source.splitlines()
         tree = ast.parse(source)
         skip = _type_checking_lines(tree)
-        import_lines = {n for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
-                        for n in range(node.lineno, (node.end_lineno or node.lineno) + 1)}
+        import_lines = {
+            n
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Import, ast.ImportFrom))
+            for n in range(node.lineno, (node.end_lineno or node.lineno) + 1)
+        }
         for func in ast.walk(tree):
             if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
             for node in ast.walk(func):
-                if isinstance(node, (ast.Import, ast.ImportFrom)) and node.lineno not in skip \
-                        and not _says_why(lines, node.lineno, import_lines):
+                if (
+                    isinstance(node, (ast.Import, ast.ImportFrom))
+                    and node.lineno not in skip
+                    and not _says_why(lines, node.lineno, import_lines)
+                ):
                     missing.append((str(path.relative_to(REPO)), node.lineno, lines[node.lineno - 1].strip()))
     missing = sorted(set(missing))
     listed = "\n".join(f"{path}:{line}: {text}" for path, line, text in missing)
-    assert not missing, ("imports inside functions without a `# deferred: <why>` comment (move each to the "
-                         f"top of its module, or say why it cannot go there):\n{listed}")
+    assert not missing, (
+        "imports inside functions without a `# deferred: <why>` comment (move each to the "
+        f"top of its module, or say why it cannot go there):\n{listed}"
+    )

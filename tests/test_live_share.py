@@ -87,5 +87,4 @@ def test_drift_names_the_recorded_and_the_live_reference_answers(tmp_path, monke
         live_or_recorded("case", request, live_answer, (), tmp_path)
     assert "recorded 15 vs live reference 0" in str(err.value) and "mlxcel" not in str(err.value)
     with pytest.raises(TranscriptDrift, match="missing in live reference"):
-        live_or_recorded("case", request, Exchange(status=200, headers=json_type, body=b'{"id_slot":0}'), (),
-                         tmp_path)
+        live_or_recorded("case", request, Exchange(status=200, headers=json_type, body=b'{"id_slot":0}'), (), tmp_path)

@@ -74,8 +74,7 @@ REF_INFO_COLOR_NO_TS = "\x1b[32mI \x1b[0mcmn  common_param: verbosity = 3\n"
 
 def test_line_format_matches_b10621():
     fmt = B10621Formatter(prefix=True, timestamps=True, colors=False, t_start=T0)
-    assert fmt.format(_record("mlxcel", logging.INFO, "srv  load_model: loading model 'x'", T0 + 0.007643)) \
-        == REF_INFO
+    assert fmt.format(_record("mlxcel", logging.INFO, "srv  load_model: loading model 'x'", T0 + 0.007643)) == REF_INFO
     assert fmt.format(_record("mlxcel", logging.WARNING, "w", T0 + 0.5)) == "0.00.500.000 W w\n"
     assert fmt.format(_record("mlxcel", logging.ERROR, "e", T0 + 61.000001)) == "1.01.000.001 E e\n"
     assert fmt.format(_record("mlxcel", logging.CRITICAL, "c", T0 + 1)) == "0.01.000.000 E c\n"
@@ -88,16 +87,24 @@ def test_line_format_matches_b10621():
 
 def test_line_format_colors_and_switches_match_b10621():
     color = B10621Formatter(prefix=True, timestamps=True, colors=True, t_start=T0)
-    assert color.format(_record("mlxcel", logging.WARNING, "srv  llama_server: -----------------",
-                                T0 + 0.004877)) == REF_WARN_COLOR
-    assert color.format(_record("mlxcel", logging.INFO, "cmn  common_param: verbosity = 3", T0 + 0.004491)) \
+    assert (
+        color.format(_record("mlxcel", logging.WARNING, "srv  llama_server: -----------------", T0 + 0.004877))
+        == REF_WARN_COLOR
+    )
+    assert (
+        color.format(_record("mlxcel", logging.INFO, "cmn  common_param: verbosity = 3", T0 + 0.004491))
         == REF_INFO_COLOR
+    )
     no_prefix = B10621Formatter(prefix=False, timestamps=True, colors=True, t_start=T0)
-    assert no_prefix.format(_record("mlxcel", logging.WARNING, "srv  llama_server: -----------------", T0 + 1)) \
+    assert (
+        no_prefix.format(_record("mlxcel", logging.WARNING, "srv  llama_server: -----------------", T0 + 1))
         == REF_WARN_COLOR_NO_PREFIX
+    )
     no_ts = B10621Formatter(prefix=True, timestamps=False, colors=True, t_start=T0)
-    assert no_ts.format(_record("mlxcel", logging.INFO, "cmn  common_param: verbosity = 3", T0 + 1)) \
+    assert (
+        no_ts.format(_record("mlxcel", logging.INFO, "cmn  common_param: verbosity = 3", T0 + 1))
         == REF_INFO_COLOR_NO_TS
+    )
     plain = B10621Formatter(prefix=False, timestamps=False, colors=False, t_start=T0)
     assert plain.format(_record("mlxcel", logging.ERROR, "srv  x: y", T0 + 1)) == "srv  x: y\n"
 
@@ -157,20 +164,60 @@ def _emit_everything():
         lg.log(5, "%s-five", name)
 
 
-@pytest.mark.parametrize("verbosity,expected", [
-    (0, []),  # b10621 drops even errors at 0 (verified: -lv 0 with a missing model prints nothing)
-    (1, ["mlxcel-error", "uvicorn.access-error"]),
-    (2, ["mlxcel-error", "mlxcel-warn", "uvicorn.access-error", "uvicorn.access-warn"]),
-    (3, ["mlxcel-error", "mlxcel-warn", "mlxcel-info", "uvicorn.access-error", "uvicorn.access-warn"]),
-    (4, ["mlxcel-error", "mlxcel-warn", "mlxcel-info", "mlxcel-trace",
-         "uvicorn.access-error", "uvicorn.access-warn", "uvicorn.access-info", "uvicorn.access-trace"]),
-    (5, ["mlxcel-error", "mlxcel-warn", "mlxcel-info", "mlxcel-trace", "mlxcel-debug", "mlxcel-five",
-         "uvicorn.access-error", "uvicorn.access-warn", "uvicorn.access-info", "uvicorn.access-trace",
-         "uvicorn.access-debug"]),
-    (VERBOSITY_INFINITE, ["mlxcel-error", "mlxcel-warn", "mlxcel-info", "mlxcel-trace", "mlxcel-debug",
-                          "mlxcel-five", "uvicorn.access-error", "uvicorn.access-warn", "uvicorn.access-info",
-                          "uvicorn.access-trace", "uvicorn.access-debug"]),
-])
+@pytest.mark.parametrize(
+    "verbosity,expected",
+    [
+        (0, []),  # b10621 drops even errors at 0 (verified: -lv 0 with a missing model prints nothing)
+        (1, ["mlxcel-error", "uvicorn.access-error"]),
+        (2, ["mlxcel-error", "mlxcel-warn", "uvicorn.access-error", "uvicorn.access-warn"]),
+        (3, ["mlxcel-error", "mlxcel-warn", "mlxcel-info", "uvicorn.access-error", "uvicorn.access-warn"]),
+        (
+            4,
+            [
+                "mlxcel-error",
+                "mlxcel-warn",
+                "mlxcel-info",
+                "mlxcel-trace",
+                "uvicorn.access-error",
+                "uvicorn.access-warn",
+                "uvicorn.access-info",
+                "uvicorn.access-trace",
+            ],
+        ),
+        (
+            5,
+            [
+                "mlxcel-error",
+                "mlxcel-warn",
+                "mlxcel-info",
+                "mlxcel-trace",
+                "mlxcel-debug",
+                "mlxcel-five",
+                "uvicorn.access-error",
+                "uvicorn.access-warn",
+                "uvicorn.access-info",
+                "uvicorn.access-trace",
+                "uvicorn.access-debug",
+            ],
+        ),
+        (
+            VERBOSITY_INFINITE,
+            [
+                "mlxcel-error",
+                "mlxcel-warn",
+                "mlxcel-info",
+                "mlxcel-trace",
+                "mlxcel-debug",
+                "mlxcel-five",
+                "uvicorn.access-error",
+                "uvicorn.access-warn",
+                "uvicorn.access-info",
+                "uvicorn.access-trace",
+                "uvicorn.access-debug",
+            ],
+        ),
+    ],
+)
 def test_threshold_filters_both_sinks(logs, tmp_path, verbosity, expected):
     path = tmp_path / "server.log"
     configure_logging(LogConfig(file=str(path), prefix=False, verbosity=verbosity))
@@ -206,8 +253,10 @@ def test_log_colors_vocabulary():
         assert str(exc.value) == f"error: unknown value for --log-colors: '{bad}'"
     with pytest.raises(LogConfigError) as exc:
         LogConfig.from_args(SimpleNamespace(), {"LLAMA_ARG_LOG_COLORS": "On"})
-    assert str(exc.value) == ('error while handling environment variable "LLAMA_ARG_LOG_COLORS": '
-                              "error: unknown value for --log-colors: 'On'")
+    assert str(exc.value) == (
+        'error while handling environment variable "LLAMA_ARG_LOG_COLORS": '
+        "error: unknown value for --log-colors: 'On'"
+    )
 
 
 def test_tty_can_use_colors(monkeypatch):
@@ -240,14 +289,28 @@ def test_colors_on_reach_both_sinks_auto_never_the_file(logs, tmp_path, monkeypa
 def test_config_from_args_and_environment():
     cfg = LogConfig.from_args(SimpleNamespace(), {})
     assert cfg == LogConfig(disable=False, file=None, colors="auto", prefix=True, timestamps=True, verbosity=3)
-    env = {"LLAMA_ARG_LOG_FILE": "/tmp/e.log", "LLAMA_ARG_LOG_COLORS": "enabled", "LLAMA_ARG_LOG_PREFIX": "0",
-           "LLAMA_ARG_LOG_TIMESTAMPS": "off", "LLAMA_ARG_LOG_VERBOSITY": "2"}
-    assert LogConfig.from_args(SimpleNamespace(), env) == LogConfig(file="/tmp/e.log", colors="on", prefix=False,
-                                                                     timestamps=False, verbosity=2)
-    args = SimpleNamespace(log_disable=True, log_file="/tmp/a.log", log_colors="off", log_prefix=True,
-                           log_timestamps=True, verbose=True, verbosity=1)
-    assert LogConfig.from_args(args, env) == LogConfig(disable=True, file="/tmp/a.log", colors="off", prefix=True,
-                                                       timestamps=True, verbosity=VERBOSITY_INFINITE)
+    env = {
+        "LLAMA_ARG_LOG_FILE": "/tmp/e.log",
+        "LLAMA_ARG_LOG_COLORS": "enabled",
+        "LLAMA_ARG_LOG_PREFIX": "0",
+        "LLAMA_ARG_LOG_TIMESTAMPS": "off",
+        "LLAMA_ARG_LOG_VERBOSITY": "2",
+    }
+    assert LogConfig.from_args(SimpleNamespace(), env) == LogConfig(
+        file="/tmp/e.log", colors="on", prefix=False, timestamps=False, verbosity=2
+    )
+    args = SimpleNamespace(
+        log_disable=True,
+        log_file="/tmp/a.log",
+        log_colors="off",
+        log_prefix=True,
+        log_timestamps=True,
+        verbose=True,
+        verbosity=1,
+    )
+    assert LogConfig.from_args(args, env) == LogConfig(
+        disable=True, file="/tmp/a.log", colors="off", prefix=True, timestamps=True, verbosity=VERBOSITY_INFINITE
+    )
     with pytest.raises(LogConfigError) as exc:
         LogConfig.from_args(SimpleNamespace(), {"LLAMA_ARG_LOG_PREFIX": "yes"})
     # b10621: error while handling environment variable "LLAMA_ARG_LOG_PREFIX": invalid boolean value
@@ -338,28 +401,44 @@ def test_log_file_refuses_unwritable_paths(tmp_path):
     else:
         ro_dir.chmod(0o555)
     try:
-        out = subprocess.run([sys.executable, "-c", _UNWRITABLE, str(ro_dir / "server.log"), str(ro_file)],
-                             cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+        out = subprocess.run(
+            [sys.executable, "-c", _UNWRITABLE, str(ro_dir / "server.log"), str(ro_file)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
     finally:
         ro_dir.chmod(0o755)
         if IS_ROOT:
             shutil.rmtree(tmp_path)
     lines = out.stdout.splitlines()
     assert out.returncode == 0, out.stderr
-    assert lines == [f"--log-file '{ro_dir / 'server.log'}': cannot be opened for appending: Permission denied",
-                     f"--log-file '{ro_file}': cannot be opened for appending: Permission denied"]
+    assert lines == [
+        f"--log-file '{ro_dir / 'server.log'}': cannot be opened for appending: Permission denied",
+        f"--log-file '{ro_file}': cannot be opened for appending: Permission denied",
+    ]
     assert not (ro_dir / "server.log").exists()
     if IS_ROOT:  # a parent nobody may traverse is reported as such, not as missing
         hidden = tmp_path.parent / (tmp_path.name + "-hidden")
         (hidden / "sub").mkdir(parents=True)
         hidden.chmod(0o700)
         try:
-            out = subprocess.run([sys.executable, "-c", _UNWRITABLE, str(hidden / "sub" / "server.log")],
-                                 cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+            out = subprocess.run(
+                [sys.executable, "-c", _UNWRITABLE, str(hidden / "sub" / "server.log")],
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
         finally:
             shutil.rmtree(hidden)
-        assert out.stdout.strip() == (f"--log-file '{hidden / 'sub' / 'server.log'}': the parent directory "
-                                      f"'{hidden / 'sub'}' cannot be reached: Permission denied")
+        assert out.stdout.strip() == (
+            f"--log-file '{hidden / 'sub' / 'server.log'}': the parent directory "
+            f"'{hidden / 'sub'}' cannot be reached: Permission denied"
+        )
 
 
 def test_log_file_created_0600_whatever_the_umask(tmp_path, monkeypatch):
@@ -437,6 +516,7 @@ def test_redactor_catches_escaped_spellings_and_ignores_empty():
     for spelling in (secret, json.dumps(secret)[1:-1], repr(secret)[1:-1]):
         assert red.redact(f"<{spelling}>") == f"<{REDACTED}>"
     from urllib.parse import quote
+
     assert red.redact(quote(secret, safe="")) == REDACTED
     assert not Redactor(["", None])
 
@@ -447,11 +527,25 @@ def test_collect_secrets_from_every_source(tmp_path):
     env_file = tmp_path / "env-keys"
     env_file.write_text("env-file-key\n")
     args = SimpleNamespace(api_key=['cli-a,"cli,b"', "cli-c"], api_key_file=str(key_file), hf_token="hft")
-    env = {"LLAMA_API_KEY": "llama-env", "MLXCEL_API_KEY": "mlxcel-env", "HF_TOKEN": "hf-env",
-           "LLAMA_ARG_API_KEY_FILE": str(env_file)}
+    env = {
+        "LLAMA_API_KEY": "llama-env",
+        "MLXCEL_API_KEY": "mlxcel-env",
+        "HF_TOKEN": "hf-env",
+        "LLAMA_ARG_API_KEY_FILE": str(env_file),
+    }
     found = collect_secrets(args, env)
-    for s in ("cli-a", "cli,b", "cli-c", "file-key-1", "file-key-2\r", "llama-env", "mlxcel-env", "hf-env",
-              "env-file-key", "hft"):
+    for s in (
+        "cli-a",
+        "cli,b",
+        "cli-c",
+        "file-key-1",
+        "file-key-2\r",
+        "llama-env",
+        "mlxcel-env",
+        "hf-env",
+        "env-file-key",
+        "hft",
+    ):
         assert s in found, s
     assert "# comment" not in found and "" not in found
     assert collect_secrets(SimpleNamespace(api_key_file=str(tmp_path / "missing")), {}) == []
@@ -526,25 +620,50 @@ def test_log_canaries_never_reach_any_sink(tmp_path, redact):
     split mid-secret, a thread's uncaught exception, the exit message). With redaction none may show on stderr,
     stdout or the log file; the control run without registered secrets proves every path reaches the sinks."""
     tag = uuid.uuid4().hex[:12]
-    canaries = {src: f"canary-{src}-{tag}" for src in
-                ("cli", "cli2", "key_file", "env_llama", "env_mlxcel", "hf_cli", "hf_env", "env_key_file")}
+    canaries = {
+        src: f"canary-{src}-{tag}"
+        for src in ("cli", "cli2", "key_file", "env_llama", "env_mlxcel", "hf_cli", "hf_env", "env_key_file")
+    }
     key_file = tmp_path / "keys"
     key_file.write_text(f"# keys\n{canaries['key_file']}\n")
     env_key_file = tmp_path / "env-keys"
     env_key_file.write_text(f"{canaries['env_key_file']}\n")
     log_file = tmp_path / "server.log"
     env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "LLAMA_ARG_LOG_VERBOSITY")}
-    env.update(LLAMA_API_KEY=canaries["env_llama"], MLXCEL_API_KEY=canaries["env_mlxcel"],
-               HF_TOKEN=canaries["hf_env"], LLAMA_ARG_API_KEY_FILE=str(env_key_file), PYTHONWARNINGS="always")
+    env.update(
+        LLAMA_API_KEY=canaries["env_llama"],
+        MLXCEL_API_KEY=canaries["env_mlxcel"],
+        HF_TOKEN=canaries["hf_env"],
+        LLAMA_ARG_API_KEY_FILE=str(env_key_file),
+        PYTHONWARNINGS="always",
+    )
     cfg = {"canaries": canaries, "key_file": str(key_file), "log_file": str(log_file), "redact": redact}
-    out = subprocess.run([sys.executable, "-c", _CANARY_SCRIPT, json.dumps(cfg)], cwd=REPO, env=env,
-                         capture_output=True, text=True, timeout=120, check=False)
+    out = subprocess.run(
+        [sys.executable, "-c", _CANARY_SCRIPT, json.dumps(cfg)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     file_text = log_file.read_text()
     sinks = {"stderr": out.stderr, "stdout": out.stdout, "file": file_text}
     assert out.returncode == 1, out.stderr
-    controls = ("CONTROL-info", "CONTROL-engine", "CONTROL-debug", "CONTROL-json", "CONTROL-uvicorn-error",
-                "CONTROL-access", "CONTROL-dependency", "CONTROL-exception", "CONTROL-traceback",
-                "CONTROL-warning", "CONTROL-uvicorn-access", "CONTROL-asgi")
+    controls = (
+        "CONTROL-info",
+        "CONTROL-engine",
+        "CONTROL-debug",
+        "CONTROL-json",
+        "CONTROL-uvicorn-error",
+        "CONTROL-access",
+        "CONTROL-dependency",
+        "CONTROL-exception",
+        "CONTROL-traceback",
+        "CONTROL-warning",
+        "CONTROL-uvicorn-access",
+        "CONTROL-asgi",
+    )
     for c in controls:  # every path really reached both sinks
         assert c in out.stderr, c
         assert c in file_text, c
@@ -578,8 +697,9 @@ def test_cache_list_format_and_entries(tmp_path):
     models = cached_models(root)
     assert models == [str(root / "other"), "smollm2-135m-instruct-q4_1"]
     # b10621: printf("number of models in cache: %zu\n"), then printf("%4zu. %s\n") per model
-    assert cache_list_text(models) == (f"number of models in cache: 2\n   1. {root / 'other'}\n"
-                                       "   2. smollm2-135m-instruct-q4_1\n")
+    assert cache_list_text(models) == (
+        f"number of models in cache: 2\n   1. {root / 'other'}\n   2. smollm2-135m-instruct-q4_1\n"
+    )
     assert cache_list_text([]) == "number of models in cache: 0\n"  # the reference's output with no cache
     assert cached_models(tmp_path / "nowhere") == []
 
@@ -595,25 +715,38 @@ def test_version_text_shape():
     lines = text.split("\n")
     assert len(lines) == 3 and lines[2] == ""
     assert re.fullmatch(r"version: \S+ \(build 10621, commit (unknown|[0-9a-f]{4,40})\)", lines[0]), lines[0]
-    assert re.fullmatch(rf"built with \S+ \S+( and mlx \S+)? for {platform.system()} {platform.machine()}",
-                        lines[1]), lines[1]
+    assert re.fullmatch(rf"built with \S+ \S+( and mlx \S+)? for {platform.system()} {platform.machine()}", lines[1]), (
+        lines[1]
+    )
 
 
-SURFACE = {"binary": "mlxcel-server", "options": [
-    {"spellings": ["-h", "--help"], "hidden": False},
-    {"spellings": ["-m", "--model"], "hidden": False},
-    {"spellings": ["-cb", "--cont-batching", "-nocb", "--no-cont-batching"], "hidden": False},
-    {"spellings": ["--no-warmup"], "hidden": False},
-    {"spellings": ["--log-file"], "hidden": False},
-    {"spellings": ["--grammar-file"], "hidden": False},
-    {"spellings": ["-ngl", "--n-gpu-layers"], "hidden": True},
-    {"spellings": ["--dump-flag-surface"], "hidden": False},
-]}
+SURFACE = {
+    "binary": "mlxcel-server",
+    "options": [
+        {"spellings": ["-h", "--help"], "hidden": False},
+        {"spellings": ["-m", "--model"], "hidden": False},
+        {"spellings": ["-cb", "--cont-batching", "-nocb", "--no-cont-batching"], "hidden": False},
+        {"spellings": ["--no-warmup"], "hidden": False},
+        {"spellings": ["--log-file"], "hidden": False},
+        {"spellings": ["--grammar-file"], "hidden": False},
+        {"spellings": ["-ngl", "--n-gpu-layers"], "hidden": True},
+        {"spellings": ["--dump-flag-surface"], "hidden": False},
+    ],
+}
 
 
 def test_completion_spellings_visible_positive_only():
-    assert completion_spellings(SURFACE) == ["-h", "--help", "-m", "--model", "-cb", "--cont-batching",
-                                             "--no-warmup", "--log-file", "--grammar-file"]
+    assert completion_spellings(SURFACE) == [
+        "-h",
+        "--help",
+        "-m",
+        "--model",
+        "-cb",
+        "--cont-batching",
+        "--no-warmup",
+        "--log-file",
+        "--grammar-file",
+    ]
     with pytest.raises(ValueError):
         completion_spellings([{"spellings": ["--x;rm -rf /"]}])
     with pytest.raises(ValueError):
@@ -625,8 +758,10 @@ def _complete(script: str, words: list[str], func: str) -> list[str]:
     import shlex
 
     # the last word is the one being completed
-    driver = (f"{script}\nCOMP_WORDS=({' '.join(map(shlex.quote, words))}); COMP_CWORD={len(words) - 1}; {func}; "
-              'printf "%s\\n" "${COMPREPLY[@]}"')
+    driver = (
+        f"{script}\nCOMP_WORDS=({' '.join(map(shlex.quote, words))}); COMP_CWORD={len(words) - 1}; {func}; "
+        'printf "%s\\n" "${COMPREPLY[@]}"'
+    )
     out = subprocess.run([bash, "-c", driver], capture_output=True, text=True, timeout=30, check=True)
     return out.stdout.split()
 
@@ -634,8 +769,10 @@ def _complete(script: str, words: list[str], func: str) -> list[str]:
 def test_completion_script_passes_bash_n_and_completes(tmp_path):
     bash = shutil.which("bash")
     require(bash is not None, "needs bash")
-    for prog, func, command in (("mlxcel-server", "_mlxcel_server_completions", "mlxcel-server"),
-                                ("mlxcel serve", "_mlxcel_completions", "mlxcel")):
+    for prog, func, command in (
+        ("mlxcel-server", "_mlxcel_server_completions", "mlxcel-server"),
+        ("mlxcel serve", "_mlxcel_completions", "mlxcel"),
+    ):
         script = completion_bash(SURFACE, prog)
         path = tmp_path / f"{command}.bash"
         path.write_text(script)
@@ -646,8 +783,9 @@ def test_completion_script_passes_bash_n_and_completes(tmp_path):
         assert "--log-file)" in script.replace("|", ")\n")  # the path-valued options complete files
     script = completion_bash(SURFACE, "mlxcel-server")
     assert _complete(script, ["mlxcel-server", "--mo"], "_mlxcel_server_completions") == ["--model"]
-    assert "smollm2-135m-instruct-q4_1" in _complete(script, ["mlxcel-server", "-m", "smollm2-135m-instruct-q"],
-                                                     "_mlxcel_server_completions")
+    assert "smollm2-135m-instruct-q4_1" in _complete(
+        script, ["mlxcel-server", "-m", "smollm2-135m-instruct-q"], "_mlxcel_server_completions"
+    )
     script = completion_bash(SURFACE, "mlxcel serve")
     assert _complete(script, ["mlxcel", ""], "_mlxcel_completions") == ["serve", "convert"]
     assert _complete(script, ["mlxcel", "serve", "--grammar-f"], "_mlxcel_completions") == ["--grammar-file"]

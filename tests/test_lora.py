@@ -59,8 +59,9 @@ def test_peft_gguf_and_mlx_lm_adapters_read_as_the_same_terms(peft_dir, tmp_path
         tensors[f"model.layers.{layer}.{module}.{target}.lora_b"] = np.ascontiguousarray(b.T)
     save_file(tensors, str(mlx_dir / "adapters.safetensors"))
     scale = config["lora_alpha"] / config["r"]
-    (mlx_dir / "adapter_config.json").write_text(json.dumps({"fine_tune_type": "lora",
-                                                             "lora_parameters": {"rank": config["r"], "scale": scale}}))
+    (mlx_dir / "adapter_config.json").write_text(
+        json.dumps({"fine_tune_type": "lora", "lora_parameters": {"rank": config["r"], "scale": scale}})
+    )
     adapters = [lora.load_adapter(str(p)) for p in (peft_dir, lora_gguf(), mlx_dir)]
     model = load_checkpoint(twin_f32.mlx_dir).model
     attached = lora.LoraSet(adapters, [0.0, 0.0, 0.0])
@@ -119,10 +120,16 @@ async def test_a_scale_swap_mid_flight_does_not_change_a_running_generation(peft
 async def test_rows_admitted_with_other_scales_never_share_a_pass(peft_dir, twin_f32):
     prompts = ["Once upon a time, in a quiet village,", "The three primary colours are"]
     with running_engine(twin_f32.mlx_dir, n_slots=2, lora=((str(peft_dir), 1.0),)) as (engine, tok):
-        alone = [await _tokens(engine.submit(_request(tok, 16, p, s))) for p, s in
-                 ((prompts[0], ((0, 1.0),)), (prompts[1], ((0, 0.0),)))]
-        together = await asyncio.gather(*(_tokens(engine.submit(_request(tok, 16, p, s))) for p, s in
-                                          ((prompts[0], ((0, 1.0),)), (prompts[1], ((0, 0.0),)))))
+        alone = [
+            await _tokens(engine.submit(_request(tok, 16, p, s)))
+            for p, s in ((prompts[0], ((0, 1.0),)), (prompts[1], ((0, 0.0),)))
+        ]
+        together = await asyncio.gather(
+            *(
+                _tokens(engine.submit(_request(tok, 16, p, s)))
+                for p, s in ((prompts[0], ((0, 1.0),)), (prompts[1], ((0, 0.0),)))
+            )
+        )
         # the same prompt at the two scales differs: the rows above did carry different terms
         other = await _tokens(engine.submit(_request(tok, 16, prompts[0], ((0, 0.0),))))
     assert together == alone
@@ -137,8 +144,13 @@ def test_an_adapter_that_does_not_fit_the_model_is_refused(tmp_path, twin_f32):
     bad = tmp_path / "bad"
     bad.mkdir()
     key = "base_model.model.model.layers.0.self_attn.o_proj"
-    save_file({f"{key}.lora_A.weight": np.zeros((4, 100), np.float32),
-               f"{key}.lora_B.weight": np.zeros((576, 4), np.float32)}, str(bad / "adapter_model.safetensors"))
+    save_file(
+        {
+            f"{key}.lora_A.weight": np.zeros((4, 100), np.float32),
+            f"{key}.lora_B.weight": np.zeros((576, 4), np.float32),
+        },
+        str(bad / "adapter_model.safetensors"),
+    )
     (bad / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 4, "lora_alpha": 8}))
     model = load_checkpoint(twin_f32.mlx_dir).model
     with pytest.raises(lora.LoraError, match="has incorrect shape \\(hint: maybe wrong base model\\?\\)"):

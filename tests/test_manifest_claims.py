@@ -56,8 +56,9 @@ def test_adding_an_unflipped_native_field_fails(entries, surfaces):
 def test_dropping_a_claimed_flag_fails(entries, surfaces):
     narrowed = copy.deepcopy(surfaces)
     narrowed.flags["mlxcel serve"] = [o for o in narrowed.flags["mlxcel serve"] if "--alias" not in o["spellings"]]
-    assert any(e.startswith("--alias: claims") and "mlxcel serve does not accept" in e
-               for e in check_claims(entries, narrowed))
+    assert any(
+        e.startswith("--alias: claims") and "mlxcel serve does not accept" in e for e in check_claims(entries, narrowed)
+    )
 
 
 def test_a_claim_removed_from_the_manifest_fails(entries, surfaces):

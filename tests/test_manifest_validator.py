@@ -30,9 +30,19 @@ def copy(tmp_path) -> Path:
     issues["issues"][str(DEFERRED_ISSUE)]["state"] = "open"
     (dst / "issues.json").write_text(json.dumps(issues, indent=2, ensure_ascii=False) + "\n")
     for route in ("POST /v1/audio/transcriptions", "POST /audio/transcriptions"):
-        _edit(dst, "multimodal-and-audio", route, _set(state="deferred", issue=DEFERRED_ISSUE, test=None,
-                                                        notes="not served yet", rationale=None,
-                                                        divergence=["not served: mlxcel answers 404"]))
+        _edit(
+            dst,
+            "multimodal-and-audio",
+            route,
+            _set(
+                state="deferred",
+                issue=DEFERRED_ISSUE,
+                test=None,
+                notes="not served yet",
+                rationale=None,
+                divergence=["not served: mlxcel answers 404"],
+            ),
+        )
     return dst
 
 
@@ -53,8 +63,11 @@ def _rules(manifest: Path, check_issues_open: bool = False) -> dict[str, list[st
 
 
 BY_DESIGN_OK = {
-    "state": "by_design", "issue": 7, "test": "conformance/test_corpus.py::test_corpus_case",
-    "notes": "why", "divergence": ["differs observably"],
+    "state": "by_design",
+    "issue": 7,
+    "test": "conformance/test_corpus.py::test_corpus_case",
+    "notes": "why",
+    "divergence": ["differs observably"],
     "rationale": {"kind": "policy", "reason": "a reason", "revisit_if": "a condition"},
 }
 
@@ -65,35 +78,98 @@ def _set(**kw) -> Callable[[dict], None]:
 
 MUTATIONS: list[tuple[str, str, str, Callable[[dict], None]]] = [
     ("kind", "multimodal-and-audio", "POST /v1/audio/transcriptions", _set(kind="endpoint")),
-    ("key-set", "multimodal-and-audio", "POST /v1/audio/transcriptions", lambda e: e.update(divergance=e.pop("divergence"))),
+    (
+        "key-set",
+        "multimodal-and-audio",
+        "POST /v1/audio/transcriptions",
+        lambda e: e.update(divergance=e.pop("divergence")),
+    ),
     ("state", "multimodal-and-audio", "POST /v1/audio/transcriptions", _set(state="partial")),
     ("divergence-shape", "multimodal-and-audio", "POST /v1/audio/transcriptions", _set(divergence="differs")),
     ("supported-divergence", "multimodal-and-audio", "POST /v1/audio/transcriptions", _set(state="supported")),
-    ("supported-evidence", "multimodal-and-audio", "POST /audio/transcriptions", _set(state="supported", divergence=[])),
-    ("rationale-null", "multimodal-and-audio", "POST /v1/audio/transcriptions", _set(rationale={"kind": "policy", "reason": "r", "revisit_if": "x"})),
-    ("rationale-shape", "multimodal-and-audio", "POST /v1/audio/transcriptions", _set(**{**BY_DESIGN_OK, "rationale": {"kind": "policy"}})),
-    ("rationale-kind", "multimodal-and-audio", "POST /v1/audio/transcriptions",
-     _set(**{**BY_DESIGN_OK, "rationale": {"kind": "taste", "reason": "r", "revisit_if": None}})),
-    ("rationale-reason", "multimodal-and-audio", "POST /v1/audio/transcriptions",
-     _set(**{**BY_DESIGN_OK, "rationale": {"kind": "policy", "reason": " ", "revisit_if": "x"}})),
-    ("rationale-revisit", "multimodal-and-audio", "POST /v1/audio/transcriptions",
-     _set(**{**BY_DESIGN_OK, "rationale": {"kind": "policy", "reason": "r", "revisit_if": None}})),
-    ("rationale-revisit", "multimodal-and-audio", "POST /audio/transcriptions",
-     _set(**{**BY_DESIGN_OK, "rationale": {"kind": "architectural", "reason": "r", "revisit_if": "x"}})),
-    ("by-design-divergence", "multimodal-and-audio", "POST /v1/audio/transcriptions", _set(**{**BY_DESIGN_OK, "divergence": []})),
-    ("by-design-notes", "multimodal-and-audio", "POST /v1/audio/transcriptions", _set(**{**BY_DESIGN_OK, "notes": None})),
+    (
+        "supported-evidence",
+        "multimodal-and-audio",
+        "POST /audio/transcriptions",
+        _set(state="supported", divergence=[]),
+    ),
+    (
+        "rationale-null",
+        "multimodal-and-audio",
+        "POST /v1/audio/transcriptions",
+        _set(rationale={"kind": "policy", "reason": "r", "revisit_if": "x"}),
+    ),
+    (
+        "rationale-shape",
+        "multimodal-and-audio",
+        "POST /v1/audio/transcriptions",
+        _set(**{**BY_DESIGN_OK, "rationale": {"kind": "policy"}}),
+    ),
+    (
+        "rationale-kind",
+        "multimodal-and-audio",
+        "POST /v1/audio/transcriptions",
+        _set(**{**BY_DESIGN_OK, "rationale": {"kind": "taste", "reason": "r", "revisit_if": None}}),
+    ),
+    (
+        "rationale-reason",
+        "multimodal-and-audio",
+        "POST /v1/audio/transcriptions",
+        _set(**{**BY_DESIGN_OK, "rationale": {"kind": "policy", "reason": " ", "revisit_if": "x"}}),
+    ),
+    (
+        "rationale-revisit",
+        "multimodal-and-audio",
+        "POST /v1/audio/transcriptions",
+        _set(**{**BY_DESIGN_OK, "rationale": {"kind": "policy", "reason": "r", "revisit_if": None}}),
+    ),
+    (
+        "rationale-revisit",
+        "multimodal-and-audio",
+        "POST /audio/transcriptions",
+        _set(**{**BY_DESIGN_OK, "rationale": {"kind": "architectural", "reason": "r", "revisit_if": "x"}}),
+    ),
+    (
+        "by-design-divergence",
+        "multimodal-and-audio",
+        "POST /v1/audio/transcriptions",
+        _set(**{**BY_DESIGN_OK, "divergence": []}),
+    ),
+    (
+        "by-design-notes",
+        "multimodal-and-audio",
+        "POST /v1/audio/transcriptions",
+        _set(**{**BY_DESIGN_OK, "notes": None}),
+    ),
     ("by-design-test", "multimodal-and-audio", "POST /v1/audio/transcriptions", _set(**{**BY_DESIGN_OK, "test": None})),
     ("issue-required", "multimodal-and-audio", "POST /v1/audio/transcriptions", _set(issue=None)),
     ("shard-owner", "multimodal-and-audio", "POST /v1/audio/transcriptions", _set(issue=9)),
-    ("test-pointer", "multimodal-and-audio", "POST /v1/audio/transcriptions", _set(test="conformance/test_tokenize.py::test_no_such_thing")),
+    (
+        "test-pointer",
+        "multimodal-and-audio",
+        "POST /v1/audio/transcriptions",
+        _set(test="conformance/test_tokenize.py::test_no_such_thing"),
+    ),
     ("test-pointer", "multimodal-and-audio", "POST /audio/transcriptions", _set(test="conformance/missing.py::test_x")),
-    ("claim-shape", "multimodal-and-audio", "POST /v1/audio/transcriptions",
-     _set(mlxcel=["POST /v1/audio/transcriptions"])),
-    ("claim-keys", "multimodal-and-audio", "POST /v1/audio/transcriptions",
-     _set(mlxcel={"route": "POST /v1/audio/transcriptions", "divergence": ["x"]})),
+    (
+        "claim-shape",
+        "multimodal-and-audio",
+        "POST /v1/audio/transcriptions",
+        _set(mlxcel=["POST /v1/audio/transcriptions"]),
+    ),
+    (
+        "claim-keys",
+        "multimodal-and-audio",
+        "POST /v1/audio/transcriptions",
+        _set(mlxcel={"route": "POST /v1/audio/transcriptions", "divergence": ["x"]}),
+    ),
     # every case of the route is the 501 both servers give a text model
-    ("refusal-only", "multimodal-and-audio", "POST /v1/audio/transcriptions",
-     _set(state="supported", divergence=[], test="conformance/test_corpus.py::test_corpus_case")),
+    (
+        "refusal-only",
+        "multimodal-and-audio",
+        "POST /v1/audio/transcriptions",
+        _set(state="supported", divergence=[], test="conformance/test_corpus.py::test_corpus_case"),
+    ),
 ]
 
 
@@ -119,7 +195,13 @@ def test_well_formed_by_design_entry_passes(copy):
 
 
 def test_key_order_rule(copy):
-    _edit(copy, "multimodal-and-audio", "POST /v1/audio/transcriptions", lambda e: e.update(state=e.pop("state")), canonical=False)
+    _edit(
+        copy,
+        "multimodal-and-audio",
+        "POST /v1/audio/transcriptions",
+        lambda e: e.update(state=e.pop("state")),
+        canonical=False,
+    )
     assert "key-set" in _rules(copy)
 
 
@@ -195,15 +277,22 @@ def test_by_design_entries_do_not_feed_the_open_issue_check(copy):
     assert msgs and not any("POST /v1/audio/transcriptions:" in m for m in msgs)
 
 
-@pytest.mark.parametrize("notes,divergence", [
-    ("images are not served yet (#14)", []),
-    ("served", ["the counters stay 0 (no speculative decoding yet, issue 14)"]),
-    ("waits: pending", []),  # no issue named: the entry's own (14)
-    ("refused until issue 14 lands", []),
-])
+@pytest.mark.parametrize(
+    "notes,divergence",
+    [
+        ("images are not served yet (#14)", []),
+        ("served", ["the counters stay 0 (no speculative decoding yet, issue 14)"]),
+        ("waits: pending", []),  # no issue named: the entry's own (14)
+        ("refused until issue 14 lands", []),
+    ],
+)
 def test_notes_calling_a_closed_issues_work_pending_fail(copy, notes, divergence):
-    _edit(copy, "multimodal-and-audio", "POST /v1/audio/transcriptions", _set(notes=notes, divergence=divergence or
-                                                                              ["not served: mlxcel answers 404"]))
+    _edit(
+        copy,
+        "multimodal-and-audio",
+        "POST /v1/audio/transcriptions",
+        _set(notes=notes, divergence=divergence or ["not served: mlxcel answers 404"]),
+    )
     assert "stale-pending" not in _rules(copy, check_issues_open=True)  # issue 14 is open in the copy
     issues = json.loads((copy / "issues.json").read_text())
     issues["issues"]["14"]["state"] = "closed"
@@ -220,18 +309,35 @@ def test_present_tense_notes_of_a_closed_issue_pass(copy):
     issues["issues"][str(still_open)] = {**issues["issues"]["14"], "state": "open"}
     (copy / "issues.json").write_text(json.dumps(issues, indent=2) + "\n")
     # "not yet" about an issue still open is honest; only the closed issue's own work must be present tense.
-    _edit(copy, "multimodal-and-audio", "POST /v1/audio/transcriptions",
-          _set(**{**BY_DESIGN_OK, "issue": 14,
-                  "notes": f"not served: answers 404; a slot not yet started is idle (#{still_open})"}))
+    _edit(
+        copy,
+        "multimodal-and-audio",
+        "POST /v1/audio/transcriptions",
+        _set(
+            **{
+                **BY_DESIGN_OK,
+                "issue": 14,
+                "notes": f"not served: answers 404; a slot not yet started is idle (#{still_open})",
+            }
+        ),
+    )
     msgs = _rules(copy, check_issues_open=True).get("stale-pending", [])
     assert not any("POST /v1/audio/transcriptions:" in m for m in msgs), msgs
 
 
 def test_refusal_only_evidence_passes_with_the_explicit_claim(copy):
     """Where refusing is all b10621 does (a removed flag, --no-slots's 501), the claim says so explicitly."""
-    _edit(copy, "multimodal-and-audio", "POST /v1/audio/transcriptions",
-          _set(state="supported", divergence=[], test="conformance/test_corpus.py::test_corpus_case",
-               mlxcel={"route": "POST /v1/audio/transcriptions", "refusal_is_the_behaviour": True}))
+    _edit(
+        copy,
+        "multimodal-and-audio",
+        "POST /v1/audio/transcriptions",
+        _set(
+            state="supported",
+            divergence=[],
+            test="conformance/test_corpus.py::test_corpus_case",
+            mlxcel={"route": "POST /v1/audio/transcriptions", "refusal_is_the_behaviour": True},
+        ),
+    )
     assert "refusal-only" not in _rules(copy)
 
 
@@ -249,20 +355,29 @@ def test_validator_cli_exit_codes(copy):
     import subprocess
     import sys
 
-    ok = subprocess.run([sys.executable, "-m", "compat.validate", "--manifest-dir", str(copy),
-                         "--check-issues-open"], capture_output=True, text=True)
+    ok = subprocess.run(
+        [sys.executable, "-m", "compat.validate", "--manifest-dir", str(copy), "--check-issues-open"],
+        capture_output=True,
+        text=True,
+    )
     assert ok.returncode == 0 and "manifest: ok" in ok.stdout
     _edit(copy, "multimodal-and-audio", "POST /v1/audio/transcriptions", _set(state="supported"))
-    bad = subprocess.run([sys.executable, "-m", "compat.validate", "--manifest-dir", str(copy)],
-                         capture_output=True, text=True)
-    assert bad.returncode == 1 and "multimodal-and-audio.json: POST /v1/audio/transcriptions: [supported-divergence]" in bad.stderr
+    bad = subprocess.run(
+        [sys.executable, "-m", "compat.validate", "--manifest-dir", str(copy)], capture_output=True, text=True
+    )
+    assert (
+        bad.returncode == 1
+        and "multimodal-and-audio.json: POST /v1/audio/transcriptions: [supported-divergence]" in bad.stderr
+    )
 
 
 def test_every_rule_has_negative_coverage():
     import re
 
     source = (Path(__file__).parent.parent / "compat" / "validate.py").read_text()
-    rules = set(re.findall(r'bad\("([a-z-]+)"', source)) | set(re.findall(r'Violation\([^,]+, [^,]+, "([a-z-]+)"', source))
+    rules = set(re.findall(r'bad\("([a-z-]+)"', source)) | set(
+        re.findall(r'Violation\([^,]+, [^,]+, "([a-z-]+)"', source)
+    )
     covered = {m[0] for m in MUTATIONS} | set(re.findall(r'"([a-z-]+)" in _rules\(copy', Path(__file__).read_text()))
     assert len(rules) >= 15
     assert rules <= covered, sorted(rules - covered)

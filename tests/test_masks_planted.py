@@ -15,86 +15,180 @@ TEXT = {"content-type": "text/plain; version=0.0.4"}
 
 
 def _probs(lp: float, p: float, top: float) -> bytes:
-    return (b'{"completion_probabilities":[{"id":5,"token":"a","bytes":[97],"logprob":%r,"prob":%r,'
-            b'"top_logprobs":[{"id":5,"token":"a","bytes":[97],"logprob":%r}]}]}' % (lp, p, top))
+    return (
+        b'{"completion_probabilities":[{"id":5,"token":"a","bytes":[97],"logprob":%r,"prob":%r,'
+        b'"top_logprobs":[{"id":5,"token":"a","bytes":[97],"logprob":%r}]}]}' % (lp, p, top)
+    )
 
 
 def _chat(lp: float, top: float, token: bytes = b"a") -> bytes:
-    return (b'{"choices":[{"logprobs":{"content":[{"id":5,"token":"%s","logprob":%r,"top_logprobs":'
-            b'[{"id":5,"token":"a","logprob":%r}]}]}}]}' % (token, lp, top))
+    return (
+        b'{"choices":[{"logprobs":{"content":[{"id":5,"token":"%s","logprob":%r,"top_logprobs":'
+        b'[{"id":5,"token":"a","logprob":%r}]}]}}]}' % (token, lp, top)
+    )
 
 
 def _args(binary: bytes, port: bytes, flash: bytes = b"off") -> bytes:
-    return (b'{"data":[{"id":"m","status":{"value":"loaded","args":["%s","--host","127.0.0.1","--port","%s",'
-            b'"--flash-attn","%s"]}}]}' % (binary, port, flash))
+    return (
+        b'{"data":[{"id":"m","status":{"value":"loaded","args":["%s","--host","127.0.0.1","--port","%s",'
+        b'"--flash-attn","%s"]}}]}' % (binary, port, flash)
+    )
 
 
 # rule: (the reference's body, a body that differs only where the rule masks, a body with a planted difference
 # the rule must not hide, the content type)
 PLANTED: dict[str, tuple[bytes, bytes, bytes, dict]] = {
-    "clocks": (b'{"timings":{"cache_n":4,"prompt_n":1,"prompt_ms":1.5,"predicted_per_second":9.5}}',
-               b'{"timings":{"cache_n":4,"prompt_n":1,"prompt_ms":7.25,"predicted_per_second":3.5}}',
-               b'{"timings":{"cache_n":0,"prompt_n":1,"prompt_ms":1.5,"predicted_per_second":9.5}}', JSON),
-    "id_slot": (b'{"id_slot":1,"tokens_cached":5}', b'{"id_slot":0,"tokens_cached":5}',
-                b'{"id_slot":1,"tokens_cached":4}', JSON),
-    "progress_time": (b'{"prompt_progress":{"total":5,"cache":0,"processed":5,"time_ms":3}}',
-                      b'{"prompt_progress":{"total":5,"cache":0,"processed":5,"time_ms":9}}',
-                      b'{"prompt_progress":{"total":5,"cache":1,"processed":5,"time_ms":3}}', JSON),
+    "clocks": (
+        b'{"timings":{"cache_n":4,"prompt_n":1,"prompt_ms":1.5,"predicted_per_second":9.5}}',
+        b'{"timings":{"cache_n":4,"prompt_n":1,"prompt_ms":7.25,"predicted_per_second":3.5}}',
+        b'{"timings":{"cache_n":0,"prompt_n":1,"prompt_ms":1.5,"predicted_per_second":9.5}}',
+        JSON,
+    ),
+    "id_slot": (
+        b'{"id_slot":1,"tokens_cached":5}',
+        b'{"id_slot":0,"tokens_cached":5}',
+        b'{"id_slot":1,"tokens_cached":4}',
+        JSON,
+    ),
+    "progress_time": (
+        b'{"prompt_progress":{"total":5,"cache":0,"processed":5,"time_ms":3}}',
+        b'{"prompt_progress":{"total":5,"cache":0,"processed":5,"time_ms":9}}',
+        b'{"prompt_progress":{"total":5,"cache":1,"processed":5,"time_ms":3}}',
+        JSON,
+    ),
     "created": (b'{"created":1,"object":"x"}', b'{"created":2,"object":"x"}', b'{"created":1,"object":"y"}', JSON),
-    "models_created": (b'{"data":[{"id":"a","created":1}]}', b'{"data":[{"id":"a","created":2}]}',
-                       b'{"data":[{"id":"b","created":1}]}', JSON),
-    "router_args": (_args(b"/ref/llama-server", b"5417"), _args(b"/usr/bin/python", b"0"),
-                    _args(b"/ref/llama-server", b"5417", b"on"), JSON),
-    "completion_id": (b'{"id":"chatcmpl-a","model":"m"}', b'{"id":"chatcmpl-b","model":"m"}',
-                      b'{"id":"chatcmpl-a","model":"n"}', JSON),
-    "system_fingerprint": (b'{"system_fingerprint":"b1","n":1}', b'{"system_fingerprint":"b2","n":1}',
-                           b'{"system_fingerprint":"b1","n":2}', JSON),
-    "model_path": (b'{"model_path":"/a.gguf","n_ctx":8}', b'{"model_path":"/b","n_ctx":8}',
-                   b'{"model_path":"/a.gguf","n_ctx":9}', JSON),
-    "probs": (_probs(-0.5, 0.6, -0.5), _probs(-0.5 + PROB_TOLERANCE / 2, 0.6 - PROB_TOLERANCE / 2, -0.5),
-              _probs(-0.5 - 2 * PROB_TOLERANCE, 0.6, -0.5), JSON),
-    "build_info": (b'{"build_info":"b1-x","n":1}', b'{"build_info":"b2-y","n":1}', b'{"build_info":"b1-x","n":2}',
-                   JSON),
-    "chat_probs": (_chat(-0.25, -0.25), _chat(-0.25 + PROB_TOLERANCE / 2, -0.25),
-                   _chat(-0.25, -0.25 + 2 * PROB_TOLERANCE), JSON),
-    "responses_ids": (b'{"id":"r","output":[{"id":"msg_a","n":1}],"timings":{"prompt_n":3,"prompt_ms":1.5}}',
-                      b'{"id":"r","output":[{"id":"msg_b","n":1}],"timings":{"prompt_n":3,"prompt_ms":2.5}}',
-                      b'{"id":"r","output":[{"id":"msg_a","n":1}],"timings":{"prompt_n":4,"prompt_ms":1.5}}', JSON),
-    "tool_call_ids": (b'{"content":[{"id":"t1","name":"f"}]}', b'{"content":[{"id":"t2","name":"f"}]}',
-                      b'{"content":[{"id":"t1","name":"g"}]}', JSON),
-    "verbose_echo": (b'{"__verbose":{"id_slot":1,"timings":{"cache_n":2,"predicted_ms":1.5}}}',
-                     b'{"__verbose":{"id_slot":0,"timings":{"cache_n":2,"predicted_ms":4.5}}}',
-                     b'{"__verbose":{"id_slot":1,"timings":{"cache_n":0,"predicted_ms":1.5}}}', JSON),
-    "embedding_values": (b'{"data":[{"embedding":[0.5,0.25]}]}', b'{"data":[{"embedding":[0.5001,0.25]}]}',
-                         b'{"data":[{"embedding":[0.5,0.25,0.0]}]}', JSON),
-    "rank_pooled_embedding": (b'[{"embedding":[[1.0,0.0]]}]', b'[{"embedding":[[1.0,null]]}]',
-                              b'[{"embedding":[[1.0,0.0,0.0]]}]', JSON),
-    "embedding_base64": (b'{"data":[{"embedding":"AAAA"}],"n":1}', b'{"data":[{"embedding":"AAAB"}],"n":1}',
-                         b'{"data":[{"embedding":"AAAA"}],"n":2}', JSON),
-    "rerank_scores": (b'{"results":[{"index":0,"relevance_score":0.5}]}',
-                      b'{"results":[{"index":0,"relevance_score":0.6}]}',
-                      b'{"results":[{"index":1,"relevance_score":0.5}]}', JSON),
-    "template_date": (b'{"__verbose":{"prompt":"Current date: 2026-11-30\\nhi"}}',
-                      b'{"__verbose":{"prompt":"Current date: 2026-12-01\\nhi"}}',
-                      b'{"__verbose":{"prompt":"Current date: 2026-11-30\\nho"}}', JSON),
-    "stream_lookup_clocks": (b'[{"id":"s","total_bytes":10,"started_at":1,"completed_at":2,"frames":3}]',
-                             b'[{"id":"s","total_bytes":12,"started_at":5,"completed_at":6,"frames":3}]',
-                             b'[{"id":"s","total_bytes":10,"started_at":1,"completed_at":2,"frames":4}]', JSON),
-    "vertex_predictions": (b'{"predictions":[{"id_slot":0,"timings":{"predicted_n":4,"predicted_ms":1.5}}]}',
-                           b'{"predictions":[{"id_slot":1,"timings":{"predicted_n":4,"predicted_ms":2.5}}]}',
-                           b'{"predictions":[{"id_slot":0,"timings":{"predicted_n":5,"predicted_ms":1.5}}]}', JSON),
-    "slot_file_bytes": (b'{"id_slot":0,"n_saved":5,"n_written":900,"timings":{"save_ms":1.5}}',
-                        b'{"id_slot":0,"n_saved":5,"n_written":20,"timings":{"save_ms":0.5}}',
-                        b'{"id_slot":0,"n_saved":4,"n_written":900,"timings":{"save_ms":1.5}}', JSON),
-    "metrics_clocks": (b"# x\nllamacpp:prompt_seconds_total 1.5\nllamacpp:prompt_tokens_total 7\n",
-                       b"# x\nllamacpp:prompt_seconds_total 2.5\nllamacpp:prompt_tokens_total 7\n",
-                       b"# x\nllamacpp:prompt_seconds_total 1.5\nllamacpp:prompt_tokens_total 8\n", TEXT),
-    "mlxcel_metric_families": (b"llamacpp:n 1\n",
-                               b"llamacpp:n 1\n# HELP mlxcel:a b\n# TYPE mlxcel:a gauge\nmlxcel:a 1\n",
-                               b"llamacpp:n 2\n# HELP mlxcel:a b\n# TYPE mlxcel:a gauge\nmlxcel:a 1\n", TEXT),
-    "ui_build_ids": (b'<script src="_app/immutable/a.cNdTyngK.js"></script>',
-                     b'<script src="_app/immutable/a.B_4lH60N.js"></script>',
-                     b'<script src="_app/immutable/b.cNdTyngK.js"></script>', {"content-type": "text/html"}),
+    "models_created": (
+        b'{"data":[{"id":"a","created":1}]}',
+        b'{"data":[{"id":"a","created":2}]}',
+        b'{"data":[{"id":"b","created":1}]}',
+        JSON,
+    ),
+    "router_args": (
+        _args(b"/ref/llama-server", b"5417"),
+        _args(b"/usr/bin/python", b"0"),
+        _args(b"/ref/llama-server", b"5417", b"on"),
+        JSON,
+    ),
+    "completion_id": (
+        b'{"id":"chatcmpl-a","model":"m"}',
+        b'{"id":"chatcmpl-b","model":"m"}',
+        b'{"id":"chatcmpl-a","model":"n"}',
+        JSON,
+    ),
+    "system_fingerprint": (
+        b'{"system_fingerprint":"b1","n":1}',
+        b'{"system_fingerprint":"b2","n":1}',
+        b'{"system_fingerprint":"b1","n":2}',
+        JSON,
+    ),
+    "model_path": (
+        b'{"model_path":"/a.gguf","n_ctx":8}',
+        b'{"model_path":"/b","n_ctx":8}',
+        b'{"model_path":"/a.gguf","n_ctx":9}',
+        JSON,
+    ),
+    "probs": (
+        _probs(-0.5, 0.6, -0.5),
+        _probs(-0.5 + PROB_TOLERANCE / 2, 0.6 - PROB_TOLERANCE / 2, -0.5),
+        _probs(-0.5 - 2 * PROB_TOLERANCE, 0.6, -0.5),
+        JSON,
+    ),
+    "build_info": (
+        b'{"build_info":"b1-x","n":1}',
+        b'{"build_info":"b2-y","n":1}',
+        b'{"build_info":"b1-x","n":2}',
+        JSON,
+    ),
+    "chat_probs": (
+        _chat(-0.25, -0.25),
+        _chat(-0.25 + PROB_TOLERANCE / 2, -0.25),
+        _chat(-0.25, -0.25 + 2 * PROB_TOLERANCE),
+        JSON,
+    ),
+    "responses_ids": (
+        b'{"id":"r","output":[{"id":"msg_a","n":1}],"timings":{"prompt_n":3,"prompt_ms":1.5}}',
+        b'{"id":"r","output":[{"id":"msg_b","n":1}],"timings":{"prompt_n":3,"prompt_ms":2.5}}',
+        b'{"id":"r","output":[{"id":"msg_a","n":1}],"timings":{"prompt_n":4,"prompt_ms":1.5}}',
+        JSON,
+    ),
+    "tool_call_ids": (
+        b'{"content":[{"id":"t1","name":"f"}]}',
+        b'{"content":[{"id":"t2","name":"f"}]}',
+        b'{"content":[{"id":"t1","name":"g"}]}',
+        JSON,
+    ),
+    "verbose_echo": (
+        b'{"__verbose":{"id_slot":1,"timings":{"cache_n":2,"predicted_ms":1.5}}}',
+        b'{"__verbose":{"id_slot":0,"timings":{"cache_n":2,"predicted_ms":4.5}}}',
+        b'{"__verbose":{"id_slot":1,"timings":{"cache_n":0,"predicted_ms":1.5}}}',
+        JSON,
+    ),
+    "embedding_values": (
+        b'{"data":[{"embedding":[0.5,0.25]}]}',
+        b'{"data":[{"embedding":[0.5001,0.25]}]}',
+        b'{"data":[{"embedding":[0.5,0.25,0.0]}]}',
+        JSON,
+    ),
+    "rank_pooled_embedding": (
+        b'[{"embedding":[[1.0,0.0]]}]',
+        b'[{"embedding":[[1.0,null]]}]',
+        b'[{"embedding":[[1.0,0.0,0.0]]}]',
+        JSON,
+    ),
+    "embedding_base64": (
+        b'{"data":[{"embedding":"AAAA"}],"n":1}',
+        b'{"data":[{"embedding":"AAAB"}],"n":1}',
+        b'{"data":[{"embedding":"AAAA"}],"n":2}',
+        JSON,
+    ),
+    "rerank_scores": (
+        b'{"results":[{"index":0,"relevance_score":0.5}]}',
+        b'{"results":[{"index":0,"relevance_score":0.6}]}',
+        b'{"results":[{"index":1,"relevance_score":0.5}]}',
+        JSON,
+    ),
+    "template_date": (
+        b'{"__verbose":{"prompt":"Current date: 2026-11-30\\nhi"}}',
+        b'{"__verbose":{"prompt":"Current date: 2026-12-01\\nhi"}}',
+        b'{"__verbose":{"prompt":"Current date: 2026-11-30\\nho"}}',
+        JSON,
+    ),
+    "stream_lookup_clocks": (
+        b'[{"id":"s","total_bytes":10,"started_at":1,"completed_at":2,"frames":3}]',
+        b'[{"id":"s","total_bytes":12,"started_at":5,"completed_at":6,"frames":3}]',
+        b'[{"id":"s","total_bytes":10,"started_at":1,"completed_at":2,"frames":4}]',
+        JSON,
+    ),
+    "vertex_predictions": (
+        b'{"predictions":[{"id_slot":0,"timings":{"predicted_n":4,"predicted_ms":1.5}}]}',
+        b'{"predictions":[{"id_slot":1,"timings":{"predicted_n":4,"predicted_ms":2.5}}]}',
+        b'{"predictions":[{"id_slot":0,"timings":{"predicted_n":5,"predicted_ms":1.5}}]}',
+        JSON,
+    ),
+    "slot_file_bytes": (
+        b'{"id_slot":0,"n_saved":5,"n_written":900,"timings":{"save_ms":1.5}}',
+        b'{"id_slot":0,"n_saved":5,"n_written":20,"timings":{"save_ms":0.5}}',
+        b'{"id_slot":0,"n_saved":4,"n_written":900,"timings":{"save_ms":1.5}}',
+        JSON,
+    ),
+    "metrics_clocks": (
+        b"# x\nllamacpp:prompt_seconds_total 1.5\nllamacpp:prompt_tokens_total 7\n",
+        b"# x\nllamacpp:prompt_seconds_total 2.5\nllamacpp:prompt_tokens_total 7\n",
+        b"# x\nllamacpp:prompt_seconds_total 1.5\nllamacpp:prompt_tokens_total 8\n",
+        TEXT,
+    ),
+    "mlxcel_metric_families": (
+        b"llamacpp:n 1\n",
+        b"llamacpp:n 1\n# HELP mlxcel:a b\n# TYPE mlxcel:a gauge\nmlxcel:a 1\n",
+        b"llamacpp:n 2\n# HELP mlxcel:a b\n# TYPE mlxcel:a gauge\nmlxcel:a 1\n",
+        TEXT,
+    ),
+    "ui_build_ids": (
+        b'<script src="_app/immutable/a.cNdTyngK.js"></script>',
+        b'<script src="_app/immutable/a.B_4lH60N.js"></script>',
+        b'<script src="_app/immutable/b.cNdTyngK.js"></script>',
+        {"content-type": "text/html"},
+    ),
 }
 
 

@@ -100,30 +100,52 @@ def test_a_file_over_the_byte_limit_is_refused(media_root):
 # ---- remote media URLs ---------------------------------------------------------------------------------------
 
 SSRF_TARGETS = [
-    "http://127.0.0.1/", "http://127.1.2.3:8080/x", "http://[::1]/", "http://0.0.0.0/", "http://[::]/",
+    "http://127.0.0.1/",
+    "http://127.1.2.3:8080/x",
+    "http://[::1]/",
+    "http://0.0.0.0/",
+    "http://[::]/",
     "http://169.254.169.254/latest/meta-data/",  # the cloud metadata service
-    "http://169.254.1.1/", "http://[fe80::1]/",  # link-local
-    "http://10.0.0.5/", "http://172.16.3.4/", "http://192.168.1.1/", "http://100.64.0.1/",  # private, CGNAT
+    "http://169.254.1.1/",
+    "http://[fe80::1]/",  # link-local
+    "http://10.0.0.5/",
+    "http://172.16.3.4/",
+    "http://192.168.1.1/",
+    "http://100.64.0.1/",  # private, CGNAT
     "http://[fd00::1]/",  # unique-local
-    "http://[::ffff:127.0.0.1]/", "http://[::ffff:169.254.169.254]/", "http://[::ffff:a00:1]/",  # IPv4-mapped
+    "http://[::ffff:127.0.0.1]/",
+    "http://[::ffff:169.254.169.254]/",
+    "http://[::ffff:a00:1]/",  # IPv4-mapped
     "http://[::127.0.0.1]/",  # IPv4-compatible
-    "http://224.0.0.1/", "http://255.255.255.255/", "http://240.0.0.1/", "http://198.18.0.1/",
-    "http://192.0.2.1/", "http://[2001:db8::1]/",
+    "http://224.0.0.1/",
+    "http://255.255.255.255/",
+    "http://240.0.0.1/",
+    "http://198.18.0.1/",
+    "http://192.0.2.1/",
+    "http://[2001:db8::1]/",
     "http://2130706433/",  # 127.0.0.1 as one decimal number (a name to urlsplit, resolved by the stub)
-    "ftp://93.184.216.34/x.png", "file:///etc/passwd", "http://user:pw@93.184.216.34/x.png",
+    "ftp://93.184.216.34/x.png",
+    "file:///etc/passwd",
+    "http://user:pw@93.184.216.34/x.png",
 ]
 
 # a local resolver stub: names and the addresses it answers with
-STUB_DNS = {"metadata.test": ["169.254.169.254"], "loopback.test": ["127.0.0.1"], "mapped.test": ["::ffff:10.0.0.1"],
-            "mixed.test": ["93.184.216.34", "10.1.2.3"], "public.test": ["93.184.216.34"],
-            "2130706433": ["127.0.0.1"]}
+STUB_DNS = {
+    "metadata.test": ["169.254.169.254"],
+    "loopback.test": ["127.0.0.1"],
+    "mapped.test": ["::ffff:10.0.0.1"],
+    "mixed.test": ["93.184.216.34", "10.1.2.3"],
+    "public.test": ["93.184.216.34"],
+    "2130706433": ["127.0.0.1"],
+}
 
 
 def stub_resolve(host, port, type=0):
     if host not in STUB_DNS:
         raise socket.gaierror("unknown name")
-    return [(socket.AF_INET6 if ":" in a else socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, port))
-            for a in STUB_DNS[host]]
+    return [
+        (socket.AF_INET6 if ":" in a else socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, port)) for a in STUB_DNS[host]
+    ]
 
 
 @pytest.mark.parametrize("url", SSRF_TARGETS)
@@ -150,11 +172,19 @@ def _redirecting_to(target: str) -> httpx.MockTransport:
         if request.url.host == "public.test" and request.url.path == "/hop":
             return httpx.Response(302, headers={"location": "/hop"})
         return httpx.Response(200, content=b"PRIVATE")
+
     return httpx.MockTransport(handler)
 
 
-@pytest.mark.parametrize("target", ["http://169.254.169.254/latest/meta-data/", "http://127.0.0.1:9/",
-                                    "http://[::ffff:192.168.0.1]/", "http://loopback.test/x"])
+@pytest.mark.parametrize(
+    "target",
+    [
+        "http://169.254.169.254/latest/meta-data/",
+        "http://127.0.0.1:9/",
+        "http://[::ffff:192.168.0.1]/",
+        "http://loopback.test/x",
+    ],
+)
 def test_a_redirect_to_a_refused_address_is_refused_before_it_is_followed(target):
     with pytest.raises(urls.MediaURLRefused):
         urls.fetch("http://public.test/cat.png", stub_resolve, _redirecting_to(target), peer_check=lambda r: None)
@@ -206,8 +236,15 @@ def test_the_operator_can_allow_private_media_urls(local_server, monkeypatch):
 def _wav(rate=16000, channels=1, n_bytes=3200, declared=None) -> bytes:
     fmt = struct.pack("<IHHIIHH", 16, 1, channels, rate, rate * 2 * channels, 2 * channels, 16)
     data_len = n_bytes if declared is None else declared
-    return b"RIFF" + struct.pack("<I", 36 + n_bytes) + b"WAVEfmt " + fmt + b"data" + struct.pack("<I", data_len) + \
-        bytes(n_bytes)
+    return (
+        b"RIFF"
+        + struct.pack("<I", 36 + n_bytes)
+        + b"WAVEfmt "
+        + fmt
+        + b"data"
+        + struct.pack("<I", data_len)
+        + bytes(n_bytes)
+    )
 
 
 def _flac(rate=44100, channels=2, samples=44100, tail=b"", last=True) -> bytes:
@@ -232,8 +269,11 @@ def test_header_geometry_is_read_and_bounded():
     assert audio.geometry(_flac()).seconds == 1.0
     mp3 = audio.geometry(b"\xff\xfb\x90\x64" + bytes(100))
     assert (mp3.rate, mp3.channels) == (44100, 2)
-    for clip, why in ((_wav(rate=384000), "sample rate"), (_wav(channels=9), "channels"),
-                      (_flac(samples=44100 * 601), "more than 600 s")):
+    for clip, why in (
+        (_wav(rate=384000), "sample rate"),
+        (_wav(channels=9), "channels"),
+        (_flac(samples=44100 * 601), "more than 600 s"),
+    ):
         with pytest.raises(audio.ClipRefused, match=why):
             audio.geometry(clip)
 

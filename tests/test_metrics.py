@@ -13,12 +13,21 @@ from server.engine.metrics import ServerMetrics
 
 # b10621's families (server-task.cpp, server_task_result_metrics::to_metrics) and their types
 LLAMACPP_FAMILIES = {
-    "prompt_tokens_total": "counter", "prompt_tokens_cached_total": "counter", "prompt_seconds_total": "counter",
-    "tokens_predicted_total": "counter", "tokens_predicted_seconds_total": "counter", "n_decode_total": "counter",
-    "n_tokens_max": "counter", "spec_decode_num_draft_tokens_total": "counter",
-    "spec_decode_num_accepted_tokens_total": "counter", "spec_decode_num_drafts_total": "counter",
-    "prompt_tokens_seconds": "gauge", "predicted_tokens_seconds": "gauge", "requests_processing": "gauge",
-    "requests_deferred": "gauge", "n_busy_slots_per_decode": "gauge",
+    "prompt_tokens_total": "counter",
+    "prompt_tokens_cached_total": "counter",
+    "prompt_seconds_total": "counter",
+    "tokens_predicted_total": "counter",
+    "tokens_predicted_seconds_total": "counter",
+    "n_decode_total": "counter",
+    "n_tokens_max": "counter",
+    "spec_decode_num_draft_tokens_total": "counter",
+    "spec_decode_num_accepted_tokens_total": "counter",
+    "spec_decode_num_drafts_total": "counter",
+    "prompt_tokens_seconds": "gauge",
+    "predicted_tokens_seconds": "gauge",
+    "requests_processing": "gauge",
+    "requests_deferred": "gauge",
+    "n_busy_slots_per_decode": "gauge",
 }
 
 
@@ -84,7 +93,8 @@ def test_a_live_scrape_after_requests(metrics_server):
     assert int(r.headers["Process-Start-Time-Unix"]) > 0
     got = _families(r.text)
     assert {k.removeprefix("llamacpp:") for k in got if k.startswith("llamacpp:")} == {
-        n.removesuffix("_total") for n in LLAMACPP_FAMILIES}
+        n.removesuffix("_total") for n in LLAMACPP_FAMILIES
+    }
     assert got["llamacpp:tokens_predicted"][1] == 8
     assert got["llamacpp:n_decode"][1] == 8  # one prompt decode and three generation steps each
     assert got["mlxcel:prompt_cache_entries"][0] == "gauge"
@@ -96,7 +106,8 @@ def test_disabled_metrics_answer_501():
     try:
         r = httpx.get(proc.base_url + "/metrics", timeout=30)
         assert r.status_code == 501
-        assert r.json()["error"]["message"] == ("This server does not support metrics endpoint. Start it with "
-                                                "`--metrics`")
+        assert r.json()["error"]["message"] == (
+            "This server does not support metrics endpoint. Start it with `--metrics`"
+        )
     finally:
         proc.cleanup()

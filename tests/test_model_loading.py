@@ -70,8 +70,8 @@ def test_a_row_gets_bitwise_the_same_logits_alone_or_batched(twin_q4_1):
         runner.prefill(cache, prompt)
         snaps.append(runner.snapshot(cache, len(prompt))[0])
     step = [504, 3458, 282, 30]
-    alone = [runner.decode(runner.restore(s, len(p)), t) for s, p, t in zip(snaps, prompts, step)]
-    batch = runner.batch_merge([runner.restore(s, len(p)) for s, p in zip(snaps, prompts)])
+    alone = [runner.decode(runner.restore(s, len(p)), t) for s, p, t in zip(snaps, prompts, step, strict=False)]
+    batch = runner.batch_merge([runner.restore(s, len(p)) for s, p in zip(snaps, prompts, strict=False)])
     together = runner.decode_rows(batch, step)
     for i, logits in enumerate(alone):
         assert mx.array_equal(logits[0], together[i]).item(), i
@@ -95,8 +95,11 @@ def test_decode_steps_read_the_quantized_twins_of_a_dequantized_checkpoint(twin_
     assert native.mlxcel_quant_registered() - registered == 4 * len(loaded.model.model.layers) + 1
     layer = loaded.model.model.layers[3]
     x = mx.array(np.random.default_rng(0).standard_normal((3, 576)).astype(np.float32))
-    cases = [(layer.self_attn.qkv_proj.weight_t, False), (layer.mlp.gate_up_proj.weight_t, False),
-             (loaded.model.model.embed_tokens.weight, True)]  # the tied head: 8-bit, passed transposed
+    cases = [
+        (layer.self_attn.qkv_proj.weight_t, False),
+        (layer.mlp.gate_up_proj.weight_t, False),
+        (loaded.model.model.embed_tokens.weight, True),
+    ]  # the tied head: 8-bit, passed transposed
     for weight, tied in cases:
         operand = weight.T if tied else weight
         before = native.mlxcel_quant_calls()
@@ -139,11 +142,13 @@ def test_serving_imports_no_transformers(twin_q4_1):
     import subprocess
     import sys
 
-    code = ("import sys; from server.cli import main, startup; from server.api import app; from server.engine import engine, "
-            "drafting; from server.backends import mlx_backend, native_backend; from server.models import loader, tokenizer, decode_step, prefill_step; "
-            f"loader.load_checkpoint(__import__('pathlib').Path({str(twin_q4_1.mlx_dir)!r})); "
-            "tokenizer.ModelTokenizer(__import__('pathlib').Path(" + repr(str(twin_q4_1.mlx_dir)) + ")); "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('transformers', 'huggingface_hub')))")
+    code = (
+        "import sys; from server.cli import main, startup; from server.api import app; from server.engine import engine, "
+        "drafting; from server.backends import mlx_backend, native_backend; from server.models import loader, tokenizer, decode_step, prefill_step; "
+        f"loader.load_checkpoint(__import__('pathlib').Path({str(twin_q4_1.mlx_dir)!r})); "
+        "tokenizer.ModelTokenizer(__import__('pathlib').Path(" + repr(str(twin_q4_1.mlx_dir)) + ")); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('transformers', 'huggingface_hub')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "[]"
@@ -152,7 +157,6 @@ def test_serving_imports_no_transformers(twin_q4_1):
 def test_the_bare_package_still_gives_mlx_lms_top_level_names():
     """Asking mlx_lm itself for a name (`from mlx_lm import load`) runs its real __init__ then."""
     import mlx_lm
-
     from mlx_lm import load  # noqa: F401
 
     assert callable(mlx_lm.load) and mlx_lm.__version__

@@ -12,8 +12,11 @@ import pytest
 from server.models import hub
 from tests.fake_hub import FakeHub
 
-FILES = {"config.json": b'{"model_type": "llama"}', "model.safetensors": os.urandom(300_000),
-         "tokenizer.json": b"{}" * 1000}
+FILES = {
+    "config.json": b'{"model_type": "llama"}',
+    "model.safetensors": os.urandom(300_000),
+    "tokenizer.json": b"{}" * 1000,
+}
 
 
 @pytest.fixture
@@ -83,8 +86,9 @@ def test_the_mlxcel_commands_download_list_and_remove(store, fake_hub):
     env = {**os.environ, "MLXCEL_MODELS_DIR": str(store), "MLXCEL_HUB_ENDPOINT": fake_hub.url}
 
     def run(*argv):
-        return subprocess.run([sys.executable, "-m", "server.cli.store", *argv], capture_output=True, text=True,
-                              env=env, timeout=120)
+        return subprocess.run(
+            [sys.executable, "-m", "server.cli.store", *argv], capture_output=True, text=True, env=env, timeout=120
+        )
 
     got = run("download", "acme/tiny")
     assert got.returncode == 0, got.stderr
@@ -103,8 +107,9 @@ TOKEN = "hf_" + "Ab3" * 12  # shaped as the hub issues tokens (b10621's is_valid
 def _store_cli(store, fake_hub, *argv, **extra):
     env = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
     env.update(MLXCEL_MODELS_DIR=str(store), MLXCEL_HUB_ENDPOINT=fake_hub.url, **extra)
-    return subprocess.run([sys.executable, "-m", "server.cli.store", *argv], capture_output=True, text=True,
-                          env=env, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "server.cli.store", *argv], capture_output=True, text=True, env=env, timeout=120
+    )
 
 
 def test_hf_token_authenticates_every_request_as_a_bearer(store, fake_hub):
@@ -136,8 +141,13 @@ def test_a_token_not_shaped_as_the_hubs_is_kept_off_its_api_as_b10621_does(store
 
 def test_an_unreachable_hub_is_one_line(store, monkeypatch):
     env = {**os.environ, "MLXCEL_MODELS_DIR": str(store), "MLXCEL_HUB_ENDPOINT": "http://127.0.0.1:9"}
-    got = subprocess.run([sys.executable, "-m", "server.cli.store", "download", "acme/tiny"], capture_output=True,
-                         text=True, env=env, timeout=120)
+    got = subprocess.run(
+        [sys.executable, "-m", "server.cli.store", "download", "acme/tiny"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert got.returncode == 1
     assert got.stderr.startswith("mlxcel: error: cannot reach the hub at http://127.0.0.1:9: ")
     assert "Connection refused" in got.stderr and got.stderr.count("\n") == 1  # one line, no traceback
@@ -147,9 +157,18 @@ def test_an_unreachable_hub_is_one_line(store, monkeypatch):
 
 
 def _mlxcel(*argv, **env):
-    return subprocess.run([sys.executable, "-c", "import sys; sys.argv[0] = 'mlxcel'; from server.cli.main import "
-                           "mlxcel_main; mlxcel_main()", *argv], capture_output=True, text=True,
-                          env={**os.environ, **env}, timeout=120)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; sys.argv[0] = 'mlxcel'; from server.cli.main import mlxcel_main; mlxcel_main()",
+            *argv,
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=120,
+    )
 
 
 def test_mlxcel_help_lists_the_commands():
@@ -178,4 +197,6 @@ def test_mlxcel_list_shows_the_bundled_models_built_or_not(store):
     rows = {line.split()[0]: line.split(None, 1)[1] for line in got.stdout.splitlines()}
     assert list(rows) == [*BUNDLED_MODELS, *BUNDLED_ENCODERS]
     assert rows[DEFAULT_MODEL.name] == "bundled, the default; ready"
-    assert rows["smollm2-135m-instruct-f32"] == rows["all-minilm-l6-v2"] == "bundled; fetched and converted on first use"
+    assert (
+        rows["smollm2-135m-instruct-f32"] == rows["all-minilm-l6-v2"] == "bundled; fetched and converted on first use"
+    )

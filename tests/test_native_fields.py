@@ -17,9 +17,12 @@ def _error(body: dict, n_slots: int = 4) -> str:
 
 
 def test_wrong_types_name_the_field_and_both_types():
-    assert _error({"temperature": "hot"}) == ("Field 'temperature': [json.exception.type_error.302] type must be "
-                                              "number, but is string")
-    assert _error({"stream": 1}) == "Field 'stream': [json.exception.type_error.302] type must be boolean, but is number"
+    assert _error({"temperature": "hot"}) == (
+        "Field 'temperature': [json.exception.type_error.302] type must be number, but is string"
+    )
+    assert (
+        _error({"stream": 1}) == "Field 'stream': [json.exception.type_error.302] type must be boolean, but is number"
+    )
 
 
 def test_numbers_accept_booleans_and_truncate_fractions_like_nlohmann():
@@ -28,8 +31,9 @@ def test_numbers_accept_booleans_and_truncate_fractions_like_nlohmann():
 
 
 def test_hard_limits_use_std_to_string_formatting():
-    assert _error({"adaptive_decay": 1.5}) == ("Field 'adaptive_decay': Value must be between 0.000000 <= value "
-                                               "<= 0.990000, but got 1.500000")
+    assert _error({"adaptive_decay": 1.5}) == (
+        "Field 'adaptive_decay': Value must be between 0.000000 <= value <= 0.990000, but got 1.500000"
+    )
     assert _error({"n_keep": -2}) == "Field 'n_keep': Value must be between -1 <= value <= 2147483647, but got -2"
     assert _error({"n": 5}, n_slots=4) == "Field 'n': Value must be between 1 <= value <= 4, but got 5"
 
@@ -65,17 +69,21 @@ def test_custom_fields():
     assert evaluate({"dry_base": 0.5}, 4).dry_base == 1.75  # below 1.0: the server default
     assert evaluate({"samplers": "kpx?"}, 4).samplers == ["top_k", "top_p", "xtc"]
     assert evaluate({"samplers": ["Top-K", "nucleus", "bogus"]}, 4).samplers == ["top_k", "top_p"]
-    assert _error({"samplers": ["top_k", 3]}) == ("Field 'samplers': [json.exception.type_error.302] type must be "
-                                                  "string, but is number")
+    assert _error({"samplers": ["top_k", 3]}) == (
+        "Field 'samplers': [json.exception.type_error.302] type must be string, but is number"
+    )
     assert evaluate({"stop": ["", None, "a"]}, 4).stop == ["", "a"]  # json::empty() is false for ""
     assert _error({"stop": [1]}).startswith("Field 'stop': [json.exception.type_error.302] type must be string")
     assert _error({"reasoning_format": "x"}) == "Field 'reasoning_format': Unknown reasoning format: x"
-    assert _error({"dry_sequence_breakers": []}) == ("Field 'dry_sequence_breakers': Error: dry_sequence_breakers "
-                                                     "must be a non-empty array of strings")
-    assert _error({"lora": {}}) == ("Field 'lora': Error: 'lora' must be an array of objects with 'id' and "
-                                    "'scale' fields")
+    assert _error({"dry_sequence_breakers": []}) == (
+        "Field 'dry_sequence_breakers': Error: dry_sequence_breakers must be a non-empty array of strings"
+    )
+    assert _error({"lora": {}}) == (
+        "Field 'lora': Error: 'lora' must be an array of objects with 'id' and 'scale' fields"
+    )
     assert evaluate({"lora": [{"id": 2, "scale": 0.5}, {"scale": 1}]}, 4).lora == {-1: 1.0, 2: 0.5}
-    assert _error({"grammar_triggers": ["x"]}) == ("Field 'grammar_triggers': [json.exception.type_error.304] "
-                                                   "cannot use at() with string")
+    assert _error({"grammar_triggers": ["x"]}) == (
+        "Field 'grammar_triggers': [json.exception.type_error.304] cannot use at() with string"
+    )
     p = evaluate({"stream": True, "reasoning_format": "deepseek-legacy"}, 4)
     assert p.reasoning_in_content

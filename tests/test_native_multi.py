@@ -38,8 +38,14 @@ def test_prompt_shapes(state):
 
 async def test_n_cmpl_children_share_the_prompt_and_get_their_own_seeds(state):
     async with _client(state) as c:
-        body = {"prompt": "The capital of France is", "n_predict": 6, "n_cmpl": 3, "seed": 7, "return_tokens": True,
-                "temperature": 0}
+        body = {
+            "prompt": "The capital of France is",
+            "n_predict": 6,
+            "n_cmpl": 3,
+            "seed": 7,
+            "return_tokens": True,
+            "temperature": 0,
+        }
         r = await c.post("/completion", json=body)
         slots = (await c.get("/slots")).json()
     results = r.json()
@@ -61,5 +67,8 @@ async def test_several_prompts_stream_frames_carry_their_index(state):
     assert sorted(f["index"] for f in finals) == [0, 1]
     for idx in (0, 1):
         partial = "".join(f["content"] for f in frames if not f["stop"] and f["index"] == idx)
-        assert partial and all(f["tokens_evaluated"] == frames[0]["tokens_evaluated"] or f["index"] != frames[0]["index"]
-                               for f in frames if not f["stop"])
+        assert partial and all(
+            f["tokens_evaluated"] == frames[0]["tokens_evaluated"] or f["index"] != frames[0]["index"]
+            for f in frames
+            if not f["stop"]
+        )

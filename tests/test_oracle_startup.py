@@ -14,8 +14,10 @@ def _served(body: bytes = b'{"content":"x"}') -> Observation:
 
 def test_a_refusal_against_a_server_is_two_divergences():
     report = diff_observations(_served(), Observation("exits", 1), ())
-    assert sorted((d.path, d.kind) for d in report.divergences) == [("$startup.exit_status", "value"),
-                                                                     ("$startup.outcome", "value")]
+    assert sorted((d.path, d.kind) for d in report.divergences) == [
+        ("$startup.exit_status", "value"),
+        ("$startup.outcome", "value"),
+    ]
 
 
 def test_the_probe_is_compared_under_its_own_prefix_and_normalizations():
@@ -40,7 +42,8 @@ def test_printed_output_is_described_not_compared_verbatim():
     assert bare == {"timestamps": False, "level_tags": False}
     assert _output_properties("\x1b[32mI\x1b[0m x", ("ansi",)) == {"ansi": True}
     assert _output_properties("version: 1 (build 2, commit c)", ("match:^version: \\S+",)) == {
-        "match:^version: \\S+": True}
+        "match:^version: \\S+": True
+    }
 
 
 def test_a_pinned_line_keeps_placeholders_for_machine_paths():
@@ -51,8 +54,9 @@ def test_a_pinned_line_keeps_placeholders_for_machine_paths():
 
 
 def test_the_expectation_must_match_exactly():
-    case = StartupCase("c", ("--x",), ("--x",), expect_identical=False,
-                       expect_divergences=(("$startup.outcome", "value"),))
+    case = StartupCase(
+        "c", ("--x",), ("--x",), expect_identical=False, expect_divergences=(("$startup.outcome", "value"),)
+    )
     both = diff_observations(_served(), Observation("exits", 1), ())
     ok, why = StartupResult(case, _served(), Observation("exits", 1), both, "live").meets_expectation()
     assert not ok and "exit_status" in why  # one more divergence than pinned fails

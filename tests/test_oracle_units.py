@@ -35,7 +35,7 @@ def test_whitespace_only_difference_is_caught_by_the_byte_layer():
 def test_structural_kinds():
     r = diff_exchanges(ex(b'{"a":1,"b":2,"c":[1],"d":1.0}'), ex(b'{"b":2,"a":1,"c":[1,2],"d":1,"e":0}'))
     assert set(kinds(r)) == {("$.e", "extra"), ("$", "order"), ("$.c", "value"), ("$.d", "number-format")}
-    r = diff_exchanges(ex(b'{"a":"1"}'), ex(b'{}', status=500))
+    r = diff_exchanges(ex(b'{"a":"1"}'), ex(b"{}", status=500))
     assert set(kinds(r)) == {("status", "status"), ("$.a", "missing")}
 
 
@@ -82,8 +82,13 @@ def _entry(eid, state):
 
 
 def _record(eid, identical):
-    return {"case": "c", "entries": [eid], "identical": identical, "reproduce": "mlxcel-oracle diff x",
-            "divergences": [] if identical else [{"path": "$.x", "kind": "value"}]}
+    return {
+        "case": "c",
+        "entries": [eid],
+        "identical": identical,
+        "reproduce": "mlxcel-oracle diff x",
+        "divergences": [] if identical else [{"path": "$.x", "kind": "value"}],
+    }
 
 
 def test_evidence_gate():
@@ -105,7 +110,12 @@ def test_decided_position_rule():
     mine[1]["logprob"] = -0.7
     t = compare("p", [1, 5, 7], ref, mine, threshold=2.0)
     assert (t.decided, t.disagreements_at_decided) == (2, 0)  # position 1 (gap 0.3) is undecided
-    assert t.first_divergence == {"position": 1, "reference": 5, "mlxcel": 6, "gap": ref[1]["top_logprobs"][0]["logprob"] - ref[1]["top_logprobs"][1]["logprob"]}
+    assert t.first_divergence == {
+        "position": 1,
+        "reference": 5,
+        "mlxcel": 6,
+        "gap": ref[1]["top_logprobs"][0]["logprob"] - ref[1]["top_logprobs"][1]["logprob"],
+    }
     assert abs(t.max_abs_delta_logprob - 0.02) < 1e-9
     t = compare("p", [1, 5, 7], ref, mine, threshold=0.1)
     assert t.disagreements_at_decided == 1
@@ -118,8 +128,10 @@ def test_sse_keepalive_comments_are_not_frames():
 
 def test_a_text_body_is_compared_with_the_named_text_patterns_replaced():
     """The reference's web UI page from two builds: only its assets' hashes and SvelteKit's id differ."""
-    page = ('<link href="./_app/immutable/bundle.{h}.js" rel="modulepreload"><link href="./_app/immutable/'
-            'assets/bundle.CsYLz1sd.css"><script>__sveltekit_{s} = {{}};</script>')
+    page = (
+        '<link href="./_app/immutable/bundle.{h}.js" rel="modulepreload"><link href="./_app/immutable/'
+        'assets/bundle.CsYLz1sd.css"><script>__sveltekit_{s} = {{}};</script>'
+    )
     one = page.format(h="cNdTyngK", s="ifm9h8").encode()
     other = page.format(h="B_4lH60N", s="he04gr").encode()
     edited = other.replace(b"modulepreload", b"preload")
@@ -135,6 +147,7 @@ def test_a_text_body_is_compared_with_the_named_text_patterns_replaced():
 
 def test_a_template_date_is_replaced_inside_the_rendered_prompt_only():
     """gpt-oss's template renders today's date: a recording from another day differs in that text alone."""
+
     def verbose(day: str, tail: str = "hi") -> Exchange:
         body = {"__verbose": {"prompt": f"<|start|>system<|message|>Current date: {day}\n\n{tail}"}}
         return ex(json.dumps(body).encode())
@@ -158,9 +171,18 @@ def test_server_states_group_cases_by_the_state_they_need():
     def case(name, args=(), fresh=False, twin="f32", store=False):
         return Case(name, ("GET /health",), twin, req, (), True, (), tuple(args), (), fresh, store)
 
-    states = server_states([case("b", ["-np", "1"]), case("a", ["-np", "1"]), case("z", ["-np", "1"], fresh=True),
-                            case("y", ["-np", "1"], fresh=True), case("s"), case("r", twin="q4_1"),
-                            case("f", fresh=True), case("d", ["-np", "1"], store=True)])
+    states = server_states(
+        [
+            case("b", ["-np", "1"]),
+            case("a", ["-np", "1"]),
+            case("z", ["-np", "1"], fresh=True),
+            case("y", ["-np", "1"], fresh=True),
+            case("s"),
+            case("r", twin="q4_1"),
+            case("f", fresh=True),
+            case("d", ["-np", "1"], store=True),
+        ]
+    )
     keys = [k for k, _ in states]
     names = [[c.name for c in cs] for _, cs in states]
     assert keys[0] == SHARED and names[0] == ["s", "r"]  # by twin (f32, q4_1), then name
@@ -200,10 +222,17 @@ def test_a_case_reading_what_earlier_cases_left_is_caught():
         return Case(path, ("x",), "f32", req, (), True, (), tuple(args), tuple(setup), fresh)
 
     completion = OracleRequest.from_dict({"method": "POST", "path": "/completion", "body": {"prompt": "a"}})
-    hidden = [case("GET", "/metrics", setup=[completion]), case("GET", "/slots?fail_on_no_slot=1"),
-              case("POST", "/slots/7?action=erase"), case("GET", "/lora-adapters")]
-    stated = [case("GET", "/metrics", fresh=True), case("POST", "/slots/7?action=erase", setup=[completion]),
-              case("GET", "/slots", args=())]  # the shared pair: its own rules (no counter is compared there)
+    hidden = [
+        case("GET", "/metrics", setup=[completion]),
+        case("GET", "/slots?fail_on_no_slot=1"),
+        case("POST", "/slots/7?action=erase"),
+        case("GET", "/lora-adapters"),
+    ]
+    stated = [
+        case("GET", "/metrics", fresh=True),
+        case("POST", "/slots/7?action=erase", setup=[completion]),
+        case("GET", "/slots", args=()),
+    ]  # the shared pair: its own rules (no counter is compared there)
     ok, refused = {"status": 200, "body": {"text": "{}"}}, {"status": 400, "body": {"text": "{}"}}
     assert [p.split(":")[0] for p in unstated_states(hidden, lambda c: ok)] == [c.name for c in hidden]
     assert unstated_states(stated, lambda c: ok) == []

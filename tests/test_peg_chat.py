@@ -34,8 +34,11 @@ GP = "<|im_start|>assistant\n"
 
 
 def _msg(m: ChatMsg) -> dict:
-    return {"content": m.content, "reasoning": m.reasoning_content,
-            "tool_calls": [[c.name, c.arguments, c.id] for c in m.tool_calls]}
+    return {
+        "content": m.content,
+        "reasoning": m.reasoning_content,
+        "tool_calls": [[c.name, c.arguments, c.id] for c in m.tool_calls],
+    }
 
 
 def _arena_json(arena: PegArena) -> dict:
@@ -107,11 +110,20 @@ NATIVE_CASES = {  # name: (tools, reasoning format none, response schema, parall
     "closed reasoning generation prompt": (None, False, None, False),
     "tools": ("create_tools", False, None, False),
     "parallel tools": ("create_tools", False, None, True),
-    "response format": (None, False, {
-        "type": "object",
-        "properties": {"invoice_number": {"type": "string"}, "amount": {"type": "number"},
-                       "due_date": {"type": "string"}},
-        "required": ["invoice_number", "amount", "due_date"]}, False),
+    "response format": (
+        None,
+        False,
+        {
+            "type": "object",
+            "properties": {
+                "invoice_number": {"type": "string"},
+                "amount": {"type": "number"},
+                "due_date": {"type": "string"},
+            },
+            "required": ["invoice_number", "amount", "due_date"],
+        },
+        False,
+    ),
 }
 
 
@@ -120,11 +132,24 @@ def _native_parser(tools, reasoning_none: bool, schema, parallel: bool) -> PegAr
         reasoning = p.optional(plus("<think>", lambda: p.reasoning(p.until("</think>")), "</think>", p.space))
         if tools:
             tool_call = p.standard_json_tools("<tool_call>[", "]</tool_call>", tools, parallel, False)
-            return p.sequence([p.eps() if reasoning_none else reasoning, p.content(p.until("<tool_call>")),
-                               p.optional(p.space() + tool_call), p.space(), p.end()])
+            return p.sequence(
+                [
+                    p.eps() if reasoning_none else reasoning,
+                    p.content(p.until("<tool_call>")),
+                    p.optional(p.space() + tool_call),
+                    p.space(),
+                    p.end(),
+                ]
+            )
         if schema:
-            return p.sequence([p.eps() if reasoning_none else reasoning,
-                               p.content(p.schema(p.json(), "response-output", schema)), p.space(), p.end()])
+            return p.sequence(
+                [
+                    p.eps() if reasoning_none else reasoning,
+                    p.content(p.schema(p.json(), "response-output", schema)),
+                    p.space(),
+                    p.end(),
+                ]
+            )
         return p.sequence([p.eps() if reasoning_none else reasoning, p.content(p.rest()), p.end()])
 
     return build_chat_peg_parser(fn)
@@ -143,6 +168,7 @@ def test_native(name):
 
 def test_native_messages_as_upstream_asserts_them():
     """A few of test_example_native's literal expectations."""
+
     def parse(name: str, text: str) -> ChatMsg:
         tools_key, reasoning_none, schema, parallel = NATIVE_CASES[name]
         arena = _native_parser(TOOLS[tools_key] if tools_key else None, reasoning_none, schema, parallel)
@@ -157,11 +183,15 @@ def test_native_messages_as_upstream_asserts_them():
     assert (msg.reasoning_content, msg.content) == ("The user said hello, I must say hello back", "Hello")
     msg = parse("closed reasoning generation prompt", "<think></think>Hello")
     assert (msg.reasoning_content, msg.content) == ("", "Hello")
-    msg = parse("tools", '<think>I must get the weather in New York</think>\n<tool_call>[{"name": "get_current_weather", '
-                         '"arguments": {"location": "New York City, NY", "unit": "fahrenheit"}}]</tool_call>')
+    msg = parse(
+        "tools",
+        '<think>I must get the weather in New York</think>\n<tool_call>[{"name": "get_current_weather", '
+        '"arguments": {"location": "New York City, NY", "unit": "fahrenheit"}}]</tool_call>',
+    )
     assert msg.reasoning_content == "I must get the weather in New York"
     assert [(c.name, c.arguments, c.id) for c in msg.tool_calls] == [
-        ("get_current_weather", '{"location": "New York City, NY", "unit": "fahrenheit"}', "")]
+        ("get_current_weather", '{"location": "New York City, NY", "unit": "fahrenheit"}', "")
+    ]
 
 
 # test_example_qwen3_non_coder
@@ -190,8 +220,13 @@ def _hermes_parser(parallel: bool, required: bool) -> PegArena:
 
     def fn(p: ChatPegBuilder):
         p.eps()  # parser_build_context's reasoning parser
-        reasoning = p.optional(plus(lambda: p.optspace("<think>\n"), lambda: p.reasoning(p.until("</think>")),
-                                    lambda: p.optspace("\n</think>\n\n")))
+        reasoning = p.optional(
+            plus(
+                lambda: p.optspace("<think>\n"),
+                lambda: p.reasoning(p.until("</think>")),
+                lambda: p.optspace("\n</think>\n\n"),
+            )
+        )
         p.eps(), p.eps()  # the parser and tools parser placeholders
         single = p.standard_json_tools("<tool_call>\n", "</tool_call>", tools, parallel, required, "name", "arguments")
         tools_parser = p.trigger_rule("tool-calls", p.one_or_more(single + p.space()))
@@ -227,18 +262,23 @@ def test_hermes_grammar_as_b10621_serves_it():
     """What b10621 sends with Qwen3's template, tools=[get_weather(city)], tool_choice=required."""
     grammar = _grammar(_hermes_parser(True, True), TOOLS["weather"], False)
     rules = dict(line.split(" ::= ", 1) for line in grammar.splitlines())
-    assert rules["root"] == ('"<|im_start|>assistant\\n" space ("<think>" "\\n"? until-13 "\\n"? "</think>" "\\n"? '
-                             '"\\n"?)? until-191? tool-calls')
-    assert rules["tool-call"] == ('"<tool_call>\\n" space (tool-get-weather) (space "," space (tool-get-weather))* '
-                                  'space "</tool_call>"')
+    assert rules["root"] == (
+        '"<|im_start|>assistant\\n" space ("<think>" "\\n"? until-13 "\\n"? "</think>" "\\n"? '
+        '"\\n"?)? until-191? tool-calls'
+    )
+    assert rules["tool-call"] == (
+        '"<tool_call>\\n" space (tool-get-weather) (space "," space (tool-get-weather))* space "</tool_call>"'
+    )
     assert rules["tool-calls"] == "(tool-call space)+"
     assert rules["tool-get-weather"] == (
         '"{" space "\\"name\\"" space ":" space ("\\"" "get_weather" "\\"") space "," space "\\"arguments\\"" '
-        'space ":" space tool-get-weather-schema space "}"')
+        'space ":" space tool-get-weather-schema space "}"'
+    )
     assert rules["tool-get-weather-schema"] == '"{" space tool-get-weather-schema-city-kv space "}"'
     assert rules["tool-get-weather-schema-city-kv"] == '"\\"city\\"" space ":" space string'
-    lazy = dict(line.split(" ::= ", 1) for line in _grammar(_hermes_parser(True, False), TOOLS["weather"],
-                                                              True).splitlines())
+    lazy = dict(
+        line.split(" ::= ", 1) for line in _grammar(_hermes_parser(True, False), TOOLS["weather"], True).splitlines()
+    )
     assert (lazy["root"], lazy["tool-calls"]) == ("tool-call | tool-calls", "(tool-call? space)+")
 
 
@@ -251,8 +291,9 @@ def test_hermes_partial_arguments_stream_as_b10621():
     # a name cut short is no tool call yet
     msg = chat_peg_parse(arena, '<tool_call>\n{"name": "get_wea', True, GP)
     assert msg.tool_calls == []
-    with pytest.raises(ValueError, match="^The model produced output that does not match the expected "
-                                         "peg-native format$"):
+    with pytest.raises(
+        ValueError, match="^The model produced output that does not match the expected peg-native format$"
+    ):
         chat_peg_parse(arena, '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>', False, GP)
 
 
@@ -277,8 +318,21 @@ def test_json_tool_layouts(name):
     tools = TOOLS["weather"]
 
     def fn(p: ChatPegBuilder):
-        calls = p.standard_json_tools("<tool_call>", "</tool_call>", tools, parallel, False, name_key, args_key,
-                                      wrapped, is_key, call_id, gen_id, order, openai)
+        calls = p.standard_json_tools(
+            "<tool_call>",
+            "</tool_call>",
+            tools,
+            parallel,
+            False,
+            name_key,
+            args_key,
+            wrapped,
+            is_key,
+            call_id,
+            gen_id,
+            order,
+            openai,
+        )
         return p.sequence([p.content(p.until("<tool_call>")), p.optional(p.space() + calls), p.end()])
 
     arena = build_chat_peg_parser(fn)
@@ -290,13 +344,29 @@ def test_json_tool_layouts(name):
 
 def test_tool_call_ids():
     tools = TOOLS["weather"]
-    arena = build_chat_peg_parser(lambda p: p.sequence([
-        p.content(p.until("<tool_call>")),
-        p.optional(p.space() + p.standard_json_tools("<tool_call>", "</tool_call>", tools, False, False,
-                                                    call_id_key="id", parameters_order=["id", "name"])),
-        p.end()]))
-    msg = chat_peg_parse(arena, '<tool_call>{"id": "call_1", "name": "get_weather", "arguments": {"city": "Paris"}}'
-                                '</tool_call>', False)
+    arena = build_chat_peg_parser(
+        lambda p: p.sequence(
+            [
+                p.content(p.until("<tool_call>")),
+                p.optional(
+                    p.space()
+                    + p.standard_json_tools(
+                        "<tool_call>",
+                        "</tool_call>",
+                        tools,
+                        False,
+                        False,
+                        call_id_key="id",
+                        parameters_order=["id", "name"],
+                    )
+                ),
+                p.end(),
+            ]
+        )
+    )
+    msg = chat_peg_parse(
+        arena, '<tool_call>{"id": "call_1", "name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>', False
+    )
     assert [(c.name, c.arguments, c.id) for c in msg.tool_calls] == [("get_weather", '{"city": "Paris"}', "call_1")]
 
 
@@ -304,9 +374,16 @@ def test_tool_call_ids():
 
 
 def _constructed_parser(parallel: bool) -> PegArena:
-    markers = {"tool_call_start_marker": "<tool_call>", "tool_call_end_marker": "</tool_call>",
-               "function_opener": "<function=", "function_closer": "</function>", "function_name_suffix": ">",
-               "parameter_key_prefix": "<param=", "parameter_key_suffix": ">", "parameter_closer": "</param>"}
+    markers = {
+        "tool_call_start_marker": "<tool_call>",
+        "tool_call_end_marker": "</tool_call>",
+        "function_opener": "<function=",
+        "function_closer": "</function>",
+        "function_name_suffix": ">",
+        "parameter_key_prefix": "<param=",
+        "parameter_key_suffix": ">",
+        "parameter_closer": "</param>",
+    }
 
     def fn(p: ChatPegBuilder):
         content = p.rule("content", p.content(p.until("<tool_call>")))
@@ -346,17 +423,28 @@ def _qwen3_coder_parser() -> PegArena:
                 rule_name = f"tool-{name}-arg-{param}"
                 opening = p.tool_arg_open("<parameter=" + p.tool_arg_name(p.literal(param)) + ">")
                 if schema.get("type", "object") == "string":
-                    value = p.tool_arg_string_value(p.schema(p.until_one_of(
-                        ["</parameter>\n<parameter=", "</parameter>\n</function>"]), f"{rule_name}-schema", schema,
-                        True))
+                    value = p.tool_arg_string_value(
+                        p.schema(
+                            p.until_one_of(["</parameter>\n<parameter=", "</parameter>\n</function>"]),
+                            f"{rule_name}-schema",
+                            schema,
+                            True,
+                        )
+                    )
                 else:
                     value = p.tool_arg_json_value(p.schema(p.json(), f"{rule_name}-schema", schema))
                 function_close = p.literal("</function>")  # GCC builds `a | b` right to left
                 ahead = p.literal("<parameter=") | function_close
                 arg = p.tool_arg(p.sequence([opening, value, p.tool_arg_close("</parameter>\n" + p.peek(ahead))]))
                 args.append(p.rule(rule_name, arg) if param in required else p.optional(p.rule(rule_name, arg)))
-            tool_parsers.append(p.rule(f"tool-{name}", p.tool_open("<function=" + p.tool_name(p.literal(name)) + ">")
-                                       << p.sequence(args) << p.tool_close(p.literal("</function>"))))
+            tool_parsers.append(
+                p.rule(
+                    f"tool-{name}",
+                    p.tool_open("<function=" + p.tool_name(p.literal(name)) + ">")
+                    << p.sequence(args)
+                    << p.tool_close(p.literal("</function>")),
+                )
+            )
         tool_call = p.trigger_rule("tool-call", "<tool_call>" << p.choice(tool_parsers) << "</tool_call>")
         return plus(content, lambda: p.zero_or_more(p.space() + tool_call), p.end)
 
@@ -384,9 +472,13 @@ def test_python_style_tool_calls(allow_json, parallel):
 
     def fn(p: ChatPegBuilder):
         calls = p.python_style_tool_calls(tools, parallel, allow_json)
-        return plus(lambda: p.content(p.until("<|tool_call_start|>")),
-                    lambda: p.optional(plus(lambda: p.literal("<|tool_call_start|>"), calls,
-                                            lambda: p.literal("<|tool_call_end|>"))), p.end)
+        return plus(
+            lambda: p.content(p.until("<|tool_call_start|>")),
+            lambda: p.optional(
+                plus(lambda: p.literal("<|tool_call_start|>"), calls, lambda: p.literal("<|tool_call_end|>"))
+            ),
+            p.end,
+        )
 
     arena = build_chat_peg_parser(fn)
     expected = FIXTURE["python_style"][("json" if allow_json else "python") + ("_parallel" if parallel else "_single")]
@@ -396,14 +488,17 @@ def test_python_style_tool_calls(allow_json, parallel):
         assert _chat_stream(arena, case) == case["transitions"], case["input"]
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("{'key': 'value'}", '{"key": "value"}'),
-    ("{'code': 'print(\\'hello\\')'}", '{"code": "print(\'hello\')"}'),
-    ("{'msg': 'He said \"hi\"'}", '{"msg": "He said \\"hi\\""}'),
-    ("[True, False, None, Tr, Fals, N, Nothing, TrueX]", '[true, false, null, tr, fals, n, Nothing, TrueX]'),
-    ("{\"a\": 'it\\'s', 'b': \"x'y\"}", '{"a": "it\'s", "b": "x\'y"}'),
-    ("x_True", "x_True"),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("{'key': 'value'}", '{"key": "value"}'),
+        ("{'code': 'print(\\'hello\\')'}", '{"code": "print(\'hello\')"}'),
+        ("{'msg': 'He said \"hi\"'}", '{"msg": "He said \\"hi\\""}'),
+        ("[True, False, None, Tr, Fals, N, Nothing, TrueX]", "[true, false, null, tr, fals, n, Nothing, TrueX]"),
+        ("{\"a\": 'it\\'s', 'b': \"x'y\"}", '{"a": "it\'s", "b": "x\'y"}'),
+        ("x_True", "x_True"),
+    ],
+)
 def test_normalize_quotes_to_json(text, expected):
     assert normalize_quotes_to_json(text) == expected
 
@@ -413,18 +508,29 @@ def test_normalize_quotes_to_json(text, expected):
 
 def test_command7():
     def fn(p: ChatPegBuilder):
-        thinking = p.reasoning_block("<|START_THINKING|>" << p.reasoning(p.until("<|END_THINKING|>"))
-                                     << "<|END_THINKING|>")
+        thinking = p.reasoning_block(
+            "<|START_THINKING|>" << p.reasoning(p.until("<|END_THINKING|>")) << "<|END_THINKING|>"
+        )
         response = "<|START_RESPONSE|>" << p.content(p.until("<|END_RESPONSE|>")) << "<|END_RESPONSE|>"
         call_id = p.atomic('"tool_call_id"' << (":" << ('"' + p.tool_id(p.string_content('"')) + '"')))
         call_name = p.atomic('"tool_name"' << (":" << ('"' + p.tool_name(p.string_content('"')) + '"')))
         call_args = '"parameters"' << (":" << p.tool_args(p.json()))
         fields = p.rule("tool-call-fields", call_id | call_name | call_args)
-        tool_call = p.rule("tool-call", p.tool(p.tool_open(p.literal("{")) << fields
-                                               << p.zero_or_more(p.literal(",") << fields)
-                                               << p.tool_close(p.literal("}"))))
-        tool_calls = p.rule("tool-calls", "<|START_ACTION|>" << (
-            "[" << tool_call << p.zero_or_more(p.literal(",") << tool_call) << "]") << "<|END_ACTION|>")
+        tool_call = p.rule(
+            "tool-call",
+            p.tool(
+                p.tool_open(p.literal("{"))
+                << fields
+                << p.zero_or_more(p.literal(",") << fields)
+                << p.tool_close(p.literal("}"))
+            ),
+        )
+        tool_calls = p.rule(
+            "tool-calls",
+            "<|START_ACTION|>"
+            << ("[" << tool_call << p.zero_or_more(p.literal(",") << tool_call) << "]")
+            << "<|END_ACTION|>",
+        )
         optional_thinking = p.optional(thinking)
         return optional_thinking << plus(lambda: tool_calls | response, p.end)
 
@@ -441,8 +547,7 @@ def test_command7():
 
 def test_permute():
     def permute_of(prefix: str, letters: str):
-        return build_chat_peg_parser(lambda p: plus(
-            lambda: p.permute(prefix, [p.literal(c) for c in letters]), p.end))
+        return build_chat_peg_parser(lambda p: plus(lambda: p.permute(prefix, [p.literal(c) for c in letters]), p.end))
 
     abc = permute_of("abc", "abc")
     for text in ("abc", "acb", "bac", "bca", "cab", "cba"):
@@ -457,7 +562,7 @@ def test_permute():
     one = permute_of("a", "a")
     assert _grammar(one, None, False) == expected["one"]
     assert not one.parse(ParseContext("aa")).success()
-    big = permute_of("big", "abcdefg"[:COMMON_CHAT_MAX_PERMUTE + 1])
+    big = permute_of("big", "abcdefg"[: COMMON_CHAT_MAX_PERMUTE + 1])
     assert _grammar(big, None, False) == expected["big"]
 
 
@@ -467,8 +572,13 @@ def test_permute():
 @pytest.mark.parametrize("marker", ["<tool_call>", ""])
 def test_tag_with_safe_content(marker):
     def fn(p: ChatPegBuilder):
-        call = p.tool(plus(lambda: p.tool_open(p.literal("<tool_call>")), lambda: p.tool_name(p.until("</tool_call>")),
-                           lambda: p.tool_close(p.literal("</tool_call>"))))
+        call = p.tool(
+            plus(
+                lambda: p.tool_open(p.literal("<tool_call>")),
+                lambda: p.tool_name(p.until("</tool_call>")),
+                lambda: p.tool_close(p.literal("</tool_call>")),
+            )
+        )
         return plus(lambda: p.tag_with_safe_content("content-chunk", marker, call), p.end)
 
     arena = build_chat_peg_parser(fn)
@@ -479,9 +589,21 @@ def test_tag_with_safe_content(marker):
 
 
 def test_optspace_and_prefix():
-    arena = build_chat_peg_parser(lambda p: p.sequence([
-        p.optspace("\n <think>\n"), p.optspace("  "), p.optspace(""), p.prefix(GP + "<think>", "<think>"),
-        p.prefix("abc"), p.prefix("abc", "x"), p.prefix("", "x"), p.reasoning_block(p.literal("r")), p.end()]))
+    arena = build_chat_peg_parser(
+        lambda p: p.sequence(
+            [
+                p.optspace("\n <think>\n"),
+                p.optspace("  "),
+                p.optspace(""),
+                p.prefix(GP + "<think>", "<think>"),
+                p.prefix("abc"),
+                p.prefix("abc", "x"),
+                p.prefix("", "x"),
+                p.reasoning_block(p.literal("r")),
+                p.end(),
+            ]
+        )
+    )
     assert _grammar(arena, None, False) == FIXTURE["misc"]["optspace_grammar"]
     assert _digest(arena) == FIXTURE["misc"]["optspace_arena"]
     assert arena.parse(ParseContext(" <think>" + GP + "abcabcr")).success()
@@ -495,34 +617,57 @@ def test_gemma4_mapper():
 
     def fn(p: ChatPegBuilder):
         start = p.rule("start", p.optional(p.literal("<|turn>model\n")))
-        p.rule("thought", plus(lambda: p.literal("<|channel>thought"), p.space,
-                               lambda: p.reasoning(p.until("<channel|>")), lambda: p.literal("<channel|>")))
-        empty_channels = p.gbnf(p.zero_or_more(plus(lambda: p.literal("<|channel>"),
-                                                    lambda: p.negate(p.literal("thought")))), "")
+        p.rule(
+            "thought",
+            plus(
+                lambda: p.literal("<|channel>thought"),
+                p.space,
+                lambda: p.reasoning(p.until("<channel|>")),
+                lambda: p.literal("<channel|>"),
+            ),
+        )
+        empty_channels = p.gbnf(
+            p.zero_or_more(plus(lambda: p.literal("<|channel>"), lambda: p.negate(p.literal("thought")))), ""
+        )
         no_channel = p.negate(p.literal("<|channel>"))
         thought = plus(lambda: p.peek(p.literal("<|channel>")), empty_channels, lambda: p.ref("thought")) | no_channel
         p.rule("gemma4-string-content", p.until('<|"|>'))
-        p.rule("gemma4-string", plus(lambda: p.literal('<|"|>'), lambda: p.ref("gemma4-string-content"),
-                                     lambda: p.literal('<|"|>')))
+        p.rule(
+            "gemma4-string",
+            plus(lambda: p.literal('<|"|>'), lambda: p.ref("gemma4-string-content"), lambda: p.literal('<|"|>')),
+        )
         p.rule("gemma4-bool", p.json_bool())
         p.rule("gemma4-null", p.json_null())
         p.rule("gemma4-number", p.json_number())
-        p.rule("gemma4-dict-key", plus(lambda: p.rule("gemma4-dict-key-name", p.chars("[^:}]", 1, -1)),
-                                       lambda: p.literal(":")))
+        p.rule(
+            "gemma4-dict-key",
+            plus(lambda: p.rule("gemma4-dict-key-name", p.chars("[^:}]", 1, -1)), lambda: p.literal(":")),
+        )
         p.rule("gemma4-dict-kv", plus(lambda: p.ref("gemma4-dict-key"), p.space, lambda: p.ref("gemma4-value")))
 
         def container(opening: str, closing: str, item: str):
             def build():
                 ws, member = p.space(), p.ref(item)
                 members = p.sequence([member, p.zero_or_more(p.sequence([p.literal(","), ws, member]))])
-                return p.sequence([p.literal(opening), ws,
-                                   p.choice([p.literal(closing), p.sequence([members, ws, p.literal(closing)])])])
+                return p.sequence(
+                    [
+                        p.literal(opening),
+                        ws,
+                        p.choice([p.literal(closing), p.sequence([members, ws, p.literal(closing)])]),
+                    ]
+                )
+
             return build
 
         p.rule("gemma4-dict", container("{", "}", "gemma4-dict-kv"))
         p.rule("gemma4-array", container("[", "]", "gemma4-value"))
-        p.rule("gemma4-value", lambda: p.choice([p.ref(f"gemma4-{kind}") for kind in
-                                                 ("string", "dict", "array", "number", "bool", "null")]))
+        p.rule(
+            "gemma4-value",
+            lambda: p.choice(
+                [p.ref(f"gemma4-{kind}") for kind in ("string", "dict", "array", "number", "bool", "null")]
+            ),
+        )
+
         def tool_rule(name: str):
             opening = p.tool_open(plus(lambda: p.tool_name(p.literal(name)), lambda: p.peek(p.literal("{"))))
             return p.rule(f"tool-{name}", p.tool(p.sequence([opening, p.tool_args(p.ref("gemma4-dict"))])))
@@ -539,7 +684,8 @@ def test_gemma4_mapper():
     case = FIXTURE["gemma4"]
     assert _chat_stream(build_chat_peg_parser(fn), case) == case["transitions"]
     assert case["transitions"][-1][1]["tool_calls"] == [
-        ["get_weather", '{"city":"Pa\\"ris","days":3,"opts":{"deep":true,"none":null,"list":[1,"a"]}}', ""]]
+        ["get_weather", '{"city":"Pa\\"ris","days":3,"opts":{"deep":true,"none":null,"list":[1,"a"]}}', ""]
+    ]
 
 
 def test_minimax_m3_mapper():
@@ -548,37 +694,67 @@ def test_minimax_m3_mapper():
             return p.tool_arg_close(p.literal(f"</{tag}>"))
 
         def opening(tag: str):
-            return p.tool_arg_open(plus(lambda: p.literal("<"), lambda: p.tool_arg_name(p.literal(tag)),
-                                        lambda: p.literal(">")))
+            return p.tool_arg_open(
+                plus(lambda: p.literal("<"), lambda: p.tool_arg_name(p.literal(tag)), lambda: p.literal(">"))
+            )
 
         def str_el(tag: str):
-            return p.tool_arg(plus(lambda: opening(tag), lambda: p.tool_arg_string_value(p.until(f"</{tag}>")),
-                                   lambda: close(tag)))
+            return p.tool_arg(
+                plus(lambda: opening(tag), lambda: p.tool_arg_string_value(p.until(f"</{tag}>")), lambda: close(tag))
+            )
 
         def num_el(tag: str):
-            return p.tool_arg(plus(lambda: opening(tag), lambda: p.tool_arg_json_value(p.json_number()),
-                                   lambda: close(tag)))
+            return p.tool_arg(
+                plus(lambda: opening(tag), lambda: p.tool_arg_json_value(p.json_number()), lambda: close(tag))
+            )
 
-        item = p.tag("tool-arg-item", plus(lambda: p.literal("<item>"),
-                                           lambda: p.tool_arg_string_value(p.until("</item>")),
-                                           lambda: p.tool_arg_close(p.literal("</item>"))))
-        arr_el = p.tool_arg(plus(lambda: opening("tags"),
-                                 lambda: p.tag("tool-arg-array", p.repeat(p.space() + item, 0, -1)), p.space,
-                                 lambda: close("tags")))
-        obj_el = p.tool_arg(plus(lambda: opening("where"), lambda: p.tag("tool-arg-object", plus(
-            lambda: str_el("city"), p.space, lambda: num_el("zip"))), p.space, lambda: close("where")))
+        item = p.tag(
+            "tool-arg-item",
+            plus(
+                lambda: p.literal("<item>"),
+                lambda: p.tool_arg_string_value(p.until("</item>")),
+                lambda: p.tool_arg_close(p.literal("</item>")),
+            ),
+        )
+        arr_el = p.tool_arg(
+            plus(
+                lambda: opening("tags"),
+                lambda: p.tag("tool-arg-array", p.repeat(p.space() + item, 0, -1)),
+                p.space,
+                lambda: close("tags"),
+            )
+        )
+        obj_el = p.tool_arg(
+            plus(
+                lambda: opening("where"),
+                lambda: p.tag("tool-arg-object", plus(lambda: str_el("city"), p.space, lambda: num_el("zip"))),
+                p.space,
+                lambda: close("where"),
+            )
+        )
         n_el = num_el("n")
         body = p.zero_or_more(plus(p.space, str_el("q") | arr_el | obj_el | n_el))
-        call = p.tool(plus(lambda: p.tool_open(plus(lambda: p.literal('<invoke name="'),
-                                                    lambda: p.tool_name(p.literal("search")),
-                                                    lambda: p.literal('">'))),
-                           body, p.space, lambda: p.tool_close(p.literal("</invoke>"))))
+        call = p.tool(
+            plus(
+                lambda: p.tool_open(
+                    plus(
+                        lambda: p.literal('<invoke name="'),
+                        lambda: p.tool_name(p.literal("search")),
+                        lambda: p.literal('">'),
+                    )
+                ),
+                body,
+                p.space,
+                lambda: p.tool_close(p.literal("</invoke>")),
+            )
+        )
         return plus(lambda: p.content(p.until("<invoke")), lambda: p.zero_or_more(call + p.space()), p.end)
 
     case = FIXTURE["minimax_m3"]
     assert _chat_stream(build_chat_peg_parser(fn), case) == case["transitions"]
     assert case["transitions"][-1][1]["tool_calls"] == [
-        ["search", '{"q":"cats \\"x\\"","n":12,"tags":["a","b"],"where":{"city":"Paris","zip":75001}}', ""]]
+        ["search", '{"q":"cats \\"x\\"","n":12,"tags":["a","b"],"where":{"city":"Paris","zip":75001}}', ""]
+    ]
 
 
 # chat_peg_parse
@@ -595,8 +771,9 @@ def test_chat_peg_parse_failures():
     arena = build_chat_peg_parser(lambda p: p.literal("ab") + p.content(p.literal("cd")))
     # a partial output that failed past its start gives what the failed parse mapped: nothing here
     assert chat_peg_parse(arena, "abx", True) == ChatMsg(role="assistant")
-    with pytest.raises(ValueError, match="^The model produced output that does not match the expected "
-                                         "peg-gemma4 format$"):
+    with pytest.raises(
+        ValueError, match="^The model produced output that does not match the expected peg-gemma4 format$"
+    ):
         chat_peg_parse(arena, "abx", False, fmt="peg-gemma4")
     with pytest.raises(ValueError):  # failed at its start
         chat_peg_parse(arena, "x", True)
@@ -608,8 +785,9 @@ def test_chat_peg_parse_failures():
 
 
 def test_tagged_peg_parser():
-    parser = build_tagged_peg_parser(lambda p: p.tag("greeting", p.until(" ")) + " " + p.tag("name", p.rest())
-                                     + p.end())
+    parser = build_tagged_peg_parser(
+        lambda p: p.tag("greeting", p.until(" ")) + " " + p.tag("name", p.rest()) + p.end()
+    )
     result = parser.parse_and_extract("Hello World")
     assert result.result.success() and result.tags == {"greeting": "Hello", "name": "World"}
 
@@ -619,31 +797,45 @@ def test_tagged_peg_parser():
     parser = build_tagged_peg_parser(lambda p: p.rest() + p.end())
     assert parser.parse_and_extract("Hello").tags == {}
 
-    parser = build_tagged_peg_parser(lambda p: p.tag("prefix", p.until(":")) + ":" + p.tag("value", p.rest())
-                                     + p.end())
+    parser = build_tagged_peg_parser(lambda p: p.tag("prefix", p.until(":")) + ":" + p.tag("value", p.rest()) + p.end())
     result = parser.parse_and_extract("key:val", LENIENT)
     assert not result.result.fail() and result.tags == {"prefix": "key", "value": "val"}
 
     def fun_name(p):
-        return p.choice([p.literal("{"), p.literal(":")]) + p.space() + p.literal('"') + p.atomic(
-            p.literal("fun_name"))
+        return p.choice([p.literal("{"), p.literal(":")]) + p.space() + p.literal('"') + p.atomic(p.literal("fun_name"))
 
     text = "This is a very long jinja template string. We have tools. We will try to call them now: "
     parser = build_tagged_peg_parser(fun_name)
-    assert parser.parse_anywhere_and_extract(text + '<tool_call>{ "fun_name" : { "arg" : 1 }</tool_call>').result.success()
     assert parser.parse_anywhere_and_extract(
-        text + "<tool_call><fun=fun_name><arg name=arg>1</arg></tool_call>").result.fail()
+        text + '<tool_call>{ "fun_name" : { "arg" : 1 }</tool_call>'
+    ).result.success()
+    assert parser.parse_anywhere_and_extract(
+        text + "<tool_call><fun=fun_name><arg name=arg>1</arg></tool_call>"
+    ).result.fail()
 
     def function_tag(p):
         needle = "foofoo"
-        return p.tag("fun_marker", p.choice([
-            p.tag("fun_pre", p.literal("<") + p.until_one_of([">", needle])) + p.literal(needle)
-            + p.tag("fun_post", p.negate(p.space() + p.literal("<")) + p.until(">") + p.literal(">")) + p.space(),
-            p.tag("fun_pre", p.literal("[") + p.until_one_of(["]", needle])) + p.literal(needle)
-            + p.tag("fun_post", p.negate(p.space() + p.literal("[") + p.until("]") + p.literal("]")) + p.space())]))
+        return p.tag(
+            "fun_marker",
+            p.choice(
+                [
+                    p.tag("fun_pre", p.literal("<") + p.until_one_of([">", needle]))
+                    + p.literal(needle)
+                    + p.tag("fun_post", p.negate(p.space() + p.literal("<")) + p.until(">") + p.literal(">"))
+                    + p.space(),
+                    p.tag("fun_pre", p.literal("[") + p.until_one_of(["]", needle]))
+                    + p.literal(needle)
+                    + p.tag(
+                        "fun_post", p.negate(p.space() + p.literal("[") + p.until("]") + p.literal("]")) + p.space()
+                    ),
+                ]
+            ),
+        )
 
-    haystack = ("\n<tool_call>\n<function=foofoo>\n<parameter=first>\nXXXX\n</parameter>\n<parameter=second>\n"
-                "YYYY\n</parameter>\n</function>\n</tool_call>\n")
+    haystack = (
+        "\n<tool_call>\n<function=foofoo>\n<parameter=first>\nXXXX\n</parameter>\n<parameter=second>\n"
+        "YYYY\n</parameter>\n</function>\n</tool_call>\n"
+    )
     result = build_tagged_peg_parser(function_tag).parse_anywhere_and_extract(haystack)
     assert result.result.success()
     assert (result.tags["fun_pre"], result.tags["fun_post"]) == ("<function=", ">")

@@ -213,9 +213,7 @@ def test_optional_success_ends_after_what_matched(text: str, end: int) -> None:
         (lambda p: p.literal("a") + p.chars("[0-9]", 2, 2), "a1x", NONE, (FAIL, 0, 2)),
     ],
 )
-def test_primitive_partial_semantics(
-    build: Build, text: str, flags: int, expected: tuple[int, int, int]
-) -> None:
+def test_primitive_partial_semantics(build: Build, text: str, flags: int, expected: tuple[int, int, int]) -> None:
     result = parse(build, text, flags)
     assert (result.type, result.start, result.end) == expected
 
@@ -679,10 +677,7 @@ def test_gbnf_generation(build: Build, expected: str) -> None:
 
 
 def test_lazy_gbnf_emits_trigger_rules_and_what_they_reach() -> None:
-    expected = (
-        'root ::= rule-2 | rule-4\nrule-2 ::= "b" rule-3\nrule-3 ::= "c" rule-4\nrule-4 ::= "d"\n'
-        + SPACE_RULE
-    )
+    expected = 'root ::= rule-2 | rule-4\nrule-2 ::= "b" rule-3\nrule-3 ::= "c" rule-4\nrule-4 ::= "d"\n' + SPACE_RULE
     assert gbnf(trigger_rules, lazy=True) == expected
 
 
@@ -720,9 +715,7 @@ def test_gbnf_quantifiers_and_empty_until() -> None:
             ]
         )
 
-    expected = (
-        'root ::= "a"{2} "b"{2,4} "c"{3,} "d" [x]? [y]{2,3} . .* until-12\n' + SPACE_RULE + "until-12 ::= |\n"
-    )
+    expected = 'root ::= "a"{2} "b"{2,4} "c"{3,} "d" [x]? [y]{2,3} . .* until-12\n' + SPACE_RULE + "until-12 ::= |\n"
     assert gbnf(build) == expected
 
 
@@ -796,9 +789,7 @@ def test_grammar_builder_names_and_clashes() -> None:
 
 
 def test_grammar_builder_reports_schema_errors() -> None:
-    with pytest.raises(
-        ValueError, match='^JSON schema conversion failed:\nUnrecognized schema: {"type":"nope"}$'
-    ):
+    with pytest.raises(ValueError, match='^JSON schema conversion failed:\nUnrecognized schema: {"type":"nope"}$'):
         build_grammar(lambda builder: builder.add_schema("t", {"type": "nope"}))
 
 
@@ -994,16 +985,10 @@ def test_schema_dump_uses_compact_json() -> None:
 
 
 def tool_parser(p: PegBuilder) -> PegParser:
-    reasoning = p.rule(
-        "reasoning", p.literal("<think>") + p.tag("reasoning", p.until("</think>")) + "</think>"
-    )
+    reasoning = p.rule("reasoning", p.literal("<think>") + p.tag("reasoning", p.until("</think>")) + "</think>")
     call = p.rule(
         "call",
-        p.literal("<call>")
-        + p.tag("name", p.chars("[a-z_]"))
-        + p.literal(" ")
-        + p.tag("args", p.json())
-        + "</call>",
+        p.literal("<call>") + p.tag("name", p.chars("[a-z_]")) + p.literal(" ") + p.tag("args", p.json()) + "</call>",
     )
     return p.optional(reasoning) + p.tag("content", p.until("<call>")) + p.zero_or_more(p.atomic(call))
 

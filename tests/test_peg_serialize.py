@@ -111,9 +111,7 @@ def small(p: PegBuilder) -> PegParser:
     word = p.rule("word", p.chars("[a-z]", 1, -1))
     num = p.rule("number", p.chars("[0-9]", 1, -1))
     item = p.rule("item", p.choice([word, num]))
-    items = p.sequence(
-        [p.literal("["), item, p.zero_or_more(p.sequence([p.literal(","), item])), p.literal("]")]
-    )
+    items = p.sequence([p.literal("["), item, p.zero_or_more(p.sequence([p.literal(","), item])), p.literal("]")])
     lst = p.trigger_rule("list", items)
     return p.sequence([lst, p.end()])
 
@@ -527,10 +525,7 @@ LOAD_ACCEPTS = [  # load(text) -> save() of the C++
         '{"parsers":[{"type":"any"}],"rules":{},"root":0}',
     ),
     (
-        (
-            '{"parsers":[{"type":"repetition","child":0,"min_count":true,"max_count":2.5}],"rules":{},"ro'
-            'ot":0}'
-        ),
+        ('{"parsers":[{"type":"repetition","child":0,"min_count":true,"max_count":2.5}],"rules":{},"root":0}'),
         '{"parsers":[{"type":"repetition","child":0,"min_count":1,"max_count":2}],"rules":{},"root":0}',
     ),
     (
@@ -1215,13 +1210,9 @@ def test_round_trip_of_a_chat_parser() -> None:
     arena = build_chat_peg_parser(fn)
     loaded = load(save(arena))
     assert arena_to_json(loaded)["parsers"] == arena_to_json(arena)["parsers"]
-    text = (
-        '<think>hm</think>Sure.<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
-    )
+    text = '<think>hm</think>Sure.<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
     for k in range(len(text) + 1):
-        assert chat_peg_parse(loaded, text[:k], k < len(text)) == chat_peg_parse(
-            arena, text[:k], k < len(text)
-        )
+        assert chat_peg_parse(loaded, text[:k], k < len(text)) == chat_peg_parse(arena, text[:k], k < len(text))
 
     def grammar(a: PegArena) -> str:
         def build(builder) -> None:
@@ -1265,9 +1256,7 @@ def test_load_error_messages_of_the_server() -> None:
 
 
 def test_load_keeps_the_first_byte_of_a_string_delimiter_as_its_first_character() -> None:
-    assert load('{"parsers":[{"type":"string","delimiter":"ab"}],"rules":{},"root":0}').get(
-        0
-    ) == StringParser("a")
+    assert load('{"parsers":[{"type":"string","delimiter":"ab"}],"rules":{},"root":0}').get(0) == StringParser("a")
 
 
 def test_chars_ranges_hold_uint32_values() -> None:

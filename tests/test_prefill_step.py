@@ -9,7 +9,6 @@ from mlx_lm.models.cache import RotatingKVCache
 
 from server.backends import open_backend
 from server.models.loader import load_checkpoint
-from server.models.prefill_step import PrefillStep
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +39,7 @@ def test_native_chunks_give_mlxs_logits_keys_and_cache_layout(runner, n):
     assert mine.shape == theirs.shape == (1, 49152)
     assert mx.abs(mine - theirs).max().item() < 1e-4 * mx.abs(theirs).max().item()
     assert mx.argmax(mine).item() == mx.argmax(theirs).item()
-    for a, b in zip(native_cache, mlx_cache):
+    for a, b in zip(native_cache, mlx_cache, strict=False):
         assert a.offset == b.offset == n and a.keys.shape == b.keys.shape
         for x, y in ((a.keys, b.keys), (a.values, b.values)):
             assert mx.abs(x[..., :n, :] - y[..., :n, :]).max().item() < 1e-3
@@ -62,7 +61,7 @@ def test_only_the_prompts_last_chunk_computes_logits(runner):
     logits = step(cache, [4649, 314], want_logits=True)
     assert logits.shape == (1, 49152) and cache[0].offset == 5
     whole, _ = _prefill(runner, True, [504, 3458, 282, 4649, 314])
-    for a, b in zip(cache, whole):  # chunks cut at other places: rows through the BLAS, same keys
+    for a, b in zip(cache, whole, strict=False):  # chunks cut at other places: rows through the BLAS, same keys
         assert mx.abs(a.keys[..., :5, :] - b.keys[..., :5, :]).max().item() < 1e-4
 
 

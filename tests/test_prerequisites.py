@@ -41,7 +41,22 @@ def pytester_env():
 
     def run(**env):
         base = {k: v for k, v in os.environ.items() if k not in ("CI", "MLXCEL_ORACLE_OFFLINE")}
-        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
-                               "conformance/test_embeddings.py::test_token_vectors_agree_with_pooling_none"],
-                              cwd=root, env={**base, **env}, capture_output=True, text=True, timeout=300)
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "-x",
+                "conformance/test_embeddings.py::test_token_vectors_agree_with_pooling_none",
+            ],
+            cwd=root,
+            env={**base, **env},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
     return run

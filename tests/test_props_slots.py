@@ -43,9 +43,7 @@ async def test_slots_are_live_while_requests_run_and_503_when_none_is_free(engin
         finals = [r.json() for r in await asyncio.gather(*runs)]
         after = (await c.get("/slots")).json()
     assert blocked.status_code == 503
-    assert blocked.json() == {
-        "error": {"code": 503, "message": "no slot available", "type": "unavailable_error"}
-    }
+    assert blocked.json() == {"error": {"code": 503, "message": "no slot available", "type": "unavailable_error"}}
     for s in busy:
         nt = s["next_token"][0]
         assert nt["has_next_token"] and nt["n_remain"] == 40 - nt["n_decoded"]

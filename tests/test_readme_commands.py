@@ -25,8 +25,11 @@ def test_readme_first_command_names_the_default_model():
 def test_server_without_model_starts_a_router_offering_the_store(tmp_path):
     """b10621 started without a model is a router; the bundled default model is in the store it offers."""
     port = free_port()
-    proc = subprocess.Popen([shutil.which("mlxcel-server") or "mlxcel-server", "--port", str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [shutil.which("mlxcel-server") or "mlxcel-server", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
@@ -49,8 +52,11 @@ def test_server_without_model_starts_a_router_offering_the_store(tmp_path):
 
 def test_default_model_serves_health_and_completion():
     port = free_port()
-    proc = subprocess.Popen([shutil.which("mlxcel-server") or "mlxcel-server", "-m", DEFAULT_MODEL.name,
-                             "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [shutil.which("mlxcel-server") or "mlxcel-server", "-m", DEFAULT_MODEL.name, "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 300
@@ -62,8 +68,7 @@ def test_default_model_serves_health_and_completion():
             except httpx.HTTPError:
                 pass
             time.sleep(0.3)
-        r = httpx.post(base + "/completion", json={"prompt": "The capital of France is", "n_predict": 8},
-                       timeout=120)
+        r = httpx.post(base + "/completion", json={"prompt": "The capital of France is", "n_predict": 8}, timeout=120)
         assert r.status_code == 200
         assert 1 <= r.json()["tokens_predicted"] <= 8  # sampled at the default temperature: it may end early
     finally:

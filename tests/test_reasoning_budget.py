@@ -47,18 +47,34 @@ def _forcing_window(sequence, start_seqs, end_seqs, forced, budget, initial_stat
 
 # (name, sequence, start_seqs, end_seqs, forced, budget, initial state, forcing from, forcing through)
 CASES = [
-    ("natural end before budget exhausted", [100, 50, 51, 101, 52], [[100]], [[101]], [102], 5, S.IDLE,
-     None, None),
+    ("natural end before budget exhausted", [100, 50, 51, 101, 52], [[100]], [[101]], [102], 5, S.IDLE, None, None),
     ("budget exhausted forcing", [100, 50, 51, 52, 53], [[100]], [[101]], [102, 101], 2, S.IDLE, 3, 4),
     ("activate immediately budget=0", [100, 50, 51, 52], [[100]], [[101]], [102, 101], 0, S.COUNTING, 0, 1),
     ("no start/end configured", [50, 51, 52, 53], [[]], [[]], [102], 2, S.IDLE, None, None),
     ("activate immediately with budget", [50, 51, 52, 53], [[100]], [[101]], [102, 101], 2, S.COUNTING, 2, 3),
-    ("multi-block re-arms budget after DONE", [100, 50, 101, 100, 60, 61, 62, 63], [[100]], [[101]],
-     [102, 101], 2, S.IDLE, 6, 7),
-    ("multiple start sequences", [110, 111, 50, 51, 52, 53], [[100], [110, 111]], [[101]], [102, 101], 2, S.IDLE,
-     4, 5),
-    ("multiple end sequences", [100, 50, 103, 104, 52], [[100]], [[101], [103, 104]], [102, 101], 5, S.IDLE,
-     None, None),
+    (
+        "multi-block re-arms budget after DONE",
+        [100, 50, 101, 100, 60, 61, 62, 63],
+        [[100]],
+        [[101]],
+        [102, 101],
+        2,
+        S.IDLE,
+        6,
+        7,
+    ),
+    ("multiple start sequences", [110, 111, 50, 51, 52, 53], [[100], [110, 111]], [[101]], [102, 101], 2, S.IDLE, 4, 5),
+    (
+        "multiple end sequences",
+        [100, 50, 103, 104, 52],
+        [[100]],
+        [[101], [103, 104]],
+        [102, 101],
+        5,
+        S.IDLE,
+        None,
+        None,
+    ),
 ]
 
 
@@ -156,14 +172,16 @@ def test_forcing_records_the_end_sequence_that_finishes_the_forced_tokens():
     assert plain.state is S.DONE and plain.end_match is None
 
 
-@pytest.mark.parametrize("data", [b"hello", b"", b"\xc2\xa0", b"\xe2\x80\x9c", b"\xf0\x9f\x98\x80", b"abc\xc3\xa9",
-                                  b"hello\xc3\xa9"])
+@pytest.mark.parametrize(
+    "data", [b"hello", b"", b"\xc2\xa0", b"\xe2\x80\x9c", b"\xf0\x9f\x98\x80", b"abc\xc3\xa9", b"hello\xc3\xa9"]
+)
 def test_utf8_complete(data):
     assert utf8_is_complete(data)
 
 
-@pytest.mark.parametrize("data", [b"\xc2", b"\xe2\x80", b"\xe2", b"\xf0\x9f\x98", b"\xf0\x9f", b"\xf0", b"\x80",
-                                  b"hello\xc3"])
+@pytest.mark.parametrize(
+    "data", [b"\xc2", b"\xe2\x80", b"\xe2", b"\xf0\x9f\x98", b"\xf0\x9f", b"\xf0", b"\x80", b"hello\xc3"]
+)
 def test_utf8_incomplete(data):
     assert not utf8_is_complete(data)
 
@@ -280,8 +298,9 @@ _SPLIT = re.compile("(" + "|".join(map(re.escape, SPECIAL)) + ")")
 
 def tokenize(text: str) -> list[int]:
     """parse_special=true: a special tag is one token, anything else one token per character."""
-    return [SPECIAL[p] if p in SPECIAL else ord(c) for p in _SPLIT.split(text) if p
-            for c in ([p] if p in SPECIAL else p)]
+    return [
+        SPECIAL[p] if p in SPECIAL else ord(c) for p in _SPLIT.split(text) if p for c in ([p] if p in SPECIAL else p)
+    ]
 
 
 def piece(token: int) -> bytes:
@@ -330,11 +349,20 @@ def test_prefill_drops_a_leading_space_token_the_tokenizer_added():
 
 
 def test_task_fields_as_server_schema_reads_them():
-    p = ReasoningBudgetParams.from_task({"reasoning_budget_tokens": None, "reasoning_budget_start_tag": "<think>",
-                                         "reasoning_budget_end_tag": "</think>", "reasoning_control": True}, 7)
+    p = ReasoningBudgetParams.from_task(
+        {
+            "reasoning_budget_tokens": None,
+            "reasoning_budget_start_tag": "<think>",
+            "reasoning_budget_end_tag": "</think>",
+            "reasoning_control": True,
+        },
+        7,
+    )
     assert p == ReasoningBudgetParams(7, "<think>", ["</think>"], None, True)
-    both = ReasoningBudgetParams.from_task({"reasoning_budget_end_tags": ["a", "", "b"],
-                                            "reasoning_budget_end_tag": "c", "reasoning_budget_message": 5}, -1)
+    both = ReasoningBudgetParams.from_task(
+        {"reasoning_budget_end_tags": ["a", "", "b"], "reasoning_budget_end_tag": "c", "reasoning_budget_message": 5},
+        -1,
+    )
     assert both.end_tags == ["a", "b"] and both.message == ""
     # a null list next to the single tag: the handler still reads the (null) list
     quirk = ReasoningBudgetParams.from_task({"reasoning_budget_end_tags": None, "reasoning_budget_end_tag": "c"}, -1)
@@ -345,15 +373,22 @@ def test_task_fields_as_server_schema_reads_them():
 def test_chat_fields_as_server_common_sets_them():
     tags = ("<think>", ["</think>"])
     assert chat_reasoning_budget_fields({}, *tags, 64, "bye") == {
-        "reasoning_budget_tokens": 64, "reasoning_budget_start_tag": "<think>",
-        "reasoning_budget_end_tags": ["</think>"], "reasoning_budget_message": "bye", "reasoning_control": False}
+        "reasoning_budget_tokens": 64,
+        "reasoning_budget_start_tag": "<think>",
+        "reasoning_budget_end_tags": ["</think>"],
+        "reasoning_budget_message": "bye",
+        "reasoning_control": False,
+    }
     f = chat_reasoning_budget_fields
-    assert f({"reasoning_budget_tokens": -1, "thinking_budget_tokens": 9}, *tags, 64, "")[
-        "reasoning_budget_tokens"] == 64
-    assert f({"reasoning_budget_tokens": "x", "thinking_budget_tokens": 9}, *tags, 64, "")[
-        "reasoning_budget_tokens"] == 9
-    assert f({"reasoning_budget_tokens": 3.9, "thinking_budget_tokens": 9}, *tags, 64, "")[
-        "reasoning_budget_tokens"] == 3
+    assert (
+        f({"reasoning_budget_tokens": -1, "thinking_budget_tokens": 9}, *tags, 64, "")["reasoning_budget_tokens"] == 64
+    )
+    assert (
+        f({"reasoning_budget_tokens": "x", "thinking_budget_tokens": 9}, *tags, 64, "")["reasoning_budget_tokens"] == 9
+    )
+    assert (
+        f({"reasoning_budget_tokens": 3.9, "thinking_budget_tokens": 9}, *tags, 64, "")["reasoning_budget_tokens"] == 3
+    )
     out = f({"reasoning_budget_message": "m", "reasoning_control": "yes"}, *tags, -1, "cli")
     assert out["reasoning_budget_message"] == "m" and out["reasoning_control"] is False
     assert f({"reasoning_budget_tokens": 5}, "<think>", [], -1, "") == {}

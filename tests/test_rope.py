@@ -22,10 +22,12 @@ def test_the_overrides_resolve_as_b10621_resolves_them():
     assert rope_overrides(_args("0")) == (None, None)  # 0: the model's
     assert rope_overrides(_args("50000")) == (50000.0, None)
     # --rope-scale N and --rope-freq-scale N write one field: the last one wins
-    assert rope_overrides(_args(scales=[("--rope-scale", "--rope-scale", "4"),
-                                        ("--rope-freq-scale", "--rope-freq-scale", "0.75")])) == (None, 0.75)
-    assert rope_overrides(_args(scales=[("--rope-freq-scale", "--rope-freq-scale", "0.75"),
-                                        ("--rope-scale", "--rope-scale", "4")])) == (None, 0.25)
+    assert rope_overrides(
+        _args(scales=[("--rope-scale", "--rope-scale", "4"), ("--rope-freq-scale", "--rope-freq-scale", "0.75")])
+    ) == (None, 0.75)
+    assert rope_overrides(
+        _args(scales=[("--rope-freq-scale", "--rope-freq-scale", "0.75"), ("--rope-scale", "--rope-scale", "4")])
+    ) == (None, 0.25)
     assert rope_overrides(_args(scales=[("--rope-freq-scale", "x", "0.5")], scaling="none")) == (None, 1.0)
 
 

@@ -34,8 +34,7 @@ TOKEN = "hf_" + "Ab3" * 12  # shaped as the hub issues tokens
 @pytest.fixture
 def tiny_checkpoint(twin_f32):
     """The F32 twin's files as a hub repository (config, tokenizer, weights)."""
-    return {p.name: p.read_bytes() for p in twin_f32.mlx_dir.iterdir()
-            if p.is_file() and p.name != "mlxcel-build.json"}
+    return {p.name: p.read_bytes() for p in twin_f32.mlx_dir.iterdir() if p.is_file() and p.name != "mlxcel-build.json"}
 
 
 def test_post_models_downloads_into_the_store_and_delete_removes_it(tmp_path, tiny_checkpoint):
@@ -43,8 +42,12 @@ def test_post_models_downloads_into_the_store_and_delete_removes_it(tmp_path, ti
     with FakeHub({"acme/smol": tiny_checkpoint}) as hub_server:
         env = {**os.environ, "MLXCEL_MODELS_DIR": str(store), "MLXCEL_HUB_ENDPOINT": hub_server.url}
         port = free_port()
-        proc = subprocess.Popen([sys.executable, "-m", "server", "--port", str(port), "--hf-token", TOKEN], env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "server", "--port", str(port), "--hf-token", TOKEN],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+        )
         base = f"http://127.0.0.1:{port}"
         try:
             _wait(lambda: _up(base))
@@ -57,13 +60,20 @@ def test_post_models_downloads_into_the_store_and_delete_removes_it(tmp_path, ti
             def listed():
                 data = httpx.get(base + "/models").json()["data"]
                 return data and data[0]["status"]["value"] == "unloaded" and data
+
             _wait(listed, 120)
             (model,) = listed()
             assert (model["id"], model["source"], model["can_remove"]) == ("acme/smol", "cache", True)
             # --hf-token authenticated the download, listing and files, as b10621 sends it
-            assert {h for _, h in hub_server.auth} == {f"Bearer {TOKEN}"} and ("api", f"Bearer {TOKEN}") in hub_server.auth
-            done = httpx.post(base + "/completion", json={"model": "acme/smol", "prompt": "The capital of France is",
-                                                          "n_predict": 4, "temperature": 0}, timeout=300)
+            assert {h for _, h in hub_server.auth} == {f"Bearer {TOKEN}"} and (
+                "api",
+                f"Bearer {TOKEN}",
+            ) in hub_server.auth
+            done = httpx.post(
+                base + "/completion",
+                json={"model": "acme/smol", "prompt": "The capital of France is", "n_predict": 4, "temperature": 0},
+                timeout=300,
+            )
             assert done.status_code == 200 and done.json()["content"].startswith(" Paris")
             assert httpx.delete(base + "/models", params={"model": "acme/smol"}).json() == {"success": True}
             assert not (store / "acme" / "smol").exists()
@@ -88,16 +98,22 @@ def _up(base: str) -> bool:
 def test_a_preset_key_b10621_does_not_know_stops_the_router(tmp_path):
     ini = tmp_path / "p.ini"
     ini.write_text("[m]\nmodel = /x\nbogus-key = 1\n")
-    proc = subprocess.run([sys.executable, "-m", "server", "--models-preset", str(ini), "--port", str(free_port())],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "server", "--models-preset", str(ini), "--port", str(free_port())],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 1
     assert "failed to initialize router models: option 'bogus-key' not recognized in preset 'm'" in proc.stderr
 
 
 def test_preset_files_read_as_b10621_reads_them(tmp_path):
     ini = tmp_path / "p.ini"
-    ini.write_text("; comment\nversion = 1\n[*]\nc = 512\n[b]\nmodel = /m/b.gguf\nno-mmap = true # off\n"
-                   "LLAMA_ARG_N_PARALLEL = 2\n[a:q4_k_m]\ntemp=0.5;x\n[b]\nmodel = /m/again.gguf\n")
+    ini.write_text(
+        "; comment\nversion = 1\n[*]\nc = 512\n[b]\nmodel = /m/b.gguf\nno-mmap = true # off\n"
+        "LLAMA_ARG_N_PARALLEL = 2\n[a:q4_k_m]\ntemp=0.5;x\n[b]\nmodel = /m/again.gguf\n"
+    )
     found, glob = presets.load_ini(str(ini))
     assert list(found) == ["a:Q4_K_M", "b"]  # sorted; a tag canonicalized; a repeated header starts over
     assert found["b"].to_ini() == "[b]\nmodel = /m/again.gguf\n\n"
@@ -122,8 +138,16 @@ def test_catalog_precedence_and_alias_conflicts(tmp_path):
     entries = load_catalog(None, str(models), str(ini), router)
     assert {n: e.source for n, e in entries.items()} == {"dirmodel": "models_dir", "x": "preset", "y": "preset"}
     assert entries["x"].aliases == ["ex"]
-    assert entries["x"].preset.to_argv() == ["--temperature", "0", "--alias", "ex", "--ctx-size", "64", "--model",
-                                             str(models / "x.gguf")]
+    assert entries["x"].preset.to_argv() == [
+        "--temperature",
+        "0",
+        "--alias",
+        "ex",
+        "--ctx-size",
+        "64",
+        "--model",
+        str(models / "x.gguf"),
+    ]
     ini.write_text("[x]\nalias = y\n[y]\nmodel = /y.gguf\n")
     with pytest.raises(presets.PresetError, match="conflicts"):
         load_catalog(None, str(models), str(ini), router)
@@ -153,14 +177,21 @@ def test_a_child_naming_a_draft_reports_the_draft_stage_after_the_text_model():
     for argv in (["-md", "d.gguf"], ["--model-draft", "d"], ["--spec-draft-model=d"], ["-hfd", "org/repo"]):
         assert load_stages(argv) == ["text_model", "spec_model"], argv
     entries = {"a": Entry("a", "models_dir", presets.Preset("a"))}
-    pool = ModelPool(lambda: entries, lambda entry, argv: Loaded(app=None, info={}, stop=lambda: None),
-                     lambda e: ["prog", "--alias", e.name, "-md", "draft.gguf"])
+    pool = ModelPool(
+        lambda: entries,
+        lambda entry, argv: Loaded(app=None, info={}, stop=lambda: None),
+        lambda e: ["prog", "--alias", e.name, "-md", "draft.gguf"],
+    )
     seen = []
     pool._notify = lambda event, model, data=None: seen.append((event, data))
     pool.ensure_ready("a")
     progress = [d["progress"] for e, d in seen if e == "status_change" and "progress" in d]
     assert [(p["current"], p["value"]) for p in progress] == [
-        ("text_model", 0.0), ("text_model", 1.0), ("spec_model", 0.0), ("spec_model", 1.0)]
+        ("text_model", 0.0),
+        ("text_model", 1.0),
+        ("spec_model", 0.0),
+        ("spec_model", 1.0),
+    ]
     assert all(p["stages"] == ["text_model", "spec_model"] for p in progress)
 
 

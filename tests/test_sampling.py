@@ -77,8 +77,9 @@ def test_command_line_sampling_defaults_parse_and_refuse_as_b10621():
     from server.cli.args import build_parser
     from server.cli.startup import sampling_defaults
 
-    args = build_parser("t").parse_args(["--temp", "-1", "--samplers", "top_k;Temp;bogus", "-l", "15043+1",
-                                         "-l", "13-2.5", "-s", "-2", "--top-k", "7"])
+    args = build_parser("t").parse_args(
+        ["--temp", "-1", "--samplers", "top_k;Temp;bogus", "-l", "15043+1", "-l", "13-2.5", "-s", "-2", "--top-k", "7"]
+    )
     got = sampling_defaults(args)
     assert got["temperature"] == 0 and got["samplers"] == ["top_k", "temperature"] and got["seed"] == 4294967294
     assert got["logit_bias"] == [(15043, 1.0), (13, -2.5)] and got["top_k"] == 7
@@ -125,23 +126,45 @@ def test_dry_breakers_from_the_vocabulary():
 
 # --- greedy requests skip the chain (sampling.draws_the_argmax) ----------------------------------------------
 
-_ORDERS = [SamplingParams().samplers, ("top_k", "temperature"), ("temperature",),
-           ("min_p", "top_p", "temperature", "typ_p", "xtc"), ("top_k", "penalties", "dry", "temperature")]
+_ORDERS = [
+    SamplingParams().samplers,
+    ("top_k", "temperature"),
+    ("temperature",),
+    ("min_p", "top_p", "temperature", "typ_p", "xtc"),
+    ("top_k", "penalties", "dry", "temperature"),
+]
 
 
 @settings(max_examples=150, deadline=None)
-@given(order=st.sampled_from(_ORDERS), top_k=st.integers(-1, 60), top_p=st.floats(0.05, 1.0),
-       min_p=st.floats(0.0, 0.9), temperature=st.sampled_from([0.0, -1.0, 0.5]),
-       typical_p=st.sampled_from([1.0, 0.5]), repeat_penalty=st.sampled_from([1.0, 1.3]),
-       xtc=st.sampled_from([0.0, 0.9]), bans=st.lists(st.integers(0, 199), max_size=5),
-       tied=st.booleans(), seed=st.integers(0, 2**31))
-def test_where_the_chain_draws_the_argmax_the_shortcut_draws_the_same(order, top_k, top_p, min_p, temperature,
-                                                                      typical_p, repeat_penalty, xtc, bans,
-                                                                      tied, seed):
-    params = SamplingParams(seed=seed, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-                            typical_p=typical_p, repeat_penalty=repeat_penalty, xtc_probability=xtc,
-                            xtc_threshold=0.05, samplers=order,
-                            logit_bias=tuple((t, -float("inf")) for t in bans))
+@given(
+    order=st.sampled_from(_ORDERS),
+    top_k=st.integers(-1, 60),
+    top_p=st.floats(0.05, 1.0),
+    min_p=st.floats(0.0, 0.9),
+    temperature=st.sampled_from([0.0, -1.0, 0.5]),
+    typical_p=st.sampled_from([1.0, 0.5]),
+    repeat_penalty=st.sampled_from([1.0, 1.3]),
+    xtc=st.sampled_from([0.0, 0.9]),
+    bans=st.lists(st.integers(0, 199), max_size=5),
+    tied=st.booleans(),
+    seed=st.integers(0, 2**31),
+)
+def test_where_the_chain_draws_the_argmax_the_shortcut_draws_the_same(
+    order, top_k, top_p, min_p, temperature, typical_p, repeat_penalty, xtc, bans, tied, seed
+):
+    params = SamplingParams(
+        seed=seed,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        min_p=min_p,
+        typical_p=typical_p,
+        repeat_penalty=repeat_penalty,
+        xtc_probability=xtc,
+        xtc_threshold=0.05,
+        samplers=order,
+        logit_bias=tuple((t, -float("inf")) for t in bans),
+    )
     rng = np.random.default_rng(seed)
     logits = (rng.integers(-3, 4, 200) if tied else rng.standard_normal(200) * 4).astype(np.float32)
     chain = Chain(params, 200)
@@ -150,7 +173,7 @@ def test_where_the_chain_draws_the_argmax_the_shortcut_draws_the_same(order, top
     drawn = chain.sample(logits.copy())
     banned = draws_the_argmax(params)
     off = {"penalties": repeat_penalty == 1.0, "typ_p": typical_p == 1.0, "xtc": xtc == 0.0, "dry": True}
-    before = order[:order.index("temperature")]
+    before = order[: order.index("temperature")]
     assert (banned is not None) == (temperature <= 0 and all(off.get(name, True) for name in before))
     if banned is not None:
         masked = logits.copy()
@@ -160,18 +183,36 @@ def test_where_the_chain_draws_the_argmax_the_shortcut_draws_the_same(order, top
 
 def test_what_keeps_a_request_on_the_chain():
     assert draws_the_argmax(SamplingParams(temperature=0.0)) == ()
-    assert draws_the_argmax(SamplingParams(temperature=0.0, logit_bias=((5, -float("inf")), (2, -float("inf"))))) \
-        == (2, 5)
-    for params in (SamplingParams(), SamplingParams(temperature=0.0, logit_bias=((5, 1.5),)),
-                   SamplingParams(temperature=0.0, dynatemp_range=0.5), SamplingParams(temperature=0.0, mirostat=2),
-                   SamplingParams(temperature=0.0, samplers=("top_k",)),
-                   SamplingParams(temperature=0.0, samplers=("top_k", "temperature", "adaptive_p"))):
+    assert draws_the_argmax(SamplingParams(temperature=0.0, logit_bias=((5, -float("inf")), (2, -float("inf"))))) == (
+        2,
+        5,
+    )
+    for params in (
+        SamplingParams(),
+        SamplingParams(temperature=0.0, logit_bias=((5, 1.5),)),
+        SamplingParams(temperature=0.0, dynatemp_range=0.5),
+        SamplingParams(temperature=0.0, mirostat=2),
+        SamplingParams(temperature=0.0, samplers=("top_k",)),
+        SamplingParams(temperature=0.0, samplers=("top_k", "temperature", "adaptive_p")),
+    ):
         assert draws_the_argmax(params) is None, params
 
 
 # the infill sampler (llama_sampler_infill_apply) on hand-made candidates: token -> piece, 14 and 16 EOG
-_PIECES = {10: b" the", 11: b" th", 12: b" a", 13: b" an", 15: b" b", 20: b"x", 21: b"y", 22: b"z", 23: b"w",
-           24: b"v", 14: b"", 16: b""}
+_PIECES = {
+    10: b" the",
+    11: b" th",
+    12: b" a",
+    13: b" an",
+    15: b" b",
+    20: b"x",
+    21: b"y",
+    22: b"z",
+    23: b"w",
+    24: b"v",
+    14: b"",
+    16: b"",
+}
 _VOCAB = InfillVocab(frozenset({14, 16}), lambda t: _PIECES.get(t, b""), 14)
 
 
@@ -225,8 +266,7 @@ def _combine_as_written(pieces: list[bytes], p: list[float], alive: list[bool]) 
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.text("ab ", max_size=3), st.floats(0.015625, 1.0, width=32)),
-                min_size=1, max_size=12))
+@given(st.lists(st.tuples(st.text("ab ", max_size=3), st.floats(0.015625, 1.0, width=32)), min_size=1, max_size=12))
 def test_infill_prefix_merge_matches_the_pairwise_loop(rows):
     pieces = [t.encode() for t, _ in rows]
     p = np.array([x for _, x in rows], np.float32)

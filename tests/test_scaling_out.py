@@ -24,11 +24,28 @@ def test_three_ranks_on_loopback_match_one_process(twin_f32, tmp_path):
     out = tmp_path / "logits.npy"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     # SmolLM2 has 9 query and 3 key/value heads: three ranks take three and one each
-    proc = subprocess.run([launcher, "--backend", "ring", "-n", "3", "--hosts", "127.0.0.1", "--python",
-                           sys.executable, str(WORKER), str(twin_f32.mlx_dir), str(out)],
-                          capture_output=True, text=True, timeout=300, env=env)
+    proc = subprocess.run(
+        [
+            launcher,
+            "--backend",
+            "ring",
+            "-n",
+            "3",
+            "--hosts",
+            "127.0.0.1",
+            "--python",
+            sys.executable,
+            str(WORKER),
+            str(twin_f32.mlx_dir),
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert sum(f"of 3: done" in line for line in proc.stdout.splitlines()) == 3
+    assert sum("of 3: done" in line for line in proc.stdout.splitlines()) == 3
     sharded = np.load(out)
     model = load_checkpoint(twin_f32.mlx_dir, transpose=False).model
     whole = model(mx.array([TOKENS]))[0].astype(mx.float32)

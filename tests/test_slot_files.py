@@ -78,8 +78,11 @@ def _serve(directory: Path):
 
 
 def _complete(url: str, prompt, n: int = 8, slot: int = 0) -> dict:
-    r = httpx.post(url + "/completion", json={"prompt": prompt, "n_predict": n, "temperature": 0, "id_slot": slot,
-                                              "return_tokens": True}, timeout=300)
+    r = httpx.post(
+        url + "/completion",
+        json={"prompt": prompt, "n_predict": n, "temperature": 0, "id_slot": slot, "return_tokens": True},
+        timeout=300,
+    )
     assert r.status_code == 200, r.text
     return r.json()
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from server.engine.engine import Engine, EngineConfig
 from server.backends import open_backend
+from server.engine.engine import Engine, EngineConfig
 from server.engine.speculative import DraftConfig, NgramSimple, Speculator, draft_max, top_choice, vocab_mismatch
 from server.engine.types import FinalEvent, GenerationRequest, SamplingParams, TokenEvent
 from server.models.loader import load_checkpoint
@@ -70,7 +70,9 @@ def test_a_verify_pass_gives_each_row_bitwise_the_decode_steps_logits(twin_f32):
 
 def test_without_the_native_step_a_verify_pass_runs_through_mlx(twin_f32):
     runner = open_backend(load_checkpoint(twin_f32.mlx_dir))
-    runner.native_decode = runner.native_prefill = False  # as under an engaged LoRA adapter or a steering vector: MLX's forward pass
+    runner.native_decode = runner.native_prefill = (
+        False  # as under an engaged LoRA adapter or a steering vector: MLX's forward pass
+    )
     tok = ModelTokenizer(twin_f32.mlx_dir)
     prompt, more = tok.tokenize("One, two, three,", True, True), tok.tokenize(" four, five, six", False, False)
     plain = runner.new_cache()
@@ -158,7 +160,10 @@ async def test_drafting_goes_on_after_a_context_shift_and_the_output_stays_plain
     _, unshifted = await _run(drafted, before)
     assert not unshifted.truncated
     # drafts accepted after the shifts too (measured: 86 against 42 before any shift)
-    assert final.n_draft_accepted > unshifted.n_draft_accepted + 20, (final.n_draft_accepted, unshifted.n_draft_accepted)
+    assert final.n_draft_accepted > unshifted.n_draft_accepted + 20, (
+        final.n_draft_accepted,
+        unshifted.n_draft_accepted,
+    )
 
 
 async def test_a_draft_of_the_target_itself_is_always_accepted(make_engine, twin_f32):
@@ -188,8 +193,16 @@ def test_ngram_simple_copies_what_followed_the_latest_earlier_occurrence():
     assert ngram.propose(None, history, 2, 0) == [4, 4, 4]
     assert ngram.propose(None, history, 3, 0) == []  # [1, 3] never occurred
     assert ngram.propose(None, history[:6], 2, 0) == []  # too short: needs more than n + m + 1 tokens
-    assert NgramSimple(size_n=2, size_m=8).propose(None, [0, 1, 2, 7, 1, 3, 3, 3, 3, 3, 3, 3, 1], 2, 0) == \
-        [7, 1, 3, 3, 3, 3, 3, 3]
+    assert NgramSimple(size_n=2, size_m=8).propose(None, [0, 1, 2, 7, 1, 3, 3, 3, 3, 3, 3, 3, 1], 2, 0) == [
+        7,
+        1,
+        3,
+        3,
+        3,
+        3,
+        3,
+        3,
+    ]
     assert NgramSimple(size_n=2, size_m=8).propose(None, [1, 2, 7, 1, 3, 3, 3, 3, 3, 3, 3, 1], 2, 0) == []  # at 0
     # fewer than size_n tokens after the match: no draft
     assert NgramSimple(size_n=2, size_m=8).propose(None, [5] * 11 + [1, 2, 1], 2, 0) == []

@@ -11,7 +11,7 @@ from server.engine.stopping import TextStream, find_partial_stop, valid_utf8_pre
 def feed(pieces: list[bytes], stops: list[str]) -> tuple[list[bytes], TextStream]:
     ts = TextStream(stops=[s.encode() for s in stops])
     sent = []
-    for i, p in enumerate(pieces):
+    for p in pieces:
         out = ts.push(p)
         sent.append(out)
         if ts.stopped_by_word:
@@ -47,12 +47,11 @@ def test_helpers():
     assert valid_utf8_prefix("é".encode()[:1]) == 0 and valid_utf8_prefix("aé".encode()) == 3
 
 
-@given(text=st.text(max_size=40), cuts=st.lists(st.integers(0, 60), max_size=8),
-       stop=st.text(min_size=1, max_size=4))
+@given(text=st.text(max_size=40), cuts=st.lists(st.integers(0, 60), max_size=8), stop=st.text(min_size=1, max_size=4))
 def test_streamed_concatenation_always_equals_the_final_content(text, cuts, stop):
     data = text.encode()
     bounds = sorted({min(c, len(data)) for c in cuts} | {0, len(data)})
-    pieces = [data[a:b] for a, b in zip(bounds, bounds[1:])] or [b""]
+    pieces = [data[a:b] for a, b in zip(bounds, bounds[1:], strict=False)] or [b""]
     sent, ts = feed(pieces, [stop])
     if ts.stopped_by_word:  # stopped on a word: everything before it was streamed
         assert b"".join(sent) == ts.content

@@ -42,19 +42,22 @@ def test_a_dropped_client_resumes_byte_exactly(server):
     body = {"prompt": "Once upon a time", "n_predict": 48, "temperature": 0, "stream": True, "ignore_eos": True}
     got = b""
     with httpx.Client(timeout=60) as client:
-        with client.stream("POST", url + "/completion", json=body,
-                           headers={**_auth(KEYS[0]), "X-Conversation-Id": conv}) as r:
+        with client.stream(
+            "POST", url + "/completion", json=body, headers={**_auth(KEYS[0]), "X-Conversation-Id": conv}
+        ) as r:
             for chunk in r.iter_raw():
                 got += chunk
                 if len(got) > 300:
                     break  # the connection closes here, mid-stream
     info = _wait_done(url, conv, KEYS[0])  # the generation went on without its client
-    replay = httpx.get(url + "/v1/stream", params={"conv_id": conv, "from": 0}, headers=_auth(KEYS[0]),
-                       timeout=60).content
+    replay = httpx.get(
+        url + "/v1/stream", params={"conv_id": conv, "from": 0}, headers=_auth(KEYS[0]), timeout=60
+    ).content
     assert info["total_bytes"] == len(replay) > len(got)
     assert replay.startswith(got)
-    rest = httpx.get(url + "/v1/stream", params={"conv_id": conv, "from": len(got)}, headers=_auth(KEYS[0]),
-                     timeout=60).content
+    rest = httpx.get(
+        url + "/v1/stream", params={"conv_id": conv, "from": len(got)}, headers=_auth(KEYS[0]), timeout=60
+    ).content
     assert got + rest == replay
     assert b'"stop":true' in replay and replay.count(b"data: ") > 40
 
@@ -62,9 +65,15 @@ def test_a_dropped_client_resumes_byte_exactly(server):
 def test_the_openai_client_drops_and_the_replay_completes_it(server):
     url, conv = server.base_url, "conv-sdk"
     client = openai.OpenAI(base_url=url + "/v1", api_key=KEYS[0])
-    stream = client.chat.completions.create(model="x", messages=[{"role": "user", "content": "Tell me a story."}],
-                                            max_tokens=40, temperature=0, stream=True,
-                                            extra_headers={"X-Conversation-Id": conv}, extra_body={"ignore_eos": True})
+    stream = client.chat.completions.create(
+        model="x",
+        messages=[{"role": "user", "content": "Tell me a story."}],
+        max_tokens=40,
+        temperature=0,
+        stream=True,
+        extra_headers={"X-Conversation-Id": conv},
+        extra_body={"ignore_eos": True},
+    )
     seen = ""
     for i, chunk in enumerate(stream):
         seen += chunk.choices[0].delta.content or "" if chunk.choices else ""
@@ -83,8 +92,9 @@ def test_sessions_belong_to_their_key_and_delete_stops_them(server):
     url, conv = server.base_url, "conv-key"
     body = {"prompt": "Count:", "n_predict": 400, "temperature": 0, "stream": True, "ignore_eos": True}
     with httpx.Client(timeout=60) as client:
-        with client.stream("POST", url + "/completion", json=body,
-                           headers={**_auth(KEYS[0]), "X-Conversation-Id": conv}) as r:
+        with client.stream(
+            "POST", url + "/completion", json=body, headers={**_auth(KEYS[0]), "X-Conversation-Id": conv}
+        ) as r:
             next(r.iter_raw())
     other = _auth(KEYS[1])
     assert httpx.post(url + "/v1/streams/lookup", json={"conversation_ids": [conv]}, headers=other).json() == []
@@ -93,8 +103,9 @@ def test_sessions_belong_to_their_key_and_delete_stops_them(server):
     mine = httpx.post(url + "/v1/streams/lookup", json={"conversation_ids": [conv]}, headers=_auth(KEYS[0])).json()
     assert mine and not mine[0]["is_done"]  # another key's DELETE touched nothing
     assert httpx.delete(url + "/v1/stream", params={"conv_id": conv}, headers=_auth(KEYS[0])).status_code == 204
-    assert httpx.post(url + "/v1/streams/lookup", json={"conversation_ids": [conv]},
-                      headers=_auth(KEYS[0])).json() == []
+    assert (
+        httpx.post(url + "/v1/streams/lookup", json={"conversation_ids": [conv]}, headers=_auth(KEYS[0])).json() == []
+    )
     slots = httpx.get(url + "/slots", headers=_auth(KEYS[0])).json()
     deadline = time.monotonic() + 30
     while any(s["is_processing"] for s in slots):  # the stopped generation frees its slot

@@ -9,8 +9,9 @@ from server.api.prompts import checked_mixed
 from server.errors import ErrorKind, UpstreamError
 
 
-@pytest.mark.parametrize("value,kind", [([1, []], "array"), ([1, {"a": 1}], "object"), (["a", None], "null"),
-                                        ([True], "boolean")])
+@pytest.mark.parametrize(
+    "value,kind", [([1, []], "array"), ([1, {"a": 1}], "object"), (["a", None], "null"), ([True], "boolean")]
+)
 def test_an_element_that_is_no_token_id_is_b10621s_type_error(value, kind):
     with pytest.raises(UpstreamError) as err:
         checked_mixed(value)

@@ -41,8 +41,9 @@ from server.transport import (
 def _app(**settings):
     event = threading.Event()
     event.set()
-    state = types.SimpleNamespace(engine=types.SimpleNamespace(ready=event, load_error=None),
-                                  settings=ServerSettings(**settings))
+    state = types.SimpleNamespace(
+        engine=types.SimpleNamespace(ready=event, load_error=None), settings=ServerSettings(**settings)
+    )
     return create_app(state)
 
 
@@ -67,10 +68,28 @@ def running(config: ServeConfig, app=None, **settings):
 def cert(tmp_path_factory):
     require(shutil.which("openssl") is not None, "openssl is needed to make a self-signed certificate")
     d = tmp_path_factory.mktemp("tls")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(d / "key.pem"),
-                    "-out", str(d / "cert.pem"), "-days", "2", "-subj", "/CN=localhost",
-                    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            str(d / "key.pem"),
+            "-out",
+            str(d / "cert.pem"),
+            "-days",
+            "2",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+    )
     return str(d / "key.pem"), str(d / "cert.pem")
 
 
@@ -113,9 +132,11 @@ def test_default_port_notice(caplog):
     caplog.set_level(logging.INFO, logger="mlxcel.http")
     announce_listening("http://127.0.0.1:8080")
     # b10621's two warnings after "listening on ...:8080"
-    assert caplog.messages == ["listening on http://127.0.0.1:8080",
-                               "NOTICE: server default port will be changed to :9931 in a future release",
-                               "        ref: https://github.com/ggml-org/llama.cpp/pull/26508"]
+    assert caplog.messages == [
+        "listening on http://127.0.0.1:8080",
+        "NOTICE: server default port will be changed to :9931 in a future release",
+        "        ref: https://github.com/ggml-org/llama.cpp/pull/26508",
+    ]
 
 
 def test_port_in_use_is_refused_with_b10621s_sentence():
@@ -147,11 +168,16 @@ def test_401_over_the_wire_is_b10621s_response_byte_for_byte():
     from pathlib import Path
 
     rec = json.loads((Path(__file__).parent / "data" / "b10621_cors_auth.json").read_text())["unauthorized"]
-    expected = (b"HTTP/1.1 401 Unauthorized\r\n" + b"".join(f"{k}: {v}\r\n".encode() for k, v in rec["headers"])
-                + b"\r\n" + rec["body"].encode())
+    expected = (
+        b"HTTP/1.1 401 Unauthorized\r\n"
+        + b"".join(f"{k}: {v}\r\n".encode() for k, v in rec["headers"])
+        + b"\r\n"
+        + rec["body"].encode()
+    )
     with running(ServeConfig(port=0), auth=AuthConfig(("k1",))) as server:
-        out, _ = _raw(server.port, b"GET /props HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-                                   b"Origin: http://a.example\r\n\r\n")
+        out, _ = _raw(
+            server.port, b"GET /props HTTP/1.1\r\nHost: x\r\nConnection: close\r\nOrigin: http://a.example\r\n\r\n"
+        )
     assert out == expected  # status line, header order and spelling, body: as recorded from b10621
 
 
@@ -217,8 +243,10 @@ def test_tls_files_are_checked_before_binding(cert, tmp_path):
     cases = [
         (ServeConfig(port=0, ssl_key_file=key), "--ssl-key-file was given without --ssl-cert-file"),
         (ServeConfig(port=0, ssl_cert_file=crt), "--ssl-cert-file was given without --ssl-key-file"),
-        (ServeConfig(port=0, ssl_key_file=str(tmp_path / "no.pem"), ssl_cert_file=crt),
-         f"--ssl-key-file {tmp_path / 'no.pem'}: no such file"),
+        (
+            ServeConfig(port=0, ssl_key_file=str(tmp_path / "no.pem"), ssl_cert_file=crt),
+            f"--ssl-key-file {tmp_path / 'no.pem'}: no such file",
+        ),
         (ServeConfig(port=0, ssl_key_file=key, ssl_cert_file=str(tmp_path)), "is a directory"),
         (ServeConfig(port=0, ssl_key_file=crt, ssl_cert_file=crt), "not a PEM certificate and its matching"),
     ]
@@ -256,8 +284,11 @@ def test_stalled_request_body_gets_b10621s_400_after_the_timeout():
     # b10621 --timeout 2, a body that stops short: "HTTP/1.1 400 Bad Request", Connection: close, empty body
     # after 2 s (plus its Access-Control-Allow-Origin, which mlxcel's transport layer does not add here)
     with running(ServeConfig(port=0, timeout=1)) as server:
-        out, waited = _raw(server.port, b"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                                        b"Content-Length: 100\r\n\r\n{\"content\":")
+        out, waited = _raw(
+            server.port,
+            b"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 100\r\n\r\n{"content":',
+        )
     head = out.split(b"\r\n\r\n")[0].split(b"\r\n")
     assert head[0] == b"HTTP/1.1 400 Bad Request"
     assert {h.lower() for h in head[1:]} >= {b"connection: close", b"content-length: 0"}
@@ -277,8 +308,10 @@ async def _echo(scope, receive, send):
 
 
 def test_a_body_that_arrives_in_time_is_served():
-    with running(ServeConfig(port=0, timeout=2), app=_echo) as server, \
-            socket.create_connection(("127.0.0.1", server.port)) as s:
+    with (
+        running(ServeConfig(port=0, timeout=2), app=_echo) as server,
+        socket.create_connection(("127.0.0.1", server.port)) as s,
+    ):
         s.sendall(b"POST /x HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 4\r\n\r\nab")
         time.sleep(0.5)  # a pause shorter than --timeout between two reads
         s.sendall(b"cd")
@@ -292,8 +325,9 @@ def test_a_body_that_arrives_in_time_is_served():
 def test_timeout_zero_serves_only_what_already_arrived():
     # b10621 --timeout 0: a request sent in one piece is served, a body split by a pause gets the 400
     with running(ServeConfig(port=0, timeout=0), app=_echo) as server:
-        whole, _ = _raw(server.port, b"POST /x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-                                     b"Content-Length: 4\r\n\r\nabcd")
+        whole, _ = _raw(
+            server.port, b"POST /x HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 4\r\n\r\nabcd"
+        )
         with socket.create_connection(("127.0.0.1", server.port)) as s:
             s.sendall(b"POST /x HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 4\r\n\r\nab")
             time.sleep(0.3)

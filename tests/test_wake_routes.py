@@ -47,12 +47,22 @@ def test_every_waking_route_is_served():
     assert wakes("POST", "/slots/0") and ("POST", "/slots/0") in paths
 
 
-@pytest.mark.parametrize("method,path", [("GET", "/health"), ("GET", "/metrics"), ("GET", "/props"),
-                                         ("GET", "/models"), ("GET", "/v1/models"), ("POST", "/nowhere")])
+@pytest.mark.parametrize(
+    "method,path",
+    [
+        ("GET", "/health"),
+        ("GET", "/metrics"),
+        ("GET", "/props"),
+        ("GET", "/models"),
+        ("GET", "/v1/models"),
+        ("POST", "/nowhere"),
+    ],
+)
 async def test_bypass_routes_leave_it_asleep(method, path):
     engine = _SleepyEngine()
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=_app(engine), raise_app_exceptions=False),
-                                 base_url="http://t") as c:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=_app(engine), raise_app_exceptions=False), base_url="http://t"
+    ) as c:
         await c.request(method, path)
     assert engine.woken == 0
 
@@ -60,8 +70,9 @@ async def test_bypass_routes_leave_it_asleep(method, path):
 async def test_a_waking_route_wakes_it_before_its_handler_and_under_the_prefix():
     engine = _SleepyEngine()
     app = _app(engine, api_prefix="/v9")
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app, raise_app_exceptions=False),
-                                 base_url="http://t") as c:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app, raise_app_exceptions=False), base_url="http://t"
+    ) as c:
         await c.post("/tokenize", json={"content": "x"})  # outside the prefix: a 404 before any handler
         assert engine.woken == 0
         await c.post("/v9/tokenize", content=b"{not json")  # b10621 wakes before it parses the body

@@ -26,15 +26,20 @@ def test_resolution_follows_llama_context():
     assert resolve(YarnFlags(attn_factor=1.5), 1.0, 8192)[:2] == (0.0, 1.5)
     assert resolve(YarnFlags(scaling_yarn=True, attn_factor=3.0), 0.5, 8192)[1] == pytest.approx(1.0, rel=1e-6)
     # an explicit ext_factor acts without YaRN scaling; the knobs replace the model's values
-    assert resolve(YarnFlags(ext_factor=0.5, beta_fast=16, beta_slow=2, orig_ctx=512), 0.5, 8192)[0::2] == \
-        (0.5, 16, 512)
+    assert resolve(YarnFlags(ext_factor=0.5, beta_fast=16, beta_slow=2, orig_ctx=512), 0.5, 8192)[0::2] == (
+        0.5,
+        16,
+        512,
+    )
 
 
 def test_corr_dims_are_ggmls():
     # ggml_rope_yarn_corr_dims for 64 dims, 8192 positions, base 100000, betas 32 / 1
     low, high = corr_dims(64, 8192, 100000.0, 32.0, 1.0)
+
     def dim(n_rot):
         return 64 * math.log(8192 / (n_rot * 2 * math.pi)) / (2 * math.log(100000.0))
+
     assert (low, high) == (max(0, math.floor(dim(32))), min(63, math.ceil(dim(1))))
 
 
@@ -110,15 +115,22 @@ async def test_with_yarn_a_full_context_shifts_turning_keys_as_b10621_does(twin_
     from server.engine.types import ErrorEvent, FinalEvent, GenerationRequest, TokenEvent
 
     tok = ModelTokenizer(twin_f32.mlx_dir)
-    engine = Engine(twin_f32.mlx_dir, EngineConfig(n_ctx=64, ctx_shift=True, rope=(None, 0.5),
-                                                  yarn=YarnFlags(scaling_yarn=True)),
-                    eog_ids=tok.eog_ids, piece=tok.piece)
+    engine = Engine(
+        twin_f32.mlx_dir,
+        EngineConfig(n_ctx=64, ctx_shift=True, rope=(None, 0.5), yarn=YarnFlags(scaling_yarn=True)),
+        eog_ids=tok.eog_ids,
+        piece=tok.piece,
+    )
     engine.start()
     engine.ready.wait(180)
     try:
         assert engine.backend.capabilities.turn_keys
-        events = [ev async for ev in engine.submit(GenerationRequest(tuple(tok.tokenize("Hello there", True, True)),
-                                                                     n_predict=100, ignore_eos=True))]
+        events = [
+            ev
+            async for ev in engine.submit(
+                GenerationRequest(tuple(tok.tokenize("Hello there", True, True)), n_predict=100, ignore_eos=True)
+            )
+        ]
     finally:
         engine.stop(5)
     assert not any(isinstance(ev, ErrorEvent) for ev in events)
@@ -142,10 +154,16 @@ def test_a_yarn_turn_is_ggmls_rope_at_the_shift_mscale_included(twin_f32):
     cos, sin = rope._angles(np.array([-17]))
     k = np.array(keys)
     half = rope.dims // 2
-    expect = np.concatenate([k[..., :half] * cos[0] - k[..., half:rope.dims] * sin[0],
-                             k[..., :half] * sin[0] + k[..., half:rope.dims] * cos[0], k[..., rope.dims:]], axis=-1)
+    expect = np.concatenate(
+        [
+            k[..., :half] * cos[0] - k[..., half : rope.dims] * sin[0],
+            k[..., :half] * sin[0] + k[..., half : rope.dims] * cos[0],
+            k[..., rope.dims :],
+        ],
+        axis=-1,
+    )
     # MLX's vectorized f32 cos/sin differ from numpy's by up to ~2e-6 on some CPUs (AVX-512 ones), times keys ~2
     np.testing.assert_allclose(turned, expect, rtol=2e-6, atol=1e-5)
-    norms = np.linalg.norm(turned[..., :rope.dims], axis=-1) / np.linalg.norm(k[..., :rope.dims], axis=-1)
+    norms = np.linalg.norm(turned[..., : rope.dims], axis=-1) / np.linalg.norm(k[..., : rope.dims], axis=-1)
     mscale = rope.yarn[1] * (1 + 0.1 * np.log(1 / 0.25))  # attn_factor times YaRN's magnitude correction
     np.testing.assert_allclose(norms, mscale, rtol=1e-5)

@@ -17,8 +17,17 @@ from .native import Shape, complete
 
 router = APIRouter()
 
-ANTHROPIC_FIELDS = frozenset({"messages", "model", "tools", "tool_choice", "chat_template_kwargs",
-                              "thinking_budget_tokens", "__metadata_user_id"})
+ANTHROPIC_FIELDS = frozenset(
+    {
+        "messages",
+        "model",
+        "tools",
+        "tool_choice",
+        "chat_template_kwargs",
+        "thinking_budget_tokens",
+        "__metadata_user_id",
+    }
+)
 
 
 def _value(obj, key: str, default):
@@ -36,7 +45,7 @@ def _billing_header(text: str) -> str:
         return text
     start = at + 4
     if start + 5 < len(text) and text[start + 5] == ";":
-        return text[:start] + "fffff" + text[start + 5:]
+        return text[:start] + "fffff" + text[start + 5 :]
     return text
 
 
@@ -71,7 +80,7 @@ def _tool_result(block: dict) -> dict:
     return {"role": "tool", "tool_call_id": call_id, "content": ""}
 
 
-def _message(msg) -> list[dict]:
+def _message(msg) -> list[dict]:  # noqa: C901
     role = _value(msg, "role", "")
     if not isinstance(msg, dict) or "content" not in msg:
         return [] if role == "assistant" else [msg]
@@ -89,10 +98,16 @@ def _message(msg) -> list[dict]:
             if (part := _image(_value(block, "source", {}))) is not None:
                 converted.append(part)
         elif kind == "tool_use":
-            calls.append({"id": _value(block, "id", ""), "type": "function",
-                          "function": {"name": _value(block, "name", ""),
-                                       "arguments": json.dumps(_value(block, "input", {}), separators=(",", ":"),
-                                                               ensure_ascii=False)}})
+            calls.append(
+                {
+                    "id": _value(block, "id", ""),
+                    "type": "function",
+                    "function": {
+                        "name": _value(block, "name", ""),
+                        "arguments": json.dumps(_value(block, "input", {}), separators=(",", ":"), ensure_ascii=False),
+                    },
+                }
+            )
         elif kind == "tool_result":
             results.append(_tool_result(block))
     out = []
@@ -110,7 +125,7 @@ def _message(msg) -> list[dict]:
     return out + results
 
 
-def to_chat_body(body: dict) -> dict:
+def to_chat_body(body: dict) -> dict:  # noqa: C901
     """server_chat_convert_anthropic_to_oai(): only the fields it maps survive."""
     messages = []
     system = body.get("system")
@@ -129,10 +144,17 @@ def to_chat_body(body: dict) -> dict:
             messages.extend(_message(msg))
     out: dict = {"messages": messages}
     if isinstance(body.get("tools"), list):
-        out["tools"] = [{"type": "function", "function": {
-            "name": _value(t, "name", ""), "description": _value(t, "description", ""),
-            "parameters": t["input_schema"] if isinstance(t, dict) and "input_schema" in t else {}}}
-            for t in body["tools"]]
+        out["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": _value(t, "name", ""),
+                    "description": _value(t, "description", ""),
+                    "parameters": t["input_schema"] if isinstance(t, dict) and "input_schema" in t else {},
+                },
+            }
+            for t in body["tools"]
+        ]
     if isinstance(body.get("tool_choice"), dict):
         kind = _value(body["tool_choice"], "type", "")
         if kind == "auto":
@@ -217,12 +239,13 @@ def _diff_events(diffs, has_reasoning: bool, blocks: _Blocks, text_index: int, t
             if start is not None:
                 events.append(_block_start(index, start))
             if d.tool_call_delta.arguments:
-                events.append(_block_delta(index, {"type": "input_json_delta",
-                                                   "partial_json": d.tool_call_delta.arguments}))
+                events.append(
+                    _block_delta(index, {"type": "input_json_delta", "partial_json": d.tool_call_delta.arguments})
+                )
     return events
 
 
-def messages_shape(state, info: ChatInfo) -> Shape:
+def messages_shape(state, info: ChatInfo) -> Shape:  # noqa: C901
     """to_json_anthropic() and its streaming pair; the block bookkeeping follows b10621's, quirks included
     (the final events re-open blocks for what the final update adds)."""
     cid, model = _completion_id(), state.model_name
@@ -230,8 +253,11 @@ def messages_shape(state, info: ChatInfo) -> Shape:
     blocks: dict[int, _Blocks] = {}
 
     def usage(final) -> dict:
-        return {"cache_read_input_tokens": final.n_cached, "input_tokens": final.n_prompt - final.n_cached,
-                "output_tokens": final.n_decoded}
+        return {
+            "cache_read_input_tokens": final.n_cached,
+            "input_tokens": final.n_prompt - final.n_cached,
+            "output_tokens": final.n_decoded,
+        }
 
     def final(state, t) -> dict:
         msg = final_update(state_of, t)[1]
@@ -243,17 +269,39 @@ def messages_shape(state, info: ChatInfo) -> Shape:
         for tc in msg.tool_calls:
             content.append({"type": "tool_use", "id": tc.id, "name": tc.name, "input": _tool_input(tc.arguments)})
         word = t.final.stopping_word
-        return {"id": cid, "type": "message", "role": "assistant", "content": content, "model": model,
-                "stop_reason": _stop_reason(t.final, msg), "stop_sequence": word or None, "usage": usage(t.final)}
+        return {
+            "id": cid,
+            "type": "message",
+            "role": "assistant",
+            "content": content,
+            "model": model,
+            "stop_reason": _stop_reason(t.final, msg),
+            "stop_sequence": word or None,
+            "usage": usage(t.final),
+        }
 
     def stream_partial(state, t, event, entry) -> list[dict]:
         events = []
         if event.n_decoded == 1:
-            events.append(_event("message_start", message={
-                "id": cid, "type": "message", "role": "assistant", "content": [], "model": model,
-                "stop_reason": None, "stop_sequence": None,
-                "usage": {"cache_read_input_tokens": event.n_cached, "input_tokens": len(t.tokens) - event.n_cached,
-                          "output_tokens": 0}}))
+            events.append(
+                _event(
+                    "message_start",
+                    message={
+                        "id": cid,
+                        "type": "message",
+                        "role": "assistant",
+                        "content": [],
+                        "model": model,
+                        "stop_reason": None,
+                        "stop_sequence": None,
+                        "usage": {
+                            "cache_read_input_tokens": event.n_cached,
+                            "input_tokens": len(t.tokens) - event.n_cached,
+                            "output_tokens": 0,
+                        },
+                    },
+                )
+            )
         st = state_of(t.index)
         diffs = st.update(event.text.decode("utf-8", "replace"), True)
         has_reasoning = bool(st.chat_msg.reasoning_content)
@@ -263,6 +311,7 @@ def messages_shape(state, info: ChatInfo) -> Shape:
             index = (1 if has_reasoning else 0) + (1 if b.text else 0) + d.tool_call_index
             tc = d.tool_call_delta
             return index, ({"type": "tool_use", "id": tc.id, "name": tc.name} if tc.name else None)
+
         return events + _diff_events(diffs, has_reasoning, b, 1 if has_reasoning else 0, tool_index)
 
     def stream_final(state, t) -> list[dict]:
@@ -277,6 +326,7 @@ def messages_shape(state, info: ChatInfo) -> Shape:
             started.add(d.tool_call_index)
             tc = msg.tool_calls[d.tool_call_index]
             return index, {"type": "tool_use", "id": tc.id, "name": tc.name}
+
         events = _diff_events(diffs, has_thinking, _Blocks(), 1 if has_thinking else 0, tool_index)
         if has_thinking:
             events.append(_block_delta(0, {"type": "signature_delta", "signature": ""}))
@@ -286,14 +336,24 @@ def messages_shape(state, info: ChatInfo) -> Shape:
         for i in range(len(msg.tool_calls)):
             events.append(_event("content_block_stop", index=(1 if has_thinking else 0) + (1 if has_text else 0) + i))
         word = t.final.stopping_word
-        events.append(_event("message_delta", delta={"stop_reason": _stop_reason(t.final, msg),
-                                                     "stop_sequence": word or None},
-                             usage={"output_tokens": t.final.n_decoded}))
+        events.append(
+            _event(
+                "message_delta",
+                delta={"stop_reason": _stop_reason(t.final, msg), "stop_sequence": word or None},
+                usage={"output_tokens": t.final.n_decoded},
+            )
+        )
         events.append(_event("message_stop"))
         return events
 
-    return Shape(final=final, combine=lambda results: results[0], stream_partial=stream_partial,
-                 stream_progress=lambda state, t, event: [], stream_final=stream_final, sse=_sse)
+    return Shape(
+        final=final,
+        combine=lambda results: results[0],
+        stream_partial=stream_partial,
+        stream_progress=lambda state, t, event: [],
+        stream_final=stream_final,
+        sse=_sse,
+    )
 
 
 @router.post("/v1/messages")
@@ -301,8 +361,7 @@ async def messages(request: Request):
     state = request.app.state.mlxcel
     body = await read_json_object(request)
     native, info = chat_request(to_chat_body(body), chat_settings(state))
-    return await complete(state, native, messages_shape(state, info), ANTHROPIC_FIELDS,
-                          route="/v1/messages")
+    return await complete(state, native, messages_shape(state, info), ANTHROPIC_FIELDS, route="/v1/messages")
 
 
 @router.post("/v1/messages/count_tokens")
@@ -310,4 +369,3 @@ async def count_tokens(request: Request):
     state = request.app.state.mlxcel
     body = await read_json_object(request)
     return UpstreamJSON({"input_tokens": count_input_tokens(state, to_chat_body(body))})
-

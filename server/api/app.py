@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from types import ModuleType
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -55,7 +56,7 @@ class LoadingGate(BaseHTTPMiddleware):
         return await call_next(request)
 
 
-def create_app(state: AppState | None) -> FastAPI:
+def create_app(state: AppState | None) -> FastAPI:  # noqa: C901
     # no slash redirects: b10621 answers /health/ with its 404, not a 307 to /health
     app = FastAPI(title="mlxcel", docs_url=None, redoc_url=None, openapi_url=None, redirect_slashes=False)
     app.state.mlxcel = state
@@ -91,11 +92,31 @@ def create_app(state: AppState | None) -> FastAPI:
     async def _invalid(_: Request, exc: RequestValidationError):
         return error_response(UpstreamError(str(exc), ErrorKind.INVALID_REQUEST))
 
+    modules: tuple[ModuleType, ...]
     if settings.encoder is not None:  # --embeddings / --reranking: an encoder, nothing that generates
         modules = (health, models, tokenize, props, metrics, embeddings, rerank, encoder_mode, audio, disabled)
     else:
-        modules = (health, models, tokenize, native, chat, oai_completions, anthropic, responses, infill, props, slots,
-                   scoring, metrics, embeddings, rerank, stream_sessions, lora, audio, disabled)
+        modules = (
+            health,
+            models,
+            tokenize,
+            native,
+            chat,
+            oai_completions,
+            anthropic,
+            responses,
+            infill,
+            props,
+            slots,
+            scoring,
+            metrics,
+            embeddings,
+            rerank,
+            stream_sessions,
+            lora,
+            audio,
+            disabled,
+        )
     for module in modules:
         app.include_router(module.router)
     if settings.vertex is not None and settings.vertex.enabled:  # AIP_MODE=PREDICTION (Vertex AI)

@@ -63,8 +63,13 @@ class AuthConfig:
     @classmethod
     def from_args(cls, args: Any, environ: Mapping[str, str] | None = None) -> AuthConfig:
         """From the parser's api_key (list of raw --api-key values, or None) and api_key_file attributes."""
-        return cls(resolve_api_keys(getattr(args, "api_key", None), getattr(args, "api_key_file", None),
-                                    os.environ if environ is None else environ))
+        return cls(
+            resolve_api_keys(
+                getattr(args, "api_key", None),
+                getattr(args, "api_key_file", None),
+                os.environ if environ is None else environ,
+            )
+        )
 
 
 def read_key_file(path: str, source: str = 'argument "--api-key-file"') -> list[str]:
@@ -80,8 +85,9 @@ def read_key_file(path: str, source: str = 'argument "--api-key-file"') -> list[
     return keys
 
 
-def resolve_api_keys(api_key: Sequence[str] | str | None, api_key_file: Sequence[str] | str | None,
-                     environ: Mapping[str, str]) -> tuple[str, ...]:
+def resolve_api_keys(
+    api_key: Sequence[str] | str | None, api_key_file: Sequence[str] | str | None, environ: Mapping[str, str]
+) -> tuple[str, ...]:
     """Every configured key: the environment's, then the command line's (api_key: the raw --api-key values;
     api_key_file: every --api-key-file, each adding its keys as b10621's handler does).
 
@@ -104,8 +110,9 @@ def resolve_api_keys(api_key: Sequence[str] | str | None, api_key_file: Sequence
     # HTTP strips a header value's ends and cannot carry CR/LF/NUL, so such a key never matches (in b10621
     # too: a CRLF key file leaves '\r' on every key); accepted as upstream accepts it, and said once
     if any(key != key.strip(" \t") or any(c in key for c in "\r\n\0") for key in keys):
-        log.warning("an API key ends in whitespace or holds a control character (a CRLF key file?): "
-                    "no request can present it")
+        log.warning(
+            "an API key ends in whitespace or holds a control character (a CRLF key file?): no request can present it"
+        )
     return tuple(dict.fromkeys(keys))
 
 
@@ -148,7 +155,14 @@ class AuthMiddleware:
         # deferred: jsonio imports FastAPI, which reading the command line (AuthConfig.from_args) must not
         from .jsonio import CONTENT_TYPE
 
-        await send({"type": "http.response.start", "status": 401,
-                    "headers": [(b"Content-Type", CONTENT_TYPE.encode()),
-                                (b"Content-Length", str(len(UNAUTHORIZED_BODY)).encode())]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 401,
+                "headers": [
+                    (b"Content-Type", CONTENT_TYPE.encode()),
+                    (b"Content-Length", str(len(UNAUTHORIZED_BODY)).encode()),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": UNAUTHORIZED_BODY})

@@ -23,8 +23,10 @@ def prefill_tokens(generation_prompt: str, tokenizer) -> tuple[int, ...]:
 
 def reasoning_budget_spec(p: TaskParams, tokenizer) -> ReasoningBudgetSpec | None:
     """None where b10621 builds no budget sampler (no tags, or an unlimited budget with nothing needing it)."""
+
     def tokens(text: str) -> tuple[int, ...]:
         return tuple(tokenizer.tokenize(text, add_special=False, parse_special=True)) if text else ()
+
     start = tokens(p.reasoning_budget_start_tag)
     ends = tuple(tokens(tag) for tag in p.reasoning_budget_end_tags if tag)
     if not reasoning_budget_needed(start, ends, p.reasoning_budget_tokens, p.grammar_lazy, p.reasoning_control):

@@ -11,11 +11,11 @@ import time
 from fastapi import APIRouter, Request
 
 from ..build import build_info
-from ..engine.commands import ControlOutcome
 from ..chat.diffs import MessageState, MsgDiff, Parse, delta_json, is_empty, message_json
 from ..chat.messages import ChatMsg
 from ..chat.params import ChatInfo, ChatSettings, chat_params, chat_request
 from ..chat.peg_chat import chat_peg_parse
+from ..engine.commands import ControlOutcome
 from ..engine.types import FinalEvent, TokenEvent
 from ..errors import ErrorKind, UpstreamError
 from .jsonio import UpstreamJSON, json_value, read_json, read_json_object
@@ -26,10 +26,22 @@ from .task_params import requested_verbose
 router = APIRouter()
 
 # Chat-body fields the chat layer itself consumes (they are not native fields)
-CHAT_FIELDS = frozenset({
-    "messages", "model", "tools", "tool_choice", "parallel_tool_calls", "response_format", "top_logprobs",
-    "add_generation_prompt", "chat_template_kwargs", "reasoning_effort", "stream_options", "json_schema",
-})
+CHAT_FIELDS = frozenset(
+    {
+        "messages",
+        "model",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "response_format",
+        "top_logprobs",
+        "add_generation_prompt",
+        "chat_template_kwargs",
+        "reasoning_effort",
+        "stream_options",
+        "json_schema",
+    }
+)
 
 
 def chat_settings(state) -> ChatSettings:
@@ -38,8 +50,13 @@ def chat_settings(state) -> ChatSettings:
         return configured
     tok = state.tokenizer
     piece = lambda i: tok.piece(i).decode("utf-8", "replace") if i is not None else ""
-    return ChatSettings(template=tok.chat_template or "", bos_token=piece(tok.bos_id), eos_token=piece(tok.eos_id),
-                        add_bos=tok.add_bos, add_eos=tok.add_eos)
+    return ChatSettings(
+        template=tok.chat_template or "",
+        bos_token=piece(tok.bos_id),
+        eos_token=piece(tok.eos_id),
+        add_bos=tok.add_bos,
+        add_eos=tok.add_eos,
+    )
 
 
 def _completion_id() -> str:
@@ -49,13 +66,16 @@ def _completion_id() -> str:
 
 
 def _usage(final: FinalEvent) -> dict:
-    return {"completion_tokens": final.n_decoded, "prompt_tokens": final.n_prompt,
-            "total_tokens": final.n_decoded + final.n_prompt,
-            "prompt_tokens_details": {"cached_tokens": final.n_cached}}
+    return {
+        "completion_tokens": final.n_decoded,
+        "prompt_tokens": final.n_prompt,
+        "total_tokens": final.n_decoded + final.n_prompt,
+        "prompt_tokens_details": {"cached_tokens": final.n_cached},
+    }
 
 
 def _finish_reason(final: FinalEvent, msg: ChatMsg | None = None) -> str:
-    """"length" unless a stop word or EOS ended it; a chat answer with tool calls is "tool_calls"."""
+    """ "length" unless a stop word or EOS ended it; a chat answer with tool calls is "tool_calls"."""
     if final.stop_type not in ("word", "eos"):
         return "length"
     return "tool_calls" if msg is not None and msg.tool_calls else "stop"
@@ -63,11 +83,13 @@ def _finish_reason(final: FinalEvent, msg: ChatMsg | None = None) -> str:
 
 def message_parser(info: ChatInfo) -> Parse:
     """The chat parser for one request: the output after the generation prompt, read as a message."""
+
     def parse(text: str, partial: bool) -> ChatMsg:
         try:
             return chat_peg_parse(info.parser, text, partial, info.generation_prompt, info.fmt)
         except ValueError as e:  # b10621's std::runtime_error: the answer becomes a 500
             raise UpstreamError(str(e), ErrorKind.SERVER) from None
+
     return parse
 
 
@@ -79,6 +101,7 @@ def message_states(info: ChatInfo):
         if index not in states:
             states[index] = MessageState(parse, is_continuation=info.is_continuation, echo=info.echo)
         return states[index]
+
     return state_of
 
 
@@ -87,22 +110,34 @@ def final_update(state_of, t) -> tuple[list[MsgDiff], ChatMsg]:
     diffs and the finished message."""
     st = state_of(t.index)
     full = t.final.content.decode("utf-8", "replace")
-    diffs = st.update(full[len(st.generated_text):] if full.startswith(st.generated_text) else "", False)
+    diffs = st.update(full[len(st.generated_text) :] if full.startswith(st.generated_text) else "", False)
     return diffs, (st.chat_msg if not is_empty(st.chat_msg) else ChatMsg(role="assistant", content=full))
 
 
-def chat_shape(state, verbose: bool, include_usage: bool, info: ChatInfo) -> Shape:
+def chat_shape(state, verbose: bool, include_usage: bool, info: ChatInfo) -> Shape:  # noqa: C901
     """The chat response type for one request: its id and clock shared by every task and frame."""
     cid, model, fingerprint = _completion_id(), state.model_name, build_info()
     state_of = message_states(info)
 
     def envelope(obj: str, choices: list, **extra) -> dict:
-        return {"choices": choices, "created": int(time.time()), "model": model, "system_fingerprint": fingerprint,
-                "object": obj, **extra}
+        return {
+            "choices": choices,
+            "created": int(time.time()),
+            "model": model,
+            "system_fingerprint": fingerprint,
+            "object": obj,
+            **extra,
+        }
 
     def chunk(t, delta: dict, finish=None) -> dict:
-        c = {"choices": [{"finish_reason": finish, "index": t.index, "delta": delta}], "created": int(time.time()),
-             "id": cid, "model": model, "system_fingerprint": fingerprint, "object": "chat.completion.chunk"}
+        c = {
+            "choices": [{"finish_reason": finish, "index": t.index, "delta": delta}],
+            "created": int(time.time()),
+            "id": cid,
+            "model": model,
+            "system_fingerprint": fingerprint,
+            "object": "chat.completion.chunk",
+        }
         return c
 
     def final(state, t) -> dict:
@@ -134,9 +169,17 @@ def chat_shape(state, verbose: bool, include_usage: bool, info: ChatInfo) -> Sha
         frames = [chunk(t, delta_json(diff)) for diff in diffs]
         frames.append(chunk(t, {}, _finish_reason(t.final, msg)))
         if include_usage:
-            frames.append({"choices": [], "created": int(time.time()), "id": cid, "model": model,
-                           "system_fingerprint": fingerprint, "object": "chat.completion.chunk",
-                           "usage": _usage(t.final)})
+            frames.append(
+                {
+                    "choices": [],
+                    "created": int(time.time()),
+                    "id": cid,
+                    "model": model,
+                    "system_fingerprint": fingerprint,
+                    "object": "chat.completion.chunk",
+                    "usage": _usage(t.final),
+                }
+            )
         frames[-1]["timings"] = _task_timings(t.final)
         if verbose:
             frames[0]["__verbose"] = _final_object(state, t)
@@ -146,8 +189,15 @@ def chat_shape(state, verbose: bool, include_usage: bool, info: ChatInfo) -> Sha
         # b10621 opens every progress partial with the role delta, the progress after it
         return [chunk(t, {"role": "assistant", "content": None}) | progress_extras(event)]
 
-    return Shape(final=final, combine=combine_choices, stream_partial=stream_partial,
-                 stream_progress=stream_progress, stream_final=stream_final, done=b"data: [DONE]\n\n", cmpl_id=cid)
+    return Shape(
+        final=final,
+        combine=combine_choices,
+        stream_partial=stream_partial,
+        stream_progress=stream_progress,
+        stream_final=stream_final,
+        done=b"data: [DONE]\n\n",
+        cmpl_id=cid,
+    )
 
 
 def combine_choices(results: list[dict]) -> dict:
@@ -200,8 +250,12 @@ async def chat_completions(request: Request):
     state = request.app.state.mlxcel
     body = await read_json_object(request)
     native, info = chat_request(body, chat_settings(state))
-    shape = chat_shape(state, verbose=requested_verbose(body, state.settings.base_params),
-                       include_usage=_include_usage(body), info=info)
+    shape = chat_shape(
+        state,
+        verbose=requested_verbose(body, state.settings.base_params),
+        include_usage=_include_usage(body),
+        info=info,
+    )
     return await complete(state, native, shape, CHAT_FIELDS, route="/v1/chat/completions")
 
 

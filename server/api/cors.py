@@ -47,11 +47,16 @@ class CorsConfig:
 
     def __post_init__(self) -> None:
         # b10621 sends these strings as header values; one that HTTP cannot carry would break every response
-        for option, value in (("--cors-origins", self.origins), ("--cors-headers", self.headers),
-                              ("--cors-methods", self.methods)):
+        for option, value in (
+            ("--cors-origins", self.origins),
+            ("--cors-headers", self.headers),
+            ("--cors-methods", self.methods),
+        ):
             if not _FIELD_VALUE.fullmatch(value.encode("utf-8", "surrogateescape")):
-                raise ValueError(f"{option} {value!r}: not a valid HTTP header value (control characters or "
-                                 "leading/trailing whitespace); give the list without them")
+                raise ValueError(
+                    f"{option} {value!r}: not a valid HTTP header value (control characters or "
+                    "leading/trailing whitespace); give the list without them"
+                )
 
     @classmethod
     def from_args(cls, args: Any) -> CorsConfig:
@@ -61,14 +66,18 @@ class CorsConfig:
             value = getattr(args, name, None)
             return default if value is None else value
 
-        return cls(origins=pick("cors_origins", DEFAULT_ORIGINS), headers=pick("cors_headers", DEFAULT_HEADERS),
-                   methods=pick("cors_methods", DEFAULT_METHODS), credentials=bool(pick("cors_credentials", True)))
+        return cls(
+            origins=pick("cors_origins", DEFAULT_ORIGINS),
+            headers=pick("cors_headers", DEFAULT_HEADERS),
+            methods=pick("cors_methods", DEFAULT_METHODS),
+            credentials=bool(pick("cors_credentials", True)),
+        )
 
 
 def _stoi_ok(text: str) -> bool:
     """Whether std::stoi(text) returns: optional leading whitespace and sign, one digit at least, an int32."""
     m = re.match(r"[ \t\n\v\f\r]*([+-]?[0-9]+)", text)
-    return bool(m) and -(2**31) <= int(m.group(1)) < 2**31
+    return m is not None and -(2**31) <= int(m.group(1)) < 2**31
 
 
 def origin_is_localhost(origin: str) -> bool:
@@ -78,13 +87,13 @@ def origin_is_localhost(origin: str) -> bool:
         return False
     at = rest.find("@")
     if at >= 0:
-        rest = rest[at + 1:]
+        rest = rest[at + 1 :]
     host = rest.split("/", 1)[0]
     if host.startswith("["):
         close = host.find("]")
         if close < 0:
             return False
-        after = host[close + 1:]
+        after = host[close + 1 :]
         port = after[1:] if after.startswith(":") else ""
         host = host[1:close]
     else:

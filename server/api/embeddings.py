@@ -34,7 +34,7 @@ def _int_field(body: dict, key: str) -> int:
     return int(value)
 
 
-async def _embeddings(request: Request, oai: bool) -> UpstreamJSON:
+async def _embeddings(request: Request, oai: bool) -> UpstreamJSON:  # noqa: C901
     state = request.app.state.mlxcel
     enc = state.settings.encoder
     if enc is None:
@@ -68,8 +68,8 @@ async def _embeddings(request: Request, oai: bool) -> UpstreamJSON:
     else:
         vectors = [[embd_normalize(result, mode)] for result in results]
     if not oai:
-        answer = [{"index": i, "embedding": [float_array(v) for v in rows]} for i, rows in enumerate(vectors)]
-        return UpstreamJSON(RawBody(dumps_with_raw(answer)))
+        listed = [{"index": i, "embedding": [float_array(v) for v in rows]} for i, rows in enumerate(vectors)]
+        return UpstreamJSON(RawBody(dumps_with_raw(listed)))
     data = []
     for i, rows in enumerate(vectors):
         if use_base64:
@@ -78,8 +78,12 @@ async def _embeddings(request: Request, oai: bool) -> UpstreamJSON:
         else:
             data.append({"embedding": float_array(rows[0]), "index": i, "object": "embedding"})
     n_tokens = sum(len(t) for t in prompts)
-    answer = {"model": json_value(body, "model", state.model_name), "object": "list",
-              "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}, "data": data}
+    answer = {
+        "model": json_value(body, "model", state.model_name),
+        "object": "list",
+        "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
+        "data": data,
+    }
     return UpstreamJSON(RawBody(dumps_with_raw(answer)))
 
 

@@ -14,10 +14,23 @@ from ..errors import GENERATION_DISABLED, ErrorKind, UpstreamError
 router = APIRouter()
 
 GENERATION_PATHS = (
-    "/completion", "/completions", "/v1/completions", "/chat/completions", "/v1/chat/completions", "/infill",
-    "/v1/messages", "/v1/messages/count_tokens", "/responses", "/v1/responses", "/responses/input_tokens",
-    "/v1/responses/input_tokens", "/chat/completions/input_tokens", "/v1/chat/completions/input_tokens",
-    "/apply-template", "/mlxcel/score", "/v1/chat/completions/control",
+    "/completion",
+    "/completions",
+    "/v1/completions",
+    "/chat/completions",
+    "/v1/chat/completions",
+    "/infill",
+    "/v1/messages",
+    "/v1/messages/count_tokens",
+    "/responses",
+    "/v1/responses",
+    "/responses/input_tokens",
+    "/v1/responses/input_tokens",
+    "/chat/completions/input_tokens",
+    "/v1/chat/completions/input_tokens",
+    "/apply-template",
+    "/mlxcel/score",
+    "/v1/chat/completions/control",
 )
 
 

@@ -24,8 +24,12 @@ def check_inputs(state, prompts: list[list[int]]) -> None:
         if len(tokens) > enc.n_ubatch:
             raise UpstreamError(INPUT_TOO_LARGE.format(n=len(tokens), n_ubatch=enc.n_ubatch), ErrorKind.SERVER)
         if len(tokens) > n_ctx:
-            raise UpstreamError(INPUT_OVER_CONTEXT.format(n=len(tokens), n_ctx=n_ctx),
-                                ErrorKind.EXCEED_CONTEXT_SIZE, n_prompt_tokens=len(tokens), n_ctx=n_ctx)
+            raise UpstreamError(
+                INPUT_OVER_CONTEXT.format(n=len(tokens), n_ctx=n_ctx),
+                ErrorKind.EXCEED_CONTEXT_SIZE,
+                n_prompt_tokens=len(tokens),
+                n_ctx=n_ctx,
+            )
 
 
 async def encode(state, prompts: list[list[int]]) -> list[np.ndarray]:

@@ -20,21 +20,26 @@ _SNIPPET = "\n\n--- snippet ---\n\n"  # upstream's separator when the model has 
 
 
 def _missing_fim(fim: dict[str, int]) -> str:
-    return "".join(f"{what} token is missing. " for what, key in (("prefix", "pre"), ("suffix", "suf"),
-                                                                   ("middle", "mid")) if key not in fim)
+    return "".join(
+        f"{what} token is missing. "
+        for what, key in (("prefix", "pre"), ("suffix", "suf"), ("middle", "mid"))
+        if key not in fim
+    )
 
 
 def _validate_extra(body: dict) -> list:
     extra = body.get("input_extra")
     if "input_extra" in body and not isinstance(extra, list):
-        raise UpstreamError('"input_extra" must be an array of {"filename": string, "text": string}',
-                            ErrorKind.INVALID_REQUEST)
+        raise UpstreamError(
+            '"input_extra" must be an array of {"filename": string, "text": string}', ErrorKind.INVALID_REQUEST
+        )
     for chunk in extra or []:
         if not isinstance(chunk, dict) or not isinstance(chunk.get("text"), str):
-            raise UpstreamError('extra_context chunk must contain a "text" field with a string value',
-                                ErrorKind.INVALID_REQUEST)
+            raise UpstreamError(
+                'extra_context chunk must contain a "text" field with a string value', ErrorKind.INVALID_REQUEST
+            )
         if "filename" in chunk and not isinstance(chunk["filename"], str):
-            raise UpstreamError("extra_context chunk's \"filename\" field must be a string", ErrorKind.INVALID_REQUEST)
+            raise UpstreamError('extra_context chunk\'s "filename" field must be a string', ErrorKind.INVALID_REQUEST)
     return extra or []
 
 
@@ -49,8 +54,17 @@ def _mixed(tok, value) -> list[int]:
     return tok.tokenize_mixed(checked_mixed(value), add_special=False, parse_special=False)
 
 
-def format_infill(tok, prefix, suffix, extra: list, prompt: list[int], n_batch: int, n_predict: int,
-                  n_ctx: int, spm_infill: bool = False) -> list[int]:
+def format_infill(
+    tok,
+    prefix,
+    suffix,
+    extra: list,
+    prompt: list[int],
+    n_batch: int,
+    n_predict: int,
+    n_ctx: int,
+    spm_infill: bool = False,
+) -> list[int]:
     """format_prompt_infill(): [FIM_PRE]prefix+prompt then [FIM_SUF]suffix, or suffix first (--spm-infill)."""
     fim = tok.fim_ids
 
@@ -72,12 +86,12 @@ def format_infill(tok, prefix, suffix, extra: list, prompt: list[int], n_batch: 
     n_prefix_take = min(len(tokens_prefix), 3 * (n_batch // 4))
     n_suffix_take = min(len(tokens_suffix), max(0, n_batch // 4 - (2 + len(prompt))))
     n_extra_take = min(max(0, n_ctx - n_batch - 2 * n_predict), len(extra_tokens))
-    pre = [fim["pre"], *tokens_prefix[len(tokens_prefix) - n_prefix_take:], *prompt]
+    pre = [fim["pre"], *tokens_prefix[len(tokens_prefix) - n_prefix_take :], *prompt]
     suf = [fim["suf"], *tokens_suffix[:n_suffix_take]]
     inp, end = (suf, pre) if spm_infill else (pre, suf)
     if tok.add_bos and tok.bos_id is not None:
         inp.insert(0, tok.bos_id)
-    return [*extra_tokens[len(extra_tokens) - n_extra_take:], *inp, *end, fim["mid"]]
+    return [*extra_tokens[len(extra_tokens) - n_extra_take :], *inp, *end, fim["mid"]]
 
 
 @router.post("/infill")
@@ -93,7 +107,15 @@ async def infill(request: Request):
     prompt_tokens = tok.tokenize(prompt, add_special=False, parse_special=True)
     prefix, suffix = _required(body, "input_prefix"), _required(body, "input_suffix")
     body = {**body, "input_extra": extra}
-    body["prompt"] = format_infill(tok, prefix, suffix, extra, prompt_tokens, state.settings.n_batch,
-                                   state.settings.base_params.n_predict, state.engine.info.n_ctx,
-                                   state.settings.spm_infill)
+    body["prompt"] = format_infill(
+        tok,
+        prefix,
+        suffix,
+        extra,
+        prompt_tokens,
+        state.settings.n_batch,
+        state.settings.base_params.n_predict,
+        state.engine.info.n_ctx,
+        state.settings.spm_infill,
+    )
     return await complete(state, body, infill=True)

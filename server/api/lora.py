@@ -15,8 +15,12 @@ router = APIRouter()
 
 @router.get("/lora-adapters")
 async def get_lora_adapters(request: Request):
-    return UpstreamJSON([{"id": a.id, "path": a.path, "scale": a.scale, "task_name": a.task_name,
-                          "prompt_prefix": a.prompt_prefix} for a in request.app.state.mlxcel.engine.lora_adapters()])
+    return UpstreamJSON(
+        [
+            {"id": a.id, "path": a.path, "scale": a.scale, "task_name": a.task_name, "prompt_prefix": a.prompt_prefix}
+            for a in request.app.state.mlxcel.engine.lora_adapters()
+        ]
+    )
 
 
 @router.post("/lora-adapters")

@@ -38,20 +38,28 @@ def model_info(state) -> dict:
 def models_body(state) -> dict:
     name = state.model_name
     return {
-        "models": [{
-            "name": name,
-            "model": name,
-            "modified_at": "",
-            "size": "",
-            "digest": "",
-            "type": "model",
-            "description": "",
-            "tags": [""],
-            "capabilities": ["completion"],  # "multimodal" only with a projector, which mlxcel has none of
-            "parameters": "",
-            "details": {"parent_model": "", "format": "gguf", "family": "", "families": [""], "parameter_size": "",
-                        "quantization_level": ""},
-        }],
+        "models": [
+            {
+                "name": name,
+                "model": name,
+                "modified_at": "",
+                "size": "",
+                "digest": "",
+                "type": "model",
+                "description": "",
+                "tags": [""],
+                "capabilities": ["completion"],  # "multimodal" only with a projector, which mlxcel has none of
+                "parameters": "",
+                "details": {
+                    "parent_model": "",
+                    "format": "gguf",
+                    "family": "",
+                    "families": [""],
+                    "parameter_size": "",
+                    "quantization_level": "",
+                },
+            }
+        ],
         "object": "list",
         "data": [model_info(state)],
     }

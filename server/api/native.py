@@ -71,37 +71,47 @@ class _Task:
     probs: list[dict] = field(default_factory=list)  # completion_probabilities, one entry per token
     final: FinalEvent | None = None
 
+    @property
+    def ended(self) -> FinalEvent:
+        """The final event, once the task has one."""
+        if self.final is None:
+            raise RuntimeError(f"task {self.index} has not ended")
+        return self.final
+
 
 def _final_object(state, t: _Task) -> dict:
     """to_json_non_oaicompat(): in stream mode content and tokens went out in the partials."""
-    tok, p, final = state.tokenizer, t.params, t.final
+    tok, p, final = state.tokenizer, t.params, t.ended
     content = final.content.decode("utf-8", "replace")
-    return _select(p.response_fields, {
-        "index": t.index,
-        "content": "" if p.stream else content,
-        "tokens": [] if p.stream or not p.return_tokens else t.generated,
-        "id_slot": final.id_slot,
-        "stop": True,
-        "model": state.model_name,
-        "tokens_predicted": final.n_decoded,
-        "tokens_evaluated": final.n_prompt,
-        "generation_settings": generation_settings(p),
-        "prompt": tok.detokenize(t.tokens, special=True),
-        "has_new_line": final.has_new_line,
-        "truncated": final.truncated,
-        "stop_type": final.stop_type,
-        "stopping_word": final.stopping_word,
-        "tokens_cached": final.n_tokens_cached,
-        "timings": _timings(final),
-        **({"completion_probabilities": probs} if not p.stream and (probs := _trimmed_probs(state, t)) else {}),
-    })
+    return _select(
+        p.response_fields,
+        {
+            "index": t.index,
+            "content": "" if p.stream else content,
+            "tokens": [] if p.stream or not p.return_tokens else t.generated,
+            "id_slot": final.id_slot,
+            "stop": True,
+            "model": state.model_name,
+            "tokens_predicted": final.n_decoded,
+            "tokens_evaluated": final.n_prompt,
+            "generation_settings": generation_settings(p),
+            "prompt": tok.detokenize(t.tokens, special=True),
+            "has_new_line": final.has_new_line,
+            "truncated": final.truncated,
+            "stop_type": final.stop_type,
+            "stopping_word": final.stopping_word,
+            "tokens_cached": final.n_tokens_cached,
+            "timings": _timings(final),
+            **({"completion_probabilities": probs} if not p.stream and (probs := _trimmed_probs(state, t)) else {}),
+        },
+    )
 
 
 def _trimmed_probs(state, t: _Task) -> list[dict]:
     """A stop word's tokens are not reported (as many as the word tokenizes to)."""
-    if t.final.stop_type != "word":
+    if t.ended.stop_type != "word":
         return t.probs
-    n = len(state.tokenizer.tokenize(t.final.stopping_word, add_special=False, parse_special=False))
+    n = len(state.tokenizer.tokenize(t.ended.stopping_word, add_special=False, parse_special=False))
     return t.probs[: len(t.probs) - min(n, len(t.probs))]
 
 
@@ -130,26 +140,45 @@ def progress_json(event: ProgressEvent) -> dict:
 def progress_extras(event: ProgressEvent) -> dict:
     """What every shape adds to a progress partial, in b10621's order: the slot's timings (timings_per_token),
     then prompt_progress."""
-    return {**({"timings": _timings(event.timings)} if event.timings is not None else {}),
-            "prompt_progress": progress_json(event)}
+    return {
+        **({"timings": _timings(event.timings)} if event.timings is not None else {}),
+        "prompt_progress": progress_json(event),
+    }
 
 
 def _progress(event: ProgressEvent, index: int) -> dict:
     # a progress partial carries b10621's placeholder token (0) and no text
-    return {"index": index, "content": "", "tokens": [0], "stop": False, "id_slot": -1, "tokens_predicted": 0,
-            "tokens_evaluated": event.total, **progress_extras(event)}
+    return {
+        "index": index,
+        "content": "",
+        "tokens": [0],
+        "stop": False,
+        "id_slot": -1,
+        "tokens_predicted": 0,
+        "tokens_evaluated": event.total,
+        **progress_extras(event),
+    }
 
 
 def _prob_entry(state, t: _Task, event: TokenEvent) -> dict:
     p = t.params
     special = state.settings.special
     sent = state.tokenizer.piece(event.token, special=special or event.token in p.preserved_tokens)
+    if event.probs is None:
+        raise RuntimeError("a token event without its probabilities")  # (asked for only where n_probs > 0)
     return token_entry(state.tokenizer, event.token, sent, event.probs, p.post_sampling_probs, special)
 
 
 def _partial(event: TokenEvent, n_prompt: int, index: int, probs: dict | None = None) -> dict:
-    out = {"index": index, "content": event.text.decode("utf-8", "replace"), "tokens": [event.token], "stop": False,
-           "id_slot": -1, "tokens_predicted": event.n_decoded, "tokens_evaluated": n_prompt}
+    out = {
+        "index": index,
+        "content": event.text.decode("utf-8", "replace"),
+        "tokens": [event.token],
+        "stop": False,
+        "id_slot": -1,
+        "tokens_predicted": event.n_decoded,
+        "tokens_evaluated": n_prompt,
+    }
     if event.timings is not None:
         out["timings"] = _timings(event.timings)
     if probs is not None and probs["top_probs" if "prob" in probs else "top_logprobs"]:
@@ -192,6 +221,7 @@ def _with_chat_parser(shape: Shape, p: TaskParams) -> Shape:
 
     def parse(text: str, partial: bool) -> ChatMsg:
         return chat_peg_parse(arena, text, partial, p.generation_prompt, fmt)
+
     states: dict[int, MessageState] = {}
 
     def update(t: _Task, text: str, partial: bool) -> None:
@@ -202,7 +232,7 @@ def _with_chat_parser(shape: Shape, p: TaskParams) -> Shape:
             raise UpstreamError(str(e), ErrorKind.SERVER) from None
 
     def final(state, t: _Task):
-        update(t, t.final.content.decode("utf-8", "replace"), False)
+        update(t, t.ended.content.decode("utf-8", "replace"), False)
         return shape.final(state, t)
 
     def stream_partial(state, t: _Task, event: TokenEvent, entry):
@@ -212,6 +242,7 @@ def _with_chat_parser(shape: Shape, p: TaskParams) -> Shape:
     def stream_final(state, t: _Task):
         update(t, "", False)
         return shape.stream_final(state, t)
+
     return dataclasses.replace(shape, final=final, stream_partial=stream_partial, stream_final=stream_final)
 
 
@@ -220,48 +251,89 @@ def _requested_slot(body: dict, n_slots: int) -> int | None:
     v = body.get("id_slot")
     if json_type_name(v) not in ("number", "boolean"):
         return None
-    v = int(v)
-    return v % n_slots if v >= 0 else None
+    slot = int(v) if v is not None else -1
+    return slot % n_slots if slot >= 0 else None
 
 
 def sampling_params(p: TaskParams, tok=None) -> SamplingParams:
     """The chain's settings, checked as common_sampler_init() checks them."""
     rp = p.repeat_penalty
     if not math.isfinite(rp) or rp <= 0 or not math.isfinite(f32(1 / rp) if rp else math.inf):
-        raise UpstreamError(SAMPLERS_FAILED + "penalty_repeat must be finite and greater than 0", ErrorKind.INVALID_REQUEST)
+        raise UpstreamError(
+            SAMPLERS_FAILED + "penalty_repeat must be finite and greater than 0", ErrorKind.INVALID_REQUEST
+        )
     for name, v in (("penalty_freq", p.frequency_penalty), ("penalty_present", p.presence_penalty)):
         if not math.isfinite(v):
             raise UpstreamError(SAMPLERS_FAILED + f"{name} must be finite", ErrorKind.INVALID_REQUEST)
     dry = "dry" in p.samplers and p.dry_multiplier != 0 and p.dry_base >= 1 and p.dry_penalty_last_n != 0
     return SamplingParams(
-        seed=p.seed, temperature=p.temperature, dynatemp_range=p.dynatemp_range, dynatemp_exponent=p.dynatemp_exponent,
-        top_k=p.top_k, top_p=p.top_p, min_p=p.min_p, top_n_sigma=p.top_n_sigma, xtc_probability=p.xtc_probability,
-        xtc_threshold=p.xtc_threshold, typical_p=p.typical_p, repeat_last_n=p.repeat_last_n,
-        repeat_penalty=p.repeat_penalty, frequency_penalty=p.frequency_penalty, presence_penalty=p.presence_penalty,
-        mirostat=p.mirostat, mirostat_tau=p.mirostat_tau, mirostat_eta=p.mirostat_eta, min_keep=p.min_keep,
-        adaptive_target=p.adaptive_target, adaptive_decay=p.adaptive_decay,
-        dry_multiplier=p.dry_multiplier, dry_base=p.dry_base, dry_allowed_length=p.dry_allowed_length,
+        seed=p.seed,
+        temperature=p.temperature,
+        dynatemp_range=p.dynatemp_range,
+        dynatemp_exponent=p.dynatemp_exponent,
+        top_k=p.top_k,
+        top_p=p.top_p,
+        min_p=p.min_p,
+        top_n_sigma=p.top_n_sigma,
+        xtc_probability=p.xtc_probability,
+        xtc_threshold=p.xtc_threshold,
+        typical_p=p.typical_p,
+        repeat_last_n=p.repeat_last_n,
+        repeat_penalty=p.repeat_penalty,
+        frequency_penalty=p.frequency_penalty,
+        presence_penalty=p.presence_penalty,
+        mirostat=p.mirostat,
+        mirostat_tau=p.mirostat_tau,
+        mirostat_eta=p.mirostat_eta,
+        min_keep=p.min_keep,
+        adaptive_target=p.adaptive_target,
+        adaptive_decay=p.adaptive_decay,
+        dry_multiplier=p.dry_multiplier,
+        dry_base=p.dry_base,
+        dry_allowed_length=p.dry_allowed_length,
         dry_penalty_last_n=p.dry_penalty_last_n,
         dry_breakers=processed_breakers(tok, p.dry_sequence_breakers) if dry and tok is not None else (),
-        samplers=tuple(p.samplers), logit_bias=tuple(p.logit_bias))
+        samplers=tuple(p.samplers),
+        logit_bias=tuple(p.logit_bias),
+    )
 
 
-def _generation_request(p: TaskParams, tokens: list[int], base: TaskParams, tok=None,
-                        grammar: GrammarSpec | None = None, cmpl_id: str = "",
-                        completion_task: bool = True) -> GenerationRequest:
+def _generation_request(
+    p: TaskParams,
+    tokens: list[int],
+    base: TaskParams,
+    tok=None,
+    grammar: GrammarSpec | None = None,
+    cmpl_id: str = "",
+    completion_task: bool = True,
+) -> GenerationRequest:
     # the per-request limit takes priority over the server's (--predict), which an explicit -1 falls back to
     n_predict = p.n_predict if p.n_predict != -1 else base.n_predict
-    return GenerationRequest(prompt_tokens=tuple(tokens), n_predict=n_predict, ignore_eos=p.ignore_eos,
-                             stop=tuple(p.stop), cache_prompt=p.cache_prompt, n_cache_reuse=p.n_cache_reuse,
-                             timings_per_token=p.timings_per_token,
-                             n_indent=p.n_indent, t_max_predict_ms=p.t_max_predict_ms,
-                             return_progress=p.stream and p.return_progress, n_keep=p.n_keep, n_discard=p.n_discard,
-                             preserved_tokens=frozenset(p.preserved_tokens), sampling=sampling_params(p, tok),
-                             grammar=grammar, reasoning_budget=reasoning_budget_spec(p, tok) if tok else None,
-                             reasoning_control=p.reasoning_control, cmpl_id=cmpl_id,
-                             lora=tuple(p.lora.items()) or None,
-                             n_probs=max(p.n_probs, 0), post_sampling_probs=p.post_sampling_probs,
-                             params_echo=generation_settings(p, only_metrics=True), completion_task=completion_task)
+    return GenerationRequest(
+        prompt_tokens=tuple(tokens),
+        n_predict=n_predict,
+        ignore_eos=p.ignore_eos,
+        stop=tuple(p.stop),
+        cache_prompt=p.cache_prompt,
+        n_cache_reuse=p.n_cache_reuse,
+        timings_per_token=p.timings_per_token,
+        n_indent=p.n_indent,
+        t_max_predict_ms=p.t_max_predict_ms,
+        return_progress=p.stream and p.return_progress,
+        n_keep=p.n_keep,
+        n_discard=p.n_discard,
+        preserved_tokens=frozenset(p.preserved_tokens),
+        sampling=sampling_params(p, tok),
+        grammar=grammar,
+        reasoning_budget=reasoning_budget_spec(p, tok) if tok else None,
+        reasoning_control=p.reasoning_control,
+        cmpl_id=cmpl_id,
+        lora=tuple(p.lora.items()) or None,
+        n_probs=max(p.n_probs, 0),
+        post_sampling_probs=p.post_sampling_probs,
+        params_echo=generation_settings(p, only_metrics=True),
+        completion_task=completion_task,
+    )
 
 
 def _child_params(p: TaskParams, j: int) -> TaskParams:
@@ -292,8 +364,15 @@ def _check_lora(state, p: TaskParams) -> None:
         raise UpstreamError(LORA_FUSED, ErrorKind.INVALID_REQUEST)
 
 
-def _start_tasks(state, p: TaskParams, prompts: list[list[int]], id_slot: int | None,
-                 grammar: GrammarSpec | None = None, cmpl_id: str = "", infill: bool = False) -> list[_Task]:
+def _start_tasks(
+    state,
+    p: TaskParams,
+    prompts: list[list[int]],
+    id_slot: int | None,
+    grammar: GrammarSpec | None = None,
+    cmpl_id: str = "",
+    infill: bool = False,
+) -> list[_Task]:
     _check_prompts(state, prompts)
     _check_lora(state, p)
     tasks: list[_Task] = []
@@ -304,11 +383,13 @@ def _start_tasks(state, p: TaskParams, prompts: list[list[int]], id_slot: int | 
                 t.final = FinalEvent("none", 0, 0, 0, 0, 0, False, 0.0, 0.0)
         else:
             base = state.settings.base_params
-            requests = [_generation_request(t.params, tokens, base, state.tokenizer, grammar, cmpl_id, not infill)
-                        for t in group]
+            requests = [
+                _generation_request(t.params, tokens, base, state.tokenizer, grammar, cmpl_id, not infill)
+                for t in group
+            ]
             requests[0] = dataclasses.replace(requests[0], id_slot=id_slot)  # children cannot choose their slot
             handles = state.engine.submit_group(requests)
-            for t, h in zip(group, handles):
+            for t, h in zip(group, handles, strict=False):
                 t.handle = h
         tasks.extend(group)
     return tasks
@@ -340,8 +421,14 @@ async def completion(request: Request):
     return await complete(request.app.state.mlxcel, await read_json_object(request))
 
 
-async def complete(state, body: dict, shape: Shape = NATIVE, acted_on: frozenset[str] | None = None,
-                   route: str = "/completion", infill: bool = False):
+async def complete(
+    state,
+    body: dict,
+    shape: Shape = NATIVE,
+    acted_on: frozenset[str] | None = None,
+    route: str = "/completion",
+    infill: bool = False,
+):
     """handle_completions_impl(): the answer to a completion body (JSON, or an SSE stream) in `shape`."""
     n_slots = state.engine.info.n_slots
     req = NativeCompletionRequest.parse(body, n_slots, state.tokenizer, state.settings.base_params, acted_on, route)
@@ -422,8 +509,9 @@ def _event_frames(state, t: _Task, event, shape: Shape) -> bytes:
     return b""
 
 
-async def _stream(state, tasks: list[_Task], merged: _Merged, first, ping_s: int,
-                  shape: Shape = NATIVE) -> AsyncIterator[bytes]:
+async def _stream(
+    state, tasks: list[_Task], merged: _Merged, first, ping_s: int, shape: Shape = NATIVE
+) -> AsyncIterator[bytes]:
     """Every task's frames in the order they happen, each with its task's index; an SSE comment ping
     (":") whenever nothing has come for ping_s seconds; the stream ends at the last final or an error."""
     open_tasks, item = len(tasks), first

@@ -23,9 +23,13 @@ def completion_shape(state, verbose: bool) -> Shape:
     cid, model, fingerprint = _completion_id(), state.model_name, build_info()
 
     def body(t, text: str, logprobs, finish) -> dict:
-        return {"choices": [{"text": text, "index": t.index, "logprobs": logprobs, "finish_reason": finish}],
-                "created": int(time.time()), "model": model, "system_fingerprint": fingerprint,
-                "object": "text_completion"}
+        return {
+            "choices": [{"text": text, "index": t.index, "logprobs": logprobs, "finish_reason": finish}],
+            "created": int(time.time()),
+            "model": model,
+            "system_fingerprint": fingerprint,
+            "object": "text_completion",
+        }
 
     def final(state, t) -> dict:
         p = t.params
@@ -55,9 +59,15 @@ def completion_shape(state, verbose: bool) -> Shape:
             res["__verbose"] = NATIVE.stream_progress(state, t, event)[0]
         return [res | progress_extras(event)]
 
-    return Shape(final=final, combine=combine_choices, stream_partial=stream_partial,
-                 stream_progress=stream_progress,
-                 stream_final=lambda state, t: [final(state, t)], done=b"data: [DONE]\n\n", cmpl_id=cid)
+    return Shape(
+        final=final,
+        combine=combine_choices,
+        stream_partial=stream_partial,
+        stream_progress=stream_progress,
+        stream_final=lambda state, t: [final(state, t)],
+        done=b"data: [DONE]\n\n",
+        cmpl_id=cid,
+    )
 
 
 @router.post("/v1/completions")

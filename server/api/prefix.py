@@ -22,7 +22,7 @@ class ApiPrefix:
             await self.app(scope, receive, send)
             return
         path: str = scope["path"]
-        if not (path.startswith(self.prefix) and path[len(self.prefix):].startswith("/")):
+        if not (path.startswith(self.prefix) and path[len(self.prefix) :].startswith("/")):
             await UpstreamJSON(NOT_FOUND_BODY, status_code=404)(scope, receive, send)
             return
         # Starlette routes on the path below root_path (starlette._utils.get_route_path)

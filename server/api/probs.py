@@ -28,5 +28,10 @@ def token_entry(tok, token: int, sent_piece: bytes, probs: TokenProbs, post: boo
     for tid, p in probs.top:
         piece = tok.piece(tid, special=special)
         top.append({"id": tid, "token": _text(piece), "bytes": list(piece), key: _value(p, post)})
-    return {"id": token, "token": _text(sent_piece), "bytes": list(sent_piece), key: _value(probs.prob, post),
-            "top_probs" if post else "top_logprobs": top}
+    return {
+        "id": token,
+        "token": _text(sent_piece),
+        "bytes": list(sent_piece),
+        key: _value(probs.prob, post),
+        "top_probs" if post else "top_logprobs": top,
+    }

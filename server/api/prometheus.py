@@ -11,14 +11,23 @@ COUNTERS = (
     ("prompt_seconds_total", "Total time spent processing prompts", lambda m: m.prompt.time_us / 1e6),
     ("tokens_predicted_total", "Number of generation tokens processed", lambda m: m.predict.count),
     ("tokens_predicted_seconds_total", "Total time spent generating tokens", lambda m: m.predict.time_us / 1e6),
-    ("n_decode_total", "Total number of llama_decode() calls, excluding speculative decoding and multimodal decoding",
-     lambda m: m.n_decode),
+    (
+        "n_decode_total",
+        "Total number of llama_decode() calls, excluding speculative decoding and multimodal decoding",
+        lambda m: m.n_decode,
+    ),
     ("n_tokens_max", "Largest observed sequence length (prompt + generation)", lambda m: m.n_tokens_max),
     ("spec_decode_num_draft_tokens_total", "Speculative: Total draft tokens generated", lambda m: m.n_draft_tokens),
-    ("spec_decode_num_accepted_tokens_total", "Speculative: Total draft tokens accepted by the target model",
-     lambda m: m.n_draft_accepted),
-    ("spec_decode_num_drafts_total", "Speculative: Total speculative decoding verification steps",
-     lambda m: m.n_draft_verif_steps),
+    (
+        "spec_decode_num_accepted_tokens_total",
+        "Speculative: Total draft tokens accepted by the target model",
+        lambda m: m.n_draft_accepted,
+    ),
+    (
+        "spec_decode_num_drafts_total",
+        "Speculative: Total speculative decoding verification steps",
+        lambda m: m.n_draft_verif_steps,
+    ),
 )
 
 
@@ -33,14 +42,20 @@ def render(m: ServerMetrics, n_processing: int, n_deferred: int) -> str:
         ("predicted_tokens_seconds", "Average generation throughput in tokens/s", m.predict_bucket.per_second()),
         ("requests_processing", "Number of requests processing", n_processing),
         ("requests_deferred", "Number of requests deferred", n_deferred),
-        ("n_busy_slots_per_decode", "Average number of busy slots per llama_decode() call",
-         m.n_busy_slots / max(m.n_decode, 1.0)),
+        (
+            "n_busy_slots_per_decode",
+            "Average number of busy slots per llama_decode() call",
+            m.n_busy_slots / max(m.n_decode, 1.0),
+        ),
     )
     lines = []
     for kind, items in (("counter", [(n, h, f(m)) for n, h, f in COUNTERS]), ("gauge", gauges)):
         for name, help_text, value in items:
-            lines += [f"# HELP llamacpp:{name} {help_text}", f"# TYPE llamacpp:{name} {kind}",
-                      f"llamacpp:{name} {_number(value)}"]
+            lines += [
+                f"# HELP llamacpp:{name} {help_text}",
+                f"# TYPE llamacpp:{name} {kind}",
+                f"llamacpp:{name} {_number(value)}",
+            ]
     if m.n_accepted_per_pos:  # a labeled counter: one series per draft position
         name = "llamacpp:spec_decode_num_accepted_tokens_per_pos_total"
         lines += [f"# HELP {name} Accepted tokens per draft position", f"# TYPE {name} counter"]
@@ -52,11 +67,14 @@ def render_own(snapshot: MetricsSnapshot) -> str:
     """mlxcel's families, after b10621's: the prompt cache."""
     if snapshot.prompt_cache_bytes is None:
         return ""
-    lines = ["# HELP mlxcel:prompt_cache_bytes Bytes held by the prompt cache",
-             "# TYPE mlxcel:prompt_cache_bytes gauge", f"mlxcel:prompt_cache_bytes {snapshot.prompt_cache_bytes}",
-             "# HELP mlxcel:prompt_cache_entries Prompts held by the prompt cache",
-             "# TYPE mlxcel:prompt_cache_entries gauge",
-             f"mlxcel:prompt_cache_entries {snapshot.prompt_cache_entries}"]
+    lines = [
+        "# HELP mlxcel:prompt_cache_bytes Bytes held by the prompt cache",
+        "# TYPE mlxcel:prompt_cache_bytes gauge",
+        f"mlxcel:prompt_cache_bytes {snapshot.prompt_cache_bytes}",
+        "# HELP mlxcel:prompt_cache_entries Prompts held by the prompt cache",
+        "# TYPE mlxcel:prompt_cache_entries gauge",
+        f"mlxcel:prompt_cache_entries {snapshot.prompt_cache_entries}",
+    ]
     return "\n".join(lines) + "\n"
 
 

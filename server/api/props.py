@@ -79,8 +79,12 @@ def speculative_props(config) -> dict | None:
     if config.draft is not None:
         out["types"].append("draft-simple")
         draft = config.draft
-        out["draft"] = {"model": os.path.basename(os.path.normpath(draft.model)), "n_max": draft.n_max,
-                        "n_min": draft.n_min, "p_min": draft.p_min}
+        out["draft"] = {
+            "model": os.path.basename(os.path.normpath(draft.model)),
+            "n_max": draft.n_max,
+            "n_min": draft.n_min,
+            "p_min": draft.p_min,
+        }
     return out if out["types"] else None
 
 

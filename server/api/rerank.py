@@ -8,6 +8,8 @@ special-token parsing in either text; its score is the rank head's first output.
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Request
 
 from ..errors import (
@@ -65,17 +67,21 @@ async def rerank(request: Request) -> UpstreamJSON:
     return_text = tei and json_value(body, "return_text", False) is True
     results = []
     for i, score in enumerate(scores):
-        item = {"index": i, label: float(score[0])}
+        item: dict[str, Any] = {"index": i, label: float(score[0])}
         if return_text:
             item["text"] = documents[i]
         results.append(item)
     results.sort(key=lambda r: r[label], reverse=True)
-    results = results[:max(0, min(int(top_n), len(results)))]
+    results = results[: max(0, min(int(top_n), len(results)))]
     for item in results:  # each score printed as b10621's JSON library prints it
         item[label] = RawJSON(dump_float(item[label]))
     if tei:
         return UpstreamJSON(RawBody(dumps_with_raw(results)))
     n_tokens = sum(len(p) for p in prompts)
-    answer = {"model": json_value(body, "model", state.model_name), "object": "list",
-              "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}, "results": results}
+    answer = {
+        "model": json_value(body, "model", state.model_name),
+        "object": "list",
+        "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
+        "results": results,
+    }
     return UpstreamJSON(RawBody(dumps_with_raw(answer)))

@@ -21,8 +21,21 @@ from .native import _timings as _task_timings
 
 router = APIRouter()
 
-RESPONSES_FIELDS = frozenset({"messages", "model", "tools", "tool_choice", "reasoning_effort", "store",
-                              "parallel_tool_calls", "text", "truncation", "metadata", "user"})
+RESPONSES_FIELDS = frozenset(
+    {
+        "messages",
+        "model",
+        "tools",
+        "tool_choice",
+        "reasoning_effort",
+        "store",
+        "parallel_tool_calls",
+        "text",
+        "truncation",
+        "metadata",
+        "user",
+    }
+)
 
 
 def _bad(message: str) -> UpstreamError:
@@ -80,7 +93,7 @@ def _output_parts(item: dict) -> list[dict]:
     return parts
 
 
-def to_chat_body(body: dict) -> dict:
+def to_chat_body(body: dict) -> dict:  # noqa: C901
     """server_chat_convert_responses_to_chatcmpl()."""
     if "input" not in body:
         raise _bad("'input' is required")
@@ -112,18 +125,27 @@ def to_chat_body(body: dict) -> dict:
                         prev["content"] = []
                     prev["content"].extend(parts)
                 else:
-                    messages.append({**{k: v for k, v in item.items() if k not in ("status", "type")},
-                                     "content": parts})
-            elif all(_is(item, k, str) for k in ("arguments", "call_id", "name", "type")) \
-                    and item["type"] == "function_call":
-                call = {"function": {"arguments": item["arguments"], "name": item["name"]}, "id": item["call_id"],
-                        "type": "function"}
+                    messages.append(
+                        {**{k: v for k, v in item.items() if k not in ("status", "type")}, "content": parts}
+                    )
+            elif (
+                all(_is(item, k, str) for k in ("arguments", "call_id", "name", "type"))
+                and item["type"] == "function_call"
+            ):
+                call = {
+                    "function": {"arguments": item["arguments"], "name": item["name"]},
+                    "id": item["call_id"],
+                    "type": "function",
+                }
                 if merge:
                     messages[-1].setdefault("tool_calls", []).append(call)
                 else:
                     messages.append({"role": "assistant", "tool_calls": [call]})
-            elif _is(item, "call_id", str) and (_is(item, "output", str) or _is(item, "output", list)) \
-                    and item.get("type") == "function_call_output":
+            elif (
+                _is(item, "call_id", str)
+                and (_is(item, "output", str) or _is(item, "output", list))
+                and item.get("type") == "function_call_output"
+            ):
                 output = item["output"]
                 if isinstance(output, list):
                     for o in output:
@@ -172,8 +194,12 @@ def to_chat_body(body: dict) -> dict:
 
 
 def _usage(final) -> dict:
-    return {"input_tokens": final.n_prompt, "output_tokens": final.n_decoded,
-            "total_tokens": final.n_decoded + final.n_prompt, "input_tokens_details": {"cached_tokens": final.n_cached}}
+    return {
+        "input_tokens": final.n_prompt,
+        "output_tokens": final.n_decoded,
+        "total_tokens": final.n_decoded + final.n_prompt,
+        "input_tokens_details": {"cached_tokens": final.n_cached},
+    }
 
 
 def _event(kind: str, **data) -> dict:
@@ -181,8 +207,14 @@ def _event(kind: str, **data) -> dict:
 
 
 def _function_call(tc, status: str) -> dict:
-    return {"id": "fc_" + tc.id, "type": "function_call", "status": status, "arguments": tc.arguments,
-            "call_id": "call_" + tc.id, "name": tc.name}
+    return {
+        "id": "fc_" + tc.id,
+        "type": "function_call",
+        "status": status,
+        "arguments": tc.arguments,
+        "call_id": "call_" + tc.id,
+        "name": tc.name,
+    }
 
 
 def _output_text(text: str) -> dict:
@@ -197,7 +229,7 @@ class _Progress:
         self.fc_id = ""
 
 
-def responses_shape(state, info: ChatInfo) -> Shape:
+def responses_shape(state, info: ChatInfo) -> Shape:  # noqa: C901
     resp_id, reasoning_id, msg_id, model = "resp_" + _random(), "rs_" + _random(), "msg_" + _random(), state.model_name
     state_of = message_states(info)
     progress: dict[int, _Progress] = {}
@@ -206,16 +238,38 @@ def responses_shape(state, info: ChatInfo) -> Shape:
         msg = final_update(state_of, t)[1]
         output = []
         if msg.reasoning_content:
-            output.append({"id": "rs_" + _random(), "summary": [], "type": "reasoning",
-                           "content": [{"text": msg.reasoning_content, "type": "reasoning_text"}],
-                           "encrypted_content": "", "status": "completed"})
+            output.append(
+                {
+                    "id": "rs_" + _random(),
+                    "summary": [],
+                    "type": "reasoning",
+                    "content": [{"text": msg.reasoning_content, "type": "reasoning_text"}],
+                    "encrypted_content": "",
+                    "status": "completed",
+                }
+            )
         if msg.content:
-            output.append({"content": [_output_text(msg.content)], "id": "msg_" + _random(), "role": msg.role,
-                           "status": "completed", "type": "message"})
+            output.append(
+                {
+                    "content": [_output_text(msg.content)],
+                    "id": "msg_" + _random(),
+                    "role": msg.role,
+                    "status": "completed",
+                    "type": "message",
+                }
+            )
         output += [_function_call(tc, "completed") for tc in msg.tool_calls]
         now = int(time.time())
-        return {"completed_at": now, "created_at": now, "id": resp_id, "model": model, "object": "response",
-                "output": output, "status": "completed", "usage": _usage(t.final)}
+        return {
+            "completed_at": now,
+            "created_at": now,
+            "id": resp_id,
+            "model": model,
+            "object": "response",
+            "output": output,
+            "status": "completed",
+            "usage": _usage(t.final),
+        }
 
     def in_progress() -> dict:
         return _event("response.in_progress", response={"id": resp_id, "object": "response", "status": "in_progress"})
@@ -225,35 +279,69 @@ def responses_shape(state, info: ChatInfo) -> Shape:
         p = progress.setdefault(t.index, _Progress())
         if not p.created:
             p.created = True
-            events.append(_event("response.created",
-                                 response={"id": resp_id, "object": "response", "status": "in_progress"}))
+            events.append(
+                _event("response.created", response={"id": resp_id, "object": "response", "status": "in_progress"})
+            )
             events.append(in_progress())
         for d in state_of(t.index).update(event.text.decode("utf-8", "replace"), True):
             if d.reasoning_content_delta:
                 if not p.thinking:
                     p.thinking = True
-                    events.append(_event("response.output_item.added", item={
-                        "id": reasoning_id, "summary": [], "type": "reasoning", "content": [],
-                        "encrypted_content": "", "status": "in_progress"}))
-                events.append(_event("response.reasoning_text.delta", delta=d.reasoning_content_delta,
-                                     item_id=reasoning_id))
+                    events.append(
+                        _event(
+                            "response.output_item.added",
+                            item={
+                                "id": reasoning_id,
+                                "summary": [],
+                                "type": "reasoning",
+                                "content": [],
+                                "encrypted_content": "",
+                                "status": "in_progress",
+                            },
+                        )
+                    )
+                events.append(
+                    _event("response.reasoning_text.delta", delta=d.reasoning_content_delta, item_id=reasoning_id)
+                )
             if d.content_delta:
                 if not p.text:
                     p.text = True
-                    events.append(_event("response.output_item.added", item={
-                        "content": [], "id": msg_id, "role": "assistant", "status": "in_progress", "type": "message"}))
-                    events.append(_event("response.content_part.added", item_id=msg_id,
-                                         part={"type": "output_text", "text": ""}))
+                    events.append(
+                        _event(
+                            "response.output_item.added",
+                            item={
+                                "content": [],
+                                "id": msg_id,
+                                "role": "assistant",
+                                "status": "in_progress",
+                                "type": "message",
+                            },
+                        )
+                    )
+                    events.append(
+                        _event("response.content_part.added", item_id=msg_id, part={"type": "output_text", "text": ""})
+                    )
                 events.append(_event("response.output_text.delta", item_id=msg_id, delta=d.content_delta))
             tc = d.tool_call_delta
             if tc.name:
-                events.append(_event("response.output_item.added", item={
-                    "id": "fc_" + tc.id, "arguments": "", "call_id": "call_" + tc.id, "name": tc.name,
-                    "type": "function_call", "status": "in_progress"}))
+                events.append(
+                    _event(
+                        "response.output_item.added",
+                        item={
+                            "id": "fc_" + tc.id,
+                            "arguments": "",
+                            "call_id": "call_" + tc.id,
+                            "name": tc.name,
+                            "type": "function_call",
+                            "status": "in_progress",
+                        },
+                    )
+                )
                 p.fc_id = tc.id
             if tc.arguments:
-                events.append(_event("response.function_call_arguments.delta", delta=tc.arguments,
-                                     item_id="fc_" + p.fc_id))
+                events.append(
+                    _event("response.function_call_arguments.delta", delta=tc.arguments, item_id="fc_" + p.fc_id)
+                )
         if events and event.timings is not None:
             events[-1]["data"]["timings"] = _task_timings(event.timings)
         return events
@@ -263,8 +351,9 @@ def responses_shape(state, info: ChatInfo) -> Shape:
         events = [in_progress()]
         if not p.created:  # the first progress chunk opens the response
             p.created = True
-            events.insert(0, _event("response.created", response={"id": resp_id, "object": "response",
-                                                                  "status": "in_progress"}))
+            events.insert(
+                0, _event("response.created", response={"id": resp_id, "object": "response", "status": "in_progress"})
+            )
         events[-1]["data"].update(progress_extras(event))
         return events
 
@@ -272,29 +361,53 @@ def responses_shape(state, info: ChatInfo) -> Shape:
         msg = final_update(state_of, t)[1]
         events, output = [], []
         if msg.reasoning_content:
-            item = {"id": reasoning_id, "summary": [], "type": "reasoning",
-                    "content": [{"text": msg.reasoning_content, "type": "reasoning_text"}], "encrypted_content": ""}
+            item = {
+                "id": reasoning_id,
+                "summary": [],
+                "type": "reasoning",
+                "content": [{"text": msg.reasoning_content, "type": "reasoning_text"}],
+                "encrypted_content": "",
+            }
             events.append(_event("response.output_item.done", item=item))
             output.append(item)
         if msg.content:
             part = _output_text(msg.content)
             item = {"type": "message", "status": "completed", "id": msg_id, "content": [part], "role": "assistant"}
-            events += [_event("response.output_text.done", item_id=msg_id, text=msg.content),
-                       _event("response.content_part.done", item_id=msg_id, part=part),
-                       _event("response.output_item.done", item=item)]
+            events += [
+                _event("response.output_text.done", item_id=msg_id, text=msg.content),
+                _event("response.content_part.done", item_id=msg_id, part=part),
+                _event("response.output_item.done", item=item),
+            ]
             output.append(item)
         for tc in msg.tool_calls:
             item = _function_call(tc, "completed")
             events.append(_event("response.output_item.done", item=item))
             output.append(item)
-        events.append(_event("response.completed", response={
-            "id": resp_id, "object": "response", "created_at": int(time.time()), "status": "completed",
-            "model": model, "output": output, "usage": _usage(t.final)}))
+        events.append(
+            _event(
+                "response.completed",
+                response={
+                    "id": resp_id,
+                    "object": "response",
+                    "created_at": int(time.time()),
+                    "status": "completed",
+                    "model": model,
+                    "output": output,
+                    "usage": _usage(t.final),
+                },
+            )
+        )
         events[-1]["data"]["timings"] = _task_timings(t.final)
         return events
 
-    return Shape(final=final, combine=lambda results: results[0], stream_partial=stream_partial,
-                 stream_progress=stream_progress, stream_final=stream_final, sse=_sse)
+    return Shape(
+        final=final,
+        combine=lambda results: results[0],
+        stream_partial=stream_partial,
+        stream_progress=stream_progress,
+        stream_final=stream_final,
+        sse=_sse,
+    )
 
 
 @router.post("/responses")
@@ -303,8 +416,7 @@ async def responses(request: Request):
     state = request.app.state.mlxcel
     body = await read_json_object(request)
     native, info = chat_request(to_chat_body(body), chat_settings(state))
-    return await complete(state, native, responses_shape(state, info), RESPONSES_FIELDS,
-                          route="/v1/responses")
+    return await complete(state, native, responses_shape(state, info), RESPONSES_FIELDS, route="/v1/responses")
 
 
 @router.post("/responses/input_tokens")

@@ -99,15 +99,21 @@ class NativeCompletionRequest:
 
     @classmethod
     def parse(
-        cls, body: dict, n_slots: int = 1, vocab: Vocab | None = None, base: TaskParams | None = None,
-        also_acted_on: frozenset[str] | None = None, route: str = "/completion",
+        cls,
+        body: dict,
+        n_slots: int = 1,
+        vocab: Vocab | None = None,
+        base: TaskParams | None = None,
+        also_acted_on: frozenset[str] | None = None,
+        route: str = "/completion",
     ) -> "NativeCompletionRequest":
         params = evaluate(body, n_slots, vocab, base)  # upstream's type checks and limits, in its order
         if "prompt" not in body:
             raise UpstreamError(MISSING_PROMPT, ErrorKind.INVALID_REQUEST)
         known = also_acted_on or frozenset()
-        ignored = sorted(k for k in body
-                         if k not in ACTED_ON and k not in _QUIET and k not in known and body[k] is not None)
+        ignored = sorted(
+            k for k in body if k not in ACTED_ON and k not in _QUIET and k not in known and body[k] is not None
+        )
         if ignored:  # never silently: b10621 would act on these
             log.warning("%s: mlxcel does not act on the request field(s) %s yet", route, ", ".join(ignored))
         return cls(prompt=body["prompt"], params=params)

@@ -27,7 +27,12 @@ router = APIRouter()
 
 
 def slot_json(r: SlotRecord, tokenizer, debug: bool, speculative: bool = False) -> dict:
-    out = {"id": r.id, "n_ctx": r.n_ctx, "speculative": speculative, "is_processing": r.is_processing}
+    out: dict[str, object] = {
+        "id": r.id,
+        "n_ctx": r.n_ctx,
+        "speculative": speculative,
+        "is_processing": r.is_processing,
+    }
     if r.id_task is None:  # the slot never ran a task
         return out
     out.update(
@@ -61,8 +66,14 @@ async def get_slots(request: Request):
     records = state.engine.slots()
     if request.query_params.get("fail_on_no_slot") and all(r.is_processing for r in records):
         raise UpstreamError(NO_SLOT_AVAILABLE, ErrorKind.UNAVAILABLE)
-    return UpstreamJSON([slot_json(r, state.tokenizer, state.settings.slots_debug,
-                                  getattr(state.engine, "drafter", None) is not None) for r in records])
+    return UpstreamJSON(
+        [
+            slot_json(
+                r, state.tokenizer, state.settings.slots_debug, getattr(state.engine, "drafter", None) is not None
+            )
+            for r in records
+        ]
+    )
 
 
 async def _filename(request: Request) -> str:
@@ -105,7 +116,21 @@ async def post_slots(request: Request, id_slot: str):
     if action == "erase":
         return UpstreamJSON({"id_slot": slot, "n_erased": result["n_erased"]})
     if action == "save":
-        return UpstreamJSON({"id_slot": slot, "filename": filename, "n_saved": result["n_tokens"],
-                             "n_written": result["n_bytes"], "timings": {"save_ms": result["t_ms"]}})
-    return UpstreamJSON({"id_slot": slot, "filename": filename, "n_restored": result["n_tokens"],
-                         "n_read": result["n_bytes"], "timings": {"restore_ms": result["t_ms"]}})
+        return UpstreamJSON(
+            {
+                "id_slot": slot,
+                "filename": filename,
+                "n_saved": result["n_tokens"],
+                "n_written": result["n_bytes"],
+                "timings": {"save_ms": result["t_ms"]},
+            }
+        )
+    return UpstreamJSON(
+        {
+            "id_slot": slot,
+            "filename": filename,
+            "n_restored": result["n_tokens"],
+            "n_read": result["n_bytes"],
+            "timings": {"restore_ms": result["t_ms"]},
+        }
+    )

@@ -11,6 +11,7 @@ from ..models.tokenizer import ModelTokenizer
 from .auth import AuthConfig
 from .cors import CorsConfig
 from .task_params import TaskParams
+from .vertex_settings import VertexSettings
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ class ServerSettings:
     auth: AuthConfig = field(default_factory=AuthConfig)  # --api-key, --api-key-file, LLAMA_/MLXCEL_API_KEY
     api_prefix: str = ""  # --api-prefix
     slot_save_path: str = ""  # --slot-save-path: POST /slots/:id_slot saves and restores there
-    vertex: object = None  # server.api.vertex.VertexSettings (AIP_MODE=PREDICTION)
+    vertex: VertexSettings | None = None  # AIP_MODE=PREDICTION
 
 
 @dataclass

@@ -74,7 +74,7 @@ class StreamSession:
             return
         if len(data) >= self.cap:  # one chunk over the cap: only its tail stays
             self.dropped += len(self.buffer) + len(data) - self.cap
-            self.buffer = bytearray(data[len(data) - self.cap:])
+            self.buffer = bytearray(data[len(data) - self.cap :])
         else:
             over = len(self.buffer) + len(data) - self.cap
             if over > 0:
@@ -103,7 +103,7 @@ class StreamSession:
             if offset < self.dropped:
                 return  # the front moved past the reader: b10621's OFFSET_LOST ends the read
             if offset < self.total:
-                chunk = bytes(self.buffer[offset - self.dropped:])
+                chunk = bytes(self.buffer[offset - self.dropped :])
                 offset += len(chunk)
                 yield chunk
                 continue
@@ -116,8 +116,13 @@ class StreamSession:
                 pass
 
     def lookup_json(self) -> dict:
-        return {"conversation_id": self.conversation_id, "is_done": self.done, "total_bytes": self.total,
-                "started_at": self.started_at, "completed_at": self.completed_at}
+        return {
+            "conversation_id": self.conversation_id,
+            "is_done": self.done,
+            "total_bytes": self.total,
+            "started_at": self.started_at,
+            "completed_at": self.completed_at,
+        }
 
 
 class SessionManager:
@@ -174,7 +179,7 @@ def attach(stream: AsyncIterator[bytes], make_response) -> StreamingResponse | N
             async for chunk in stream:
                 session.append(chunk)
         finally:
-            await stream.aclose()  # its finally blocks cancel the engine requests still running
+            await stream.aclose()  # type: ignore[attr-defined]  # an async generator's; its finally blocks cancel the engine requests still running
             session.finalize()
 
     session.producer = asyncio.get_running_loop().create_task(produce())
@@ -204,7 +209,7 @@ async def get_stream(request: Request):
         digits = raw.lstrip(" \t\n\v\f\r").removeprefix("+")
         if not digits[:1].isdigit():  # std::stoull: leading digits, anything after them ignored
             return _error(400, "Invalid 'from' offset", ErrorKind.INVALID_REQUEST)
-        start = int(digits[:len(digits) - len(digits.lstrip("0123456789"))]) % 2**64
+        start = int(digits[: len(digits) - len(digits.lstrip("0123456789"))]) % 2**64
     if start < session.dropped:
         return _error(400, "Stream offset lost, please restart", ErrorKind.INVALID_REQUEST)
     return sse_response(session.read_from(start))
@@ -215,13 +220,18 @@ async def lookup_streams(request: Request):
     try:
         body = loads(await request.body())
     except Exception as exc:  # noqa: BLE001 - b10621 answers its own parse error, without a code
-        return UpstreamJSON({"error": {"message": f"invalid body: {exc}", "type": "invalid_request_error"}},
-                            status_code=400)
+        return UpstreamJSON(
+            {"error": {"message": f"invalid body: {exc}", "type": "invalid_request_error"}}, status_code=400
+        )
     ids = body.get("conversation_ids") if isinstance(body, dict) else None
     requested = [v for v in ids if isinstance(v, str) and v] if isinstance(ids, list) else []
     owner = _owner(request.headers)
-    found = [s for rid in requested for s in list(SESSIONS.sessions.values())
-             if s.owner == owner and (s.conversation_id == rid or s.conversation_id.startswith(rid + "::"))]
+    found = [
+        s
+        for rid in requested
+        for s in list(SESSIONS.sessions.values())
+        if s.owner == owner and (s.conversation_id == rid or s.conversation_id.startswith(rid + "::"))
+    ]
     return UpstreamJSON([s.lookup_json() for s in found])
 
 

@@ -17,9 +17,9 @@ from typing import Callable, Protocol
 
 import numpy as np
 
+from ..chat.formats import CHAT_FORMATS, REASONING_FORMATS
 from ..engine.rng import LLAMA_DEFAULT_SEED
 from ..engine.types import SamplingParams
-from ..chat.formats import CHAT_FORMATS, REASONING_FORMATS
 from ..errors import ErrorKind, UpstreamError, json_type_name, type_error
 from ..grammar.json_schema import json_schema_to_grammar
 from ..peg import load as load_arena
@@ -254,7 +254,7 @@ def parse_lora_request(entries: list) -> dict[int, float]:
         s = entry.get("scale")
         # json_value(entry, key, default): a value that does not convert is the default
         lora[get_int(i) if json_type_name(i) in ("number", "boolean") else -1] = (
-            f32(s) if json_type_name(s) in ("number", "boolean") else 0.0
+            f32(s) if s is not None and json_type_name(s) in ("number", "boolean") else 0.0
         )
     return dict(sorted(lora.items()))
 
@@ -389,7 +389,7 @@ def _bias_of(v) -> float | None:
     return None
 
 
-def _logit_bias(p: TaskParams, body: dict, ctx: EvalContext) -> None:
+def _logit_bias(p: TaskParams, body: dict, ctx: EvalContext) -> None:  # noqa: C901
     v = body["logit_bias"]
     n_vocab = ctx.vocab.vocab_size if ctx.vocab else 0
     out: list[tuple[int, float]] = []
@@ -470,9 +470,7 @@ HANDLERS: dict[str, Handler] = {
 }
 
 
-def evaluate(
-    body: dict, n_slots: int, vocab: Vocab | None = None, base: TaskParams | None = None
-) -> TaskParams:
+def evaluate(body: dict, n_slots: int, vocab: Vocab | None = None, base: TaskParams | None = None) -> TaskParams:
     """eval_llama_cmpl_schema(): the request's parameters over the server's, or the first field's 400."""
     base = base if base is not None else TaskParams()
     p = copy.deepcopy(base)

@@ -48,7 +48,10 @@ async def detokenize(request: Request) -> UpstreamJSON:
             if not isinstance(t, int) or isinstance(t, bool):
                 raise UpstreamError(type_error("number", t), ErrorKind.SERVER)
             if not 0 <= t < state.tokenizer.vocab_size:  # b10621's vocabulary lookup throws std::out_of_range
-                raise UpstreamError(f"vector::_M_range_check: __n (which is {t}) >= this->size() "
-                                    f"(which is {state.tokenizer.vocab_size})", ErrorKind.SERVER)
+                raise UpstreamError(
+                    f"vector::_M_range_check: __n (which is {t}) >= this->size() "
+                    f"(which is {state.tokenizer.vocab_size})",
+                    ErrorKind.SERVER,
+                )
         content = state.tokenizer.detokenize(tokens)
     return UpstreamJSON({"content": content})

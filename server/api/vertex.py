@@ -45,7 +45,7 @@ class RouteConflict(ValueError):
     pass
 
 
-def register(app: FastAPI, vertex: VertexSettings, routes: set[tuple[str, str]]) -> None:
+def register(app: FastAPI, vertex: VertexSettings, routes: set[tuple[str, str]]) -> None:  # noqa: C901
     """Mount the health alias and the predict route; `routes` are the (method, path) pairs served."""
     if any(path == vertex.predict_route for _, path in routes):
         raise RouteConflict(f"AIP_PREDICT_ROUTE={vertex.predict_route} conflicts with an existing llama-server route")
@@ -65,28 +65,40 @@ def register(app: FastAPI, vertex: VertexSettings, routes: set[tuple[str, str]])
         except Exception as exc:  # noqa: BLE001 - the parser's own message, as b10621 sends nlohmann's
             return UpstreamJSON(_error(str(exc), ErrorKind.INVALID_REQUEST), status_code=400)
         if not isinstance(data, dict):
-            return UpstreamJSON(_error("request body must be a JSON object", ErrorKind.INVALID_REQUEST),
-                                status_code=400)
+            return UpstreamJSON(
+                _error("request body must be a JSON object", ErrorKind.INVALID_REQUEST), status_code=400
+            )
         instances = data.get("instances")
         if not isinstance(instances, list):
-            return UpstreamJSON(_error("request body must include an array field named instances",
-                                       ErrorKind.INVALID_REQUEST), status_code=400)
+            return UpstreamJSON(
+                _error("request body must include an array field named instances", ErrorKind.INVALID_REQUEST),
+                status_code=400,
+            )
         if len(instances) > MAX_INSTANCES:
-            return UpstreamJSON(_error(f"instances array exceeds maximum size of {MAX_INSTANCES}",
-                                       ErrorKind.INVALID_REQUEST), status_code=400)
+            return UpstreamJSON(
+                _error(f"instances array exceeds maximum size of {MAX_INSTANCES}", ErrorKind.INVALID_REQUEST),
+                status_code=400,
+            )
         headers = {k: v for k, v in request.headers.items() if k.lower() not in ("content-length", "host")}
         prefix = request.app.state.mlxcel.settings.api_prefix
         transport = httpx.ASGITransport(app=request.app)
         async with httpx.AsyncClient(transport=transport, base_url="http://predict", timeout=None) as client:
-            answers = await asyncio.gather(*(_one(client, instance, aliases, methods, headers, prefix)
-                                             for instance in instances))
+            answers = await asyncio.gather(
+                *(_one(client, instance, aliases, methods, headers, prefix) for instance in instances)
+            )
         return UpstreamJSON({"predictions": list(answers)})
 
     app.add_api_route(vertex.predict_route, predict, methods=["POST"])
 
 
-async def _one(client: httpx.AsyncClient, instance, aliases: dict[str, str], methods: dict[str, str],
-               headers: dict[str, str], prefix: str):
+async def _one(
+    client: httpx.AsyncClient,
+    instance,
+    aliases: dict[str, str],
+    methods: dict[str, str],
+    headers: dict[str, str],
+    prefix: str,
+):
     if not isinstance(instance, dict):
         return _error("each instance must be a JSON object", ErrorKind.INVALID_REQUEST)
     fmt = instance.get("@requestFormat")
@@ -100,8 +112,12 @@ async def _one(client: httpx.AsyncClient, instance, aliases: dict[str, str], met
     if path is None:
         return _error(f"no handler registered for @requestFormat: {fmt}", ErrorKind.INVALID_REQUEST)
     try:
-        r = await client.request(methods[path], prefix + path, content=dumps(payload),
-                                 headers={**headers, "content-type": "application/json"})
+        r = await client.request(
+            methods[path],
+            prefix + path,
+            content=dumps(payload),
+            headers={**headers, "content-type": "application/json"},
+        )
     except Exception as exc:  # noqa: BLE001 - one instance's failure stays in its place
         return _error(str(exc), ErrorKind.SERVER)
     if r.headers.get("content-type", "").startswith("text/event-stream"):

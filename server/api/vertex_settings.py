@@ -23,5 +23,9 @@ class VertexSettings:
     def from_env(cls) -> "VertexSettings":
         if os.environ.get("AIP_MODE", "") != "PREDICTION":
             return cls()
-        return cls(True, _env("AIP_HEALTH_ROUTE", "", True), _env("AIP_PREDICT_ROUTE", "/predict", True),
-                   int(_env("AIP_HTTP_PORT", "8080")))
+        return cls(
+            True,
+            _env("AIP_HEALTH_ROUTE", "", True),
+            _env("AIP_PREDICT_ROUTE", "/predict", True),
+            int(_env("AIP_HTTP_PORT", "8080")),
+        )

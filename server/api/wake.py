@@ -12,14 +12,39 @@ from __future__ import annotations
 import asyncio
 
 WAKING_GET = frozenset({"/slots", "/lora-adapters"})
-WAKING_POST = frozenset({
-    "/props", "/completion", "/completions", "/v1/completions", "/chat/completions", "/v1/chat/completions",
-    "/v1/chat/completions/control", "/v1/responses", "/responses", "/v1/audio/transcriptions",
-    "/audio/transcriptions", "/v1/messages", "/infill", "/embedding", "/embeddings", "/v1/embeddings", "/rerank",
-    "/reranking", "/v1/rerank", "/v1/reranking", "/tokenize", "/detokenize", "/apply-template",
-    "/chat/completions/input_tokens", "/v1/chat/completions/input_tokens", "/responses/input_tokens",
-    "/v1/responses/input_tokens", "/v1/messages/count_tokens", "/lora-adapters",
-})
+WAKING_POST = frozenset(
+    {
+        "/props",
+        "/completion",
+        "/completions",
+        "/v1/completions",
+        "/chat/completions",
+        "/v1/chat/completions",
+        "/v1/chat/completions/control",
+        "/v1/responses",
+        "/responses",
+        "/v1/audio/transcriptions",
+        "/audio/transcriptions",
+        "/v1/messages",
+        "/infill",
+        "/embedding",
+        "/embeddings",
+        "/v1/embeddings",
+        "/rerank",
+        "/reranking",
+        "/v1/rerank",
+        "/v1/reranking",
+        "/tokenize",
+        "/detokenize",
+        "/apply-template",
+        "/chat/completions/input_tokens",
+        "/v1/chat/completions/input_tokens",
+        "/responses/input_tokens",
+        "/v1/responses/input_tokens",
+        "/v1/messages/count_tokens",
+        "/lora-adapters",
+    }
+)
 
 
 def wakes(method: str, path: str) -> bool:
@@ -41,7 +66,7 @@ class WakeOnRequest:
         if scope["type"] == "http":
             state = scope["app"].state.mlxcel
             engine = getattr(state, "engine", None)
-            path = scope["path"][len(scope.get("root_path", "")):]
-            if getattr(engine, "sleeping", False) and wakes(scope["method"], path):
+            path = scope["path"][len(scope.get("root_path", "")) :]
+            if engine is not None and getattr(engine, "sleeping", False) and wakes(scope["method"], path):
                 await asyncio.wrap_future(engine.wake())
         await self.app(scope, receive, send)

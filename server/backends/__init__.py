@@ -27,8 +27,14 @@ def open_backend(loaded: LoadedModel, n_batch: int = 2048, kv: KVNumerics | None
     return MLXBackend(loaded, n_batch=n_batch, kv=kv)
 
 
-def load_backend(checkpoint: Path, *, n_batch: int = 2048, kv: KVNumerics | None = None,
-                 fuse: Callable[[Any], set[str]] | None = None, rope: tuple = (None, None),
-                 yarn: YarnFlags | None = None) -> Backend:
+def load_backend(
+    checkpoint: Path,
+    *,
+    n_batch: int = 2048,
+    kv: KVNumerics | None = None,
+    fuse: Callable[[Any], set[str]] | None = None,
+    rope: tuple = (None, None),
+    yarn: YarnFlags | None = None,
+) -> Backend:
     """A checkpoint loaded (models/loader.py) and opened on its backend."""
     return open_backend(load_checkpoint(checkpoint, fuse=fuse, rope=rope, yarn=yarn), n_batch=n_batch, kv=kv)

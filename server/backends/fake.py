@@ -21,8 +21,9 @@ from ..models.lora import LoraSet
 from .base import Capabilities
 from .state_size import state_bytes
 
-FAKE_CAPABILITIES = Capabilities(cache_kinds=("FakeCache",), rewind=True, batch_rows=16, row_invariant=True,
-                                 turn_keys=True, few_rows=16)
+FAKE_CAPABILITIES = Capabilities(
+    cache_kinds=("FakeCache",), rewind=True, batch_rows=16, row_invariant=True, turn_keys=True, few_rows=16
+)
 MARGIN = 8.0  # the counting rule's lead over the noise (whose values are within +-1)
 
 
@@ -32,9 +33,16 @@ class FakeCache:
 
 
 class FakeBackend:
-    def __init__(self, n_vocab: int = 64, n_ctx_train: int = 4096, capabilities: Capabilities = FAKE_CAPABILITIES,
-                 layers: int = 2, width: int = 8, rule: Callable[[list[int]], int] | None = None,
-                 pass_seconds: float = 0.0):
+    def __init__(
+        self,
+        n_vocab: int = 64,
+        n_ctx_train: int = 4096,
+        capabilities: Capabilities = FAKE_CAPABILITIES,
+        layers: int = 2,
+        width: int = 8,
+        rule: Callable[[list[int]], int] | None = None,
+        pass_seconds: float = 0.0,
+    ):
         self.n_vocab, self.n_ctx_train, self.capabilities = n_vocab, n_ctx_train, capabilities
         # the token the model favours after a history (default: the last one plus one)
         self.rule = rule or (lambda tokens: (tokens[-1] + 1) % self.n_vocab)
@@ -77,7 +85,7 @@ class FakeBackend:
 
     def decode_rows(self, batch: list[FakeCache], tokens: list[int]) -> np.ndarray:
         self.passes.append(("decode_rows", len(tokens)))
-        return np.concatenate([self._feed(c, [t]) for c, t in zip(batch, tokens)])
+        return np.concatenate([self._feed(c, [t]) for c, t in zip(batch, tokens, strict=False)])
 
     def verify(self, cache: FakeCache, tokens: list[int]) -> np.ndarray:
         self.passes.append(("verify", len(tokens)))
@@ -87,9 +95,9 @@ class FakeBackend:
         cache = self.new_cache()
         rows = [self.prefill(cache, prompt)[0]] + [self.decode(cache, t)[0] for t in continuation[:-1]]
         out = []
-        for t, row in zip(continuation, rows):
+        for t, row in zip(continuation, rows, strict=False):
             lp = row.astype(np.float64) - np.log(np.exp(row.astype(np.float64)).sum())
-            top = np.argsort(-lp, kind="stable")[:max(1, n_probs)]
+            top = np.argsort(-lp, kind="stable")[: max(1, n_probs)]
             out.append((t, float(lp[t]), tuple((int(i), float(lp[i])) for i in top)))
         return out
 
@@ -120,7 +128,7 @@ class FakeBackend:
     def restore_chunks(self, snap: FakeCache, prefix: int, chunks: list[tuple[int, int, int]]) -> FakeCache:
         cells = list(snap.cells[:prefix])
         for head_c, head_p, n in chunks:
-            cells += [(t, p + head_p - head_c) for t, p in snap.cells[head_c:head_c + n]]
+            cells += [(t, p + head_p - head_c) for t, p in snap.cells[head_c : head_c + n]]
         return FakeCache(cells)
 
     def trim(self, cache: FakeCache, n: int) -> None:
@@ -130,7 +138,7 @@ class FakeBackend:
     def shift(self, cache: FakeCache, n_keep: int, n_discard: int) -> None:
         if not self.capabilities.turn_keys:
             raise ValueError("this backend cannot turn cached keys")
-        tail = [(t, p - n_discard) for t, p in cache.cells[n_keep + n_discard:]]
+        tail = [(t, p - n_discard) for t, p in cache.cells[n_keep + n_discard :]]
         cache.cells[n_keep:] = tail
 
     # --- decode batches ---------------------------------------------------------------------------------------

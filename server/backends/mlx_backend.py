@@ -140,10 +140,16 @@ class MLXBackend:
 
     def _capabilities(self, kinds: tuple[str, ...]) -> Capabilities:
         batch = all(k.batch for k in self._kinds)
-        return Capabilities(cache_kinds=kinds, rewind=all(k.rewind for k in self._kinds),
-                            batch_rows=DECODE_BATCH_ROWS if batch else 1, row_invariant=False,
-                            turn_keys=all(k.turn for k in self._kinds) and self._turnable(),
-                            few_rows=FEW_ROWS, adapters=True, control_vectors=hasattr(self.model, "layers"))
+        return Capabilities(
+            cache_kinds=kinds,
+            rewind=all(k.rewind for k in self._kinds),
+            batch_rows=DECODE_BATCH_ROWS if batch else 1,
+            row_invariant=False,
+            turn_keys=all(k.turn for k in self._kinds) and self._turnable(),
+            few_rows=FEW_ROWS,
+            adapters=True,
+            control_vectors=hasattr(self.model, "layers"),
+        )
 
     # --- forward passes ---------------------------------------------------------------------------------------
 
@@ -154,7 +160,7 @@ class MLXBackend:
         """Feed tokens in chunks of n_batch; the last position's logits (1 x vocab, float32)."""
         logits = None
         for start in range(0, len(tokens), self.n_batch):
-            chunk = tokens[start:start + self.n_batch]
+            chunk = tokens[start : start + self.n_batch]
             logits = self._prefill_chunk(cache, chunk, start + self.n_batch >= len(tokens))
             cache.n += len(chunk)
         assert logits is not None, "an empty prompt"
@@ -187,7 +193,7 @@ class MLXBackend:
     def verify(self, cache: LayerCaches, tokens: list[int]) -> Logits:
         out = []
         for start in range(0, len(tokens), FEW_ROWS):
-            out.append(self._verify_chunk(cache, tokens[start:start + FEW_ROWS]))
+            out.append(self._verify_chunk(cache, tokens[start : start + FEW_ROWS]))
             cache.n += len(out[-1])
         return out[0] if len(out) == 1 else mx.concatenate(out, axis=0)
 
@@ -211,7 +217,7 @@ class MLXBackend:
         chosen = mx.take_along_axis(logprobs, mx.array(continuation)[:, None], axis=-1)[:, 0]
         mx.eval(top_ids, top_lp, chosen)
         ids, lps, ch = cast(list, top_ids.tolist()), cast(list, top_lp.tolist()), cast(list, chosen.tolist())
-        return [(t, ch[i], tuple(zip(ids[i], lps[i]))) for i, t in enumerate(continuation)]
+        return [(t, ch[i], tuple(zip(ids[i], lps[i], strict=False))) for i, t in enumerate(continuation)]
 
     # --- caches -----------------------------------------------------------------------------------------------
 
@@ -291,20 +297,26 @@ class MLXBackend:
             turned = rope(keys.reshape(1, b * h * t, 1, d), offset=shift)
             return turned.reshape(b, h, t, d).astype(stored)
         # one position per row, all at offset shift: a rotation by shift * theta
-        turned = mx.fast.rope(keys.reshape(b * h * t, 1, d), rope.dims, traditional=rope.traditional,
-                              base=rope.base, scale=rope.scale, offset=shift)
+        turned = mx.fast.rope(
+            keys.reshape(b * h * t, 1, d),
+            rope.dims,
+            traditional=rope.traditional,
+            base=rope.base,
+            scale=rope.scale,
+            offset=shift,
+        )
         return turned.reshape(b, h, t, d).astype(stored)
 
     def restore_chunks(self, snap: MLXSnapshot, prefix: int, chunks: list[tuple[int, int, int]]) -> LayerCaches:
         """restore() of a prefix, then each (cached start, prompt start, length) chunk of the snapshot moved to
         its prompt start, its keys turned by the move: b10621's cache reuse (seq_rm, then seq_add)."""
         cache = self.new_cache()
-        for c, (k, v) in zip(cache, snap.kv()):
+        for c, (k, v) in zip(cache, snap.kv(), strict=False):
             keys, values = [k[..., :prefix, :]], [v[..., :prefix, :]]
             for head_c, head_p, n in chunks:
-                moved = k[..., head_c:head_c + n, :]
+                moved = k[..., head_c : head_c + n, :]
                 keys.append(self._turn(moved, head_p - head_c) if head_p != head_c else moved)
-                values.append(v[..., head_c:head_c + n, :])
+                values.append(v[..., head_c : head_c + n, :])
             c.keys, c.values = mx.concatenate(keys, axis=2), mx.concatenate(values, axis=2)
             c.offset = prefix + sum(n for _, _, n in chunks)
         mx.eval([(c.keys, c.values) for c in cache])
@@ -318,9 +330,9 @@ class MLXBackend:
         for c in cache:
             n = c.offset
             keys, values = c.keys[..., :n, :], c.values[..., :n, :]
-            tail = self._turn(keys[..., n_keep + n_discard:, :], -n_discard)
+            tail = self._turn(keys[..., n_keep + n_discard :, :], -n_discard)
             c.keys = mx.concatenate([keys[..., :n_keep, :], tail], axis=2)
-            c.values = mx.concatenate([values[..., :n_keep, :], values[..., n_keep + n_discard:, :]], axis=2)
+            c.values = mx.concatenate([values[..., :n_keep, :], values[..., n_keep + n_discard :, :]], axis=2)
             c.offset = n - n_discard
             mx.eval(c.keys, c.values)
         cache.n -= n_discard
@@ -330,8 +342,7 @@ class MLXBackend:
     # sequences decode together (tests/test_engine_batching.py).
 
     def can_batch(self, caches: list[LayerCaches]) -> bool:
-        return self.capabilities.batch_rows > 1 and all(type(c) is mlx_cache.KVCache for cache in caches
-                                                         for c in cache)
+        return self.capabilities.batch_rows > 1 and all(type(c) is mlx_cache.KVCache for cache in caches for c in cache)
 
     @staticmethod
     def batch_merge(caches: list[LayerCaches]) -> list:
@@ -344,7 +355,7 @@ class MLXBackend:
 
     @staticmethod
     def batch_extend(batch: list, other: list) -> None:
-        for c, o in zip(batch, other):
+        for c, o in zip(batch, other, strict=False):
             c.extend(o)
 
     @staticmethod

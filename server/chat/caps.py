@@ -5,22 +5,33 @@ from __future__ import annotations
 
 from .template import render_usage
 
-_TOOLS = [{  # caps.cpp's probe tool
-    "name": "tool",
-    "type": "function",
-    "function": {
-        "name": "tool1",
-        "description": "Tool description",
-        "parameters": {"type": "object", "properties": {"arg": {"type": "string", "description": "Arg description"}},
-                       "required": ["arg"]},
-    },
-}]
+_TOOLS = [
+    {  # caps.cpp's probe tool
+        "name": "tool",
+        "type": "function",
+        "function": {
+            "name": "tool1",
+            "description": "Tool description",
+            "parameters": {
+                "type": "object",
+                "properties": {"arg": {"type": "string", "description": "Arg description"}},
+                "required": ["arg"],
+            },
+        },
+    }
+]
 
 
 def _probe(source: str, messages: list, tools: list | None = None, extra: dict | None = None):
     """caps_try_execute(): (output or None, the rendered copy of the context, what the template read)."""
-    context = {"messages": messages, "tools": tools or [], "bos_token": "", "eos_token": "",
-               "add_generation_prompt": True, **(extra or {})}
+    context = {
+        "messages": messages,
+        "tools": tools or [],
+        "bos_token": "",
+        "eos_token": "",
+        "add_generation_prompt": True,
+        **(extra or {}),
+    }
     return render_usage(source, context)
 
 
@@ -30,19 +41,32 @@ def _user(text: str = "User message") -> dict:
 
 def _tool_conversation(*arguments) -> list:
     """A user turn, the tool calls (content "", as some templates need), their result, a reply, a user turn."""
-    calls = [{"id": f"call0000{i + 1}", "type": "function", "function": {"name": "tool1", "arguments": args}}
-             for i, args in enumerate(arguments)]
-    return [_user(), {"role": "assistant", "content": "", "tool_calls": calls},
-            {"role": "tool", "content": "Tool response", "tool_call_id": "call00001"},
-            {"role": "assistant", "content": "The tool response was 'tool response'"}, _user()]
+    calls = [
+        {"id": f"call0000{i + 1}", "type": "function", "function": {"name": "tool1", "arguments": args}}
+        for i, args in enumerate(arguments)
+    ]
+    return [
+        _user(),
+        {"role": "assistant", "content": "", "tool_calls": calls},
+        {"role": "tool", "content": "Tool response", "tool_call_id": "call00001"},
+        {"role": "assistant", "content": "The tool response was 'tool response'"},
+        _user(),
+    ]
 
 
 def template_caps(source: str | None) -> dict[str, bool]:
     s = source or ""
-    caps = {"supports_tools": True, "supports_tool_calls": True, "supports_system_role": True,
-            "supports_parallel_tool_calls": True, "supports_preserve_reasoning": False,
-            "supports_reasoning_effort": False, "supports_string_content": True, "supports_typed_content": False,
-            "supports_object_arguments": False}
+    caps = {
+        "supports_tools": True,
+        "supports_tool_calls": True,
+        "supports_system_role": True,
+        "supports_parallel_tool_calls": True,
+        "supports_preserve_reasoning": False,
+        "supports_reasoning_effort": False,
+        "supports_string_content": True,
+        "supports_typed_content": False,
+        "supports_object_arguments": False,
+    }
 
     # typed content: the (string) content read as an array
     out, ctx, usage = _probe(s, [_user("STRING_MARKER")])
@@ -83,16 +107,31 @@ def template_caps(source: str | None) -> dict[str, bool]:
 
     # reasoning kept in the history: it shows in the output
     placeholder = "<REASONING_CONTENT_PLACEHOLDER>"
-    history = [_user(), {"role": "assistant", "content": "Assistant message", "reasoning_content": placeholder},
-               _user(), {"role": "assistant", "content": "Assistant message", "reasoning_content": "Reasoning content"},
-               _user()]
-    out, _, _ = _probe(s, history, extra={"enable_thinking": True, "preserve_thinking": True, "clear_thinking": False,
-                                          "truncate_history_thinking": False, "drop_thinking": False})
+    history = [
+        _user(),
+        {"role": "assistant", "content": "Assistant message", "reasoning_content": placeholder},
+        _user(),
+        {"role": "assistant", "content": "Assistant message", "reasoning_content": "Reasoning content"},
+        _user(),
+    ]
+    out, _, _ = _probe(
+        s,
+        history,
+        extra={
+            "enable_thinking": True,
+            "preserve_thinking": True,
+            "clear_thinking": False,
+            "truncate_history_thinking": False,
+            "drop_thinking": False,
+        },
+    )
     caps["supports_preserve_reasoning"] = out is not None and placeholder in out
 
     # reasoning effort: the variable read (upstream binds reasoning_strength to the same value)
-    _, ctx, usage = _probe(s, [_user()], extra={"enable_thinking": True, "reasoning_effort": "low",
-                                                "reasoning_strength": "low"})
+    _, ctx, usage = _probe(
+        s, [_user()], extra={"enable_thinking": True, "reasoning_effort": "low", "reasoning_strength": "low"}
+    )
     caps["supports_reasoning_effort"] = usage.is_used(ctx["reasoning_effort"]) or usage.is_used(
-        ctx["reasoning_strength"])
+        ctx["reasoning_strength"]
+    )
     return dict(sorted(caps.items()))  # std::map order

@@ -43,7 +43,7 @@ def _string_diff(last: str, current: str) -> str:
         if last.startswith(current):  # the last step ended on a partial stop word the final one erased
             return ""
         raise DiffError(f"Invalid diff: '{last}' not found at start of '{current}'")
-    return current[len(last):]
+    return current[len(last) :]
 
 
 def compute_diffs(prv: ChatMsg, new: ChatMsg) -> list[MsgDiff]:
@@ -71,8 +71,9 @@ def compute_diffs(prv: ChatMsg, new: ChatMsg) -> list[MsgDiff]:
 
 
 def is_empty(msg: ChatMsg) -> bool:
-    return not (msg.content or msg.content_parts or msg.tool_calls or msg.reasoning_content or msg.tool_name
-                or msg.tool_call_id)
+    return not (
+        msg.content or msg.content_parts or msg.tool_calls or msg.reasoning_content or msg.tool_name or msg.tool_call_id
+    )
 
 
 def message_json(msg: ChatMsg) -> dict:

@@ -18,14 +18,60 @@ from collections.abc import Callable, Sequence
 # LLM_CHAT_TEMPLATES in source order, each name with the llm_chat_template it selects. Names that select
 # the same formatting family still differ in detail (see _FORMATTERS).
 LEGACY_TEMPLATES: tuple[str, ...] = (
-    "chatml", "llama2", "llama2-sys", "llama2-sys-bos", "llama2-sys-strip",
-    "mistral-v1", "mistral-v3", "mistral-v3-tekken", "mistral-v7", "mistral-v7-tekken",
-    "phi3", "phi4", "falcon3", "zephyr", "monarch", "gemma", "orion", "openchat", "vicuna", "vicuna-orca",
-    "deepseek", "deepseek2", "deepseek3", "deepseek-ocr", "command-r", "llama3", "chatglm3", "chatglm4",
-    "glmedge", "minicpm", "exaone3", "exaone4", "exaone-moe", "rwkv-world", "granite", "granite-4.0",
-    "granite-4.1", "gigachat", "megrez", "yandex", "bailing", "bailing-think", "bailing2", "llama4",
-    "smolvlm", "hunyuan-moe", "gpt-oss", "hunyuan-dense", "hunyuan-vl", "kimi-k2", "seed_oss", "grok-2",
-    "pangu-embedded", "solar-open",
+    "chatml",
+    "llama2",
+    "llama2-sys",
+    "llama2-sys-bos",
+    "llama2-sys-strip",
+    "mistral-v1",
+    "mistral-v3",
+    "mistral-v3-tekken",
+    "mistral-v7",
+    "mistral-v7-tekken",
+    "phi3",
+    "phi4",
+    "falcon3",
+    "zephyr",
+    "monarch",
+    "gemma",
+    "orion",
+    "openchat",
+    "vicuna",
+    "vicuna-orca",
+    "deepseek",
+    "deepseek2",
+    "deepseek3",
+    "deepseek-ocr",
+    "command-r",
+    "llama3",
+    "chatglm3",
+    "chatglm4",
+    "glmedge",
+    "minicpm",
+    "exaone3",
+    "exaone4",
+    "exaone-moe",
+    "rwkv-world",
+    "granite",
+    "granite-4.0",
+    "granite-4.1",
+    "gigachat",
+    "megrez",
+    "yandex",
+    "bailing",
+    "bailing-think",
+    "bailing2",
+    "llama4",
+    "smolvlm",
+    "hunyuan-moe",
+    "gpt-oss",
+    "hunyuan-dense",
+    "hunyuan-vl",
+    "kimi-k2",
+    "seed_oss",
+    "grok-2",
+    "pangu-embedded",
+    "solar-open",
 )
 
 # LLM_CHAT_TEMPLATE_DOTS1 is detected from a template's source but has no name in LLM_CHAT_TEMPLATES:
@@ -72,7 +118,7 @@ def template_from_name(name: str) -> str | None:
     return name if name in _NAMES else None
 
 
-def detect_template(source: str) -> str | None:
+def detect_template(source: str) -> str | None:  # noqa: C901
     """llm_chat_detect_template(): which built-in a name or a Jinja template's source selects (DOTS1 is
     "dots1"), or None (LLM_CHAT_TEMPLATE_UNKNOWN)."""
     tmpl = _c_str(source)
@@ -148,8 +194,10 @@ _DETECT_RULES: tuple[tuple[tuple[str, ...], str], ...] = (
 )
 
 _DETECT_RULES_LATE: tuple[tuple[tuple[str, ...], str], ...] = (
-    (("message['role'] + additional_special_tokens[0] + message['content'] + additional_special_tokens[1]",),
-     "gigachat"),
+    (
+        ("message['role'] + additional_special_tokens[0] + message['content'] + additional_special_tokens[1]",),
+        "gigachat",
+    ),
     (("<|role_start|>",), "megrez"),
     ((" Ассистент:",), "yandex"),
     (("<role>ASSISTANT</role>", "'HUMAN'"), "bailing"),
@@ -169,8 +217,7 @@ _DETECT_RULES_LATE: tuple[tuple[tuple[str, ...], str], ...] = (
 )
 
 
-def apply_legacy(name_or_source: str, messages: Sequence[tuple[str, str]],
-                 add_generation_prompt: bool) -> str:
+def apply_legacy(name_or_source: str, messages: Sequence[tuple[str, str]], add_generation_prompt: bool) -> str:
     """llama_chat_apply_template(): the prompt the built-in named by, or detected from, `name_or_source`
     gives `messages` ((role, content) pairs). ValueError(UNSUPPORTED_TEMPLATE_ERROR) where none is."""
     kind = detect_template(name_or_source)
@@ -188,8 +235,9 @@ def verify_legacy(template: str) -> bool:
 def unsupported_template_message(template: str, use_jinja: bool) -> str:
     """The text llama-server prints to stderr (then exits with status 1) when --chat-template or
     --chat-template-file fails common_chat_verify_template() at argument parsing."""
-    note = "" if use_jinja else ("\nnote: llama.cpp was started without --jinja, "
-                                 "we only support commonly used templates")
+    note = (
+        "" if use_jinja else ("\nnote: llama.cpp was started without --jinja, we only support commonly used templates")
+    )
     return f"error: the supplied chat template is not supported: {template}{note}\n"
 
 
@@ -205,8 +253,7 @@ def legacy_content(content: str, parts: Sequence[tuple[str, str]] = ()) -> str:
     return content
 
 
-def default_template_source(override: str, model_template: str = "",
-                            model_tool_use_template: str = "") -> str:
+def default_template_source(override: str, model_template: str = "", model_tool_use_template: str = "") -> str:
     """common_chat_templates_init(): the default template's source. --chat-template/-file text wins (the
     model's templates are then not read); an empty or exactly "chatml" source becomes the model's tool_use
     template, else CHATML_TEMPLATE_SRC. /props "chat_template" reports this source."""
@@ -299,9 +346,11 @@ def _each(turn: Callable[[str, str], str], gen: str = "") -> Callable[[Chat, boo
     return lambda chat, add_ass: "".join(turn(r, c) for r, c in chat) + (gen if add_ass else "")
 
 
-def _by_role(turns: dict[str, Callable[[str], str]], gen: str = "", other: Callable[[str], str] | None = None,
-             prefix: str = "") -> Callable[[Chat, bool], str]:
+def _by_role(
+    turns: dict[str, Callable[[str], str]], gen: str = "", other: Callable[[str], str] | None = None, prefix: str = ""
+) -> Callable[[Chat, bool], str]:
     """Families that format by role; a role not in `turns` uses `other` (or is dropped)."""
+
     def fmt(chat: Chat, add_ass: bool) -> str:
         out = [prefix]
         for role, content in chat:
@@ -315,8 +364,7 @@ def _by_role(turns: dict[str, Callable[[str], str]], gen: str = "", other: Calla
 
 def _monarch(chat: Chat, add_ass: bool) -> str:
     # mlabonne/AlphaMonarch-7B: <s> inside the history, not before the first message
-    out = "".join(("" if i == 0 else "<s>") + f"{role}\n{content}</s>\n"
-                  for i, (role, content) in enumerate(chat))
+    out = "".join(("" if i == 0 else "<s>") + f"{role}\n{content}</s>\n" for i, (role, content) in enumerate(chat))
     return out + ("<s>assistant\n" if add_ass else "")
 
 
@@ -392,10 +440,9 @@ def _granite_4(role: str, content: str) -> str:
 def _gigachat(chat: Chat, add_ass: bool) -> str:
     has_system = bool(chat) and chat[0][0] == "system"
     out = [f"<s>{chat[0][1]}<|message_sep|>" if has_system else "<s>"]
-    for role, content in chat[1 if has_system else 0:]:
+    for role, content in chat[1 if has_system else 0 :]:
         if role == "user":
-            out.append(f"user<|role_sep|>{content}<|message_sep|>"
-                       "available functions<|role_sep|>[]<|message_sep|>")
+            out.append(f"user<|role_sep|>{content}<|message_sep|>available functions<|role_sep|>[]<|message_sep|>")
         elif role == "assistant":
             out.append(f"assistant<|role_sep|>{content}<|message_sep|>")
     return "".join(out) + ("assistant<|role_sep|>" if add_ass else "")
@@ -443,9 +490,12 @@ def _hunyuan_vl(chat: Chat, add_ass: bool) -> str:
     return "".join(out)
 
 
-_KIMI_HEADERS = {"system": "<|im_system|>system<|im_middle|>", "user": "<|im_user|>user<|im_middle|>",
-                 "assistant": "<|im_assistant|>assistant<|im_middle|>",
-                 "tool": "<|im_system|>tool<|im_middle|>"}
+_KIMI_HEADERS = {
+    "system": "<|im_system|>system<|im_middle|>",
+    "user": "<|im_user|>user<|im_middle|>",
+    "assistant": "<|im_assistant|>assistant<|im_middle|>",
+    "tool": "<|im_system|>tool<|im_middle|>",
+}
 
 _PANGU_ROLES = {"system": "系统", "user": "用户", "assistant": "助手", "tool": "工具", "function": "方法"}
 
@@ -463,6 +513,7 @@ def _pangu_embedded(chat: Chat, add_ass: bool) -> str:
 def _exaone(moe: bool, roles: tuple[str, ...]) -> Callable[[Chat, bool], str]:
     """exaone3/exaone4: "[|role|]" + text, a user turn closed by "\n" only; exaone-moe: "<|role|>\n" + text +
     "<|endofturn|>\n". The text is trimmed; other roles are dropped."""
+
     def turn(role: str) -> Callable[[str], str]:
         if moe:
             head, end = f"<|{role}|>\n", "<|endofturn|>\n"
@@ -476,8 +527,9 @@ def _exaone(moe: bool, roles: tuple[str, ...]) -> Callable[[Chat, bool], str]:
 def _command_r(chat: Chat, add_ass: bool) -> str:
     # CohereForAI/c4ai-command-r-plus
     tokens = {"system": "SYSTEM", "user": "USER", "assistant": "CHATBOT"}
-    out = "".join(f"<|START_OF_TURN_TOKEN|><|{tokens[r]}_TOKEN|>{_trim(c)}<|END_OF_TURN_TOKEN|>"
-                  for r, c in chat if r in tokens)
+    out = "".join(
+        f"<|START_OF_TURN_TOKEN|><|{tokens[r]}_TOKEN|>{_trim(c)}<|END_OF_TURN_TOKEN|>" for r, c in chat if r in tokens
+    )
     return out + ("<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>" if add_ass else "")
 
 
@@ -500,25 +552,58 @@ _FORMATTERS: dict[str, Callable[[Chat, bool], str]] = {
     "gemma": _gemma,
     "orion": _orion,
     "openchat": _each(_openchat_turn, "GPT4 Correct Assistant:"),
-    "vicuna": _by_role({"system": lambda c: c + "\n\n", "user": lambda c: f"USER: {c}\n",
-                        "assistant": lambda c: f"ASSISTANT: {c}</s>\n"}, gen="ASSISTANT:"),
-    "vicuna-orca": _by_role({"system": lambda c: f"SYSTEM: {c}\n", "user": lambda c: f"USER: {c}\n",
-                             "assistant": lambda c: f"ASSISTANT: {c}</s>\n"}, gen="ASSISTANT:"),
-    "deepseek": _by_role({"system": lambda c: c, "user": lambda c: f"### Instruction:\n{c}\n",
-                          "assistant": lambda c: f"### Response:\n{c}\n<|EOT|>\n"}, gen="### Response:\n"),
-    "deepseek2": _by_role({"system": lambda c: c + "\n\n", "user": lambda c: f"User: {c}\n\n",
-                           "assistant": lambda c: f"Assistant: {c}<｜end▁of▁sentence｜>"}, gen="Assistant:"),
-    "deepseek3": _by_role({"system": lambda c: c + "\n\n", "user": lambda c: "<｜User｜>" + c,
-                           "assistant": lambda c: f"<｜Assistant｜>{c}<｜end▁of▁sentence｜>"},
-                          gen="<｜Assistant｜>"),
+    "vicuna": _by_role(
+        {
+            "system": lambda c: c + "\n\n",
+            "user": lambda c: f"USER: {c}\n",
+            "assistant": lambda c: f"ASSISTANT: {c}</s>\n",
+        },
+        gen="ASSISTANT:",
+    ),
+    "vicuna-orca": _by_role(
+        {
+            "system": lambda c: f"SYSTEM: {c}\n",
+            "user": lambda c: f"USER: {c}\n",
+            "assistant": lambda c: f"ASSISTANT: {c}</s>\n",
+        },
+        gen="ASSISTANT:",
+    ),
+    "deepseek": _by_role(
+        {
+            "system": lambda c: c,
+            "user": lambda c: f"### Instruction:\n{c}\n",
+            "assistant": lambda c: f"### Response:\n{c}\n<|EOT|>\n",
+        },
+        gen="### Response:\n",
+    ),
+    "deepseek2": _by_role(
+        {
+            "system": lambda c: c + "\n\n",
+            "user": lambda c: f"User: {c}\n\n",
+            "assistant": lambda c: f"Assistant: {c}<｜end▁of▁sentence｜>",
+        },
+        gen="Assistant:",
+    ),
+    "deepseek3": _by_role(
+        {
+            "system": lambda c: c + "\n\n",
+            "user": lambda c: "<｜User｜>" + c,
+            "assistant": lambda c: f"<｜Assistant｜>{c}<｜end▁of▁sentence｜>",
+        },
+        gen="<｜Assistant｜>",
+    ),
     "deepseek-ocr": lambda chat, add_ass: "".join(c for _, c in chat),
     "command-r": _command_r,
-    "llama3": _each(lambda r, c: f"<|start_header_id|>{r}<|end_header_id|>\n\n{_trim(c)}<|eot_id|>",
-                    "<|start_header_id|>assistant<|end_header_id|>\n\n"),
-    "chatglm3": lambda chat, add_ass: "[gMASK]sop" + "".join(f"<|{r}|>\n {c}" for r, c in chat)
-    + ("<|assistant|>" if add_ass else ""),
-    "chatglm4": lambda chat, add_ass: "[gMASK]<sop>" + "".join(f"<|{r}|>\n{c}" for r, c in chat)
-    + ("<|assistant|>\n" if add_ass else ""),
+    "llama3": _each(
+        lambda r, c: f"<|start_header_id|>{r}<|end_header_id|>\n\n{_trim(c)}<|eot_id|>",
+        "<|start_header_id|>assistant<|end_header_id|>\n\n",
+    ),
+    "chatglm3": lambda chat, add_ass: (
+        "[gMASK]sop" + "".join(f"<|{r}|>\n {c}" for r, c in chat) + ("<|assistant|>" if add_ass else "")
+    ),
+    "chatglm4": lambda chat, add_ass: (
+        "[gMASK]<sop>" + "".join(f"<|{r}|>\n{c}" for r, c in chat) + ("<|assistant|>\n" if add_ass else "")
+    ),
     "glmedge": _each(lambda r, c: f"<|{r}|>\n{c}", "<|assistant|>"),
     "minicpm": _minicpm,
     "exaone3": _exaone(moe=False, roles=("system", "user", "assistant")),
@@ -529,39 +614,60 @@ _FORMATTERS: dict[str, Callable[[Chat, bool], str]] = {
     "granite-4.0": _each(_granite_4, "<|start_of_role|>assistant<|end_of_role|>"),
     "granite-4.1": _each(_granite_4, "<|start_of_role|>assistant<|end_of_role|>"),
     "gigachat": _gigachat,
-    "megrez": _each(lambda r, c: f"<|role_start|>{r}<|role_end|>{c}<|turn_end|>",
-                    "<|role_start|>assistant<|role_end|>"),
+    "megrez": _each(
+        lambda r, c: f"<|role_start|>{r}<|role_end|>{c}<|turn_end|>", "<|role_start|>assistant<|role_end|>"
+    ),
     # "\n\n" is the model's EOT
-    "yandex": _by_role({"user": lambda c: f" Пользователь: {c}\n\n",
-                        "assistant": lambda c: f" Ассистент: {c}\n\n"},
-                       gen=" Ассистент:[SEP]"),
+    "yandex": _by_role(
+        {"user": lambda c: f" Пользователь: {c}\n\n", "assistant": lambda c: f" Ассистент: {c}\n\n"},
+        gen=" Ассистент:[SEP]",
+    ),
     "bailing": _bailing(think=False),
     "bailing-think": _bailing(think=True),
     "bailing2": _bailing2,
-    "llama4": _each(lambda r, c: f"<|header_start|>{r}<|header_end|>\n\n{_trim(c)}<|eot|>",
-                    "<|header_start|>assistant<|header_end|>\n\n"),
+    "llama4": _each(
+        lambda r, c: f"<|header_start|>{r}<|header_end|>\n\n{_trim(c)}<|eot|>",
+        "<|header_start|>assistant<|header_end|>\n\n",
+    ),
     # SmolVLM uses <|im_start|> as BOS, but the content is NOT chatml
-    "smolvlm": _by_role({"system": lambda c: c + "\n\n", "user": lambda c: f"User: {c}<end_of_utterance>\n"},
-                        gen="Assistant:", other=lambda c: f"Assistant: {c}<end_of_utterance>\n",
-                        prefix="<|im_start|>"),
-    DOTS1: _by_role({"system": lambda c: f"<|system|>{c}<|endofsystem|>",
-                     "user": lambda c: f"<|userprompt|>{c}<|endofuserprompt|>"},
-                    gen="<|response|>", other=lambda c: f"<|response|>{c}<|endofresponse|>"),
+    "smolvlm": _by_role(
+        {"system": lambda c: c + "\n\n", "user": lambda c: f"User: {c}<end_of_utterance>\n"},
+        gen="Assistant:",
+        other=lambda c: f"Assistant: {c}<end_of_utterance>\n",
+        prefix="<|im_start|>",
+    ),
+    DOTS1: _by_role(
+        {
+            "system": lambda c: f"<|system|>{c}<|endofsystem|>",
+            "user": lambda c: f"<|userprompt|>{c}<|endofuserprompt|>",
+        },
+        gen="<|response|>",
+        other=lambda c: f"<|response|>{c}<|endofresponse|>",
+    ),
     # tencent/Hunyuan-A13B-Instruct: no generation prompt
-    "hunyuan-moe": _by_role({"system": lambda c: f"<|startoftext|>{c}<|extra_4|>",
-                             "assistant": lambda c: c + "<|eos|>"},
-                            other=lambda c: f"<|startoftext|>{c}<|extra_0|>"),
+    "hunyuan-moe": _by_role(
+        {"system": lambda c: f"<|startoftext|>{c}<|extra_4|>", "assistant": lambda c: c + "<|eos|>"},
+        other=lambda c: f"<|startoftext|>{c}<|extra_0|>",
+    ),
     # OpenAI MoE (Harmony)
-    "gpt-oss": _each(lambda r, c: f"<|start|>{r}<|message|>{c}"
-                     + ("<|return|>" if r == "assistant" else "<|end|>"), "<|start|>assistant"),
+    "gpt-oss": _each(
+        lambda r, c: f"<|start|>{r}<|message|>{c}" + ("<|return|>" if r == "assistant" else "<|end|>"),
+        "<|start|>assistant",
+    ),
     "hunyuan-dense": _hunyuan_dense,
     "hunyuan-vl": _hunyuan_vl,
     "kimi-k2": _each(lambda r, c: _KIMI_HEADERS.get(r, "") + c + "<|im_end|>", _KIMI_HEADERS["assistant"]),
-    "seed_oss": _each(lambda r, c: f"<seed:bos>{r}\n{_trim(c) if r == 'assistant' else c}<seed:eos>",
-                      "<seed:bos>assistant\n"),
-    "grok-2": _by_role({"system": lambda c: f"System: {_trim(c)}<|separator|>\n\n",
-                        "user": lambda c: f"Human: {_trim(c)}<|separator|>\n\n",
-                        "assistant": lambda c: f"Assistant: {c}<|separator|>\n\n"}, gen="Assistant:"),
+    "seed_oss": _each(
+        lambda r, c: f"<seed:bos>{r}\n{_trim(c) if r == 'assistant' else c}<seed:eos>", "<seed:bos>assistant\n"
+    ),
+    "grok-2": _by_role(
+        {
+            "system": lambda c: f"System: {_trim(c)}<|separator|>\n\n",
+            "user": lambda c: f"Human: {_trim(c)}<|separator|>\n\n",
+            "assistant": lambda c: f"Assistant: {c}<|separator|>\n\n",
+        },
+        gen="Assistant:",
+    ),
     "pangu-embedded": _pangu_embedded,
     "solar-open": _each(lambda r, c: f"<|begin|>{r}<|content|>{c}<|end|>", "<|begin|>assistant"),
 }

@@ -44,7 +44,7 @@ def _at(obj: dict, key: str):
     return obj[key]
 
 
-def _parse_one(message) -> ChatMsg:
+def _parse_one(message) -> ChatMsg:  # noqa: C901
     if not isinstance(message, dict):
         raise ValueError(f"Expected 'message' to be an object, got {dump(message)}")
     if "role" not in message:
@@ -63,8 +63,10 @@ def _parse_one(message) -> ChatMsg:
                     raise ValueError(f"Unsupported content part type: {dump(part['type'])}")
                 msg.content_parts.append((part["type"], _string(_at(part, "text"), "text")))
         elif content is not None:
-            raise ValueError(f"Invalid 'content' type: expected string or array, got {dump(content)} "
-                             "(ref: https://github.com/ggml-org/llama.cpp/issues/8367)")
+            raise ValueError(
+                f"Invalid 'content' type: expected string or array, got {dump(content)} "
+                "(ref: https://github.com/ggml-org/llama.cpp/issues/8367)"
+            )
     if has_calls:
         for call in message["tool_calls"] or []:
             if not isinstance(call, dict) or "type" not in call:
@@ -77,11 +79,18 @@ def _parse_one(message) -> ChatMsg:
             if not isinstance(fn, dict) or "name" not in fn:
                 raise ValueError(f"Missing tool call name: {dump(call)}")
             args = _at(fn, "arguments")
-            msg.tool_calls.append(ToolCall(_string(fn["name"], "name"), args if isinstance(args, str) else dump(args),
-                                           _string(call["id"], "id") if "id" in call else ""))
+            msg.tool_calls.append(
+                ToolCall(
+                    _string(fn["name"], "name"),
+                    args if isinstance(args, str) else dump(args),
+                    _string(call["id"], "id") if "id" in call else "",
+                )
+            )
     if not has_content and not has_calls:
-        raise ValueError("Expected 'content' or 'tool_calls' (ref: https://github.com/ggml-org/llama.cpp/issues/8367 & "
-                         "https://github.com/ggml-org/llama.cpp/issues/12279)")
+        raise ValueError(
+            "Expected 'content' or 'tool_calls' (ref: https://github.com/ggml-org/llama.cpp/issues/8367 & "
+            "https://github.com/ggml-org/llama.cpp/issues/12279)"
+        )
     if "reasoning_content" in message:
         msg.reasoning_content = _string(message["reasoning_content"], "reasoning_content")
     if "name" in message:
@@ -135,8 +144,14 @@ def to_template_json(msg: ChatMsg) -> dict:
     if msg.tool_call_id:
         out["tool_call_id"] = msg.tool_call_id
     if msg.tool_calls:
-        out["tool_calls"] = [{"type": "function", "function": {"name": c.name, "arguments": c.arguments},
-                              **({"id": c.id} if c.id else {})} for c in msg.tool_calls]
+        out["tool_calls"] = [
+            {
+                "type": "function",
+                "function": {"name": c.name, "arguments": c.arguments},
+                **({"id": c.id} if c.id else {}),
+            }
+            for c in msg.tool_calls
+        ]
     return out
 
 
@@ -158,7 +173,7 @@ def normalize(messages: list[dict], caps: dict[str, bool]) -> list[dict]:
     return out
 
 
-def apply_workarounds(messages: list[dict], caps: dict[str, bool], source: str) -> list[dict]:
+def apply_workarounds(messages: list[dict], caps: dict[str, bool], source: str) -> list[dict]:  # noqa: C901
     """The template workarounds common_chat_templates_apply_jinja applies before rendering."""
     messages = [dict(m) for m in messages]
     if "<|channel|>" not in source:  # developer is system, except for GPT-OSS

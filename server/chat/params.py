@@ -74,8 +74,12 @@ def _caps(source: str) -> dict[str, bool]:
 def _context(settings: ChatSettings, kwargs: dict) -> dict:
     """common_chat_extra_context() and the template kwargs; the BOS/EOS strings the template may use."""
     now = datetime.datetime.now()
-    ctx = {"bos_token": settings.bos_token, "eos_token": settings.eos_token,
-           "datetime": now.strftime("%b %d %Y"), "date_string": now.strftime("%d %b %Y")}
+    ctx = {
+        "bos_token": settings.bos_token,
+        "eos_token": settings.eos_token,
+        "datetime": now.strftime("%b %d %Y"),
+        "date_string": now.strftime("%d %b %Y"),
+    }
     ctx.update(kwargs)
     return ctx
 
@@ -106,9 +110,16 @@ def _tools(body: dict) -> list | None:
             fn = tool["function"]
             if not isinstance(fn, dict) or "name" not in fn:
                 raise ValueError("[json.exception.out_of_range.403] key 'name' not found")
-            out.append({"type": "function", "function": {
-                "name": fn["name"], "description": fn.get("description", ""),
-                "parameters": fn.get("parameters", {})}})
+            out.append(
+                {
+                    "type": "function",
+                    "function": {
+                        "name": fn["name"],
+                        "description": fn.get("description", ""),
+                        "parameters": fn.get("parameters", {}),
+                    },
+                }
+            )
     except ValueError as e:
         pretty = json.dumps(tools, indent=2, ensure_ascii=False)
         raise _fails(f"Failed to parse tools: {e}; tools = {pretty}") from None
@@ -140,7 +151,7 @@ def chat_params(body: dict, settings: ChatSettings) -> dict:
     return chat_request(body, settings)[0]
 
 
-def chat_request(body: dict, settings: ChatSettings) -> tuple[dict, ChatInfo]:
+def chat_request(body: dict, settings: ChatSettings) -> tuple[dict, ChatInfo]:  # noqa: C901
     """The native completion body for a chat-completions body, and how to read the answer back."""
     tools = body.get("tools")
     has_tools = isinstance(tools, list) and bool(tools)
@@ -189,8 +200,10 @@ def chat_request(body: dict, settings: ChatSettings) -> tuple[dict, ChatInfo]:
                 kind = _value(part, "type", "") if isinstance(part, dict) else ""
                 if kind in ("image_url", "input_audio", "input_video"):
                     what = {"image_url": "image", "input_audio": "audio", "input_video": "video"}[kind]
-                    raise _fails(f"{what} input is not supported - hint: if this is unexpected, you may "
-                                           "need to provide the mmproj")
+                    raise _fails(
+                        f"{what} input is not supported - hint: if this is unexpected, you may "
+                        "need to provide the mmproj"
+                    )
                 if kind != "text":
                     raise _bad("unsupported content[].type")
         elif content is not None and not isinstance(content, str):
@@ -242,19 +255,29 @@ def chat_request(body: dict, settings: ChatSettings) -> tuple[dict, ChatInfo]:
             kwargs["reasoning_effort"] = effort
 
     # render_message_to_json(): typed content flattened (or wrapped) for the template before any workaround
-    rendered = normalize([to_template_json(m) for m in (_trimmed(messages) if STEPFUN_MARKER in settings.template
-                                                        else messages)], caps)
+    rendered = normalize(
+        [to_template_json(m) for m in (_trimmed(messages) if STEPFUN_MARKER in settings.template else messages)], caps
+    )
     continue_msg = None
     if mode and rendered:
         continue_msg, rendered = messages[-1], rendered[:-1]
     rendered = apply_workarounds(rendered, caps, settings.template)
     inputs = GenerationParams(
-        messages=rendered, tools=tool_list, tool_choice=tool_choice,
-        json_schema=json_schema if isinstance(json_schema, dict) else None, parallel_tool_calls=bool(parallel),
-        reasoning_format=reasoning_format, grammar=grammar if isinstance(grammar, str) else "",
-        add_generation_prompt=add_generation_prompt and not mode, continue_final_message=mode or "none",
-        continue_msg=continue_msg, enable_thinking=enable_thinking, extra_context=_context(settings, kwargs),
-        add_bos=settings.add_bos, add_eos=settings.add_eos)
+        messages=rendered,
+        tools=tool_list,
+        tool_choice=tool_choice,
+        json_schema=json_schema if isinstance(json_schema, dict) else None,
+        parallel_tool_calls=bool(parallel),
+        reasoning_format=reasoning_format,
+        grammar=grammar if isinstance(grammar, str) else "",
+        add_generation_prompt=add_generation_prompt and not mode,
+        continue_final_message=mode or "none",
+        continue_msg=continue_msg,
+        enable_thinking=enable_thinking,
+        extra_context=_context(settings, kwargs),
+        add_bos=settings.add_bos,
+        add_eos=settings.add_eos,
+    )
     try:
         if not settings.use_jinja:
             params = legacy_params(settings.template, messages, add_generation_prompt, json_schema, grammar)
@@ -293,10 +316,13 @@ def chat_request(body: dict, settings: ChatSettings) -> tuple[dict, ChatInfo]:
     for key, value in body.items():  # llama.cpp-specific fields pass through; n_predict beats max_tokens
         if key not in out or key == "n_predict":
             out[key] = value
-    return out, ChatInfo(params.generation_prompt, params.parser, params.format,
-                         is_continuation="continue_final_message" in body and bool(
-                             continuation_mode(body["continue_final_message"])),
-                         echo=body.get("echo") is True)
+    return out, ChatInfo(
+        params.generation_prompt,
+        params.parser,
+        params.format,
+        is_continuation="continue_final_message" in body and bool(continuation_mode(body["continue_final_message"])),
+        echo=body.get("echo") is True,
+    )
 
 
 # StepFun's templates: b10621 trims every message's text before rendering (stray whitespace drives the model
@@ -306,10 +332,15 @@ STEPFUN_MARKER = "You have access to the following functions in JSONSchema forma
 
 def _trimmed(messages: list[ChatMsg]) -> list[ChatMsg]:
     """workaround::trim_all_content."""
-    return [dataclasses.replace(m, content=trim_whitespace(m.content),
-                                reasoning_content=trim_whitespace(m.reasoning_content),
-                                content_parts=[(k, trim_whitespace(t) if k == "text" else t)
-                                               for k, t in m.content_parts]) for m in messages]
+    return [
+        dataclasses.replace(
+            m,
+            content=trim_whitespace(m.content),
+            reasoning_content=trim_whitespace(m.reasoning_content),
+            content_parts=[(k, trim_whitespace(t) if k == "text" else t) for k, t in m.content_parts],
+        )
+        for m in messages
+    ]
 
 
 def legacy_params(template: str, messages: list, add_generation_prompt: bool, json_schema, grammar) -> ChatParams:
@@ -334,13 +365,18 @@ def legacy_params(template: str, messages: list, add_generation_prompt: bool, js
 def reasoning_budget_fields(body: dict, params: ChatParams, settings: ChatSettings) -> dict:
     """The reasoning-budget task fields oaicompat_chat_params_parse sets from the template's thinking tags
     (they override the body's own)."""
+
     def as_int(v, default: int) -> int:
         return int(v) if isinstance(v, int | float) else default
+
     budget = as_int(body.get("reasoning_budget_tokens"), as_int(body.get("thinking_budget_tokens"), -1))
     if budget == -1:
         budget = settings.reasoning_budget
     message, control = body.get("reasoning_budget_message"), body.get("reasoning_control")
-    return {"reasoning_budget_tokens": budget, "reasoning_budget_start_tag": params.thinking_start_tag,
-            "reasoning_budget_end_tags": list(params.thinking_end_tags),
-            "reasoning_budget_message": message if isinstance(message, str) else settings.reasoning_budget_message,
-            "reasoning_control": control if isinstance(control, bool) else False}
+    return {
+        "reasoning_budget_tokens": budget,
+        "reasoning_budget_start_tag": params.thinking_start_tag,
+        "reasoning_budget_end_tags": list(params.thinking_end_tags),
+        "reasoning_budget_message": message if isinstance(message, str) else settings.reasoning_budget_message,
+        "reasoning_control": control if isinstance(control, bool) else False,
+    }

@@ -78,7 +78,7 @@ def _is_word_char(c: str) -> bool:
 _PY_LITERALS = (("True", "true"), ("False", "false"), ("None", "null"))
 
 
-def normalize_quotes_to_json(text: str) -> str:
+def normalize_quotes_to_json(text: str) -> str:  # noqa: C901
     """Python-style values to JSON: single-quoted strings become double-quoted (escapes adjusted) and
     True/False/None become true/false/null; a prefix of those words maps to the same prefix of the JSON
     word, so that streamed partial values only grow."""
@@ -118,8 +118,8 @@ def normalize_quotes_to_json(text: str) -> str:
                 end += 1
             token = text[i:end]
             for py, js in _PY_LITERALS:
-                if py[:len(token)] == token:
-                    out.append(js[:len(token)])
+                if py[: len(token)] == token:
+                    out.append(js[: len(token)])
                     i = end - 1
                     break
             else:
@@ -175,7 +175,7 @@ class ChatPegMapper:
         if self.result.reasoning_content and not self.result.reasoning_content.strip(" \n\r\t"):
             self.result.reasoning_content = ""
 
-    def map(self, node) -> None:
+    def map(self, node) -> None:  # noqa: C901
         tag = node.tag
         if tag == REASONING:  # GPT-OSS can have several reasoning blocks
             self.result.reasoning_content += node.text
@@ -257,7 +257,7 @@ class ChatPegMapper:
                 self._pending_tool_call = None
 
 
-def _gemma4_to_json(arena, node_id: int) -> str:
+def _gemma4_to_json(arena, node_id: int) -> str:  # noqa: C901
     """gemma4_to_json(): Gemma 4's tool-call values (its own string quotes, bare keys) as JSON; a partial
     container or string stays open."""
     node = arena.get(node_id)
@@ -277,8 +277,9 @@ def _gemma4_to_json(arena, node_id: int) -> str:
         return out
     if rule in ("gemma4-array", "gemma4-dict"):
         opening, closing = ("[", "]") if rule == "gemma4-array" else ("{", "}")
-        return opening + ",".join(_gemma4_to_json(arena, c) for c in node.children) + (
-            "" if node.is_partial else closing)
+        return (
+            opening + ",".join(_gemma4_to_json(arena, c) for c in node.children) + ("" if node.is_partial else closing)
+        )
     if rule == "gemma4-dict-key":
         out = '"'
         if node.children:
@@ -363,8 +364,11 @@ def _minimax_m3_member_to_json(arena, node) -> str:
     name_id = arena.find_by_tag(node, TOOL_ARG_NAME)
     if name_id == INVALID_AST_ID:
         return ""
-    return (_dump(arena.get(name_id).text) + ":"
-            + _minimax_m3_value_to_json(arena, _minimax_m3_value_of(arena, node), not node.is_partial))
+    return (
+        _dump(arena.get(name_id).text)
+        + ":"
+        + _minimax_m3_value_to_json(arena, _minimax_m3_value_of(arena, node), not node.is_partial)
+    )
 
 
 def _minimax_m3_container_to_json(arena, node, is_object: bool, closed: bool) -> str:
@@ -407,8 +411,10 @@ class ChatPegMinimaxM3Mapper(_WholeToolCallMapper):
         name_id = arena.find_by_tag(node, TOOL_NAME)
         if name_id == INVALID_AST_ID:
             return None
-        return ToolCall(name=arena.get(name_id).text,
-                        arguments=_minimax_m3_container_to_json(arena, node, True, not node.is_partial))
+        return ToolCall(
+            name=arena.get(name_id).text,
+            arguments=_minimax_m3_container_to_json(arena, node, True, not node.is_partial),
+        )
 
 
 class TagBasedPegMapper:

@@ -183,8 +183,11 @@ class _Environment(SandboxedEnvironment):
             tv.builtin_used(obj, attribute)
             value = tv.method(obj, attribute)
             if value is None:
-                value = obj[attribute] if isinstance(obj, dict) and attribute in obj else \
-                    self.undefined(obj=obj, name=attribute)
+                value = (
+                    obj[attribute]
+                    if isinstance(obj, dict) and attribute in obj
+                    else self.undefined(obj=obj, name=attribute)
+                )
         return self._accessed(obj, value, "object_access")
 
     def getitem(self, obj, argument):
@@ -232,8 +235,7 @@ class _Environment(SandboxedEnvironment):
                 index = argument + len(obj) if argument < 0 and not isinstance(obj, str) else argument
                 return obj[index] if 0 <= index < len(obj) else self.undefined(obj=obj, name=str(argument))
             if not isinstance(argument, str):
-                raise tv.JinjaError(f"Cannot access property with non-string/non-number: got "
-                                    f"{tv.type_name(argument)}")
+                raise tv.JinjaError(f"Cannot access property with non-string/non-number: got {tv.type_name(argument)}")
         elif not isinstance(argument, str):
             raise tv.JinjaError(f"Cannot access property with non-string: got {tv.type_name(argument)}")
         bound = tv.method(obj, argument)
@@ -250,21 +252,32 @@ def _source(source: str) -> str:
     source and takes that character too)."""
     source = source.replace("\r\n", "\n").replace("\r", "\n")
     m = re.search(r"\{[%{#]", source)
-    if m and m.start() >= 1 and m.group() != "{{" and all(c in " \t\v\f" for c in source[1:m.start()]):
-        return source[m.start():]
+    if m and m.start() >= 1 and m.group() != "{{" and all(c in " \t\v\f" for c in source[1 : m.start()]):
+        return source[m.start() :]
     return source
 
 
 @lru_cache(maxsize=8)
 def compile_template(source: str) -> jinja2.Template:
-    env = _Environment(trim_blocks=True, lstrip_blocks=True, autoescape=False, optimized=False,
-                       undefined=tv.Undefined, finalize=_finalize,
-                       extensions=["jinja2.ext.loopcontrols", _Generation])
+    env = _Environment(
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+        optimized=False,
+        undefined=tv.Undefined,
+        finalize=_finalize,
+        extensions=["jinja2.ext.loopcontrols", _Generation],
+    )
     env.filters = _Lookup(tv.make_filter)
     env.filters.update({_LOOP_ITEMS: tv.loop_items, _LOOP_PAIRS: tv.loop_pairs})
     env.tests = _Lookup(tv.make_test)
-    env.globals = {"raise_exception": _raise, "namespace": tv.namespace, "range": tv.range_,
-                   "tojson": tv.tojson_global, "strftime_now": tv.strftime_now}
+    env.globals = {
+        "raise_exception": _raise,
+        "namespace": tv.namespace,
+        "range": tv.range_,
+        "tojson": tv.tojson_global,
+        "strftime_now": tv.strftime_now,
+    }
     return env.from_string(_source(source))
 
 

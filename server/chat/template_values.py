@@ -102,8 +102,17 @@ def items_of(v) -> list:
 def type_name(v) -> str:
     if isinstance(v, Undefined):
         return "Undefined"
-    for kind, name in ((type(None), "None"), (bool, "Boolean"), (int, "Integer"), (float, "Float"), (str, "String"),
-                       (tuple, "Tuple"), (list, "Array"), (dict, "Object"), (Namespace, "Object")):
+    for kind, name in (
+        (type(None), "None"),
+        (bool, "Boolean"),
+        (int, "Integer"),
+        (float, "Float"),
+        (str, "String"),
+        (tuple, "Tuple"),
+        (list, "Array"),
+        (dict, "Object"),
+        (Namespace, "Object"),
+    ):
         if isinstance(v, kind):
             return name
     return "Function" if callable(v) else type(v).__name__
@@ -187,8 +196,9 @@ def _json_string(s: str, ensure_ascii: bool) -> str:
     return '"' + "".join(out) + '"'
 
 
-def to_json(v, indent: int = -1, item_sep: str | None = None, key_sep: str = ": ", ensure_ascii: bool = False,
-            level: int = 0) -> str:
+def to_json(  # noqa: C901
+    v, indent: int = -1, item_sep: str | None = None, key_sep: str = ": ", ensure_ascii: bool = False, level: int = 0
+) -> str:
     if item_sep is None:
         item_sep = ", " if indent < 0 else ","
     newline = "\n" if indent >= 0 else ""
@@ -207,16 +217,22 @@ def to_json(v, indent: int = -1, item_sep: str | None = None, key_sep: str = ": 
     if isinstance(v, (list, tuple)):
         if not v:
             return "[]"
-        body = (item_sep + newline).join(pad + step + to_json(x, indent, item_sep, key_sep, ensure_ascii, level + 1)
-                                         for x in v)
+        body = (item_sep + newline).join(
+            pad + step + to_json(x, indent, item_sep, key_sep, ensure_ascii, level + 1) for x in v
+        )
         return "[" + newline + body + newline + pad + "]"
     if is_object(v):
         pairs = items_of(v)
         if not pairs:
             return "{}"
         body = (item_sep + newline).join(
-            pad + step + _json_string(as_string(k), ensure_ascii) + key_sep
-            + to_json(x, indent, item_sep, key_sep, ensure_ascii, level + 1) for k, x in pairs)
+            pad
+            + step
+            + _json_string(as_string(k), ensure_ascii)
+            + key_sep
+            + to_json(x, indent, item_sep, key_sep, ensure_ascii, level + 1)
+            for k, x in pairs
+        )
         return "{" + newline + body + newline + pad + "}"
     return "null"
 
@@ -225,7 +241,7 @@ def to_json(v, indent: int = -1, item_sep: str | None = None, key_sep: str = ": 
 # Operators (binary_expression::execute_impl)
 
 
-def binop(op: str, a, b):
+def binop(op: str, a, b):  # noqa: C901
     a_null, b_null = a is None or isinstance(a, Undefined), b is None or isinstance(b, Undefined)
     if a_null or b_null:
         if op in ("+", "~"):  # the workaround for a null or undefined joined to a string: the string
@@ -274,8 +290,13 @@ def negate(v):
 
 def compare(a, b, op: str) -> bool:
     """value_compare()"""
-    ops = {"eq": lambda x, y: x == y, "ne": lambda x, y: x != y, "gt": lambda x, y: x > y,
-           "ge": lambda x, y: x >= y, "lt": lambda x, y: x < y}
+    ops = {
+        "eq": lambda x, y: x == y,
+        "ne": lambda x, y: x != y,
+        "gt": lambda x, y: x > y,
+        "ge": lambda x, y: x >= y,
+        "lt": lambda x, y: x < y,
+    }
     if is_num(a) and is_num(b):
         return ops[op](float(a), float(b))
     if isinstance(a, str) and (is_num(b) or isinstance(b, str)) or isinstance(b, str) and is_num(a):
@@ -293,8 +314,11 @@ def _immutable(v) -> bool:
 
 def _hashable(v) -> bool:
     """is_hashable() of a value that is also immutable: what may key an object or be compared by content."""
-    if isinstance(v, (Undefined, dict, Namespace)) or v is not None and not isinstance(
-            v, (bool, int, float, str, list, tuple)):
+    if (
+        isinstance(v, (Undefined, dict, Namespace))
+        or v is not None
+        and not isinstance(v, (bool, int, float, str, list, tuple))
+    ):
         return False
     if isinstance(v, (list, tuple)):
         return all(_immutable(x) and _hashable(x) for x in v)
@@ -321,14 +345,21 @@ def equal(a, b) -> bool:
     if isinstance(a, str):
         return isinstance(b, str) and a == b
     if isinstance(a, (list, tuple)):
-        return (isinstance(b, tuple) == isinstance(a, tuple) and isinstance(b, (list, tuple))
-                and _content_hashable(a) and _content_hashable(b) and len(a) == len(b)
-                and all(equal(x, y) for x, y in zip(a, b)))
+        return (
+            isinstance(b, tuple) == isinstance(a, tuple)
+            and isinstance(b, (list, tuple))
+            and _content_hashable(a)
+            and _content_hashable(b)
+            and len(a) == len(b)
+            and all(equal(x, y) for x, y in zip(a, b, strict=False))
+        )
     if is_object(a):
         if not is_object(b) or not _content_hashable(a) or not _content_hashable(b):
             return False
         pa, pb = items_of(a), items_of(b)
-        return len(pa) == len(pb) and all(equal(ka, kb) and equal(va, vb) for (ka, va), (kb, vb) in zip(pa, pb))
+        return len(pa) == len(pb) and all(
+            equal(ka, kb) and equal(va, vb) for (ka, va), (kb, vb) in zip(pa, pb, strict=False)
+        )
     return a is b
 
 
@@ -340,8 +371,9 @@ def contains(needle, haystack) -> bool:
         return any(equal(needle, x) for x in haystack)
     if isinstance(haystack, str):
         if not isinstance(needle, str):
-            raise JinjaError("'in' test expects args[1] as string when args[0] is string, got args[1] as "
-                             + type_name(needle))
+            raise JinjaError(
+                "'in' test expects args[1] as string when args[0] is string, got args[1] as " + type_name(needle)
+            )
         return needle in haystack
     if is_object(haystack):
         return _has_key(haystack, needle)
@@ -367,8 +399,9 @@ def compare_op(op: str, a, b):
         return {"gt": x > y, "gteq": x >= y, "lt": x < y, "lteq": x <= y}[op]
     if op in ("in", "notin"):
         both_arrays = isinstance(a, (list, tuple)) and isinstance(b, (list, tuple))
-        if not both_arrays and (isinstance(b, (list, tuple)) or is_object(b)
-                                or isinstance(a, str) and isinstance(b, str)):
+        if not both_arrays and (
+            isinstance(b, (list, tuple)) or is_object(b) or isinstance(a, str) and isinstance(b, str)
+        ):
             return contains(a, b) == (op == "in")
     raise JinjaError(f'Unknown operator "{name}" between {type_name(a)} and {type_name(b)}')
 
@@ -476,7 +509,7 @@ def _split(a: Args, right: bool):
 def _stoi(s: str, base: int) -> int:
     """std::stoi: leading blanks, a sign, digits of the base (and its 0x prefix); ValueError when none."""
     m = re.match(r"[ \t\n\v\f\r]*([+-]?)", s)
-    sign, rest = m.group(1), s[m.end():]
+    sign, rest = m.group(1), s[m.end() :]
     if base in (0, 16) and re.match(r"0[xX][0-9a-fA-F]", rest):
         rest, base = rest[2:], 16
     elif base == 0:
@@ -488,7 +521,7 @@ def _stoi(s: str, base: int) -> int:
     if not n:
         raise ValueError(s)
     value = int(sign + rest[:n], base)
-    if not -(2 ** 31) <= value < 2 ** 31:
+    if not -(2**31) <= value < 2**31:
         raise ValueError(s)
     return value
 
@@ -514,7 +547,7 @@ def _indent(a: Args) -> str:
     for line in lines if s else []:  # as upstream's getline loop: a leading empty line adds nothing
         if out:
             out += "\n"
-        if (first if not out else (line != "" or blank)):
+        if first if not out else (line != "" or blank):
             out += pad
         out += line
     if s.endswith("\n"):
@@ -580,7 +613,7 @@ def _default(a: Args):
     return a.pos(1) if v is None or isinstance(v, Undefined) else v
 
 
-def _selectattr(a: Args, reject: bool) -> list:
+def _selectattr(a: Args, reject: bool) -> list:  # noqa: C901
     a.ensure(2, 4)
     a.types(lambda v: isinstance(v, (list, tuple)), lambda v: isinstance(v, str))
     items, attr, out = a.pos(0), a.pos(1), []
@@ -588,6 +621,7 @@ def _selectattr(a: Args, reject: bool) -> list:
         test = TESTS.get(as_string(a.pos(1)))
         if test is None:
             raise JinjaError(f"selectattr: unknown test '{as_string(a.pos(1))}'")
+
         def pick(x):
             return test(x, a.pos(2))
     elif a.count == 4:  # arr|selectattr("attr", "test", arg)
@@ -600,10 +634,12 @@ def _selectattr(a: Args, reject: bool) -> list:
                 raise JinjaError("selectattr: item is not an object")
             return test(_key(x, attr), a.pos(3))
     else:
+
         def pick(x):
             if not is_object(x):
                 raise JinjaError("selectattr: item is not an object")
             return _truthy(_key(x, attr))
+
     for x in items:
         if bool(pick(x)) != reject:
             out.append(x)
@@ -692,6 +728,7 @@ def _sort(a: Args):
         if not is_int(attr) and is_object(x):
             return _key(x, attr)
         raise JinjaError("sort: unsupported object attribute comparison")
+
     out = sorted(items, key=lambda x: _sort_key(reverse)(pick(x)))
     return tuple(out) if isinstance(items, tuple) else out
 
@@ -756,6 +793,7 @@ def _dictsort(a: Args) -> dict:
 def _not_implemented(what: str):
     def fn(a: Args):
         raise JinjaError(f"NotImplemented: {what} not implemented")
+
     return fn
 
 
@@ -765,9 +803,11 @@ def _const(value_fn):
 
 def _typed(kind, fn):
     """A built-in that checks its input's type first (ensure_vals<T>)."""
+
     def wrapped(a: Args):
         a.types(kind)
         return fn(a.pos(0))
+
     return wrapped
 
 
@@ -806,18 +846,27 @@ def _str_replace(a: Args) -> str:
 
 
 _NUMBER = {
-    "default": _default, "tojson": _tojson, "safe": _tojson, "string": _tojson,
+    "default": _default,
+    "tojson": _tojson,
+    "safe": _tojson,
+    "string": _tojson,
     "float": lambda a: _as_float(a.pos(0)),
 }
-INT_BUILTINS = {**_NUMBER, "abs": _typed(is_int, abs), "int": _typed(is_int, int),
-                "float": _typed(is_int, float)}
-FLOAT_BUILTINS = {**_NUMBER, "abs": _typed(lambda v: isinstance(v, float), abs),
-                  "int": _typed(lambda v: isinstance(v, float), _as_int),
-                  "float": _typed(lambda v: isinstance(v, float), float)}
-BOOL_BUILTINS = {"default": _default, "int": _typed(lambda v: isinstance(v, bool), int),
-                 "float": _typed(lambda v: isinstance(v, bool), float),
-                 "safe": _typed(lambda v: isinstance(v, bool), as_string),
-                 "string": _typed(lambda v: isinstance(v, bool), as_string), "tojson": _tojson}
+INT_BUILTINS = {**_NUMBER, "abs": _typed(is_int, abs), "int": _typed(is_int, int), "float": _typed(is_int, float)}
+FLOAT_BUILTINS = {
+    **_NUMBER,
+    "abs": _typed(lambda v: isinstance(v, float), abs),
+    "int": _typed(lambda v: isinstance(v, float), _as_int),
+    "float": _typed(lambda v: isinstance(v, float), float),
+}
+BOOL_BUILTINS = {
+    "default": _default,
+    "int": _typed(lambda v: isinstance(v, bool), int),
+    "float": _typed(lambda v: isinstance(v, bool), float),
+    "safe": _typed(lambda v: isinstance(v, bool), as_string),
+    "string": _typed(lambda v: isinstance(v, bool), as_string),
+    "tojson": _tojson,
+}
 STRING_BUILTINS = {
     "default": _default,
     "upper": _typed(_S, lambda s: _ascii_map(s, str.upper)),
@@ -892,17 +941,24 @@ OBJECT_BUILTINS = {
     "dictsort": _dictsort,
     "join": _not_implemented("object join"),
 }
-NONE_BUILTINS = {"default": _default, "tojson": _tojson, "string": _const(lambda: "None"),
-                 "safe": _const(lambda: "None"),
-                 **{k: _const(list) for k in ("items", "map", "reject", "rejectattr", "select", "selectattr",
-                                              "unique")}}
+NONE_BUILTINS = {
+    "default": _default,
+    "tojson": _tojson,
+    "string": _const(lambda: "None"),
+    "safe": _const(lambda: "None"),
+    **{k: _const(list) for k in ("items", "map", "reject", "rejectattr", "select", "selectattr", "unique")},
+}
 UNDEFINED_BUILTINS = {
     "default": _default,
-    **{k: _const(str) for k in ("capitalize", "join", "lower", "replace", "safe", "string", "strip", "title",
-                                "truncate", "upper")},
+    **{
+        k: _const(str)
+        for k in ("capitalize", "join", "lower", "replace", "safe", "string", "strip", "title", "truncate", "upper")
+    },
     **{k: _const(Undefined) for k in ("first", "last", "max", "min")},
-    **{k: _const(list) for k in ("items", "list", "map", "reject", "rejectattr", "reverse", "select",
-                                 "selectattr", "sort", "unique")},
+    **{
+        k: _const(list)
+        for k in ("items", "list", "map", "reject", "rejectattr", "reverse", "select", "selectattr", "sort", "unique")
+    },
     **{k: _const(int) for k in ("length", "sum", "wordcount")},
 }
 
@@ -935,6 +991,7 @@ def method(v, name: str):
 
     def bound(*args, **kwargs):
         return fn(Args(name, v, args, kwargs))
+
     return bound
 
 
@@ -954,6 +1011,7 @@ def make_filter(name: str):
         if fn is None:
             raise JinjaError(f"Unknown (built-in) filter '{name}' for type {type_name(value)}")
         return fn(Args(name, value, args, kwargs))
+
     return apply
 
 
@@ -993,6 +1051,7 @@ def _int_test(fn):
             if not is_int(x):
                 raise JinjaError(f"expected value of type Integer, got {type_name(x)}")
         return fn(v, *args)
+
     return test
 
 
@@ -1001,12 +1060,14 @@ def _str_test(fn):
         if not isinstance(v, str):
             raise JinjaError(f"expected value of type String, got {type_name(v)}")
         return fn(v)
+
     return test
 
 
 def _not_implemented_test(what: str):
     def test(*args):
         raise JinjaError(f"NotImplemented: {what} test not implemented")
+
     return test
 
 
@@ -1053,6 +1114,7 @@ def make_test(name: str):
 
     def unknown(*args):
         raise JinjaError(f"Unknown test '{name}'")
+
     return unknown
 
 

@@ -47,7 +47,9 @@ class _CsvAppend(argparse.Action):
     """--api-key: each use appends the non-empty fields of a CSV row (b10621 keeps the variable's keys too)."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        setattr(namespace, self.dest, [*(getattr(namespace, self.dest) or []), *(k for k in parse_csv_row(values) if k)])
+        setattr(
+            namespace, self.dest, [*(getattr(namespace, self.dest) or []), *(k for k in parse_csv_row(values) if k)]
+        )
 
 
 def _seed(raw: str) -> int:
@@ -89,90 +91,156 @@ MLXCEL: dict[str, dict] = {
     "--cache-list": _s("cache_list", "show list of models in cache (the model store names -m accepts)", False),
     "--completion-bash": _s("completion_bash", "print source-able bash completion script for this command", False),
     "--model": _s("model", "model: an MLX checkpoint directory or a model store name"),
-    "--alias": _s("alias", "comma-separated model names; the first in sorted order is reported in responses",
-                  action=_SortedSet),
-    "--lora": _s(help="path to LoRA adapter (a PEFT or mlx-lm adapter directory, or a GGUF LoRA file; "
-                      "comma-separated values load several)", dest="lora_args", action=_Ordered),
-    "--lora-scaled": _s(help="path to LoRA adapter with user defined scaling (format: FNAME:SCALE,...)",
-                        dest="lora_args", action=_Ordered),
-    "--control-vector": _s(help="add a control vector (a GGUF of direction.N tensors; comma-separated values add "
-                                "several)", dest="control_vector_args", action=_Ordered),
-    "--control-vector-scaled": _s(help="add a control vector with user defined scaling SCALE (format: "
-                                       "FNAME:SCALE,...)", dest="control_vector_args", action=_Ordered),
-    "--control-vector-layer-range": _s("control_vector_layer_range", "layer range to apply the control vector(s) "
-                                       "to, start and end inclusive"),
+    "--alias": _s(
+        "alias", "comma-separated model names; the first in sorted order is reported in responses", action=_SortedSet
+    ),
+    "--lora": _s(
+        help="path to LoRA adapter (a PEFT or mlx-lm adapter directory, or a GGUF LoRA file; "
+        "comma-separated values load several)",
+        dest="lora_args",
+        action=_Ordered,
+    ),
+    "--lora-scaled": _s(
+        help="path to LoRA adapter with user defined scaling (format: FNAME:SCALE,...)",
+        dest="lora_args",
+        action=_Ordered,
+    ),
+    "--control-vector": _s(
+        help="add a control vector (a GGUF of direction.N tensors; comma-separated values add several)",
+        dest="control_vector_args",
+        action=_Ordered,
+    ),
+    "--control-vector-scaled": _s(
+        help="add a control vector with user defined scaling SCALE (format: FNAME:SCALE,...)",
+        dest="control_vector_args",
+        action=_Ordered,
+    ),
+    "--control-vector-layer-range": _s(
+        "control_vector_layer_range", "layer range to apply the control vector(s) to, start and end inclusive"
+    ),
     "--models-dir": _s("models_dir", "directory containing models for the router server (default: disabled)"),
-    "--models-preset": _s("models_preset", "path to INI file containing model presets for the router server "
-                                           "(default: disabled)"),
-    "--models-max": _s("models_max", "for router server, maximum number of models to load simultaneously "
-                                     "(default: 4, 0 = unlimited)", 4),
-    "--models-autoload": _s("models_autoload", "for router server, whether to automatically load models (default: "
-                                               "enabled)", True),
+    "--models-preset": _s(
+        "models_preset", "path to INI file containing model presets for the router server (default: disabled)"
+    ),
+    "--models-max": _s(
+        "models_max",
+        "for router server, maximum number of models to load simultaneously (default: 4, 0 = unlimited)",
+        4,
+    ),
+    "--models-autoload": _s(
+        "models_autoload", "for router server, whether to automatically load models (default: enabled)", True
+    ),
     "--offline": _s("offline", "offline mode: the model store downloads nothing (POST /models refuses)", False),
-    "--hf-token": _s("hf_token", "Hugging Face access token for the model store's downloads (POST /models), sent "
-                                 "as 'Authorization: Bearer' (default: value from HF_TOKEN environment variable)"),
-    "--rope-scale": _s(help="RoPE context scaling factor, expands context by a factor of N", dest="rope_scale_args",
-                       action=_Ordered),
+    "--hf-token": _s(
+        "hf_token",
+        "Hugging Face access token for the model store's downloads (POST /models), sent "
+        "as 'Authorization: Bearer' (default: value from HF_TOKEN environment variable)",
+    ),
+    "--rope-scale": _s(
+        help="RoPE context scaling factor, expands context by a factor of N", dest="rope_scale_args", action=_Ordered
+    ),
     "--rope-freq-base": _s("rope_freq_base", "RoPE base frequency (default: loaded from model)"),
-    "--rope-scaling": _s("rope_scaling", "RoPE frequency scaling method, defaults to linear unless specified by the "
-                                         "model"),
-    "--yarn-orig-ctx": _s("yarn_orig_ctx", "YaRN: original context size of model (default: 0 = model training "
-                                           "context size)", 0),
-    "--yarn-ext-factor": _s("yarn_ext_factor", "YaRN: extrapolation mix factor (default: -1.00, 0.0 = full "
-                                               "interpolation)", "-1.00"),
-    "--yarn-attn-factor": _s("yarn_attn_factor", "YaRN: scale sqrt(t) or attention magnitude (default: -1.00)",
-                             "-1.00"),
+    "--rope-scaling": _s(
+        "rope_scaling", "RoPE frequency scaling method, defaults to linear unless specified by the model"
+    ),
+    "--yarn-orig-ctx": _s(
+        "yarn_orig_ctx", "YaRN: original context size of model (default: 0 = model training context size)", 0
+    ),
+    "--yarn-ext-factor": _s(
+        "yarn_ext_factor", "YaRN: extrapolation mix factor (default: -1.00, 0.0 = full interpolation)", "-1.00"
+    ),
+    "--yarn-attn-factor": _s(
+        "yarn_attn_factor", "YaRN: scale sqrt(t) or attention magnitude (default: -1.00)", "-1.00"
+    ),
     "--yarn-beta-slow": _s("yarn_beta_slow", "YaRN: high correction dim or alpha (default: -1.00)", "-1.00"),
     "--yarn-beta-fast": _s("yarn_beta_fast", "YaRN: low correction dim or beta (default: -1.00)", "-1.00"),
-    "--rope-freq-scale": _s(help="RoPE frequency scaling factor, expands context by a factor of 1/N",
-                            dest="rope_scale_args", action=_Ordered),
-    "--spec-draft-model": _s("spec_draft_model", "draft model for speculative decoding, an MLX checkpoint or a GGUF "
-                                                  "file (converted once); it drafts when the speculative types "
-                                                  "include draft-simple (default: unused)"),
+    "--rope-freq-scale": _s(
+        help="RoPE frequency scaling factor, expands context by a factor of 1/N",
+        dest="rope_scale_args",
+        action=_Ordered,
+    ),
+    "--spec-draft-model": _s(
+        "spec_draft_model",
+        "draft model for speculative decoding, an MLX checkpoint or a GGUF "
+        "file (converted once); it drafts when the speculative types "
+        "include draft-simple (default: unused)",
+    ),
     "--spec-draft-n-max": _s("spec_draft_n_max", "number of tokens to draft for speculative decoding (default: 3)", 3),
-    "--spec-draft-n-min": _s("spec_draft_n_min", "minimum number of draft tokens to use for speculative decoding "
-                                                  "(default: 0)", 0),
-    "--spec-ngram-simple-size-n": _s("spec_ngram_simple_size_n", "ngram size N for ngram-simple speculative "
-                                                                  "decoding, length of lookup n-gram (default: 12)"),
-    "--spec-ngram-simple-size-m": _s("spec_ngram_simple_size_m", "ngram size M for ngram-simple speculative "
-                                                                  "decoding, length of draft m-gram (default: 48)"),
-    "--spec-draft-p-min": _s("spec_draft_p_min", "minimum speculative decoding probability (greedy) (default: 0.00)",
-                             "0.00"),
-    "--tags": _s("tags", "comma-separated model tags (informational, reported by GET /v1/models)",
-                 action=_SortedSet),
+    "--spec-draft-n-min": _s(
+        "spec_draft_n_min", "minimum number of draft tokens to use for speculative decoding (default: 0)", 0
+    ),
+    "--spec-ngram-simple-size-n": _s(
+        "spec_ngram_simple_size_n",
+        "ngram size N for ngram-simple speculative decoding, length of lookup n-gram (default: 12)",
+    ),
+    "--spec-ngram-simple-size-m": _s(
+        "spec_ngram_simple_size_m",
+        "ngram size M for ngram-simple speculative decoding, length of draft m-gram (default: 48)",
+    ),
+    "--spec-draft-p-min": _s(
+        "spec_draft_p_min", "minimum speculative decoding probability (greedy) (default: 0.00)", "0.00"
+    ),
+    "--tags": _s("tags", "comma-separated model tags (informational, reported by GET /v1/models)", action=_SortedSet),
     "--ctx-size": _s("ctx_size", "size of the prompt context (default: 0, 0 = loaded from model)", 0),
     "--predict": _s("predict", "number of tokens to predict (default: -1, -1 = infinity)", -1),
     "--batch-size": _s("batch_size", "logical maximum batch size (default: 2048)", 2048),
     "--ubatch-size": _s("ubatch_size", "physical maximum batch size (default: 512)", 512),
     "--keep": _s("keep", "number of tokens to keep from the initial prompt (default: 0, -1 = all)", 0),
-    "--cache-reuse": _s("cache_reuse", "min chunk size to attempt reusing from the cache via KV shifting, requires "
-                        "prompt caching to be enabled (default: 0)", 0),
-    "--cache-ram": _s("cache_ram", "set the maximum cache size in MiB (default: 8192, -1 - no limit, 0 - disable)",
-                      8192),
-    "--context-shift": _s("context_shift", "whether to use context shift on infinite text generation (default: "
-                          "disabled)", False),
-    "--spm-infill": _s("spm_infill", "use Suffix/Prefix/Middle pattern for infill (instead of Prefix/Suffix/Middle) "
-                       "as some models prefer this. (default: disabled)", False),
-    "--escape": _s("escape", "whether to process escapes sequences (\\n, \\r, \\t, \\', \\\", \\\\) in -r and "
-                   "--dry-sequence-breaker (default: true)", True),
-    "--reverse-prompt": _s("reverse_prompt", "halt generation at PROMPT (repeatable); the server's default stop "
-                           "strings", action="append"),
+    "--cache-reuse": _s(
+        "cache_reuse",
+        "min chunk size to attempt reusing from the cache via KV shifting, requires "
+        "prompt caching to be enabled (default: 0)",
+        0,
+    ),
+    "--cache-ram": _s(
+        "cache_ram", "set the maximum cache size in MiB (default: 8192, -1 - no limit, 0 - disable)", 8192
+    ),
+    "--context-shift": _s(
+        "context_shift", "whether to use context shift on infinite text generation (default: disabled)", False
+    ),
+    "--spm-infill": _s(
+        "spm_infill",
+        "use Suffix/Prefix/Middle pattern for infill (instead of Prefix/Suffix/Middle) "
+        "as some models prefer this. (default: disabled)",
+        False,
+    ),
+    "--escape": _s(
+        "escape",
+        "whether to process escapes sequences (\\n, \\r, \\t, \\', \\\", \\\\) in -r and "
+        "--dry-sequence-breaker (default: true)",
+        True,
+    ),
+    "--reverse-prompt": _s(
+        "reverse_prompt", "halt generation at PROMPT (repeatable); the server's default stop strings", action="append"
+    ),
     "--special": _s("special", "special tokens output enabled (default: false)", False),
     "--parallel": _s("parallel", "number of server slots (default: -1, -1 = auto)", -1),
-    "--cont-batching": _s("cont_batching", "whether to enable continuous batching (a.k.a dynamic batching) "
-                          "(default: enabled)", True),
+    "--cont-batching": _s(
+        "cont_batching", "whether to enable continuous batching (a.k.a dynamic batching) (default: enabled)", True
+    ),
     "--cache-prompt": _s("cache_prompt", "whether to enable prompt caching (default: enabled)", True),
-    "--cache-idle-slots": _s("cache_idle_slots", "save idle slots to the prompt cache on new task, and clear them "
-                             "when using unified KV (default: enabled, requires cache-ram)", True),
-    "--slot-prompt-similarity": _s("slot_prompt_similarity", "how much the prompt of a request must match the "
-                                   "prompt of a slot in order to use that slot (default: 0.10, 0.0 = disabled)",
-                                   0.1, **_F),
+    "--cache-idle-slots": _s(
+        "cache_idle_slots",
+        "save idle slots to the prompt cache on new task, and clear them "
+        "when using unified KV (default: enabled, requires cache-ram)",
+        True,
+    ),
+    "--slot-prompt-similarity": _s(
+        "slot_prompt_similarity",
+        "how much the prompt of a request must match the "
+        "prompt of a slot in order to use that slot (default: 0.10, 0.0 = disabled)",
+        0.1,
+        **_F,
+    ),
     "--slots": _s("slots", "expose slots monitoring endpoint (default: enabled)", True),
     "--props": _s("props", "enable changing global properties via POST /props (default: disabled)", False),
     # sampling: the server's default sampler settings
     "--seed": _s("seed", "RNG seed (default: -1, use random seed for -1)", 0xFFFFFFFF, type=_seed),
-    "--samplers": _s("samplers", "samplers used for generation in order, separated by ';' (default: penalties;dry;"
-                     "top_n_sigma;top_k;typ_p;top_p;min_p;xtc;temperature)"),
+    "--samplers": _s(
+        "samplers",
+        "samplers used for generation in order, separated by ';' (default: penalties;dry;"
+        "top_n_sigma;top_k;typ_p;top_p;min_p;xtc;temperature)",
+    ),
     "--sampler-seq": _s("sampler_seq", "simplified sequence for samplers that will be used (default: edskypmxt)"),
     "--temp": _s("temp", "temperature (default: 0.80)", 0.8, **_F),
     "--top-k": _s("top_k", "top-k sampling (default: 40, 0 = disabled)", 40),
@@ -182,112 +250,212 @@ MLXCEL: dict[str, dict] = {
     "--xtc-probability": _s("xtc_probability", "xtc probability (default: 0.00, 0.0 = disabled)", 0.0, **_F),
     "--xtc-threshold": _s("xtc_threshold", "xtc threshold (default: 0.10, 1.0 = disabled)", 0.1, **_F),
     "--typical": _s("typical", "locally typical sampling, parameter p (default: 1.00, 1.0 = disabled)", 1.0, **_F),
-    "--repeat-last-n": _s("repeat_last_n", "last n tokens to consider for penalize (default: 64, 0 = disabled, -1 = "
-                          "ctx_size)", 64),
-    "--repeat-penalty": _s("repeat_penalty", "penalize repeat sequence of tokens (default: 1.00, 1.0 = disabled)",
-                           1.0, **_F),
-    "--presence-penalty": _s("presence_penalty", "repeat alpha presence penalty (default: 0.00, 0.0 = disabled)",
-                             0.0, **_F),
-    "--frequency-penalty": _s("frequency_penalty", "repeat alpha frequency penalty (default: 0.00, 0.0 = disabled)",
-                              0.0, **_F),
+    "--repeat-last-n": _s(
+        "repeat_last_n", "last n tokens to consider for penalize (default: 64, 0 = disabled, -1 = ctx_size)", 64
+    ),
+    "--repeat-penalty": _s(
+        "repeat_penalty", "penalize repeat sequence of tokens (default: 1.00, 1.0 = disabled)", 1.0, **_F
+    ),
+    "--presence-penalty": _s(
+        "presence_penalty", "repeat alpha presence penalty (default: 0.00, 0.0 = disabled)", 0.0, **_F
+    ),
+    "--frequency-penalty": _s(
+        "frequency_penalty", "repeat alpha frequency penalty (default: 0.00, 0.0 = disabled)", 0.0, **_F
+    ),
     "--dynatemp-range": _s("dynatemp_range", "dynamic temperature range (default: 0.00, 0.0 = disabled)", 0.0, **_F),
     "--dynatemp-exp": _s("dynatemp_exp", "dynamic temperature exponent (default: 1.00)", 1.0, **_F),
-    "--mirostat": _s("mirostat", "use Mirostat sampling (default: 0, 0 = disabled, 1 = Mirostat, 2 = Mirostat 2.0)",
-                     0),
+    "--mirostat": _s("mirostat", "use Mirostat sampling (default: 0, 0 = disabled, 1 = Mirostat, 2 = Mirostat 2.0)", 0),
     "--mirostat-lr": _s("mirostat_lr", "Mirostat learning rate, parameter eta (default: 0.10)", 0.1, **_F),
     "--mirostat-ent": _s("mirostat_ent", "Mirostat target entropy, parameter tau (default: 5.00)", 5.0, **_F),
     "--dry-multiplier": _s("dry_multiplier", "set DRY sampling multiplier (default: 0.00, 0.0 = disabled)", 0.0, **_F),
     "--dry-base": _s("dry_base", "set DRY sampling base value (default: 1.75)", 1.75, **_F),
     "--dry-allowed-length": _s("dry_allowed_length", "set allowed length for DRY sampling (default: 2)", 2),
-    "--dry-penalty-last-n": _s("dry_penalty_last_n", "set DRY penalty for the last n tokens (default: 64, 0 = "
-                               "disable)", 64),
-    "--dry-sequence-breaker": _s("dry_sequence_breaker", "add sequence breaker for DRY sampling, clearing out default "
-                                 "breakers ('\\n', ':', '\"', '*') in the process; use \"none\" to not use any "
-                                 "sequence breakers", action="append"),
-    "--adaptive-target": _s("adaptive_target", "adaptive-p: select tokens near this probability (valid range 0.0 to "
-                            "1.0; negative = disabled) (default: -1.00)", -1.0, **_F),
-    "--adaptive-decay": _s("adaptive_decay", "adaptive-p: decay rate for target adaptation over time (valid range "
-                           "0.0 to 0.99) (default: 0.90)", 0.9, **_F),
-    "--ignore-eos": _s("ignore_eos", "ignore end of stream token and continue generating (implies --logit-bias "
-                       "EOS-inf)", False),
-    "--logit-bias": _s("logit_bias", "modifies the likelihood of token appearing in the completion, i.e. "
-                       "`--logit-bias 15043+1`", action="append"),
-    "--backend-sampling": _s("backend_sampling", "enable backend sampling (experimental) (default: disabled); mlxcel "
-                             "always runs b10621's CPU sampler chain, so this only sets the reported "
-                             "backend_sampling", False),
+    "--dry-penalty-last-n": _s(
+        "dry_penalty_last_n", "set DRY penalty for the last n tokens (default: 64, 0 = disable)", 64
+    ),
+    "--dry-sequence-breaker": _s(
+        "dry_sequence_breaker",
+        "add sequence breaker for DRY sampling, clearing out default "
+        "breakers ('\\n', ':', '\"', '*') in the process; use \"none\" to not use any "
+        "sequence breakers",
+        action="append",
+    ),
+    "--adaptive-target": _s(
+        "adaptive_target",
+        "adaptive-p: select tokens near this probability (valid range 0.0 to "
+        "1.0; negative = disabled) (default: -1.00)",
+        -1.0,
+        **_F,
+    ),
+    "--adaptive-decay": _s(
+        "adaptive_decay",
+        "adaptive-p: decay rate for target adaptation over time (valid range 0.0 to 0.99) (default: 0.90)",
+        0.9,
+        **_F,
+    ),
+    "--ignore-eos": _s(
+        "ignore_eos", "ignore end of stream token and continue generating (implies --logit-bias EOS-inf)", False
+    ),
+    "--logit-bias": _s(
+        "logit_bias",
+        "modifies the likelihood of token appearing in the completion, i.e. `--logit-bias 15043+1`",
+        action="append",
+    ),
+    "--backend-sampling": _s(
+        "backend_sampling",
+        "enable backend sampling (experimental) (default: disabled); mlxcel "
+        "always runs b10621's CPU sampler chain, so this only sets the reported "
+        "backend_sampling",
+        False,
+    ),
     "--grammar": _s(help="BNF-like grammar to constrain generations (see samples in grammars/ dir)", **_GRAMMAR),
     "--grammar-file": _s(help="file to read grammar from", **_GRAMMAR),
-    "--json-schema": _s(help="JSON schema to constrain generations (https://json-schema.org/), e.g. `{}` for any "
-                        "JSON object", **_GRAMMAR),
-    "--json-schema-file": _s(help="File containing a JSON schema to constrain generations "
-                             "(https://json-schema.org/), e.g. `{}` for any JSON object", **_GRAMMAR),
+    "--json-schema": _s(
+        help="JSON schema to constrain generations (https://json-schema.org/), e.g. `{}` for any JSON object",
+        **_GRAMMAR,
+    ),
+    "--json-schema-file": _s(
+        help="File containing a JSON schema to constrain generations "
+        "(https://json-schema.org/), e.g. `{}` for any JSON object",
+        **_GRAMMAR,
+    ),
     # chat: how requests become prompts
     "--jinja": _s("jinja", "whether to use jinja template engine for chat (default: enabled)", True),
-    "--chat-template": _s(help="set custom jinja chat template (default: template taken from model's metadata)",
-                          **_TEMPLATE),
-    "--chat-template-file": _s(help="set custom jinja chat template file (default: template taken from model's "
-                               "metadata)", **_TEMPLATE),
-    "--chat-template-kwargs": _s(help="sets additional params for the json template parser, must be a valid json "
-                                 "object string", **_KWARGS),
-    "--reasoning": _s(help="Use reasoning/thinking in the chat ('on', 'off', or 'auto', default: 'auto' (detect "
-                      "from template))", **_KWARGS),
+    "--chat-template": _s(
+        help="set custom jinja chat template (default: template taken from model's metadata)", **_TEMPLATE
+    ),
+    "--chat-template-file": _s(
+        help="set custom jinja chat template file (default: template taken from model's metadata)", **_TEMPLATE
+    ),
+    "--chat-template-kwargs": _s(
+        help="sets additional params for the json template parser, must be a valid json object string", **_KWARGS
+    ),
+    "--reasoning": _s(
+        help="Use reasoning/thinking in the chat ('on', 'off', or 'auto', default: 'auto' (detect from template))",
+        **_KWARGS,
+    ),
     "--reasoning-effort": _s(help="reasoning effort level given to the chat template (default: default)", **_KWARGS),
-    "--reasoning-preserve": _s(help="preserve reasoning trace in the full history, not just the last assistant "
-                               "message (default: template default)", nargs=0, **_KWARGS),
-    "--reasoning-format": _s("reasoning_format", "controls whether thought tags are allowed and/or extracted from the "
-                             "response (default: auto)", "auto"),
-    "--reasoning-budget": _s("reasoning_budget", "token budget for thinking: -1 for unrestricted, 0 for immediate "
-                             "end, N>0 for token budget (default: -1)", -1),
-    "--reasoning-budget-message": _s("reasoning_budget_message", "message injected before the end-of-thinking tag "
-                                     "when reasoning budget is exhausted (default: none)", ""),
-    "--skip-chat-parsing": _s("skip_chat_parsing", "force a pure content parser, even if a Jinja template is "
-                              "specified (default: disabled)", False),
-    "--prefill-assistant": _s("prefill_assistant", "whether to prefill the assistant's response if the last message "
-                              "is an assistant message (default: prefill enabled)", True),
+    "--reasoning-preserve": _s(
+        help="preserve reasoning trace in the full history, not just the last assistant "
+        "message (default: template default)",
+        nargs=0,
+        **_KWARGS,
+    ),
+    "--reasoning-format": _s(
+        "reasoning_format",
+        "controls whether thought tags are allowed and/or extracted from the response (default: auto)",
+        "auto",
+    ),
+    "--reasoning-budget": _s(
+        "reasoning_budget",
+        "token budget for thinking: -1 for unrestricted, 0 for immediate end, N>0 for token budget (default: -1)",
+        -1,
+    ),
+    "--reasoning-budget-message": _s(
+        "reasoning_budget_message",
+        "message injected before the end-of-thinking tag when reasoning budget is exhausted (default: none)",
+        "",
+    ),
+    "--skip-chat-parsing": _s(
+        "skip_chat_parsing",
+        "force a pure content parser, even if a Jinja template is specified (default: disabled)",
+        False,
+    ),
+    "--prefill-assistant": _s(
+        "prefill_assistant",
+        "whether to prefill the assistant's response if the last message "
+        "is an assistant message (default: prefill enabled)",
+        True,
+    ),
     # transport, authentication, logging: parsed here, served by their own modules
     "--metrics": _s("metrics", "enable prometheus compatible metrics endpoint (default: disabled)", False),
-    "--slot-save-path": _s("slot_save_path", "path to save slot kv cache (default: disabled); mlxcel saves the "
-                           "slot's tokens, bound to the model, and recomputes their cache on restore", ""),
-    "--sleep-idle-seconds": _s("sleep_idle_seconds", "number of seconds of idleness after which the server will "
-                               "sleep (default: -1; -1 = disabled)", -1),
-    "--embedding": _s("embedding", "restrict to only support embedding use case; use only with dedicated embedding "
-                      "models (default: disabled); mlxcel embeds with BERT-family encoders", False),
-    "--rerank": _s("reranking", "enable reranking endpoint on server (default: disabled); mlxcel ranks with "
-                   "BERT-family cross-encoders", False),
+    "--slot-save-path": _s(
+        "slot_save_path",
+        "path to save slot kv cache (default: disabled); mlxcel saves the "
+        "slot's tokens, bound to the model, and recomputes their cache on restore",
+        "",
+    ),
+    "--sleep-idle-seconds": _s(
+        "sleep_idle_seconds",
+        "number of seconds of idleness after which the server will sleep (default: -1; -1 = disabled)",
+        -1,
+    ),
+    "--embedding": _s(
+        "embedding",
+        "restrict to only support embedding use case; use only with dedicated embedding "
+        "models (default: disabled); mlxcel embeds with BERT-family encoders",
+        False,
+    ),
+    "--rerank": _s(
+        "reranking",
+        "enable reranking endpoint on server (default: disabled); mlxcel ranks with BERT-family cross-encoders",
+        False,
+    ),
     "--pooling": _s("pooling", "pooling type for embeddings, use model default if unspecified"),
-    "--embd-normalize": _s("embd_normalize", "normalisation for embeddings (default: 2) (-1=none, 0=max absolute "
-                           "int16, 1=taxicab, 2=euclidean, >2=p-norm)", 2),
-    "--host": _s("host", "ip address to listen, or bind to an UNIX socket if the address ends with .sock (default: "
-                 "127.0.0.1)", "127.0.0.1"),
+    "--embd-normalize": _s(
+        "embd_normalize",
+        "normalisation for embeddings (default: 2) (-1=none, 0=max absolute int16, 1=taxicab, 2=euclidean, >2=p-norm)",
+        2,
+    ),
+    "--host": _s(
+        "host",
+        "ip address to listen, or bind to an UNIX socket if the address ends with .sock (default: 127.0.0.1)",
+        "127.0.0.1",
+    ),
     "--port": _s("port", "port to listen (default: 8080)", 8080),
     "--timeout": _s("timeout", "server read/write timeout in seconds (default: 3600)", 3600),
     "--threads-http": _s("threads_http", "number of threads used to process HTTP requests (default: -1)", -1),
-    "--api-prefix": _s("api_prefix", "prefix path the server serves from, without the trailing slash (default: )",
-                       ""),
+    "--api-prefix": _s("api_prefix", "prefix path the server serves from, without the trailing slash (default: )", ""),
     "--reuse-port": _s("reuse_port", "allow multiple sockets to bind to the same port (default: disabled)", False),
     "--ssl-key-file": _s("ssl_key_file", "path to file a PEM-encoded SSL private key", ""),
     "--ssl-cert-file": _s("ssl_cert_file", "path to file a PEM-encoded SSL certificate", ""),
-    "--cors-origins": _s("cors_origins", "comma-separated list of allowed origins for CORS (default: *); if set to "
-                         "special value 'localhost', reflect the Origin header only if it is localhost", "*"),
-    "--cors-methods": _s("cors_methods", "comma-separated list of allowed methods for CORS (default: GET, POST, "
-                         "DELETE, OPTIONS)", "GET, POST, DELETE, OPTIONS"),
+    "--cors-origins": _s(
+        "cors_origins",
+        "comma-separated list of allowed origins for CORS (default: *); if set to "
+        "special value 'localhost', reflect the Origin header only if it is localhost",
+        "*",
+    ),
+    "--cors-methods": _s(
+        "cors_methods",
+        "comma-separated list of allowed methods for CORS (default: GET, POST, DELETE, OPTIONS)",
+        "GET, POST, DELETE, OPTIONS",
+    ),
     "--cors-headers": _s("cors_headers", "comma-separated list of allowed headers for CORS (default: *)", "*"),
     "--cors-credentials": _s("cors_credentials", "whether to allow credentials for CORS (default: enabled)", True),
-    "--sse-ping-interval": _s("sse_ping_interval", "server SSE ping interval in seconds (-1 = disabled, default: 30)",
-                              30),
-    "--api-key": _s("api_key", "API key to use for authentication, multiple keys can be provided as a "
-                    "comma-separated list (default: none)", [], action=_CsvAppend),
-    "--api-key-file": _s("api_key_file", "path to file containing API keys, one per line; lines starting with a "
-                         "hash are treated as comments (default: none)", type=_openable, action="append"),
+    "--sse-ping-interval": _s(
+        "sse_ping_interval", "server SSE ping interval in seconds (-1 = disabled, default: 30)", 30
+    ),
+    "--api-key": _s(
+        "api_key",
+        "API key to use for authentication, multiple keys can be provided as a comma-separated list (default: none)",
+        [],
+        action=_CsvAppend,
+    ),
+    "--api-key-file": _s(
+        "api_key_file",
+        "path to file containing API keys, one per line; lines starting with a "
+        "hash are treated as comments (default: none)",
+        type=_openable,
+        action="append",
+    ),
     "--log-disable": _s("log_disable", "Log disable", False),
     "--log-file": _s("log_file", "Log to file"),
-    "--log-colors": _s("log_colors", "Set colored logging ('on', 'off', or 'auto', default: 'auto'); 'auto' enables "
-                       "colors when output is to a terminal", "auto", type=_log_colors),
+    "--log-colors": _s(
+        "log_colors",
+        "Set colored logging ('on', 'off', or 'auto', default: 'auto'); 'auto' enables "
+        "colors when output is to a terminal",
+        "auto",
+        type=_log_colors,
+    ),
     "--log-prefix": _s("log_prefix", "Enable prefix in log messages", True),
     "--log-timestamps": _s("log_timestamps", "Enable timestamps in log messages", True),
     "--verbose": _s("verbose", "Set verbosity level to infinity (i.e. log all messages, useful for debugging)", False),
-    "--verbosity": _s("verbosity", "Set the verbosity threshold. Messages with a higher verbosity will be ignored "
-                      "(0: generic output, 1: error, 2: warning, 3: info, 4: trace, 5: debug) (default: 3)", 3),
+    "--verbosity": _s(
+        "verbosity",
+        "Set the verbosity threshold. Messages with a higher verbosity will be ignored "
+        "(0: generic output, 1: error, 2: warning, 3: info, 4: trace, 5: debug) (default: 3)",
+        3,
+    ),
 }
 
 
@@ -317,10 +485,14 @@ def _dest(option_id: str) -> str:
 
 
 def build_parser(prog: str) -> CompatParser:
-    p = CompatParser(prog=prog, add_help=False, usage=f"{prog} [options]",
-                     description="mlxcel: an MLX-backed llama-server (b10621). Every b10621 option parses; the ones "
-                                 "listed here are served, the others are accepted only where their value changes "
-                                 "nothing and otherwise refused at startup with the reason.")
+    p = CompatParser(
+        prog=prog,
+        add_help=False,
+        usage=f"{prog} [options]",
+        description="mlxcel: an MLX-backed llama-server (b10621). Every b10621 option parses; the ones "
+        "listed here are served, the others are accepted only where their value changes "
+        "nothing and otherwise refused at startup with the reason.",
+    )
     for o in OPTIONS:
         kw = dict(MLXCEL.get(o.id) or {"dest": _dest(o.id), "default": None, "help": argparse.SUPPRESS})
         kw.setdefault("action", {"void": "store_true", "bool": _NegatableFlag}.get(o.kind, "store"))
@@ -333,11 +505,20 @@ def build_parser(prog: str) -> CompatParser:
         action = p.add_argument(*o.spellings, *o.negatives, **kw)
         action.option, action.env, action.declared_default = o, o.env, kw["default"]
     # mlxcel's own (no b10621 spelling): where the model store lives
-    p.add_argument("--model-store-root", dest="model_store_root", default=None, metavar="DIR",
-                   help="mlxcel's model store: <owner>/<name> snapshots, GET /models's cache source (default: "
-                        "$MLXCEL_MODELS_DIR, else the cache's models/)")
-    p.add_argument("--lora-fuse", dest="lora_fuse", action="store_true",
-                   help="mlxcel's own: bake the --lora adapters into the weights at their starting scales (no cost "
-                        "per token; the scales are then fixed: POST /lora-adapters and a request's lora are refused)")
+    p.add_argument(
+        "--model-store-root",
+        dest="model_store_root",
+        default=None,
+        metavar="DIR",
+        help="mlxcel's model store: <owner>/<name> snapshots, GET /models's cache source (default: "
+        "$MLXCEL_MODELS_DIR, else the cache's models/)",
+    )
+    p.add_argument(
+        "--lora-fuse",
+        dest="lora_fuse",
+        action="store_true",
+        help="mlxcel's own: bake the --lora adapters into the weights at their starting scales (no cost "
+        "per token; the scales are then fixed: POST /lora-adapters and a request's lora are refused)",
+    )
     p.add_argument(DUMP_FLAG, action="store_true", help=argparse.SUPPRESS)
     return p

@@ -56,17 +56,20 @@ def _refuse(reason: str, alternative: str, check=None, accumulates: bool = False
     return Rule(_never, reason, alternative, "none", check, accumulates)
 
 
-def _only(inert: Callable[[object], bool], text: str, reason: str, alternative: str, check=None,
-          accumulates: bool = False) -> Rule:
+def _only(
+    inert: Callable[[object], bool], text: str, reason: str, alternative: str, check=None, accumulates: bool = False
+) -> Rule:
     return Rule(inert, reason, alternative, text, check, accumulates)
 
 
 # --- b10621's own checks of a value, raising what its handlers throw -------------------------------------------
 
+
 def _in(option: str, *allowed: str, message: str | None = None) -> Callable[[object], None]:
     def check(v) -> None:
         if v not in allowed:
             raise ValueError(message.format(option=option, v=v) if message else "invalid value")
+
     return check
 
 
@@ -74,12 +77,14 @@ def _range(lo: int, hi: int | None, message: str = "invalid value") -> Callable[
     def check(v) -> None:
         if v < lo or (hi is not None and v > hi):
             raise ValueError(message)
+
     return check
 
 
 def _removed(msg: str) -> Callable[[object], None]:
     def check(_v) -> None:
         raise ValueError("the argument has been removed. " + msg)
+
     return check
 
 
@@ -139,6 +144,7 @@ def _pairs_check(option: str) -> Callable[[object], None]:
             if len(parts) != 2:
                 raise ValueError(f"{option} format: FNAME:SCALE")
             stof(parts[1])
+
     return check
 
 
@@ -149,46 +155,72 @@ def _read_file_check(v) -> None:
         raise ValueError(f"error: failed to open file '{v}'\n") from None
 
 
-SPEC_TYPES = ("none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark", "ngram-simple",
-              "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
+SPEC_TYPES = (
+    "none",
+    "draft-simple",
+    "draft-eagle3",
+    "draft-mtp",
+    "draft-dflash",
+    "draft-dspark",
+    "ngram-simple",
+    "ngram-map-k",
+    "ngram-map-k4v",
+    "ngram-mod",
+    "ngram-cache",
+)
 KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 LOAD_MODES = ("auto", "none", "mmap", "mlock", "mmap+mlock", "dio")
 
 # --- the reasons and alternatives, shared ------------------------------------------------------------------------
 
 _NO_GGML = "mlxcel has no GGML backend: MLX runs every tensor of the model on one device, its default"
-_AFFINITY = ("mlxcel sets no CPU affinity, polling or scheduling policy of its own (MLX and the BLAS schedule "
-             "their threads)")
+_AFFINITY = (
+    "mlxcel sets no CPU affinity, polling or scheduling policy of its own (MLX and the BLAS schedule their threads)"
+)
 _PIN_OS = "leave it out, and pin or prioritise the whole process with taskset, numactl, nice or chrt"
-_THREADS = ("mlxcel does not size a CPU thread pool from its command line: it uses every core (upstream's <= 0 "
-            "means all cores, which is what happens here)")
+_THREADS = (
+    "mlxcel does not size a CPU thread pool from its command line: it uses every core (upstream's <= 0 "
+    "means all cores, which is what happens here)"
+)
 _THREADS_ALT = "leave it out or pass -1; on Linux MLXCEL_CPU_THREADS sizes mlxcel's CPU thread pool"
-_PLACEMENT = "mlxcel places no tensor on a chosen device or buffer type: every weight and the KV cache live on MLX's " \
-             "default device"
+_PLACEMENT = (
+    "mlxcel places no tensor on a chosen device or buffer type: every weight and the KV cache live on MLX's "
+    "default device"
+)
 _LEAVE = "leave it out"
 KV_SERVED = ("f32", "f16", "bf16")  # the KV cache types mlxcel stores (server/models/kv_numerics.py)
 _KV_SERVED_TEXT = "f32, f16 (the default), bf16: served, the cache's values rounded as ggml writes them"
 _KV_REFUSED = "mlxcel stores the KV cache as f32, f16 or bf16; the quantized cache types are not implemented"
 _KV_ALT = "pass f32, f16 or bf16, or leave it out"
-_GGUF = "mlxcel serves MLX checkpoints (a directory with config.json and safetensors), never a GGUF file, repository " \
-        "or URL, and it downloads nothing"
-_GGUF_ALT = "convert a GGUF file with `mlxcel convert FILE.gguf DIR`, or fetch an MLX snapshot yourself " \
-            "(`huggingface-cli download mlx-community/NAME --local-dir DIR`), and pass -m DIR"
-_SPEC = "mlxcel drafts with a draft model (draft-simple) or by n-gram lookup (ngram-simple); the stateful " \
-        "n-gram drafters (ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache) and the MTP, EAGLE-3, DFlash and " \
-        "DSpark heads are not implemented"
+_GGUF = (
+    "mlxcel serves MLX checkpoints (a directory with config.json and safetensors), never a GGUF file, repository "
+    "or URL, and it downloads nothing"
+)
+_GGUF_ALT = (
+    "convert a GGUF file with `mlxcel convert FILE.gguf DIR`, or fetch an MLX snapshot yourself "
+    "(`huggingface-cli download mlx-community/NAME --local-dir DIR`), and pass -m DIR"
+)
+_SPEC = (
+    "mlxcel drafts with a draft model (draft-simple) or by n-gram lookup (ngram-simple); the stateful "
+    "n-gram drafters (ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache) and the MTP, EAGLE-3, DFlash and "
+    "DSpark heads are not implemented"
+)
 _SPEC_ALT = "pass --spec-type ngram-simple, or draft-simple with --spec-draft-model FILE, or leave it out"
 SERVED_SPEC_TYPES = {"none", "draft-simple", "ngram-simple"}
-_NO_PROJECTOR = "mlxcel attaches no GGUF projector to a model: it serves text checkpoints (a multimodal MLX " \
-                "checkpoint would carry its towers inside)"
+_NO_PROJECTOR = (
+    "mlxcel attaches no GGUF projector to a model: it serves text checkpoints (a multimodal MLX "
+    "checkpoint would carry its towers inside)"
+)
 _UI = "mlxcel ships no web UI and runs no tool, MCP server or proxy on a model's behalf"
 _UI_ALT = "leave it out (client-declared tools in chat requests keep working), or pass the disabling form"
 
 
 def _preset(repo: str, mlx: str, flags: str, extra: str = "") -> Rule:
-    return _refuse(f"b10621's preset serves the GGUF repository {repo}, which mlxcel cannot load{extra}",
-                   f"the nearest MLX checkpoint is {mlx}: fetch it (`huggingface-cli download {mlx} --local-dir "
-                   f"DIR`) and run `mlxcel-server -m DIR {flags}`")
+    return _refuse(
+        f"b10621's preset serves the GGUF repository {repo}, which mlxcel cannot load{extra}",
+        f"the nearest MLX checkpoint is {mlx}: fetch it (`huggingface-cli download {mlx} --local-dir "
+        f"DIR`) and run `mlxcel-server -m DIR {flags}`",
+    )
 
 
 _FIM = "--port 8012 -ub 1024 -b 1024 -c 0"
@@ -209,46 +241,81 @@ RULES: dict[str, Rule] = {
     "--prio-batch": _only(_is(0), "0", _AFFINITY, _PIN_OS, check=_range(0, 3)),
     "--poll": _only(lambda v: stoul(v) == 50, "50 (the default)", _AFFINITY, _PIN_OS, check=lambda v: stoul(v)),
     "--poll-batch": _only(_is(50), "50 (the default)", _AFFINITY, _PIN_OS),
-    "--numa": _refuse("mlxcel has no NUMA placement of its own", "leave it out and run the process under numactl",
-                      check=_in("--numa", "distribute", "", "isolate", "numactl")),
+    "--numa": _refuse(
+        "mlxcel has no NUMA placement of its own",
+        "leave it out and run the process under numactl",
+        check=_in("--numa", "distribute", "", "isolate", "numactl"),
+    ),
     "--device": _refuse(_PLACEMENT, _LEAVE),
-    "--list-devices": _refuse(_NO_GGML + ", so there are no GGML devices to list",
-                              'print that device with `python -c "import mlx.core as mx; print(mx.default_device())"`'),
+    "--list-devices": _refuse(
+        _NO_GGML + ", so there are no GGML devices to list",
+        'print that device with `python -c "import mlx.core as mx; print(mx.default_device())"`',
+    ),
     "--override-tensor": _refuse(_PLACEMENT, _LEAVE, accumulates=True),
     "--cpu-moe": _refuse(_PLACEMENT + "; no expert weights stay behind on the CPU", _LEAVE, accumulates=True),
-    "--n-cpu-moe": _only(_is(0), "0", _PLACEMENT + "; no expert weights stay behind on the CPU", "leave it out or pass 0",
-                         check=_range(0, None), accumulates=True),
+    "--n-cpu-moe": _only(
+        _is(0),
+        "0",
+        _PLACEMENT + "; no expert weights stay behind on the CPU",
+        "leave it out or pass 0",
+        check=_range(0, None),
+        accumulates=True,
+    ),
     # the full-offload test needs the checkpoint's layer count: see gpu_layers_refusal
-    "--gpu-layers": _only(lambda v: v in ("auto", "all", "-1", "-2"), "auto, all, and any number above the model's "
-                          "layer count (full offload)", _PLACEMENT, "pass -ngl all (or leave it out)",
-                          check=_gpu_layers_check),
-    "--split-mode": _only(_is("none", "layer"), "none, layer (one device: nothing to split)",
-                          _PLACEMENT + "; there is no row or tensor split across devices", _LEAVE,
-                          check=_in("--split-mode", "none", "layer", "row", "tensor")),
-    "--tensor-split": _refuse(_PLACEMENT + "; there is no split across devices", _LEAVE, check=lambda v: [
-        stof(x) for x in _split_list(v)]),
+    "--gpu-layers": _only(
+        lambda v: v in ("auto", "all", "-1", "-2"),
+        "auto, all, and any number above the model's layer count (full offload)",
+        _PLACEMENT,
+        "pass -ngl all (or leave it out)",
+        check=_gpu_layers_check,
+    ),
+    "--split-mode": _only(
+        _is("none", "layer"),
+        "none, layer (one device: nothing to split)",
+        _PLACEMENT + "; there is no row or tensor split across devices",
+        _LEAVE,
+        check=_in("--split-mode", "none", "layer", "row", "tensor"),
+    ),
+    "--tensor-split": _refuse(
+        _PLACEMENT + "; there is no split across devices", _LEAVE, check=lambda v: [stof(x) for x in _split_list(v)]
+    ),
     "--main-gpu": _only(_is(0), "0", _PLACEMENT, "leave it out or pass 0"),
-    "--flash-attn": _inert("on, off, auto: served (auto is on, as on b10621's CPU backend): attention over an f16 "
-                           "or bf16 KV cache rounds what ggml-cpu's flash or plain attention rounds "
-                           "(server/models/kv_numerics.py); over an f32 cache both are f32 math",
-                           check=_in("--flash-attn", *TRUTHY, *FALSEY, *AUTOY,
-                                     message="error: unknown value for {option}: '{v}'\n")),
-    "--fit": _inert("on, off: mlxcel never adjusts unset arguments to fit device memory, and on is upstream's default",
-                    check=_in("--fit", *TRUTHY, *FALSEY, message="error: unknown value for {option}: '{v}'\n")),
-    "--fit-target": _only(lambda v: all(x == "1024" for x in _split_list(v)),
-                          "1024 (the default)", "mlxcel never fits arguments to device memory, so it has no margin "
-                          "to keep", _LEAVE),
-    "--fit-ctx": _only(_is(4096), "4096 (the default)", "mlxcel never fits the context to device memory; the context "
-                       "is -c or the model's", "set the context with -c"),
+    "--flash-attn": _inert(
+        "on, off, auto: served (auto is on, as on b10621's CPU backend): attention over an f16 "
+        "or bf16 KV cache rounds what ggml-cpu's flash or plain attention rounds "
+        "(server/models/kv_numerics.py); over an f32 cache both are f32 math",
+        check=_in("--flash-attn", *TRUTHY, *FALSEY, *AUTOY, message="error: unknown value for {option}: '{v}'\n"),
+    ),
+    "--fit": _inert(
+        "on, off: mlxcel never adjusts unset arguments to fit device memory, and on is upstream's default",
+        check=_in("--fit", *TRUTHY, *FALSEY, message="error: unknown value for {option}: '{v}'\n"),
+    ),
+    "--fit-target": _only(
+        lambda v: all(x == "1024" for x in _split_list(v)),
+        "1024 (the default)",
+        "mlxcel never fits arguments to device memory, so it has no margin to keep",
+        _LEAVE,
+    ),
+    "--fit-ctx": _only(
+        _is(4096),
+        "4096 (the default)",
+        "mlxcel never fits the context to device memory; the context is -c or the model's",
+        "set the context with -c",
+    ),
     "--check-tensors": _refuse("mlxcel does not scan weights for invalid values at load", _LEAVE),
     "--op-offload": _only(_is(True), "--op-offload (the default)", _PLACEMENT + ", host operations included", _LEAVE),
     "--kv-offload": _only(_is(True), "--kv-offload (the default)", _PLACEMENT + ", the KV cache included", _LEAVE),
     "--repack": _inert("--repack, --no-repack: weight repacking is a GGML CPU layout, never a different result"),
     "--no-host": _refuse(_PLACEMENT + "; there are no host buffers to bypass", _LEAVE),
-    "--perf": _only(_is(False), "--no-perf (the default)", "mlxcel prints no libllama performance counters",
-                    "read each response's `timings` instead"),
-    "--rpc": _refuse(_NO_GGML + "; there is no RPC backend to offload to", "run one mlxcel per machine",
-                     accumulates=True),
+    "--perf": _only(
+        _is(False),
+        "--no-perf (the default)",
+        "mlxcel prints no libllama performance counters",
+        "read each response's `timings` instead",
+    ),
+    "--rpc": _refuse(
+        _NO_GGML + "; there is no RPC backend to offload to", "run one mlxcel per machine", accumulates=True
+    ),
     # --mlock, --mmap, --direct-io and --load-mode write one field, in command-line order: see load_mode_refusal
     "--mlock": _inert("see --load-mode"),
     "--mmap": _inert("see --load-mode"),
@@ -260,8 +327,11 @@ RULES: dict[str, Rule] = {
     "--docker-repo": _refuse(_GGUF, _GGUF_ALT),
     "--hf-repo": _refuse(_GGUF, _GGUF_ALT),
     "--hf-file": _refuse(_GGUF, _GGUF_ALT),
-    "--override-kv": _refuse("mlxcel reads no GGUF metadata to override: an MLX checkpoint is configured by its "
-                             "config.json", "edit the checkpoint's config.json", accumulates=True),
+    "--override-kv": _refuse(
+        "mlxcel reads no GGUF metadata to override: an MLX checkpoint is configured by its config.json",
+        "edit the checkpoint's config.json",
+        accumulates=True,
+    ),
     # ----- web UI, server tools, MCP -----
     "--ui": _only(_positive_only, "--no-ui, --no-webui", _UI, _UI_ALT),
     "--ui-mcp-proxy": _only(_positive_only, "--no-ui-mcp-proxy, --no-webui-mcp-proxy", _UI, _UI_ALT),
@@ -274,88 +344,147 @@ RULES: dict[str, Rule] = {
     "--mcp-servers-config": _refuse(_UI, _LEAVE),
     "--mcp-servers-json": _refuse(_UI, _LEAVE),
     # ----- logging: prompts on disk -----
-    "--log-prompts-dir": _refuse("mlxcel never writes request prompts to disk (a plaintext copy of user requests on "
-                                 "the log volume), and creates no directory for them",
-                                 "for request-level debugging use --log-file FILE with --verbose"),
+    "--log-prompts-dir": _refuse(
+        "mlxcel never writes request prompts to disk (a plaintext copy of user requests on "
+        "the log volume), and creates no directory for them",
+        "for request-level debugging use --log-file FILE with --verbose",
+    ),
     # ----- presets (b10621's twelve: a GGUF repository plus a parameter block) -----
-    "--embd-gemma-default": _refuse("b10621's preset serves the GGUF repository "
-                                    "ggml-org/embeddinggemma-300M-qat-q4_0-GGUF, which mlxcel cannot load, and "
-                                    "embeddinggemma is no BERT-family encoder, the one family mlxcel embeds with",
-                                    "the bundled embedding model: `mlxcel-server -m all-minilm-l6-v2 --port 8011 "
-                                    "-np 32 --embedding`"),
-    "--fim-qwen-1.5b-default": _preset("ggml-org/Qwen2.5-Coder-1.5B-Q8_0-GGUF", "mlx-community/Qwen2.5-Coder-1.5B-8bit",
-                                       _FIM),
-    "--fim-qwen-3b-default": _preset("ggml-org/Qwen2.5-Coder-3B-Q8_0-GGUF", "mlx-community/Qwen2.5-Coder-3B-8bit", _FIM),
-    "--fim-qwen-7b-default": _preset("ggml-org/Qwen2.5-Coder-7B-Q8_0-GGUF", "mlx-community/Qwen2.5-Coder-7B-8bit", _FIM),
-    "--fim-qwen-7b-spec": _preset("ggml-org/Qwen2.5-Coder-7B-Q8_0-GGUF", "mlx-community/Qwen2.5-Coder-7B-8bit", _FIM,
-                                  _DRAFT_NOTE),
-    "--fim-qwen-14b-spec": _preset("ggml-org/Qwen2.5-Coder-14B-Q8_0-GGUF", "mlx-community/Qwen2.5-Coder-14B-8bit",
-                                   _FIM, _DRAFT_NOTE),
-    "--fim-qwen-30b-default": _preset("ggml-org/Qwen3-Coder-30B-A3B-Instruct-Q8_0-GGUF",
-                                      "mlx-community/Qwen3-Coder-30B-A3B-Instruct-8bit", _FIM),
+    "--embd-gemma-default": _refuse(
+        "b10621's preset serves the GGUF repository "
+        "ggml-org/embeddinggemma-300M-qat-q4_0-GGUF, which mlxcel cannot load, and "
+        "embeddinggemma is no BERT-family encoder, the one family mlxcel embeds with",
+        "the bundled embedding model: `mlxcel-server -m all-minilm-l6-v2 --port 8011 -np 32 --embedding`",
+    ),
+    "--fim-qwen-1.5b-default": _preset(
+        "ggml-org/Qwen2.5-Coder-1.5B-Q8_0-GGUF", "mlx-community/Qwen2.5-Coder-1.5B-8bit", _FIM
+    ),
+    "--fim-qwen-3b-default": _preset(
+        "ggml-org/Qwen2.5-Coder-3B-Q8_0-GGUF", "mlx-community/Qwen2.5-Coder-3B-8bit", _FIM
+    ),
+    "--fim-qwen-7b-default": _preset(
+        "ggml-org/Qwen2.5-Coder-7B-Q8_0-GGUF", "mlx-community/Qwen2.5-Coder-7B-8bit", _FIM
+    ),
+    "--fim-qwen-7b-spec": _preset(
+        "ggml-org/Qwen2.5-Coder-7B-Q8_0-GGUF", "mlx-community/Qwen2.5-Coder-7B-8bit", _FIM, _DRAFT_NOTE
+    ),
+    "--fim-qwen-14b-spec": _preset(
+        "ggml-org/Qwen2.5-Coder-14B-Q8_0-GGUF", "mlx-community/Qwen2.5-Coder-14B-8bit", _FIM, _DRAFT_NOTE
+    ),
+    "--fim-qwen-30b-default": _preset(
+        "ggml-org/Qwen3-Coder-30B-A3B-Instruct-Q8_0-GGUF", "mlx-community/Qwen3-Coder-30B-A3B-Instruct-8bit", _FIM
+    ),
     "--gpt-oss-20b-default": _preset("ggml-org/gpt-oss-20b-GGUF", "mlx-community/gpt-oss-20b-MXFP4-Q8", _GPT_OSS),
     "--gpt-oss-120b-default": _preset("ggml-org/gpt-oss-120b-GGUF", "mlx-community/gpt-oss-120b-MXFP4-Q8", _GPT_OSS),
-    "--vision-gemma-4b-default": _preset("ggml-org/gemma-3-4b-it-qat-GGUF", "mlx-community/gemma-3-4b-it-qat-4bit",
-                                         "--port 8014 -c 0 --jinja", "; mlxcel serves no image model either"),
-    "--vision-gemma-12b-default": _preset("ggml-org/gemma-3-12b-it-qat-GGUF", "mlx-community/gemma-3-12b-it-qat-4bit",
-                                          "--port 8014 -c 0 --jinja", "; mlxcel serves no image model either"),
-    "--spec-default": _refuse("b10621's preset turns on n-gram speculative decoding (ngram-mod, n_match 24, n_min 48, "
-                              "n_max 64); " + _SPEC, "pass --spec-type draft-simple with --spec-draft-model FILE"),
+    "--vision-gemma-4b-default": _preset(
+        "ggml-org/gemma-3-4b-it-qat-GGUF",
+        "mlx-community/gemma-3-4b-it-qat-4bit",
+        "--port 8014 -c 0 --jinja",
+        "; mlxcel serves no image model either",
+    ),
+    "--vision-gemma-12b-default": _preset(
+        "ggml-org/gemma-3-12b-it-qat-GGUF",
+        "mlx-community/gemma-3-12b-it-qat-4bit",
+        "--port 8014 -c 0 --jinja",
+        "; mlxcel serves no image model either",
+    ),
+    "--spec-default": _refuse(
+        "b10621's preset turns on n-gram speculative decoding (ngram-mod, n_match 24, n_min 48, n_max 64); " + _SPEC,
+        "pass --spec-type draft-simple with --spec-draft-model FILE",
+    ),
     # ----- control vectors, LoRA -----
-    "--lora-init-without-apply": _inert("--lora-init-without-apply: b10621's server applies its adapters' scales "
-                                        "to every batch it runs, this flag or not (POST /lora-adapters sets them)"),
+    "--lora-init-without-apply": _inert(
+        "--lora-init-without-apply: b10621's server applies its adapters' scales "
+        "to every batch it runs, this flag or not (POST /lora-adapters sets them)"
+    ),
     # ----- runtime and context -----
-    "--swa-full": _refuse("sliding-window models keep MLX's rotating window cache; there is no full-size SWA cache "
-                          "to ask for", _LEAVE),
+    "--swa-full": _refuse(
+        "sliding-window models keep MLX's rotating window cache; there is no full-size SWA cache to ask for", _LEAVE
+    ),
     # context checkpoints and idle-slot caching decide only what a later prompt can reuse, never a result: mlxcel's
     # prompt cache keeps whole-prefix snapshots of its own (the reuse itself is --cache-prompt's recorded divergence)
-    "--ctx-checkpoints": _inert("every value: mlxcel keeps no context checkpoints; its prompt cache stores prefix "
-                                "snapshots, and reuse never changes a result"),
-    "--checkpoint-min-step": _inert("every value: mlxcel keeps no context checkpoints (see --ctx-checkpoints)",
-                                    check=_range(0, None, "checkpoint-min-step must be non-negative")),
-    "--kv-unified": _only(_is(False), "-no-kvu, --no-kv-unified (per-slot KV, what mlxcel does)",
-                          "mlxcel keeps one KV cache per slot; there is no unified buffer shared by the slots",
-                          "pass -np 1 for one slot with the whole context"),
+    "--ctx-checkpoints": _inert(
+        "every value: mlxcel keeps no context checkpoints; its prompt cache stores prefix "
+        "snapshots, and reuse never changes a result"
+    ),
+    "--checkpoint-min-step": _inert(
+        "every value: mlxcel keeps no context checkpoints (see --ctx-checkpoints)",
+        check=_range(0, None, "checkpoint-min-step must be non-negative"),
+    ),
+    "--kv-unified": _only(
+        _is(False),
+        "-no-kvu, --no-kv-unified (per-slot KV, what mlxcel does)",
+        "mlxcel keeps one KV cache per slot; there is no unified buffer shared by the slots",
+        "pass -np 1 for one slot with the whole context",
+    ),
     "--warmup": _inert("--warmup, --no-warmup: mlxcel runs no warm-up pass, and one never changes a result"),
     "--cache-type-k": _only(_is(*KV_SERVED), _KV_SERVED_TEXT, _KV_REFUSED, _KV_ALT, check=_kv_type_check),
     "--cache-type-v": _only(_is(*KV_SERVED), _KV_SERVED_TEXT, _KV_REFUSED, _KV_ALT, check=_kv_type_check),
     # ----- embeddings, multimodal, observability, router: other issues' surfaces -----
     "--mmproj": _refuse(_NO_PROJECTOR, _LEAVE),
     "--mmproj-url": _refuse(_NO_PROJECTOR, _LEAVE),
-    "--mmproj-auto": _inert("--mmproj-auto, --no-mmproj(-auto): it only fetches a projector with --hf-repo, which "
-                            "mlxcel refuses"),
+    "--mmproj-auto": _inert(
+        "--mmproj-auto, --no-mmproj(-auto): it only fetches a projector with --hf-repo, which mlxcel refuses"
+    ),
     "--mmproj-offload": _inert("every form: it places a projector, which mlxcel refuses to load"),
     "--mmproj-device": _inert("every value: it places a projector, which mlxcel refuses to load"),
     "--image-min-tokens": _inert("every value: it sizes images, which mlxcel refuses to take"),
     "--image-max-tokens": _inert("every value: it sizes images, which mlxcel refuses to take"),
     "--mtmd-batch-max-tokens": _inert("every value: it batches images, which mlxcel refuses to take"),
-    "--media-path": _inert("every existing directory: file:// media resolve under it, confined (server/media/"
-                           "paths.py); the models mlxcel serves take no media, so no file is read",
-                           check=_directory_check),
-    "--spec-type": _only(lambda v: set(spec_types(v)) <= SERVED_SPEC_TYPES, "none, draft-simple", _SPEC,
-                         _SPEC_ALT, check=_spec_types_check, accumulates=True),
-    "--spec-draft-hf": _only(_is(""), "an empty value", "mlxcel fetches no draft model from a repository",
-                             "download it yourself and pass --spec-draft-model DIR (or FILE.gguf)"),
+    "--media-path": _inert(
+        "every existing directory: file:// media resolve under it, confined (server/media/"
+        "paths.py); the models mlxcel serves take no media, so no file is read",
+        check=_directory_check,
+    ),
+    "--spec-type": _only(
+        lambda v: set(spec_types(v)) <= SERVED_SPEC_TYPES,
+        "none, draft-simple",
+        _SPEC,
+        _SPEC_ALT,
+        check=_spec_types_check,
+        accumulates=True,
+    ),
+    "--spec-draft-hf": _only(
+        _is(""),
+        "an empty value",
+        "mlxcel fetches no draft model from a repository",
+        "download it yourself and pass --spec-draft-model DIR (or FILE.gguf)",
+    ),
     "--lookup-cache-static": _inert("every value: it feeds the ngram-cache drafter, which mlxcel refuses to select"),
     "--lookup-cache-dynamic": _inert("every value: it feeds the ngram-cache drafter, which mlxcel refuses to select"),
     "--draft": _refuse("removed upstream", "", check=_removed("use --spec-draft-n-max or --spec-ngram-mod-n-max")),
     "--draft-min": _refuse("removed upstream", "", check=_removed("use --spec-draft-n-min or --spec-ngram-mod-n-min")),
     "--spec-ngram-size-n": _refuse("removed upstream", "", check=_removed("use the respective --spec-ngram-*-size-n")),
     "--spec-ngram-size-m": _refuse("removed upstream", "", check=_removed("use the respective --spec-ngram-*-size-m")),
-    "--spec-ngram-min-hits": _refuse("removed upstream", "",
-                                     check=_removed("use the respective --spec-ngram-*-min-hits")),
+    "--spec-ngram-min-hits": _refuse(
+        "removed upstream", "", check=_removed("use the respective --spec-ngram-*-min-hits")
+    ),
 }
 
-_DRAFT_TUNING = "every value without a draft model (it configures nothing then, as upstream); with one, the " \
-                "values the target's own option accepts (the n-gram knobs: every value, their drafters are refused)"
+_DRAFT_TUNING = (
+    "every value without a draft model (it configures nothing then, as upstream); with one, the "
+    "values the target's own option accepts (the n-gram knobs: every value, their drafters are refused)"
+)
 for _id, _check in {
-    "--spec-draft-threads": None, "--spec-draft-threads-batch": None, "--spec-draft-cpu-mask": None,
-    "--spec-draft-cpu-range": None, "--spec-draft-cpu-strict": None, "--spec-draft-poll": None,
-    "--spec-draft-cpu-mask-batch": None, "--spec-draft-cpu-strict-batch": None, "--spec-draft-poll-batch": None,
-    "--spec-draft-prio": _range(0, 3), "--spec-draft-prio-batch": _range(0, 3),
-    "--spec-draft-type-k": _kv_type_check, "--spec-draft-type-v": _kv_type_check,
-    "--spec-draft-override-tensor": None, "--spec-draft-cpu-moe": None, "--spec-draft-n-cpu-moe": _range(0, None),
-    "--spec-draft-p-split": _stof_check, "--spec-draft-backend-sampling": None, "--spec-draft-device": None,
+    "--spec-draft-threads": None,
+    "--spec-draft-threads-batch": None,
+    "--spec-draft-cpu-mask": None,
+    "--spec-draft-cpu-range": None,
+    "--spec-draft-cpu-strict": None,
+    "--spec-draft-poll": None,
+    "--spec-draft-cpu-mask-batch": None,
+    "--spec-draft-cpu-strict-batch": None,
+    "--spec-draft-poll-batch": None,
+    "--spec-draft-prio": _range(0, 3),
+    "--spec-draft-prio-batch": _range(0, 3),
+    "--spec-draft-type-k": _kv_type_check,
+    "--spec-draft-type-v": _kv_type_check,
+    "--spec-draft-override-tensor": None,
+    "--spec-draft-cpu-moe": None,
+    "--spec-draft-n-cpu-moe": _range(0, None),
+    "--spec-draft-p-split": _stof_check,
+    "--spec-draft-backend-sampling": None,
+    "--spec-draft-device": None,
     "--spec-draft-ngl": _gpu_layers_check,
     "--spec-ngram-mod-n-min": _range(0, 1024, "ngram n-min must be between 0 and 1024 inclusive"),
     "--spec-ngram-mod-n-max": _range(0, 1024, "ngram n-max must be between 0 and 1024 inclusive"),
@@ -373,14 +502,23 @@ for _id, _check in {
 # with a draft model, the draft's runtime options are held to the target's analogue: what that one accepts as
 # inert, and its refusal otherwise (the draft never changes a token, but a placement asked for is not ignored)
 DRAFT_ANALOGUES = {
-    "--spec-draft-threads": "--threads", "--spec-draft-threads-batch": "--threads-batch",
-    "--spec-draft-cpu-mask": "--cpu-mask", "--spec-draft-cpu-mask-batch": "--cpu-mask-batch",
-    "--spec-draft-cpu-range": "--cpu-range", "--spec-draft-cpu-strict": "--cpu-strict",
-    "--spec-draft-cpu-strict-batch": "--cpu-strict-batch", "--spec-draft-poll": "--poll",
-    "--spec-draft-poll-batch": "--poll-batch", "--spec-draft-prio": "--prio", "--spec-draft-prio-batch": "--prio-batch",
-    "--spec-draft-type-k": "--cache-type-k", "--spec-draft-type-v": "--cache-type-v",
-    "--spec-draft-override-tensor": "--override-tensor", "--spec-draft-cpu-moe": "--cpu-moe",
-    "--spec-draft-n-cpu-moe": "--n-cpu-moe", "--spec-draft-device": "--device",
+    "--spec-draft-threads": "--threads",
+    "--spec-draft-threads-batch": "--threads-batch",
+    "--spec-draft-cpu-mask": "--cpu-mask",
+    "--spec-draft-cpu-mask-batch": "--cpu-mask-batch",
+    "--spec-draft-cpu-range": "--cpu-range",
+    "--spec-draft-cpu-strict": "--cpu-strict",
+    "--spec-draft-cpu-strict-batch": "--cpu-strict-batch",
+    "--spec-draft-poll": "--poll",
+    "--spec-draft-poll-batch": "--poll-batch",
+    "--spec-draft-prio": "--prio",
+    "--spec-draft-prio-batch": "--prio-batch",
+    "--spec-draft-type-k": "--cache-type-k",
+    "--spec-draft-type-v": "--cache-type-v",
+    "--spec-draft-override-tensor": "--override-tensor",
+    "--spec-draft-cpu-moe": "--cpu-moe",
+    "--spec-draft-n-cpu-moe": "--n-cpu-moe",
+    "--spec-draft-device": "--device",
 }
 
 
@@ -477,10 +615,17 @@ def load_mode_refusal(given: list[Given]) -> str | None:
             mode, by = ("dio" if g.value else "none"), g
     if mode in ("auto", "none", "mmap"):
         return None
-    what = {"mlock": "lock the weights in RAM", "mmap+mlock": "lock the memory-mapped weights in RAM",
-            "dio": "read the weights with direct I/O"}[mode]
-    return _diagnostic(by, f"the load mode this leaves ({mode}) asks mlxcel to {what}; mlxcel loads safetensors "
-                           "through MLX and has no such loading mode", "leave it out, or pass --load-mode auto|mmap|none")
+    what = {
+        "mlock": "lock the weights in RAM",
+        "mmap+mlock": "lock the memory-mapped weights in RAM",
+        "dio": "read the weights with direct I/O",
+    }[mode]
+    return _diagnostic(
+        by,
+        f"the load mode this leaves ({mode}) asks mlxcel to {what}; mlxcel loads safetensors "
+        "through MLX and has no such loading mode",
+        "leave it out, or pass --load-mode auto|mmap|none",
+    )
 
 
 def gpu_layers_refusal(given: list[Given], checkpoint: Path) -> str | None:
@@ -493,8 +638,11 @@ def gpu_layers_refusal(given: list[Given], checkpoint: Path) -> str | None:
     if layers is not None and n > layers:
         return None
     have = f"this model has {layers} layers" if layers is not None else "this model's layer count is unknown"
-    return _diagnostic(g, f"{have}, so {n} keeps some on the CPU; {_PLACEMENT}, and cannot split layers across "
-                          "devices", "pass -ngl all (or leave it out)")
+    return _diagnostic(
+        g,
+        f"{have}, so {n} keeps some on the CPU; {_PLACEMENT}, and cannot split layers across devices",
+        "pass -ngl all (or leave it out)",
+    )
 
 
 def _layer_count(checkpoint: Path) -> int | None:

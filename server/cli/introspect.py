@@ -33,8 +33,9 @@ def source_commit() -> str:
     if not any((p / ".git").exists() for p in (here, *here.parents)):
         return "unknown"
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], check=False, cwd=here,
-                             capture_output=True, text=True, timeout=5)
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], check=False, cwd=here, capture_output=True, text=True, timeout=5
+        )
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     commit = out.stdout.strip()
@@ -51,8 +52,10 @@ def version_text() -> str:
     mlx = _package_version("mlx")
     if mlx:
         runtime += f" and mlx {mlx}"
-    return (f"version: {mine} (build {UPSTREAM_BUILD}, commit {source_commit()})\n"
-            f"built with {runtime} for {platform.system()} {platform.machine()}\n")
+    return (
+        f"version: {mine} (build {UPSTREAM_BUILD}, commit {source_commit()})\n"
+        f"built with {runtime} for {platform.system()} {platform.machine()}\n"
+    )
 
 
 # --- --cache-list -------------------------------------------------------------------------------------------
@@ -77,15 +80,36 @@ _SAFE_SPELLING = re.compile(r"-{1,2}[A-Za-z0-9][A-Za-z0-9._-]*")
 _HIDDEN_FROM_COMPLETION = {"--dump-flag-surface"}
 # how the word after an option completes; options absent from the surface are dropped from the case block
 _FILE_PATTERNS = {  # b10621's own three, adapted: -m is an MLX checkpoint directory or a store name
-    ("-m", "--model"): "COMPREPLY=( $(compgen -d -- \"$cur\") $(compgen -W \"{store_names}\" -- \"$cur\") )",
-    ("--grammar-file",): "COMPREPLY=( $(compgen -f -X '!*.gbnf' -- \"$cur\") $(compgen -d -- \"$cur\") )",
-    ("--chat-template-file",): "COMPREPLY=( $(compgen -f -X '!*.jinja' -- \"$cur\") $(compgen -d -- \"$cur\") )",
-    ("-jf", "--json-schema-file"): "COMPREPLY=( $(compgen -f -X '!*.json' -- \"$cur\") $(compgen -d -- \"$cur\") )",
-    ("--log-file", "--api-key-file", "--ssl-key-file", "--ssl-cert-file", "-f", "--file", "-bf", "--binary-file",
-     "--prompt-cache", "--lora", "--lora-scaled", "-mm", "--mmproj", "--slot-save-path", "--chat-template-kwargs-file",
-     "--models-preset", "-md", "--model-draft", "--spec-draft-model", "--draft-model", "-mv", "--model-vocoder",
-     "--tools-config"): "COMPREPLY=( $(compgen -f -- \"$cur\") )",
-    ("--path", "--media-path", "--models-dir", "--model-store-root"): "COMPREPLY=( $(compgen -d -- \"$cur\") )",
+    ("-m", "--model"): 'COMPREPLY=( $(compgen -d -- "$cur") $(compgen -W "{store_names}" -- "$cur") )',
+    ("--grammar-file",): 'COMPREPLY=( $(compgen -f -X \'!*.gbnf\' -- "$cur") $(compgen -d -- "$cur") )',
+    ("--chat-template-file",): 'COMPREPLY=( $(compgen -f -X \'!*.jinja\' -- "$cur") $(compgen -d -- "$cur") )',
+    ("-jf", "--json-schema-file"): 'COMPREPLY=( $(compgen -f -X \'!*.json\' -- "$cur") $(compgen -d -- "$cur") )',
+    (
+        "--log-file",
+        "--api-key-file",
+        "--ssl-key-file",
+        "--ssl-cert-file",
+        "-f",
+        "--file",
+        "-bf",
+        "--binary-file",
+        "--prompt-cache",
+        "--lora",
+        "--lora-scaled",
+        "-mm",
+        "--mmproj",
+        "--slot-save-path",
+        "--chat-template-kwargs-file",
+        "--models-preset",
+        "-md",
+        "--model-draft",
+        "--spec-draft-model",
+        "--draft-model",
+        "-mv",
+        "--model-vocoder",
+        "--tools-config",
+    ): 'COMPREPLY=( $(compgen -f -- "$cur") )',
+    ("--path", "--media-path", "--models-dir", "--model-store-root"): 'COMPREPLY=( $(compgen -d -- "$cur") )',
 }
 
 
@@ -167,18 +191,22 @@ def completion_bash(surface, prog: str = "mlxcel-server") -> str:
     if subcommand:
         out.append(f"# registered against {command}: completes `{prog}` options and {command}'s subcommands")
     out.append(f"# use: source <({prog} --completion-bash)")
-    out += [f"{func}() {{",
-            "    local cur prev opts",
-            "    COMPREPLY=()",
-            '    cur="${COMP_WORDS[COMP_CWORD]}"',
-            '    prev="${COMP_WORDS[COMP_CWORD-1]}"',
-            ""]
+    out += [
+        f"{func}() {{",
+        "    local cur prev opts",
+        "    COMPREPLY=()",
+        '    cur="${COMP_WORDS[COMP_CWORD]}"',
+        '    prev="${COMP_WORDS[COMP_CWORD-1]}"',
+        "",
+    ]
     if subcommand:
-        out += ["    if [ \"$COMP_CWORD\" -eq 1 ]; then",
-                "        COMPREPLY=( $(compgen -W \"serve convert\" -- \"$cur\") )",
-                "        return 0",
-                "    fi",
-                ""]
+        out += [
+            '    if [ "$COMP_CWORD" -eq 1 ]; then',
+            '        COMPREPLY=( $(compgen -W "serve convert" -- "$cur") )',
+            "        return 0",
+            "    fi",
+            "",
+        ]
     out += [f'    opts="{" ".join(opts)}"', "", '    case "$prev" in']
     for spellings, action in _FILE_PATTERNS.items():
         present = [s for s in spellings if s in opts]
@@ -189,16 +217,22 @@ def completion_bash(surface, prog: str = "mlxcel-server") -> str:
     listed = {s for spellings in _FILE_PATTERNS for s in spellings}
     by_metavar = [s for s in _path_valued(surface) if s in opts and s not in listed]
     if by_metavar:
-        out += [f"        {'|'.join(by_metavar)})", "            COMPREPLY=( $(compgen -f -- \"$cur\") )",
-                "            return 0", "            ;;"]
-    out += ["        *)",
-            '            COMPREPLY=( $(compgen -W "${opts}" -- "$cur") )',
+        out += [
+            f"        {'|'.join(by_metavar)})",
+            '            COMPREPLY=( $(compgen -f -- "$cur") )',
             "            return 0",
             "            ;;",
-            "    esac",
-            "}",
-            "",
-            f"complete -F {func} {command}"]
+        ]
+    out += [
+        "        *)",
+        '            COMPREPLY=( $(compgen -W "${opts}" -- "$cur") )',
+        "            return 0",
+        "            ;;",
+        "    esac",
+        "}",
+        "",
+        f"complete -F {func} {command}",
+    ]
     return "\n".join(out) + "\n"
 
 

@@ -52,8 +52,9 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
         return 1
     if vertex.enabled:
         if args.port != vertex.port:
-            log.warning("Google Cloud Platform compat: overriding server port %d with AIP_HTTP_PORT %d", args.port,
-                        vertex.port)
+            log.warning(
+                "Google Cloud Platform compat: overriding server port %d with AIP_HTTP_PORT %d", args.port, vertex.port
+            )
         args.port = vertex.port
     try:  # the HTTP layer's settings, checked before a model is resolved
         serve_config, auth, cors = ServeConfig.from_args(args), AuthConfig.from_args(args), CorsConfig.from_args(args)
@@ -75,8 +76,12 @@ def convert(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="mlxcel convert", description="convert a GGUF file into an MLX checkpoint")
     p.add_argument("gguf")
     p.add_argument("out_dir")
-    p.add_argument("--dtype", choices=["auto", "f32"], default="auto",
-                   help="auto keeps Q4_0/Q4_1/Q8_0 as MLX affine quantization; f32 dequantizes every tensor")
+    p.add_argument(
+        "--dtype",
+        choices=["auto", "f32"],
+        default="auto",
+        help="auto keeps Q4_0/Q4_1/Q8_0 as MLX affine quantization; f32 dequantizes every tensor",
+    )
     args = p.parse_args(argv)
     blas.activate()
     # deferred: the converter's modules import mlx, which must follow blas.activate(); --help must not pay it
@@ -120,8 +125,11 @@ def mlxcel_usage() -> str:
     width = max(map(len, MLXCEL_COMMANDS))
     lines = [f"usage: mlxcel {{{','.join(MLXCEL_COMMANDS)}}} ...", "", "commands:"]
     lines += [f"  {name:{width}s}  {what}" for name, what in MLXCEL_COMMANDS.items()]
-    lines += ["", "download, list and rm take --models-dir DIR, --offline and --hf-token TOKEN (before or after the",
-              "command); mlxcel COMMAND --help shows a command's own options."]
+    lines += [
+        "",
+        "download, list and rm take --models-dir DIR, --offline and --hf-token TOKEN (before or after the",
+        "command); mlxcel COMMAND --help shows a command's own options.",
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -22,6 +22,7 @@ class ArgError(Exception):
 # mlxcel's own options, beside b10621's: spelling -> (namespace attribute, takes a value)
 MLXCEL_OWN = {"--model-store-root": ("model_store_root", True), "--lora-fuse": ("lora_fuse", False)}
 
+
 class Given(NamedTuple):
     """One option as b10621 applied it: from a variable (source is its name, raw its text) or the command
     line (source is the spelling typed). value: None (no value), a bool (a pair), an int (std::stoi), a str,
@@ -44,6 +45,7 @@ class Given(NamedTuple):
 
 # --- string_process_escapes ----------------------------------------------------------------------------------------
 
+
 def process_escapes(s: str) -> str:
     """string_process_escapes: \\n \\r \\t \\' \\" \\\\ and \\xHH; any other escape is kept as written."""
     out, i = [], 0
@@ -54,8 +56,8 @@ def process_escapes(s: str) -> str:
             c = s[i]
             if c in simple:
                 out.append(simple[c])
-            elif c == "x" and i + 2 < len(s) and re.fullmatch(r"[0-9a-fA-F]{2}", s[i + 1:i + 3]):
-                out.append(chr(int(s[i + 1:i + 3], 16)))
+            elif c == "x" and i + 2 < len(s) and re.fullmatch(r"[0-9a-fA-F]{2}", s[i + 1 : i + 3]):
+                out.append(chr(int(s[i + 1 : i + 3], 16)))
                 i += 2
             else:
                 out.append("\\" + c)
@@ -66,6 +68,7 @@ def process_escapes(s: str) -> str:
 
 
 # --- the loop ------------------------------------------------------------------------------------------------------
+
 
 def _env_value(option, environ) -> str | None:
     """common_arg::get_value_from_env: a pair's LLAMA_ARG_NO_* alias (any value) reads as "0"."""
@@ -97,12 +100,14 @@ def usage(option) -> str:
     return head + first + ("\n" + " " * 40).join(lines) + "\n"
 
 
-def parse(parser: argparse.ArgumentParser, argv: list[str], environ) -> argparse.Namespace:
+def parse(parser: argparse.ArgumentParser, argv: list[str], environ) -> argparse.Namespace:  # noqa: C901
     """Parse as b10621 does; raises ArgError with its words. The namespace carries `given`, the options as
     applied (for classify.py), and `dump_flag_surface`."""
     actions = {a.option.id: a for a in parser._actions if getattr(a, "option", None) is not None}
     by_spelling = {s: a for a in actions.values() for s in a.option_strings}
-    ns = argparse.Namespace(dump_flag_surface=False, **{dest: (None if v else False) for dest, v in MLXCEL_OWN.values()})
+    ns = argparse.Namespace(
+        dump_flag_surface=False, **{dest: (None if v else False) for dest, v in MLXCEL_OWN.values()}
+    )
     for a in parser._actions:
         if a.dest != argparse.SUPPRESS and not hasattr(ns, a.dest) and a.default != argparse.SUPPRESS:
             setattr(ns, a.dest, list(a.default) if isinstance(a.default, list) else a.default)
@@ -165,12 +170,17 @@ def parse(parser: argparse.ArgumentParser, argv: list[str], environ) -> argparse
             raise ArgError(f"error: invalid argument: {arg}")
         o = a.option
         if arg in seen and arg != "--spec-type":
-            print(f"W DEPRECATED: argument '{arg}' specified multiple times, use comma-separated values instead "
-                  "(only last value will be used)", file=sys.stderr)
+            print(
+                f"W DEPRECATED: argument '{arg}' specified multiple times, use comma-separated values instead "
+                "(only last value will be used)",
+                file=sys.stderr,
+            )
         seen.add(arg)
         if _has_env(o, environ):
-            print(f"warn: {o.env} environment variable is set, but will be overwritten by command line argument "
-                  f"{arg}", file=sys.stderr)
+            print(
+                f"warn: {o.env} environment variable is set, but will be overwritten by command line argument {arg}",
+                file=sys.stderr,
+            )
         try:
             if o.kind == "void":
                 apply(a, arg, None, arg)
@@ -189,22 +199,33 @@ def parse(parser: argparse.ArgumentParser, argv: list[str], environ) -> argparse
                 n = 2 if o.kind == "str_str" else 1
                 if i + n >= len(argv):
                     raise ValueError("expected value for argument")
-                values = argv[i + 1:i + 1 + n]
+                values = argv[i + 1 : i + 1 + n]
                 i += n
                 value = tuple(values) if n == 2 else stoi(values[0]) if o.kind == "int" else values[0]
                 apply(a, arg, value, arg)
         except ValueError as e:
-            raise ArgError(f'error while handling argument "{arg}": {e}\n\nusage:\n{usage(o)}\n\nto show complete '
-                           "usage, run with -h") from None
+            raise ArgError(
+                f'error while handling argument "{arg}": {e}\n\nusage:\n{usage(o)}\n\nto show complete '
+                "usage, run with -h"
+            ) from None
         i += 1
-    if seen & {"-lm", "--load-mode"} and seen & {"--mlock", "--mmap", "--no-mmap", "-dio", "--direct-io", "-ndio",
-                                                  "--no-direct-io"}:
-        print("W DEPRECATED: `--load-mode` and `--mlock`/`--mmap`/`--direct-io` should not be combined; only the "
-              "last flag on the command line will take effect", file=sys.stderr)
+    if seen & {"-lm", "--load-mode"} and seen & {
+        "--mlock",
+        "--mmap",
+        "--no-mmap",
+        "-dio",
+        "--direct-io",
+        "-ndio",
+        "--no-direct-io",
+    }:
+        print(
+            "W DEPRECATED: `--load-mode` and `--mlock`/`--mmap`/`--direct-io` should not be combined; only the "
+            "last flag on the command line will take effect",
+            file=sys.stderr,
+        )
     if getattr(ns, "escape", False):  # common_params_parse_ex's escape pass over the strings it keeps
         for dest in ("reverse_prompt", "dry_sequence_breaker"):
             if getattr(ns, dest, None):
                 setattr(ns, dest, [process_escapes(s) for s in getattr(ns, dest)])
     ns.given = given
     return ns
-

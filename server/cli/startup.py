@@ -66,7 +66,7 @@ class StartupRefusal(Exception):
         self.text = text
 
 
-def build_state(args, prog: str, auth, cors, vertex):
+def build_state(args, prog: str, auth, cors, vertex):  # noqa: C901
     """Everything one model is served with, from a parsed command line: the checkpoint, tokenizer, engine, chat
     settings and the request defaults. The engine starts (its model loading on its own thread) as soon as it
     exists, while the rest is read; a later refusal stops it. Raises StartupRefusal."""
@@ -82,8 +82,9 @@ def build_state(args, prog: str, auth, cors, vertex):
     try:
         tokenizer = ModelTokenizer(checkpoint)
     except Exception as exc:  # a damaged tokenizer file: the tokenizers library's own error, on one line
-        raise StartupRefusal(f"{prog}: error: cannot load the model's tokenizer from {checkpoint}: {exc}".replace(
-            "\n", " ")) from None
+        raise StartupRefusal(
+            f"{prog}: error: cannot load the model's tokenizer from {checkpoint}: {exc}".replace("\n", " ")
+        ) from None
     n_slots = args.parallel if args.parallel > 0 else AUTO_SLOTS
 
     try:
@@ -95,41 +96,63 @@ def build_state(args, prog: str, auth, cors, vertex):
         lora = lora_adapters(args)
         control_vectors = scaled_files(args.control_vector_args, "control-vector")
         if control_vectors:  # the files read now: a bad one fails before the model loads
-
             control_vector.load(control_vectors)
         given_range = args.control_vector_layer_range
         layers = (stoi(given_range[0]), stoi(given_range[1])) if given_range else (0, 0)
     except ValueError as exc:
         raise StartupRefusal(f"{prog}: error: {exc}") from None
     if encoder is not None and (lora or control_vectors):
-        raise StartupRefusal(f"{prog}: error: {'--lora' if lora else '--control-vector'}: adapters and control "
-                             "vectors steer a generating model; mlxcel serves embeddings and reranking without them")
+        raise StartupRefusal(
+            f"{prog}: error: {'--lora' if lora else '--control-vector'}: adapters and control "
+            "vectors steer a generating model; mlxcel serves embeddings and reranking without them"
+        )
     spec_types, draft = speculative_config(args, tokenizer, prog)
     ngram_simple = ngram_simple_config(args) if "ngram-simple" in spec_types else None
     if encoder is not None:
         engine: Engine | EncoderWorker = EncoderWorker(checkpoint, encoder)
-        log.warning("%s mode (pooling %s): the completion and chat routes answer 501 here, where b10621 runs "
-                    "them against the encoder and fails each with a 500", encoder.mode, encoder.pooling)
+        log.warning(
+            "%s mode (pooling %s): the completion and chat routes answer 501 here, where b10621 runs "
+            "them against the encoder and fails each with a 500",
+            encoder.mode,
+            encoder.pooling,
+        )
     else:
-        engine = Engine(checkpoint, EngineConfig(n_ctx=slot_context(args.ctx_size, args.parallel), n_slots=n_slots, n_batch=args.batch_size,
-                                                 cont_batching=args.cont_batching, ubatch=args.ubatch_size,
-                                                 cache_prompt=args.cache_prompt, cache_ram_mib=args.cache_ram,
-                                                 slot_similarity=args.slot_prompt_similarity,
-                                                 # b10621's -np auto: 4 slots on a unified KV
-                                                 cache_idle_slots=args.cache_idle_slots,
-                                                 kv_unified=args.parallel <= 0,
-                                                 ctx_shift=args.context_shift, add_bos=tokenizer.add_bos,
-                                                 special=args.special, sleep_idle_seconds=args.sleep_idle_seconds,
-                                                 rope=rope_overrides(args), yarn=yarn_flags(args),
-                                                 lora=lora, lora_fuse=bool(args.lora_fuse),
-                                                 control_vectors=control_vectors,
-                                                 control_vector_layers=layers, draft=draft,
-                                                 ngram_simple=ngram_simple, kv=kv_numerics(args)),
-                        eog_ids=tokenizer.eog_ids, piece=tokenizer.piece,
-                        end_token=lambda: tokenizer.eos_id if tokenizer.eot_id is None else tokenizer.eot_id)
+        engine = Engine(
+            checkpoint,
+            EngineConfig(
+                n_ctx=slot_context(args.ctx_size, args.parallel),
+                n_slots=n_slots,
+                n_batch=args.batch_size,
+                cont_batching=args.cont_batching,
+                ubatch=args.ubatch_size,
+                cache_prompt=args.cache_prompt,
+                cache_ram_mib=args.cache_ram,
+                slot_similarity=args.slot_prompt_similarity,
+                # b10621's -np auto: 4 slots on a unified KV
+                cache_idle_slots=args.cache_idle_slots,
+                kv_unified=args.parallel <= 0,
+                ctx_shift=args.context_shift,
+                add_bos=tokenizer.add_bos,
+                special=args.special,
+                sleep_idle_seconds=args.sleep_idle_seconds,
+                rope=rope_overrides(args),
+                yarn=yarn_flags(args),
+                lora=lora,
+                lora_fuse=bool(args.lora_fuse),
+                control_vectors=control_vectors,
+                control_vector_layers=layers,
+                draft=draft,
+                ngram_simple=ngram_simple,
+                kv=kv_numerics(args),
+            ),
+            eog_ids=tokenizer.eog_ids,
+            piece=tokenizer.piece,
+            end_token=lambda: tokenizer.eos_id if tokenizer.eot_id is None else tokenizer.eot_id,
+        )
         if any(g.option in ("--pooling", "--embd-normalize") for g in args.given):
-            log.warning("--pooling and --embd-normalize shape embeddings only: without --embeddings they change "
-                        "nothing")
+            log.warning(
+                "--pooling and --embd-normalize shape embeddings only: without --embeddings they change nothing"
+            )
     engine.start()
     try:
         return _settled_state(args, prog, auth, cors, vertex, checkpoint, tokenizer, engine, encoder, spec_types)
@@ -150,22 +173,36 @@ def _settled_state(args, prog, auth, cors, vertex, checkpoint, tokenizer, engine
         raise StartupRefusal(str(exc)) from None
     except ValueError as exc:
         raise StartupRefusal(f"error: {exc}") from None
-    settings = ServerSettings(chat=chat, encoder=encoder, endpoint_slots=args.slots, endpoint_props=args.props,
-                              endpoint_metrics=args.metrics, slot_save_path=args.slot_save_path or "", vertex=vertex, n_batch=args.batch_size,
-                              special=args.special, spm_infill=args.spm_infill,
-                              base_params=TaskParams(**sampling, cache_prompt=args.cache_prompt, n_keep=args.keep,
-                                                     verbose=LogConfig.from_args(args).verbosity > 9,
-                                                     n_cache_reuse=args.cache_reuse,
-                                                     sse_ping_interval=args.sse_ping_interval,
-                                                     n_predict=args.predict,
-                                                     speculative_types=",".join(spec_types),
-                                                     reasoning_budget_tokens=args.reasoning_budget,
-                                                     stop=list(args.reverse_prompt or []),
-                                                     # auto resolves to deepseek in b10621's task defaults
-                                                     reasoning_format="deepseek" if args.reasoning_format == "auto"
-                                                     else args.reasoning_format),
-                              slots_debug=bool(int(os.environ.get("LLAMA_SERVER_SLOTS_DEBUG", "0") or 0)),
-                              cors=cors, auth=auth, api_prefix=args.api_prefix or "")
+    settings = ServerSettings(
+        chat=chat,
+        encoder=encoder,
+        endpoint_slots=args.slots,
+        endpoint_props=args.props,
+        endpoint_metrics=args.metrics,
+        slot_save_path=args.slot_save_path or "",
+        vertex=vertex,
+        n_batch=args.batch_size,
+        special=args.special,
+        spm_infill=args.spm_infill,
+        base_params=TaskParams(
+            **sampling,
+            cache_prompt=args.cache_prompt,
+            n_keep=args.keep,
+            verbose=LogConfig.from_args(args).verbosity > 9,
+            n_cache_reuse=args.cache_reuse,
+            sse_ping_interval=args.sse_ping_interval,
+            n_predict=args.predict,
+            speculative_types=",".join(spec_types),
+            reasoning_budget_tokens=args.reasoning_budget,
+            stop=list(args.reverse_prompt or []),
+            # auto resolves to deepseek in b10621's task defaults
+            reasoning_format="deepseek" if args.reasoning_format == "auto" else args.reasoning_format,
+        ),
+        slots_debug=bool(int(os.environ.get("LLAMA_SERVER_SLOTS_DEBUG", "0") or 0)),
+        cors=cors,
+        auth=auth,
+        api_prefix=args.api_prefix or "",
+    )
     # b10621 serves its sorted alias set's first, else the model path as given (a GGUF: reported as given)
     gguf = Path(args.model) if args.model.endswith(".gguf") and Path(args.model).is_file() else None
     model_name = args.alias[0] if args.alias else args.model if gguf else checkpoint.name
@@ -174,10 +211,18 @@ def _settled_state(args, prog, auth, cors, vertex, checkpoint, tokenizer, engine
     else:
         ftype = model_ftype(checkpoint)
 
-    state = AppState(engine=engine, tokenizer=tokenizer, model_name=model_name, settings=settings,
-                     model_path=str(gguf or checkpoint), model_ftype=ftype, model_aliases=tuple(args.alias or ()),
-                     model_tags=tuple(args.tags or ()), model_facts=model_facts(checkpoint),
-                     slot_identity=Identity.of(checkpoint) if args.slot_save_path else None)
+    state = AppState(
+        engine=engine,
+        tokenizer=tokenizer,
+        model_name=model_name,
+        settings=settings,
+        model_path=str(gguf or checkpoint),
+        model_ftype=ftype,
+        model_aliases=tuple(args.alias or ()),
+        model_tags=tuple(args.tags or ()),
+        model_facts=model_facts(checkpoint),
+        slot_identity=Identity.of(checkpoint) if args.slot_save_path else None,
+    )
     return state
 
 
@@ -224,8 +269,9 @@ def serve_model(args, prog: str, serve_config, auth, cors, vertex) -> int:
 def serve_models(args, argv: list[str], prog: str, serve_config, auth, cors) -> int:
     """b10621's router mode (no -m): models served on demand from the store, --models-dir and presets, each
     loaded by router_model."""
-    return serve_router(args, argv, prog, serve_config, auth, cors,
-                        lambda entry, model_argv: router_model(entry, model_argv, prog))
+    return serve_router(
+        args, argv, prog, serve_config, auth, cors, lambda entry, model_argv: router_model(entry, model_argv, prog)
+    )
 
 
 def router_model(entry, model_argv: list[str], prog: str) -> Loaded:
@@ -252,8 +298,12 @@ def router_model(entry, model_argv: list[str], prog: str) -> Loaded:
         engine.stop(wait=30)
         raise RuntimeError(engine.load_error)
     # the preset's stop-timeout bounds how long the engine may take to end its step (b10621: before a force-kill)
-    return Loaded(app=app, info=model_info(state), stop=lambda: engine.stop(wait=entry.stop_timeout),
-                  sleeping=lambda: bool(getattr(engine, "sleeping", False)))
+    return Loaded(
+        app=app,
+        info=model_info(state),
+        stop=lambda: engine.stop(wait=entry.stop_timeout),
+        sleeping=lambda: bool(getattr(engine, "sleeping", False)),
+    )
 
 
 def scaled_files(given, what: str) -> tuple[tuple[str, float], ...]:
@@ -281,8 +331,10 @@ def speculative_config(args, tokenizer, prog: str):
     model = args.spec_draft_model or ""
     if "draft-simple" not in types:
         if model:
-            log.warning("a draft model without --spec-type draft-simple drafts nothing (b10621 loads it and "
-                        "leaves it unused; mlxcel does not load it)")
+            log.warning(
+                "a draft model without --spec-type draft-simple drafts nothing (b10621 loads it and "
+                "leaves it unused; mlxcel does not load it)"
+            )
         return types, None
     if not model:
         log.error("failed to initialize speculative decoding context: draft-simple requires a draft context")
@@ -296,8 +348,13 @@ def speculative_config(args, tokenizer, prog: str):
     if mismatch:
         log.error("the target and draft vocabs are not compatible (%s): speculative decoding is off", mismatch)
         return types, None
-    return types, DraftConfig(str(checkpoint), n_max=args.spec_draft_n_max, n_min=args.spec_draft_n_min,
-                              p_min=stof(args.spec_draft_p_min), kv=kv_numerics(args, draft=True))
+    return types, DraftConfig(
+        str(checkpoint),
+        n_max=args.spec_draft_n_max,
+        n_min=args.spec_draft_n_min,
+        p_min=stof(args.spec_draft_p_min),
+        kv=kv_numerics(args, draft=True),
+    )
 
 
 def kv_numerics(args, draft: bool = False):
@@ -310,9 +367,14 @@ def kv_numerics(args, draft: bool = False):
 
 def yarn_flags(args):
     """--rope-scaling yarn and the --yarn-* values, as given (server.models.yarn resolves them)."""
-    return YarnFlags(scaling_yarn=args.rope_scaling == "yarn", ext_factor=stof(args.yarn_ext_factor),
-                     attn_factor=stof(args.yarn_attn_factor), beta_fast=stof(args.yarn_beta_fast),
-                     beta_slow=stof(args.yarn_beta_slow), orig_ctx=int(args.yarn_orig_ctx or 0))
+    return YarnFlags(
+        scaling_yarn=args.rope_scaling == "yarn",
+        ext_factor=stof(args.yarn_ext_factor),
+        attn_factor=stof(args.yarn_attn_factor),
+        beta_fast=stof(args.yarn_beta_fast),
+        beta_slow=stof(args.yarn_beta_slow),
+        orig_ctx=int(args.yarn_orig_ctx or 0),
+    )
 
 
 def ngram_simple_config(args) -> tuple[int, int]:
@@ -355,7 +417,7 @@ def lora_adapters(args) -> tuple[tuple[str, float], ...]:
     return out
 
 
-def sampling_defaults(args, eog_ids: frozenset[int] = frozenset()) -> dict:
+def sampling_defaults(args, eog_ids: frozenset[int] = frozenset()) -> dict:  # noqa: C901
     """The command line's sampling settings as request defaults, checked as common/arg.cpp checks them."""
     if args.repeat_last_n < 0:
         raise ValueError(f"invalid repeat-last-n = {args.repeat_last_n}")
@@ -366,18 +428,32 @@ def sampling_defaults(args, eog_ids: frozenset[int] = frozenset()) -> dict:
         if not math.isfinite(f32(v)):
             raise ValueError(f"{name} must be finite")
     out = {
-        "seed": args.seed, "temperature": max(f32(args.temp), 0.0), "top_k": args.top_k, "top_p": f32(args.top_p),
-        "min_p": f32(args.min_p), "top_n_sigma": f32(args.top_nsigma), "xtc_probability": f32(args.xtc_probability),
-        "xtc_threshold": f32(args.xtc_threshold), "typical_p": f32(args.typical), "repeat_last_n": args.repeat_last_n,
-        "repeat_penalty": rp, "presence_penalty": f32(args.presence_penalty),
-        "frequency_penalty": f32(args.frequency_penalty), "dynatemp_range": f32(args.dynatemp_range),
-        "dynatemp_exponent": f32(args.dynatemp_exp), "mirostat": args.mirostat, "mirostat_eta": f32(args.mirostat_lr),
+        "seed": args.seed,
+        "temperature": max(f32(args.temp), 0.0),
+        "top_k": args.top_k,
+        "top_p": f32(args.top_p),
+        "min_p": f32(args.min_p),
+        "top_n_sigma": f32(args.top_nsigma),
+        "xtc_probability": f32(args.xtc_probability),
+        "xtc_threshold": f32(args.xtc_threshold),
+        "typical_p": f32(args.typical),
+        "repeat_last_n": args.repeat_last_n,
+        "repeat_penalty": rp,
+        "presence_penalty": f32(args.presence_penalty),
+        "frequency_penalty": f32(args.frequency_penalty),
+        "dynatemp_range": f32(args.dynatemp_range),
+        "dynatemp_exponent": f32(args.dynatemp_exp),
+        "mirostat": args.mirostat,
+        "mirostat_eta": f32(args.mirostat_lr),
         "mirostat_tau": f32(args.mirostat_ent),
     }
     if args.dry_penalty_last_n < 0:
         raise ValueError(f"invalid dry-penalty-last-n = {args.dry_penalty_last_n}")
-    out.update(dry_multiplier=f32(args.dry_multiplier), dry_allowed_length=args.dry_allowed_length,
-               dry_penalty_last_n=args.dry_penalty_last_n)
+    out.update(
+        dry_multiplier=f32(args.dry_multiplier),
+        dry_allowed_length=args.dry_allowed_length,
+        dry_penalty_last_n=args.dry_penalty_last_n,
+    )
     if f32(args.dry_base) >= 1:  # a smaller base keeps the default
         out["dry_base"] = f32(args.dry_base)
     if args.dry_sequence_breaker is not None:  # any use clears the defaults; "none" clears what came before
@@ -406,8 +482,10 @@ def sampling_defaults(args, eog_ids: frozenset[int] = frozenset()) -> dict:
         out["logit_bias"] = bias
     if args.backend_sampling:  # echoed as b10621 echoes it; the draw is the common chain's either way
         out["backend_sampling"] = True
-        log.warning("--backend-sampling: mlxcel samples every request with b10621's CPU sampler chain; "
-                    "there is no backend sampler, so seeded draws follow the CPU chain")
+        log.warning(
+            "--backend-sampling: mlxcel samples every request with b10621's CPU sampler chain; "
+            "there is no backend sampler, so seeded draws follow the CPU chain"
+        )
     grammar = _grammar_default(args.grammar_args or [])
     if grammar:
         out["grammar"] = grammar
@@ -428,13 +506,16 @@ def chat_settings(args, tokenizer):
             try:
                 value = Path(value).read_text(encoding="utf-8", errors="replace")
             except OSError:
-                raise ValueError(f'error while handling argument "{spelling}": error: failed to open file '
-                                 f"'{value}'") from None
+                raise ValueError(
+                    f"error while handling argument \"{spelling}\": error: failed to open file '{value}'"
+                ) from None
         elif args.jinja and value in LEGACY_TEMPLATES and value != "chatml":
-            raise ValueError(f"{spelling} {value}: '{value}' names one of b10621's built-in chat templates, which "
-                             "it renders only without Jinja (under --jinja the name itself would become every "
-                             "prompt): add --no-jinja for the built-in formatting, or pass Jinja template text "
-                             "or a file with --chat-template-file")
+            raise ValueError(
+                f"{spelling} {value}: '{value}' names one of b10621's built-in chat templates, which "
+                "it renders only without Jinja (under --jinja the name itself would become every "
+                "prompt): add --no-jinja for the built-in formatting, or pass Jinja template text "
+                "or a file with --chat-template-file"
+            )
         if not args.jinja and not verify_legacy(value):  # common_chat_verify_template, at argument parsing
             raise UnsupportedTemplate(unsupported_template_message(value, use_jinja=False))
         override = value
@@ -444,20 +525,30 @@ def chat_settings(args, tokenizer):
     if args.reasoning_budget < -1:
         raise ValueError('error while handling argument "--reasoning-budget": invalid value')
     if args.reasoning_format not in REASONING_FORMATS:
-        raise ValueError(f'error while handling argument "--reasoning-format": Unknown reasoning format: '
-                         f"{args.reasoning_format}")
+        raise ValueError(
+            f'error while handling argument "--reasoning-format": Unknown reasoning format: {args.reasoning_format}'
+        )
     # b10621 thinks by default only where its autoparser finds thinking markers in the template
-    supports_thinking = args.jinja and template_supports_thinking(template, piece(tokenizer.bos_id),
-                                                                  piece(tokenizer.eos_id))
-    return ChatSettings(template=template, bos_token=piece(tokenizer.bos_id), eos_token=piece(tokenizer.eos_id),
-                        prefill_assistant=args.prefill_assistant, template_kwargs=kwargs,
-                        skip_chat_parsing=args.skip_chat_parsing, reasoning_budget=args.reasoning_budget,
-                        add_bos=tokenizer.add_bos, add_eos=tokenizer.add_eos, use_jinja=args.jinja,
-                        reasoning_budget_message=args.reasoning_budget_message,
-                        enable_thinking=enable_reasoning != 0 and supports_thinking)
+    supports_thinking = args.jinja and template_supports_thinking(
+        template, piece(tokenizer.bos_id), piece(tokenizer.eos_id)
+    )
+    return ChatSettings(
+        template=template,
+        bos_token=piece(tokenizer.bos_id),
+        eos_token=piece(tokenizer.eos_id),
+        prefill_assistant=args.prefill_assistant,
+        template_kwargs=kwargs,
+        skip_chat_parsing=args.skip_chat_parsing,
+        reasoning_budget=args.reasoning_budget,
+        add_bos=tokenizer.add_bos,
+        add_eos=tokenizer.add_eos,
+        use_jinja=args.jinja,
+        reasoning_budget_message=args.reasoning_budget_message,
+        enable_thinking=enable_reasoning != 0 and supports_thinking,
+    )
 
 
-def _template_kwargs(given: list) -> tuple[dict[str, str], int]:
+def _template_kwargs(given: list) -> tuple[dict[str, str], int]:  # noqa: C901
     """--chat-template-kwargs, --reasoning, --reasoning-effort and --reasoning-preserve in command-line
     order, each writing b10621's default_template_kwargs as its handler does (values as JSON text)."""
     kwargs: dict[str, str] = {}
@@ -479,8 +570,9 @@ def _template_kwargs(given: list) -> tuple[dict[str, str], int]:
             elif value in ("auto", "-1"):
                 enable_reasoning = -1
             else:
-                raise ValueError(f'error while handling argument "{spelling}": error: unknown value for --reasoning: '
-                                 f"'{value}'")
+                raise ValueError(
+                    f"error while handling argument \"{spelling}\": error: unknown value for --reasoning: '{value}'"
+                )
         elif option == "--reasoning-effort":
             if value == "default":
                 kwargs.pop("reasoning_effort", None)
@@ -508,8 +600,10 @@ def _grammar_default(given: list[tuple[str, str, str]]) -> str:
             try:
                 schema = json.loads(value)
             except json.JSONDecodeError as e:
-                raise ValueError(f"[json.exception.parse_error.101] parse error at line {e.lineno}, column {e.colno}: "
-                                 f"syntax error while parsing value - {e.msg}") from None
+                raise ValueError(
+                    f"[json.exception.parse_error.101] parse error at line {e.lineno}, column {e.colno}: "
+                    f"syntax error while parsing value - {e.msg}"
+                ) from None
             grammar = json_schema_to_grammar(schema)
         except ValueError as e:
             raise ValueError(f'error while handling argument "{spelling}": {e}') from None

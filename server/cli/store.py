@@ -19,12 +19,16 @@ def _store_options(suppress: bool) -> argparse.ArgumentParser:
     before it alone unless it is given again)."""
     kw = {"default": argparse.SUPPRESS} if suppress else {}
     p = argparse.ArgumentParser(add_help=False)
-    p.add_argument("--models-dir", help="the store root (default: $MLXCEL_MODELS_DIR, else the cache's models/)",
-                   **kw)
+    p.add_argument("--models-dir", help="the store root (default: $MLXCEL_MODELS_DIR, else the cache's models/)", **kw)
     p.add_argument("--offline", action="store_true", help="refuse every download", **kw)
-    p.add_argument("-hft", "--hf-token", metavar="TOKEN", **kw,
-                   help="Hugging Face access token, sent as 'Authorization: Bearer' (default: value from HF_TOKEN "
-                        "environment variable)")
+    p.add_argument(
+        "-hft",
+        "--hf-token",
+        metavar="TOKEN",
+        **kw,
+        help="Hugging Face access token, sent as 'Authorization: Bearer' (default: value from HF_TOKEN "
+        "environment variable)",
+    )
     return p
 
 

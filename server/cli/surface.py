@@ -17,12 +17,14 @@ def flag_surface(parser: argparse.ArgumentParser, binary: str) -> dict:
         default = getattr(action, "declared_default", action.default)
         if default == argparse.SUPPRESS:
             default = None
-        options.append({
-            "spellings": list(action.option_strings),
-            "env": env,
-            "default": default if isinstance(default, (str, int, float, bool, type(None))) else None,
-            "hidden": action.help == argparse.SUPPRESS,
-        })
+        options.append(
+            {
+                "spellings": list(action.option_strings),
+                "env": env,
+                "default": default if isinstance(default, (str, int, float, bool, type(None))) else None,
+                "hidden": action.help == argparse.SUPPRESS,
+            }
+        )
     return {"binary": binary, "options": options}
 
 

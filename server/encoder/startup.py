@@ -35,15 +35,25 @@ def encoder_config(args, checkpoint: Path, n_slots: int) -> EncoderConfig | None
     encoder = is_encoder_checkpoint(checkpoint)
     if not embedding:
         if encoder:
-            raise EncoderModeError(f"error: '{checkpoint}' is a BERT-family encoder, which embeds and ranks but does "
-                                   "not generate: start it with --embeddings, or --reranking for a cross-encoder")
+            raise EncoderModeError(
+                f"error: '{checkpoint}' is a BERT-family encoder, which embeds and ranks but does "
+                "not generate: start it with --embeddings, or --reranking for a cross-encoder"
+            )
         return None
     flag = "--reranking" if args.reranking else "--embeddings"
     if not encoder:
-        raise EncoderModeError(f"error: {flag}: '{checkpoint}' is not an encoder: mlxcel embeds and ranks with "
-                               "BERT-family encoders only (for example -m all-minilm-l6-v2); a chat model has no "
-                               "embedding path here")
+        raise EncoderModeError(
+            f"error: {flag}: '{checkpoint}' is not an encoder: mlxcel embeds and ranks with "
+            "BERT-family encoders only (for example -m all-minilm-l6-v2); a chat model has no "
+            "embedding path here"
+        )
     pooling = resolved_pooling(args.given, checkpoint)
-    return EncoderConfig(mode="rerank" if pooling == "rank" else "embedding", pooling=pooling,
-                         embd_normalize=args.embd_normalize, n_ubatch=args.ubatch_size, n_ctx=args.ctx_size,
-                         n_slots=n_slots, sleep_idle_seconds=getattr(args, "sleep_idle_seconds", -1))
+    return EncoderConfig(
+        mode="rerank" if pooling == "rank" else "embedding",
+        pooling=pooling,
+        embd_normalize=args.embd_normalize,
+        n_ubatch=args.ubatch_size,
+        n_ctx=args.ctx_size,
+        n_slots=n_slots,
+        sleep_idle_seconds=getattr(args, "sleep_idle_seconds", -1),
+    )

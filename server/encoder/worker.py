@@ -88,8 +88,11 @@ class EncoderWorker:
         return self.submit([])
 
     def metrics_snapshot(self) -> MetricsSnapshot:
-        return MetricsSnapshot(self.metrics.take(), min(self._jobs.qsize(), self.config.n_slots),
-                               max(self._jobs.qsize() - self.config.n_slots, 0))
+        return MetricsSnapshot(
+            self.metrics.take(),
+            min(self._jobs.qsize(), self.config.n_slots),
+            max(self._jobs.qsize() - self.config.n_slots, 0),
+        )
 
     def _load(self):
         if cpu_kernels.available():
@@ -107,9 +110,14 @@ class EncoderWorker:
             return
         self.n_ctx_train = self.model.args.max_position_embeddings
         self.info.n_ctx = self.config.n_ctx or self.n_ctx_train
-        log.info("encoder loaded in %.2f s: %s (%s, pooling %s, %s)", time.perf_counter() - started, self.checkpoint,
-                 self.config.mode, self.config.pooling,
-                 "b10621's CPU arithmetic" if hasattr(self.model, "pool") else "MLX")
+        log.info(
+            "encoder loaded in %.2f s: %s (%s, pooling %s, %s)",
+            time.perf_counter() - started,
+            self.checkpoint,
+            self.config.mode,
+            self.config.pooling,
+            "b10621's CPU arithmetic" if hasattr(self.model, "pool") else "MLX",
+        )
         self.ready.set()
         while True:
             wait = self.config.sleep_idle_seconds if self.config.sleep_idle_seconds > 0 and not self.sleeping else None
@@ -153,7 +161,7 @@ class EncoderWorker:
             while end < len(order) and (end - start + 1) * len(prompts[order[end]]) <= BATCH_TOKENS:
                 end += 1
             group = order[start:end]
-            for i, result in zip(group, self._batch([prompts[i] for i in group])):
+            for i, result in zip(group, self._batch([prompts[i] for i in group]), strict=False):
                 out[i] = result
             start = end
         return out  # type: ignore[return-value]

@@ -15,8 +15,13 @@ log = logging.getLogger("mlxcel.engine")
 
 
 class Adapters:
-    def __init__(self, specs: tuple[tuple[str, float], ...], fuse: bool,
-                 control_vectors: tuple[tuple[str, float], ...], control_vector_layers: tuple[int, int]):
+    def __init__(
+        self,
+        specs: tuple[tuple[str, float], ...],
+        fuse: bool,
+        control_vectors: tuple[tuple[str, float], ...],
+        control_vector_layers: tuple[int, int],
+    ):
         self.specs, self.fuse = specs, fuse
         self.control_vectors, self.control_vector_layers = control_vectors, control_vector_layers
         self.lora: lora.LoraSet | None = None  # once read (--lora, --lora-scaled)
@@ -26,9 +31,12 @@ class Adapters:
         if self.lora is None:
             adapters = [lora.load_adapter(path) for path, _ in self.specs]
             self.lora = lora.LoraSet(adapters, [scale for _, scale in self.specs], fused=self.fuse)
-            log.info("loaded %d LoRA adapter(s)%s: %s", len(adapters), " fused into the weights" if
-                     self.fuse else "", ", ".join(f"{a.path} (scale {s:g})"
-                                                  for a, s in zip(adapters, self.lora.defaults)))
+            log.info(
+                "loaded %d LoRA adapter(s)%s: %s",
+                len(adapters),
+                " fused into the weights" if self.fuse else "",
+                ", ".join(f"{a.path} (scale {s:g})" for a, s in zip(adapters, self.lora.defaults, strict=False)),
+            )
         return self.lora
 
     def fuser(self) -> Callable[[Any], set[str]] | None:
@@ -80,8 +88,10 @@ class Adapters:
         """GET /lora-adapters: each adapter with the server's current scale."""
         if self.lora is None:
             return []
-        return [AdapterInfo(i, a.path, s, a.task_name, a.prompt_prefix)
-                for i, (a, s) in enumerate(zip(self.lora.adapters, self.lora.defaults))]
+        return [
+            AdapterInfo(i, a.path, s, a.task_name, a.prompt_prefix)
+            for i, (a, s) in enumerate(zip(self.lora.adapters, self.lora.defaults, strict=False))
+        ]
 
 
 def key(scales: tuple[float, ...]) -> tuple[float, ...]:

@@ -13,10 +13,12 @@ import numpy as np
 from .sampling import Chain
 from .types import SamplingParams
 
-CHAINS = {"greedy": SamplingParams(temperature=0.0), "default_chain": SamplingParams(seed=1),
-          "topk_topp_temp": SamplingParams(seed=1, temperature=0.7, top_k=40, top_p=0.9, min_p=0.0),
-          "penalties_dry": SamplingParams(seed=1, repeat_penalty=1.1, frequency_penalty=0.1,
-                                          dry_multiplier=0.8)}
+CHAINS = {
+    "greedy": SamplingParams(temperature=0.0),
+    "default_chain": SamplingParams(seed=1),
+    "topk_topp_temp": SamplingParams(seed=1, temperature=0.7, top_k=40, top_p=0.9, min_p=0.0),
+    "penalties_dry": SamplingParams(seed=1, repeat_penalty=1.1, frequency_penalty=0.1, dry_multiplier=0.8),
+}
 
 
 def chain_cost_us(n_vocab: int = 49152, steps: int = 200) -> dict[str, float]:

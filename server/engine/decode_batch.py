@@ -45,7 +45,7 @@ class DecodeBatch:
         row = {id(s): i for i, s in enumerate(rows)}
         for seq in decode:
             i = row[id(seq)]
-            seq.payload.logits = logits[i:i + 1]
+            seq.payload.logits = logits[i : i + 1]
 
     def own_cache(self, seq: Sequence) -> None:
         """The sequence's own cache again, out of the batch (its row is dropped at the next step)."""

@@ -29,8 +29,9 @@ def load_drafters(draft: DraftConfig | None, ngram_simple: tuple[int, int] | Non
     if draft is not None:
         sources.append(Drafter(load_backend(Path(draft.model), kv=draft.kv), draft))
         n_max = max(n_max, draft.n_max)
-        log.info("draft model loaded: %s (n_max %d, n_min %d, p_min %g)", draft.model, draft.n_max,
-                 draft.n_min, draft.p_min)
+        log.info(
+            "draft model loaded: %s (n_max %d, n_min %d, p_min %g)", draft.model, draft.n_max, draft.n_min, draft.p_min
+        )
     return Speculator(sources, n_max) if sources else None
 
 
@@ -69,7 +70,7 @@ class Speculation:
         rows = backend.verify(run.cache, [run.last_token, *draft])
         ids = []
         for i in range(len(draft) + 1):
-            run.logits = rows[i:i + 1]
+            run.logits = rows[i : i + 1]
             drawn = self.tokens.draw(seq)
             if drawn is None:  # the sequence failed (a grammar dead end)
                 return

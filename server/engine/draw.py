@@ -19,8 +19,14 @@ class DrawFailed(Exception):
 
 
 class Drawer:
-    def __init__(self, backend: Backend, eog_ids: frozenset[int], piece: Callable[[int, bool], bytes],
-                 end_token: Callable[[], int | None], grammar_vocab: Callable[[], GrammarVocab | None]):
+    def __init__(
+        self,
+        backend: Backend,
+        eog_ids: frozenset[int],
+        piece: Callable[[int, bool], bytes],
+        end_token: Callable[[], int | None],
+        grammar_vocab: Callable[[], GrammarVocab | None],
+    ):
         self.backend, self.eog_ids, self.piece = backend, eog_ids, piece
         self.end_token, self.grammar_vocab = end_token, grammar_vocab
 
@@ -37,8 +43,11 @@ class Drawer:
     def _build_chain(self, run: Running, sampling: SamplingParams, prompt: list[int]) -> Chain:
         """b10621's init_sampler(): the prompt's tokens are the chain's first history."""
         req, draws = run.request, run.draws
-        infill = InfillVocab(self.eog_ids, lambda t: self.piece(t, False), self.end_token()) \
-            if "infill" in sampling.samplers else None
+        infill = (
+            InfillVocab(self.eog_ids, lambda t: self.piece(t, False), self.end_token())
+            if "infill" in sampling.samplers
+            else None
+        )
         chain = draws.chain = Chain(sampling, self.backend.n_vocab, infill)
         for t in prompt:
             chain.accept(t)
@@ -48,8 +57,9 @@ class Drawer:
                 raise RuntimeError("a grammar without the server's grammar vocabulary")
             draws.grammar = GrammarMatcher(req.grammar, vocab)
         if (spec := req.reasoning_budget) is not None:
-            draws.budget = ReasoningBudget([spec.start], spec.ends, spec.forced, spec.budget,
-                                           token_bytes=lambda t: self.piece(t, False))
+            draws.budget = ReasoningBudget(
+                [spec.start], spec.ends, spec.forced, spec.budget, token_bytes=lambda t: self.piece(t, False)
+            )
             for t in spec.prefill:
                 draws.budget.accept(t)
             if draws.force_reasoning_end:
@@ -70,12 +80,15 @@ class Drawer:
         try:
             token = sample_constrained(chain, grammar, draws.budget.apply(logits) if draws.budget else logits)
         except GrammarDeadEnd as dead:
-            raise DrawFailed("got exception: Unexpected empty grammar stack after accepting piece: "
-                             f"{self.piece(dead.token, True).decode('utf-8', 'replace')} ({dead.token})") from None
+            raise DrawFailed(
+                "got exception: Unexpected empty grammar stack after accepting piece: "
+                f"{self.piece(dead.token, True).decode('utf-8', 'replace')} ({dead.token})"
+            ) from None
         accept_generated(token, draws.budget, draws.grammar, lazy)
         chain.accept(token)
         if req.n_probs <= 0:
             return token, None
-        prob, top = (chain.post_probs(token, req.n_probs) if req.post_sampling_probs
-                     else pre_probs(logits, token, req.n_probs))
+        prob, top = (
+            chain.post_probs(token, req.n_probs) if req.post_sampling_probs else pre_probs(logits, token, req.n_probs)
+        )
         return token, TokenProbs(prob, tuple(top))

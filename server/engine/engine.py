@@ -28,8 +28,8 @@ from ..models.yarn import YarnFlags
 from . import commands as cmd
 from .adapters import Adapters
 from .decode_batch import DecodeBatch
-from .draw import Drawer
 from .drafting import Speculation, draft_state_bytes, load_drafters
+from .draw import Drawer
 from .metrics import ServerMetrics
 from .process_token import Limits, TokenProcessor
 from .provenance import chunk_kind
@@ -41,8 +41,16 @@ from .slot_registry import SlotRegistry
 from .slot_states import SlotStates
 from .speculative import DraftConfig, Speculator
 from .stopping import TextStream
-from .types import (EngineInfo, ErrorEvent, GenerationRequest, ScoredPosition, ScoreEvent, ScoreRequest,
-                    SlotAction, SlotRecord)
+from .types import (
+    EngineInfo,
+    ErrorEvent,
+    GenerationRequest,
+    ScoredPosition,
+    ScoreEvent,
+    ScoreRequest,
+    SlotAction,
+    SlotRecord,
+)
 
 log = logging.getLogger("mlxcel.engine")
 
@@ -89,10 +97,16 @@ class _Loaded:
 
 
 class Engine:
-    def __init__(self, checkpoint: Path, config: EngineConfig = EngineConfig(), eog_ids: frozenset[int] = frozenset(),
-                 piece: Callable[[int, bool], bytes] = lambda _t, _s: b"", grammar_vocab: GrammarVocab | None = None,
-                 end_token: Callable[[], int | None] = lambda: None,
-                 open_backend: Callable[[Adapters], Backend] | None = None):
+    def __init__(
+        self,
+        checkpoint: Path,
+        config: EngineConfig = EngineConfig(),
+        eog_ids: frozenset[int] = frozenset(),
+        piece: Callable[[int, bool], bytes] = lambda _t, _s: b"",
+        grammar_vocab: GrammarVocab | None = None,
+        end_token: Callable[[], int | None] = lambda: None,
+        open_backend: Callable[[Adapters], Backend] | None = None,
+    ):
         self.checkpoint = checkpoint
         self.config = config
         self.eog_ids = eog_ids
@@ -106,8 +120,14 @@ class Engine:
         self._queue: queue.Queue = queue.Queue()
         self._ids = itertools.count()  # b10621's task ids: one per generation and per slots query
         self.registry = SlotRegistry()
-        self.states = SlotStates(config.n_slots, config.cache_ram_mib, config.ubatch, config.slot_similarity,
-                                 config.cache_idle_slots, config.kv_unified)
+        self.states = SlotStates(
+            config.n_slots,
+            config.cache_ram_mib,
+            config.ubatch,
+            config.slot_similarity,
+            config.cache_idle_slots,
+            config.kv_unified,
+        )
         self.adapters = Adapters(config.lora, config.lora_fuse, config.control_vectors, config.control_vector_layers)
         self.actions = SlotActions(config.n_slots, self.registry, self.states, lambda: self.adapters.use(()))
         self.metrics = ServerMetrics()  # GET /metrics (b10621's server_metrics)
@@ -196,8 +216,12 @@ class Engine:
         model) is read from what it was then."""
         sched = self._sched
         cache = self._asleep_cache if self.sleeping and self._asleep_cache is not None else self._cache_figures()
-        return cmd.MetricsSnapshot(self.metrics.take(), len(sched.running) if sched is not None else 0,
-                                   len(sched.waiting) if sched is not None else 0, *cache)
+        return cmd.MetricsSnapshot(
+            self.metrics.take(),
+            len(sched.running) if sched is not None else 0,
+            len(sched.waiting) if sched is not None else 0,
+            *cache,
+        )
 
     def _cache_figures(self) -> tuple[int, int]:
         cache = self.states.prompt_cache
@@ -207,8 +231,9 @@ class Engine:
 
     def _load_checkpoint(self, adapters: Adapters) -> Backend:
         c = self.config
-        return load_backend(self.checkpoint, n_batch=c.n_batch, kv=c.kv, fuse=adapters.fuser(), rope=c.rope,
-                            yarn=c.yarn)
+        return load_backend(
+            self.checkpoint, n_batch=c.n_batch, kv=c.kv, fuse=adapters.fuser(), rope=c.rope, yarn=c.yarn
+        )
 
     @property
     def backend(self) -> Backend | None:
@@ -224,8 +249,10 @@ class Engine:
         self.states.draft_bytes = draft_state_bytes(drafter)
         self.actions.n_vocab = backend.n_vocab
         if c.ctx_shift and not backend.capabilities.turn_keys:
-            log.warning("--context-shift: this model's rope cannot turn cached keys; a full context stops the "
-                        "generation instead")
+            log.warning(
+                "--context-shift: this model's rope cannot turn cached keys; a full context stops the "
+                "generation instead"
+            )
         self.info.n_ctx = self.info.n_ctx or c.n_ctx or backend.n_ctx_train
         batch = DecodeBatch(backend)
         drawer = Drawer(backend, self.eog_ids, self.piece, self.end_token, lambda: self.grammar_vocab)
@@ -267,8 +294,14 @@ class Engine:
         try:
             started = time.perf_counter()
             self._loaded = self._load(sched)  # (no local: this frame lives as long as the engine, asleep too)
-            log.info("model loaded in %.2f s (%s, %s, n_ctx=%d per slot, %d slot(s))", time.perf_counter() - started,
-                     self.checkpoint, type(self._loaded.backend).__name__, self.info.n_ctx, c.n_slots)
+            log.info(
+                "model loaded in %.2f s (%s, %s, n_ctx=%d per slot, %d slot(s))",
+                time.perf_counter() - started,
+                self.checkpoint,
+                type(self._loaded.backend).__name__,
+                self.info.n_ctx,
+                c.n_slots,
+            )
         except Exception as exc:  # the server reports load failures and exits
             self.load_error = f"{type(exc).__name__}: {exc}"
             log.error("failed to load model: %s", self.load_error)
@@ -347,11 +380,20 @@ class Engine:
 
     def _admit(self, sched: Scheduler, command: cmd.Generate) -> None:
         seqs = []
-        for i, (request, handle, task_id) in enumerate(zip(command.requests, command.handles, command.task_ids)):
+        for i, (request, handle, task_id) in enumerate(
+            zip(command.requests, command.handles, command.task_ids, strict=False)
+        ):
             run = Running(request, handle, TextStream(stops=[s.encode() for s in request.stop]), is_child=i > 0)
             run.lora = self.adapters.admitted(request)
-            seqs.append(Sequence(task_id, list(request.prompt_tokens), payload=run, held=i > 0,
-                                 want_slot=request.id_slot if i == 0 else None))
+            seqs.append(
+                Sequence(
+                    task_id,
+                    list(request.prompt_tokens),
+                    payload=run,
+                    held=i > 0,
+                    want_slot=request.id_slot if i == 0 else None,
+                )
+            )
         seqs[0].children = seqs[1:]
         sched.add(seqs[0])
 
@@ -418,13 +460,14 @@ class Engine:
             progressed[chunk.seq.rid] = chunk.seq
             t_chunk = time.perf_counter()
             self.adapters.use(run.lora)
-            run.logits = backend.prefill(run.cache, chunk.seq.prompt[chunk.start:chunk.end])
+            run.logits = backend.prefill(run.cache, chunk.seq.prompt[chunk.start : chunk.end])
             run.clock.prompt_last = time.perf_counter()
             if run.made is not None:
                 run.made.add(chunk.start, chunk.end, chunk_kind(chunk.end - chunk.start, backend.capabilities.few_rows))
             # b10621 counts the prompt tokens after n_past (a hit's recomputed positions before it are mlxcel's)
-            self.metrics.add_prompt(chunk.end - max(chunk.start, run.n_cached),
-                                    int((run.clock.prompt_last - t_chunk) * 1e6))
+            self.metrics.add_prompt(
+                chunk.end - max(chunk.start, run.n_cached), int((run.clock.prompt_last - t_chunk) * 1e6)
+            )
             sched.prefilled(chunk)
             if chunk.completes_prompt:
                 run.clock.prompt = time.perf_counter()
@@ -448,8 +491,11 @@ class Engine:
         # one forward pass adds one set of adapter scales (b10621's can_batch_with): rows admitted with other
         # scales decode on their own
         one_lora = len({s.payload.lora for s in decode}) <= 1
-        if len(decode) >= 2 and one_lora and backend.can_batch([s.payload.cache for s in decode
-                                                                if s.payload.cache is not None]):
+        if (
+            len(decode) >= 2
+            and one_lora
+            and backend.can_batch([s.payload.cache for s in decode if s.payload.cache is not None])
+        ):
             self.adapters.use(decode[0].payload.lora)
             w.batch.decode(decode)
             for seq in decode:  # drawn in the scheduler's order, as the rows would be one by one
@@ -484,8 +530,13 @@ class Engine:
         run: Running = seq.payload
         plan = shift_plan(seq, self.info.n_ctx, self.config.add_bos)
         w.batch.own_cache(seq)
-        log.warning("slot %d: context shift, n_keep = %d, n_left = %d, n_discard = %d", seq.slot, plan.n_keep,
-                    plan.n_left, plan.n_discard)
+        log.warning(
+            "slot %d: context shift, n_keep = %d, n_left = %d, n_discard = %d",
+            seq.slot,
+            plan.n_keep,
+            plan.n_left,
+            plan.n_discard,
+        )
         w.backend.shift(run.cache, plan.n_keep, plan.n_discard)
         run.shifts.n_shifted += plan.n_discard
         run.shifts.discards.append((plan.n_keep, plan.n_discard))

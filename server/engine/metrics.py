@@ -78,8 +78,12 @@ class ServerMetrics:
     def take(self) -> ServerMetrics:
         """A copy of the figures, then the buckets start over (b10621's metrics_reset_bucket)."""
         with self.lock:
-            reading = dataclasses.replace(self, prompt=dataclasses.replace(self.prompt),
-                                          predict=dataclasses.replace(self.predict),
-                                          n_accepted_per_pos=list(self.n_accepted_per_pos), lock=threading.Lock())
+            reading = dataclasses.replace(
+                self,
+                prompt=dataclasses.replace(self.prompt),
+                predict=dataclasses.replace(self.predict),
+                n_accepted_per_pos=list(self.n_accepted_per_pos),
+                lock=threading.Lock(),
+            )
             self.prompt_bucket, self.predict_bucket = Bucket(), Bucket()
         return reading

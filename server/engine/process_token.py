@@ -27,8 +27,16 @@ class Limits:
 
 
 class TokenProcessor:
-    def __init__(self, sched: Scheduler, drawer: Drawer, slots: SlotStates, registry: SlotRegistry,
-                 metrics: ServerMetrics, batch: DecodeBatch, limits: Limits):
+    def __init__(
+        self,
+        sched: Scheduler,
+        drawer: Drawer,
+        slots: SlotStates,
+        registry: SlotRegistry,
+        metrics: ServerMetrics,
+        batch: DecodeBatch,
+        limits: Limits,
+    ):
         self.sched, self.drawer, self.slots, self.registry = sched, drawer, slots, registry
         self.metrics, self.batch, self.limits = metrics, batch, limits
 
@@ -57,8 +65,9 @@ class TokenProcessor:
         # b10621's accept_special_token(): special tokens show as text with --special or when preserved
         text = run.text.push(self.drawer.piece(token, lim.special or token in req.preserved_tokens), is_eog=is_eog)
         # b10621 attaches the timings to a partial only when the stop is already known (a stop word)
-        timings = run.timings(len(seq.prompt), seq.n_decoded) if run.text.stopped_by_word or req.timings_per_token \
-            else None
+        timings = (
+            run.timings(len(seq.prompt), seq.n_decoded) if run.text.stopped_by_word or req.timings_per_token else None
+        )
         run.handle.publish(TokenEvent(token, text, seq.n_decoded, timings, probs, run.n_cached))
         # b10621's process_token order: a stop word, the context bound, the budget; EOS wins over a limit
         stop_type, truncated = None, False
@@ -86,8 +95,13 @@ class TokenProcessor:
         timings = None
         if run.request.timings_per_token:  # the slot's stats so far: nothing generated yet
             n_done = done - run.n_cached
-            timings = Timings(n_cached=run.n_cached, n_prompt_processed=n_done, n_decoded=0, t_gen_ms=0.0,
-                              t_prompt_ms=(run.clock.prompt_last - run.clock.start) * 1e3 if n_done else 0.0)
+            timings = Timings(
+                n_cached=run.n_cached,
+                n_prompt_processed=n_done,
+                n_decoded=0,
+                t_gen_ms=0.0,
+                t_prompt_ms=(run.clock.prompt_last - run.clock.start) * 1e3 if n_done else 0.0,
+            )
         run.handle.publish(ProgressEvent(len(seq.prompt), run.n_cached, done, elapsed, timings))
 
     def fail(self, seq: Sequence, message: str) -> None:
@@ -100,12 +114,22 @@ class TokenProcessor:
         run: Running = seq.payload
         n = seq.n_decoded
         final = FinalEvent(
-            stop_type=stop_type, n_prompt=len(seq.prompt), n_prompt_processed=len(seq.prompt) - run.n_cached,
-            n_cached=run.n_cached, n_decoded=n, n_tokens_cached=slot_tokens(seq),
-            truncated=truncated or run.shifts.shifted, t_prompt_ms=run.clock.prompt_ms(),
-            t_gen_ms=run.clock.gen_ms(n), id_slot=seq.slot if seq.slot is not None else -1,
-            content=run.text.content, stopping_word=run.text.stopping_word, has_new_line=run.has_new_line,
-            n_draft=run.drafts.n_draft, n_draft_accepted=run.drafts.n_accepted)
+            stop_type=stop_type,
+            n_prompt=len(seq.prompt),
+            n_prompt_processed=len(seq.prompt) - run.n_cached,
+            n_cached=run.n_cached,
+            n_decoded=n,
+            n_tokens_cached=slot_tokens(seq),
+            truncated=truncated or run.shifts.shifted,
+            t_prompt_ms=run.clock.prompt_ms(),
+            t_gen_ms=run.clock.gen_ms(n),
+            id_slot=seq.slot if seq.slot is not None else -1,
+            content=run.text.content,
+            stopping_word=run.text.stopping_word,
+            has_new_line=run.has_new_line,
+            n_draft=run.drafts.n_draft,
+            n_draft_accepted=run.drafts.n_accepted,
+        )
         self.release(seq)  # before the client hears of the end: a /slots read then sees the slot free
         run.handle.publish(final)
         self.sched.free(seq)

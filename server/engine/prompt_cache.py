@@ -22,7 +22,7 @@ from typing import Any
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     n = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):
         if x != y:
             break
         n += 1
@@ -53,7 +53,9 @@ class Slot:
         self.state = State()
 
 
-def reuse_chunks(cached: Sequence[int], prompt: Sequence[int], n_past: int, min_chunk: int) -> list[tuple[int, int, int]]:
+def reuse_chunks(
+    cached: Sequence[int], prompt: Sequence[int], n_past: int, min_chunk: int
+) -> list[tuple[int, int, int]]:
     """b10621's cache reuse (server-context.cpp, n_cache_reuse): past the common prefix n_past, every run of at
     least min_chunk cached tokens that continues the prompt where it stands, as (cached start, prompt start,
     length); each is to be moved to its prompt start (its keys turned by the shift)."""
@@ -99,8 +101,9 @@ def plan_reuse(cached: tuple[int, ...], prompt: list[int], min_chunk: int = 0) -
     return reuse
 
 
-def choose_slot(slots: list[Slot], prompt: list[int], id_slot: int | None, similarity: float
-                ) -> tuple[int | None, bool]:
+def choose_slot(  # noqa: C901
+    slots: list[Slot], prompt: list[int], id_slot: int | None, similarity: float
+) -> tuple[int | None, bool]:
     """b10621's get_available_slot: (the slot, whether to update it from the prompt cache), or (None, False)
     when every slot is busy. id_slot: the slot the request asked for (it may be busy: the request waits)."""
     ret = id_slot
@@ -163,8 +166,11 @@ class PromptCache:
                 return False
         if self.limit_bytes > 0 and state.nbytes > self.limit_bytes:
             return False
-        self.states = [s for s in self.states
-                       if not (s.key == state.key and common_prefix(s.tokens, state.tokens) == len(s.tokens))]
+        self.states = [
+            s
+            for s in self.states
+            if not (s.key == state.key and common_prefix(s.tokens, state.tokens) == len(s.tokens))
+        ]
         if self.limit_bytes > 0:
             while self.states and self.nbytes + state.nbytes > self.limit_bytes:
                 self.states.pop(0)

@@ -32,11 +32,11 @@ Tokens = Sequence[int]
 
 
 class ReasoningBudgetState(Enum):
-    IDLE = "idle"                  # waiting for a start sequence
-    COUNTING = "counting"          # spending the budget, watching for an end sequence
+    IDLE = "idle"  # waiting for a start sequence
+    COUNTING = "counting"  # spending the budget, watching for an end sequence
     WAITING_UTF8 = "waiting_utf8"  # budget spent, letting the current character finish
-    FORCING = "forcing"            # forcing forced_tokens one by one
-    DONE = "done"                  # passthrough, watching for a new start sequence
+    FORCING = "forcing"  # forcing forced_tokens one by one
+    DONE = "done"  # passthrough, watching for a new start sequence
 
 
 def utf8_is_complete(data: bytes) -> bool:
@@ -70,11 +70,14 @@ class _TokenMatcher:
         if not self.seqs:
             return -1
         self._recent.append(token)
-        del self._recent[:-self._max_len]
+        del self._recent[: -self._max_len]
         best = -1
         for i, seq in enumerate(self.seqs):
-            if (len(seq) <= len(self._recent) and tuple(self._recent[-len(seq):]) == seq
-                    and (best < 0 or len(seq) > len(self.seqs[best]))):
+            if (
+                len(seq) <= len(self._recent)
+                and tuple(self._recent[-len(seq) :]) == seq
+                and (best < 0 or len(seq) > len(self.seqs[best]))
+            ):
                 best = i
         if best >= 0:
             self._recent.clear()
@@ -93,9 +96,15 @@ class ReasoningBudget:
     complete (upstream's null vocab).
     """
 
-    def __init__(self, start_seqs: Iterable[Tokens], end_seqs: Iterable[Tokens], forced_tokens: Tokens,
-                 budget: int, initial_state: ReasoningBudgetState = ReasoningBudgetState.IDLE,
-                 token_bytes: Callable[[int], bytes] | None = None):
+    def __init__(
+        self,
+        start_seqs: Iterable[Tokens],
+        end_seqs: Iterable[Tokens],
+        forced_tokens: Tokens,
+        budget: int,
+        initial_state: ReasoningBudgetState = ReasoningBudgetState.IDLE,
+        token_bytes: Callable[[int], bytes] | None = None,
+    ):
         if initial_state is ReasoningBudgetState.COUNTING and budget <= 0:
             initial_state = ReasoningBudgetState.FORCING
         self._start = _TokenMatcher(start_seqs)
@@ -136,7 +145,7 @@ class ReasoningBudget:
         self._state = ReasoningBudgetState.FORCING
         self._force_pos = 0
 
-    def accept(self, token: int) -> None:
+    def accept(self, token: int) -> None:  # noqa: C901
         S = ReasoningBudgetState
         if self._state is S.IDLE:
             if self._start.advance(token) >= 0:
@@ -215,15 +224,17 @@ class _Grammar(Protocol):
     def accept(self, token: int) -> None: ...
 
 
-def reasoning_budget_needed(start: Tokens, end: Sequence[Tokens], budget_tokens: int, grammar_lazy: bool,
-                            control: bool) -> bool:
+def reasoning_budget_needed(
+    start: Tokens, end: Sequence[Tokens], budget_tokens: int, grammar_lazy: bool, control: bool
+) -> bool:
     """common_sampler_init's condition for creating the sampler: tags on both sides, and a budget, a lazy
     grammar (which must stay off inside the reasoning block) or armed reasoning control."""
     return bool(start) and bool(end) and (grammar_lazy or budget_tokens >= 0 or control)
 
 
-def prefill_tokens(generation_prompt: str, tokenize: Callable[[str], list[int]],
-                   piece: Callable[[int], bytes]) -> list[int]:
+def prefill_tokens(
+    generation_prompt: str, tokenize: Callable[[str], list[int]], piece: Callable[[int], bytes]
+) -> list[int]:
     """The generation prompt's tokens that common_sampler_init feeds the sampler (so a template that
     already opened "<think>" arms it). `tokenize` as common_tokenize(add_special=false,
     parse_special=true); `piece` as common_token_to_piece(special=true). A leading-space first token is
@@ -245,8 +256,7 @@ def grammar_should_apply(has_grammar: bool, budget: ReasoningBudget | None, gram
     return budget.state in (ReasoningBudgetState.IDLE, ReasoningBudgetState.DONE)
 
 
-def accept_generated(token: int, budget: ReasoningBudget | None, grammar: _Grammar | None,
-                     grammar_lazy: bool) -> None:
+def accept_generated(token: int, budget: ReasoningBudget | None, grammar: _Grammar | None, grammar_lazy: bool) -> None:
     """common_sampler_accept(is_generated=true) up to the chain, whose accept comes after.
 
     The grammar decision is taken before the budget sees the token. When the token ends the block while
@@ -285,13 +295,13 @@ def _json_elements(value: object) -> list:
     return [value]
 
 
-def chat_reasoning_budget_fields(body: dict, thinking_start_tag: str, thinking_end_tags: Sequence[str],
-                                 cli_budget: int, cli_message: str) -> dict:
+def chat_reasoning_budget_fields(
+    body: dict, thinking_start_tag: str, thinking_end_tags: Sequence[str], cli_budget: int, cli_message: str
+) -> dict:
     """The task fields oaicompat_chat_params_parse (server-common.cpp) sets from a chat body and the
     applied template; they override the body's own. Without end tags nothing is set, and the body's
     reasoning_budget_* fields (if any) pass through to the task unchanged."""
-    budget = _json_int(body.get("reasoning_budget_tokens"),
-                       _json_int(body.get("thinking_budget_tokens"), -1))
+    budget = _json_int(body.get("reasoning_budget_tokens"), _json_int(body.get("thinking_budget_tokens"), -1))
     if budget == -1:  # an explicit -1 also takes --reasoning-budget
         budget = cli_budget
     if not thinking_end_tags:
@@ -336,8 +346,11 @@ class ReasoningBudgetParams:
             p.start_tag = data["reasoning_budget_start_tag"]
         if data.get("reasoning_budget_end_tags") is not None or data.get("reasoning_budget_end_tag") is not None:
             # the handler tests presence, not value: a null "…_end_tags" next to "…_end_tag" gives no tags
-            tags = (_json_elements(data["reasoning_budget_end_tags"]) if "reasoning_budget_end_tags" in data
-                    else [data["reasoning_budget_end_tag"]])
+            tags = (
+                _json_elements(data["reasoning_budget_end_tags"])
+                if "reasoning_budget_end_tags" in data
+                else [data["reasoning_budget_end_tag"]]
+            )
             p.end_tags = [t for t in tags if t]
         if data.get("reasoning_budget_message") is not None:
             message = data["reasoning_budget_message"]
@@ -345,9 +358,14 @@ class ReasoningBudgetParams:
         return p
 
 
-def build_reasoning_budget(params: ReasoningBudgetParams, tokenize: Callable[[str], list[int]],
-                           token_bytes: Callable[[int], bytes] | None = None, *, grammar_lazy: bool = False,
-                           prefill: Iterable[int] = ()) -> ReasoningBudget | None:
+def build_reasoning_budget(
+    params: ReasoningBudgetParams,
+    tokenize: Callable[[str], list[int]],
+    token_bytes: Callable[[int], bytes] | None = None,
+    *,
+    grammar_lazy: bool = False,
+    prefill: Iterable[int] = (),
+) -> ReasoningBudget | None:
     """The request's sampler, or None when b10621 creates none.
 
     `tokenize` as common_tokenize(add_special=false, parse_special=true), so tags become their special
@@ -361,9 +379,9 @@ def build_reasoning_budget(params: ReasoningBudgetParams, tokenize: Callable[[st
         forced = (tokenize(params.message) if params.message else []) + end[0]
     if not reasoning_budget_needed(start, end, params.budget_tokens, grammar_lazy, params.control):
         return None
-    budget = ReasoningBudget([start], end, forced,
-                             INT32_MAX if params.budget_tokens < 0 else params.budget_tokens,
-                             token_bytes=token_bytes)
+    budget = ReasoningBudget(
+        [start], end, forced, INT32_MAX if params.budget_tokens < 0 else params.budget_tokens, token_bytes=token_bytes
+    )
     for token in prefill:
         budget.accept(token)
     return budget

@@ -118,7 +118,12 @@ class Running:
     drafts: DraftStats = field(default_factory=DraftStats)
 
     def timings(self, n_prompt: int, n_decoded: int) -> Timings:
-        return Timings(n_cached=self.n_cached, n_prompt_processed=n_prompt - self.n_cached,
-                       t_prompt_ms=self.clock.prompt_ms(), n_decoded=n_decoded,
-                       t_gen_ms=self.clock.gen_ms(n_decoded), n_draft=self.drafts.n_draft,
-                       n_draft_accepted=self.drafts.n_accepted)
+        return Timings(
+            n_cached=self.n_cached,
+            n_prompt_processed=n_prompt - self.n_cached,
+            t_prompt_ms=self.clock.prompt_ms(),
+            n_decoded=n_decoded,
+            t_gen_ms=self.clock.gen_ms(n_decoded),
+            n_draft=self.drafts.n_draft,
+            n_draft_accepted=self.drafts.n_accepted,
+        )

@@ -6,7 +6,6 @@ selected index. Which samplers sort, which keep the vocabulary order and where a
 upstream, because the order of the candidates decides which token a uniform draw selects.
 """
 
-
 from __future__ import annotations
 
 import math
@@ -61,8 +60,11 @@ class Candidates:
             # position (a value partition and a mask: ~2x faster than an index partition of the vocabulary)
             kth = np.partition(self.logits, self.size - n)[self.size - n]
             part = np.flatnonzero(self.logits >= kth)
-            order = part[np.lexsort((part, -self.logits[part]))][:n] if len(part) >= n \
-                else np.argsort(-self.logits, kind="stable")[:n]  # (NaN logits: they compare false)
+            order = (
+                part[np.lexsort((part, -self.logits[part]))][:n]
+                if len(part) >= n
+                else np.argsort(-self.logits, kind="stable")[:n]
+            )  # (NaN logits: they compare false)
         else:
             order = np.argsort(-self.logits, kind="stable")[:n]
         self.keep(order)
@@ -160,7 +162,7 @@ class Dry(Sampler):
         if len(self.last) > self.last_n:
             del self.last[0]
 
-    def apply(self, cur: Candidates) -> None:
+    def apply(self, cur: Candidates) -> None:  # noqa: C901
         n = min(len(self.last), self.last_n)
         if n <= self.allowed_length:
             return
@@ -208,7 +210,9 @@ class Dry(Sampler):
                 if max_repeat.get(tok, -1) < count[i]:
                     max_repeat[tok] = count[i]
         max_exponent = int(F32(88.7228391) / F32(math.log(float(self.base)))) if self.base > F32(1.000001) else 0
-        for i in np.nonzero(np.isin(cur.ids, np.fromiter(max_repeat, dtype=np.int32)))[0].tolist() if max_repeat else []:
+        for i in (
+            np.nonzero(np.isin(cur.ids, np.fromiter(max_repeat, dtype=np.int32)))[0].tolist() if max_repeat else []
+        ):
             tok = int(cur.ids[i])
             if any(len(t) == 0 for t in self.breakers.get(tok, ())):
                 continue  # a single-token breaker is never penalized

@@ -33,7 +33,8 @@ from .types import SamplingParams
 
 def _penalties_on(s: SamplingParams) -> bool:
     return max(s.repeat_last_n, 0) != 0 and not (
-        F32(s.repeat_penalty) == 1 and F32(s.frequency_penalty) == 0 and F32(s.presence_penalty) == 0)
+        F32(s.repeat_penalty) == 1 and F32(s.frequency_penalty) == 0 and F32(s.presence_penalty) == 0
+    )
 
 
 def _dry_on(s: SamplingParams) -> bool:
@@ -54,11 +55,17 @@ def draws_the_argmax(s: SamplingParams) -> tuple[int, ...] | None:
     if any(not (math.isinf(b) and b < 0) for _, b in s.logit_bias):
         return None
     keeps_the_best = {
-        "penalties": not _penalties_on(s), "dry": not _dry_on(s), "top_n_sigma": True, "top_k": True,
-        "typ_p": F32(s.typical_p) >= 1, "top_p": True, "min_p": True, "infill": False,  # (EOT, EOG-only)
+        "penalties": not _penalties_on(s),
+        "dry": not _dry_on(s),
+        "top_n_sigma": True,
+        "top_k": True,
+        "typ_p": F32(s.typical_p) >= 1,
+        "top_p": True,
+        "min_p": True,
+        "infill": False,  # (EOT, EOG-only)
         "xtc": F32(s.xtc_probability) <= 0 or F32(s.xtc_threshold) > F32(0.5),
     }
-    before = s.samplers[:s.samplers.index("temperature")]  # those after it see one candidate
+    before = s.samplers[: s.samplers.index("temperature")]  # those after it see one candidate
     if not all(keeps_the_best.get(name, False) for name in before):
         return None
     return tuple(sorted({t for t, _ in s.logit_bias}))
@@ -75,12 +82,24 @@ class Chain:
             self.samplers.append(LogitBias([(t, f(b)) for t, b in s.logit_bias]))
         if s.mirostat == 0:
             build = {
-                "penalties": lambda: None if not _penalties_on(s)
-                else Penalties(max(s.repeat_last_n, 0), f(s.repeat_penalty), f(s.frequency_penalty),
-                               f(s.presence_penalty)),
-                "dry": lambda: Dry(f(s.dry_multiplier), f(s.dry_base), s.dry_allowed_length, max(s.dry_penalty_last_n, 0),
-                                   {h: [tuple(t) for t in tails] for h, tails in s.dry_breakers})
-                if _dry_on(s) else None,
+                "penalties": lambda: (
+                    None
+                    if not _penalties_on(s)
+                    else Penalties(
+                        max(s.repeat_last_n, 0), f(s.repeat_penalty), f(s.frequency_penalty), f(s.presence_penalty)
+                    )
+                ),
+                "dry": lambda: (
+                    Dry(
+                        f(s.dry_multiplier),
+                        f(s.dry_base),
+                        s.dry_allowed_length,
+                        max(s.dry_penalty_last_n, 0),
+                        {h: [tuple(t) for t in tails] for h, tails in s.dry_breakers},
+                    )
+                    if _dry_on(s)
+                    else None
+                ),
                 "top_n_sigma": lambda: TopNSigma(f(s.top_n_sigma)),
                 "top_k": lambda: TopK(s.top_k),
                 "typ_p": lambda: Typical(f(s.typical_p), s.min_keep),
@@ -95,13 +114,15 @@ class Chain:
                 sampler = build[name]()
                 if sampler is not None:
                     self.samplers.append(sampler)
-            final = AdaptiveP(f(s.adaptive_target), f(s.adaptive_decay), s.seed) if "adaptive_p" in s.samplers \
+            final = (
+                AdaptiveP(f(s.adaptive_target), f(s.adaptive_decay), s.seed)
+                if "adaptive_p" in s.samplers
                 else Dist(s.seed)
+            )
             self.samplers.append(final)
         else:
             self.samplers.append(TempExt(f(s.temperature), f(0), f(1)))
-            self.samplers.append(Mirostat(n_vocab, s.seed, f(s.mirostat_tau), f(s.mirostat_eta),
-                                          version=s.mirostat))
+            self.samplers.append(Mirostat(n_vocab, s.seed, f(s.mirostat_tau), f(s.mirostat_eta), version=s.mirostat))
 
     def accept(self, token: int) -> None:
         for s in self.samplers:

@@ -113,7 +113,7 @@ class Scheduler:
             if first is None or first not in free or len(free) - 1 < len(seq.children):
                 continue
             self.waiting.remove(seq)
-            for s, slot in zip((seq, *seq.children), [first, *(i for i in free if i != first)]):
+            for s, slot in zip((seq, *seq.children), [first, *(i for i in free if i != first)], strict=False):
                 s.slot = slot
                 self.slots[slot] = s
                 admitted.append(s)
@@ -130,7 +130,10 @@ class Scheduler:
             step.decode = [s for s in self.running if not s.prefilling and not s.held]
             budget -= len(step.decode)
         if self.cont_batching or not step.decode:
-            for seq in sorted((s for s in self.running if s.prefilling and not s.held), key=lambda s: s.slot if s.slot is not None else -1):
+            for seq in sorted(
+                (s for s in self.running if s.prefilling and not s.held),
+                key=lambda s: s.slot if s.slot is not None else -1,
+            ):
                 start = seq.n_prefilled
                 while start < len(seq.prompt):
                     # chunks end on multiples of ubatch counted from position 0, whatever else is in

@@ -24,9 +24,9 @@ def cached_tokens(seq: Sequence) -> list[int]:
     """The tokens in the slot's KV cache, in order: the prompt and every generated token but the last, less
     what each context shift discarded (b10621's slot.prompt.tokens)."""
     run: Running = seq.payload
-    tokens = [*seq.prompt[:seq.n_prefilled], *run.generated_ids[:-1]]
+    tokens = [*seq.prompt[: seq.n_prefilled], *run.generated_ids[:-1]]
     for n_keep, n_discard in run.shifts.discards:
-        del tokens[n_keep:n_keep + n_discard]
+        del tokens[n_keep : n_keep + n_discard]
     return tokens
 
 

@@ -64,8 +64,9 @@ class SlotActions:
         try:  # restore
             tokens, n_bytes = slot_files.read(action.path, action.identity)
         except slot_files.SlotFileError:
-            raise SlotActionError("Unable to restore slot: No available space in KV cache or invalid slot save "
-                                  "file") from None
+            raise SlotActionError(
+                "Unable to restore slot: No available space in KV cache or invalid slot save file"
+            ) from None
         if len(tokens) > self.n_ctx:
             raise SlotActionError("Unable to restore slot: Restored prompt does not fit in the slot context")
         if any(not 0 <= t < self.n_vocab for t in tokens):

@@ -31,8 +31,15 @@ def valid_filename(name: str) -> bool:
         return False
     for ch in text:
         c = ord(ch)
-        if (c <= 0x1F or c == 0x7F or 0x80 <= c <= 0x9F or c in (0xFF0E, 0x2215, 0x2216, 0xFFFD, 0xFEFF)
-                or 0xD800 <= c <= 0xDFFF or ch in FORBIDDEN or ch in "/\\"):
+        if (
+            c <= 0x1F
+            or c == 0x7F
+            or 0x80 <= c <= 0x9F
+            or c in (0xFF0E, 0x2215, 0x2216, 0xFFFD, 0xFEFF)
+            or 0xD800 <= c <= 0xDFFF
+            or ch in FORBIDDEN
+            or ch in "/\\"
+        ):
             return False
     if text[0] == " " or text[-1] in " .":
         return False
@@ -105,13 +112,13 @@ def read(path: Path, identity: Identity) -> tuple[list[int], int]:
     (n_header,) = struct.unpack_from("<I", data, len(MAGIC))
     start = len(MAGIC) + 4
     try:
-        header = json.loads(data[start:start + n_header])
+        header = json.loads(data[start : start + n_header])
     except ValueError:
         raise SlotFileError("damaged header") from None
     if header.get("model") != identity.model or header.get("tokenizer") != identity.tokenizer:
         raise SlotFileError("saved by another model or tokenizer")
     n = header.get("n_tokens")
-    body = data[start + n_header:]
+    body = data[start + n_header :]
     if not isinstance(n, int) or len(body) != 4 * n:
         raise SlotFileError("damaged token list")
     return list(struct.unpack(f"<{n}i", body)), len(data)

@@ -23,8 +23,9 @@ from .sequence_tokens import cached_tokens, slot_index
 
 
 class SlotStates:
-    def __init__(self, n_slots: int, cache_ram_mib: int, ubatch: int, similarity: float, cache_idle_slots: bool,
-                 kv_unified: bool):
+    def __init__(
+        self, n_slots: int, cache_ram_mib: int, ubatch: int, similarity: float, cache_idle_slots: bool, kv_unified: bool
+    ):
         # b10621's host-memory prompt cache (--cache-ram; its token limit, the context, is set at load)
         self.prompt_cache = PromptCache(max(cache_ram_mib, 0) << 20, 0) if cache_ram_mib != 0 else None
         self.slots = [Slot() for _ in range(n_slots)]  # what each slot holds between tasks
@@ -76,13 +77,8 @@ class SlotStates:
             for i, s in enumerate(self.slots):
                 s.processing = i != seq.slot and busy[i]
             _, run.update_cache = choose_slot(self.slots, seq.prompt, seq.slot, self.similarity)
-        cache = self.prompt_cache
-        if run.update_cache and cache is not None and run.request.completion_task:
-            cache.save(slot.state)
-            loaded = cache.load(slot.state, seq.prompt, key)
-            if loaded is not None:
-                slot.state = loaded
-            cache.update()
+        if run.update_cache and run.request.completion_task:
+            self._from_prompt_cache(slot, seq.prompt, key)
         if slot.state.key != key:  # other adapter scales computed it (b10621's lora_should_clear_cache)
             slot.clear()
         reuse = self._reuse(run, seq, slot)
@@ -90,15 +86,33 @@ class SlotStates:
         slot.clear()  # the slot's state is the request's now (b10621's keep_first(n_past)), until its release
         for child in seq.children:
             self.slots[slot_index(child)].clear()
-        if self.cache_idle_slots and cache is not None:
-            for i, s in enumerate(self.slots):
-                if busy[i]:
-                    continue
-                if cache.save(s.state):
-                    cache.update()
-                if self.kv_unified:
-                    s.clear()
+        if self.cache_idle_slots:
+            self._save_idle(busy)
         return reuse.n
+
+    def _from_prompt_cache(self, slot: Slot, prompt: list[int], key: tuple[float, ...]) -> None:
+        """The slot's state saved to the prompt cache, and the cache's best state for the prompt loaded."""
+        cache = self.prompt_cache
+        if cache is None:
+            return
+        cache.save(slot.state)
+        loaded = cache.load(slot.state, prompt, key)
+        if loaded is not None:
+            slot.state = loaded
+        cache.update()
+
+    def _save_idle(self, busy: list[bool]) -> None:
+        """The idle slots saved to the prompt cache (and cleared with a unified KV)."""
+        cache = self.prompt_cache
+        if cache is None:
+            return
+        for i, s in enumerate(self.slots):
+            if busy[i]:
+                continue
+            if cache.save(s.state):
+                cache.update()
+            if self.kv_unified:
+                s.clear()
 
     def _reuse(self, run: Running, seq: Sequence, slot: Slot) -> Reuse:
         caps = self.backend.capabilities
@@ -118,8 +132,7 @@ class SlotStates:
             seq.n_prefilled = reuse.n
         elif reuse.n:
             # resumed where a cold run's numbers are kept (the positions after it, up to n_past, recomputed)
-            start = exact_start(slot.state.made, len(seq.prompt), reuse.n, self.ubatch,
-                                backend.capabilities.few_rows)
+            start = exact_start(slot.state.made, len(seq.prompt), reuse.n, self.ubatch, backend.capabilities.few_rows)
             if not backend.capabilities.rewind and start != reuse.n:
                 start = 0
             run.cache = backend.restore(slot.state.snapshot, start) if start else backend.new_cache()

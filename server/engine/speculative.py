@@ -62,6 +62,7 @@ def vocab_mismatch(target: ModelTokenizer, draft: ModelTokenizer) -> str | None:
     """common_speculative_are_compatible over two server.models.tokenizer.ModelTokenizer: the same vocabulary
     type and BOS/EOS rules, sizes within 128 and the same text for every id from 5 on. None when compatible,
     else what differs."""
+
     def kind(t: ModelTokenizer) -> str:
         return type(t._parse.model).__name__
 
@@ -73,8 +74,10 @@ def vocab_mismatch(target: ModelTokenizer, draft: ModelTokenizer) -> str | None:
             return f"the {what} tokens differ"
     n_t, n_d = target.vocab_size, draft.vocab_size
     if abs(n_t - n_d) > SPEC_VOCAB_MAX_SIZE_DIFFERENCE:
-        return f"the vocab sizes differ by more than {SPEC_VOCAB_MAX_SIZE_DIFFERENCE} ({n_d} in the draft, " \
-               f"{n_t} in the target)"
+        return (
+            f"the vocab sizes differ by more than {SPEC_VOCAB_MAX_SIZE_DIFFERENCE} ({n_d} in the draft, "
+            f"{n_t} in the target)"
+        )
     for i in range(SPEC_VOCAB_CHECK_START_TOKEN_ID, min(n_t, n_d)):
         if target._parse.id_to_token(i) != draft._parse.id_to_token(i):
             return f"token {i} differs"
@@ -96,16 +99,16 @@ class NgramSimple:
         n, m, cur = self.size_n, self.size_m, len(history)
         if cur <= n + m + 1:
             return []
-        pattern = [*history[cur - n + 1:], last]
+        pattern = [*history[cur - n + 1 :], last]
         match = 0
         for j in range(cur - n - 1, 0, -1):
-            if history[j:j + len(pattern)] == pattern:
+            if history[j : j + len(pattern)] == pattern:
                 match = j
                 break
         if match == 0:
             return []
         count = min(m, cur - (match + n))
-        return [] if count < n else history[match + n:match + n + count]
+        return [] if count < n else history[match + n : match + n + count]
 
 
 class Speculator:
@@ -120,7 +123,7 @@ class Speculator:
         return [source.new_state() for source in self.sources]
 
     def propose(self, states: list, history: list[int], last: int, n_max: int) -> list[int]:
-        for source, state in zip(self.sources, states):
+        for source, state in zip(self.sources, states, strict=False):
             draft = source.propose(state, history, last, n_max)
             if draft:
                 return draft[:n_max] if n_max > 0 else draft
@@ -145,7 +148,9 @@ class Drafter:
         runner, cfg = self.runner, self.config
         keep = len(state.fed)
         if state.fed != history[:keep]:  # usually a prefix already (one slice compare); else where they part
-            keep = next((i for i, (a, b) in enumerate(zip(state.fed, history)) if a != b), min(keep, len(history)))
+            keep = next(
+                (i for i, (a, b) in enumerate(zip(state.fed, history, strict=False)) if a != b), min(keep, len(history))
+            )
         if keep < len(state.fed):
             runner.trim(state.cache, keep)
             del state.fed[keep:]

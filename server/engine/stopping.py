@@ -65,7 +65,7 @@ class TextStream:
         send = True
         stop_pos = self._find(test, len(piece), True)
         if stop_pos != -1:
-            del self.generated[pos + stop_pos:]
+            del self.generated[pos + stop_pos :]
             pos = min(self.n_sent, len(self.generated))
         elif not is_eog:
             send = self._find(test, len(piece), False) == -1  # a possible stop string's start: withhold

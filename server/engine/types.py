@@ -40,8 +40,17 @@ class SamplingParams:
     dry_penalty_last_n: int = 64
     # the sequence breakers as (head token, its tails): get_overlapping_token_sequences() of the strings
     dry_breakers: tuple[tuple[int, tuple[tuple[int, ...], ...]], ...] = ()
-    samplers: tuple[str, ...] = ("penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc",
-                                 "temperature")
+    samplers: tuple[str, ...] = (
+        "penalties",
+        "dry",
+        "top_n_sigma",
+        "top_k",
+        "typ_p",
+        "top_p",
+        "min_p",
+        "xtc",
+        "temperature",
+    )
     logit_bias: tuple[tuple[int, float], ...] = ()
 
 

@@ -55,19 +55,24 @@ class GrammarVocab:
         self.n_vocab = n
         self.banned = np.array([not p or p[0] == 0 for p in pieces], dtype=bool)
         self.banned[list(eog_ids)] = False
-        self.ll = llguidance.LLTokenizer(llguidance.TokenizerWrapper(_Wrapped(tokenizer, pieces, eog_ids)),
-                                         n_vocab=n, eos_token=sorted(eog_ids) or None)
+        self.ll = llguidance.LLTokenizer(
+            llguidance.TokenizerWrapper(_Wrapped(tokenizer, pieces, eog_ids)),
+            n_vocab=n,
+            eos_token=sorted(eog_ids) or None,
+        )
         _VOCABS[id(self)] = self
 
     def tokenize_special(self, text: str) -> list[int]:
         return self.tokenizer.tokenize(text, add_special=False, parse_special=True)
 
-    def compile(self, source: str, lazy: bool = False, trigger_tokens=(), trigger_patterns=(),
-                prefill: tuple[int, ...] = ()) -> GrammarSpec:
+    def compile(
+        self, source: str, lazy: bool = False, trigger_tokens=(), trigger_patterns=(), prefill: tuple[int, ...] = ()
+    ) -> GrammarSpec:
         """Parse GBNF as b10621 would and lower it; GrammarRefused where b10621's sampler init fails."""
         if len(source.encode("utf-8")) > MAX_GRAMMAR_SOURCE:
-            raise GrammarRefused(f"{PARSE_FAILED} (the grammar is larger than mlxcel's limit of "
-                                 f"{MAX_GRAMMAR_SOURCE} bytes)")
+            raise GrammarRefused(
+                f"{PARSE_FAILED} (the grammar is larger than mlxcel's limit of {MAX_GRAMMAR_SOURCE} bytes)"
+            )
         try:
             grammar = _parse_cached(source, id(self))
         except GrammarError:
@@ -76,8 +81,9 @@ class GrammarVocab:
             raise GrammarRefused(f"{PARSE_FAILED} ({e})") from None
         # a grammar b10621 takes that llguidance cannot serve (its 65535-symbol bound, for one) is refused,
         # never run unconstrained; building a matcher is the only check that sees every such bound
-        matcher = llguidance.LLMatcher(self.ll, llguidance.LLMatcher.grammar_from_lark(grammar.lark), log_level=0,
-                                       limits=_limits())
+        matcher = llguidance.LLMatcher(
+            self.ll, llguidance.LLMatcher.grammar_from_lark(grammar.lark), log_level=0, limits=_limits()
+        )
         if matcher.is_error():
             reason = matcher.get_error().split("\n", 1)[0]
             if "symbols.len()" in reason:
@@ -116,8 +122,9 @@ class GrammarMatcher:
     def __init__(self, spec: GrammarSpec, vocab: GrammarVocab):
         self.vocab = vocab
         self.spec = spec
-        self.m = llguidance.LLMatcher(vocab.ll, llguidance.LLMatcher.grammar_from_lark(spec.lark), log_level=0,
-                                      limits=_limits())
+        self.m = llguidance.LLMatcher(
+            vocab.ll, llguidance.LLMatcher.grammar_from_lark(spec.lark), log_level=0, limits=_limits()
+        )
         self.awaiting_trigger = spec.lazy
         self._buffer = b""
         self._positions: list[tuple[int, int, int]] = []  # (token, start, end) in the buffer
@@ -179,7 +186,8 @@ class GrammarMatcher:
                     self.m.consume_token(tok)
                 else:  # the match starts inside this token: replay the bytes from the match on
                     for t in self.vocab.tokenizer.tokenize(
-                            self._buffer[start:t_end].decode("utf-8", errors="replace"), False, False):
+                        self._buffer[start:t_end].decode("utf-8", errors="replace"), False, False
+                    ):
                         self.m.consume_token(t)
             self._buffer, self._positions = b"", []
             return

@@ -207,7 +207,7 @@ class _Parser:
         name = src[pos:name_end].decode("ascii")
         pos = _parse_space(src, name_end, False)
         rule_id = self.symbol(name)
-        if src[pos:pos + 3] != b"::=":
+        if src[pos : pos + 3] != b"::=":
             raise GrammarError(f"expecting ::= at {_rest(src, pos)}")
         pos = _parse_space(src, pos + 3, True)
         pos, alts = self.parse_alternates(pos, name, rule_id, False)
@@ -234,7 +234,7 @@ class _Parser:
         self.add_rule(rule_id, rule)
         return pos, alts
 
-    def parse_sequence(self, pos: int, name: str, rule: Rule, nested: bool, seq: _Seq) -> int:
+    def parse_sequence(self, pos: int, name: str, rule: Rule, nested: bool, seq: _Seq) -> int:  # noqa: C901
         src = self.src
         last_sym_start = len(rule)
         n_prev_rules = 1
@@ -249,7 +249,8 @@ class _Parser:
             if n_prev_rules * total >= MAX_REPETITION_THRESHOLD:
                 raise GrammarError(
                     "number of rules that are going to be repeated multiplied by the new repetition exceeds sane "
-                    "defaults, please reduce the number of repetitions or rule complexity")
+                    "defaults, please reduce the number of repetitions or rule complexity"
+                )
             if lo == 0:
                 del rule[last_sym_start:]
             else:
@@ -380,7 +381,8 @@ class _Parser:
                     raise GrammarError(f"expecting ',' at {_rest(src, pos)}")
                 if lo > MAX_REPETITION_THRESHOLD:
                     raise GrammarError(
-                        "number of repetitions exceeds sane defaults, please reduce the number of repetitions")
+                        "number of repetitions exceeds sane defaults, please reduce the number of repetitions"
+                    )
                 if hi != UINT64_MAX and hi > MAX_REPETITION_THRESHOLD:
                     hi = UINT64_MAX
                 repeat(lo, hi)
@@ -526,11 +528,12 @@ def _lark(parser: _Parser, root: int) -> str:
 
 # --- validation after parsing (llama_grammar_init_impl) ------------------------------------------
 
+
 def _is_end_of_sequence(e: Element) -> bool:
     return e[0] in (END, ALT)
 
 
-def _left_recursive(rules: list[Rule]) -> int | None:
+def _left_recursive(rules: list[Rule]) -> int | None:  # noqa: C901
     """The first rule index llama_grammar_detect_left_recursion flags, scanning every rule."""
     n = len(rules)
     visited, in_progress, may_be_empty = [False] * n, [False] * n, [False] * n
@@ -570,8 +573,9 @@ def _left_recursive(rules: list[Rule]) -> int | None:
     return None
 
 
-def parse_gbnf(source: str | bytes, tokenize: TokenizeFn | None = None, root: str = "root",
-               n_vocab: int | None = None) -> Grammar:
+def parse_gbnf(
+    source: str | bytes, tokenize: TokenizeFn | None = None, root: str = "root", n_vocab: int | None = None
+) -> Grammar:
     """Parse and validate like llama_grammar_init_impl; raise GrammarError with b10621's log text."""
     src = source.encode("utf-8") if isinstance(source, str) else source
     src = src.split(b"\0", 1)[0]  # a C string ends at the first NUL

@@ -50,10 +50,7 @@ PRIMITIVE_RULES: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "array": ('"[" space ( value ("," space value)* )? space "]"', ("value",)),
     "uuid": (
-        (
-            '"\\"" [0-9a-fA-F]{8} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" '
-            '[0-9a-fA-F]{12} "\\""'
-        ),
+        ('"\\"" [0-9a-fA-F]{8} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{12} "\\""'),
         (),
     ),
     "char": ('[^"\\\\\\x7F\\x00-\\x1F] | [\\\\] (["\\\\bfnrt] | "u" [0-9a-fA-F]{4})', ()),
@@ -515,7 +512,7 @@ class _PatternTranslator:
         rule = "[\\U00000000-\\U0010FFFF]" if self.conv.dotall else "[^\\x0A\\x0D]"
         return self.conv.add_rule("dot", rule)
 
-    def transform(self) -> tuple[str, bool]:
+    def transform(self) -> tuple[str, bool]:  # noqa: C901
         seq: list[tuple[str, bool]] = []
         p, n = self.p, len(self.p)
         while self.i < n:
@@ -570,9 +567,7 @@ class _PatternTranslator:
             if p[self.i] == "\\":
                 length = _gbnf_escape_length(p, self.i)
                 if length == 0:
-                    raise _UnsupportedPattern(
-                        "unsupported escape in character class: " + p[self.i : self.i + 2]
-                    )
+                    raise _UnsupportedPattern("unsupported escape in character class: " + p[self.i : self.i + 2])
                 out += p[self.i : self.i + length]
                 self.i += length
             else:
@@ -843,7 +838,7 @@ class _SchemaConverter:
         out.append(' ["]')
         return "".join(out)
 
-    def build_object_rule(
+    def build_object_rule(  # noqa: C901
         self, properties: list[tuple[str, object]], required: set[str], name: str, additional: object
     ) -> str:
         prefix = name + "-" if name else ""
@@ -936,9 +931,7 @@ class _SchemaConverter:
             return self._visit_object(schema, name, rule_name)
         if (untyped or schema_type in ("object", "string")) and _contains(schema, "allOf"):
             return self._visit_all_of(schema, name, rule_name)
-        if (untyped or schema_type == "array") and (
-            _contains(schema, "items") or _contains(schema, "prefixItems")
-        ):
+        if (untyped or schema_type == "array") and (_contains(schema, "items") or _contains(schema, "prefixItems")):
             return self._visit_array(schema, name, rule_name)
         return self._visit_scalar(schema, schema_type, schema_format, rule_name)
 
@@ -950,7 +943,7 @@ class _SchemaConverter:
         additional = schema.get("additionalProperties")
         return self.add_rule(rule_name, self.build_object_rule(properties, required, name, additional))
 
-    def _visit_all_of(self, schema: dict, name: str, rule_name: str) -> str:
+    def _visit_all_of(self, schema: dict, name: str, rule_name: str) -> str:  # noqa: C901
         required: set[str] = set()
         properties: list[tuple[str, object]] = []
         enum_counts: dict[str, int] = {}
@@ -1000,9 +993,7 @@ class _SchemaConverter:
         if stringy and _contains(schema, "pattern"):
             return self.visit_pattern(_get_str(schema["pattern"]), rule_name)
         if stringy and UUID_FORMAT_RE.fullmatch(schema_format):
-            return self.add_primitive(
-                "root" if rule_name == "root" else schema_format, PRIMITIVE_RULES["uuid"]
-            )
+            return self.add_primitive("root" if rule_name == "root" else schema_format, PRIMITIVE_RULES["uuid"])
         if stringy and schema_format + "-string" in STRING_FORMAT_RULES:
             prim_name = schema_format + "-string"
             return self.add_rule(rule_name, self.add_primitive(prim_name, STRING_FORMAT_RULES[prim_name]))
@@ -1023,9 +1014,7 @@ class _SchemaConverter:
         if not isinstance(schema_type, str) or schema_type not in PRIMITIVE_RULES:
             self.errors.append("Unrecognized schema: " + _dump(schema))
             return ""
-        return self.add_primitive(
-            "root" if rule_name == "root" else schema_type, PRIMITIVE_RULES[schema_type]
-        )
+        return self.add_primitive("root" if rule_name == "root" else schema_type, PRIMITIVE_RULES[schema_type])
 
     @staticmethod
     def _int_bounds(schema: dict) -> str:

@@ -68,8 +68,9 @@ def _env_error(var: str, exc: Exception) -> LogConfigError:
     return LogConfigError(f'error while handling environment variable "{var}": {exc}')
 
 
-def resolve_verbosity(verbose: bool = False, verbosity: int | None = None,
-                      environ: Mapping[str, str] | None = None) -> int:
+def resolve_verbosity(
+    verbose: bool = False, verbosity: int | None = None, environ: Mapping[str, str] | None = None
+) -> int:
     """The verbosity threshold. Highest first: -v/--verbose (INT_MAX), then -lv/--verbosity N, then
     LLAMA_ARG_LOG_VERBOSITY (std::stoi), then 3. b10621 applies -v and -lv in command-line order; without an
     order the more verbose request wins, as the spec decides."""

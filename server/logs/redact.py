@@ -21,8 +21,15 @@ _FORCE_RELEASE = 1 << 16  # a buffer without a newline longer than this is relea
 
 
 def _spellings(secret: str) -> set[str]:
-    found = {secret, secret.strip(), json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1],
-             repr(secret)[1:-1], quote(secret, safe=""), quote_plus(secret, safe="")}
+    found = {
+        secret,
+        secret.strip(),
+        json.dumps(secret)[1:-1],
+        json.dumps(secret, ensure_ascii=False)[1:-1],
+        repr(secret)[1:-1],
+        quote(secret, safe=""),
+        quote_plus(secret, safe=""),
+    }
     return {s for s in found if s}
 
 

@@ -40,7 +40,7 @@ class LogFileError(ValueError):
     """--log-file names a destination mlxcel refuses to write to; the message names the option and path."""
 
 
-def open_log_file(path: str) -> TextIO:
+def open_log_file(path: str) -> TextIO:  # noqa: C901
     """Open --log-file for appending, created 0600 and tightened to 0600, never through a symbolic link.
 
     Refused, each with its own sentence: a symbolic link (O_NOFOLLOW), a directory, a missing parent
@@ -51,14 +51,15 @@ def open_log_file(path: str) -> TextIO:
         raise LogFileError("--log-file: the path is empty; name the file to log to")
     parent = os.path.dirname(os.path.abspath(path))
     if os.path.islink(path):
-        raise LogFileError(f"{shown}: is a symbolic link; refusing to follow it, since a link planted at a log "
-                           f"path redirects the server log into another file. Name the real file instead")
+        raise LogFileError(
+            f"{shown}: is a symbolic link; refusing to follow it, since a link planted at a log "
+            f"path redirects the server log into another file. Name the real file instead"
+        )
     try:
         parent_is_dir = stat.S_ISDIR(os.stat(parent).st_mode)
     except OSError as exc:
         if exc.errno not in (errno.ENOENT, errno.ENOTDIR):
-            raise LogFileError(f"{shown}: the parent directory '{parent}' cannot be reached: "
-                               f"{exc.strerror}") from None
+            raise LogFileError(f"{shown}: the parent directory '{parent}' cannot be reached: {exc.strerror}") from None
         parent_is_dir = False
     if not parent_is_dir:
         what = "does not exist" if not os.path.lexists(parent) else "is not a directory"
@@ -70,14 +71,15 @@ def open_log_file(path: str) -> TextIO:
         fd = os.open(path, flags, 0o600)
     except OSError as exc:
         if exc.errno == errno.ELOOP or (exc.errno == errno.EMLINK and os.path.islink(path)):
-            raise LogFileError(f"{shown}: is a symbolic link; refusing to follow it, since a link planted at a "
-                               f"log path redirects the server log into another file. Name the real file "
-                               f"instead") from None
+            raise LogFileError(
+                f"{shown}: is a symbolic link; refusing to follow it, since a link planted at a "
+                f"log path redirects the server log into another file. Name the real file "
+                f"instead"
+            ) from None
         if exc.errno == errno.EISDIR:
             raise LogFileError(f"{shown}: is a directory; name a file inside it instead") from None
         if exc.errno == errno.ENXIO:
-            raise LogFileError(f"{shown}: is a FIFO with no reader; start the reader first or log to a "
-                               f"file") from None
+            raise LogFileError(f"{shown}: is a FIFO with no reader; start the reader first or log to a file") from None
         raise LogFileError(f"{shown}: cannot be opened for appending: {exc.strerror}") from None
     try:
         st = os.fstat(fd)
@@ -87,9 +89,11 @@ def open_log_file(path: str) -> TextIO:
             try:
                 os.fchmod(fd, 0o600)
             except OSError as exc:
-                raise LogFileError(f"{shown}: exists with mode {stat.S_IMODE(st.st_mode):04o} and cannot be "
-                                   f"restricted to 0600 ({exc.strerror}); the log would stay readable by "
-                                   f"others. Fix its owner or log elsewhere") from None
+                raise LogFileError(
+                    f"{shown}: exists with mode {stat.S_IMODE(st.st_mode):04o} and cannot be "
+                    f"restricted to 0600 ({exc.strerror}); the log would stay readable by "
+                    f"others. Fix its owner or log elsewhere"
+                ) from None
         os.set_blocking(fd, True)
         return os.fdopen(fd, "a", buffering=1, encoding="utf-8", errors="backslashreplace")
     except BaseException:
@@ -121,8 +125,9 @@ def format_timestamp(us: int) -> str:
 class B10621Formatter(logging.Formatter):
     """One record as common_log_entry::print writes it: [timestamp ][level tag ]message."""
 
-    def __init__(self, prefix: bool = True, timestamps: bool = True, colors: bool = False,
-                 t_start: float | None = None):
+    def __init__(
+        self, prefix: bool = True, timestamps: bool = True, colors: bool = False, t_start: float | None = None
+    ):
         super().__init__()
         self.prefix, self.timestamps, self.colors = prefix, timestamps, colors
         self.t_start = T_START if t_start is None else t_start
@@ -133,7 +138,7 @@ class B10621Formatter(logging.Formatter):
     def body(self, record: logging.LogRecord) -> str:
         message = record.getMessage()
         if record.name != OWN_LOGGER:
-            name = record.name[len(OWN_LOGGER) + 1:] if record.name.startswith(OWN_LOGGER + ".") else record.name
+            name = record.name[len(OWN_LOGGER) + 1 :] if record.name.startswith(OWN_LOGGER + ".") else record.name
             message = f"{name}: {message}"
         if record.exc_info and not record.exc_text:
             record.exc_text = self.formatException(record.exc_info)
@@ -145,8 +150,15 @@ class B10621Formatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         level = record.levelno
-        tag, color = (("E ", COL_RED) if level >= logging.ERROR else ("W ", COL_MAGENTA) if level >= logging.WARNING
-                      else ("I ", COL_GREEN) if level >= TRACE else ("D ", COL_YELLOW))
+        tag, color = (
+            ("E ", COL_RED)
+            if level >= logging.ERROR
+            else ("W ", COL_MAGENTA)
+            if level >= logging.WARNING
+            else ("I ", COL_GREEN)
+            if level >= TRACE
+            else ("D ", COL_YELLOW)
+        )
         head = ""
         if self.prefix:
             us = max(0, round((record.created - self.t_start) * 1e6))
@@ -249,8 +261,9 @@ def configure_logging(config: LogConfig, secrets=(), *, wrap_stderr: bool = True
         if log_file is not None:
             # auto colors only a terminal; a file gets escapes only when asked for with 'on' (as b10621 does)
             file_stream = RedactingStream(log_file, redactor, owns_target=True)
-            setup.handlers.append(SinkHandler(file_stream, B10621Formatter(colors=config.colors == "on", **fmt),
-                                              config.verbosity))
+            setup.handlers.append(
+                SinkHandler(file_stream, B10621Formatter(colors=config.colors == "on", **fmt), config.verbosity)
+            )
     for h in setup.handlers:
         root.addHandler(h)
     root.setLevel(python_level(config.verbosity, own=False))

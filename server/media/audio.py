@@ -73,7 +73,7 @@ def geometry(data: bytes) -> Geometry:
 def _wav(data: bytes) -> Geometry:
     pos, fmt, n_data = 12, None, None
     while pos + 8 <= len(data):
-        cid, size = data[pos:pos + 4], struct.unpack_from("<I", data, pos + 4)[0]
+        cid, size = data[pos : pos + 4], struct.unpack_from("<I", data, pos + 4)[0]
         body = pos + 8
         if cid == b"fmt ":
             if size < 16 or body + 16 > len(data):
@@ -101,7 +101,7 @@ def _flac(data: bytes) -> Geometry:
             raise ClipRefused("truncated FLAC metadata")
         header = data[pos]
         last, kind = bool(header & 0x80), header & 0x7F
-        size = int.from_bytes(data[pos + 1:pos + 4], "big")
+        size = int.from_bytes(data[pos + 1 : pos + 4], "big")
         if pos + 4 + size > len(data):
             raise ClipRefused("FLAC metadata block runs past the end of the file")
         if kind == 127:
@@ -109,7 +109,7 @@ def _flac(data: bytes) -> Geometry:
         if pos == 4 and (kind != 0 or size != 34):
             raise ClipRefused("FLAC file does not start with STREAMINFO")
         if kind == 0:
-            info = data[pos + 4:pos + 4 + size]
+            info = data[pos + 4 : pos + 4 + size]
         pos += 4 + size
     bits = int.from_bytes(info[10:18], "big")  # rate 20, channels-1 3, bits-1 5, samples 36
     rate, channels, samples = bits >> 44, ((bits >> 41) & 7) + 1, bits & ((1 << 36) - 1)

@@ -49,7 +49,7 @@ def resolve(root: str, url: str) -> str:
     """The canonical path a file:// URL names under the media root; MediaPathRefused otherwise."""
     if not root:
         raise MediaPathRefused(NEEDS_MEDIA_PATH)
-    file_path = url[len(FILE_URL):] if url.startswith(FILE_URL) else url
+    file_path = url[len(FILE_URL) :] if url.startswith(FILE_URL) else url
     if not valid_filename(file_path) or _PERCENT_TRAVERSAL.search(file_path):
         raise MediaPathRefused(f"file path is not allowed: {file_path}")
     real_root = os.path.realpath(root)
@@ -64,15 +64,14 @@ def resolve(root: str, url: str) -> str:
             raise MediaPathRefused(f"file path escapes the --media-path root: {file_path}")
         if os.path.exists(absolute):
             return absolute
-    raise MediaPathRefused(f"file does not exist or cannot be opened: {file_path} (paths resolve against "
-                           "--media-path)")
+    raise MediaPathRefused(f"file does not exist or cannot be opened: {file_path} (paths resolve against --media-path)")
 
 
 def read(root: str, url: str, max_bytes: int) -> bytes:
     """The bytes of the regular file a file:// URL names under the root, at most max_bytes."""
     path = resolve(root, url)
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-    file_path = url[len(FILE_URL):] if url.startswith(FILE_URL) else url
+    file_path = url[len(FILE_URL) :] if url.startswith(FILE_URL) else url
     try:
         fd = os.open(path, flags)
     except OSError:

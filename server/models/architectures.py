@@ -55,8 +55,12 @@ def _remappings() -> tuple[dict, dict]:
     if spec is not None and spec.origin:
         tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
         for node in tree.body:
-            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
-                    and node.targets[0].id in ("MODEL_REMAPPING", "MODEL_ARCHITECTURE_REMAPPING"):
+            if (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+                and node.targets[0].id in ("MODEL_REMAPPING", "MODEL_ARCHITECTURE_REMAPPING")
+            ):
                 found[node.targets[0].id] = ast.literal_eval(node.value)
     return found.get("MODEL_REMAPPING", {}), found.get("MODEL_ARCHITECTURE_REMAPPING", {})
 
@@ -96,8 +100,12 @@ def _needs_mlx_lm_loader(config: dict) -> bool:
     """A custom model file, activation quantization, or only a legacy `quantization_config` (mlx-lm reads
     `quantization` first and the legacy block only without it)."""
     legacy = "quantization_config" in config or "quantization_config" in (config.get("text_config") or {})
-    return "model_file" in config or bool(config.get("quantize_activations")) \
-        or ("quantization" not in config and legacy) or not isinstance(config.get("quantization", {}), dict)
+    return (
+        "model_file" in config
+        or bool(config.get("quantize_activations"))
+        or ("quantization" not in config and legacy)
+        or not isinstance(config.get("quantization", {}), dict)
+    )
 
 
 def load_model(path: Path):
@@ -132,8 +140,13 @@ def load_model(path: Path):
                 return False
             return _packed_as(p, m, weights)
 
-        nn.quantize(model, group_size=quantization["group_size"], bits=quantization["bits"],
-                    mode=quantization.get("mode", "affine"), class_predicate=predicate)
+        nn.quantize(
+            model,
+            group_size=quantization["group_size"],
+            bits=quantization["bits"],
+            mode=quantization.get("mode", "affine"),
+            class_predicate=predicate,
+        )
     model.eval()
     model.load_weights(list(weights.items()), strict=True)
     mx.eval(model.parameters())
@@ -153,5 +166,8 @@ def _packed_as(path: str, module, weights: dict) -> dict:
     other modes go through mlx-lm's loader)."""
     scales = weights[f"{path}.scales"]
     in_dims = module.weight.shape[-1]
-    return {"group_size": in_dims // scales.shape[-1], "bits": (weights[f"{path}.weight"].shape[-1] * 32) // in_dims,
-            "mode": "affine"}
+    return {
+        "group_size": in_dims // scales.shape[-1],
+        "bits": (weights[f"{path}.weight"].shape[-1] * 32) // in_dims,
+        "mode": "affine",
+    }

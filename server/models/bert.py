@@ -70,9 +70,13 @@ def encoder_ftype(checkpoint: Path) -> str:
         f.seek(8)
         header = json.loads(f.read(header_size))
     dtypes = {v["dtype"] for k, v in header.items() if k != "__metadata__"} & {"F32", "F16", "BF16"}  # no buffers
-    return {frozenset({"F32"}): "all F32", frozenset({"F16"}): "mostly F16", frozenset({"BF16"}): "mostly BF16",
-            frozenset({"F16", "F32"}): "mostly F16", frozenset({"BF16", "F32"}): "mostly BF16"}.get(
-        frozenset(dtypes), "unknown")
+    return {
+        frozenset({"F32"}): "all F32",
+        frozenset({"F16"}): "mostly F16",
+        frozenset({"BF16"}): "mostly BF16",
+        frozenset({"F16", "F32"}): "mostly F16",
+        frozenset({"BF16", "F32"}): "mostly BF16",
+    }.get(frozenset(dtypes), "unknown")
 
 
 def ggml_gelu(x: mx.array) -> mx.array:
@@ -152,16 +156,33 @@ class BertEncoder:
 # ---- the same encoder through server/native/encoder_ggml.c: b10621's CPU arithmetic, bit for bit -------------
 
 POOL_CODES = {"none": 0, "mean": 1, "cls": 2, "last": 3, "rank": 4}
-_LAYER_PARTS = ("attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense",
-                "attention.output.LayerNorm", "intermediate.dense", "output.dense", "output.LayerNorm")
+_LAYER_PARTS = (
+    "attention.self.query",
+    "attention.self.key",
+    "attention.self.value",
+    "attention.output.dense",
+    "attention.output.LayerNorm",
+    "intermediate.dense",
+    "output.dense",
+    "output.LayerNorm",
+)
 
 
 class _Bert(ctypes.Structure):
-    _fields_ = [("n_vocab", ctypes.c_int), ("n_pos", ctypes.c_int), ("hidden", ctypes.c_int),
-                ("n_layer", ctypes.c_int), ("n_head", ctypes.c_int), ("n_ff", ctypes.c_int),
-                ("n_cls_out", ctypes.c_int), ("eps", ctypes.c_float),
-                *((name, ctypes.c_void_p) for name in ("tok", "pos", "type0", "norm_w", "norm_b", "layers",
-                                                       "cls_w", "cls_b", "out_w", "out_b"))]
+    _fields_ = [
+        ("n_vocab", ctypes.c_int),
+        ("n_pos", ctypes.c_int),
+        ("hidden", ctypes.c_int),
+        ("n_layer", ctypes.c_int),
+        ("n_head", ctypes.c_int),
+        ("n_ff", ctypes.c_int),
+        ("n_cls_out", ctypes.c_int),
+        ("eps", ctypes.c_float),
+        *(
+            (name, ctypes.c_void_p)
+            for name in ("tok", "pos", "type0", "norm_w", "norm_b", "layers", "cls_w", "cls_b", "out_w", "out_b")
+        ),
+    ]
 
 
 class NativeBert:
@@ -183,16 +204,33 @@ class NativeBert:
                     parts.append(self._ptr(f"encoder.layer.{i}.{part}.{kind}"))
         self._layers = (ctypes.c_void_p * len(parts))(*parts)
         self._struct = _Bert(
-            args.vocab_size, args.max_position_embeddings, args.hidden_size, args.num_hidden_layers,
-            args.num_attention_heads, args.intermediate_size, self.n_cls_out, args.layer_norm_eps,
-            self._ptr("embeddings.word_embeddings.weight"), self._ptr("embeddings.position_embeddings.weight"),
-            None if self._type0 is None else self._type0.ctypes.data, self._ptr("embeddings.LayerNorm.weight"),
-            self._ptr("embeddings.LayerNorm.bias"), ctypes.cast(self._layers, ctypes.c_void_p),
-            self._ptr("classifier.dense.weight"), self._ptr("classifier.dense.bias"),
-            self._ptr("classifier.out_proj.weight"), self._ptr("classifier.out_proj.bias"))
+            args.vocab_size,
+            args.max_position_embeddings,
+            args.hidden_size,
+            args.num_hidden_layers,
+            args.num_attention_heads,
+            args.intermediate_size,
+            self.n_cls_out,
+            args.layer_norm_eps,
+            self._ptr("embeddings.word_embeddings.weight"),
+            self._ptr("embeddings.position_embeddings.weight"),
+            None if self._type0 is None else self._type0.ctypes.data,
+            self._ptr("embeddings.LayerNorm.weight"),
+            self._ptr("embeddings.LayerNorm.bias"),
+            ctypes.cast(self._layers, ctypes.c_void_p),
+            self._ptr("classifier.dense.weight"),
+            self._ptr("classifier.dense.bias"),
+            self._ptr("classifier.out_proj.weight"),
+            self._ptr("classifier.out_proj.bias"),
+        )
         native.mlxcel_bert_hidden.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
-        native.mlxcel_bert_pool.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
-                                            ctypes.c_void_p]
+        native.mlxcel_bert_pool.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_void_p,
+        ]
 
     def _ptr(self, name: str) -> int | None:
         a = self.w.get(name)
@@ -208,8 +246,7 @@ class NativeBert:
     def hidden(self, tokens: list[int]) -> np.ndarray:
         ids = np.asarray(tokens, dtype=np.int32)
         out = np.empty((len(tokens), self.args.hidden_size), np.float32)
-        rc = self.native.mlxcel_bert_hidden(ctypes.byref(self._struct), ids.ctypes.data, len(tokens),
-                                            out.ctypes.data)
+        rc = self.native.mlxcel_bert_hidden(ctypes.byref(self._struct), ids.ctypes.data, len(tokens), out.ctypes.data)
         if rc != 0:
             raise ValueError(f"the native encoder refused {len(tokens)} tokens ({rc})")
         return out
@@ -218,8 +255,9 @@ class NativeBert:
         if kind == "none":
             return hidden
         out = np.empty(max(self.args.hidden_size, self.n_cls_out), np.float32)
-        rc = self.native.mlxcel_bert_pool(ctypes.byref(self._struct), hidden.ctypes.data, len(hidden),
-                                          POOL_CODES[kind], out.ctypes.data)
+        rc = self.native.mlxcel_bert_pool(
+            ctypes.byref(self._struct), hidden.ctypes.data, len(hidden), POOL_CODES[kind], out.ctypes.data
+        )
         if rc != 0:
             raise ValueError(f"the native encoder could not pool ({rc})")
-        return out[:self.n_cls_out] if kind == "rank" and self.has_rank_head else out[:self.args.hidden_size]
+        return out[: self.n_cls_out] if kind == "rank" and self.has_rank_head else out[: self.args.hidden_size]

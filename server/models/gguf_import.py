@@ -134,14 +134,18 @@ def read_vocab(reader) -> GGUFVocab:
         add_bos=bool(_field(reader, "tokenizer.ggml.add_bos_token", True)),
         add_eos=bool(_field(reader, "tokenizer.ggml.add_eos_token", False)),
         chat_template=_field(reader, "tokenizer.chat_template"),
-        fim_declared={k: int(v) for k in ("pre", "suf", "mid", "pad", "rep", "sep")
-                      if (v := _field(reader, f"tokenizer.ggml.fim_{k}_token_id")) is not None},
+        fim_declared={
+            k: int(v)
+            for k in ("pre", "suf", "mid", "pad", "rep", "sep")
+            if (v := _field(reader, f"tokenizer.ggml.fim_{k}_token_id")) is not None
+        },
         eot_declared=opt_int("tokenizer.ggml.eot_token_id"),
     )
 
 
-def _converted_tensors(reader, hp: LlamaHParams, dtype: str, progress: Callable[[str, int, int], None] | None = None
-                       ) -> Iterator[tuple[str, np.ndarray, int | None]]:
+def _converted_tensors(
+    reader, hp: LlamaHParams, dtype: str, progress: Callable[[str, int, int], None] | None = None
+) -> Iterator[tuple[str, np.ndarray, int | None]]:
     """Yield (hf_name, array, bits) where bits is set for affine-quantized weights."""
     for i, t in enumerate(reader.tensors):
         if progress is not None and i:
@@ -195,8 +199,12 @@ def _reader(path, header: int, progress: Callable[[str, int, int], None] | None)
     return reader
 
 
-def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, dtype: str = "auto",
-                 progress: Callable[[str, int, int], None] | None = None) -> Path:
+def convert_gguf(  # noqa: C901
+    gguf_path: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    dtype: str = "auto",
+    progress: Callable[[str, int, int], None] | None = None,
+) -> Path:
     """Convert `gguf_path` into an MLX checkpoint directory `out_dir`. dtype: "auto" (keep) or "f32".
     `progress(stage, done, total)` is called as the header is read ("header", in bytes) and as each tensor is
     converted ("tensors")."""
@@ -229,8 +237,10 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, dtype
 
     config = hp.hf_config(tied)
     if per_layer_quant:
-        common_bits = max(set(q["bits"] for q in per_layer_quant.values()),
-                          key=lambda b: sum(q["bits"] == b for q in per_layer_quant.values()))
+        common_bits = max(
+            set(q["bits"] for q in per_layer_quant.values()),
+            key=lambda b: sum(q["bits"] == b for q in per_layer_quant.values()),
+        )
         quant = {"group_size": GROUP_SIZE, "bits": common_bits, "mode": "affine"}
         quant.update({k: v for k, v in per_layer_quant.items() if v["bits"] != common_bits})
         config["quantization"] = quant

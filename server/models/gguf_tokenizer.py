@@ -92,7 +92,7 @@ def build_tokenizer(vocab: GGUFVocab) -> Tokenizer:
     tok.pre_tokenizer = _pre_tokenizer(vocab.pre)
     tok.decoder = decoders.ByteLevel()
     added = []
-    for i, (text, ttype) in enumerate(zip(vocab.tokens, vocab.token_types)):
+    for text, ttype in zip(vocab.tokens, vocab.token_types, strict=False):
         if ttype in (TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER_DEFINED):
             # control tokens are matched only when parse_special is on; user-defined ones always
             added.append(AddedToken(text, special=ttype == TOKEN_TYPE_CONTROL, normalized=False))
@@ -111,7 +111,7 @@ def tokenizer_config(vocab: GGUFVocab) -> dict:
             "single_word": False,
             "special": tt == TOKEN_TYPE_CONTROL,
         }
-        for i, (t, tt) in enumerate(zip(vocab.tokens, vocab.token_types))
+        for i, (t, tt) in enumerate(zip(vocab.tokens, vocab.token_types, strict=False))
         if tt in (TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER_DEFINED)
     }
     cfg = {

@@ -42,8 +42,9 @@ def set_offline(offline: bool) -> None:
 
 
 def offline() -> bool:
-    return _OFFLINE["value"] or any(os.environ.get(v, "") not in ("", "0", "false")
-                                    for v in ("MLXCEL_OFFLINE", "HF_HUB_OFFLINE"))
+    return _OFFLINE["value"] or any(
+        os.environ.get(v, "") not in ("", "0", "false") for v in ("MLXCEL_OFFLINE", "HF_HUB_OFFLINE")
+    )
 
 
 _STORE_ROOT: dict[str, Path | None] = {"value": None}
@@ -63,8 +64,9 @@ def store_root() -> Path:
 
 
 def endpoint() -> str:
-    return (os.environ.get("MLXCEL_HUB_ENDPOINT") or os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
-            ).rstrip("/")
+    return (os.environ.get("MLXCEL_HUB_ENDPOINT") or os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip(
+        "/"
+    )
 
 
 # b10621's words for a name that is not <user>/<model>[:quant] (common/download.cpp)
@@ -79,8 +81,10 @@ def check_repo(repo: str) -> str:
     if len(parts) != 2 or not all(parts):
         raise HubError(BAD_REPO)
     if tag:
-        raise HubError(f"'{repo}' names a GGUF quantization; mlxcel's store holds MLX snapshots, named "
-                       "<owner>/<name> without a tag")
+        raise HubError(
+            f"'{repo}' names a GGUF quantization; mlxcel's store holds MLX snapshots, named "
+            "<owner>/<name> without a tag"
+        )
     if not _REPO.fullmatch(repo) or ".." in repo:
         raise HubError(f"'{repo}' is not a name the model store can hold (letters, digits, '.', '_', '-')")
     return repo
@@ -139,7 +143,7 @@ def _listing(client, repo: str) -> tuple[str, list[tuple[str, int | None, str | 
     return str(data.get("sha", "main")), files
 
 
-def download(repo: str, on_progress: Callable[[dict], None] | None = None, progress_bar: bool = False) -> Path:
+def download(repo: str, on_progress: Callable[[dict], None] | None = None, progress_bar: bool = False) -> Path:  # noqa: C901
     """Fetch a snapshot into the store (resuming partial files); returns its directory."""
     # deferred: httpx (~0.1 s) only for a download; -m and `mlxcel list` read the store without it
     import httpx
@@ -161,13 +165,12 @@ def download(repo: str, on_progress: Callable[[dict], None] | None = None, progr
         for name, size, sha in sorted(files, key=lambda f: f[0] == "config.json"):
             dst = target / name
             dst.parent.mkdir(parents=True, exist_ok=True)
-            if dst.is_file() and (size is None or dst.stat().st_size == size) and \
-                    (sha is None or _sha256(dst) == sha):
+            if dst.is_file() and (size is None or dst.stat().st_size == size) and (sha is None or _sha256(dst) == sha):
                 done += size or 0
                 continue
             quoted = urllib.parse.quote(name)
 
-            def progress(n: int, base=done) -> None:
+            def progress(n: int, base: int = done, name: str = name) -> None:
                 if on_progress is not None:
                     on_progress({"url": f"{repo}/{name}", "downloaded": base + n, "total": total})
                 if progress_bar:
@@ -176,8 +179,9 @@ def download(repo: str, on_progress: Callable[[dict], None] | None = None, progr
             try:
                 _fetch(client, f"{endpoint()}/{repo}/resolve/{revision}/{quoted}", dst, size, sha, progress)
             except httpx.HTTPError as exc:
-                raise HubError(f"the download of {repo}/{name} broke off ({type(exc).__name__}); run it again to "
-                               "resume") from None
+                raise HubError(
+                    f"the download of {repo}/{name} broke off ({type(exc).__name__}); run it again to resume"
+                ) from None
             done += size or dst.stat().st_size
         if progress_bar:
             sys.stderr.write("\n")
@@ -206,8 +210,10 @@ def _fetch(client, url: str, dst: Path, size: int | None, sha: str | None, progr
                     have += len(chunk)
                     progress(have)
     if size is not None and part.stat().st_size != size:
-        raise HubError(f"{dst.name}: got {part.stat().st_size} bytes, the hub lists {size} (the download resumes "
-                       "from here next time)")
+        raise HubError(
+            f"{dst.name}: got {part.stat().st_size} bytes, the hub lists {size} (the download resumes "
+            "from here next time)"
+        )
     if sha is not None and _sha256(part) != sha:
         part.unlink()
         raise HubError(f"{dst.name}: its SHA-256 does not match the hub's; the partial file was removed")
@@ -226,8 +232,10 @@ def _bar(name: str, done: int, total: int) -> None:
     width = 30
     frac = done / total if total else 1.0
     filled = int(frac * width)
-    sys.stderr.write(f"\r{name[:40]:40s} [{'#' * filled}{'.' * (width - filled)}] {frac * 100:5.1f}% "
-                     f"{done / 1e6:8.1f}/{total / 1e6:.1f} MB")
+    sys.stderr.write(
+        f"\r{name[:40]:40s} [{'#' * filled}{'.' * (width - filled)}] {frac * 100:5.1f}% "
+        f"{done / 1e6:8.1f}/{total / 1e6:.1f} MB"
+    )
     sys.stderr.flush()
 
 
@@ -260,4 +268,3 @@ def remove_snapshot(repo: str) -> bool:
     if owner != store_root() and not any(owner.iterdir()):
         owner.rmdir()
     return True
-

@@ -58,8 +58,7 @@ def _collapse(regions: list[tuple[int, int]]) -> None:
     for address, nbytes in regions:
         start = (address + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1)
         end = (address + nbytes) & ~(HUGE_PAGE - 1)
-        if end > start and libc.madvise(start, end - start, MADV_COLLAPSE) != 0 \
-                and ctypes.get_errno() == errno.EINVAL:
+        if end > start and libc.madvise(start, end - start, MADV_COLLAPSE) != 0 and ctypes.get_errno() == errno.EINVAL:
             return  # not supported here (kernels before 6.1): the rest would fail the same way
 
 

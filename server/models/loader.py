@@ -35,8 +35,14 @@ def _dequantize_module(model: nn.Module) -> int:
     for path, layer in model.named_modules():
         if not isinstance(layer, (nn.QuantizedLinear, nn.QuantizedEmbedding)):
             continue
-        w = mx.dequantize(layer.weight, layer.scales, layer.biases, group_size=layer.group_size,
-                          bits=layer.bits, mode=getattr(layer, "mode", "affine")).astype(mx.float32)
+        w = mx.dequantize(
+            layer.weight,
+            layer.scales,
+            layer.biases,
+            group_size=layer.group_size,
+            bits=layer.bits,
+            mode=getattr(layer, "mode", "affine"),
+        ).astype(mx.float32)
         if isinstance(layer, nn.QuantizedLinear):
             new = nn.Linear(w.shape[1], w.shape[0], bias="bias" in layer)
             if "bias" in layer:
@@ -69,8 +75,11 @@ class TransposedLinear(nn.Module):
 
 
 def _transpose_linears(model: nn.Module) -> int:
-    replacements = [(path, TransposedLinear(layer.weight, layer.bias if "bias" in layer else None))
-                    for path, layer in model.named_modules() if type(layer) is nn.Linear]
+    replacements = [
+        (path, TransposedLinear(layer.weight, layer.bias if "bias" in layer else None))
+        for path, layer in model.named_modules()
+        if type(layer) is nn.Linear
+    ]
     if replacements:
         model.update_modules(tree_unflatten(replacements))
     return len(replacements)
@@ -124,13 +133,22 @@ def override_rope(model: nn.Module, base: float | None, scale: float | None) -> 
         elif "rope" in type(module).__name__.lower():
             others.add(type(module).__name__)
     if not applied:
-        raise ValueError("--rope-freq-base / --rope-freq-scale: the model's rope ("
-                         f"{', '.join(sorted(others)) or 'none found'}) takes no override")
+        raise ValueError(
+            "--rope-freq-base / --rope-freq-scale: the model's rope ("
+            f"{', '.join(sorted(others)) or 'none found'}) takes no override"
+        )
     return applied
 
 
-def load_checkpoint(path: Path, dequantize: bool | None = None, transpose: bool | None = None,
-                    kernels: bool | None = None, fuse=None, rope: tuple = (None, None), yarn=None) -> LoadedModel:
+def load_checkpoint(
+    path: Path,
+    dequantize: bool | None = None,
+    transpose: bool | None = None,
+    kernels: bool | None = None,
+    fuse=None,
+    rope: tuple = (None, None),
+    yarn=None,
+) -> LoadedModel:
     """dequantize, transpose (TransposedLinear), kernels (cpu_layers): None means "on the CPU", where MLX's
     f32 matmul through the BLAS beats its quantized one, a plain GEMM beats one with a transposed operand, and
     mlxcel's attention and SwiGLU kernels beat MLX's exp (when they are loaded); a dequantized checkpoint's

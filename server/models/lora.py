@@ -29,9 +29,15 @@ from .gguf_quants import permute_rows
 from .loader import TransposedLinear
 
 # llama.cpp's tensor names for the linear layers mlxcel attaches terms to, and the layer each names
-GGUF_TARGETS = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
-                "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
-                "ffn_down": "mlp.down_proj"}
+GGUF_TARGETS = {
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
 
 
 class LoraError(ValueError):
@@ -94,16 +100,16 @@ def load_adapter(spec: str) -> Adapter:
         return _from_peft(spec, path, config)
     if (path / "adapters.safetensors").is_file():
         return _from_mlx(spec, path, config)
-    raise LoraError(f"failed to load lora adapter '{spec}': no adapter_model.safetensors (PEFT) or "
-                    "adapters.safetensors (mlx-lm) in the directory")
+    raise LoraError(
+        f"failed to load lora adapter '{spec}': no adapter_model.safetensors (PEFT) or "
+        "adapters.safetensors (mlx-lm) in the directory"
+    )
 
 
 def _layer_path(key: str) -> str | None:
     """'...layers.N.self_attn.q_proj...' -> 'model.layers.N.self_attn.q_proj'."""
     m = re.search(r"layers\.(\d+)\.((?:self_attn|mlp)\.\w+?)(?:\.lora_|\.weight|$)", key)
     return f"model.layers.{m.group(1)}.{m.group(2)}" if m else None
-
-
 
 
 def _from_peft(spec: str, path: Path, config: dict) -> Adapter:
@@ -119,8 +125,10 @@ def _from_peft(spec: str, path: Path, config: dict) -> Adapter:
         target = _layer_path(key)
         side = "a" if ".lora_A." in key else "b" if ".lora_B." in key else None
         if target is None or side is None:
-            raise LoraError(f"failed to load lora adapter '{spec}': tensor '{key}' is not a LoRA pair of an "
-                            "attention or MLP projection (the layers mlxcel adapts)")
+            raise LoraError(
+                f"failed to load lora adapter '{spec}': tensor '{key}' is not a LoRA pair of an "
+                "attention or MLP projection (the layers mlxcel adapts)"
+            )
         found.setdefault(target, {})[side] = value
     return Adapter(spec, _pairs(spec, found), alpha)
 
@@ -131,15 +139,18 @@ def _from_mlx(spec: str, path: Path, config: dict) -> Adapter:
 
     params = config.get("lora_parameters") or {}
     if config.get("fine_tune_type", "lora") != "lora":
-        raise LoraError(f"failed to load lora adapter '{spec}': fine_tune_type {config.get('fine_tune_type')!r} "
-                        "is not lora")
+        raise LoraError(
+            f"failed to load lora adapter '{spec}': fine_tune_type {config.get('fine_tune_type')!r} is not lora"
+        )
     scale = float(params.get("scale", 20.0))
     found: dict[str, dict[str, np.ndarray]] = {}
     for key, value in load_file(str(path / "adapters.safetensors")).items():
         target = _layer_path(key)
         if target is None or not key.endswith((".lora_a", ".lora_b")):
-            raise LoraError(f"failed to load lora adapter '{spec}': tensor '{key}' is not a LoRA pair of an "
-                            "attention or MLP projection (the layers mlxcel adapts)")
+            raise LoraError(
+                f"failed to load lora adapter '{spec}': tensor '{key}' is not a LoRA pair of an "
+                "attention or MLP projection (the layers mlxcel adapts)"
+            )
         # mlx-lm stores lora_a as in x r and lora_b as r x out, and scales by `scale` itself
         found.setdefault(target, {})[key[-1]] = value.T
     return Adapter(spec, _pairs(spec, found), scale, per_rank=False)
@@ -149,12 +160,15 @@ def _pairs(spec: str, found: dict[str, dict[str, np.ndarray]]) -> dict:
     out = {}
     for target, sides in sorted(found.items()):
         if set(sides) != {"a", "b"}:
-            raise LoraError(f"failed to load lora adapter '{spec}': {target} has lora_{''.join(sides)} without "
-                            "its pair")
+            raise LoraError(
+                f"failed to load lora adapter '{spec}': {target} has lora_{''.join(sides)} without its pair"
+            )
         a, b = (np.asarray(sides[k], dtype=np.float32) for k in "ab")
         if a.ndim != 2 or b.ndim != 2 or a.shape[0] != b.shape[1]:
-            raise LoraError(f"failed to load lora adapter '{spec}': {target}: lora_a {list(a.shape)} and lora_b "
-                            f"{list(b.shape)} do not form a low-rank pair")
+            raise LoraError(
+                f"failed to load lora adapter '{spec}': {target}: lora_a {list(a.shape)} and lora_b "
+                f"{list(b.shape)} do not form a low-rank pair"
+            )
         out[target] = (a, b)
     if not out:
         raise LoraError(f"failed to load lora adapter '{spec}': it holds no LoRA tensors")
@@ -174,33 +188,47 @@ def _from_gguf(spec: str) -> Adapter:
         return default if f is None else f.contents()
 
     if value("general.type") != "adapter":
-        raise LoraError(f"failed to load lora adapter '{spec}': expect general.type to be 'adapter', but got: "
-                        f"{value('general.type', '')}")
+        raise LoraError(
+            f"failed to load lora adapter '{spec}': expect general.type to be 'adapter', but got: "
+            f"{value('general.type', '')}"
+        )
     if value("adapter.type") != "lora":
-        raise LoraError(f"failed to load lora adapter '{spec}': expect adapter.type to be 'lora', but got: "
-                        f"{value('adapter.type', '')}")
+        raise LoraError(
+            f"failed to load lora adapter '{spec}': expect adapter.type to be 'lora', but got: "
+            f"{value('adapter.type', '')}"
+        )
     if value("general.architecture") != "llama":
         raise LoraError(f"failed to load lora adapter '{spec}': model arch and LoRA arch mismatch")
     if reader.fields.get("adapter.alora.invocation_tokens") is not None:
-        raise LoraError(f"failed to load lora adapter '{spec}': it is an activated LoRA (aLoRA), which applies "
-                        "only after its invocation tokens; mlxcel serves plain LoRA adapters")
+        raise LoraError(
+            f"failed to load lora adapter '{spec}': it is an activated LoRA (aLoRA), which applies "
+            "only after its invocation tokens; mlxcel serves plain LoRA adapters"
+        )
     alpha = float(value("adapter.lora.alpha", 0.0) or 0.0)
     found: dict[str, dict[str, np.ndarray]] = {}
     for t in reader.tensors:
         m = re.fullmatch(r"blk\.(\d+)\.(\w+)\.weight\.lora_([ab])", t.name)
         if m is None or m.group(2) not in GGUF_TARGETS:
-            raise LoraError(f"failed to load lora adapter '{spec}': tensor '{t.name}' is not a LoRA pair of an "
-                            "attention or MLP projection (the layers mlxcel adapts)")
+            raise LoraError(
+                f"failed to load lora adapter '{spec}': tensor '{t.name}' is not a LoRA pair of an "
+                "attention or MLP projection (the layers mlxcel adapts)"
+            )
         if t.tensor_type != gguf.GGMLQuantizationType.F32:
             data = gguf.quants.dequantize(t.data, t.tensor_type)
         else:
             data = np.array(t.data)
         shape = tuple(int(d) for d in reversed(t.shape))  # ggml ne -> numpy rows x columns
-        found.setdefault(f"model.layers.{m.group(1)}.{GGUF_TARGETS[m.group(2)]}", {})[m.group(3)] = \
-            data.reshape(shape).astype(np.float32)
-    return Adapter(spec, _pairs(spec, found), alpha, rope_order=True,
-                   task_name=str(value("adapter.lora.task_name", "") or ""),
-                   prompt_prefix=str(value("adapter.lora.prompt_prefix", "") or ""))
+        found.setdefault(f"model.layers.{m.group(1)}.{GGUF_TARGETS[m.group(2)]}", {})[m.group(3)] = data.reshape(
+            shape
+        ).astype(np.float32)
+    return Adapter(
+        spec,
+        _pairs(spec, found),
+        alpha,
+        rope_order=True,
+        task_name=str(value("adapter.lora.task_name", "") or ""),
+        prompt_prefix=str(value("adapter.lora.prompt_prefix", "") or ""),
+    )
 
 
 # --- attaching terms to the model ---------------------------------------------------------------------------
@@ -217,7 +245,7 @@ class _Hook:
         if not any(current):
             return y
         deltas, any_term = [], False
-        for terms, width in zip(self.slices, self.widths):
+        for terms, width in zip(self.slices, self.widths, strict=False):
             delta = None
             for i, a_t, b_t, adapter in terms:
                 s = current[i] if i < len(current) else 0.0
@@ -238,6 +266,7 @@ _HOOKED: dict[type, type] = {}
 def _hooked_class(cls: type) -> type:
     """A subclass of an MLX layer class whose call adds the layer's LoRA terms (nn.Linear, QuantizedLinear)."""
     if cls not in _HOOKED:
+
         def __call__(self, x):
             return self.__dict__["lora_hook"](x, cls.__call__(self, x))
 
@@ -245,7 +274,7 @@ def _hooked_class(cls: type) -> type:
     return _HOOKED[cls]
 
 
-def attach(model: nn.Module, lora: LoraSet) -> None:
+def attach(model: nn.Module, lora: LoraSet) -> None:  # noqa: C901
     """Give every adapted layer its hook. Refuses an adapter whose targets the model lacks or whose shapes do
     not fit (b10621: "tensor ... has incorrect shape (hint: maybe wrong base model?)")."""
     modules = dict(model.named_modules())
@@ -267,17 +296,18 @@ def attach(model: nn.Module, lora: LoraSet) -> None:
     for owner_path, named in by_owner.items():
         owner = modules.get(owner_path)
         if owner is None:
-            raise LoraError(f"failed to load lora adapter: the model has no layer '{owner_path}' "
-                            "(hint: maybe wrong base model?)")
+            raise LoraError(
+                f"failed to load lora adapter: the model has no layer '{owner_path}' (hint: maybe wrong base model?)"
+            )
         fused = [(attr, m) for attr, m in owner.items() if isinstance(m, FusedLinear)]
         covered = set()
-        for attr, layer in fused:
+        for _attr, layer in fused:
             sources = layer.sources
             if not set(sources) & set(named):
                 continue
-            widths = [b - a for a, b in zip([0, *layer.splits], [*layer.splits, layer.weight_t.shape[1]])]
+            widths = [b - a for a, b in zip([0, *layer.splits], [*layer.splits, layer.weight_t.shape[1]], strict=False)]
             slices = [named.get(s, []) for s in sources]
-            for s, width, terms in zip(sources, widths, slices):
+            for s, width, terms in zip(sources, widths, slices, strict=False):
                 _check(owner_path, s, layer.weight_t.shape[0], width, terms)
             object.__setattr__(layer, "lora_hook", _Hook(lora, slices, widths))
             covered |= set(sources)
@@ -286,8 +316,10 @@ def attach(model: nn.Module, lora: LoraSet) -> None:
                 continue
             layer = owner.get(name) if isinstance(owner, dict) else None
             if layer is None:
-                raise LoraError(f"failed to load lora adapter: the model has no layer '{owner_path}.{name}' "
-                                "(hint: maybe wrong base model?)")
+                raise LoraError(
+                    f"failed to load lora adapter: the model has no layer '{owner_path}.{name}' "
+                    "(hint: maybe wrong base model?)"
+                )
             n_in, n_out = _in_out(layer)
             _check(owner_path, name, n_in, n_out, terms)
             if not isinstance(layer, TransposedLinear):
@@ -306,9 +338,11 @@ def _in_out(layer) -> tuple[int, int]:
 def _check(owner: str, name: str, n_in: int, n_out: int, terms) -> None:
     for _, a_t, b_t, _ in terms:
         if a_t.shape[0] != n_in or b_t.shape[1] != n_out:
-            raise LoraError(f"failed to load lora adapter: tensor '{owner}.{name}' has incorrect shape (hint: maybe "
-                            f"wrong base model?): the layer maps {n_in} -> {n_out}, the adapter "
-                            f"{a_t.shape[0]} -> {b_t.shape[1]}")
+            raise LoraError(
+                f"failed to load lora adapter: tensor '{owner}.{name}' has incorrect shape (hint: maybe "
+                f"wrong base model?): the layer maps {n_in} -> {n_out}, the adapter "
+                f"{a_t.shape[0]} -> {b_t.shape[1]}"
+            )
 
 
 def check_scale(text: str, what: str = "lora") -> float:
@@ -319,7 +353,7 @@ def check_scale(text: str, what: str = "lora") -> float:
     return value
 
 
-def fuse(model: nn.Module, lora: LoraSet) -> set[str]:
+def fuse(model: nn.Module, lora: LoraSet) -> set[str]:  # noqa: C901
     """--lora-fuse: each adapted layer's weight becomes W + scale * alpha / r * (B A) at the server's scales
     (their terms are then in every product, the native steps included, and the scales are fixed). Returns the
     paths of the layers whose weights changed (the source layers of a fused projection by their own names)."""
@@ -328,7 +362,7 @@ def fuse(model: nn.Module, lora: LoraSet) -> set[str]:
     n_head = getattr(args, "num_attention_heads", None)
     n_kv = getattr(args, "num_key_value_heads", None) or n_head
     deltas: dict[str, np.ndarray] = {}  # layer path -> (in x out) to add to its transposed weight
-    for adapter, scale in zip(lora.adapters, lora.defaults):
+    for adapter, scale in zip(lora.adapters, lora.defaults, strict=False):
         if scale == 0.0:
             continue
         for target, (a, b) in adapter.pairs.items():
@@ -341,25 +375,33 @@ def fuse(model: nn.Module, lora: LoraSet) -> set[str]:
         owner_path, name = target.rsplit(".", 1)
         owner = modules.get(owner_path)
         if owner is None:
-            raise LoraError(f"failed to load lora adapter: the model has no layer '{target}' (hint: maybe wrong base "
-                            "model?)")
+            raise LoraError(
+                f"failed to load lora adapter: the model has no layer '{target}' (hint: maybe wrong base model?)"
+            )
         layer = owner.get(name) if isinstance(owner, dict) else None
-        fused = next((m for m in owner.values() if isinstance(m, FusedLinear) and name in m.sources), None) \
-            if layer is None else None
+        fused = (
+            next((m for m in owner.values() if isinstance(m, FusedLinear) and name in m.sources), None)
+            if layer is None
+            else None
+        )
         if fused is not None:
             i = fused.sources.index(name)
             bounds = [0, *fused.splits, fused.weight_t.shape[1]]
             lo, hi = bounds[i], bounds[i + 1]
             if delta.shape != (fused.weight_t.shape[0], hi - lo):
-                raise LoraError(f"failed to load lora adapter: tensor '{target}' has incorrect shape (hint: maybe "
-                                "wrong base model?)")
+                raise LoraError(
+                    f"failed to load lora adapter: tensor '{target}' has incorrect shape (hint: maybe "
+                    "wrong base model?)"
+                )
             w = np.array(fused.weight_t)
             w[:, lo:hi] += delta
             fused.weight_t = mx.array(w)
         elif layer is not None and hasattr(layer, "weight_t"):
             if tuple(layer.weight_t.shape) != delta.shape:
-                raise LoraError(f"failed to load lora adapter: tensor '{target}' has incorrect shape (hint: maybe "
-                                "wrong base model?)")
+                raise LoraError(
+                    f"failed to load lora adapter: tensor '{target}' has incorrect shape (hint: maybe "
+                    "wrong base model?)"
+                )
             layer.weight_t = mx.array(np.array(layer.weight_t) + delta)
         else:
             raise LoraError(f"--lora-fuse: layer '{target}' is not a float linear layer mlxcel can fuse into")

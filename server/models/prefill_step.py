@@ -42,8 +42,15 @@ class PrefillStep:
         logits = np.empty((1, step.vocab), np.float32) if want_logits else None
         n = len(caches)
         status = self._native.mlxcel_prefill(
-            step.handle, rows, (ctypes.c_int * rows)(*tokens), index, (_VOID_P * n)(*keys), (_VOID_P * n)(*values),
-            (ctypes.c_long * len(strides))(*strides), None if logits is None else _VOID_P(logits.ctypes.data))
+            step.handle,
+            rows,
+            (ctypes.c_int * rows)(*tokens),
+            index,
+            (_VOID_P * n)(*keys),
+            (_VOID_P * n)(*values),
+            (ctypes.c_long * len(strides))(*strides),
+            None if logits is None else _VOID_P(logits.ctypes.data),
+        )
         if status != 0:
             raise MemoryError("prefill step")
         for c in caches:

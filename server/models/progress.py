@@ -46,11 +46,13 @@ def conversion_progress(what: str) -> Callable[[str, int, int], None]:
         now = time.monotonic()
         if stage == "header":
             if done >= total:
-                log.info("converting %s: read its header (%.1f MB: the vocabulary and the tensor list)", what,
-                         total / 1e6)
+                log.info(
+                    "converting %s: read its header (%.1f MB: the vocabulary and the tensor list)", what, total / 1e6
+                )
             elif now - said["at"] >= TICK_SECONDS:
-                log.info("converting %s: read %.1f of the header's %.1f MB (its vocabulary)", what, done / 1e6,
-                         total / 1e6)
+                log.info(
+                    "converting %s: read %.1f of the header's %.1f MB (its vocabulary)", what, done / 1e6, total / 1e6
+                )
             else:
                 return
             said["at"] = now

@@ -35,10 +35,15 @@ def collect(model: nn.Module) -> dict[str, Twin]:
     """The quantized layers the kernel can read, by module path (before they are dequantized)."""
     twins = {}
     for path, layer in model.named_modules():
-        if isinstance(layer, (nn.QuantizedLinear, nn.QuantizedEmbedding)) and layer.group_size == GROUP \
-                and layer.bits in (4, 8) and getattr(layer, "mode", "affine") == "affine":
-            twins[path] = Twin(layer.weight, layer.scales.astype(mx.float32), layer.biases.astype(mx.float32),
-                               layer.bits)
+        if (
+            isinstance(layer, (nn.QuantizedLinear, nn.QuantizedEmbedding))
+            and layer.group_size == GROUP
+            and layer.bits in (4, 8)
+            and getattr(layer, "mode", "affine") == "affine"
+        ):
+            twins[path] = Twin(
+                layer.weight, layer.scales.astype(mx.float32), layer.biases.astype(mx.float32), layer.bits
+            )
     return twins
 
 
@@ -46,8 +51,7 @@ def _joined(twins: list[Twin | None]) -> Twin | None:
     """Twins of layers fused side by side (their outputs concatenated): their rows concatenated."""
     if any(t is None for t in twins) or len({t.bits for t in twins}) != 1:
         return None
-    return Twin(*(mx.concatenate([getattr(t, f) for t in twins]) for f in ("q", "scales", "biases")),
-                twins[0].bits)
+    return Twin(*(mx.concatenate([getattr(t, f) for t in twins]) for f in ("q", "scales", "biases")), twins[0].bits)
 
 
 def pointer(a: mx.array) -> int:
@@ -83,8 +87,16 @@ def register(model: nn.Module, twins: dict[str, Twin], tied_embeddings: bool) ->
     for weight, trans, k, n, twin in pairs:
         ptr = pointer(weight)
         status = native.mlxcel_quant_register(
-            ctypes.c_void_p(ptr), trans, k, n, ctypes.c_void_p(pointer(twin.q)),
-            ctypes.c_void_p(pointer(twin.scales)), ctypes.c_void_p(pointer(twin.biases)), twin.bits, GROUP)
+            ctypes.c_void_p(ptr),
+            trans,
+            k,
+            n,
+            ctypes.c_void_p(pointer(twin.q)),
+            ctypes.c_void_p(pointer(twin.scales)),
+            ctypes.c_void_p(pointer(twin.biases)),
+            twin.bits,
+            GROUP,
+        )
         if status == 0:
             registered.append(ptr)
             keep.append((weight, twin))
@@ -107,14 +119,13 @@ def register_panels(model: nn.Module) -> int:
     native.mlxcel_pack_floats.restype = ctypes.c_long
     # (a tied head keeps its dot-product kernel, whose sums run as the reference's do: cpu_kernels.c)
     weights = [m.weight_t for _, m in model.named_modules() if isinstance(m, (TransposedLinear, FusedLinear))]
-    weights = [w for w in weights if w.dtype == mx.float32
-               and not native.mlxcel_has_twin(ctypes.c_void_p(pointer(w)))]
+    weights = [w for w in weights if w.dtype == mx.float32 and not native.mlxcel_has_twin(ctypes.c_void_p(pointer(w)))]
     sizes = [int(native.mlxcel_pack_floats(*w.shape)) for w in weights]
     if not weights:
         return 0
     arena = huge_pages.Arena(4 * sum(sizes))
     registered, address = [], arena.address
-    for weight, floats in zip(weights, sizes):
+    for weight, floats in zip(weights, sizes, strict=False):
         ptr = pointer(weight)
         if native.mlxcel_pack_register(ctypes.c_void_p(ptr), *weight.shape, ctypes.c_void_p(address)) == 0:
             registered.append(ptr)

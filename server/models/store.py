@@ -36,8 +36,9 @@ def resolve_model(spec: str) -> Path:
     if spec in list_snapshots():
         return snapshot_dir(spec)
     names = ", ".join(sorted([*BUNDLED_MODELS, *BUNDLED_ENCODERS, *list_snapshots()]))
-    raise ModelNotFound(f"model '{spec}' not found: not a checkpoint directory, a GGUF file, nor a store name "
-                        f"({names})")
+    raise ModelNotFound(
+        f"model '{spec}' not found: not a checkpoint directory, a GGUF file, nor a store name ({names})"
+    )
 
 
 def converted_gguf(path: Path) -> Path:

@@ -24,7 +24,7 @@ def _byte_decoder() -> dict[str, int]:
             bs.append(b)
             cs.append(256 + n)
             n += 1
-    return {chr(c): b for b, c in zip(bs, cs)}
+    return {chr(c): b for b, c in zip(bs, cs, strict=False)}
 
 
 class ModelTokenizer:
@@ -47,8 +47,9 @@ class ModelTokenizer:
         self.bos_id = vocab.get(cfg[bos]) if cfg.get(bos) else None
         self.eos_id = vocab.get(cfg[eos]) if cfg.get(eos) else None
         added = cfg.get("added_tokens_decoder") or {
-            str(a["id"]): a for a in json.loads((checkpoint / "tokenizer.json").read_text(encoding="utf-8"))
-            .get("added_tokens", [])}
+            str(a["id"]): a
+            for a in json.loads((checkpoint / "tokenizer.json").read_text(encoding="utf-8")).get("added_tokens", [])
+        }
         self.special_ids = frozenset(int(i) for i, t in added.items() if t.get("special"))
         self.added_ids = frozenset(int(i) for i in added)
         self.eog_ids = frozenset(cfg.get("gguf_eog_token_ids") or ([self.eos_id] if self.eos_id is not None else []))

@@ -60,6 +60,7 @@ def resolve(flags: YarnFlags, freq_scale: float, n_ctx_train: int) -> tuple[floa
 
 def corr_dims(n_dims: int, n_ctx_orig: int, base: float, beta_fast: float, beta_slow: float) -> tuple[float, float]:
     """ggml_rope_yarn_corr_dims."""
+
     def dim(n_rot: float) -> float:
         return float(np.float32(n_dims * math.log(n_ctx_orig / (n_rot * 2 * math.pi)) / (2 * math.log(base))))
 
@@ -81,7 +82,8 @@ class YarnRoPE(nn.RoPE):
         scale = np.float32(self.scale)
         theta_scale = np.float32(np.power(np.float32(self.base), np.float32(-2.0) / np.float32(self.dims)))
         theta = positions.astype(np.float32)[:, None] * np.cumprod(
-            np.concatenate([[np.float32(1)], np.full(half - 1, theta_scale, np.float32)]), dtype=np.float32)
+            np.concatenate([[np.float32(1)], np.full(half - 1, theta_scale, np.float32)]), dtype=np.float32
+        )
         angle = scale * theta
         if ext != 0:
             j = np.arange(half, dtype=np.float32)
@@ -97,13 +99,14 @@ class YarnRoPE(nn.RoPE):
         if isinstance(offsets, int):
             offsets = [offsets] * batch
         if cpu_kernels.available() and x.ndim == 4:
-            return cpu_kernels.rope(x.astype(mx.float32), self.dims, self.base, self.scale, offsets,
-                                    self.yarn).astype(x.dtype)
+            return cpu_kernels.rope(x.astype(mx.float32), self.dims, self.base, self.scale, offsets, self.yarn).astype(
+                x.dtype
+            )
         half = self.dims // 2
-        cos, sin = zip(*(self._angles(np.arange(o, o + length)) for o in offsets))
+        cos, sin = zip(*(self._angles(np.arange(o, o + length)) for o in offsets), strict=False)
         c = mx.array(np.stack(cos))[:, None].astype(x.dtype)
         s = mx.array(np.stack(sin))[:, None].astype(x.dtype)
-        x1, x2, rest = x[..., :half], x[..., half:self.dims], x[..., self.dims:]
+        x1, x2, rest = x[..., :half], x[..., half : self.dims], x[..., self.dims :]
         return mx.concatenate([x1 * c - x2 * s, x1 * s + x2 * c, rest], axis=-1)
 
 

@@ -143,7 +143,7 @@ class PegArena:
     def dump(self, parser_id: int) -> str:
         return self._dump(parser_id, set())
 
-    def _dump(self, parser_id: int, visited: set[int]) -> str:
+    def _dump(self, parser_id: int, visited: set[int]) -> str:  # noqa: C901
         if parser_id in visited:
             return "[cycle]"
         visited.add(parser_id)
@@ -251,9 +251,7 @@ def _sequence(arena: PegArena, p: SequenceParser, ctx: ParseContext, start: int)
     if debug:
         # the C++ sends this one line to the debug log rather than straight to stderr
         indent = "  " * ctx.parse_depth
-        log.debug(
-            "%sSEQ start at %d '%s' (%d children)", indent, start, _snippet(ctx, start), len(p.children)
-        )
+        log.debug("%sSEQ start at %d '%s' (%d children)", indent, start, _snippet(ctx, start), len(p.children))
     ctx.parse_depth += 1
     pos = start
     nodes: list[int] = []
@@ -304,7 +302,7 @@ def _choice(arena: PegArena, p: ChoiceParser, ctx: ParseContext, start: int) -> 
     return ParseResult(FAIL, start)
 
 
-def _repetition(arena: PegArena, p: RepetitionParser, ctx: ParseContext, start: int) -> ParseResult:
+def _repetition(arena: PegArena, p: RepetitionParser, ctx: ParseContext, start: int) -> ParseResult:  # noqa: C901
     debug = ctx.is_debug()
     if debug:
         _debug(
@@ -325,9 +323,7 @@ def _repetition(arena: PegArena, p: RepetitionParser, ctx: ParseContext, start: 
         result = arena.parse_id(p.child, ctx, pos)
         if debug:
             name = parse_result_type_name(result.type)
-            _debug(
-                ctx, f"REPEAT iter {count}: {name} at {result.start}->{result.end}, nodes={len(result.nodes)}"
-            )
+            _debug(ctx, f"REPEAT iter {count}: {name} at {result.start}->{result.end}, nodes={len(result.nodes)}")
             _debug(ctx, f"REPEAT CHILD: {arena.dump(p.child)}")
         if result.type == SUCCESS:
             if result.end == pos:  # an empty match would loop forever
@@ -417,7 +413,7 @@ def _chars(arena: PegArena, p: CharsParser, ctx: ParseContext, start: int) -> Pa
 _STRING_STOPS: dict[str, re.Pattern[str]] = {}
 
 
-def _string(arena: PegArena, p: StringParser, ctx: ParseContext, start: int) -> ParseResult:
+def _string(arena: PegArena, p: StringParser, ctx: ParseContext, start: int) -> ParseResult:  # noqa: C901
     """String content up to (not including) an unescaped delimiter."""
     text, delimiter = ctx.input, p.delimiter
     stops = _STRING_STOPS.get(delimiter)
@@ -486,9 +482,7 @@ def _until(arena: PegArena, p: UntilParser, ctx: ParseContext, start: int) -> Pa
     return ParseResult(SUCCESS, start, n)
 
 
-def _delegate(
-    arena: PegArena, p: SchemaParser | GbnfParser | AcParser, ctx: ParseContext, start: int
-) -> ParseResult:
+def _delegate(arena: PegArena, p: SchemaParser | GbnfParser | AcParser, ctx: ParseContext, start: int) -> ParseResult:
     return arena.parse_id(p.child, ctx, start)
 
 

@@ -252,9 +252,7 @@ class PegBuilder:
 
         return self.rule("json-object", build)
 
-    def _members(
-        self, ws: PegParser, key: Callable[[], PegParser], value: Callable[[], PegParser]
-    ) -> PegParser:
+    def _members(self, ws: PegParser, key: Callable[[], PegParser], value: Callable[[], PegParser]) -> PegParser:
         """`key: value` pairs separated by commas, whitespace around the colons and commas."""
         member = self.sequence([key(), ws, self.literal(":"), ws, value()])
         return self.sequence([member, self.zero_or_more(self.sequence([ws, self.literal(","), ws, member]))])
@@ -412,9 +410,7 @@ class PegBuilder:
             return self.ref(clean_name)
         # a placeholder rule makes the name resolvable during the build
         placeholder = self.any()
-        self._arena.add_rule(
-            clean_name, self._arena.add_parser(RuleParser(clean_name, placeholder.id, trigger))
-        )
+        self._arena.add_rule(clean_name, self._arena.add_parser(RuleParser(clean_name, placeholder.id, trigger)))
         parser = p()
         self._arena.add_rule(clean_name, self._arena.add_parser(RuleParser(clean_name, parser.id, trigger)))
         return self.ref(clean_name)

@@ -165,7 +165,7 @@ def _schema_delegates(s: SchemaParser) -> bool:
     return "enum" in schema
 
 
-def build_arena_grammar(arena: PegArena, builder: GrammarBuilder, lazy: bool) -> None:
+def build_arena_grammar(arena: PegArena, builder: GrammarBuilder, lazy: bool) -> None:  # noqa: C901
     def effective(parser_id: int) -> ParserVariant:
         """The parser a wrapper stands for, to decide on parentheses."""
         while True:
@@ -179,7 +179,7 @@ def build_arena_grammar(arena: PegArena, builder: GrammarBuilder, lazy: bool) ->
     def needs_parens(parser_id: int, *kinds: type) -> bool:
         return isinstance(effective(parser_id), kinds)
 
-    def to_gbnf(parser_id: int) -> str:
+    def to_gbnf(parser_id: int) -> str:  # noqa: C901
         p = arena.get(parser_id)
         if isinstance(p, (EpsilonParser, StartParser, EndParser, AndParser, NotParser)):
             return ""  # nothing to match, or lookahead GBNF cannot express

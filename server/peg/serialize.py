@@ -410,7 +410,7 @@ class _Lexer:
             codepoint = codepoint * 16 + digit
         return codepoint
 
-    def scan_string(self) -> int:
+    def scan_string(self) -> int:  # noqa: C901
         self.reset()
         add = self.token_buffer.append
         while True:
@@ -432,16 +432,12 @@ class _Lexer:
                     return self.fail("invalid string: '\\u' must be followed by 4 hex digits")
                 if 0xD800 <= codepoint <= 0xDBFF:
                     if not (self.get() == 0x5C and self.get() == ord("u")):
-                        return self.fail(
-                            "invalid string: surrogate U+D800..U+DBFF must be followed by U+DC00..U+DFFF"
-                        )
+                        return self.fail("invalid string: surrogate U+D800..U+DBFF must be followed by U+DC00..U+DFFF")
                     low = self.get_codepoint()
                     if low == -1:
                         return self.fail("invalid string: '\\u' must be followed by 4 hex digits")
                     if not 0xDC00 <= low <= 0xDFFF:
-                        return self.fail(
-                            "invalid string: surrogate U+D800..U+DBFF must be followed by U+DC00..U+DFFF"
-                        )
+                        return self.fail("invalid string: surrogate U+D800..U+DBFF must be followed by U+DC00..U+DFFF")
                     codepoint = (codepoint << 10) + low - 0x35FDC00
                 elif 0xDC00 <= codepoint <= 0xDFFF:
                     return self.fail("invalid string: surrogate U+DC00..U+DFFF must follow U+D800..U+DBFF")
@@ -462,7 +458,7 @@ class _Lexer:
                     return self.fail("invalid string: ill-formed UTF-8 byte")
                 add(c)
 
-    def scan_number(self) -> int:
+    def scan_number(self) -> int:  # noqa: C901
         self.reset()
         add = self.token_buffer.append
         token = _VALUE_UNSIGNED
@@ -506,9 +502,7 @@ class _Lexer:
         text = self.token_buffer.decode("ascii")
         if token != _VALUE_FLOAT:
             value = int(text)
-            if (token == _VALUE_UNSIGNED and value <= _UINT64_MAX) or (
-                token == _VALUE_INTEGER and value >= _INT64_MIN
-            ):
+            if (token == _VALUE_UNSIGNED and value <= _UINT64_MAX) or (token == _VALUE_INTEGER and value >= _INT64_MIN):
                 self.number = value
                 return token
         # out of the integer range (strtoull/strtoll's ERANGE): a double, as nlohmann falls back to
@@ -534,9 +528,7 @@ class _Parser:
             msg += b"while parsing " + context.encode() + b" "
         msg += b"- "
         if self.last_token == _PARSE_ERROR:
-            msg += (
-                self.lexer.error_message.encode() + b"; last read: '" + self.lexer.get_token_string() + b"'"
-            )
+            msg += self.lexer.error_message.encode() + b"; last read: '" + self.lexer.get_token_string() + b"'"
         else:
             msg += b"unexpected " + _TOKEN_NAMES[self.last_token].encode()
         if expected != _UNINITIALIZED:
@@ -556,7 +548,7 @@ class _Parser:
             raise self.syntax_error(_END_OF_INPUT, "value")
         return result
 
-    def parse_value(self) -> object:
+    def parse_value(self) -> object:  # noqa: C901
         # sax_parse_internal with json_sax_dom_parser: containers are linked into their parent when they
         # start, a key is set (to null) when read, so a repeated key keeps its first place
         root: list[object] = [None]
@@ -725,9 +717,7 @@ def _parse_exact(text: str | bytes) -> object:
 
 
 def _type_error(expected: str, value: object) -> ValueError:
-    return ValueError(
-        f"[json.exception.type_error.302] type must be {expected}, but is {json_type_name(value)}"
-    )
+    return ValueError(f"[json.exception.type_error.302] type must be {expected}, but is {json_type_name(value)}")
 
 
 def _is_integer(value: object) -> bool:
@@ -768,9 +758,7 @@ def _get_uint32(value: object) -> int:
 
 
 def _get_int(value: object) -> int:
-    if isinstance(value, float) or (
-        isinstance(value, int) and not isinstance(value, bool) and not _is_integer(value)
-    ):
+    if isinstance(value, float) or (isinstance(value, int) and not isinstance(value, bool) and not _is_integer(value)):
         # cvttsd2si: a double out of the int range gives INT_MIN
         f = float(value)
         t = math.trunc(f) if math.isfinite(f) else None
@@ -826,7 +814,7 @@ def _get_id(value: object) -> int:
 # --- to_json() -----------------------------------------------------------------------------------
 
 
-def _serialize(p: ParserVariant) -> dict:
+def _serialize(p: ParserVariant) -> dict:  # noqa: C901
     """serialize_parser_variant(): the keys in the C++ order."""
     if isinstance(p, EpsilonParser):
         return {"type": "epsilon"}
@@ -915,7 +903,7 @@ def _require(ok: bool, message: str) -> None:
         raise ValueError(message)
 
 
-def _deserialize(j: object) -> ParserVariant:
+def _deserialize(j: object) -> ParserVariant:  # noqa: C901
     """deserialize_parser_variant(): the C++ checks, in the C++ order."""
     _require(
         _contains(j, "type") and isinstance(j["type"], str),
@@ -1021,10 +1009,7 @@ def _deserialize(j: object) -> ParserVariant:
         return GbnfParser(child, _get_str(j["grammar"]))
     if kind == "ac":
         _require(
-            has("child")
-            and has("delimiters")
-            and isinstance(j["delimiters"], list)
-            and len(j["delimiters"]) > 0,
+            has("child") and has("delimiters") and isinstance(j["delimiters"], list) and len(j["delimiters"]) > 0,
             "ac parser requires 'child' and a non-empty 'delimiters' array",
         )
         child = _get_id(j["child"])
@@ -1036,9 +1021,7 @@ def arena_from_json(j: object) -> PegArena:
     """common_peg_arena::from_json(): raises ValueError with the C++ message. Rule and root ids are
     checked against the parser count (rules in the C++ iteration order, so the first bad rule reported is
     the C++'s); children ids are not, as in the C++."""
-    _require(
-        _contains(j, "parsers") and isinstance(j["parsers"], list), "JSON missing or invalid 'parsers' array"
-    )
+    _require(_contains(j, "parsers") and isinstance(j["parsers"], list), "JSON missing or invalid 'parsers' array")
     _require(_contains(j, "rules") and isinstance(j["rules"], dict), "JSON missing or invalid 'rules' object")
     _require(_contains(j, "root"), "JSON missing 'root' field")
     assert isinstance(j, dict)

@@ -48,9 +48,7 @@ class AhoCorasick:
         # fail links point to strictly shorter suffixes, so the first pattern on the chain is the longest
         self.match = [-1] * n
         for u in order:
-            self.match[u] = (
-                self.pattern[u] if self.pattern[u] >= 0 else (self.match[self.fail[u]] if u else -1)
-            )
+            self.match[u] = self.pattern[u] if self.pattern[u] >= 0 else (self.match[self.fail[u]] if u else -1)
 
         self.alphabet = sorted({ch for node in self.children for ch in node})
 

@@ -25,14 +25,38 @@ from .catalog import displayed_preset
 from .pool import Instance, ModelPool, RouterError
 
 # b10621's routes that the router hands to a model (server.cpp: proxy_post / proxy_get)
-PROXIED_POST = ("/props", "/completion", "/completions", "/v1/completions", "/chat/completions", "/v1/audio/transcriptions",
-                "/audio/transcriptions",
-                "/v1/chat/completions", "/v1/chat/completions/control", "/v1/responses", "/responses",
-                "/v1/messages", "/v1/messages/count_tokens",
-                "/infill", "/embedding", "/embeddings", "/v1/embeddings", "/rerank", "/reranking", "/v1/rerank",
-                "/v1/reranking", "/tokenize", "/detokenize", "/apply-template", "/chat/completions/input_tokens",
-                "/v1/chat/completions/input_tokens", "/responses/input_tokens", "/v1/responses/input_tokens",
-                "/lora-adapters", "/slots/{id_slot}")
+PROXIED_POST = (
+    "/props",
+    "/completion",
+    "/completions",
+    "/v1/completions",
+    "/chat/completions",
+    "/v1/audio/transcriptions",
+    "/audio/transcriptions",
+    "/v1/chat/completions",
+    "/v1/chat/completions/control",
+    "/v1/responses",
+    "/responses",
+    "/v1/messages",
+    "/v1/messages/count_tokens",
+    "/infill",
+    "/embedding",
+    "/embeddings",
+    "/v1/embeddings",
+    "/rerank",
+    "/reranking",
+    "/v1/rerank",
+    "/v1/reranking",
+    "/tokenize",
+    "/detokenize",
+    "/apply-template",
+    "/chat/completions/input_tokens",
+    "/v1/chat/completions/input_tokens",
+    "/responses/input_tokens",
+    "/v1/responses/input_tokens",
+    "/lora-adapters",
+    "/slots/{id_slot}",
+)
 PROXIED_GET = ("/metrics", "/lora-adapters", "/slots")
 
 
@@ -87,16 +111,32 @@ class Forward(Response):
                 return {"type": "http.request", "body": self.body, "more_body": False}
             return await receive()
 
-        forwarded = {k: scope[k] for k in ("type", "asgi", "http_version", "method", "scheme", "path", "raw_path",
-                                           "root_path", "query_string", "headers", "client", "server",
-                                           "extensions") if k in scope}
+        forwarded = {
+            k: scope[k]
+            for k in (
+                "type",
+                "asgi",
+                "http_version",
+                "method",
+                "scheme",
+                "path",
+                "raw_path",
+                "root_path",
+                "query_string",
+                "headers",
+                "client",
+                "server",
+                "extensions",
+            )
+            if k in scope
+        }
         try:
             await loaded.app(forwarded, replay, send)
         finally:
             self.pool.leave(self.inst)
 
 
-def create_router_app(pool: ModelPool, settings) -> FastAPI:
+def create_router_app(pool: ModelPool, settings) -> FastAPI:  # noqa: C901
     """settings: the router's ServerSettings (auth, CORS, prefix)."""
     app = FastAPI(title="mlxcel router", docs_url=None, redoc_url=None, openapi_url=None, redirect_slashes=False)
     app.state.pool = pool
@@ -149,25 +189,26 @@ def create_router_app(pool: ModelPool, settings) -> FastAPI:
     async def props(request: Request):
         if request.query_params.get("model", ""):
             return await proxy_get(request)
-        return UpstreamJSON({
-            "role": "router",
-            "max_instances": pool.models_max,
-            "models_autoload": pool.autoload,
-            "model_alias": "llama-server",
-            "model_path": "none",
-            "default_generation_settings": {"params": None, "n_ctx": 0},
-            "ui_settings": {},
-            "build_info": build_info(),
-            "cors_proxy_enabled": False,
-        })
+        return UpstreamJSON(
+            {
+                "role": "router",
+                "max_instances": pool.models_max,
+                "models_autoload": pool.autoload,
+                "model_alias": "llama-server",
+                "model_path": "none",
+                "default_generation_settings": {"params": None, "n_ctx": 0},
+                "ui_settings": {},
+                "build_info": build_info(),
+                "cors_proxy_enabled": False,
+            }
+        )
 
     @app.get("/models")
     @app.get("/v1/models")
     async def models(request: Request):
         if request.query_params.get("reload", ""):
             await asyncio.to_thread(pool.reload)
-        return UpstreamJSON({"data": [model_info(i) for i in pool.snapshot() if not i.entry.hidden],
-                             "object": "list"})
+        return UpstreamJSON({"data": [model_info(i) for i in pool.snapshot() if not i.entry.hidden], "object": "list"})
 
     @app.post("/models/load")
     async def load(request: Request):

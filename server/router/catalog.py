@@ -123,8 +123,14 @@ def load_catalog(store_root: Path | None, models_dir: str, preset_file: str, rou
     entries: dict[str, Entry] = {}
     for name in sorted(final):
         preset = final[name]
-        entry = Entry(name, source.get(name, "preset"), preset, _split(preset.get("LLAMA_ARG_ALIAS")),
-                      _split(preset.get("LLAMA_ARG_TAGS")), name in hidden)
+        entry = Entry(
+            name,
+            source.get(name, "preset"),
+            preset,
+            _split(preset.get("LLAMA_ARG_ALIAS")),
+            _split(preset.get("LLAMA_ARG_TAGS")),
+            name in hidden,
+        )
         timeout = preset.options.get(STOP_TIMEOUT)
         if timeout is not None:
             try:
@@ -137,8 +143,11 @@ def load_catalog(store_root: Path | None, models_dir: str, preset_file: str, rou
 
 def _deduplicated(custom: dict[str, Preset], cached: dict[str, Preset], source: dict[str, str]) -> set[str]:
     """Store models a preset with dedup-cache-models names again (by the same checkpoint)."""
-    named = {p.get("LLAMA_ARG_MODEL") for p in custom.values()
-             if p.options.get(DEDUP_CACHE_MODELS, "") in TRUTHY and p.get("LLAMA_ARG_MODEL")}
+    named = {
+        p.get("LLAMA_ARG_MODEL")
+        for p in custom.values()
+        if p.options.get(DEDUP_CACHE_MODELS, "") in TRUTHY and p.get("LLAMA_ARG_MODEL")
+    }
     return {n for n, p in cached.items() if source.get(n) == "cache" and p.get("LLAMA_ARG_MODEL") in named}
 
 

@@ -104,8 +104,14 @@ class SseHub:
 
 
 class ModelPool:
-    def __init__(self, catalog: Callable[[], dict[str, Entry]], build: Callable[[Entry, list[str]], Loaded],
-                 render: Callable[[Entry], list[str]], models_max: int = 4, autoload: bool = True):
+    def __init__(
+        self,
+        catalog: Callable[[], dict[str, Entry]],
+        build: Callable[[Entry, list[str]], Loaded],
+        render: Callable[[Entry], list[str]],
+        models_max: int = 4,
+        autoload: bool = True,
+    ):
         self._catalog, self._build, self._render = catalog, build, render
         self.models_max = models_max
         self.autoload = autoload
@@ -146,8 +152,7 @@ class ModelPool:
 
     def _victim(self, exclude: str = "") -> Instance | None:
         """pick_victim: the least recently used model that is up and serves no request."""
-        idle = [i for i in self.instances.values()
-                if i.name != exclude and i.req_count == 0 and i.status == "loaded"]
+        idle = [i for i in self.instances.values() if i.name != exclude and i.req_count == 0 and i.status == "loaded"]
         return min(idle, key=lambda i: i.last_used) if idle else None
 
     def load(self, name: str) -> None:
@@ -176,8 +181,11 @@ class ModelPool:
 
     def _progress(self, inst: Instance, stages: list[str], current: str, value: float) -> None:
         """A b10621 child's load progress: its stages, the one loading, how far (first and last samples)."""
-        self._notify("status_change", inst.name, {"status": "loading", "progress": {
-            "stages": stages, "current": current, "value": value}})
+        self._notify(
+            "status_change",
+            inst.name,
+            {"status": "loading", "progress": {"stages": stages, "current": current, "value": value}},
+        )
 
     def _load(self, inst: Instance, generation: int) -> None:
         stages = load_stages(inst.args[1:])

@@ -51,8 +51,7 @@ def _key(o: Option) -> Key:
 
 LOAD_ON_STARTUP = Key("load-on-startup", "load-on-startup", env="__PRESET_LOAD_ON_STARTUP", kind="preset")
 STOP_TIMEOUT = Key("stop-timeout", "stop-timeout", env="__PRESET_STOP_TIMEOUT", kind="preset")
-DEDUP_CACHE_MODELS = Key("dedup-cache-models", "dedup-cache-models", env="__PRESET_DEDUP_CACHE_MODELS",
-                         kind="preset")
+DEDUP_CACHE_MODELS = Key("dedup-cache-models", "dedup-cache-models", env="__PRESET_DEDUP_CACHE_MODELS", kind="preset")
 KEYS: tuple[Key, ...] = (*(_key(o) for o in OPTIONS), LOAD_ON_STARTUP, STOP_TIMEOUT, DEDUP_CACHE_MODELS)
 BY_ENV: dict[str, Key] = {k.env: k for k in KEYS if k.env}
 
@@ -113,8 +112,9 @@ class Preset:
             if k.preset_only:
                 continue
             if k.kind == "str_str":
-                raise PresetError(f"common_preset::to_args(): option '{k.last}' has two values, which is not "
-                                  "supported yet")
+                raise PresetError(
+                    f"common_preset::to_args(): option '{k.last}' has two values, which is not supported yet"
+                )
             if k.flag:
                 if value in FALSEY:
                     if k.negatives:
@@ -216,8 +216,15 @@ def cascade(base: Preset, presets: dict[str, Preset]) -> dict[str, Preset]:
 # --- the router's own command line ----------------------------------------------------------------------------
 
 # unset_reserved_args: what a model never inherits from the router's command line
-RESERVED = ("LLAMA_ARG_SSL_KEY_FILE", "LLAMA_ARG_SSL_CERT_FILE", "LLAMA_API_KEY", "LLAMA_ARG_MODELS_DIR",
-            "LLAMA_ARG_MODELS_MAX", "LLAMA_ARG_MODELS_PRESET", "LLAMA_ARG_MODELS_AUTOLOAD")
+RESERVED = (
+    "LLAMA_ARG_SSL_KEY_FILE",
+    "LLAMA_ARG_SSL_CERT_FILE",
+    "LLAMA_API_KEY",
+    "LLAMA_ARG_MODELS_DIR",
+    "LLAMA_ARG_MODELS_MAX",
+    "LLAMA_ARG_MODELS_PRESET",
+    "LLAMA_ARG_MODELS_AUTOLOAD",
+)
 RESERVED_MODEL = ("LLAMA_ARG_MODEL", "LLAMA_ARG_MMPROJ", "LLAMA_ARG_ALIAS", "LLAMA_ARG_HF_REPO")
 
 

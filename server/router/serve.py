@@ -27,8 +27,9 @@ def program_path() -> str:
     return shutil.which("mlxcel-server") or sys.argv[0]
 
 
-def serve_router(args, argv: list[str], prog: str, serve_config, auth, cors,
-                 load_model: Callable[[Entry, list[str]], Loaded]) -> int:
+def serve_router(
+    args, argv: list[str], prog: str, serve_config, auth, cors, load_model: Callable[[Entry, list[str]], Loaded]
+) -> int:
     """Serve the router until it stops. load_model(entry, model_argv) serves one model of the pool in this
     process as that command line would (the CLI's, server/cli/startup.py's router_model: the router reads no
     command line of its own)."""
@@ -51,15 +52,17 @@ def serve_router(args, argv: list[str], prog: str, serve_config, auth, cors,
         return [program, *preset.to_argv()]
 
     try:
-        pool = ModelPool(catalog, load_model, render, models_max=args.models_max,
-                         autoload=args.models_autoload)
+        pool = ModelPool(catalog, load_model, render, models_max=args.models_max, autoload=args.models_autoload)
     except (PresetError, OSError) as exc:
         log.error("failed to initialize router models: %s", str(exc).strip())
         return 1
     startup = [i.name for i in pool.snapshot() if i.entry.preset.options.get(LOAD_ON_STARTUP, "") in TRUTHY]
     if args.models_max > 0 and len(startup) > args.models_max:
-        log.error("failed to load models on startup: number of models to load on startup (%d) exceeds models_max "
-                  "(%d)", len(startup), args.models_max)
+        log.error(
+            "failed to load models on startup: number of models to load on startup (%d) exceeds models_max (%d)",
+            len(startup),
+            args.models_max,
+        )
         return 1
     log.info("Available models (%d)", len(pool.instances))
     for inst in pool.snapshot():

@@ -20,13 +20,34 @@ CONFIGS = {
     "no-credentials": ["--no-cors-credentials"],
     "localhost": ["--cors-origins", "localhost"],
     "localhost-no-credentials": ["--cors-origins", "localhost", "--no-cors-credentials"],
-    "list": ["--cors-origins", "http://a,http://b", "--cors-methods", "GET",
-             "--cors-headers", "Authorization,X-Api-Key"],
+    "list": [
+        "--cors-origins",
+        "http://a,http://b",
+        "--cors-methods",
+        "GET",
+        "--cors-headers",
+        "Authorization,X-Api-Key",
+    ],
 }
-ORIGINS = [None, "", "http://a.example", "http://localhost:3000", "https://127.0.0.1", "http://[::1]:8080",
-           "http://LOCALHOST", "localhost", "http://user@localhost", "http://localhost/@evil",
-           "http://localhost:abc", "http://localhost:80abc", "ftp://localhost", "http://localhost:99999999999",
-           "http://[::1", "http://localhost.evil.example", "https://[::1]"]
+ORIGINS = [
+    None,
+    "",
+    "http://a.example",
+    "http://localhost:3000",
+    "https://127.0.0.1",
+    "http://[::1]:8080",
+    "http://LOCALHOST",
+    "localhost",
+    "http://user@localhost",
+    "http://localhost/@evil",
+    "http://localhost:abc",
+    "http://localhost:80abc",
+    "ftp://localhost",
+    "http://localhost:99999999999",
+    "http://[::1",
+    "http://localhost.evil.example",
+    "https://[::1]",
+]
 REQUESTS = [("GET", "/health"), ("GET", "/props"), ("OPTIONS", "/props"), ("OPTIONS", "/no/such/path")]
 
 
@@ -52,8 +73,11 @@ def main(binary: str, model: str) -> None:
     port = 18590
     for name, args in CONFIGS.items():
         port += 1
-        proc = subprocess.Popen([binary, "-m", model, "--port", str(port), "-c", "512", "-t", "1", "--no-ui",
-                                 "--api-key", "k1", *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [binary, "-m", model, "--port", str(port), "-c", "512", "-t", "1", "--no-ui", "--api-key", "k1", *args],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             for _ in range(120):
                 try:
@@ -71,8 +95,9 @@ def main(binary: str, model: str) -> None:
             out["configs"][name] = {"args": args, "cases": cases}
             if name == "default":
                 for key, (method, path, hdrs) in {
-                        "unauthorized": ("GET", "/props", ["Origin: http://a.example"]),
-                        "preflight": ("OPTIONS", "/props", ["Origin: http://a.example"])}.items():
+                    "unauthorized": ("GET", "/props", ["Origin: http://a.example"]),
+                    "preflight": ("OPTIONS", "/props", ["Origin: http://a.example"]),
+                }.items():
                     status, headers, body = split(raw(port, method, path, hdrs))
                     out[key] = {"status": status, "headers": headers, "body": body}
         finally:
@@ -83,8 +108,12 @@ def main(binary: str, model: str) -> None:
 
 def render(out: dict) -> str:
     """One case per line, so a re-recording diffs readably."""
-    lines = ["{", f' "unauthorized": {json.dumps(out["unauthorized"])},', f' "preflight": {json.dumps(out["preflight"])},',
-             ' "configs": {']
+    lines = [
+        "{",
+        f' "unauthorized": {json.dumps(out["unauthorized"])},',
+        f' "preflight": {json.dumps(out["preflight"])},',
+        ' "configs": {',
+    ]
     for i, (name, cfg) in enumerate(out["configs"].items()):
         lines.append(f'  {json.dumps(name)}: {{"args": {json.dumps(cfg["args"])}, "cases": [')
         lines += [f"   {json.dumps(c)}," for c in cfg["cases"]]

@@ -55,8 +55,10 @@ def _raw_request(base_url: str, body: bytes) -> socket.socket:
     """A POST /completion written on a raw socket (so it can be dropped at any point)."""
     host, port = base_url.removeprefix("http://").split(":")
     sock = socket.create_connection((host, int(port)))
-    sock.sendall(b"POST /completion HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    sock.sendall(
+        b"POST /completion HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+    )
     return sock
 
 
@@ -68,8 +70,9 @@ def test_a_client_gone_mid_prefill_frees_its_slot(server):
     import json
 
     for _ in range(3):
-        sock = _raw_request(server.base_url, json.dumps({"prompt": LONG_PROMPT, "n_predict": 50, "stream": True})
-                            .encode())
+        sock = _raw_request(
+            server.base_url, json.dumps({"prompt": LONG_PROMPT, "n_predict": 50, "stream": True}).encode()
+        )
         time.sleep(0.05)  # the prompt is being processed
         sock.close()
         _fault("gone_mid_prefill")
@@ -80,8 +83,11 @@ def test_a_client_gone_mid_prefill_frees_its_slot(server):
 def test_a_client_gone_mid_stream_stops_its_generation(server):
     with httpx.Client(base_url=server.base_url, timeout=60) as c:
         start = time.time()
-        with c.stream("POST", "/completion", json={"prompt": "Once upon a time", "n_predict": 2000,
-                                                   "ignore_eos": True, "stream": True}) as r:
+        with c.stream(
+            "POST",
+            "/completion",
+            json={"prompt": "Once upon a time", "n_predict": 2000, "ignore_eos": True, "stream": True},
+        ) as r:
             frames = 0
             for line in r.iter_lines():
                 frames += line.startswith("data: ")
@@ -100,8 +106,9 @@ def test_a_slow_reader_holds_only_its_own_slot(server):
 
     def slow():
         with httpx.Client(base_url=server.base_url, timeout=120) as c:
-            with c.stream("POST", "/completion", json={"prompt": "Count:", "n_predict": 40, "ignore_eos": True,
-                                                       "stream": True}) as r:
+            with c.stream(
+                "POST", "/completion", json={"prompt": "Count:", "n_predict": 40, "ignore_eos": True, "stream": True}
+            ) as r:
                 frames, last = 0, None
                 for line in r.iter_lines():
                     if line.startswith("data: "):
@@ -127,11 +134,19 @@ def test_requests_cancelled_while_queued_never_run(server):
     the dropped ones never occupy a slot, and the queue is empty after."""
     import json
 
-    busy = [_raw_request(server.base_url, json.dumps({"prompt": "Tell a story.", "n_predict": 60,
-                                                      "ignore_eos": True}).encode()) for _ in range(2)]
+    busy = [
+        _raw_request(
+            server.base_url, json.dumps({"prompt": "Tell a story.", "n_predict": 60, "ignore_eos": True}).encode()
+        )
+        for _ in range(2)
+    ]
     time.sleep(0.3)
-    queued = [_raw_request(server.base_url, json.dumps({"prompt": f"Queued {i}", "n_predict": 3000,
-                                                        "ignore_eos": True}).encode()) for i in range(3)]
+    queued = [
+        _raw_request(
+            server.base_url, json.dumps({"prompt": f"Queued {i}", "n_predict": 3000, "ignore_eos": True}).encode()
+        )
+        for i in range(3)
+    ]
     time.sleep(0.2)
     for sock in queued:
         sock.close()
@@ -158,8 +173,11 @@ def test_sigterm_drains_the_generation_in_flight_then_exits(twin_q4_1):
 
     def generate():
         with httpx.Client(base_url=proc.base_url, timeout=60) as c:
-            with c.stream("POST", "/completion", json={"prompt": "Once upon a time", "n_predict": 60,
-                                                       "ignore_eos": True, "stream": True}) as r:
+            with c.stream(
+                "POST",
+                "/completion",
+                json={"prompt": "Once upon a time", "n_predict": 60, "ignore_eos": True, "stream": True},
+            ) as r:
                 lines = [line for line in r.iter_lines() if line.startswith("data: ")]
         result["frames"], result["last"] = len(lines), lines[-1] if lines else ""
 
@@ -183,12 +201,17 @@ def test_sigterm_drains_the_generation_in_flight_then_exits(twin_q4_1):
 
 
 def _start_on(checkpoint: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "server", "-m", str(checkpoint), "--port", "0"],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "server", "-m", str(checkpoint), "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
-@pytest.mark.parametrize("damage", ["truncated-weights", "garbage-weights", "missing-weights", "bad-config",
-                                    "bad-tokenizer"])
+@pytest.mark.parametrize(
+    "damage", ["truncated-weights", "garbage-weights", "missing-weights", "bad-config", "bad-tokenizer"]
+)
 def test_a_damaged_model_stops_startup_with_one_clear_line(twin_q4_1, tmp_path, damage):
     model = tmp_path / "model"
     shutil.copytree(twin_q4_1.mlx_dir, model)
@@ -221,11 +244,14 @@ def test_sigterm_cuts_what_does_not_finish_within_the_drain_and_a_second_one_at_
         proc.start()
         cut = {}
 
-        def generate():
+        def generate(proc=proc, cut=cut):  # (bound now: the thread runs within this iteration)
             try:
                 with httpx.Client(base_url=proc.base_url, timeout=120) as c:
-                    with c.stream("POST", "/completion", json={"prompt": "Once upon a time", "n_predict": 7000,
-                                                               "ignore_eos": True, "stream": True}) as r:
+                    with c.stream(
+                        "POST",
+                        "/completion",
+                        json={"prompt": "Once upon a time", "n_predict": 7000, "ignore_eos": True, "stream": True},
+                    ) as r:
                         for _ in r.iter_lines():
                             pass
                 cut["cut"] = False

@@ -46,14 +46,30 @@ BASE = {
     "/v1/responses": {"input": "Hi", "max_output_tokens": 4},
     "/mlxcel/score": {"prompt": "Hello", "continuation": " world"},
 }
-FIELDS = sorted({n for f in SCHEMA for n in f.names} | {"messages", "model", "input", "content", "tokens", "tools",
-                                                         "tool_choice", "response_format", "max_tokens", "system"})
+FIELDS = sorted(
+    {n for f in SCHEMA for n in f.names}
+    | {
+        "messages",
+        "model",
+        "input",
+        "content",
+        "tokens",
+        "tools",
+        "tool_choice",
+        "response_format",
+        "max_tokens",
+        "system",
+    }
+)
 
-json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=False),
-                      st.text(max_size=40))
-json_value = st.recursive(json_leaf, lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                                             st.dictionaries(st.text(max_size=8), inner, max_size=4)),
-                          max_leaves=12)
+json_leaf = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=False), st.text(max_size=40)
+)
+json_value = st.recursive(
+    json_leaf,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)),
+    max_leaves=12,
+)
 
 
 # the 500s b10621 answers itself (a std::runtime_error out of a handler, not an invalid_argument): matched
@@ -69,8 +85,7 @@ class Tally:
         self.statuses: dict[int, int] = {}
         self.bad: list[str] = []
 
-    def check(self, client: httpx.Client, method: str, path: str, content: bytes, is_json: bool,
-              served: bool) -> None:
+    def check(self, client: httpx.Client, method: str, path: str, content: bytes, is_json: bool, served: bool) -> None:
         self.tried += 1
         headers = {"content-type": "application/json"}
         try:
@@ -105,7 +120,11 @@ def verdict(status: int, body: bytes, content_type: str, is_json: bool, served: 
         envelope = json.loads(body)
     except ValueError:
         return "an error that is not JSON"
-    if not isinstance(envelope, dict) or not isinstance(envelope.get("error"), dict) and envelope.get("type") != "error":
+    if (
+        not isinstance(envelope, dict)
+        or not isinstance(envelope.get("error"), dict)
+        and envelope.get("type") != "error"
+    ):
         return "an error outside b10621's envelope"
     if status == 501 and (not served or envelope.get("error", {}).get("type") == "not_supported_error"):
         return ""  # a route not served yet, or b10621's own 501 (POST /props without --props)
@@ -132,8 +151,13 @@ def server(twin_q4_1):
 def tally(server):
     t = Tally()
     yield t
-    figures.add("fuzz", requests_tried=t.tried, bad_inputs_tried=t.tried, failures=t.failures,
-                statuses=json.dumps(dict(sorted(t.statuses.items()))))
+    figures.add(
+        "fuzz",
+        requests_tried=t.tried,
+        bad_inputs_tried=t.tried,
+        failures=t.failures,
+        statuses=json.dumps(dict(sorted(t.statuses.items()))),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -150,8 +174,12 @@ def _body(route: str) -> dict:
 def test_wrong_types_and_out_of_domain_values_get_clean_answers(client, tally, method, route, served):
     before = tally.failures
 
-    @settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
-              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
     @given(field=st.sampled_from(FIELDS), value=json_value)
     def one(field, value):
         body = _body(route)
@@ -166,8 +194,12 @@ def test_wrong_types_and_out_of_domain_values_get_clean_answers(client, tally, m
 def test_whole_bodies_of_any_shape_get_clean_answers(client, tally, method, route, served):
     before = tally.failures
 
-    @settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
-              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
     @given(body=json_value)
     def one(body):
         tally.check(client, method, path_of(route), json.dumps(body).encode(), True, served)
@@ -185,13 +217,13 @@ def _raw_bodies(route: str) -> list[tuple[bytes, bool]]:
     out = [
         (b"", False),
         (text[:-1].encode(), False),  # truncated
-        (b"\xff\xfe{\"prompt\": \"\xc3\x28\"}", False),  # invalid UTF-8
+        (b'\xff\xfe{"prompt": "\xc3\x28"}', False),  # invalid UTF-8
         (('{"prompt": "a", "prompt": "b"' + (", " + text[1:] if base else "}")).encode(), True),  # duplicate keys
         (('{"n_predict": NaN' + rest).encode(), False),
         (('{"temperature": Infinity' + rest).encode(), False),
         (('{"top_p": -Infinity' + rest).encode(), False),
         (('{"prompt": ' + deep + rest).encode(), True),  # deep nesting
-        (('{"x": ' + "{\"a\": " * 5000 + "1" + "}" * 5000 + rest).encode(), True),
+        (('{"x": ' + '{"a": ' * 5000 + "1" + "}" * 5000 + rest).encode(), True),
         (json.dumps({**base, "prompt": "word " * 200_000}).encode(), True),  # ~1 MB of text
         (json.dumps({**base, "content": "\u0000\ud7ff\U0010ffff" * 1000}).encode(), True),
         (json.dumps({**base, "n_predict": 2**64, "temperature": 1e308, "top_k": -(2**63)}).encode(), True),
@@ -222,7 +254,8 @@ def test_the_server_still_serves_after_the_fuzzing(client, server, tally):
         time.sleep(0.2)
     assert not any(s["is_processing"] for s in slots), slots
     # ignore_eos: the server's default sampling may draw an end of generation before the fourth token
-    r = client.post("/completion", json={"prompt": "The capital of France is", "n_predict": 4, "ignore_eos": True},
-                    timeout=TIMEOUT)
+    r = client.post(
+        "/completion", json={"prompt": "The capital of France is", "n_predict": 4, "ignore_eos": True}, timeout=TIMEOUT
+    )
     assert r.status_code == 200 and r.json()["tokens_predicted"] == 4
     figures.add("fuzz", slots_leaked=sum(s["is_processing"] for s in slots))

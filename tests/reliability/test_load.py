@@ -35,15 +35,18 @@ def rss_mib(pid: int) -> float:
 
 async def stream_one(client: httpx.AsyncClient, i: int) -> tuple[str, float | None]:
     """One streaming completion: ("ok", ttft), ("refused", None) for a clean error, or ("failed: why", None)."""
-    body = {"prompt": PROMPTS[i % len(PROMPTS)], "n_predict": 8 + i % 9, "stream": True, "temperature": 0.7,
-            "seed": i}
+    body = {"prompt": PROMPTS[i % len(PROMPTS)], "n_predict": 8 + i % 9, "stream": True, "temperature": 0.7, "seed": i}
     start, first = time.perf_counter(), None
     try:
         async with client.stream("POST", "/completion", json=body, timeout=120) as r:
             if r.status_code != 200:
                 raw = await r.aread()
                 envelope = json.loads(raw)
-                return ("refused", None) if r.status_code < 500 and "error" in envelope else (f"failed: {raw[:200]!r}", None)
+                return (
+                    ("refused", None)
+                    if r.status_code < 500 and "error" in envelope
+                    else (f"failed: {raw[:200]!r}", None)
+                )
             last = None
             async for line in r.aiter_lines():
                 if line.startswith("data: "):
@@ -106,11 +109,22 @@ def test_many_streaming_clients_on_few_slots_all_finish_and_leak_nothing(server)
     ttft = sorted(t for t in ok if t is not None)
     p99 = ttft[min(len(ttft) - 1, int(0.99 * len(ttft)))] if ttft else float("nan")
     drift = (rss_end - rss_warm) / rss_warm
-    figures.add("load", clients=CLIENTS, slots=SLOTS, seconds=SECONDS, requests_tried=len(results),
-                completed=len(ok), refused=sum(r == "refused" for r, _ in results), failures=len(failed),
-                slots_leaked=leaked, ttft_p50_s=statistics.median(ttft) if ttft else float("nan"), ttft_p99_s=p99,
-                rss_after_warmup_mib=round(rss_warm), rss_after_load_mib=round(rss_end),
-                memory_drift_pct=round(100 * drift, 1))
+    figures.add(
+        "load",
+        clients=CLIENTS,
+        slots=SLOTS,
+        seconds=SECONDS,
+        requests_tried=len(results),
+        completed=len(ok),
+        refused=sum(r == "refused" for r, _ in results),
+        failures=len(failed),
+        slots_leaked=leaked,
+        ttft_p50_s=statistics.median(ttft) if ttft else float("nan"),
+        ttft_p99_s=p99,
+        rss_after_warmup_mib=round(rss_warm),
+        rss_after_load_mib=round(rss_end),
+        memory_drift_pct=round(100 * drift, 1),
+    )
     assert not failed, failed[:5]
     assert len(ok) >= CLIENTS  # every client got at least one answer in the time
     assert leaked == 0, slots

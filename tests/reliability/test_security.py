@@ -27,8 +27,9 @@ def secured(twin_q4_1, tmp_path_factory):
     from oracle.processes import COMMON_ARGS, mlxcel_server
 
     log_file = tmp_path_factory.mktemp("seclog") / "server.log"
-    proc = mlxcel_server(twin_q4_1.mlx_model, [*COMMON_ARGS, "--api-key", KEY, "--log-file", str(log_file),
-                                               "--log-verbose", "-np", "2"])
+    proc = mlxcel_server(
+        twin_q4_1.mlx_model, [*COMMON_ARGS, "--api-key", KEY, "--log-file", str(log_file), "--log-verbose", "-np", "2"]
+    )
     proc.start()
     try:
         yield proc, log_file
@@ -38,14 +39,31 @@ def secured(twin_q4_1, tmp_path_factory):
 
 def _spellings(path: str) -> list[str]:
     """The path, and spellings a lax router might take for it."""
-    out = [path, path + "/", "/" + path, path.upper(), path + "?api_key=" + KEY, path + "%00", path + "/.",
-           "/health/.." + path, "/health%2f..%2f" + path.lstrip("/")]
+    out = [
+        path,
+        path + "/",
+        "/" + path,
+        path.upper(),
+        path + "?api_key=" + KEY,
+        path + "%00",
+        path + "/.",
+        "/health/.." + path,
+        "/health%2f..%2f" + path.lstrip("/"),
+    ]
     return out
 
 
-WRONG = [{}, {"Authorization": "Bearer wrong"}, {"Authorization": "bearer " + KEY}, {"Authorization": KEY[:-1]},
-         {"Authorization": "Bearer " + KEY + "x"}, {"X-Api-Key": KEY[1:]}, {"Authorization": "Basic " + KEY},
-         {"Authorization": "Bearer"}, {"Cookie": "api_key=" + KEY}]
+WRONG = [
+    {},
+    {"Authorization": "Bearer wrong"},
+    {"Authorization": "bearer " + KEY},
+    {"Authorization": KEY[:-1]},
+    {"Authorization": "Bearer " + KEY + "x"},
+    {"X-Api-Key": KEY[1:]},
+    {"Authorization": "Basic " + KEY},
+    {"Authorization": "Bearer"},
+    {"Cookie": "api_key=" + KEY},
+]
 
 
 def _raw(base_url: str, method: str, target: str, headers: dict, body: bytes) -> tuple[int, bytes]:
@@ -79,8 +97,13 @@ def test_no_route_answers_without_the_key(secured):
                     if not public and status != 401:
                         bypasses += 1
                         print("bypass?", method, path, headers, status, answer[:100])
-        status, _ = _raw(proc.base_url, method, path_of(route), {"Authorization": "Bearer " + KEY},
-                         b'{"prompt": "x", "n_predict": 1}')
+        status, _ = _raw(
+            proc.base_url,
+            method,
+            path_of(route),
+            {"Authorization": "Bearer " + KEY},
+            b'{"prompt": "x", "n_predict": 1}',
+        )
         tried += 1
         assert status not in (0, 401), (method, route)
     figures.add("security", key_bypass_attempts=tried, key_bypasses=bypasses)
@@ -92,8 +115,11 @@ def test_a_preflight_runs_no_handler(secured):
     proc, _ = secured
     with httpx.Client(base_url=proc.base_url) as c:
         for method, route, _ in ROUTES:
-            r = c.request("OPTIONS", path_of(route), headers={"Origin": "http://evil.example",
-                                                              "Access-Control-Request-Method": method})
+            r = c.request(
+                "OPTIONS",
+                path_of(route),
+                headers={"Origin": "http://evil.example", "Access-Control-Request-Method": method},
+            )
             assert r.status_code in (200, 204) and b"content" not in r.content and b"tokens" not in r.content
             figures.add("security", preflights_tried=1)
 
@@ -118,9 +144,17 @@ def test_the_key_comparison_takes_the_same_time_however_much_of_it_matches():
 def test_paths_that_climb_out_never_reach_a_file(secured):
     proc, _ = secured
     host, port = proc.base_url.removeprefix("http://").split(":")
-    probes = ["/../../../../etc/passwd", "/%2e%2e/%2e%2e/etc/passwd", "/index.html/../../etc/passwd",
-              "/..%2f..%2fetc%2fpasswd", "/slots/..%2f..%2fetc%2fpasswd", "/slots/0?action=save&filename=../../x",
-              "/slots/0?action=restore&filename=/etc/passwd", "//etc/passwd", "/static/../../etc/passwd"]
+    probes = [
+        "/../../../../etc/passwd",
+        "/%2e%2e/%2e%2e/etc/passwd",
+        "/index.html/../../etc/passwd",
+        "/..%2f..%2fetc%2fpasswd",
+        "/slots/..%2f..%2fetc%2fpasswd",
+        "/slots/0?action=save&filename=../../x",
+        "/slots/0?action=restore&filename=/etc/passwd",
+        "//etc/passwd",
+        "/static/../../etc/passwd",
+    ]
     for target in probes:
         for key in (None, KEY):
             sock = socket.create_connection((host, int(port)))
@@ -156,14 +190,23 @@ def test_the_cors_proxy_fetches_nothing(secured):
     thread = threading.Thread(target=accept, daemon=True)
     thread.start()
     own = f"http://127.0.0.1:{listener.getsockname()[1]}/"
-    targets = [own, "http://localhost:%d/" % listener.getsockname()[1], "http://169.254.169.254/latest/meta-data/",
-               "http://[::1]/", "file:///etc/passwd", "gopher://127.0.0.1:25/", "http://0x7f000001/",
-               "http://2130706433/", own + "redirect?to=http://127.0.0.1/"]
+    targets = [
+        own,
+        "http://localhost:%d/" % listener.getsockname()[1],
+        "http://169.254.169.254/latest/meta-data/",
+        "http://[::1]/",
+        "file:///etc/passwd",
+        "gopher://127.0.0.1:25/",
+        "http://0x7f000001/",
+        "http://2130706433/",
+        own + "redirect?to=http://127.0.0.1/",
+    ]
     with httpx.Client(base_url=proc.base_url, headers={"Authorization": "Bearer " + KEY}) as c:
         for target in targets:
             for method in ("GET", "POST"):
-                r = c.request(method, "/cors-proxy", params={"url": target},
-                              json={"url": target} if method == "POST" else None)
+                r = c.request(
+                    method, "/cors-proxy", params={"url": target}, json={"url": target} if method == "POST" else None
+                )
                 assert r.status_code == 403, (target, r.status_code)
                 figures.add("security", ssrf_attempts=1)
     time.sleep(0.5)
@@ -176,8 +219,11 @@ def test_the_key_and_header_values_never_reach_the_log(secured):
     log file, even with --log-verbose."""
     proc, log_file = secured
     with httpx.Client(base_url=proc.base_url) as c:
-        c.post("/completion", headers={"Authorization": "Bearer " + KEY},
-               json={"prompt": PROMPT_CANARY + " " + KEY, "n_predict": 2})
+        c.post(
+            "/completion",
+            headers={"Authorization": "Bearer " + KEY},
+            json={"prompt": PROMPT_CANARY + " " + KEY, "n_predict": 2},
+        )
         c.post("/completion", headers={"Authorization": "Bearer " + KEY + "-wrong"}, json={"prompt": "x"})
         c.post("/completion", headers={"X-Api-Key": KEY}, content=b'{"prompt": "' + KEY.encode() + b'"')
     time.sleep(0.5)
@@ -194,8 +240,14 @@ def test_request_bodies_over_the_payload_limit_get_b10621s_413(secured):
     for size, chunked in ((PAYLOAD_MAX_LENGTH + 1, False), (PAYLOAD_MAX_LENGTH + (1 << 20), True)):
         sock = socket.create_connection((host, int(port)))
         head = b"POST /completion HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() + b"\r\n"
-        sock.sendall(head + (b"Transfer-Encoding: chunked\r\n\r\n" if chunked else
-                             b"Content-Length: " + str(size).encode() + b"\r\n\r\n"))
+        sock.sendall(
+            head
+            + (
+                b"Transfer-Encoding: chunked\r\n\r\n"
+                if chunked
+                else b"Content-Length: " + str(size).encode() + b"\r\n\r\n"
+            )
+        )
         block = b" " * (1 << 20)
         sent = 0
         sock.settimeout(60)
@@ -225,9 +277,13 @@ def test_sse_frames_cannot_be_forged_from_request_text(secured):
     forged = 'data: {"content":"forged","stop":true}'
     prompt = f"Say:\n\n{forged}\n\nevent: error\r\ndata: x\n\n"
     with httpx.Client(base_url=proc.base_url, headers={"Authorization": "Bearer " + KEY}, timeout=60) as c:
-        for path, body in (("/completion", {"prompt": prompt, "n_predict": 4, "stream": True, "stop": [forged]}),
-                           ("/v1/chat/completions", {"messages": [{"role": "user", "content": prompt}],
-                                                     "max_tokens": 4, "stream": True})):
+        for path, body in (
+            ("/completion", {"prompt": prompt, "n_predict": 4, "stream": True, "stop": [forged]}),
+            (
+                "/v1/chat/completions",
+                {"messages": [{"role": "user", "content": prompt}], "max_tokens": 4, "stream": True},
+            ),
+        ):
             with c.stream("POST", path, json=body) as r:
                 raw = b"".join(r.iter_bytes())
             events = [e for e in raw.decode().split("\n\n") if e.strip()]
@@ -240,10 +296,29 @@ def test_sse_frames_cannot_be_forged_from_request_text(secured):
             figures.add("security", sse_frames_checked=len(events))
 
 
-FILE_OPTIONS = ["--lookup-cache-static", "--lookup-cache-dynamic", "--grammar-file", "--json-schema-file", "--mmproj",
-                "--lora", "--control-vector", "--hf-file", "--path", "--ui-config-file", "--mcp-servers-config",
-                "--api-key-file", "--ssl-key-file", "--ssl-cert-file", "--slot-save-path", "--media-path",
-                "--models-dir", "--models-preset", "--chat-template-file", "--log-prompts-dir", "--spec-draft-model"]
+FILE_OPTIONS = [
+    "--lookup-cache-static",
+    "--lookup-cache-dynamic",
+    "--grammar-file",
+    "--json-schema-file",
+    "--mmproj",
+    "--lora",
+    "--control-vector",
+    "--hf-file",
+    "--path",
+    "--ui-config-file",
+    "--mcp-servers-config",
+    "--api-key-file",
+    "--ssl-key-file",
+    "--ssl-cert-file",
+    "--slot-save-path",
+    "--media-path",
+    "--models-dir",
+    "--models-preset",
+    "--chat-template-file",
+    "--log-prompts-dir",
+    "--spec-draft-model",
+]
 
 
 @pytest.mark.parametrize("option", FILE_OPTIONS)
@@ -259,9 +334,25 @@ def test_a_file_option_pointed_outside_never_prints_the_file(twin_q4_1, option):
     taken.listen(1)
     try:
         for target in ("/etc/passwd", "../../../../../../../../etc/passwd"):
-            out = subprocess.run([sys.executable, "-m", "server", "-m", str(twin_q4_1.mlx_model), "--host", "127.0.0.1",
-                                  "--port", str(taken.getsockname()[1]), option, target],
-                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120).stdout
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "server",
+                    "-m",
+                    str(twin_q4_1.mlx_model),
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(taken.getsockname()[1]),
+                    option,
+                    target,
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                timeout=120,
+            ).stdout
             figures.add("security", file_option_probes=1)
             assert "root:x:0:0" not in out and "Traceback" not in out, out[-2000:]
     finally:

@@ -21,8 +21,17 @@ from .helpers import Template, direct_apply, generation_prompt, trim_whitespace
 
 log = logging.getLogger("mlxcel.chat")
 
-__all__ = ["GRAMMAR_TRIGGER_TYPE_WORD", "ChatParams", "GenerationParams", "analyze", "generate_chat_params",
-           "prepare_inputs", "pure_content_params", "specialized_template_kind", "template_supports_thinking"]
+__all__ = [
+    "GRAMMAR_TRIGGER_TYPE_WORD",
+    "ChatParams",
+    "GenerationParams",
+    "analyze",
+    "generate_chat_params",
+    "prepare_inputs",
+    "pure_content_params",
+    "specialized_template_kind",
+    "template_supports_thinking",
+]
 
 
 @lru_cache(maxsize=16)
@@ -60,8 +69,9 @@ def generate_chat_params(template_source: str, inputs: GenerationParams) -> Chat
 
     inputs = prepare_inputs(inputs)
     bos, eos = inputs.extra_context.get("bos_token", ""), inputs.extra_context.get("eos_token", "")
-    special = try_specialized(template_source, Template(template_source, bos, eos, template_caps(template_source)),
-                              inputs)
+    special = try_specialized(
+        template_source, Template(template_source, bos, eos, template_caps(template_source)), inputs
+    )
     if special is not None:
         return special
     bos, eos = inputs.extra_context.get("bos_token", ""), inputs.extra_context.get("eos_token", "")
@@ -70,8 +80,7 @@ def generate_chat_params(template_source: str, inputs: GenerationParams) -> Chat
         tmpl = Template(template_source, bos, eos, analysis.jinja_caps)
         params = generate_parser(tmpl, inputs, analysis)
     except Exception as e:
-        raise ValueError("Unable to generate parser for this template. Automatic parser generation failed: "
-                         f"{e}") from e
+        raise ValueError(f"Unable to generate parser for this template. Automatic parser generation failed: {e}") from e
     if analysis.assistant_start:
         params.message_delimiters["assistant"] = analysis.assistant_start
     if analysis.user_start:
@@ -90,8 +99,7 @@ def pure_content_params(template_source: str, inputs: GenerationParams) -> ChatP
     that takes everything after the generation prompt as content; no grammar, no tool calls."""
     bos, eos = inputs.extra_context.get("bos_token", ""), inputs.extra_context.get("eos_token", "")
     tmpl = Template(template_source, bos, eos, template_caps(template_source))
-    args = (inputs.messages, inputs.tools, inputs.enable_thinking, inputs.extra_context, inputs.add_bos,
-            inputs.add_eos)
+    args = (inputs.messages, inputs.tools, inputs.enable_thinking, inputs.extra_context, inputs.add_bos, inputs.add_eos)
     prompt = direct_apply(tmpl, args[0], args[1], inputs.add_generation_prompt, *args[2:])
     gen = generation_prompt(tmpl, *args)
     parser = build_chat_peg_parser(lambda p: p.literal(gen) << p.content(p.rest()))
@@ -102,9 +110,13 @@ def template_supports_thinking(source: str, bos_token: str = "", eos_token: str 
     """common_chat_templates_support_enable_thinking(): the template's chat params for one user message
     (deepseek format, thinking on) support thinking. A template that cannot be rendered has no thinking
     markers, as b10621 then fails to start (logged here)."""
-    inputs = GenerationParams(messages=[{"role": "user", "content": "test"}], add_generation_prompt=True,
-                              reasoning_format="deepseek", enable_thinking=True,
-                              extra_context={"bos_token": bos_token, "eos_token": eos_token})
+    inputs = GenerationParams(
+        messages=[{"role": "user", "content": "test"}],
+        add_generation_prompt=True,
+        reasoning_format="deepseek",
+        enable_thinking=True,
+        extra_context={"bos_token": bos_token, "eos_token": eos_token},
+    )
     try:
         return generate_chat_params(source, inputs).supports_thinking
     except Exception as e:  # noqa: BLE001 - any failure of the template leaves it without thinking
@@ -116,7 +128,7 @@ def _is_lfm2(src: str) -> bool:
     return "<|tool_list_start|>" in src and "<|tool_list_end|>" in src
 
 
-def specialized_template_kind(source: str) -> str | None:
+def specialized_template_kind(source: str) -> str | None:  # noqa: C901
     """The specialized handler common_chat_try_specialized_template() picks for a template, in its order and
     with its detection substrings; None when the template goes to the autoparser."""
     s = source

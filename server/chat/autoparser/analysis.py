@@ -78,10 +78,14 @@ _PARAMS_SCHEMA = {
     "required": [],
 }
 TOOLS = [
-    {"type": "function",
-     "function": {"name": FUN_FIRST, "description": "Test function foo", "parameters": _PARAMS_SCHEMA}},
-    {"type": "function",
-     "function": {"name": FUN_SECOND, "description": "Test function bar", "parameters": _PARAMS_SCHEMA}},
+    {
+        "type": "function",
+        "function": {"name": FUN_FIRST, "description": "Test function foo", "parameters": _PARAMS_SCHEMA},
+    },
+    {
+        "type": "function",
+        "function": {"name": FUN_SECOND, "description": "Test function bar", "parameters": _PARAMS_SCHEMA},
+    },
 ]
 _USER = {"role": "user", "content": USER_MSG}
 
@@ -177,12 +181,17 @@ class AnalyzeReasoning:
             return
 
         def delimiter(p):
-            return (p.literal(THINKING_CONTENT) + p.space()
-                    + p.optional(p.tag("post", p.marker() + p.space()) + p.rest()))
+            return (
+                p.literal(THINKING_CONTENT) + p.space() + p.optional(p.tag("post", p.marker() + p.space()) + p.rest())
+            )
 
         def wrapped(p):
-            return (p.tag("pre", p.marker() + p.space()) + p.literal(THINKING_CONTENT)
-                    + p.tag("post", p.space() + p.marker() + p.space()) + p.rest())
+            return (
+                p.tag("pre", p.marker() + p.space())
+                + p.literal(THINKING_CONTENT)
+                + p.tag("post", p.space() + p.marker() + p.space())
+                + p.rest()
+            )
 
         # the wrapped form first, the delimiter form when it does not match
         res = build_tagged_peg_parser(wrapped).parse_anywhere_and_extract(cmp.output_B)
@@ -195,7 +204,7 @@ class AnalyzeReasoning:
             elif post:
                 self.mode, self.end = ReasoningMode.TAG_BASED, post
 
-    def _compare_thinking_enabled(self, tmpl: Template) -> None:
+    def _compare_thinking_enabled(self, tmpl: Template) -> None:  # noqa: C901
         """Markers the generation prompt gains or loses when enable_thinking flips."""
 
         def enable(p: TemplateParams) -> None:
@@ -222,11 +231,11 @@ class AnalyzeReasoning:
             # anchor on one generation prompt's tail and look for two markers appended after it in the other.
             anchor_len = 64
             for base, extended in ((cmp.output_B, cmp.output_A), (cmp.output_A, cmp.output_B)):
-                anchor = base[max(0, len(base) - anchor_len):]
+                anchor = base[max(0, len(base) - anchor_len) :]
                 pos = extended.rfind(anchor)
                 if pos < 0 or pos + len(anchor) >= len(extended):
                     continue
-                extra = trim_whitespace(extended[pos + len(anchor):])
+                extra = trim_whitespace(extended[pos + len(anchor) :])
                 if not extra:
                     continue
                 seg = prune_whitespace_segments(segmentize_markers(extra))
@@ -244,8 +253,11 @@ class AnalyzeReasoning:
     def _compare_reasoning_scope(self, tmpl: Template) -> None:
         """TOOLS_ONLY when reasoning_content is rendered next to a tool call but not next to content."""
         with_content = _assistant(reasoning_content=THINKING_CONTENT)
-        with_tools = _assistant(None, reasoning_content=THINKING_CONTENT,
-                                tool_calls=[_call(FUN_FIRST, {ARG_FIRST: "VVVV", ARG_SECOND: "XXXX"})])
+        with_tools = _assistant(
+            None,
+            reasoning_content=THINKING_CONTENT,
+            tool_calls=[_call(FUN_FIRST, {ARG_FIRST: "VVVV", ARG_SECOND: "XXXX"})],
+        )
         cmp = _compare_messages(tmpl, [_USER, with_content], [_USER, with_tools], TOOLS)
         if cmp is None:
             return
@@ -254,8 +266,12 @@ class AnalyzeReasoning:
         self.mode = ReasoningMode.TOOLS_ONLY
 
         def wrapped(p):
-            return (p.tag("pre", p.marker() + p.space()) + p.literal(THINKING_CONTENT) + p.space()
-                    + p.tag("post", p.marker() + p.space()))
+            return (
+                p.tag("pre", p.marker() + p.space())
+                + p.literal(THINKING_CONTENT)
+                + p.space()
+                + p.tag("post", p.marker() + p.space())
+            )
 
         def delimiter(p):
             return p.literal(THINKING_CONTENT) + p.space() + p.optional(p.tag("post", p.marker() + p.space()))
@@ -282,7 +298,7 @@ class AnalyzeContent:
     end: str = ""  # "</response>", ""
 
     @classmethod
-    def analyze(cls, tmpl: Template, reasoning: AnalyzeReasoning) -> AnalyzeContent:
+    def analyze(cls, tmpl: Template, reasoning: AnalyzeReasoning) -> AnalyzeContent:  # noqa: C901
         c = cls()
         with_tools = _with_calls(_call("test_func", {"arg1": "value1"}))
         with_reasoning = _assistant("", reasoning_content=THINKING_CONTENT)
@@ -295,14 +311,22 @@ class AnalyzeContent:
 
         found_plain = False
         if trim_whitespace(diff_tools.left) == ASSISTANT_MSG:
+
             def plain(p):
-                return (p.space() + p.literal(diff_reasoning.left) + p.space() + p.optional(p.marker()) + p.space()
-                        + p.end())
+                return (
+                    p.space()
+                    + p.literal(diff_reasoning.left)
+                    + p.space()
+                    + p.optional(p.marker())
+                    + p.space()
+                    + p.end()
+                )
 
             if build_tagged_peg_parser(plain).parse_and_extract(diff_reasoning.left).result.success():
                 # only the content text in the diff (maybe with a stray end-of-turn marker): no wrappers
                 found_plain = True
             elif reasoning.mode != ReasoningMode.NONE and reasoning.end:
+
                 def post_reasoning(p):
                     return p.literal(reasoning.end) + p.space() + p.literal(ASSISTANT_MSG)
 
@@ -311,13 +335,18 @@ class AnalyzeContent:
         if not found_plain:
             rdiff = diff_reasoning.left
             if reasoning.end and reasoning.end in rdiff:
-                rdiff = rdiff[rdiff.find(reasoning.end) + len(reasoning.end):]
+                rdiff = rdiff[rdiff.find(reasoning.end) + len(reasoning.end) :]
             # the more promising diff (longer, in bytes as b10621 measures)
             pure = rdiff if _utf8_len(rdiff) > _utf8_len(diff_tools.left) else diff_tools.left
 
             def wrapped(p):
-                return (p.tag("pre", p.marker() + p.space()) + p.literal(ASSISTANT_MSG) + p.space()
-                        + p.tag("post", p.marker() + p.space()) + p.rest())
+                return (
+                    p.tag("pre", p.marker() + p.space())
+                    + p.literal(ASSISTANT_MSG)
+                    + p.space()
+                    + p.tag("post", p.marker() + p.space())
+                    + p.rest()
+                )
 
             res = build_tagged_peg_parser(wrapped).parse_anywhere_and_extract(pure)
             c.start, c.end = res.tags.get("pre", ""), res.tags.get("post", "")
@@ -409,8 +438,15 @@ class AnalyzeTools:
             return
         self._analyze_tool_call_format(cmp.diff.right, FUN_FIRST, ARG_FIRST, reasoning, parallel, tmpl)
 
-    def _analyze_tool_call_format(self, haystack: str, fun_needle: str, arg_needle: str,
-                                  reasoning: AnalyzeReasoning, parallel: bool, tmpl: Template) -> None:
+    def _analyze_tool_call_format(
+        self,
+        haystack: str,
+        fun_needle: str,
+        arg_needle: str,
+        reasoning: AnalyzeReasoning,
+        parallel: bool,
+        tmpl: Template,
+    ) -> None:
         def in_json(needle: str) -> bool:
             def build(p):
                 quoted = p.tag("dq", p.literal('"') + p.literal(needle) + p.literal('"'))
@@ -429,10 +465,10 @@ class AnalyzeTools:
         clean = haystack
         if reasoning.start and reasoning.start in haystack:
             pos = haystack.find(reasoning.start)
-            clean = haystack[:pos] + haystack[pos + len(reasoning.start):]
+            clean = haystack[:pos] + haystack[pos + len(reasoning.start) :]
         if reasoning.end and reasoning.end in clean:
             pos = clean.find(reasoning.end)
-            clean = clean[:pos] + clean[pos + len(reasoning.end):]
+            clean = clean[:pos] + clean[pos + len(reasoning.end) :]
 
         if self.format.mode == ToolFormat.JSON_NATIVE:
             self._analyze_tool_call_format_json_native(clean, fun_needle, arg_needle)
@@ -446,8 +482,9 @@ class AnalyzeTools:
 
     def _analyze_json_native_parallel_calls(self, tmpl: Template) -> None:
         """A section marker that repeats for the second call is a per-call marker."""
-        cmp = _compare_messages(tmpl, [_USER, _with_calls(_CALL_FIRST)], [_USER, _with_calls(_CALL_FIRST, _CALL_SECOND)],
-                                TOOLS)
+        cmp = _compare_messages(
+            tmpl, [_USER, _with_calls(_CALL_FIRST)], [_USER, _with_calls(_CALL_FIRST, _CALL_SECOND)], TOOLS
+        )
         if cmp is None:
             return
         fmt = self.format
@@ -455,12 +492,12 @@ class AnalyzeTools:
             fmt.per_call_start, fmt.per_call_end = fmt.section_start, fmt.section_end
             fmt.section_start = fmt.section_end = ""
 
-    def _analyze_tool_call_format_json_native(self, clean: str, fun_needle: str, arg_needle: str) -> None:
+    def _analyze_tool_call_format_json_native(self, clean: str, fun_needle: str, arg_needle: str) -> None:  # noqa: C901
         fmt = self.format
         json_start, json_end = clean.find("{"), clean.rfind("}")
         if json_start < 0:  # std::string::substr(npos) throws
             raise ValueError("basic_string::substr: the tool call has no JSON object")
-        cut = clean[json_start:json_end + 1] if json_end >= 0 else clean[json_start:]
+        cut = clean[json_start : json_end + 1] if json_end >= 0 else clean[json_start:]
         try:
             call_struct = json.loads(cut)
         except json.JSONDecodeError as e:
@@ -492,8 +529,7 @@ class AnalyzeTools:
             register("", key, value)
 
         def array(p):
-            return (p.tag("pre", p.literal("[") + p.space()) + p.literal(cut)
-                    + p.tag("post", p.space() + p.literal("]")))
+            return p.tag("pre", p.literal("[") + p.space()) + p.literal(cut) + p.tag("post", p.space() + p.literal("]"))
 
         res = build_tagged_peg_parser(array).parse_anywhere_and_extract(clean)
         if res.result.success():
@@ -516,12 +552,17 @@ class AnalyzeTools:
 
     def _analyze_tool_call_format_non_json(self, clean: str, fun_needle: str) -> None:
         def fun_marker_parser(p):
-            angle = (p.tag("fun_pre", p.literal("<") + p.until_one_of([">", fun_needle])) + p.literal(fun_needle)
-                     + p.tag("fun_post", p.negate(p.space() + p.literal("<")) + p.until(">") + p.literal(">"))
-                     + p.space())
-            square = (p.tag("fun_pre", p.literal("[") + p.until_one_of(["]", fun_needle])) + p.literal(fun_needle)
-                      + p.tag("fun_post", p.negate(p.space() + p.literal("[") + p.until("]") + p.literal("]"))
-                              + p.space()))
+            angle = (
+                p.tag("fun_pre", p.literal("<") + p.until_one_of([">", fun_needle]))
+                + p.literal(fun_needle)
+                + p.tag("fun_post", p.negate(p.space() + p.literal("<")) + p.until(">") + p.literal(">"))
+                + p.space()
+            )
+            square = (
+                p.tag("fun_pre", p.literal("[") + p.until_one_of(["]", fun_needle]))
+                + p.literal(fun_needle)
+                + p.tag("fun_post", p.negate(p.space() + p.literal("[") + p.until("]") + p.literal("]")) + p.space())
+            )
             return p.tag("fun_marker", p.choice([angle, square]))
 
         # is the function name inside a tag, or on its own?
@@ -530,17 +571,22 @@ class AnalyzeTools:
 
         # up to two markers, then everything up to the function marker is the name prefix
         def per_tool(p):
-            return (p.tag("sec_start", p.marker() + p.space()) + p.tag("call_start", p.marker() + p.space())
-                    + p.tag("fun_pre", p.until(fun_marker)) + p.literal(fun_marker) + p.tag("rest", p.rest()))
+            return (
+                p.tag("sec_start", p.marker() + p.space())
+                + p.tag("call_start", p.marker() + p.space())
+                + p.tag("fun_pre", p.until(fun_marker))
+                + p.literal(fun_marker)
+                + p.tag("rest", p.rest())
+            )
 
         def section(p):
             return p.tag("sec_start", p.marker() + p.space()) + p.literal(fun_marker) + p.tag("rest", p.rest())
 
         res = build_tagged_peg_parser(per_tool).parse_anywhere_and_extract(clean)
         if res.result.success():
+
             def double_closer(p):
-                return (p.tag("call_end", p.marker() + p.space()) + p.tag("sec_end", p.marker() + p.space())
-                        + p.end())
+                return p.tag("call_end", p.marker() + p.space()) + p.tag("sec_end", p.marker() + p.space()) + p.end()
 
             res_end = build_tagged_peg_parser(double_closer).parse_anywhere_and_extract(res.tags.get("rest", ""))
             self.function.name_prefix = fun_res.tags.get("fun_pre", "") + self.function.name_prefix
@@ -559,8 +605,9 @@ class AnalyzeTools:
     def _check_per_call_markers(self, tmpl: Template) -> None:
         """Section markers repeated for a second call are per-call markers; a per-call end marker that does not
         repeat is a section end."""
-        cmp = _compare_messages(tmpl, [_USER, _with_calls(_CALL_FIRST)], [_USER, _with_calls(_CALL_FIRST, _CALL_SECOND)],
-                                TOOLS)
+        cmp = _compare_messages(
+            tmpl, [_USER, _with_calls(_CALL_FIRST)], [_USER, _with_calls(_CALL_FIRST, _CALL_SECOND)], TOOLS
+        )
         if cmp is None:
             return
         fmt = self.format
@@ -573,7 +620,7 @@ class AnalyzeTools:
             if one > 0 and one == two:
                 fmt.section_end, fmt.per_call_end = fmt.per_call_end, ""
 
-    def _extract_function_markers(self, tmpl: Template) -> None:
+    def _extract_function_markers(self, tmpl: Template) -> None:  # noqa: C901
         params = TemplateParams(messages=[_USER, _with_calls(_CALL_FIRST)], tools=TOOLS)
 
         def to_second(p: TemplateParams) -> None:
@@ -588,12 +635,15 @@ class AnalyzeTools:
 
         prefix_marker = fmt.per_call_start or fmt.section_start
         if prefix_marker and prefix_marker in diff.prefix:
-            fn.name_prefix = diff.prefix[diff.prefix.rfind(prefix_marker) + len(prefix_marker):]
+            fn.name_prefix = diff.prefix[diff.prefix.rfind(prefix_marker) + len(prefix_marker) :]
 
         # the name's prefix and suffix, up to the next marker
         def name_parser(p):
-            return (p.tag("pre", p.until(FUN_FIRST)) + p.literal(FUN_FIRST)
-                    + p.tag("post", p.zero_or_more(p.negate(p.marker()) + p.any())))
+            return (
+                p.tag("pre", p.until(FUN_FIRST))
+                + p.literal(FUN_FIRST)
+                + p.tag("post", p.zero_or_more(p.negate(p.marker()) + p.any()))
+            )
 
         res = build_tagged_peg_parser(name_parser).parse_and_extract(diff.left)
         if res.result.success():
@@ -613,7 +663,8 @@ class AnalyzeTools:
                 fn.name_suffix += res.tags.get("ext", "")
         else:
             res = build_tagged_peg_parser(
-                lambda p: p.tag("ext", p.zero_or_more(p.negate(p.marker()) + p.any()))).parse_and_extract(diff.suffix)
+                lambda p: p.tag("ext", p.zero_or_more(p.negate(p.marker()) + p.any()))
+            ).parse_and_extract(diff.suffix)
             if res.result.success():
                 ext = res.tags.get("ext", "")
                 fn.name_suffix += ext
@@ -624,7 +675,7 @@ class AnalyzeTools:
                 def sep_parser(p):
                     return p.tag("sep", p.zero_or_more(p.negate(arg_start(p)) + p.any())) + arg_start(p)
 
-                res = build_tagged_peg_parser(sep_parser).parse_and_extract(diff.suffix[len(ext):])
+                res = build_tagged_peg_parser(sep_parser).parse_and_extract(diff.suffix[len(ext) :])
                 if res.result.success():
                     fn.args_separator = trim_whitespace(res.tags.get("sep", ""))
 
@@ -650,8 +701,14 @@ class AnalyzeTools:
             if fmt.mode == ToolFormat.TAG_WITH_TAGGED:
                 # past the last value and its closing marker, the rest closes the function
                 def closer(p):
-                    return (p.until("YYYY") + p.literal("YYYY") + p.space() + p.marker() + p.space()
-                            + p.tag("close", p.rest()))
+                    return (
+                        p.until("YYYY")
+                        + p.literal("YYYY")
+                        + p.space()
+                        + p.marker()
+                        + p.space()
+                        + p.tag("close", p.rest())
+                    )
 
                 res = build_tagged_peg_parser(closer).parse_and_extract(closer_suffix)
                 if res.result.success():
@@ -666,7 +723,7 @@ class AnalyzeTools:
                     post = res.tags.get("post_val", "")
                     pos = max(post.rfind("}"), post.rfind("]"))
                     if 0 <= pos < len(post) - 1:
-                        fn.close = trim_leading_whitespace(post[pos + 1:])
+                        fn.close = trim_leading_whitespace(post[pos + 1 :])
         fn.close = trim_leading_whitespace(fn.close)
 
     def _extract_argument_name_markers(self, tmpl: Template) -> None:
@@ -678,24 +735,30 @@ class AnalyzeTools:
             return
 
         def named(name: str, stop: str):
-            return lambda p: (p.tag("pre", p.until(name)) + p.literal(name)
-                              + p.tag("suffix", p.until_one_of(['"', stop])))
+            return lambda p: (
+                p.tag("pre", p.until(name)) + p.literal(name) + p.tag("suffix", p.until_one_of(['"', stop]))
+            )
 
         left = build_tagged_peg_parser(named(ARG_FIRST, "X")).parse_anywhere_and_extract(diff.left)
         right = build_tagged_peg_parser(named(ARG_SECOND, "Y")).parse_anywhere_and_extract(diff.right)
-        if (left.result.success() and right.result.success() and left.tags.get("pre", "")
-                and left.tags.get("pre", "") == right.tags.get("pre", "")
-                and left.tags.get("suffix", "") == right.tags.get("suffix", "")):
+        if (
+            left.result.success()
+            and right.result.success()
+            and left.tags.get("pre", "")
+            and left.tags.get("pre", "") == right.tags.get("pre", "")
+            and left.tags.get("suffix", "") == right.tags.get("suffix", "")
+        ):
             # the name sits inside a structure (a JSON key): the shared wrapper is the prefix
             args.name_prefix, args.name_suffix = left.tags.get("pre", ""), left.tags.get("suffix", "")
         elif diff.left.startswith(ARG_FIRST) and diff.right.startswith(ARG_SECOND):
             # the name opens the diff: the prefix is the last marker of the common prefix
             res = build_tagged_peg_parser(lambda p: _last_marker_parser(p, "name_prefix")).parse_and_extract(
-                diff.prefix)
+                diff.prefix
+            )
             args.name_prefix = res.tags.get("name_prefix", "") if res.result.success() else diff.prefix
 
             # the suffix runs from the name to the first marker (and whitespace), in the diff or after it
-            after_first = diff.left[len(ARG_FIRST):] + diff.suffix
+            after_first = diff.left[len(ARG_FIRST) :] + diff.suffix
 
             def suffix(p):
                 return p.tag("suffix", p.zero_or_more(p.negate(p.marker()) + p.any()) + p.marker() + p.space())
@@ -705,8 +768,9 @@ class AnalyzeTools:
                 args.name_suffix = res.tags.get("suffix", "")
 
     def _extract_argument_value_markers(self, tmpl: Template) -> None:
-        cmp = _compare_messages(tmpl, [_USER, _with_calls(_CALL_ONE_ARG)],
-                                [_USER, _with_calls(_CALL_ONE_ARG_OTHER_VAL)], TOOLS)
+        cmp = _compare_messages(
+            tmpl, [_USER, _with_calls(_CALL_ONE_ARG)], [_USER, _with_calls(_CALL_ONE_ARG_OTHER_VAL)], TOOLS
+        )
         if cmp is None:
             return
         diff, args, fmt = cmp.diff, self.arguments, self.format
@@ -715,7 +779,7 @@ class AnalyzeTools:
         name_ending = ARG_FIRST + args.name_suffix
         prefix = diff.prefix
         if name_ending in prefix:
-            prefix = prefix[prefix.rfind(name_ending) + len(name_ending):]
+            prefix = prefix[prefix.rfind(name_ending) + len(name_ending) :]
         if prefix:
             # the last marker and any text after it
             res = build_tagged_peg_parser(lambda p: _last_marker_parser(p, "val_prefix")).parse_and_extract(prefix)
@@ -735,9 +799,10 @@ class AnalyzeTools:
             # ARG_FIRST and ARG_SECOND share no prefix, so b10621 always finds "" here
             self.arguments.separator = until_common_prefix(cmp.diff.right, ARG_FIRST, ARG_SECOND)
 
-    def _extract_call_id_markers(self, tmpl: Template) -> None:
-        cmp = _compare_messages(tmpl, [_USER, _with_calls(_CALL_FIRST)], [_USER, _with_calls(_CALL_FIRST_ALT_ID)],
-                                TOOLS)
+    def _extract_call_id_markers(self, tmpl: Template) -> None:  # noqa: C901
+        cmp = _compare_messages(
+            tmpl, [_USER, _with_calls(_CALL_FIRST)], [_USER, _with_calls(_CALL_FIRST_ALT_ID)], TOOLS
+        )
         if cmp is None:
             return
         diff, cid = cmp.diff, self.call_id
@@ -758,21 +823,24 @@ class AnalyzeTools:
             args_in_suffix = diff.suffix.find("{")
             if args_in_suffix >= 0 and args_in_prefix < 0:
                 cid.pos = CallIdPosition.BETWEEN_FUNC_AND_ARGS
-                after_func = diff.prefix[fn_in_prefix + len(FUN_FIRST):]
+                after_func = diff.prefix[fn_in_prefix + len(FUN_FIRST) :]
 
                 # the marker right before the id, no other marker in between
                 def id_prefix(p):
-                    return (p.tag("prefix", p.marker())
-                            + p.zero_or_more(p.negate(p.marker()) + p.negate(p.literal(common_id)) + p.any())
-                            + p.literal(common_id))
+                    return (
+                        p.tag("prefix", p.marker())
+                        + p.zero_or_more(p.negate(p.marker()) + p.negate(p.literal(common_id)) + p.any())
+                        + p.literal(common_id)
+                    )
 
                 res = build_tagged_peg_parser(id_prefix).parse_anywhere_and_extract(after_func)
                 cid.prefix = res.tags.get("prefix", "") if res.result.success() else _find_last_marker(after_func)
 
                 # the first marker of the suffix before the arguments' {
                 def id_suffix(p):
-                    return (p.zero_or_more(p.negate(p.marker()) + p.negate(p.literal("{")) + p.any())
-                            + p.tag("suffix", p.marker()))
+                    return p.zero_or_more(p.negate(p.marker()) + p.negate(p.literal("{")) + p.any()) + p.tag(
+                        "suffix", p.marker()
+                    )
 
                 res = build_tagged_peg_parser(id_suffix).parse_anywhere_and_extract(diff.suffix)
                 if res.result.success():
@@ -782,7 +850,7 @@ class AnalyzeTools:
                 after_args = diff.prefix[args_in_prefix:]
                 closing = after_args.rfind("}")
                 if closing >= 0:
-                    cid.prefix = _find_last_marker(after_args[closing + 1:])
+                    cid.prefix = _find_last_marker(after_args[closing + 1 :])
                 cid.suffix = _find_first_marker(diff.suffix)
         elif fn_in_suffix >= 0 and fn_in_prefix < 0:
             cid.pos = CallIdPosition.PRE_FUNC_NAME
@@ -818,8 +886,11 @@ class Autoparser:
         self.jinja_caps = tmpl.caps
         self.reasoning = AnalyzeReasoning.analyze(tmpl, tmpl.caps["supports_tool_calls"])
         self.content = AnalyzeContent.analyze(tmpl, self.reasoning)
-        self.tools = (AnalyzeTools.analyze(tmpl, tmpl.caps, self.reasoning) if tmpl.caps["supports_tool_calls"]
-                      else AnalyzeTools())
+        self.tools = (
+            AnalyzeTools.analyze(tmpl, tmpl.caps, self.reasoning)
+            if tmpl.caps["supports_tool_calls"]
+            else AnalyzeTools()
+        )
         self.assistant_start = self.detect_assistant_start_marker(tmpl)
         self.user_start = self.detect_user_start_marker(tmpl)
         self._collect_preserved_tokens()
@@ -829,11 +900,29 @@ class Autoparser:
 
     def _collect_preserved_tokens(self) -> None:
         r, c, t = self.reasoning, self.content, self.tools
-        for token in (r.start, r.end, c.start, c.end, t.format.section_start, t.format.section_end,
-                      t.format.per_call_start, t.format.per_call_end, t.function.name_prefix,
-                      t.function.name_suffix, t.function.args_separator, t.function.close, t.arguments.start,
-                      t.arguments.end, t.arguments.name_prefix, t.arguments.name_suffix, t.arguments.separator,
-                      t.arguments.value_prefix, t.arguments.value_suffix, t.call_id.prefix, t.call_id.suffix):
+        for token in (
+            r.start,
+            r.end,
+            c.start,
+            c.end,
+            t.format.section_start,
+            t.format.section_end,
+            t.format.per_call_start,
+            t.format.per_call_end,
+            t.function.name_prefix,
+            t.function.name_suffix,
+            t.function.args_separator,
+            t.function.close,
+            t.arguments.start,
+            t.arguments.end,
+            t.arguments.name_prefix,
+            t.arguments.name_suffix,
+            t.arguments.separator,
+            t.arguments.value_prefix,
+            t.arguments.value_suffix,
+            t.call_id.prefix,
+            t.call_id.suffix,
+        ):
             token = trim_whitespace(token)
             if token and token not in self.preserved_tokens:
                 self.preserved_tokens.append(token)
@@ -845,7 +934,7 @@ class Autoparser:
         prefix = _until(cmp.diff.right, ASSISTANT_MSG)
         for marker in (self.reasoning.start, self.reasoning.end):
             if marker and trim_whitespace(marker) in prefix:
-                prefix = prefix[:prefix.find(trim_whitespace(marker))]
+                prefix = prefix[: prefix.find(trim_whitespace(marker))]
         return trim_whitespace(prefix)
 
     def detect_user_start_marker(self, tmpl: Template) -> str:
@@ -857,7 +946,7 @@ class Autoparser:
                 return ""
         usermsg = cmp.diff.right
         if ASSISTANT_MSG in usermsg:
-            usermsg = usermsg[usermsg.find(ASSISTANT_MSG) + len(ASSISTANT_MSG):]
+            usermsg = usermsg[usermsg.find(ASSISTANT_MSG) + len(ASSISTANT_MSG) :]
         out, seen_marker = [], False
         for seg in segmentize_markers(_until(usermsg, USER_MSG)):
             lower = _ascii_lower(seg.value)
@@ -877,34 +966,45 @@ class Autoparser:
 
 def _old_qwen_thinking(src: str, a: Autoparser) -> None:
     # old reasoning Qwen/DeepSeek templates strip reasoning from history but the models still think
-    if ("content.split('</think>')" in src and "reasoning_content" not in src and "<SPECIAL_12>" not in src
-            and a.reasoning.mode == ReasoningMode.NONE):
+    if (
+        "content.split('</think>')" in src
+        and "reasoning_content" not in src
+        and "<SPECIAL_12>" not in src
+        and a.reasoning.mode == ReasoningMode.NONE
+    ):
         a.reasoning.mode, a.reasoning.start, a.reasoning.end = ReasoningMode.TAG_BASED, "<think>", "</think>"
         a.preserved_tokens += ["<think>", "</think>"]
 
 
 def _granite_3_3(src: str, a: Autoparser) -> None:
-    if ("Write your thoughts between <think></think> and write your response between <response></response>"
-            in src):
+    if "Write your thoughts between <think></think> and write your response between <response></response>" in src:
         a.reasoning.mode, a.reasoning.start, a.reasoning.end = ReasoningMode.TAG_BASED, "<think>", "</think>"
         a.preserved_tokens += ["<think>", "</think>"]
-        a.content.mode, a.content.start, a.content.end = (ContentMode.WRAPPED_WITH_REASONING, "<response>",
-                                                          "</response>")
+        a.content.mode, a.content.start, a.content.end = (
+            ContentMode.WRAPPED_WITH_REASONING,
+            "<response>",
+            "</response>",
+        )
         a.preserved_tokens += ["<response>", "</response>"]
 
 
 def _command_r_plus(src: str, a: Autoparser) -> None:
     if "<|CHATBOT_TOKEN|>" in src and "<|END_OF_TURN_TOKEN|>" in src and not a.content.start:
-        a.content.mode, a.content.start, a.content.end = (ContentMode.ALWAYS_WRAPPED, "<|CHATBOT_TOKEN|>",
-                                                          "<|END_OF_TURN_TOKEN|>")
+        a.content.mode, a.content.start, a.content.end = (
+            ContentMode.ALWAYS_WRAPPED,
+            "<|CHATBOT_TOKEN|>",
+            "<|END_OF_TURN_TOKEN|>",
+        )
         a.preserved_tokens += ["<|CHATBOT_TOKEN|>", "<|END_OF_TURN_TOKEN|>"]
         a.user_start = "<|START_OF_TURN_TOKEN|><|USER_TOKEN|>"
 
 
 def _functionary_3_1(src: str, a: Autoparser) -> None:
     # no tool call section delimiter
-    if ('set has_code_interpreter = tools | selectattr("type", "equalto", "code_interpreter") | list | length > 0'
-            in src):
+    if (
+        'set has_code_interpreter = tools | selectattr("type", "equalto", "code_interpreter") | list | length > 0'
+        in src
+    ):
         a.content.mode, a.content.end = ContentMode.PLAIN, ""
         a.tools.function.name_prefix = ""
         a.tools.format.section_start = a.tools.format.section_end = ""
@@ -935,8 +1035,10 @@ def _nemotron_nano_v2(src: str, a: Autoparser) -> None:
 
 
 def _fireworks(src: str, a: Autoparser) -> None:
-    if ("{%- set system_prompt = '<|start_header_id|>' + 'system' + '<|end_header_id|>\\n\\n' + message['content'] "
-            "| trim + '\\n' + system_prompt_suffix + '<|eot_id|>' -%}" in src):
+    if (
+        "{%- set system_prompt = '<|start_header_id|>' + 'system' + '<|end_header_id|>\\n\\n' + message['content'] "
+        "| trim + '\\n' + system_prompt_suffix + '<|eot_id|>' -%}" in src
+    ):
         a.assistant_start = "<|start_header_id|>assistant<|end_header_id|>"
         a.user_start = "<|start_header_id|>user<|end_header_id|>"
 
@@ -975,5 +1077,17 @@ def _bailing_v3(src: str, a: Autoparser) -> None:
         a.tools.arguments.tolerate_intertag_whitespace = True
 
 
-WORKAROUNDS = (_old_qwen_thinking, _granite_3_3, _command_r_plus, _functionary_3_1, _deepseek_r1_distill_qwen,
-               _nemotron_nano_v2, _fireworks, _solar_open, _apriel_1_6, _json_name_parameters, _laguna, _bailing_v3)
+WORKAROUNDS = (
+    _old_qwen_thinking,
+    _granite_3_3,
+    _command_r_plus,
+    _functionary_3_1,
+    _deepseek_r1_distill_qwen,
+    _nemotron_nano_v2,
+    _fireworks,
+    _solar_open,
+    _apriel_1_6,
+    _json_name_parameters,
+    _laguna,
+    _bailing_v3,
+)

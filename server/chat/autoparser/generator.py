@@ -51,8 +51,9 @@ class GenerationParams:
     add_eos: bool = False
 
     def has_continuation(self) -> bool:
-        return (self.continue_final_message != "none" and self.continue_msg is not None
-                and not is_empty(self.continue_msg))
+        return (
+            self.continue_final_message != "none" and self.continue_msg is not None and not is_empty(self.continue_msg)
+        )
 
     def has_tools(self) -> bool:
         return isinstance(self.tools, list) and bool(self.tools)
@@ -103,8 +104,9 @@ def _reasoning_parser(ctx: _Context) -> PegParser:
     if r.mode in (ReasoningMode.TAG_BASED, ReasoningMode.TOOLS_ONLY) and r.end:
         end = trim_whitespace(r.end)
         if r.start:
-            return p.optional(plus(lambda: p.optspace(r.start), lambda: p.reasoning(p.until(end)),
-                                   lambda: p.optspace(r.end)))
+            return p.optional(
+                plus(lambda: p.optspace(r.start), lambda: p.reasoning(p.until(end)), lambda: p.optspace(r.end))
+            )
         # delimiter style: no start marker
         return p.optional(plus(lambda: p.reasoning(p.until(end)), lambda: p.optspace(r.end)))
     return p.eps()
@@ -115,8 +117,7 @@ def _content_parser(ctx: _Context) -> PegParser:
     if c.is_always_wrapped():
         if ctx.extracting_reasoning:
             return plus(ctx.reasoning_parser, c.start, lambda: p.content(p.until(c.end)), c.end, p.end)
-        return plus(lambda: p.content(p.until(c.start)), c.start, lambda: p.content(p.until(c.end)), c.end,
-                    p.end)
+        return plus(lambda: p.content(p.until(c.start)), c.start, lambda: p.content(p.until(c.end)), c.end, p.end)
     return plus(ctx.reasoning_parser, lambda: p.content(p.rest()), p.end)
 
 
@@ -152,9 +153,21 @@ def _json_native_parser(ctx: _Context) -> PegParser:
     required = inputs.tool_choice == "required"
 
     def tools(start: str, end: str) -> PegParser:
-        return p.standard_json_tools(start, end, inputs.tools, inputs.parallel_tool_calls, required, name_field,
-                                     args_field, fmt.tools_array_wrapped, fmt.fun_name_is_key, fmt.id_field,
-                                     fmt.gen_id_field, fmt.parameter_order, fmt.openai_wrapper_trigger)
+        return p.standard_json_tools(
+            start,
+            end,
+            inputs.tools,
+            inputs.parallel_tool_calls,
+            required,
+            name_field,
+            args_field,
+            fmt.tools_array_wrapped,
+            fmt.fun_name_is_key,
+            fmt.id_field,
+            fmt.gen_id_field,
+            fmt.parameter_order,
+            fmt.openai_wrapper_trigger,
+        )
 
     p.eps()  # upstream's tools_parser placeholder, kept for the parser ids
     if not fmt.section_start and fmt.per_call_start:
@@ -170,8 +183,14 @@ def _json_native_parser(ctx: _Context) -> PegParser:
     return plus(ctx.reasoning_parser, lambda: p.optional(p.content(p.until(tool_start))), tools_parser, p.end)
 
 
-def _func_parser(ctx: _Context, name: str, call_id_section: PegParser, have_call_id: bool, args: PegParser,
-                 atomic_peek: PegParser | None) -> PegParser:
+def _func_parser(
+    ctx: _Context,
+    name: str,
+    call_id_section: PegParser,
+    have_call_id: bool,
+    args: PegParser,
+    atomic_peek: PegParser | None,
+) -> PegParser:
     """analyze_tools::build_func_parser(): open + call id + args, atomic where a partial open must not show,
     and the close."""
     p, t = ctx.p, ctx.analysis.tools
@@ -230,7 +249,7 @@ def _with_args_markers(ctx: _Context, args: PegParser) -> PegParser:
     return args
 
 
-def _tool_calls_section(ctx: _Context, tool_choice: PegParser, tagged: bool) -> PegParser:
+def _tool_calls_section(ctx: _Context, tool_choice: PegParser, tagged: bool) -> PegParser:  # noqa: C901
     """The calls between the section / per-call markers, repeated when parallel calls are on, optional unless
     required, after optional content (the tail shared by the two tag formats)."""
     p, inputs, fmt = ctx.p, ctx.inputs, ctx.analysis.tools.format
@@ -254,8 +273,9 @@ def _tool_calls_section(ctx: _Context, tool_choice: PegParser, tagged: bool) -> 
                 section_end = lambda: plus(lambda: p.literal(fmt.section_end), p.space)
             else:
                 section_end = lambda: p.literal(fmt.section_end)
-            tool_calls = p.trigger_rule("tool-calls", plus(lambda: p.literal(fmt.section_start), p.space,
-                                                           tool_calls, p.space, section_end))
+            tool_calls = p.trigger_rule(
+                "tool-calls", plus(lambda: p.literal(fmt.section_start), p.space, tool_calls, p.space, section_end)
+            )
     else:
         separator = ", "
         more = lambda: p.zero_or_more(separator + tool_choice)
@@ -291,8 +311,9 @@ def _tag_json_parser(ctx: _Context) -> PegParser:
     return _tool_calls_section(ctx, p.choice_of(functions(ctx.inputs.tools), tool_rule), tagged=False)
 
 
-def _tagged_arg(ctx: _Context, name: str, param_name: str, param_schema: object, is_string: bool,
-                until_suffix: PegParser) -> PegParser:
+def _tagged_arg(
+    ctx: _Context, name: str, param_name: str, param_schema: object, is_string: bool, until_suffix: PegParser
+) -> PegParser:
     """One <name>value</name> argument: a string-typed value is raw text up to the value suffix, any other a
     JSON value."""
     p, a = ctx.p, ctx.analysis.tools.arguments
@@ -301,9 +322,11 @@ def _tagged_arg(ctx: _Context, name: str, param_name: str, param_schema: object,
         return p.tool_arg_close(p.literal(a.value_suffix))
 
     if is_string:
+
         def value() -> PegParser:
             return p.ac(plus(lambda: p.tool_arg_string_value(until_suffix), close), a.value_suffix)
     else:
+
         def value() -> PegParser:
             schema = p.schema(p.json(), f"tool-{name}-arg-{param_name}-schema", param_schema, False)
             return plus(lambda: p.tool_arg_json_value(schema), close)
@@ -326,8 +349,9 @@ def _tag_tagged_parser(ctx: _Context) -> PegParser:
 
         required_parsers, optional_parsers = [], []
         for param_name, param_schema in properties.items():
-            arg = _tagged_arg(ctx, name, param_name, param_schema, resolves_to_string(param_schema, params),
-                              until_suffix)
+            arg = _tagged_arg(
+                ctx, name, param_name, param_schema, resolves_to_string(param_schema, params), until_suffix
+            )
             named = p.rule(f"tool-{name}-arg-{param_name}", arg)
             (required_parsers if param_name in required else optional_parsers).append(named)
 
@@ -336,8 +360,7 @@ def _tag_tagged_parser(ctx: _Context) -> PegParser:
         call_id_section, have_call_id = _call_id_between(ctx, suffix_inside=True)
         # peek for an argument tag only when required arguments must follow: with all of them optional the
         # model may write none
-        atomic_peek = (p.peek(p.literal(args_a.name_prefix)) if args_a.name_prefix and required_parsers
-                       else None)
+        atomic_peek = p.peek(p.literal(args_a.name_prefix)) if args_a.name_prefix and required_parsers else None
         func_parser = _func_parser(ctx, name, call_id_section, have_call_id, args, atomic_peek)
         return p.rule(f"tool-{name}", func_parser)
 
@@ -352,26 +375,27 @@ def build_parser(analysis: Autoparser, inputs: GenerationParams, generation_prom
     """autoparser::build_parser(): the generation prompt, then reasoning, then a response-format JSON, tool
     calls or content."""
     if not analysis.analysis_complete:
-        raise ValueError("Cannot call build_parser on autoparser without performing analysis first, "
-                         "call analyze_template(...)")
+        raise ValueError(
+            "Cannot call build_parser on autoparser without performing analysis first, call analyze_template(...)"
+        )
 
     def build(p: ChatPegBuilder) -> PegParser:
         ctx = _Context(p, inputs, analysis, p.eps())
-        ctx.extracting_reasoning = (inputs.reasoning_format != "none"
-                                    and analysis.reasoning.mode != ReasoningMode.NONE)
+        ctx.extracting_reasoning = inputs.reasoning_format != "none" and analysis.reasoning.mode != ReasoningMode.NONE
         ctx.reasoning_parser = _reasoning_parser(ctx)
         p.eps()  # upstream's `parser` placeholder, kept for the parser ids
         pure_content = analysis.reasoning.mode == ReasoningMode.NONE
         if inputs.has_response_format():
-            response_format = p.rule("response-format", p.content(
-                p.schema(p.json(), "response-format-schema", inputs.json_schema)))
-            fenced = lambda: plus(lambda: p.literal("```json"), p.space, response_format, p.space,
-                                  lambda: p.literal("```"))
+            response_format = p.rule(
+                "response-format", p.content(p.schema(p.json(), "response-format-schema", inputs.json_schema))
+            )
+            fenced = lambda: plus(
+                lambda: p.literal("```json"), p.space, response_format, p.space, lambda: p.literal("```")
+            )
             bare = lambda: plus(p.space, response_format, p.space)
             parser = plus(ctx.reasoning_parser, p.space, lambda: p.choice([fenced(), bare()]), p.end)
             pure_content = False
-        elif (inputs.has_tools() and inputs.tool_choice != "none"
-              and analysis.jinja_caps["supports_tool_calls"]):
+        elif inputs.has_tools() and inputs.tool_choice != "none" and analysis.jinja_caps["supports_tool_calls"]:
             parser = _tools_parser(ctx)
             pure_content = False
         else:
@@ -411,21 +435,33 @@ def generate_parser(tmpl: Template, inputs: GenerationParams, analysis: Autopars
     has_tools = fmt.mode != ToolFormat.NONE and inputs.has_tools()
     trigger_marker = fmt.section_start or fmt.per_call_start
     has_response_format = inputs.has_response_format()
-    if has_response_format or (has_tools and ((inputs.tool_choice == "auto" and trigger_marker)
-                                              or inputs.tool_choice == "required")):
+    if has_response_format or (
+        has_tools and ((inputs.tool_choice == "auto" and trigger_marker) or inputs.tool_choice == "required")
+    ):
         lazy = not has_response_format and inputs.tool_choice == "auto"
         triggers = []
         if lazy:
             triggers.append((GRAMMAR_TRIGGER_TYPE_WORD, trigger_marker))
             if fmt.openai_wrapper_trigger:  # the model writes the OpenAI function wrapper
                 triggers.append((GRAMMAR_TRIGGER_TYPE_WORD, '{"type": "function",'))
-        add_grammar(data, lazy, [f.get("parameters", {}) for f in functions(inputs.tools)], triggers,
-                    response_format=inputs.json_schema if has_response_format else None)
+        add_grammar(
+            data,
+            lazy,
+            [f.get("parameters", {}) for f in functions(inputs.tools)],
+            triggers,
+            response_format=inputs.json_schema if has_response_format else None,
+        )
     return data
 
 
-def add_grammar(data: ChatParams, lazy: bool, schemas: Iterable[object], triggers: list[tuple[int, str]],
-                *, response_format: object = None) -> None:
+def add_grammar(
+    data: ChatParams,
+    lazy: bool,
+    schemas: Iterable[object],
+    triggers: list[tuple[int, str]],
+    *,
+    response_format: object = None,
+) -> None:
     """The grammar of `data.parser` (tool_grammar() of the tool schemas, then of the response format's when
     there is one), lazy or not, and the triggers that start it."""
     schemas = list(schemas)

@@ -72,7 +72,7 @@ def segmentize_markers(text: str) -> list[Segment]:
                 out.append(Segment(SegmentType.TEXT, text[last:pos]))
             last, opener = pos, ch
         elif opener and ch == (">" if opener == "<" else "]"):
-            out.append(Segment(SegmentType.MARKER, text[last:pos + 1]))
+            out.append(Segment(SegmentType.MARKER, text[last : pos + 1]))
             last, opener = pos + 1, ""
     if last < len(text):
         out.append(Segment(SegmentType.TEXT, text[last:]))
@@ -85,7 +85,7 @@ def prune_whitespace_segments(segments: list[Segment]) -> list[Segment]:
 
 def _common_prefix_len(a: str, b: str) -> int:
     n = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):
         if x != y:
             break
         n += 1
@@ -94,15 +94,16 @@ def _common_prefix_len(a: str, b: str) -> int:
 
 def _common_suffix_len(a: str, b: str) -> int:
     n = 0
-    for x, y in zip(reversed(a), reversed(b)):
+    for x, y in zip(reversed(a), reversed(b), strict=False):
         if x != y:
             break
         n += 1
     return n
 
 
-def _match_lone_segment(lone: Segment, other: list[Segment], first: int, last: int,
-                        result: DiffSplit) -> tuple[int, int, bool]:
+def _match_lone_segment(
+    lone: Segment, other: list[Segment], first: int, last: int, result: DiffSplit
+) -> tuple[int, int, bool]:
     """One side is down to one segment: when it is the other side's last unconsumed segment, that one joins
     the suffix, else when it is the other side's first, the prefix. The other side's new range, and whether
     the lone segment was matched."""
@@ -115,7 +116,7 @@ def _match_lone_segment(lone: Segment, other: list[Segment], first: int, last: i
     return first, last, False
 
 
-def calculate_diff_split(left: str, right: str) -> DiffSplit:
+def calculate_diff_split(left: str, right: str) -> DiffSplit:  # noqa: C901
     """The common prefix and suffix of two strings and what differs between them, cut on marker boundaries
     where the difference starts or ends inside a marker."""
     result = DiffSplit()
@@ -165,18 +166,21 @@ def calculate_diff_split(left: str, right: str) -> DiffSplit:
     can_text_suffix = ls[l1].type == SegmentType.TEXT and rs[r1].type == SegmentType.TEXT
     can_text_prefix = rs[r0].type == SegmentType.TEXT and ls[l0].type == SegmentType.TEXT
 
-    rem_left = "".join(s.value for s in ls[l0:l1 if left_done else l1 + 1])
-    rem_right = "".join(s.value for s in rs[r0:r1 if right_done else r1 + 1])
+    rem_left = "".join(s.value for s in ls[l0 : l1 if left_done else l1 + 1])
+    rem_right = "".join(s.value for s in rs[r0 : r1 if right_done else r1 + 1])
 
     suffix_len = _common_suffix_len(rem_left, rem_right) if can_text_suffix else 0
     # the prefix may not overlap the suffix
-    prefix_len = (_common_prefix_len(rem_left[:len(rem_left) - suffix_len], rem_right[:len(rem_right) - suffix_len])
-                  if can_text_prefix else 0)
+    prefix_len = (
+        _common_prefix_len(rem_left[: len(rem_left) - suffix_len], rem_right[: len(rem_right) - suffix_len])
+        if can_text_prefix
+        else 0
+    )
 
     result.prefix += rem_left[:prefix_len]
-    result.suffix = rem_left[len(rem_left) - suffix_len:] + result.suffix
-    result.left = rem_left[prefix_len:len(rem_left) - suffix_len]
-    result.right = rem_right[prefix_len:len(rem_right) - suffix_len]
+    result.suffix = rem_left[len(rem_left) - suffix_len :] + result.suffix
+    result.left = rem_left[prefix_len : len(rem_left) - suffix_len]
+    result.right = rem_right[prefix_len : len(rem_right) - suffix_len]
 
     if not result.left and not result.right:  # no difference: all of it is the prefix
         result.prefix, result.suffix = left, ""
@@ -184,7 +188,7 @@ def calculate_diff_split(left: str, right: str) -> DiffSplit:
     # left wholly contained at the start of right: the segment matching above can rotate trailing text of left
     # into the suffix; the plain split is the right one
     if not result.left and result.right and right.startswith(left):
-        result.prefix, result.suffix, result.right = left, "", right[len(left):]
+        result.prefix, result.suffix, result.right = left, "", right[len(left) :]
     return result
 
 
@@ -202,9 +206,9 @@ def after_common_suffix(full: str, left: str, right: str) -> str:
     n = _common_suffix_len(left, right)
     if n == 0:
         return ""
-    suffix = left[len(left) - n:]
+    suffix = left[len(left) - n :]
     pos = full.rfind(suffix)
-    return "" if pos < 0 else full[pos + n:]
+    return "" if pos < 0 else full[pos + n :]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -221,16 +225,28 @@ class Template:
     caps: dict[str, bool] = field(default_factory=dict)
 
 
-def direct_apply(tmpl: Template, messages: list, tools: list | None, add_generation_prompt: bool,
-                 enable_thinking: bool, extra_context: dict | None = None, add_bos: bool = False,
-                 add_eos: bool = False, normalize_messages: bool = True) -> str:
+def direct_apply(
+    tmpl: Template,
+    messages: list,
+    tools: list | None,
+    add_generation_prompt: bool,
+    enable_thinking: bool,
+    extra_context: dict | None = None,
+    add_bos: bool = False,
+    add_eos: bool = False,
+    normalize_messages: bool = True,
+) -> str:
     """common_chat_template_direct_apply_impl(): the template rendered with b10621's context variables
     (the extra context overrides them). `normalize_messages` False: the messages are a messages override,
     already in the template's shape, handed over as they are. Raises TemplateError when the template fails."""
     if normalize_messages:
         messages = normalize(messages, tmpl.caps or template_caps(tmpl.source))
-    ctx: dict = {"messages": messages, "bos_token": tmpl.bos_token, "eos_token": tmpl.eos_token,
-                 "enable_thinking": enable_thinking}
+    ctx: dict = {
+        "messages": messages,
+        "bos_token": tmpl.bos_token,
+        "eos_token": tmpl.eos_token,
+        "enable_thinking": enable_thinking,
+    }
     if tools:
         ctx["tools"] = tools
     ctx.update(extra_context or {})
@@ -238,50 +254,76 @@ def direct_apply(tmpl: Template, messages: list, tools: list | None, add_generat
         ctx["add_generation_prompt"] = True
     preserve = ctx.get("preserve_reasoning")
     if isinstance(preserve, bool):  # jinja::caps_apply_preserve_reasoning
-        ctx.update(preserve_thinking=preserve, clear_thinking=not preserve, truncate_history_thinking=not preserve,
-                   drop_thinking=not preserve)
+        ctx.update(
+            preserve_thinking=preserve,
+            clear_thinking=not preserve,
+            truncate_history_thinking=not preserve,
+            drop_thinking=not preserve,
+        )
     effort = ctx.get("reasoning_effort")
     if isinstance(effort, str) and effort:  # jinja::caps_apply_reasoning_effort
         ctx["reasoning_strength"] = effort
-    out = render(tmpl.source, ctx.pop("messages"), add_generation_prompt=ctx.pop("add_generation_prompt", False),
-                 tools=ctx.pop("tools", None), **ctx)
+    out = render(
+        tmpl.source,
+        ctx.pop("messages"),
+        add_generation_prompt=ctx.pop("add_generation_prompt", False),
+        tools=ctx.pop("tools", None),
+        **ctx,
+    )
     # the tokenizer adds BOS/EOS itself: not twice
     if add_bos and tmpl.bos_token and out.startswith(tmpl.bos_token):
-        out = out[len(tmpl.bos_token):]
+        out = out[len(tmpl.bos_token) :]
     if add_eos and tmpl.eos_token and out.endswith(tmpl.eos_token):
-        out = out[:len(out) - len(tmpl.eos_token)]
+        out = out[: len(out) - len(tmpl.eos_token)]
     return out
 
 
-def generation_prompt(tmpl: Template, messages: list, tools: list | None, enable_thinking: bool,
-                      extra_context: dict | None = None, add_bos: bool = False, add_eos: bool = False,
-                      normalize_messages: bool = True) -> str:
+def generation_prompt(
+    tmpl: Template,
+    messages: list,
+    tools: list | None,
+    enable_thinking: bool,
+    extra_context: dict | None = None,
+    add_bos: bool = False,
+    add_eos: bool = False,
+    normalize_messages: bool = True,
+) -> str:
     """common_chat_template_generation_prompt(): what add_generation_prompt appends to the render."""
     args = (enable_thinking, extra_context, add_bos, add_eos, normalize_messages)
     without = direct_apply(tmpl, messages, tools, False, *args)
     with_prompt = direct_apply(tmpl, messages, tools, True, *args)
-    return with_prompt[_common_prefix_len(without, with_prompt):]
+    return with_prompt[_common_prefix_len(without, with_prompt) :]
 
 
 def _request_render(inputs: GenerationParams, messages: list | None, additional_context: dict | None) -> dict:
     """The render arguments of a request: its messages, or a messages override (as it is), and its extra
     context with `additional_context` over it."""
-    return {"messages": inputs.messages if messages is None else messages, "tools": inputs.tools,
-            "enable_thinking": inputs.enable_thinking,
-            "extra_context": {**(inputs.extra_context or {}), **(additional_context or {})},
-            "add_bos": inputs.add_bos, "add_eos": inputs.add_eos, "normalize_messages": messages is None}
+    return {
+        "messages": inputs.messages if messages is None else messages,
+        "tools": inputs.tools,
+        "enable_thinking": inputs.enable_thinking,
+        "extra_context": {**(inputs.extra_context or {}), **(additional_context or {})},
+        "add_bos": inputs.add_bos,
+        "add_eos": inputs.add_eos,
+        "normalize_messages": messages is None,
+    }
 
 
-def apply(tmpl: Template, inputs: GenerationParams, messages: list | None = None,
-          additional_context: dict | None = None) -> str:
+def apply(
+    tmpl: Template, inputs: GenerationParams, messages: list | None = None, additional_context: dict | None = None
+) -> str:
     """common_chat_template_direct_apply_impl(tmpl, inputs, messages_override, additional_context): the
     request rendered with its own add_generation_prompt."""
-    return direct_apply(tmpl, add_generation_prompt=inputs.add_generation_prompt,
-                        **_request_render(inputs, messages, additional_context))
+    return direct_apply(
+        tmpl,
+        add_generation_prompt=inputs.add_generation_prompt,
+        **_request_render(inputs, messages, additional_context),
+    )
 
 
-def generation_prompt_of(tmpl: Template, inputs: GenerationParams, messages: list | None = None,
-                         additional_context: dict | None = None) -> str:
+def generation_prompt_of(
+    tmpl: Template, inputs: GenerationParams, messages: list | None = None, additional_context: dict | None = None
+) -> str:
     """common_chat_template_generation_prompt_impl(): what add_generation_prompt appends to the request's
     render."""
     return generation_prompt(tmpl, **_request_render(inputs, messages, additional_context))
@@ -305,8 +347,9 @@ def apply_template(tmpl: Template, params: TemplateParams) -> str:
     extra = dict(params.extra_context or {})
     extra["enable_thinking"] = params.enable_thinking
     try:
-        return direct_apply(tmpl, params.messages, params.tools, params.add_generation_prompt,
-                            params.enable_thinking, extra)
+        return direct_apply(
+            tmpl, params.messages, params.tools, params.add_generation_prompt, params.enable_thinking, extra
+        )
     except TemplateError:
         return ERR_TMPL
 
@@ -318,8 +361,9 @@ class CompareVariantsResult:
     output_B: str
 
 
-def compare_variants(tmpl: Template, params_a: TemplateParams,
-                     modifier: Callable[[TemplateParams], None] | None) -> CompareVariantsResult | None:
+def compare_variants(
+    tmpl: Template, params_a: TemplateParams, modifier: Callable[[TemplateParams], None] | None
+) -> CompareVariantsResult | None:
     """Render params_a and a modified copy of it; their diff, or None when either render fails."""
     params_b = copy.deepcopy(params_a)
     if modifier is not None:
@@ -346,8 +390,9 @@ def render_content(msg: ChatMsg) -> str:
 
 def functions(tools: list | None) -> list[dict]:
     """foreach_function(): the `function` objects of the tools of type "function"."""
-    return [t["function"] for t in tools or []
-            if isinstance(t, dict) and t.get("type") == "function" and "function" in t]
+    return [
+        t["function"] for t in tools or [] if isinstance(t, dict) and t.get("type") == "function" and "function" in t
+    ]
 
 
 def parameters(function: dict) -> list[tuple[str, object, bool]]:
@@ -363,7 +408,7 @@ def parameters(function: dict) -> list[tuple[str, object, bool]]:
 _STRING_FORMATS = ("date", "time", "date-time", "uri", "email", "hostname", "ipv4", "ipv6", "uuid")
 
 
-def resolves_to_string(schema: object, root: object) -> bool:
+def resolves_to_string(schema: object, root: object) -> bool:  # noqa: C901
     """common_schema_info::resolves_to_string() after resolve_refs(root): some branch of the schema permits a
     string (its type, a oneOf/anyOf alternative, all of an allOf, a string const or enum value, a string
     keyword, a string format, a local $ref into `root`)."""

@@ -37,12 +37,26 @@ GEN_PREFIX = TURN_START + CHATBOT  # the stable part of the generation prompt, b
 
 def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
     data = kit.chat_params(
-        tmpl, inputs,
+        tmpl,
+        inputs,
         supports_thinking=True,
         thinking_start_tag=THINK_START,
         thinking_end_tags=[THINK_END],
-        preserved_tokens=[TURN_START, TURN_END, CHATBOT, USER, SYSTEM, THINK_START, THINK_END, TEXT_START, TEXT_END,
-                          ACTION_START, ACTION_END, RESULT_START, RESULT_END],
+        preserved_tokens=[
+            TURN_START,
+            TURN_END,
+            CHATBOT,
+            USER,
+            SYSTEM,
+            THINK_START,
+            THINK_END,
+            TEXT_START,
+            TEXT_END,
+            ACTION_START,
+            ACTION_END,
+            RESULT_START,
+            RESULT_END,
+        ],
         # a tool result opens with the system token then <|START_TOOL_RESULT|>: before the plain system one
         message_delimiters={
             "assistant": GEN_PREFIX,
@@ -64,40 +78,66 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
         # the thinking block is always there: its body is the reasoning, or (markers included) content
         reasoning = p.eps()
         if extract_reasoning:
-            reasoning = p.optional(plus(
-                lambda: p.literal(THINK_START),
-                lambda: p.reasoning(p.until_one_of([THINK_END, TEXT_START, ACTION_START])),
-                lambda: p.optional(p.literal(THINK_END))))
+            reasoning = p.optional(
+                plus(
+                    lambda: p.literal(THINK_START),
+                    lambda: p.reasoning(p.until_one_of([THINK_END, TEXT_START, ACTION_START])),
+                    lambda: p.optional(p.literal(THINK_END)),
+                )
+            )
         else:
-            reasoning = p.optional(p.content(plus(
-                lambda: p.literal(THINK_START), lambda: p.until_one_of([THINK_END, TEXT_START, ACTION_START]),
-                lambda: p.optional(p.literal(THINK_END)))))
+            reasoning = p.optional(
+                p.content(
+                    plus(
+                        lambda: p.literal(THINK_START),
+                        lambda: p.until_one_of([THINK_END, TEXT_START, ACTION_START]),
+                        lambda: p.optional(p.literal(THINK_END)),
+                    )
+                )
+            )
 
         if has_response_format:
             text_content = plus(
                 lambda: p.literal(TEXT_START),
                 lambda: p.content(p.schema(p.json(), "response-format-schema", inputs.json_schema)),
-                lambda: p.optional(p.literal(TEXT_END)))
+                lambda: p.optional(p.literal(TEXT_END)),
+            )
         else:
-            text_content = plus(lambda: p.literal(TEXT_START), lambda: p.content(p.until(TEXT_END)),
-                                lambda: p.optional(p.literal(TEXT_END)))
+            text_content = plus(
+                lambda: p.literal(TEXT_START),
+                lambda: p.content(p.until(TEXT_END)),
+                lambda: p.optional(p.literal(TEXT_END)),
+            )
 
         if not tools or inputs.tool_choice == "none":
             return plus(generation_prompt, reasoning, text_content, lambda: p.optional(p.literal(TURN_END)), end)
 
         require_tools = inputs.tool_choice == "required"
         tool_calls = p.standard_json_tools(
-            ACTION_START, ACTION_END, inputs.tools, inputs.parallel_tool_calls, True, name_key="tool_name",
-            args_key="parameters", array_wrapped=True, function_is_key=False, call_id_key="",
-            gen_call_id_key="tool_call_id", parameters_order=("tool_call_id", "tool_name", "parameters"))
+            ACTION_START,
+            ACTION_END,
+            inputs.tools,
+            inputs.parallel_tool_calls,
+            True,
+            name_key="tool_name",
+            args_key="parameters",
+            array_wrapped=True,
+            function_is_key=False,
+            call_id_key="",
+            gen_call_id_key="tool_call_id",
+            parameters_order=("tool_call_id", "tool_name", "parameters"),
+        )
         # content and tool calls are exclusive in this format
         body = tool_calls if require_tools else p.choice([tool_calls, text_content])
         return plus(generation_prompt, reasoning, body, lambda: p.optional(p.literal(TURN_END)), end)
 
     data.parser = build_chat_peg_parser(build)
     if include_grammar:
-        kit.add_grammar(data, not has_response_format and inputs.tool_choice == "auto",
-                        [f["parameters"] for f in kit.functions(inputs.tools)],
-                        [(kit.TRIGGER_WORD, ACTION_START)],
-                        response_format=inputs.json_schema if has_response_format else None)
+        kit.add_grammar(
+            data,
+            not has_response_format and inputs.tool_choice == "auto",
+            [f["parameters"] for f in kit.functions(inputs.tools)],
+            [(kit.TRIGGER_WORD, ACTION_START)],
+            response_format=inputs.json_schema if has_response_format else None,
+        )
     return data

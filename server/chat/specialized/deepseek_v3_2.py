@@ -32,7 +32,7 @@ PARAM_START = "<" + DSML + "parameter"
 PARAM_END = "</" + DSML + "parameter>"
 
 
-def sort_tool_results(messages: list) -> list:
+def sort_tool_results(messages: list) -> list:  # noqa: C901
     """deepseek_v4_sort_tool_results(): each run of user/tool messages (one user block in the render) has its
     tool results stably reordered by the position of their tool_call_id among the calls of the assistant
     message before them (an unknown id counts as the first)."""
@@ -67,13 +67,13 @@ def sort_tool_results(messages: list) -> list:
         if len(tool_positions) > 1 and call_order:
             results = [adjusted[pos] for pos in tool_positions]
             results.sort(key=lambda m: call_order.get(m.get("tool_call_id", ""), 0))
-            for pos, result in zip(tool_positions, results):
+            for pos, result in zip(tool_positions, results, strict=False):
                 adjusted[pos] = result
         i = run_end
     return adjusted
 
 
-def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
+def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:  # noqa: C901
     is_v4 = "function_calls" not in tmpl.source
     adjusted_messages = sort_tool_results(inputs.messages) if is_v4 else None
 
@@ -88,7 +88,10 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
     fc_end = "</" + DSML + tc_block + ">"
 
     data = kit.chat_params(
-        tmpl, inputs, adjusted_messages, additional_context,
+        tmpl,
+        inputs,
+        adjusted_messages,
+        additional_context,
         supports_thinking=True,
         thinking_start_tag=THINK_START,
         thinking_end_tags=[THINK_END, fc_start],
@@ -108,8 +111,7 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
         end = p.end()
 
         # the tool call section comes first: the reasoning may need it
-        tool_choice = p.choice_of(kit.functions(inputs.tools) if has_tool_calls else [],
-                                  lambda f: _tool_parser(p, f))
+        tool_choice = p.choice_of(kit.functions(inputs.tools) if has_tool_calls else [], lambda f: _tool_parser(p, f))
 
         tool_calls = kit.spaced_tool_calls(p, fc_start, fc_end, tool_choice, inputs.parallel_tool_calls)
 
@@ -124,8 +126,11 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
         if extract_reasoning and inputs.enable_thinking:
             reasoning = p.optional(plus(THINK_START, lambda: p.reasoning(p.until(THINK_END)), THINK_END))
             reasoning_with_tc = plus(
-                THINK_START, lambda: p.reasoning(p.until_one_of([TC_SEPARATOR + fc_start, fc_start, THINK_END])),
-                p.space, obligatory_tool_calls)
+                THINK_START,
+                lambda: p.reasoning(p.until_one_of([TC_SEPARATOR + fc_start, fc_start, THINK_END])),
+                p.space,
+                obligatory_tool_calls,
+            )
             allow_reasoning_with_tc = True
         elif extract_reasoning:
             # thinking off: the generation prompt's empty <think></think> (V3.2) or bare </think> (V4) is
@@ -133,8 +138,9 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
             if is_v4:
                 reasoning = p.optional(p.literal(THINK_END))
             else:
-                reasoning = p.optional(plus(lambda: p.literal(THINK_START), lambda: p.until(THINK_END),
-                                            lambda: p.literal(THINK_END)))
+                reasoning = p.optional(
+                    plus(lambda: p.literal(THINK_START), lambda: p.until(THINK_END), lambda: p.literal(THINK_END))
+                )
 
         if has_response_format:
             response_format = kit.fenced_json_response(p, inputs.json_schema)
@@ -143,20 +149,26 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
         if not has_tool_calls:
             return plus(generation_prompt, reasoning, lambda: p.content(p.rest()), end)
 
-        content_before_tools = plus(lambda: p.negate(p.literal(THINK_START)),
-                                    lambda: p.content(p.until_one_of([TC_SEPARATOR + fc_start, fc_start])),
-                                    p.space)
+        content_before_tools = plus(
+            lambda: p.negate(p.literal(THINK_START)),
+            lambda: p.content(p.until_one_of([TC_SEPARATOR + fc_start, fc_start])),
+            p.space,
+        )
         if allow_reasoning_with_tc:
-            return plus(generation_prompt,
-                        lambda: reasoning_with_tc | (reasoning + content_before_tools + tool_calls), end)
+            return plus(
+                generation_prompt, lambda: reasoning_with_tc | (reasoning + content_before_tools + tool_calls), end
+            )
         return plus(generation_prompt, reasoning, content_before_tools, tool_calls, end)
 
     data.parser = build_chat_peg_parser(build)
     if include_grammar:
-        kit.add_grammar(data, tools and not require_tools,
-                        [f.get("parameters", {}) for f in kit.functions(inputs.tools)],
-                        [(kit.TRIGGER_WORD, fc_start)],
-                        response_format=inputs.json_schema if has_response_format else None)
+        kit.add_grammar(
+            data,
+            tools and not require_tools,
+            [f.get("parameters", {}) for f in kit.functions(inputs.tools)],
+            [(kit.TRIGGER_WORD, fc_start)],
+            response_format=inputs.json_schema if has_response_format else None,
+        )
     return data
 
 
@@ -175,26 +187,44 @@ def _tool_parser(p: ChatPegBuilder, function: dict):
         (required_parsers if param_name in required else optional_parsers).append(named_arg)
 
     args_seq = p.required_then_any_optional(required_parsers, optional_parsers)
-    func_parser = p.tool(plus(
-        lambda: p.tool_open(plus(lambda: p.literal(INVOKE_START + ' name="'), lambda: p.tool_name(p.literal(name)),
-                               lambda: p.literal('">\n'))),
-        args_seq, p.space, lambda: p.tool_close(p.literal(INVOKE_END))))
+    func_parser = p.tool(
+        plus(
+            lambda: p.tool_open(
+                plus(
+                    lambda: p.literal(INVOKE_START + ' name="'),
+                    lambda: p.tool_name(p.literal(name)),
+                    lambda: p.literal('">\n'),
+                )
+            ),
+            args_seq,
+            p.space,
+            lambda: p.tool_close(p.literal(INVOKE_END)),
+        )
+    )
     return p.rule(f"tool-{name}", func_parser)
 
 
 def _arg_parser(p: ChatPegBuilder, name: str, param_name: str, param_schema: object, is_string: bool):
     """<｜DSML｜parameter name="k" string="true|false">value</｜DSML｜parameter>: raw text for a string, a JSON
     value otherwise."""
+
     def value():
         if is_string:
             return p.tool_arg_string_value(p.until(PARAM_END))
         return p.tool_arg_json_value(p.schema(p.json(), f"tool-{name}-arg-{param_name}-schema", param_schema, False))
 
     string_attr = "true" if is_string else "false"
-    arg = p.tool_arg(plus(
-        lambda: p.tool_arg_open(plus(lambda: p.literal(PARAM_START + ' name="'),
-                                   lambda: p.tool_arg_name(p.literal(param_name)),
-                                   lambda: p.literal(f'" string="{string_attr}">'))),
-        value,
-        lambda: p.tool_arg_close(p.literal(PARAM_END))))
+    arg = p.tool_arg(
+        plus(
+            lambda: p.tool_arg_open(
+                plus(
+                    lambda: p.literal(PARAM_START + ' name="'),
+                    lambda: p.tool_arg_name(p.literal(param_name)),
+                    lambda: p.literal(f'" string="{string_attr}">'),
+                )
+            ),
+            value,
+            lambda: p.tool_arg_close(p.literal(PARAM_END)),
+        )
+    )
     return p.rule(f"tool-{name}-arg-{param_name}", arg)

@@ -16,7 +16,8 @@ GEN_PROMPT = "<|start_header_id|>assistant<|end_header_id|>\n\n>>>"
 
 def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
     data = kit.chat_params(
-        tmpl, inputs,
+        tmpl,
+        inputs,
         preserved_tokens=[">>>all"],
     )
     tools = inputs.has_tools()
@@ -57,16 +58,22 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
     data.parser = build_chat_peg_parser(build)
     if include_grammar:
         # triggered by a recipient other than "all" after the generation prompt's ">>>"
-        kit.add_grammar(data, inputs.tool_choice == "auto",
-                        (f["parameters"] for f in kit.functions(inputs.tools)),
-                        [(kit.TRIGGER_PATTERN, ">>>(?!all)")])
+        kit.add_grammar(
+            data,
+            inputs.tool_choice == "auto",
+            (f["parameters"] for f in kit.functions(inputs.tools)),
+            [(kit.TRIGGER_PATTERN, ">>>(?!all)")],
+        )
     return data
 
 
 def _tool_parser(p: ChatPegBuilder, function: dict):
     """<name>\\n{json arguments}"""
     name, schema = function["name"], function["parameters"]
-    tool_parser = p.tool(plus(
-        lambda: p.tool_open(plus(lambda: p.tool_name(p.literal(name)), lambda: p.literal("\n"))),
-        lambda: p.tool_args(p.schema(p.json(), f"tool-{name}-schema", schema))))
+    tool_parser = p.tool(
+        plus(
+            lambda: p.tool_open(plus(lambda: p.tool_name(p.literal(name)), lambda: p.literal("\n"))),
+            lambda: p.tool_args(p.schema(p.json(), f"tool-{name}-schema", schema)),
+        )
+    )
     return p.rule(f"tool-{name}", tool_parser)

@@ -46,7 +46,7 @@ def _has_tool_calls(msg: dict) -> bool:
     return isinstance(msg.get("tool_calls"), list) and bool(msg["tool_calls"])
 
 
-def _model_turn(messages: list, pos: int) -> tuple[dict, int]:
+def _model_turn(messages: list, pos: int) -> tuple[dict, int]:  # noqa: C901
     """gemma4_model_turn_builder: an assistant message with tool calls, the tool results that follow it
     and the assistant's answer after them, as one assistant message with a tool_responses field."""
     tool_calls, tool_responses = [], []
@@ -113,8 +113,10 @@ def prepare(template_source: str, inputs: GenerationParams) -> GenerationParams:
     """What common_chat_try_specialized_template() does to the messages of an outdated Gemma 4 template."""
     if OFFICIAL_TEMPLATE_MARK in template_source:
         return inputs
-    log.warning("detected an outdated gemma4 chat template, applying compatibility workarounds. Consider "
-                "updating to the official template.")
+    log.warning(
+        "detected an outdated gemma4 chat template, applying compatibility workarounds. Consider "
+        "updating to the official template."
+    )
     return replace(inputs, messages=convert_tool_responses(inputs.messages))
 
 
@@ -148,37 +150,59 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
     def build(p: ChatPegBuilder):
         start = p.rule("start", p.optional(p.literal("<|turn>model\n")))
         if extract_reasoning:
-            p.rule("thought", plus(lambda: p.literal("<|channel>thought"), p.space,
-                                   lambda: p.reasoning(p.until("<channel|>")),
-                                   lambda: p.literal("<channel|>")))
+            p.rule(
+                "thought",
+                plus(
+                    lambda: p.literal("<|channel>thought"),
+                    p.space,
+                    lambda: p.reasoning(p.until("<channel|>")),
+                    lambda: p.literal("<channel|>"),
+                ),
+            )
         else:
-            p.rule("thought", p.content(plus(lambda: p.literal("<|channel>thought"), p.space,
-                                             lambda: p.until("<channel|>"), lambda: p.literal("<channel|>"))))
+            p.rule(
+                "thought",
+                p.content(
+                    plus(
+                        lambda: p.literal("<|channel>thought"),
+                        p.space,
+                        lambda: p.until("<channel|>"),
+                        lambda: p.literal("<channel|>"),
+                    )
+                ),
+            )
 
-        consume_empty_channels = p.gbnf(p.zero_or_more(plus(lambda: p.literal("<|channel>"),
-                                                            lambda: p.negate(p.literal("thought")))), "")
-        thought = alt(lambda: plus(lambda: p.peek(p.literal("<|channel>")), consume_empty_channels,
-                                   lambda: p.ref("thought")),
-                      lambda: p.negate(p.literal("<|channel>")))
+        consume_empty_channels = p.gbnf(
+            p.zero_or_more(plus(lambda: p.literal("<|channel>"), lambda: p.negate(p.literal("thought")))), ""
+        )
+        thought = alt(
+            lambda: plus(lambda: p.peek(p.literal("<|channel>")), consume_empty_channels, lambda: p.ref("thought")),
+            lambda: p.negate(p.literal("<|channel>")),
+        )
 
         if with_response_format:
-            response_format = (p.literal("```json")
-                               << p.content(p.schema(p.json(), "response-format-schema", inputs.json_schema))
-                               << p.literal("```"))
+            response_format = (
+                p.literal("```json")
+                << p.content(p.schema(p.json(), "response-format-schema", inputs.json_schema))
+                << p.literal("```")
+            )
             return start + p.optional(thought) + response_format
 
         if with_tools and inputs.tool_choice != "none":
             # Gemma 4's values; the rules match the traversal of gemma4_to_json() in the mapper
             p.rule("gemma4-string-content", p.until('<|"|>'))
-            p.rule("gemma4-string", plus(lambda: p.literal('<|"|>'), lambda: p.ref("gemma4-string-content"),
-                                         lambda: p.literal('<|"|>')))
+            p.rule(
+                "gemma4-string",
+                plus(lambda: p.literal('<|"|>'), lambda: p.ref("gemma4-string-content"), lambda: p.literal('<|"|>')),
+            )
             p.rule("gemma4-bool", p.json_bool())
             p.rule("gemma4-null", p.json_null())
             p.rule("gemma4-number", p.json_number())
-            p.rule("gemma4-dict-key", plus(lambda: p.rule("gemma4-dict-key-name", p.chars("[^:}]", 1, -1)),
-                                           lambda: p.literal(":")))
-            p.rule("gemma4-dict-kv", plus(lambda: p.ref("gemma4-dict-key"), p.space,
-                                          lambda: p.ref("gemma4-value")))
+            p.rule(
+                "gemma4-dict-key",
+                plus(lambda: p.rule("gemma4-dict-key-name", p.chars("[^:}]", 1, -1)), lambda: p.literal(":")),
+            )
+            p.rule("gemma4-dict-kv", plus(lambda: p.ref("gemma4-dict-key"), p.space, lambda: p.ref("gemma4-value")))
 
             def container(opening: str, closing: str, element: str):
                 def build_container():
@@ -187,31 +211,50 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
                     items = p.sequence([item, p.zero_or_more(p.sequence([p.literal(","), ws, item]))])
                     closed = p.choice([p.literal(closing), p.sequence([items, ws, p.literal(closing)])])
                     return p.sequence([p.literal(opening), ws, closed])
+
                 return build_container
 
             p.rule("gemma4-dict", container("{", "}", "gemma4-dict-kv"))
             p.rule("gemma4-array", container("[", "]", "gemma4-value"))
-            p.rule("gemma4-value", lambda: p.choice([
-                p.ref("gemma4-string"), p.ref("gemma4-dict"), p.ref("gemma4-array"), p.ref("gemma4-number"),
-                p.ref("gemma4-bool"), p.ref("gemma4-null")]))
+            p.rule(
+                "gemma4-value",
+                lambda: p.choice(
+                    [
+                        p.ref("gemma4-string"),
+                        p.ref("gemma4-dict"),
+                        p.ref("gemma4-array"),
+                        p.ref("gemma4-number"),
+                        p.ref("gemma4-bool"),
+                        p.ref("gemma4-null"),
+                    ]
+                ),
+            )
 
             def tool_parser(name: str):
                 # the arguments are not held to the schema (json-schema-to-grammar writes JSON rules only)
-                return p.tool(p.sequence([
-                    p.tool_open(plus(lambda: p.tool_name(p.literal(name)), lambda: p.peek(p.literal("{")))),
-                    p.tool_args(p.ref("gemma4-dict")),
-                ]))
+                return p.tool(
+                    p.sequence(
+                        [
+                            p.tool_open(plus(lambda: p.tool_name(p.literal(name)), lambda: p.peek(p.literal("{")))),
+                            p.tool_args(p.ref("gemma4-dict")),
+                        ]
+                    )
+                )
 
-            tool_choice = p.choice_of(kit.functions(inputs.tools),
-                                      lambda f: p.rule(f"tool-{f['name']}", tool_parser(f["name"])))
+            tool_choice = p.choice_of(
+                kit.functions(inputs.tools), lambda f: p.rule(f"tool-{f['name']}", tool_parser(f["name"]))
+            )
 
-            tool_call = p.trigger_rule("tool-call", p.repeat(
-                "<|tool_call>call:" + tool_choice + "<tool_call|>",
-                1 if inputs.tool_choice == "required" else 0,
-                -1 if inputs.parallel_tool_calls else 1))
+            tool_call = p.trigger_rule(
+                "tool-call",
+                p.repeat(
+                    "<|tool_call>call:" + tool_choice + "<tool_call|>",
+                    1 if inputs.tool_choice == "required" else 0,
+                    -1 if inputs.parallel_tool_calls else 1,
+                ),
+            )
             scan_to_toolcall = p.rule("scan-to-toolcall", p.until("<|tool_call>"))
-            content = p.rule("content", p.content(p.until_one_of(["<|channel>", "<channel|>",
-                                                                  "<|tool_call>"])))
+            content = p.rule("content", p.content(p.until_one_of(["<|channel>", "<channel|>", "<|tool_call>"])))
             message = p.rule("message", thought + content)
             return start + p.zero_or_more(message) + scan_to_toolcall + tool_call
 
@@ -223,8 +266,11 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
 
     data.parser = build_chat_peg_parser(build)
     if include_grammar:
-        kit.add_grammar(data, not (with_response_format or (with_tools and inputs.tool_choice == "required")),
-                        [f["parameters"] for f in kit.functions(inputs.tools)],
-                        [(kit.TRIGGER_WORD, "<|tool_call>")],
-                        response_format=inputs.json_schema if with_response_format else None)
+        kit.add_grammar(
+            data,
+            not (with_response_format or (with_tools and inputs.tool_choice == "required")),
+            [f["parameters"] for f in kit.functions(inputs.tools)],
+            [(kit.TRIGGER_WORD, "<|tool_call>")],
+            response_format=inputs.json_schema if with_response_format else None,
+        )
     return data

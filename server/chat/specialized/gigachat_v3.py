@@ -18,7 +18,8 @@ GEN_PROMPT = "assistant<|role_sep|>\n"
 
 def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
     data = kit.chat_params(
-        tmpl, inputs,
+        tmpl,
+        inputs,
         supports_thinking=False,
         preserved_tokens=["<|message_sep|>\n\n", "<|role_sep|>\n"],
     )
@@ -47,9 +48,12 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
 
     data.parser = build_chat_peg_parser(build)
     if include_grammar:
-        kit.add_grammar(data, tools and inputs.tool_choice == "auto",
-                        (f["parameters"] for f in kit.functions(inputs.tools)),
-                        [(kit.TRIGGER_WORD, TOOL_CALL_START_PREFIX)])
+        kit.add_grammar(
+            data,
+            tools and inputs.tool_choice == "auto",
+            (f["parameters"] for f in kit.functions(inputs.tools)),
+            [(kit.TRIGGER_WORD, TOOL_CALL_START_PREFIX)],
+        )
     return data
 
 

@@ -38,7 +38,7 @@ def adjust_messages(messages: list) -> list:
     return out
 
 
-def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
+def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:  # noqa: C901
     adjusted = adjust_messages(inputs.messages)
     prompt = kit.apply(tmpl, inputs, adjusted)
     # a rendered history ends its last answer with <|return|>; during inference it is an <|end|>
@@ -46,20 +46,28 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
     if getattr(inputs, "is_inference", True) and not inputs.add_generation_prompt:
         at = prompt.rfind("<|return|>")
         if at >= 0:
-            prompt = prompt[:at] + "<|end|>" + prompt[at + len("<|return|>"):]
+            prompt = prompt[:at] + "<|end|>" + prompt[at + len("<|return|>") :]
 
     data = ChatParams(prompt=prompt, generation_prompt=kit.generation_prompt_of(tmpl, inputs, adjusted))
     # b10621 lists two system delimiters (developer, then system); a dict keeps the first
-    data.message_delimiters = {"assistant": "<|start|>assistant", "user": "<|start|>user",
-                               "system": "<|start|>developer", "tool": "<|start|>functions"}
+    data.message_delimiters = {
+        "assistant": "<|start|>assistant",
+        "user": "<|start|>user",
+        "system": "<|start|>developer",
+        "tool": "<|start|>functions",
+    }
     data.supports_thinking = True
     data.thinking_start_tag = "<|channel|>analysis<|message|>"
     data.thinking_end_tags = ["<|end|>"]
     # needed to parse, so preserved even when no tool call is parsed
     data.preserved_tokens = ["<|channel|>", "<|constrain|>", "<|message|>", "<|start|>", "<|end|>"]
 
-    kit.continue_message(data, inputs, "<|start|>assistant<|channel|>analysis<|message|>",
-                         "<|end|><|start|>assistant<|channel|>final<|message|>")
+    kit.continue_message(
+        data,
+        inputs,
+        "<|start|>assistant<|channel|>analysis<|message|>",
+        "<|end|><|start|>assistant<|channel|>final<|message|>",
+    )
 
     with_tools = inputs.has_tools()
     with_response_format = isinstance(inputs.json_schema, dict)  # an empty object too
@@ -70,13 +78,16 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
         start = p.rule("start", p.literal("<|start|>assistant"))
         end = p.rule("end", p.literal("<|end|>"))
         content = p.rule("message-content", p.until("<|end|>"))
-        channel = plus(lambda: p.literal("<|channel|>"),
-                       lambda: alt(lambda: p.literal("commentary"), lambda: p.literal("analysis")))
+        channel = plus(
+            lambda: p.literal("<|channel|>"),
+            lambda: alt(lambda: p.literal("commentary"), lambda: p.literal("analysis")),
+        )
         constrain_type = p.chars("[A-Za-z0-9_-]", 1, -1)
 
         # gpt-oss-20b occasionally prefixes a channel with this commentary
-        stray_commentary = p.optional(plus(lambda: p.literal("<|channel|>commentary"),
-                                           lambda: p.optional(p.literal(" to=assistant"))))
+        stray_commentary = p.optional(
+            plus(lambda: p.literal("<|channel|>commentary"), lambda: p.optional(p.literal(" to=assistant")))
+        )
         start_analysis = stray_commentary + p.literal("<|channel|>analysis<|message|>")
 
         if extract_reasoning:
@@ -85,13 +96,17 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
             p.rule("analysis", p.content(plus(start_analysis, content, end)))
 
         analysis = p.ref("analysis")
-        preamble = p.rule("preamble", plus(lambda: p.literal("<|channel|>commentary<|message|>"),
-                                           lambda: p.content(content), end))
-        final_msg = p.rule("final", plus(stray_commentary, lambda: p.literal("<|channel|>final<|message|>"),
-                                         lambda: p.content(content)))
+        preamble = p.rule(
+            "preamble", plus(lambda: p.literal("<|channel|>commentary<|message|>"), lambda: p.content(content), end)
+        )
+        final_msg = p.rule(
+            "final",
+            plus(stray_commentary, lambda: p.literal("<|channel|>final<|message|>"), lambda: p.content(content)),
+        )
         # unsolicited tool calls (builtin functions) are consumed
-        unsolicited = p.rule("unsolicited", p.atomic(plus(lambda: p.optional(channel),
-                                                          lambda: p.literal(" to="), content, end)))
+        unsolicited = p.rule(
+            "unsolicited", p.atomic(plus(lambda: p.optional(channel), lambda: p.literal(" to="), content, end))
+        )
         any_ = p.rule("any", preamble | analysis)
 
         def constraint():
@@ -99,12 +114,19 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
 
         if with_response_format:
             constraint_ = constraint()
-            response_format = p.rule("response-format", plus(
-                lambda: p.literal("<|channel|>final"), constraint_, lambda: p.literal("<|message|>"),
-                lambda: p.content(p.schema(p.json(), "response-format-schema", inputs.json_schema))))
+            response_format = p.rule(
+                "response-format",
+                plus(
+                    lambda: p.literal("<|channel|>final"),
+                    constraint_,
+                    lambda: p.literal("<|message|>"),
+                    lambda: p.content(p.schema(p.json(), "response-format-schema", inputs.json_schema)),
+                ),
+            )
             return plus(lambda: p.zero_or_more(start + analysis), start, response_format)
 
         if with_tools and inputs.tool_choice != "none":
+
             def tool_parser(name: str, schema: object):
                 func_name = plus(lambda: p.literal(" to=functions."), lambda: p.tool_name(p.literal(name)))
                 constraint_ = constraint()
@@ -112,16 +134,20 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
                 # recipient in the role header:
                 #   <|start|>assistant to=functions.NAME<|channel|>(commentary|analysis)[constraint]
                 #   <|message|>ARGS
-                tool_in_role = p.tool(p.tool_open(plus(func_name, channel, constraint_,
-                                                       lambda: p.literal("<|message|>"))) + args)
+                tool_in_role = p.tool(
+                    p.tool_open(plus(func_name, channel, constraint_, lambda: p.literal("<|message|>"))) + args
+                )
                 # recipient in the channel header:
                 #   <|channel|>(commentary|analysis) to=functions.NAME[constraint]<|message|>ARGS
-                tool_in_channel = p.tool(p.tool_open(plus(channel, func_name, constraint_,
-                                                          lambda: p.literal("<|message|>"))) + args)
+                tool_in_channel = p.tool(
+                    p.tool_open(plus(channel, func_name, constraint_, lambda: p.literal("<|message|>"))) + args
+                )
                 return tool_in_role | tool_in_channel
 
-            tool_choice = p.choice_of(kit.functions(inputs.tools), lambda f: p.rule(
-                f"tool-{f['name']}", tool_parser(f["name"], f["parameters"])))
+            tool_choice = p.choice_of(
+                kit.functions(inputs.tools),
+                lambda f: p.rule(f"tool-{f['name']}", tool_parser(f["name"], f["parameters"])),
+            )
 
             tool_call = p.trigger_rule("tool-call", tool_choice)
             if inputs.tool_choice == "required":
@@ -132,8 +158,11 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
 
     data.parser = build_chat_peg_parser(build)
     if include_grammar:
-        kit.add_grammar(data, not (with_response_format or (with_tools and inputs.tool_choice == "required")),
-                        [f["parameters"] for f in kit.functions(inputs.tools)],
-                        [(kit.TRIGGER_PATTERN, t) for t in TRIGGERS],
-                        response_format=inputs.json_schema if with_response_format else None)
+        kit.add_grammar(
+            data,
+            not (with_response_format or (with_tools and inputs.tool_choice == "required")),
+            [f["parameters"] for f in kit.functions(inputs.tools)],
+            [(kit.TRIGGER_PATTERN, t) for t in TRIGGERS],
+            response_format=inputs.json_schema if with_response_format else None,
+        )
     return data

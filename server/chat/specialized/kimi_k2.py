@@ -24,7 +24,8 @@ GEN_PROMPT = "<|im_assistant|>assistant<|im_middle|>"
 
 def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
     data = kit.chat_params(
-        tmpl, inputs,
+        tmpl,
+        inputs,
         supports_thinking=True,
         preserved_tokens=[SECTION_BEGIN, SECTION_END, CALL_BEGIN, ARGS_BEGIN, CALL_END, THINK_START, THINK_END],
         thinking_start_tag=THINK_START,
@@ -40,9 +41,13 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
         end = p.end()
         # the model may call tools at the end of its reasoning without closing it
         if extract_reasoning:
-            reasoning = p.optional(plus(
-                THINK_START, lambda: p.reasoning(p.until_one_of([THINK_END, SECTION_BEGIN, CALL_BEGIN])),
-                lambda: p.optional(p.literal(THINK_END))))
+            reasoning = p.optional(
+                plus(
+                    THINK_START,
+                    lambda: p.reasoning(p.until_one_of([THINK_END, SECTION_BEGIN, CALL_BEGIN])),
+                    lambda: p.optional(p.literal(THINK_END)),
+                )
+            )
         else:
             reasoning = p.eps()
         generation_prompt = p.literal(GEN_PROMPT)
@@ -54,18 +59,30 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
 
         min_calls = 1 if inputs.tool_choice == "required" else 0
         max_calls = -1 if inputs.parallel_tool_calls else 1
-        tool_calls = p.rule("tool-calls", plus(
-            lambda: p.optional(p.literal(SECTION_BEGIN)),
-            lambda: p.trigger_rule("tool-call", plus(lambda: p.repeat(CALL_BEGIN + tool_choice, min_calls, max_calls),
-                                                   lambda: p.optional(p.literal(SECTION_END))))))
+        tool_calls = p.rule(
+            "tool-calls",
+            plus(
+                lambda: p.optional(p.literal(SECTION_BEGIN)),
+                lambda: p.trigger_rule(
+                    "tool-call",
+                    plus(
+                        lambda: p.repeat(CALL_BEGIN + tool_choice, min_calls, max_calls),
+                        lambda: p.optional(p.literal(SECTION_END)),
+                    ),
+                ),
+            ),
+        )
         content_before_tools = p.content(p.until_one_of([SECTION_BEGIN, CALL_BEGIN]))
         return plus(generation_prompt, reasoning, content_before_tools, tool_calls, end)
 
     data.parser = build_chat_peg_parser(build)
     if include_grammar:
-        kit.add_grammar(data, inputs.tool_choice == "auto",
-                        (f["parameters"] for f in kit.functions(inputs.tools)),
-                        [(kit.TRIGGER_WORD, CALL_BEGIN)])
+        kit.add_grammar(
+            data,
+            inputs.tool_choice == "auto",
+            (f["parameters"] for f in kit.functions(inputs.tools)),
+            [(kit.TRIGGER_WORD, CALL_BEGIN)],
+        )
     return data
 
 
@@ -73,10 +90,19 @@ def _tool_parser(p: ChatPegBuilder, function: dict):
     """functions.<name>:<digits><|tool_call_argument_begin|>{json}<|tool_call_end|>, the whole call id
     (functions.<name>:<digits>) being the tool id."""
     name, schema = function["name"], function["parameters"]
-    tool_id = p.tool_id(plus(lambda: p.literal("functions."), lambda: p.tool_name(p.literal(name)),
-                             lambda: p.literal(":"), lambda: p.chars("[0-9]", 1, -1)))
-    tool_parser = p.tool(plus(
-        lambda: p.tool_open(tool_id + p.literal(ARGS_BEGIN)),
-        lambda: p.tool_args(p.schema(p.json(), f"tool-{name}-schema", schema)),
-        lambda: p.tool_close(p.optional(p.literal(CALL_END)))))
+    tool_id = p.tool_id(
+        plus(
+            lambda: p.literal("functions."),
+            lambda: p.tool_name(p.literal(name)),
+            lambda: p.literal(":"),
+            lambda: p.chars("[0-9]", 1, -1),
+        )
+    )
+    tool_parser = p.tool(
+        plus(
+            lambda: p.tool_open(tool_id + p.literal(ARGS_BEGIN)),
+            lambda: p.tool_args(p.schema(p.json(), f"tool-{name}-schema", schema)),
+            lambda: p.tool_close(p.optional(p.literal(CALL_END))),
+        )
+    )
     return p.rule(f"tool-{name}", tool_parser)

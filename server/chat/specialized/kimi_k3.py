@@ -32,7 +32,8 @@ EOM_TOKEN = "<|end_of_msg|>"
 
 def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
     data = kit.chat_params(
-        tmpl, inputs,
+        tmpl,
+        inputs,
         supports_thinking=True,
         # only the markers: the tag names are ordinary words
         preserved_tokens=["<|open|>", "<|close|>", "<|sep|>", "<|end_of_msg|>"],
@@ -62,12 +63,15 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
             think_body = p.reasoning(p.until_one_of([THINK_END, RESP_START]))
         else:
             think_body = p.content(p.until_one_of([THINK_END, RESP_START]))
-        reasoning = p.optional(plus(lambda: p.optional(p.literal(THINK_START)), think_body,
-                                    lambda: p.optional(p.literal(THINK_END))))
+        reasoning = p.optional(
+            plus(lambda: p.optional(p.literal(THINK_START)), think_body, lambda: p.optional(p.literal(THINK_END)))
+        )
         # content runs to the response closer, or to the next section when truncated
-        response = plus(lambda: p.optional(p.literal(RESP_START)),
-                        lambda: p.content(p.until_one_of([RESP_END, TOOLS_START, MSG_END])),
-                        lambda: p.optional(p.literal(RESP_END)))
+        response = plus(
+            lambda: p.optional(p.literal(RESP_START)),
+            lambda: p.content(p.until_one_of([RESP_END, TOOLS_START, MSG_END])),
+            lambda: p.optional(p.literal(RESP_END)),
+        )
         # the end-of-generation token after the message closer reaches the parser as text
         trailer = plus(lambda: p.optional(p.literal(MSG_END)), lambda: p.optional(p.literal(EOM_TOKEN)))
 
@@ -78,17 +82,27 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
 
         # all calls in one tools section, then the message closer: inside the trigger rule, or the lazy
         # grammar would reject it once the calls started
-        tools_section = p.trigger_rule("kimi-k3-tool-call", plus(
-            lambda: p.literal(TOOLS_START), lambda: p.one_or_more(tool_choices), lambda: p.literal(TOOLS_END),
-            lambda: p.optional(p.literal(MSG_END)), lambda: p.optional(p.literal(EOM_TOKEN))))
+        tools_section = p.trigger_rule(
+            "kimi-k3-tool-call",
+            plus(
+                lambda: p.literal(TOOLS_START),
+                lambda: p.one_or_more(tool_choices),
+                lambda: p.literal(TOOLS_END),
+                lambda: p.optional(p.literal(MSG_END)),
+                lambda: p.optional(p.literal(EOM_TOKEN)),
+            ),
+        )
         tools_parser = tools_section if inputs.tool_choice == "required" else p.optional(tools_section)
         return plus(start, reasoning, response, tools_parser, trailer, end)
 
     data.parser = build_chat_peg_parser(build)
     if include_grammar:
-        kit.add_grammar(data, inputs.tool_choice != "required",
-                        (f["parameters"] for f in kit.functions(inputs.tools) if "parameters" in f),
-                        [(kit.TRIGGER_WORD, TOOLS_START)])
+        kit.add_grammar(
+            data,
+            inputs.tool_choice != "required",
+            (f["parameters"] for f in kit.functions(inputs.tools) if "parameters" in f),
+            [(kit.TRIGGER_WORD, TOOLS_START)],
+        )
     return data
 
 
@@ -104,10 +118,21 @@ def _tool_parser(p: ChatPegBuilder, function: dict):
         arg_choices = p.choice_of(properties.items(), lambda prop: _arg_parser(p, name, *prop))
         args = p.zero_or_more(arg_choices)
     # the index="N" attribute is skipped up to <|sep|>
-    call = p.tool(plus(
-        lambda: p.tool_open(plus(lambda: p.literal(CALL_START), lambda: p.tool_name(p.literal(name)),
-                               lambda: p.literal('"'), lambda: p.until(SEP), lambda: p.literal(SEP))),
-        lambda: p.tool_args(args), lambda: p.tool_close(p.literal(CALL_END))))
+    call = p.tool(
+        plus(
+            lambda: p.tool_open(
+                plus(
+                    lambda: p.literal(CALL_START),
+                    lambda: p.tool_name(p.literal(name)),
+                    lambda: p.literal('"'),
+                    lambda: p.until(SEP),
+                    lambda: p.literal(SEP),
+                )
+            ),
+            lambda: p.tool_args(args),
+            lambda: p.tool_close(p.literal(CALL_END)),
+        )
+    )
     return p.rule(f"kimi-k3-tool-{name}", call)
 
 
@@ -120,7 +145,17 @@ def _arg_parser(p: ChatPegBuilder, name: str, key: str, prop: object):
     else:
         value = p.tool_arg_value(p.until(ARG_END))
     # the type="..." attribute is skipped up to <|sep|>
-    return p.rule(f"kimi-k3-arg-{name}-{key}", p.tool_arg(plus(
-        lambda: p.tool_arg_open(p.literal(ARG_START)), lambda: p.tool_arg_name(p.literal(key)),
-        lambda: p.literal('"'), lambda: p.until(SEP), lambda: p.literal(SEP), value,
-        lambda: p.tool_arg_close(p.literal(ARG_END)))))
+    return p.rule(
+        f"kimi-k3-arg-{name}-{key}",
+        p.tool_arg(
+            plus(
+                lambda: p.tool_arg_open(p.literal(ARG_START)),
+                lambda: p.tool_arg_name(p.literal(key)),
+                lambda: p.literal('"'),
+                lambda: p.until(SEP),
+                lambda: p.literal(SEP),
+                value,
+                lambda: p.tool_arg_close(p.literal(ARG_END)),
+            )
+        ),
+    )

@@ -39,7 +39,9 @@ def params_init(tmpl: Template, inputs: GenerationParams, tool_list_tokens: bool
         adjusted_messages.append(msg)
 
     data = kit.chat_params(
-        tmpl, inputs, adjusted_messages,
+        tmpl,
+        inputs,
+        adjusted_messages,
         supports_thinking=True,
         preserved_tokens=[TOOL_CALL_START, TOOL_CALL_END, THINK_START, THINK_END],
         thinking_start_tag=THINK_START,
@@ -70,17 +72,27 @@ def params_init(tmpl: Template, inputs: GenerationParams, tool_list_tokens: bool
                 return plus(generation_prompt, reasoning, response_format, end)
             return plus(generation_prompt, reasoning, lambda: p.content(p.rest()), end)
 
-        tool_calls = p.rule("tool-calls", p.trigger_rule("tool-call", plus(
-            lambda: p.literal(TOOL_CALL_START),
-            lambda: p.python_style_tool_calls(inputs.tools, inputs.parallel_tool_calls, True),
-            lambda: p.literal(TOOL_CALL_END))))
+        tool_calls = p.rule(
+            "tool-calls",
+            p.trigger_rule(
+                "tool-call",
+                plus(
+                    lambda: p.literal(TOOL_CALL_START),
+                    lambda: p.python_style_tool_calls(inputs.tools, inputs.parallel_tool_calls, True),
+                    lambda: p.literal(TOOL_CALL_END),
+                ),
+            ),
+        )
         content = p.content(p.until(TOOL_CALL_START))
         return plus(generation_prompt, reasoning, content, tool_calls, end)
 
     data.parser = build_chat_peg_parser(build)
     if include_grammar:
-        kit.add_grammar(data, not (has_response_format or (tools and inputs.tool_choice == "required")),
-                        [f["parameters"] for f in kit.functions(inputs.tools)],
-                        [(kit.TRIGGER_WORD, TOOL_CALL_START)],
-                        response_format=inputs.json_schema if has_response_format else None)
+        kit.add_grammar(
+            data,
+            not (has_response_format or (tools and inputs.tool_choice == "required")),
+            [f["parameters"] for f in kit.functions(inputs.tools)],
+            [(kit.TRIGGER_WORD, TOOL_CALL_START)],
+            response_format=inputs.json_schema if has_response_format else None,
+        )
     return data

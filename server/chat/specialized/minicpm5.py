@@ -15,7 +15,8 @@ from ._handler_kit import ChatParams, GenerationParams, Template, plus
 
 def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
     data = kit.chat_params(
-        tmpl, inputs,
+        tmpl,
+        inputs,
         supports_thinking=True,
         preserved_tokens=["<function", "<param", "</function>", "</param>", "<think>", "</think>"],
         thinking_start_tag="<think>",
@@ -43,20 +44,35 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
             reasoning = ("<think>" << p.reasoning(p.until("</think>")) << "</think>") + space
 
         if has_response_format:
-            return plus(generation_prompt, reasoning,
-                        lambda: p.content(p.schema(p.json(), "response-format", inputs.json_schema)))
+            return plus(
+                generation_prompt,
+                reasoning,
+                lambda: p.content(p.schema(p.json(), "response-format", inputs.json_schema)),
+            )
 
         if tools and inputs.tool_choice != "none":
             # CDATA lets a value hold what would close the tag (</param>); only its inner text is the value
-            string_value = p.choice([
-                plus(lambda: p.literal("<![CDATA["),
-                     lambda: p.ac(plus(lambda: p.tool_arg_string_value(p.until("]]>")), lambda: p.literal("]]>")),
-                                  "]]>"),
-                     lambda: p.tool_arg_close(p.literal("</param>"))),
-                plus(lambda: p.negate(p.literal("<![CDATA[")),
-                     lambda: p.ac(plus(lambda: p.tool_arg_string_value(p.until("</param>")),
-                                       lambda: p.tool_arg_close(p.literal("</param>"))), "</param>")),
-            ])
+            string_value = p.choice(
+                [
+                    plus(
+                        lambda: p.literal("<![CDATA["),
+                        lambda: p.ac(
+                            plus(lambda: p.tool_arg_string_value(p.until("]]>")), lambda: p.literal("]]>")), "]]>"
+                        ),
+                        lambda: p.tool_arg_close(p.literal("</param>")),
+                    ),
+                    plus(
+                        lambda: p.negate(p.literal("<![CDATA[")),
+                        lambda: p.ac(
+                            plus(
+                                lambda: p.tool_arg_string_value(p.until("</param>")),
+                                lambda: p.tool_arg_close(p.literal("</param>")),
+                            ),
+                            "</param>",
+                        ),
+                    ),
+                ]
+            )
 
             tool_choice = p.choice_of(kit.functions(inputs.tools), lambda f: _tool_parser(p, f, string_value))
 
@@ -69,10 +85,13 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
 
     data.parser = build_chat_peg_parser(build)
     if include_grammar:
-        kit.add_grammar(data, not (has_response_format or (tools and inputs.tool_choice == "required")),
-                        [f.get("parameters", {}) for f in kit.functions(inputs.tools)],
-                        [(kit.TRIGGER_WORD, "<function")],
-                        response_format=inputs.json_schema if has_response_format else None)
+        kit.add_grammar(
+            data,
+            not (has_response_format or (tools and inputs.tool_choice == "required")),
+            [f.get("parameters", {}) for f in kit.functions(inputs.tools)],
+            [(kit.TRIGGER_WORD, "<function")],
+            response_format=inputs.json_schema if has_response_format else None,
+        )
     return data
 
 
@@ -80,9 +99,10 @@ def _tool_parser(p: ChatPegBuilder, function: dict, string_value):
     name = function["name"]
     args = kit.string_or_json_args(p, function, string_value, '<param name="', "</param>")
     tool_parser = p.tool(
-        p.tool_open(plus(lambda: p.literal('<function name="'), lambda: p.tool_name(p.literal(name)),
-                         lambda: p.literal('">')))
+        p.tool_open(
+            plus(lambda: p.literal('<function name="'), lambda: p.tool_name(p.literal(name)), lambda: p.literal('">'))
+        )
         << p.tool_args(args)
-        << p.tool_close(p.literal("</function>")))
+        << p.tool_close(p.literal("</function>"))
+    )
     return p.rule(f"tool-{name}", tool_parser)
-

@@ -28,13 +28,19 @@ INVOKE_END = NS + "</invoke>"
 
 # upstream lists two system delimiters (developer and system); ChatParams.message_delimiters, keyed by role,
 # holds the first
-MESSAGE_DELIMITERS = [("assistant", "]~b]ai"), ("user", "]~b]user"), ("tool", "]~b]tool"),
-                      ("system", "]~b]developer"), ("system", "]~b]system")]
+MESSAGE_DELIMITERS = [
+    ("assistant", "]~b]ai"),
+    ("user", "]~b]user"),
+    ("tool", "]~b]tool"),
+    ("system", "]~b]developer"),
+    ("system", "]~b]system"),
+]
 
 
 def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
     data = kit.chat_params(
-        tmpl, inputs,
+        tmpl,
+        inputs,
         format=FORMAT_PEG_MINIMAX_M3,
         supports_thinking=True,
         thinking_start_tag=THINK_START,
@@ -58,11 +64,18 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
         reasoning = p.eps()
         if extract_reasoning:
             if inputs.enable_thinking:
-                block = plus(lambda: p.literal(THINK_START), p.space, lambda: p.ac(
-                    plus(lambda: p.reasoning(p.until(THINK_END)), lambda: p.literal(THINK_END)), THINK_END))
+                block = plus(
+                    lambda: p.literal(THINK_START),
+                    p.space,
+                    lambda: p.ac(
+                        plus(lambda: p.reasoning(p.until(THINK_END)), lambda: p.literal(THINK_END)), THINK_END
+                    ),
+                )
             else:
-                block = plus(lambda: p.literal(THINK_START), lambda: p.ac(
-                    plus(lambda: p.until(THINK_END), lambda: p.literal(THINK_END)), THINK_END))
+                block = plus(
+                    lambda: p.literal(THINK_START),
+                    lambda: p.ac(plus(lambda: p.until(THINK_END), lambda: p.literal(THINK_END)), THINK_END),
+                )
             # a turn without reasoning opens with a bare </mm:think>, from the generation prompt (thinking
             # disabled) or from the model
             reasoning = p.optional(p.choice([block, p.literal(THINK_END)]))
@@ -86,10 +99,13 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
 
     data.parser = build_chat_peg_parser(build)
     if include_grammar:
-        kit.add_grammar(data, not (has_response_format or (tools and inputs.tool_choice == "required")),
-                        [f.get("parameters", {}) for f in kit.functions(inputs.tools)],
-                        [(kit.TRIGGER_WORD, FC_START)],
-                        response_format=inputs.json_schema if has_response_format else None)
+        kit.add_grammar(
+            data,
+            not (has_response_format or (tools and inputs.tool_choice == "required")),
+            [f.get("parameters", {}) for f in kit.functions(inputs.tools)],
+            [(kit.TRIGGER_WORD, FC_START)],
+            response_format=inputs.json_schema if has_response_format else None,
+        )
     return data
 
 
@@ -114,19 +130,39 @@ class _ToolBuilder:
         p, name = self.p, self.name
         has_properties = isinstance(self.params, dict) and "properties" in self.params
         invoke_body = self.members_of(self.params, f"tool-{name}-arg") if has_properties else p.eps()
-        func_parser = p.tool(plus(
-            lambda: p.tool_open(plus(lambda: p.literal(NS + '<invoke name="'), lambda: p.tool_name(p.literal(name)),
-                                   lambda: p.literal('">'))),
-            p.space, invoke_body, p.space, lambda: p.tool_close(p.literal(INVOKE_END))))
+        func_parser = p.tool(
+            plus(
+                lambda: p.tool_open(
+                    plus(
+                        lambda: p.literal(NS + '<invoke name="'),
+                        lambda: p.tool_name(p.literal(name)),
+                        lambda: p.literal('">'),
+                    )
+                ),
+                p.space,
+                invoke_body,
+                p.space,
+                lambda: p.tool_close(p.literal(INVOKE_END)),
+            )
+        )
         return p.rule(f"tool-{name}", func_parser)
 
     def element_of(self, tag: str, schema: object, rule_name: str):
         p = self.p
         close = NS + "</" + tag + ">"
-        return p.rule(rule_name, p.tool_arg(plus(
-            lambda: p.tool_arg_open(plus(lambda: p.literal(NS + "<"), lambda: p.tool_arg_name(p.literal(tag)),
-                                         lambda: p.literal(">"))),
-            lambda: self.value_of(schema, rule_name, close))))
+        return p.rule(
+            rule_name,
+            p.tool_arg(
+                plus(
+                    lambda: p.tool_arg_open(
+                        plus(
+                            lambda: p.literal(NS + "<"), lambda: p.tool_arg_name(p.literal(tag)), lambda: p.literal(">")
+                        )
+                    ),
+                    lambda: self.value_of(schema, rule_name, close),
+                )
+            ),
+        )
 
     def value_of(self, schema: object, rule_name: str, close: str):
         p = self.p
@@ -138,8 +174,10 @@ class _ToolBuilder:
 
         alternatives = _alternatives_of(schema)
         if alternatives is not None:
-            choices = [self.value_of(alternative, f"{rule_name}-{index}", close)
-                       for index, alternative in enumerate(alternatives)]
+            choices = [
+                self.value_of(alternative, f"{rule_name}-{index}", close)
+                for index, alternative in enumerate(alternatives)
+            ]
             return p.choice(choices)
 
         kind = schema.get("type") if isinstance(schema, dict) else None
@@ -148,12 +186,18 @@ class _ToolBuilder:
             return plus(lambda: p.tag(Mm3.TOOL_ARG_OBJECT, self.members_of(schema, rule_name)), p.space, close_tag)
         if kind == "array" and "items" in schema:
             item_close = NS + "</item>"
-            item = p.rule(f"{rule_name}-item", p.tag(Mm3.TOOL_ARG_ITEM, plus(
-                lambda: p.literal(NS + "<item>"),
-                lambda: self.value_of(schema["items"], f"{rule_name}-item", item_close))))
+            item = p.rule(
+                f"{rule_name}-item",
+                p.tag(
+                    Mm3.TOOL_ARG_ITEM,
+                    plus(
+                        lambda: p.literal(NS + "<item>"),
+                        lambda: self.value_of(schema["items"], f"{rule_name}-item", item_close),
+                    ),
+                ),
+            )
             return plus(lambda: p.tag(Mm3.TOOL_ARG_ARRAY, p.repeat(p.space() + item, 0, -1)), p.space, close_tag)
-        return plus(lambda: p.tool_arg_json_value(p.schema(p.json(), f"{rule_name}-schema", schema, False)),
-                    close_tag)
+        return plus(lambda: p.tool_arg_json_value(p.schema(p.json(), f"{rule_name}-schema", schema, False)), close_tag)
 
     def members_of(self, schema: dict, rule_prefix: str):
         """The required properties in schema order, then any number of the optional ones in any order."""

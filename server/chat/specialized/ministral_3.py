@@ -63,21 +63,25 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
 
         if with_response_format:
             # Ministral writes its JSON in a code fence
-            return gen_prefix + (reasoning << "```json"
-                                 << p.content(p.schema(p.json(), "response-format", inputs.json_schema))
-                                 << "```")
+            return gen_prefix + (
+                reasoning << "```json" << p.content(p.schema(p.json(), "response-format", inputs.json_schema)) << "```"
+            )
 
         if with_tools and inputs.tool_choice != "none":
-            def tool_parser(name: str, schema: object):
-                return plus(lambda: p.tool_open(p.tool_name(p.literal(name)) + "[ARGS]"),
-                            lambda: p.tool_args(p.schema(p.json(), f"tool-{name}-schema", schema)))
 
-            tool_choice = p.choice_of(kit.functions(inputs.tools), lambda f: p.rule(
-                f"tool-{f['name']}", tool_parser(f["name"], f["parameters"])))
+            def tool_parser(name: str, schema: object):
+                return plus(
+                    lambda: p.tool_open(p.tool_name(p.literal(name)) + "[ARGS]"),
+                    lambda: p.tool_args(p.schema(p.json(), f"tool-{name}-schema", schema)),
+                )
+
+            tool_choice = p.choice_of(
+                kit.functions(inputs.tools),
+                lambda f: p.rule(f"tool-{f['name']}", tool_parser(f["name"], f["parameters"])),
+            )
             min_calls = 1 if inputs.tool_choice == "required" else 0
             max_calls = -1 if inputs.parallel_tool_calls else 1
-            tool_calls = p.trigger_rule("tool-call",
-                                        p.repeat("[TOOL_CALLS]" + tool_choice, min_calls, max_calls))
+            tool_calls = p.trigger_rule("tool-call", p.repeat("[TOOL_CALLS]" + tool_choice, min_calls, max_calls))
             return gen_prefix + (reasoning << p.content(p.until("[TOOL_CALLS]")) << tool_calls)
 
         include_grammar = False  # content only
@@ -85,8 +89,11 @@ def params_init(tmpl: Template, inputs: GenerationParams) -> ChatParams:
 
     data.parser = build_chat_peg_parser(build)
     if include_grammar:
-        kit.add_grammar(data, with_tools and inputs.tool_choice == "auto",
-                        [f["parameters"] for f in kit.functions(inputs.tools)],
-                        [(kit.TRIGGER_WORD, "[TOOL_CALLS]")],
-                        response_format=inputs.json_schema if with_response_format else None)
+        kit.add_grammar(
+            data,
+            with_tools and inputs.tool_choice == "auto",
+            [f["parameters"] for f in kit.functions(inputs.tools)],
+            [(kit.TRIGGER_WORD, "[TOOL_CALLS]")],
+            response_format=inputs.json_schema if with_response_format else None,
+        )
     return data
