@@ -9,7 +9,7 @@ over agreeing positions.
 Both servers get the same command line: on the F32 twin the pinned f32 configuration (-fa off -ctk f32 -ctv
 f32, oracle/processes.py F32_NUMERICS) unless `mlxcel-oracle trace --defaults`, which leaves b10621's defaults
 (f16 KV, -fa auto) on both, as on the Q4_1 twin. mlxcel scores a path as a generation computes it: the prompt
-prefilled, then one decode step per token (server/engine/runner.py score). Measured (5 default prompts x 32
+prefilled, then one decode step per token (server/backends/mlx_backend.py score). Measured (5 default prompts x 32
 tokens, issue 27): F32 twin at defaults 0 disagreements at decided positions, max |delta logprob| 3.5e-3;
 pinned f32 ~2e-5; conformance/test_kv_trace.py asserts these on a smaller set.
 """

@@ -4,7 +4,7 @@ Each step asks the pure Scheduler what to run (prefill chunks and decode rows ac
 backend, draws, applies b10621's stop rules (process_token.py) and publishes events. Decode rows share one
 forward pass where the backend batches (decode_batch.py); on the native backend a row gets bitwise the logits it
 gets alone (tests/test_model_loading.py), elsewhere the last bits can differ and its tokens are the same in the
-fixtures (tests/test_engine_batching.py). The collaborators each have one job: slot_states.py (slots and the
+fixtures (tests/test_engine_batching.py). The collaborators each have one job: step.py (one step), slot_states.py (slots and the
 prompt cache), slot_registry.py (GET /slots), slot_actions.py, adapters.py, drafting.py, metrics.py.
 """
 
@@ -23,23 +23,21 @@ from typing import Callable
 
 from ..backends import Backend, hand_back, load_backend
 from ..grammar.constraint import GrammarVocab
-from ..models.kv_numerics import KVNumerics
-from ..models.yarn import YarnFlags
 from . import commands as cmd
 from .adapters import Adapters
+from .config import DEFAULT_CONFIG, EngineConfig
 from .decode_batch import DecodeBatch
 from .drafting import Speculation, draft_state_bytes, load_drafters
 from .draw import Drawer
 from .metrics import ServerMetrics
 from .process_token import Limits, TokenProcessor
-from .provenance import chunk_kind
 from .running import Handle, Running
-from .scheduler import Scheduler, Sequence, Step
-from .sequence_tokens import shift_plan, slot_tokens
+from .scheduler import Scheduler, Sequence
 from .slot_actions import SlotActions
 from .slot_registry import SlotRegistry
 from .slot_states import SlotStates
-from .speculative import DraftConfig, Speculator
+from .speculative import Speculator
+from .step import EngineStep
 from .stopping import TextStream
 from .types import (
     EngineInfo,
@@ -57,50 +55,20 @@ log = logging.getLogger("mlxcel.engine")
 __all__ = ["Engine", "EngineConfig", "Handle"]
 
 
-@dataclass(frozen=True)
-class EngineConfig:
-    n_ctx: int = 0  # per slot; 0: the model's training context
-    n_slots: int = 1
-    n_batch: int = 2048
-    cont_batching: bool = True
-    ubatch: int = 512  # the largest prefill chunk
-    cache_prompt: bool = True
-    cache_ram_mib: int = 8192  # -1: no limit, 0: no prompt cache
-    slot_similarity: float = 0.1  # --slot-prompt-similarity (0: slots by LRU only)
-    cache_idle_slots: bool = True  # --cache-idle-slots: idle slots saved to the prompt cache at each launch
-    kv_unified: bool = False  # b10621's unified KV (-np auto): idle slots are also cleared at each launch
-    ctx_shift: bool = False  # --context-shift: a full context discards old tokens instead of stopping
-    add_bos: bool = False  # the vocabulary adds BOS: a context shift keeps one more token
-    special: bool = False  # --special: generated special tokens are rendered as text
-    sleep_idle_seconds: int = -1  # --sleep-idle-seconds: free the model after this long idle (-1: never)
-    rope: tuple[float | None, float | None] = (None, None)  # --rope-freq-base, --rope-freq-scale (None: the model's)
-    yarn: YarnFlags | None = None  # --rope-scaling yarn and the --yarn-* values
-    lora: tuple[tuple[str, float], ...] = ()  # --lora / --lora-scaled: (adapter, its starting scale)
-    lora_fuse: bool = False  # --lora-fuse: the adapters baked into the weights at their starting scales
-    # --control-vector / --control-vector-scaled: (file, strength); --control-vector-layer-range (0: default)
-    control_vectors: tuple[tuple[str, float], ...] = ()
-    control_vector_layers: tuple[int, int] = (0, 0)
-    draft: DraftConfig | None = None  # --spec-draft-model with --spec-type draft-simple
-    ngram_simple: tuple[int, int] | None = None  # --spec-type ngram-simple: (size_n, size_m)
-    kv: KVNumerics = KVNumerics()  # -ctk, -ctv, -fa; this default a float32 cache (the CLI passes b10621's: f16)
-
-
 @dataclass
 class _Loaded:
     """What runs while the model is loaded: the backend and the collaborators that use it."""
 
     backend: Backend
     drafter: Speculator | None
-    batch: DecodeBatch
-    tokens: TokenProcessor
-    speculation: Speculation | None
+    step: EngineStep
 
 
 class Engine:
     def __init__(
         self,
         checkpoint: Path,
-        config: EngineConfig = EngineConfig(),
+        config: EngineConfig = DEFAULT_CONFIG,
         eog_ids: frozenset[int] = frozenset(),
         piece: Callable[[int, bool], bytes] = lambda _t, _s: b"",
         grammar_vocab: GrammarVocab | None = None,
@@ -259,7 +227,20 @@ class Engine:
         limits = Limits(self.info.n_ctx, c.special, c.add_bos, self._ctx_shift)
         tokens = TokenProcessor(sched, drawer, self.states, self.registry, self.metrics, batch, limits)
         speculation = Speculation(drafter, backend, tokens, self.info.n_ctx) if drafter is not None else None
-        return _Loaded(backend, drafter, batch, tokens, speculation)
+        step = EngineStep(
+            backend,
+            batch,
+            tokens,
+            speculation,
+            self.adapters,
+            self.metrics,
+            self.registry,
+            self.info.n_ctx,
+            c.add_bos,
+            self._ctx_shift,
+            lambda: next(self._ids),
+        )
+        return _Loaded(backend, drafter, step)
 
     def _sleep(self) -> None:
         """b10621's sleeping state: the model and everything computed with it freed until the next request."""
@@ -331,7 +312,7 @@ class Engine:
                 self._last_task = time.monotonic()  # a busy engine is not idle
             self.actions.run(sched)
             try:
-                self._step(sched, self._require())
+                self._require().step.run(sched)
             except Exception as exc:  # never leave a client hanging
                 log.exception("engine step failed")
                 for seq in sched.everyone():
@@ -426,117 +407,3 @@ class Engine:
         self.adapters.use(self.adapters.defaults())
         rows = self._require().backend.score(list(req.prompt_tokens), list(req.continuation), req.n_probs)
         handle.publish(ScoreEvent(tuple(ScoredPosition(t, lp, top) for t, lp, top in rows)))
-
-    # --- one step ---------------------------------------------------------------------------------------------
-
-    def _step(self, sched: Scheduler, w: _Loaded) -> None:
-        for seq in sched.everyone():
-            if seq.payload.handle.cancelled.is_set():
-                seq.cancelled = True
-        for seq in sched.cancelled():  # the client went away: free the slot within this step
-            for child in seq.children:  # children it had not served yet process the prompt themselves
-                child.held = False
-            w.tokens.release(seq)
-            sched.free(seq)
-        step = sched.schedule()
-        if step:  # b10621 posts a NEXT_RESPONSE task (and so spends a task id) per busy loop iteration
-            next(self._ids)
-        busy = len(sched.running)  # b10621 counts every processing slot at each decode
-        involved = [chunk.seq for chunk in step.prefill] + list(step.decode)
-        self._prefill(sched, step, w)
-        self._decode(step, w)
-        if involved:
-            self.metrics.post_decode(busy, [slot_tokens(s) for s in involved])
-        self.registry.publish(sched.running, self.info.n_ctx)
-
-    def _prefill(self, sched: Scheduler, step: Step, w: _Loaded) -> None:
-        backend, tokens = w.backend, w.tokens
-        progressed: dict[int, Sequence] = {}
-        for chunk in step.prefill:
-            run: Running = chunk.seq.payload
-            if not run.clock.start:
-                run.clock.start = time.perf_counter()
-                tokens.progress(chunk.seq)  # the request has started: 0% (or its cached share)
-            progressed[chunk.seq.rid] = chunk.seq
-            t_chunk = time.perf_counter()
-            self.adapters.use(run.lora)
-            run.logits = backend.prefill(run.cache, chunk.seq.prompt[chunk.start : chunk.end])
-            run.clock.prompt_last = time.perf_counter()
-            if run.made is not None:
-                run.made.add(chunk.start, chunk.end, chunk_kind(chunk.end - chunk.start, backend.capabilities.few_rows))
-            # b10621 counts the prompt tokens after n_past (a hit's recomputed positions before it are mlxcel's)
-            self.metrics.add_prompt(
-                chunk.end - max(chunk.start, run.n_cached), int((run.clock.prompt_last - t_chunk) * 1e6)
-            )
-            sched.prefilled(chunk)
-            if chunk.completes_prompt:
-                run.clock.prompt = time.perf_counter()
-                tokens.progress(chunk.seq)
-                progressed.pop(chunk.seq.rid)
-                forked = [self._fork(w, chunk.seq, c) for c in chunk.seq.children if c.held and c.slot is not None]
-                for seq in (chunk.seq, *forked):
-                    tokens.sample(seq)
-        for seq in progressed.values():  # prompts still being processed: one progress event per step
-            tokens.progress(seq)
-
-    def _decode(self, step: Step, w: _Loaded) -> None:
-        backend, tokens = w.backend, w.tokens
-        for seq in step.decode:
-            if self._ctx_shift() and slot_tokens(seq) + 1 >= self.info.n_ctx:
-                self._shift(w, seq)
-        spec = w.speculation
-        drafting = [(seq, n) for seq in step.decode if spec is not None and (n := spec.n_max(seq)) > 0]
-        ids = {id(seq) for seq, _ in drafting}  # each runs its own round; the others decode as without a drafter
-        decode = [s for s in step.decode if id(s) not in ids]
-        # one forward pass adds one set of adapter scales (b10621's can_batch_with): rows admitted with other
-        # scales decode on their own
-        one_lora = len({s.payload.lora for s in decode}) <= 1
-        if (
-            len(decode) >= 2
-            and one_lora
-            and backend.can_batch([s.payload.cache for s in decode if s.payload.cache is not None])
-        ):
-            self.adapters.use(decode[0].payload.lora)
-            w.batch.decode(decode)
-            for seq in decode:  # drawn in the scheduler's order, as the rows would be one by one
-                tokens.sample(seq)
-        else:
-            w.batch.dissolve()
-            for seq in decode:
-                run = seq.payload
-                self.adapters.use(run.lora)
-                run.logits = backend.decode(run.cache, run.last_token)
-                tokens.sample(seq)
-        for seq, n_max in drafting:
-            w.batch.own_cache(seq)
-            self.adapters.use(seq.payload.lora)
-            assert spec is not None  # (only a speculation drafts)
-            spec.round(seq, n_max)
-
-    def _fork(self, w: _Loaded, parent: Sequence, child: Sequence) -> Sequence:
-        """b10621's copy_state_to(): the child gets the parent's prompt state, stats and last logits."""
-        prun, crun = parent.payload, child.payload
-        w.batch.own_cache(parent)
-        n = len(parent.prompt)
-        snap, _ = w.backend.snapshot(prun.cache, n)
-        crun.cache = w.backend.restore(snap, n)
-        crun.logits = prun.logits * 1  # its own array: sampling may ban tokens in place
-        crun.n_cached, crun.clock.start, crun.clock.prompt = prun.n_cached, prun.clock.start, prun.clock.prompt
-        child.n_prefilled, child.held = n, False
-        return child
-
-    def _shift(self, w: _Loaded, seq: Sequence) -> None:
-        """b10621's context shift (pre_decode): keep n_keep tokens, discard n_discard after them."""
-        run: Running = seq.payload
-        plan = shift_plan(seq, self.info.n_ctx, self.config.add_bos)
-        w.batch.own_cache(seq)
-        log.warning(
-            "slot %d: context shift, n_keep = %d, n_left = %d, n_discard = %d",
-            seq.slot,
-            plan.n_keep,
-            plan.n_left,
-            plan.n_discard,
-        )
-        w.backend.shift(run.cache, plan.n_keep, plan.n_discard)
-        run.shifts.n_shifted += plan.n_discard
-        run.shifts.discards.append((plan.n_keep, plan.n_discard))

@@ -4,7 +4,7 @@
 Before a sequence's next decode step the draft model proposes up to n_max tokens, greedily, stopping early
 where its top candidate's probability (softmax over its 10 best, the drafter's top-k 10 sampler) falls under
 p_min; a draft shorter than n_min is dropped. The target then computes the last sampled token and the draft
-in one pass (Runner.verify) and the request's own sampler draws at each position until a draw differs from
+in one pass (the backend's verify) and the request's own sampler draws at each position until a draw differs from
 the draft (common_sampler_sample_and_accept_n): every token is one the target's sampler drew from the
 target's logits, so the output is the one plain decoding gives. The engine owns the rounds; this module owns
 the drafter and b10621's arithmetic around it.

@@ -5,7 +5,7 @@ for SmolLM2-135M). `DecodeStep` runs the whole step in C over the same weights, 
 writes each layer's new key and value into the sequence's mlx-lm cache in place, at its next position; the
 cache's bookkeeping then moves on as `update_and_fetch` would have moved it. Where a cache must grow it grows
 as mlx-lm grows it (a new buffer, 256 positions more), so the position written is never one that another
-array can see: snapshots (`Runner.snapshot`, `BatchKVCache.extract`) are views of positions before it.
+array can see: snapshots (`MLXBackend.snapshot`, `BatchKVCache.extract`) are views of positions before it.
 Keys and values are written as the cache's type rounds them, and attention rounds what ggml-cpu rounds over
 that type (models/kv_numerics.py), as through MLX. A model the step does not cover (another architecture,
 biases, a scaled rope, a float type other than float32, weights not in the kernel layout) returns None from
