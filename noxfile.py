@@ -149,6 +149,8 @@ def bench(session: nox.Session) -> None:
     session.install("-e", ".")
     session.run("mlxcel-oracle", "reference")
     session.run("python", "-m", "oracle.bench", "--table", *(session.posargs or BENCH))
+    # the MLX backend (CPU kernels off) against mlx_lm.server on the same checkpoints: docs/mlx-backend-speed.md
+    session.run("python", "-m", "oracle.bench_mlx_backend")
 
 
 @nox.session

@@ -66,6 +66,13 @@ RERANK_DOCUMENTS_INVALID = '"documents" must be a non-empty string array'
 # mlxcel's own (b10621 runs the request and fails it with a 500): a generation route on an encoder server
 GENERATION_DISABLED = "This server does not support completions. Start it without `{flag}`"
 MULTIMODAL_UNSUPPORTED = "Multimodal data provided, but model does not support multimodal requests."
+# POST /slots/:id_slot (the engine's slot actions raise them; the API renders kind and status)
+SLOT_INVALID_ID = "Invalid slot ID"
+SLOT_INVALID_FILE = "Invalid slot file"
+SLOT_SAVE_FAILED = "Unable to save slot"
+SLOT_RESTORE_FAILED = "Unable to restore slot: No available space in KV cache or invalid slot save file"
+SLOT_RESTORE_TOO_LONG = "Unable to restore slot: Restored prompt does not fit in the slot context"
+SLOT_RESTORE_BAD_TOKENS = "Unable to restore slot: Invalid tokens in slot save file"
 # Unknown path or method: httplib's 404, whose envelope orders its keys differently from format_error_response
 # res_403 (server.cpp): the tools and CORS-proxy routes of a server started without --tools / --ui-mcp-proxy
 FEATURE_DISABLED_BODY = {"error": {"message": "this feature is disabled", "type": "feature_disabled"}}

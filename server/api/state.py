@@ -57,5 +57,5 @@ class AppState:
         with self._grammar_lock:
             if self._grammar_vocab is None:
                 self._grammar_vocab = GrammarVocab(self.tokenizer, frozenset(self.engine.eog_ids))
-                self.engine.grammar_vocab = self._grammar_vocab
+                self.engine.use_grammar_vocab(self._grammar_vocab)
             return self._grammar_vocab

@@ -64,6 +64,10 @@ class EncoderWorker:
         self.metrics = ServerMetrics()  # GET /metrics: every prompt counts as processed, one decode each
         self.sleeping = False
 
+    def use_grammar_vocab(self, vocab: object) -> None:
+        """(The API layer hands every engine the grammar vocabulary; an encoder draws nothing with it.)"""
+        self.grammar_vocab = vocab
+
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="mlxcel-encoder", daemon=True)
         self._thread.start()

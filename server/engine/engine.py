@@ -163,6 +163,10 @@ class Engine:
         two engine steps; requests already admitted keep their scales. The result: False where fused."""
         return self._task(cmd.SetLora(listed))
 
+    def use_grammar_vocab(self, vocab: GrammarVocab) -> None:
+        """The vocabulary request grammars compile against (the API layer builds it once, on first use)."""
+        self.grammar_vocab = vocab
+
     def lora_adapters(self) -> list[cmd.AdapterInfo]:
         return self.adapters.listed()
 

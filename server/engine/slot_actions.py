@@ -8,6 +8,14 @@ import time
 from concurrent.futures import Future
 from typing import Callable
 
+from ..errors import (
+    SLOT_INVALID_FILE,
+    SLOT_INVALID_ID,
+    SLOT_RESTORE_BAD_TOKENS,
+    SLOT_RESTORE_FAILED,
+    SLOT_RESTORE_TOO_LONG,
+    SLOT_SAVE_FAILED,
+)
 from . import slot_files
 from .scheduler import Scheduler
 from .slot_registry import SlotRegistry
@@ -46,7 +54,7 @@ class SlotActions:
         # get_slot_by_id wraps an id past the last slot around (C's %: a negative one finds no slot)
         slot = abs(action.id_slot) % self.n_slots * (1 if action.id_slot >= 0 else -1)
         if slot < 0:
-            raise SlotActionError("Invalid slot ID")
+            raise SlotActionError(SLOT_INVALID_ID)
         started = time.perf_counter()
         record = self.registry.get(slot)
         if action.action == "erase":
@@ -54,23 +62,21 @@ class SlotActions:
             self.registry.hold(slot, ())
             return {"n_erased": len(record.tokens)}
         if action.path is None or action.identity is None:
-            raise SlotActionError("Invalid slot file")  # (the API layer always names one)
+            raise SlotActionError(SLOT_INVALID_FILE)  # (the API layer always names one)
         if action.action == "save":
             try:
                 n_bytes = slot_files.write(action.path, list(record.tokens), action.identity)
             except OSError:
-                raise SlotActionError("Unable to save slot", "SERVER") from None
+                raise SlotActionError(SLOT_SAVE_FAILED, "SERVER") from None
             return {"n_tokens": len(record.tokens), "n_bytes": n_bytes, "t_ms": (time.perf_counter() - started) * 1e3}
         try:  # restore
             tokens, n_bytes = slot_files.read(action.path, action.identity)
         except slot_files.SlotFileError:
-            raise SlotActionError(
-                "Unable to restore slot: No available space in KV cache or invalid slot save file"
-            ) from None
+            raise SlotActionError(SLOT_RESTORE_FAILED) from None
         if len(tokens) > self.n_ctx:
-            raise SlotActionError("Unable to restore slot: Restored prompt does not fit in the slot context")
+            raise SlotActionError(SLOT_RESTORE_TOO_LONG)
         if any(not 0 <= t < self.n_vocab for t in tokens):
-            raise SlotActionError("Unable to restore slot: Invalid tokens in slot save file")
+            raise SlotActionError(SLOT_RESTORE_BAD_TOKENS)
         self.base_scales()
         self.states.restore_tokens(slot, tokens)
         self.registry.hold(slot, tuple(tokens))
