@@ -292,16 +292,12 @@ class DecodeStep:
                 batch_cache.advance(c, offset, index + 1)
         return mx.array(logits)
 
-    def verify(self, caches: list, tokens: list[int]) -> mx.array:
-        """Consecutive tokens of one sequence (a speculative draft's verification, takes_sequence() first): its
-        per-layer KVCaches take their keys and values at the next positions; returns every row's logits (rows x
-        vocab, float32), each bitwise what a decode step at its position returns."""
-        rows = len(tokens)
-        index = caches[0].offset
+    def sequence_pass(self, native_fn, caches: list, tokens: list[int], logits: np.ndarray | None, what: str) -> None:
+        """A native pass over consecutive tokens of one sequence (verify, prefill): its per-layer KVCaches take
+        their keys and values at the next positions (grown first), then move on; logits (if any) written."""
+        rows, index, n = len(tokens), caches[0].offset, len(caches)
         keys, values, strides = self._pointers(caches, index, 1, rows)
-        logits = np.empty((rows, self.vocab), np.float32)
-        n = len(caches)
-        status = self.native.mlxcel_verify(
+        status = native_fn(
             self.handle,
             rows,
             (ctypes.c_int * rows)(*tokens),
@@ -309,10 +305,16 @@ class DecodeStep:
             (_VOID_P * n)(*keys),
             (_VOID_P * n)(*values),
             (ctypes.c_long * len(strides))(*strides),
-            _VOID_P(logits.ctypes.data),
+            None if logits is None else _VOID_P(logits.ctypes.data),
         )
         if status != 0:
-            raise MemoryError("verify step")
+            raise MemoryError(what)
         for c in caches:
             c.offset += rows
+
+    def verify(self, caches: list, tokens: list[int]) -> mx.array:
+        """Consecutive tokens of one sequence (a speculative draft's verification, takes_sequence() first): every
+        row's logits (rows x vocab, float32), each bitwise what a decode step at its position returns."""
+        logits = np.empty((len(tokens), self.vocab), np.float32)
+        self.sequence_pass(self.native.mlxcel_verify, caches, tokens, logits, "verify step")
         return mx.array(logits)

@@ -36,23 +36,6 @@ class PrefillStep:
     def __call__(self, caches: list, tokens: list[int], want_logits: bool) -> mx.array | None:
         """Prefill `tokens` into one sequence's per-layer KVCaches (DecodeStep.takes_sequence(caches, rows, None)
         first); the last position's logits (1 x vocab, float32), or None when not wanted."""
-        step, rows = self._step, len(tokens)
-        index = caches[0].offset
-        keys, values, strides = step._pointers(caches, index, 1, rows)
-        logits = np.empty((1, step.vocab), np.float32) if want_logits else None
-        n = len(caches)
-        status = self._native.mlxcel_prefill(
-            step.handle,
-            rows,
-            (ctypes.c_int * rows)(*tokens),
-            index,
-            (_VOID_P * n)(*keys),
-            (_VOID_P * n)(*values),
-            (ctypes.c_long * len(strides))(*strides),
-            None if logits is None else _VOID_P(logits.ctypes.data),
-        )
-        if status != 0:
-            raise MemoryError("prefill step")
-        for c in caches:
-            c.offset += rows
+        logits = np.empty((1, self._step.vocab), np.float32) if want_logits else None
+        self._step.sequence_pass(self._native.mlxcel_prefill, caches, tokens, logits, "prefill step")
         return None if logits is None else mx.array(logits)
