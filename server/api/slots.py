@@ -68,9 +68,7 @@ async def get_slots(request: Request):
         raise UpstreamError(NO_SLOT_AVAILABLE, ErrorKind.UNAVAILABLE)
     return UpstreamJSON(
         [
-            slot_json(
-                r, state.tokenizer, state.settings.slots_debug, getattr(state.engine, "drafter", None) is not None
-            )
+            slot_json(r, state.tokenizer, state.settings.slots_debug, getattr(state.engine, "drafting", False))
             for r in records
         ]
     )

@@ -208,6 +208,11 @@ class Engine:
         )
 
     @property
+    def drafting(self) -> bool:
+        """Whether drafters are loaded (GET /slots' speculative)."""
+        return self._loaded is not None and self._loaded.drafter is not None
+
+    @property
     def backend(self) -> Backend | None:
         return self._loaded.backend if self._loaded is not None else None
 
