@@ -175,8 +175,9 @@ def peak_rss_mib(proc: ServerProcess) -> float | None:
     return None
 
 
-def mlx_lm_anchor(model_dir: Path) -> ServerProcess:
-    """mlx_lm.server on the MLX twin, with the BLAS mlxcel interposes (else it runs on the reference BLAS)."""
+def mlx_lm_anchor(model_dir: Path, env: dict[str, str] | None = None) -> ServerProcess:
+    """mlx_lm.server on the MLX twin, with the BLAS mlxcel interposes (else it runs on the reference BLAS), under
+    `env` too (the mlxcel server's own variables, so both get the same BLAS and kernels)."""
     port = free_port()
     code = (
         "from server import blas; blas.activate(); import sys, runpy; "
@@ -184,7 +185,7 @@ def mlx_lm_anchor(model_dir: Path) -> ServerProcess:
         "runpy.run_module('mlx_lm.server', run_name='__main__')"
     )
     sp = ServerProcess("mlx_lm", [sys.executable, "-c", code], port, {})
-    sp.env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    sp.env = {**os.environ, **(env or {}), "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     return sp
 
 

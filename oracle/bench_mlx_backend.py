@@ -4,8 +4,8 @@
 Both servers run at once and are measured in turn through the one route they share (/v1/completions, greedy),
 alternating which goes first in each repetition. Per repetition and server: one-stream decode tokens/s (a
 generation's tokens over its time less the same prompt's one-token time) and prompt tokens/s at 128 and 512
-tokens (a one-token completion of an unseen prompt). Both servers get the same BLAS (mlxcel's interposed
-OpenBLAS). Nothing here asserts a speed: the JSON keeps every repetition, the table gives min/median/max and the
+tokens (a one-token completion of an unseen prompt). Both servers get the same BLAS and neither gets mlxcel's
+kernels (KERNELS_OFF). Nothing here asserts a speed: the JSON keeps every repetition, the table gives min/median/max and the
 ratio of medians with the repetitions' spread as its noise band.
 """
 
@@ -25,6 +25,9 @@ from .processes import mlxcel_server
 WORDS = "the quiet harbour town kept its lamps lit through the long winter nights while".split()
 PROMPT = "Once upon a time, in a small village by the sea, there lived"
 PROMPT_LENGTHS = (128, 512)
+# both servers without mlxcel's kernels: its BLAS shim's few-row GEMV (server/blas.py) would otherwise speed up
+# mlx_lm.server's decode and not mlxcel's (the runs before 2026-12-04 compared so: F32 decode read 0.69x)
+KERNELS_OFF = {"MLXCEL_CPU_KERNELS": "0"}
 
 
 def unseen_prompt(n_words: int, salt: str) -> str:
@@ -59,8 +62,8 @@ def run(twin_kind: str, n_predict: int, reps: int) -> dict:
 
     t = twin(twin_kind)
     mine = mlxcel_server(t.mlx_model, ["-np", "1"])
-    mine.env = {**(mine.env or {}), "MLXCEL_CPU_KERNELS": "0"}
-    servers = {"mlxcel_mlx_backend": mine, "mlx_lm_server": mlx_lm_anchor(t.mlx_dir)}
+    mine.env = {**(mine.env or {}), **KERNELS_OFF}
+    servers = {"mlxcel_mlx_backend": mine, "mlx_lm_server": mlx_lm_anchor(t.mlx_dir, KERNELS_OFF)}
     samples: dict[str, list[dict]] = {name: [] for name in servers}
     try:
         for proc in servers.values():

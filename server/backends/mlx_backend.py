@@ -5,7 +5,7 @@ a state-space layer has no offset to read). What each kind allows is declared on
 and quantized KV caches rewind (a snapshot or restore at any position, a trimmed draft); sliding-window
 (`RotatingKVCache`), chunked and state-space (`ArraysCache`) caches are kept and restored whole only; a kind
 not listed is refused at load. Where MLX runs on a GPU, the weights' wired limit is raised as mlx-lm's own
-generate loop raises it, and a greedy draw's argmax runs on the device.
+generate loop raises it, a greedy draw's argmax runs on the device and the next step is pipelined (`_Pending`).
 """
 
 from __future__ import annotations
@@ -73,6 +73,18 @@ class LayerCaches(list):
     n: int = 0
 
 
+@dataclass(frozen=True)
+class _Pending:
+    """A decode step issued ahead (mlx-lm's generate loop: async_eval of step t+1 on the lazy token t, then
+    token t read back), so the device computes while the host checks token t. Its position is written in the
+    cache but not counted in cache.n; the next decode of the same token there takes its logits, anything else
+    that touches a cache first withdraws it (`_settle`: the cache trimmed back by one)."""
+
+    cache: LayerCaches
+    token: int
+    logits: mx.array
+
+
 def _trunk_and_head(model: nn.Module) -> tuple[nn.Module, Callable[[mx.array], mx.array]] | None:
     """An mlx-lm llama-family model's transformer trunk and output head, or None for another model. The model's
     own call runs the head on every position of a prompt (512 x vocab x hidden multiply-adds for a 512-token
@@ -137,6 +149,11 @@ class MLXBackend:
         if self._on_device_argmax:
             _wire_limit()
         self.capabilities = self._capabilities(kinds)
+        # where a greedy draw's token may be fed to the next step before it is read back: on a GPU, with
+        # caches that can withdraw the step (tests set it on the CPU)
+        self.pipeline = self._on_device_argmax and self.capabilities.rewind
+        self._pending: _Pending | None = None
+        self._last_decode: tuple[LayerCaches, mx.array] | None = None
 
     def _capabilities(self, kinds: tuple[str, ...]) -> Capabilities:
         batch = all(k.batch for k in self._kinds)
@@ -153,11 +170,12 @@ class MLXBackend:
 
     # --- forward passes ---------------------------------------------------------------------------------------
 
-    def _forward(self, cache: list, tokens: list[list[int]]) -> mx.array:
-        return self.model(mx.array(tokens), cache=cache)
+    def _forward(self, cache: list, tokens: list[list[int]] | mx.array) -> mx.array:
+        return self.model(mx.array(tokens) if isinstance(tokens, list) else tokens, cache=cache)
 
     def prefill(self, cache: LayerCaches, tokens: list[int]) -> Logits:
         """Feed tokens in chunks of n_batch; the last position's logits (1 x vocab, float32)."""
+        self._settle()
         logits = None
         for start in range(0, len(tokens), self.n_batch):
             chunk = tokens[start : start + self.n_batch]
@@ -181,16 +199,38 @@ class MLXBackend:
         return logits
 
     def decode(self, cache: LayerCaches, token: int) -> Logits:
-        logits = self._forward(cache, [[token]])[:, -1, :]
+        pending = self._pending
+        if pending is not None and pending.cache is cache and pending.token == token:
+            self._pending = None
+            cache.n += 1
+            self._last_decode = (cache, pending.logits)
+            return pending.logits
+        self._settle()
+        logits = self._forward(cache, [[token]])[:, -1, :].astype(mx.float32)
         cache.n += 1
-        return logits.astype(mx.float32)
+        self._last_decode = (cache, logits)
+        return logits
+
+    def _settle(self) -> None:
+        """Withdraw a step issued ahead (its position trimmed from its cache) before a cache is used otherwise."""
+        pending, self._pending, self._last_decode = self._pending, None, None
+        if pending is not None:
+            for c in pending.cache:
+                c.trim(1)
+
+    def _issue_ahead(self, cache: LayerCaches, token: mx.array) -> None:
+        logits = self._forward(cache, token.reshape(1, 1))[:, -1, :].astype(mx.float32)
+        mx.async_eval(logits)
+        self._pending = _Pending(cache, int(cast(int, token.item())), logits)
 
     def decode_rows(self, batch: list, tokens: list[int]) -> Logits:
         """One token for each row of a merged batch; the rows' logits (float32), one per row."""
+        self._settle()
         logits = self._forward(batch, [[t] for t in tokens])[:, -1, :]
         return logits.astype(mx.float32)
 
     def verify(self, cache: LayerCaches, tokens: list[int]) -> Logits:
+        self._settle()
         out = []
         for start in range(0, len(tokens), FEW_ROWS):
             out.append(self._verify_chunk(cache, tokens[start : start + FEW_ROWS]))
@@ -231,6 +271,7 @@ class MLXBackend:
     def snapshot(self, cache: LayerCaches, n: int, n_stream: int = 1) -> tuple[MLXSnapshot, int]:
         """The first n positions of every layer, evaluated, and the size b10621 gives such a state
         (state_size.py). A whole-state kind keeps its whole state (n must be the cache's length)."""
+        self._settle()
         if n != cache.n and not self.capabilities.rewind:
             raise ValueError(f"a snapshot at {n} of {cache.n} positions: this model's caches do not rewind")
         snap = [self._layer_snapshot(c, n) for c in cache]
@@ -265,6 +306,7 @@ class MLXBackend:
 
     def trim(self, cache: LayerCaches, n: int) -> None:
         """Forget every position from n on (a rejected draft's): the next write lands at n."""
+        self._settle()
         for c in cache:
             c.trim(max(c.offset - n, 0))
         cache.n = min(cache.n, n)
@@ -326,6 +368,7 @@ class MLXBackend:
     def shift(self, cache: LayerCaches, n_keep: int, n_discard: int) -> None:
         """b10621's context shift: drop positions [n_keep, n_keep + n_discard) from every layer and move the
         rest back by n_discard, re-rotating their keys (llama.cpp's seq_rm + seq_add K-shift)."""
+        self._settle()
         self._rope()
         for c in cache:
             n = c.offset
@@ -344,8 +387,8 @@ class MLXBackend:
     def can_batch(self, caches: list[LayerCaches]) -> bool:
         return self.capabilities.batch_rows > 1 and all(type(c) is mlx_cache.KVCache for cache in caches for c in cache)
 
-    @staticmethod
-    def batch_merge(caches: list[LayerCaches]) -> list:
+    def batch_merge(self, caches: list[LayerCaches]) -> list:
+        self._settle()
         return [mlx_cache.BatchKVCache.merge([cache[i] for cache in caches]) for i in range(len(caches[0]))]
 
     @staticmethod
@@ -373,12 +416,16 @@ class MLXBackend:
 
     def greedy(self, logits: mx.array, banned: frozenset[int] | tuple[int, ...] = ()) -> int:
         """The first highest logit of a one-row logits array, the banned tokens left out (on a GPU, found there:
-        only the token id comes back)."""
-        if self._on_device_argmax:
+        only the token id comes back). A decode step's token also starts the next step ahead (`_Pending`)."""
+        last = self._last_decode
+        if self._on_device_argmax or self.pipeline:
             row = logits.reshape(-1)
             if banned:
                 row = row.at[mx.array(sorted(banned))].add(-mx.inf)
-            return int(cast(int, mx.argmax(row).item()))
+            token = mx.argmax(row)
+            if self.pipeline and last is not None and last[1] is logits and self._pending is None:
+                self._issue_ahead(last[0], token)
+            return int(cast(int, token.item()))
         host = np.array(logits, copy=False).reshape(-1)
         if banned:
             host = host.copy()  # (the row may be a view of a batch's logits)

@@ -29,6 +29,7 @@ class NativeBackend(MLXBackend):
         # which passes may run natively (tests switch them off to compare with MLX's passes)
         self.native_decode = self.native_prefill = True
         super().__init__(loaded, n_batch=n_batch, kv=kv)
+        self.pipeline = False  # the kernels' steps are synchronous: nothing runs ahead on the CPU
 
     @staticmethod
     def build_step(loaded: LoadedModel, kv: KVNumerics | None) -> DecodeStep | None:
