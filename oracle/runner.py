@@ -47,9 +47,12 @@ def run_case(case: Case, mlxcel_url: str, reference_url: str | None, erase: bool
         if isinstance(setup, float):  # a wait (both servers idle meanwhile)
             time.sleep(setup)
             continue
+        # mlxcel first: the reference, faster to wake from idle sleep, then has its idle clock started nearest
+        # the compared request (reference first, a slow mlxcel wake in between could outlast a short
+        # --sleep-idle-seconds and put the reference back to sleep before it is asked)
+        send(mlxcel_url, setup)
         if reference_url:
             send(reference_url, setup)
-        send(mlxcel_url, setup)
     live: Exchange | None = send(reference_url, case.request) if reference_url else None
     ref, source = live_or_recorded(case.name, case.request, live, case.normalize)
     mine = send(mlxcel_url, case.request)

@@ -7,10 +7,14 @@ mlx-lm architecture); tests use `fake.FakeBackend`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
+import mlx.core as mx
+from mlx.utils import tree_flatten
+
+from ..models import huge_pages
 from ..models.kv_numerics import KVNumerics
-from ..models.loader import LoadedModel, load_checkpoint
+from ..models.loader import LoadedModel, load_checkpoint, release_sources
 from ..models.yarn import YarnFlags
 from .base import Backend, BackendRefusal, Capabilities
 from .memory import hand_back
@@ -21,10 +25,17 @@ __all__ = ["Backend", "BackendRefusal", "Capabilities", "hand_back", "load_backe
 
 
 def open_backend(loaded: LoadedModel, n_batch: int = 2048, kv: KVNumerics | None = None) -> Backend:
-    step = NativeBackend.build_step(loaded, kv)
-    if step is not None:
-        return NativeBackend(loaded, step, n_batch=n_batch, kv=kv)
-    return MLXBackend(loaded, n_batch=n_batch, kv=kv)
+    try:
+        step = NativeBackend.build_step(loaded, kv)
+        backend = (
+            MLXBackend(loaded, n_batch=n_batch, kv=kv) if step is None else NativeBackend(loaded, step, n_batch, kv)
+        )
+    finally:
+        release_sources(loaded.model)  # the weights as loaded: the native step has taken what it needs
+    if mx.default_device() == mx.cpu:  # after the step's own copies are made: collapsing meanwhile slows them
+        params: list[tuple[str, mx.array]] = cast(list, tree_flatten(loaded.model.parameters()))
+        huge_pages.collapse_in_background([w for _, w in params] + (step.weights if step is not None else []))
+    return backend
 
 
 def load_backend(

@@ -23,6 +23,8 @@ from . import batch_cache
 from .kv_numerics import KVNumerics, stored
 from .yarn import YarnRoPE
 
+SOURCE = "weight_source"  # a linear layer's weight as loaded, out x in (a plain attribute, not a parameter)
+
 
 class FusedLinear(nn.Module):
     """Linear layers over one input as one product: their transposed weights side by side (in x sum(out))."""
@@ -30,6 +32,9 @@ class FusedLinear(nn.Module):
     def __init__(self, weights_t: list[mx.array], biases: list[mx.array] | None, sources: list[str]):
         super().__init__()
         self.weight_t = mx.concatenate(weights_t, axis=1)
+        # as loaded (out x in: rows of the layers' weights one after the other), for the ggml-order decode step;
+        # lazy, so a fused layer whose step never asks for it costs nothing (loader.release_sources)
+        self.__dict__[SOURCE] = mx.concatenate([w.T for w in weights_t], axis=0)
         if biases is not None:
             self.bias = mx.concatenate(biases)
         sizes = [w.shape[1] for w in weights_t]

@@ -27,7 +27,7 @@ from mlx_lm.models.cache import BatchKVCache, KVCache
 
 from .. import blas, cpu_kernels
 from . import batch_cache
-from .cpu_layers import FusedLinear, KernelAttention, KernelMLP
+from .cpu_layers import SOURCE, FusedLinear, KernelAttention, KernelMLP
 from .loader import TransposedLinear
 from .quantized_twins import drop_panels, pointer
 from .yarn import YarnRoPE
@@ -81,9 +81,15 @@ def _ggml_order_weights(native, model, layer_weights: list[list[mx.array]], dims
         n % 4 for n in (hidden, heads * head_dim, kv_heads * head_dim, inter, vocab)
     ):
         return None
-    out = [mx.contiguous(w.T) for ws in layer_weights for w in (ws[1], ws[2], ws[4], ws[5])]
+    loaded = {id(m.weight_t): m.__dict__[SOURCE] for _, m in model.named_modules() if SOURCE in m.__dict__}
+
+    def out_x_in(w: mx.array) -> mx.array:  # the weight as loaded where the layer kept it, else transposed back
+        source = loaded.get(id(w))
+        return mx.contiguous(w.T) if source is None else mx.contiguous(source)
+
+    out = [out_x_in(w) for ws in layer_weights for w in (ws[1], ws[2], ws[4], ws[5])]
     if not model.args.tie_word_embeddings:
-        out.append(mx.contiguous(model.lm_head.weight_t.T))
+        out.append(out_x_in(model.lm_head.weight_t))
     mx.eval(out)
     drop_panels(model)  # the native steps no longer read the panels: their copy goes, this one stays
     return out
@@ -114,6 +120,11 @@ class DecodeStep:
             if self.ggml_order
             else "in mlxcel's order",
         )
+
+    @property
+    def weights(self) -> list[mx.array]:
+        """The arrays the step reads (its own ggml-order copies among them)."""
+        return self._weights
 
     @classmethod
     def build(cls, model: nn.Module) -> DecodeStep | None:

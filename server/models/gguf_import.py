@@ -140,6 +140,8 @@ def read_vocab(reader) -> GGUFVocab:
             if (v := _field(reader, f"tokenizer.ggml.fim_{k}_token_id")) is not None
         },
         eot_declared=opt_int("tokenizer.ggml.eot_token_id"),
+        scores=[float(x) for x in _field(reader, "tokenizer.ggml.scores", [])],
+        add_space_prefix=bool(_field(reader, "tokenizer.ggml.add_space_prefix", True)),
     )
 
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
-from mlx.utils import tree_flatten, tree_unflatten
+from mlx.utils import tree_unflatten
 
 from .. import cpu_kernels
-from . import cpu_layers, huge_pages, quantized_twins
+from . import cpu_layers, quantized_twins
 from . import yarn as yarn_rope
 from .architectures import load_model
 
@@ -64,6 +64,9 @@ class TransposedLinear(nn.Module):
     def __init__(self, weight: mx.array, bias: mx.array | None = None):
         super().__init__()
         self.weight_t = weight.T  # a view until _settle_transposed: a layer fused next is copied once, not twice
+        # the weight as loaded (out x in), no parameter: the ggml-order decode step's layout, taken from here
+        # rather than transposed back (release_sources drops it once the backend is open)
+        self.__dict__[cpu_layers.SOURCE] = weight
         if bias is not None:
             self.bias = bias
 
@@ -72,6 +75,13 @@ class TransposedLinear(nn.Module):
         y = y + self.bias if "bias" in self else y
         hook = self.__dict__.get("lora_hook")  # server/models/lora.py: adapters' terms, added after the product
         return y if hook is None else hook(x, y)
+
+
+def release_sources(model: nn.Module) -> None:
+    """Drop the weights kept as loaded (TransposedLinear's, FusedLinear's): once the backend is open, nothing
+    reads them, and a model would otherwise hold its linear weights twice."""
+    for _, layer in model.named_modules():
+        layer.__dict__.pop(cpu_layers.SOURCE, None)
 
 
 def _transpose_linears(model: nn.Module) -> int:
@@ -180,5 +190,4 @@ def load_checkpoint(
     quantized_twins.register(model, twins, bool(config.get("tie_word_embeddings", False)))
     if use_kernels and on_cpu:
         quantized_twins.register_panels(model)
-        huge_pages.collapse_in_background([w for _, w in tree_flatten(model.parameters())])
     return LoadedModel(model=model, config=config, path=path, dequantized=dequantize)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Iterable
@@ -11,6 +12,8 @@ from tokenizers import Tokenizer
 
 from ..peg.rule_order import unordered_map_order
 from .vocab_rules import EOT_TEXTS
+
+_SPM_BYTE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 
 
 @lru_cache(maxsize=1)
@@ -40,6 +43,10 @@ class ModelTokenizer:
         self._parse = self._load(special_spellings=True)
         cfg = json.loads((checkpoint / "tokenizer_config.json").read_text(encoding="utf-8"))
         self.wordpiece = type(self._parse.model).__name__ == "WordPiece"
+        # SentencePiece pieces: U+2581 for a space, <0xXX> for a byte (else GPT-2's byte-level alphabet)
+        self.sentencepiece = cfg.get("gguf_tokenizer_model") == "llama" or bool(
+            getattr(self._parse.model, "byte_fallback", False)
+        )
         self.add_bos = bool(cfg.get("add_bos_token", False))
         self.add_eos = bool(cfg.get("add_eos_token", False))
         vocab = self._parse.get_vocab(with_added_tokens=True)
@@ -94,6 +101,9 @@ class ModelTokenizer:
             return text.encode("utf-8")
         if self.wordpiece:
             return (text[2:] if text.startswith("##") else " " + text).encode("utf-8")
+        if self.sentencepiece:
+            byte = _SPM_BYTE.fullmatch(text)
+            return bytes([int(byte.group(1), 16)]) if byte else text.replace("\u2581", " ").encode("utf-8")
         dec = _byte_decoder()
         return bytes(dec[c] for c in text)
 

@@ -110,14 +110,47 @@ _QWEN2 = (
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 
-# tokenizer.ggml.pre -> the ordered regex splits llama.cpp applies before byte-level BPE.
-# "\p{N}" alone means "split every digit off", as the smollm pre-tokenizer does.
+# DeepSeek LLM's and Coder's splits (llama-vocab.cpp's exact character classes)
+_DEEPSEEK_LLM = (
+    "[\r\n]",
+    "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+",
+    "\\s?[!-/:-~！-／：-～‘-‟　-。]+",
+    "\\s+$",
+    "[一-龥ࠀ-一가-퟿]+",
+    "\\p{N}+",
+)
+_DEEPSEEK_CODER = ("[\r\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", "[一-龥ࠀ-一가-퟿]+", "\\p{N}")
+_QWEN35 = (
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|"
+    "\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+)
+_GPT2_SPLITS = (r"\p{N}", _GPT2)  # digits alone, then GPT-2's split
+_FALCON = (r"[\p{P}\$\+<=>\^~\|`]+", _GPT2, r"[0-9][0-9][0-9]")
+_DEFAULT = (r"[\p{P}\$\+<=>\^~\|]+", _GPT2, r"\p{N}+", r"[0-9][0-9][0-9]")  # no or an unknown-to-its-converter pre
+
+# tokenizer.ggml.pre -> the ordered regex splits llama.cpp applies before byte-level BPE (llm_tokenizer_bpe's
+# regex_exprs, by the pre-tokenizer names llama_vocab::impl::load maps to each). "\p{N}" alone means "split
+# every digit off".
 PRE_TOKENIZER_REGEXES: dict[str, tuple[str, ...]] = {
-    "default": (_GPT2,),
+    "default": _DEFAULT,
     "gpt-2": (_GPT2,),
     "gpt2": (_GPT2,),
-    "smollm": (r"\p{N}", _GPT2),
+    "mpt": (_GPT2,),
+    "olmo": (_GPT2,),
+    "phi-2": (_GPT2,),
+    "smollm": _GPT2_SPLITS,
+    "starcoder": _GPT2_SPLITS,
+    "refact": _GPT2_SPLITS,
+    "command-r": _GPT2_SPLITS,
+    "falcon": _FALCON,
     "llama-bpe": (_LLAMA3,),
     "llama3": (_LLAMA3,),
+    "llama-v3": (_LLAMA3,),
     "qwen2": (_QWEN2,),
+    "deepseek-r1-qwen": (_QWEN2,),
+    "qwen35": (_QWEN35,),
+    "deepseek-llm": _DEEPSEEK_LLM,
+    "deepseek-coder": _DEEPSEEK_CODER,
 }
+# the pre-tokenizers for which llama.cpp takes a whole split that is itself a token without merging it
+IGNORE_MERGES = frozenset({"llama3", "llama-v3", "llama-bpe"})
