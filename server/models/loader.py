@@ -185,6 +185,7 @@ def load_checkpoint(
     if fuse is not None:  # --lora-fuse: adapters baked into the weights; a changed weight loses its 4-bit twin
         for changed in fuse(model):
             twins.pop(changed, None)
+        release_sources(model)  # the weights as loaded no longer hold the fused adapters
     _settle_transposed(model)
     mx.eval(model.parameters())
     quantized_twins.register(model, twins, bool(config.get("tie_word_embeddings", False)))
