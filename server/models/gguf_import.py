@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import struct
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -17,43 +16,14 @@ import gguf
 import mlx.core as mx
 import numpy as np
 
+from .gguf_arch import ROPE_FREQS, ArchSpec, HParams, ImportRefused, spec_of
 from .gguf_check import DamagedGGUF, check_gguf
 from .gguf_quants import AFFINE_CONVERTERS, GROUP_SIZE, permute_rows
+from .rope_factors import CONFIG_KEY as ROPE_FACTORS_KEY
+from .vocab_rules import default_add_bos
+
+__all__ = ["ImportRefused", "convert_gguf", "hf_tensor_name", "read_vocab"]
 from .gguf_tokenizer import GGUFVocab, tokenizer_config, tokenizer_json
-
-
-class ImportRefused(ValueError):
-    """The GGUF holds something this importer cannot carry over exactly."""
-
-
-SUPPORTED_ARCHITECTURES = ("llama",)
-
-# GGUF tensor name (per block, after "blk.N.") -> Hugging Face / mlx-lm name (after "model.layers.N.")
-_BLOCK_NAMES = {
-    "attn_norm.weight": "input_layernorm.weight",
-    "ffn_norm.weight": "post_attention_layernorm.weight",
-    "attn_q.weight": "self_attn.q_proj.weight",
-    "attn_k.weight": "self_attn.k_proj.weight",
-    "attn_v.weight": "self_attn.v_proj.weight",
-    "attn_output.weight": "self_attn.o_proj.weight",
-    "ffn_gate.weight": "mlp.gate_proj.weight",
-    "ffn_up.weight": "mlp.up_proj.weight",
-    "ffn_down.weight": "mlp.down_proj.weight",
-}
-_TOP_NAMES = {
-    "token_embd.weight": "model.embed_tokens.weight",
-    "output_norm.weight": "model.norm.weight",
-    "output.weight": "lm_head.weight",
-}
-
-
-def hf_tensor_name(gguf_name: str) -> str:
-    if gguf_name in _TOP_NAMES:
-        return _TOP_NAMES[gguf_name]
-    parts = gguf_name.split(".", 2)
-    if len(parts) == 3 and parts[0] == "blk" and parts[2] in _BLOCK_NAMES:
-        return f"model.layers.{parts[1]}.{_BLOCK_NAMES[parts[2]]}"
-    raise ImportRefused(f"tensor '{gguf_name}' has no known mapping for this architecture")
 
 
 def _field(reader, key: str, default=None):
@@ -63,57 +33,13 @@ def _field(reader, key: str, default=None):
     return f.contents()
 
 
-@dataclass(frozen=True)
-class LlamaHParams:
-    n_layer: int
-    n_embd: int
-    n_ff: int
-    n_head: int
-    n_head_kv: int
-    n_ctx_train: int
-    rope_theta: float
-    rms_eps: float
-    vocab_size: int
-    head_dim: int
+def hf_tensor_name(gguf_name: str, arch: str = "llama") -> str:
+    return spec_of(arch).hf_name(gguf_name)
 
-    @classmethod
-    def from_reader(cls, reader) -> "LlamaHParams":
-        a = "llama"
-        n_embd = int(_field(reader, f"{a}.embedding_length"))
-        n_head = int(_field(reader, f"{a}.attention.head_count"))
-        tokens = reader.fields["tokenizer.ggml.tokens"]
-        return cls(
-            n_layer=int(_field(reader, f"{a}.block_count")),
-            n_embd=n_embd,
-            n_ff=int(_field(reader, f"{a}.feed_forward_length")),
-            n_head=n_head,
-            n_head_kv=int(_field(reader, f"{a}.attention.head_count_kv", n_head)),
-            n_ctx_train=int(_field(reader, f"{a}.context_length")),
-            rope_theta=float(_field(reader, f"{a}.rope.freq_base", 10000.0)),
-            rms_eps=float(_field(reader, f"{a}.attention.layer_norm_rms_epsilon")),
-            vocab_size=int(_field(reader, f"{a}.vocab_size", len(tokens.data))),
-            head_dim=int(_field(reader, f"{a}.rope.dimension_count", n_embd // n_head)),
-        )
 
-    def hf_config(self, tied: bool) -> dict:
-        return {
-            "architectures": ["LlamaForCausalLM"],
-            "model_type": "llama",
-            "hidden_size": self.n_embd,
-            "intermediate_size": self.n_ff,
-            "num_hidden_layers": self.n_layer,
-            "num_attention_heads": self.n_head,
-            "num_key_value_heads": self.n_head_kv,
-            "head_dim": self.head_dim,
-            "max_position_embeddings": self.n_ctx_train,
-            "rms_norm_eps": self.rms_eps,
-            "rope_theta": self.rope_theta,
-            "vocab_size": self.vocab_size,
-            "tie_word_embeddings": tied,
-            "attention_bias": False,
-            "mlp_bias": False,
-            "hidden_act": "silu",
-        }
+def _n_tokens(reader) -> int:
+    tokens = reader.fields.get("tokenizer.ggml.tokens")
+    return len(tokens.data) if tokens is not None else 0
 
 
 def read_vocab(reader) -> GGUFVocab:
@@ -121,9 +47,11 @@ def read_vocab(reader) -> GGUFVocab:
         v = _field(reader, key)
         return None if v is None else int(v)
 
+    model = str(_field(reader, "tokenizer.ggml.model"))
+    pre = str(_field(reader, "tokenizer.ggml.pre", "default"))
     return GGUFVocab(
-        model=str(_field(reader, "tokenizer.ggml.model")),
-        pre=str(_field(reader, "tokenizer.ggml.pre", "default")),
+        model=model,
+        pre=pre,
         tokens=list(_field(reader, "tokenizer.ggml.tokens")),
         token_types=[int(t) for t in _field(reader, "tokenizer.ggml.token_type")],
         merges=list(_field(reader, "tokenizer.ggml.merges", [])),
@@ -131,7 +59,7 @@ def read_vocab(reader) -> GGUFVocab:
         eos_id=opt_int("tokenizer.ggml.eos_token_id"),
         unk_id=opt_int("tokenizer.ggml.unknown_token_id"),
         pad_id=opt_int("tokenizer.ggml.padding_token_id"),
-        add_bos=bool(_field(reader, "tokenizer.ggml.add_bos_token", True)),
+        add_bos=bool(_field(reader, "tokenizer.ggml.add_bos_token", default_add_bos(model, pre))),
         add_eos=bool(_field(reader, "tokenizer.ggml.add_eos_token", False)),
         chat_template=_field(reader, "tokenizer.chat_template"),
         fim_declared={
@@ -146,16 +74,20 @@ def read_vocab(reader) -> GGUFVocab:
 
 
 def _converted_tensors(
-    reader, hp: LlamaHParams, dtype: str, progress: Callable[[str, int, int], None] | None = None
+    reader, spec: ArchSpec, hp: HParams, dtype: str, progress: Callable[[str, int, int], None] | None = None
 ) -> Iterator[tuple[str, np.ndarray, int | None]]:
-    """Yield (hf_name, array, bits) where bits is set for affine-quantized weights."""
+    """Yield (hf_name, array, bits) where bits is set for affine-quantized weights (rope_freqs excepted)."""
+    permuted = {"attn_q.weight": hp.n_head, "attn_k.weight": hp.n_head_kv, "attn_q.bias": hp.n_head}
+    permuted["attn_k.bias"] = hp.n_head_kv
     for i, t in enumerate(reader.tensors):
         if progress is not None and i:
             progress("tensors", i, len(reader.tensors))
+        if t.name == ROPE_FREQS:
+            continue
         qtype = t.tensor_type.name
-        name = hf_tensor_name(t.name)
+        name = spec.hf_name(t.name)
         data = np.asarray(t.data)
-        n_head = {"attn_q.weight": hp.n_head, "attn_k.weight": hp.n_head_kv}.get(t.name.split(".", 2)[-1])
+        n_head = permuted.get(t.name.split(".", 2)[-1]) if spec.permute_qk else None
         if qtype in AFFINE_CONVERTERS:
             if n_head is not None:
                 data = permute_rows(data, n_head)
@@ -217,16 +149,14 @@ def convert_gguf(  # noqa: C901
         reader = _reader(gguf_path, header, progress)
     except (ValueError, IndexError, KeyError, struct.error) as exc:  # what the check above does not cover
         raise DamagedGGUF(gguf_path, f"unreadable GGUF ({type(exc).__name__}: {exc})") from None
-    arch = str(_field(reader, "general.architecture"))
-    if arch not in SUPPORTED_ARCHITECTURES:
-        raise ImportRefused(f"architecture '{arch}' is not supported (supported: {', '.join(SUPPORTED_ARCHITECTURES)})")
-    hp = LlamaHParams.from_reader(reader)
+    spec = spec_of(str(_field(reader, "general.architecture")))
+    hp = HParams.read(spec.gguf, lambda key, default=None: _field(reader, key, default), _n_tokens(reader))
     vocab = read_vocab(reader)
     tok_json = tokenizer_json(vocab)  # raises on an unknown pre-tokenizer before any tensor work
 
     weights: dict[str, mx.array] = {}
     per_layer_quant: dict[str, dict] = {}
-    for name, arr, bits in _converted_tensors(reader, hp, dtype, progress):
+    for name, arr, bits in _converted_tensors(reader, spec, hp, dtype, progress):
         if bits == "bf16":
             weights[name] = mx.array(np.ascontiguousarray(arr).view(np.uint16)).view(mx.bfloat16)
             continue
@@ -237,7 +167,9 @@ def convert_gguf(  # noqa: C901
         progress("tensors", len(reader.tensors), len(reader.tensors))
     tied = "lm_head.weight" not in weights
 
-    config = hp.hf_config(tied)
+    config = spec.config(hp, tied)
+    if spec.gguf == "llama" and any(n.endswith("q_proj.bias") for n in weights):
+        config["attention_bias"] = True
     if per_layer_quant:
         common_bits = max(
             set(q["bits"] for q in per_layer_quant.values()),
@@ -262,6 +194,9 @@ def convert_gguf(  # noqa: C901
         "n_params": sum(int(t.n_elements) for t in reader.tensors),
         "size": sum(int(t.n_elements) * 4 if dtype == "f32" else int(t.n_bytes) for t in reader.tensors),
     }
+    factors = next((t for t in reader.tensors if t.name == ROPE_FREQS), None)
+    if factors is not None:
+        config["mlxcel"][ROPE_FACTORS_KEY] = [float(x) for x in np.asarray(factors.data, dtype=np.float32)]
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

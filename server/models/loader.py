@@ -12,7 +12,7 @@ import numpy as np
 from mlx.utils import tree_unflatten
 
 from .. import cpu_kernels
-from . import cpu_layers, quantized_twins
+from . import cpu_layers, quantized_twins, rope_factors
 from . import yarn as yarn_rope
 from .architectures import load_model
 
@@ -167,6 +167,7 @@ def load_checkpoint(
     model, _ = load_model(path)
     config = json.loads((path / "config.json").read_text())
     override_rope(model, *rope)
+    rope_factors.install(model, config)  # a GGUF's rope_freqs (Llama 3.1+), after any base/scale override
     if yarn is not None and yarn.given:  # --rope-scaling yarn, --yarn-*: ggml's rope_ext parameters
         n_ctx_train = int(config.get("max_position_embeddings") or 0)
         if yarn_rope.install(model, yarn, n_ctx_train) < 0:

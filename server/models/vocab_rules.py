@@ -154,3 +154,16 @@ PRE_TOKENIZER_REGEXES: dict[str, tuple[str, ...]] = {
 }
 # the pre-tokenizers for which llama.cpp takes a whole split that is itself a token without merging it
 IGNORE_MERGES = frozenset({"llama3", "llama-v3", "llama-bpe"})
+
+# add_bos when the GGUF has no tokenizer.ggml.add_bos_token (llama_vocab::impl::load): false for BPE vocabularies
+# but these pre-tokenizers', true for SentencePiece and WordPiece, false for Unigram and RWKV
+ADD_BOS_PRE = frozenset(
+    {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2", "jina-v5-nano"}
+    | {"tekken", "chameleon"}
+)
+
+
+def default_add_bos(model: str, pre: str) -> bool:
+    if model == "gpt2":
+        return pre in ADD_BOS_PRE
+    return model in ("llama", "bert")

@@ -1,0 +1,67 @@
+"""A GGUF's `rope_freqs` tensor: per-pair divisors of the rope angle (Llama 3.1 and later).
+
+The converter computes them from the HF llama3 rope scaling (conversion/llama.py generate_extra_tensors) and
+the GGUF keeps only the factors, not the scaling's parameters, so the imported checkpoint carries the factors
+themselves (config "mlxcel" -> "rope_freq_factors") and its ropes use them as ggml-cpu does (ggml_rope_cache_init:
+theta starts at the position and is multiplied by base^(-2/dims) pair after pair, each pair's angle is
+freq_scale * theta / factor).
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+from mlx import nn
+
+CONFIG_KEY = "rope_freq_factors"
+
+
+class FactorRoPE(nn.RoPE):
+    """nn.RoPE (rotate-half) with ggml's per-pair frequency factors."""
+
+    def __init__(self, dims: int, base: float, scale: float, factors: list[float]):
+        super().__init__(dims, traditional=False, base=base, scale=scale)
+        self.__dict__["factors"] = np.asarray(factors, dtype=np.float32)  # numbers, not parameters
+
+    def angles(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """cos and sin (positions x dims / 2) in float32, in ggml-cpu's order of operations."""
+        half = self.dims // 2
+        theta_scale = np.float32(np.power(np.float32(self.base), np.float32(-2.0) / np.float32(self.dims)))
+        theta = positions.astype(np.float32)
+        columns = []
+        for i in range(half):
+            columns.append(np.float32(self.scale) * (theta / self.factors[i]))
+            theta = (theta * theta_scale).astype(np.float32)
+        angle = np.stack(columns, axis=-1).astype(np.float32)
+        return np.cos(angle).astype(np.float32), np.sin(angle).astype(np.float32)
+
+    def __call__(self, x: mx.array, offset=0) -> mx.array:
+        batch, length = x.shape[0], x.shape[-2]
+        offsets = offset.tolist() if isinstance(offset, mx.array) else int(offset)
+        if isinstance(offsets, int):
+            offsets = [offsets] * batch
+        half = self.dims // 2
+        cos, sin = zip(*(self.angles(np.arange(o, o + length)) for o in offsets), strict=True)
+        c = mx.array(np.stack(cos))[:, None].astype(x.dtype)
+        s = mx.array(np.stack(sin))[:, None].astype(x.dtype)
+        x1, x2, rest = x[..., :half], x[..., half : self.dims], x[..., self.dims :]
+        return mx.concatenate([x1 * c - x2 * s, x1 * s + x2 * c, rest], axis=-1)
+
+
+def install(model: nn.Module, config: dict) -> int:
+    """Every plain rope of a checkpoint whose config carries frequency factors becomes a FactorRoPE. Returns how
+    many; a checkpoint with factors and no plain rope to take them is refused (ValueError), not run unscaled."""
+    factors = (config.get("mlxcel") or {}).get(CONFIG_KEY)
+    if not factors:
+        return 0
+    replaced = 0
+    for _, module in model.named_modules():
+        for name, child in list(module.children().items()):
+            if type(child) is nn.RoPE and not child.traditional:
+                if child.dims != 2 * len(factors):
+                    raise ValueError(f"rope_freqs holds {len(factors)} factors for a rope of {child.dims} dimensions")
+                setattr(module, name, FactorRoPE(child.dims, child.base, child.scale, factors))
+                replaced += 1
+    if not replaced:
+        raise ValueError("rope_freqs: the model has no plain rope to take the frequency factors")
+    return replaced

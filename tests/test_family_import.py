@@ -1,0 +1,80 @@
+"""GGUF import per family (issue 29): each family twin's GGUF (written as b10621's converter writes it, proven
+by conformance/test_families.py) imports into exactly the MLX checkpoint it was written from: every tensor
+bitwise, the same structure in the config, and Llama 3's rope_freqs carried as the converter computed them."""
+
+from __future__ import annotations
+
+import json
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from fixtures.families import FAMILIES, LLAMA3_ROPE, family_twin, llama3_rope_factors
+from oracle.reference import SOURCE_SUBDIR
+from server.cachedir import cache_root
+from server.models.gguf_arch import ImportRefused, spec_of
+from server.models.gguf_import import convert_gguf
+from server.models.rope_factors import CONFIG_KEY, FactorRoPE
+
+needs_sdist = pytest.mark.skipif(
+    not (cache_root() / "reference" / "source" / SOURCE_SUBDIR / "models").is_dir(),
+    reason="the reference sdist's sources are not unpacked",
+)
+STRUCTURE = (
+    "model_type",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "vocab_size",
+    "rope_theta",
+    "tie_word_embeddings",
+)
+
+
+@needs_sdist
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_family_gguf_imports_into_the_checkpoint_it_was_written_from(tmp_path, name):
+    twin = family_twin(name)
+    out = convert_gguf(twin.gguf, tmp_path / "converted")
+    got, want = mx.load(str(out / "model.safetensors")), mx.load(str(twin.mlx_dir / "model.safetensors"))
+    assert sorted(got) == sorted(want)
+    assert all(mx.array_equal(got[k], want[k]).item() for k in want), "a tensor differs"
+    config = json.loads((out / "config.json").read_text())
+    original = json.loads((twin.mlx_dir / "config.json").read_text())
+    remapped = {"mistral": "llama"}  # mlx-lm runs Mistral as llama; so does llama.cpp (general.architecture)
+    original["model_type"] = remapped.get(original["model_type"], original["model_type"])
+    assert {k: config[k] for k in STRUCTURE} == {k: original[k] for k in STRUCTURE}
+    factors = config["mlxcel"].get(CONFIG_KEY)
+    assert (factors is not None) == (original.get("rope_scaling") == LLAMA3_ROPE)
+    if factors is not None:
+        assert factors == llama3_rope_factors(original).tolist()
+        assert len(set(factors)) > 2  # the smooth band is reached: not all 1 and 8
+
+
+def test_llama3_factors_follow_the_converters_formula():
+    config = {"rope_scaling": LLAMA3_ROPE, "rope_theta": 500000.0, "head_dim": 128}
+    f = llama3_rope_factors(config)
+    assert f[0] == 1.0 and f[-1] == 8.0  # high frequencies untouched, low ones divided by the factor
+    assert np.all(np.diff(f) >= 0)
+
+
+def test_factor_rope_divides_each_pairs_angle_by_its_factor():
+    plain = FactorRoPE(8, 10000.0, 1.0, [1.0] * 4)
+    scaled = FactorRoPE(8, 10000.0, 1.0, [1.0, 2.0, 4.0, 8.0])
+    pos = np.arange(5)
+    angle_p, angle_s = (np.arctan2(*reversed(rope.angles(pos))) for rope in (plain, scaled))
+    assert np.array_equal(angle_p[:, 0], angle_s[:, 0])
+    assert np.allclose(angle_p[1:, 1:] / angle_s[1:, 1:], [2.0, 4.0, 8.0], rtol=1e-4)
+    x = mx.random.normal((1, 2, 5, 8))
+    assert mx.allclose(plain(x), mx.fast.rope(x, 8, traditional=False, base=10000.0, scale=1.0, offset=0), atol=1e-5)
+
+
+def test_an_architecture_without_a_mapping_is_refused_in_one_line():
+    with pytest.raises(
+        ImportRefused, match=r"^architecture 'gemma3' is not supported \(supported: llama, qwen2, qwen3\)$"
+    ):
+        spec_of("gemma3")
