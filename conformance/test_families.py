@@ -20,14 +20,13 @@ pytestmark = pytest.mark.reference
 
 PROMPTS = ["Once upon a time, in a small village,", "def fibonacci(n):"]
 TEXTS = ["Hello world", " multiple   spaces\n\ttabs", "ünïcödé 🦙 123456", "<|im_start|>user<|im_end|>"]
-CONVERSATION = {
-    "messages": [
-        {"role": "system", "content": "You are terse."},
-        {"role": "user", "content": "What is 2+2?"},
-        {"role": "assistant", "content": "4"},
-        {"role": "user", "content": "And 3+3?"},
-    ]
-}
+SYSTEM_USER = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "What is 2+2?"}]
+# b10621 parses an earlier assistant turn with the template's output parser: on some templates (Phi-3.5's) it
+# refuses this one with a 500, which mlxcel must answer alike; the first conversation must render on every family
+CONVERSATIONS = [
+    SYSTEM_USER,
+    [*SYSTEM_USER, {"role": "assistant", "content": "4"}, {"role": "user", "content": "And 3+3?"}],
+]
 TRACE_BOUND = 1e-4  # issue 29: F32 with f32 KV
 
 
@@ -52,9 +51,13 @@ def test_family_twin_agrees_with_the_reference(reference_binary, family, fmt):
             body = {"content": text, "add_special": True, "parse_special": True}
             want = _post(ref, "/tokenize", body).json()
             assert _post(mine, "/tokenize", body).json() == want, text
-        want = _post(ref, "/apply-template", CONVERSATION)
-        assert want.status_code == 200, want.text
-        assert _post(mine, "/apply-template", CONVERSATION).json() == want.json()
+        for i, messages in enumerate(CONVERSATIONS):
+            want, got = (
+                _post(ref, "/apply-template", {"messages": messages}),
+                _post(mine, "/apply-template", {"messages": messages}),
+            )
+            assert want.status_code == 200 or i > 0, want.text
+            assert (got.status_code, got.json()) == (want.status_code, want.json())
         greedy = [(_greedy(ref, p), _greedy(mine, p)) for p in PROMPTS]
         traces = [trace(ref, mine, p, "f32", 32) for p in PROMPTS]
     for theirs, ours in greedy:
@@ -63,3 +66,18 @@ def test_family_twin_agrees_with_the_reference(reference_binary, family, fmt):
     assert sum(t.decided for t in traces) >= 32, [t.decided for t in traces]
     assert [t.disagreements_at_decided for t in traces] == [0] * len(PROMPTS)
     assert max(t.max_abs_delta_logprob for t in traces) <= TRACE_BOUND, [t.max_abs_delta_logprob for t in traces]
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_q4_k_m_twin_agrees_at_decided_positions(reference_binary, family):
+    """The most downloaded quantization, from the reference's own llama-quantize, both servers at b10621's
+    defaults on the same GGUF: mlxcel holds its weights value-exact (tests/test_family_import.py) but computes
+    in float32 where ggml quantizes activations to 8 bits, so agreement is asked where the reference's top-1
+    leads by more than 2 nats (oracle/trace.py THRESHOLDS)."""
+    with Pair(f"family_{family}_Q4_K_M", (), reference_binary, pinned=False) as pair:
+        ref, mine = pair.reference.base_url, pair.mlxcel.base_url
+        body = {"content": TEXTS[2], "add_special": True, "parse_special": True}
+        assert _post(mine, "/tokenize", body).json() == _post(ref, "/tokenize", body).json()
+        traces = [trace(ref, mine, p, "q4_1", 32) for p in PROMPTS]  # the quantized twins' 2.0-nat rule
+    assert sum(t.decided for t in traces) >= 16, [t.decided for t in traces]
+    assert [t.disagreements_at_decided for t in traces] == [0] * len(PROMPTS)

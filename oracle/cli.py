@@ -173,6 +173,16 @@ def cmd_trace(args: argparse.Namespace) -> int:
     return 1 if disagreements else 0
 
 
+def cmd_models(args) -> int:
+    from fixtures.families import QUANT_TYPES
+
+    from .models import F32_FORMATS, run
+
+    out = run(args.format or [*F32_FORMATS, *QUANT_TYPES], args.family, Path(args.out) if args.out else None)
+    print(out)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["bench"]:  # its options are oracle/bench.py's own
@@ -236,6 +246,11 @@ def main(argv: list[str] | None = None) -> None:
         help="a flag both servers get (repeat for each word), e.g. --server-arg=--rope-scaling --server-arg=yarn",
     )
     t.set_defaults(func=cmd_trace)
+    m = sub.add_parser("models", help="every family twin x format on both servers: reports/models/<date>-<commit>.json")
+    m.add_argument("--format", action="append", help="F32 GGUF, F32 MLX or a llama-quantize type (repeatable)")
+    m.add_argument("--family", action="append", help="one family (repeatable; default: all)")
+    m.add_argument("--out", help="the JSON's path")
+    m.set_defaults(func=cmd_models)
     args = p.parse_args(argv)
     try:
         sys.exit(args.func(args))

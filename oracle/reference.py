@@ -103,6 +103,10 @@ def _check_tools() -> None:
         raise ReferenceBuildError("no C++ compiler found: install g++ or clang++ to build the reference llama-server")
 
 
+# llama-server, and llama-quantize for the quantized twins (fixtures/families.py): one build, its libraries shared
+TARGETS = ("llama-server", "llama-quantize")
+
+
 def build_reference(jobs: int | None = None, log=sys.stderr) -> Path:
     """Path of the reference binary, building it on first use."""
     override = os.environ.get(BINARY_ENV)
@@ -112,7 +116,7 @@ def build_reference(jobs: int | None = None, log=sys.stderr) -> Path:
         return Path(override)
     _check_tools()
     src = source_tree()
-    recipe = {"sdist_sha256": SDIST_SHA256, "cmake_flags": list(CMAKE_FLAGS), "target": "llama-server"}
+    recipe = {"sdist_sha256": SDIST_SHA256, "cmake_flags": list(CMAKE_FLAGS), "targets": list(TARGETS)}
 
     def build(tmp: Path) -> None:
         # the build folder lives in the cache (never the temp directory): an interrupted build leaves nothing
@@ -121,7 +125,7 @@ def build_reference(jobs: int | None = None, log=sys.stderr) -> Path:
         n = str(jobs or os.cpu_count() or 2)
         steps = [
             ("configure", ["cmake", "-S", str(src), "-B", str(bdir), *CMAKE_FLAGS]),
-            ("compile", ["cmake", "--build", str(bdir), "--target", "llama-server", "-j", n]),
+            ("compile", ["cmake", "--build", str(bdir), "--target", *TARGETS, "-j", n]),
         ]
         for stage, cmd in steps:
             print(f"reference build: {stage}: {' '.join(cmd)}", file=log, flush=True)
@@ -130,10 +134,16 @@ def build_reference(jobs: int | None = None, log=sys.stderr) -> Path:
                 (tmp.parent / "reference-build-failure.log").write_text(output)
                 last = [ln for ln in output.splitlines() if ln.strip()][-1:] or ["no output"]
                 raise ReferenceBuildError(f"building llama-server failed ({' '.join(cmd[:2])}): {last[0]}")
-        shutil.copy2(bdir / "bin" / "llama-server", tmp / "llama-server")
+        for target in TARGETS:
+            shutil.copy2(bdir / "bin" / target, tmp / target)
         shutil.rmtree(bdir, ignore_errors=True)  # ~700 MB of objects, not needed once the binary is copied
 
     return build_once(reference_dir(), recipe, build) / "llama-server"
+
+
+def quantize_binary() -> Path:
+    """The reference's llama-quantize (built with llama-server): what makes the quantized twins."""
+    return build_reference().with_name("llama-quantize")
 
 
 def build_dir() -> Path:

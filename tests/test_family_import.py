@@ -5,12 +5,13 @@ bitwise, the same structure in the config, and Llama 3's rope_freqs carried as t
 from __future__ import annotations
 
 import json
+import os
 
 import mlx.core as mx
 import numpy as np
 import pytest
 
-from fixtures.families import FAMILIES, LLAMA3_ROPE, family_twin, llama3_rope_factors
+from fixtures.families import FAMILIES, LLAMA3_ROPE, QUANT_TYPES, family_twin, llama3_rope_factors, quantized_gguf
 from oracle.reference import SOURCE_SUBDIR
 from server.cachedir import cache_root
 from server.models.gguf_arch import ImportRefused, spec_of
@@ -36,6 +37,7 @@ STRUCTURE = (
 
 
 @needs_sdist
+@pytest.mark.heavy  # builds the family twins (seconds each) on first use
 @pytest.mark.parametrize("name", sorted(FAMILIES))
 def test_family_gguf_imports_into_the_checkpoint_it_was_written_from(tmp_path, name):
     twin = family_twin(name)
@@ -75,6 +77,58 @@ def test_factor_rope_divides_each_pairs_angle_by_its_factor():
 
 def test_an_architecture_without_a_mapping_is_refused_in_one_line():
     with pytest.raises(
-        ImportRefused, match=r"^architecture 'gemma3' is not supported \(supported: llama, qwen2, qwen3\)$"
+        ImportRefused, match=r"^architecture 'gemma3' is not supported \(supported: llama, qwen2, qwen3, phi3\)$"
     ):
         spec_of("gemma3")
+
+
+def _dequantized_as_imported(weights: dict, quant: dict, hf_name: str) -> np.ndarray:
+    base = hf_name.removesuffix(".weight")
+    if base + ".scales" not in weights:
+        return np.array(weights[hf_name])
+    bits = quant.get(base, quant)["bits"]
+    w, s, b = weights[hf_name], weights[base + ".scales"], weights[base + ".biases"]
+    return np.array(mx.dequantize(w, s, b, group_size=32, bits=bits))
+
+
+def _gguf_dequantized(t, spec, config) -> np.ndarray:
+    import gguf
+
+    from server.models.gguf_quants import permute_rows
+
+    ref = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type).reshape(tuple(int(x) for x in reversed(t.shape)))
+    heads = {"attn_q.weight": config["num_attention_heads"], "attn_k.weight": config["num_key_value_heads"]}
+    n_head = heads.get(t.name.split(".", 2)[-1]) if spec.permute_qk else None
+    return permute_rows(ref, n_head) if n_head is not None else ref
+
+
+# every type on the family with the smallest vocabulary, and Q4_K_M (the most downloaded) where its layout differs:
+# qwen3's tied embedding (token_embd quantized as the output), phi3's fused qkv and gate-up; MLXCEL_ALL_TWINS=1
+# checks Q4_K_M on every family too (the large-vocabulary ones take ~20 s each)
+VALUE_EXACT = [("mistral", q) for q in QUANT_TYPES] + [
+    (f, "Q4_K_M")
+    for f in sorted(FAMILIES)
+    if f in ("qwen3", "phi3") or (f != "mistral" and os.environ.get("MLXCEL_ALL_TWINS"))
+]
+
+
+@pytest.mark.reference
+@pytest.mark.parametrize("name,qtype", VALUE_EXACT, ids=[f"{f}-{q}" for f, q in VALUE_EXACT])
+def test_every_tensor_of_a_quantized_twin_imports_value_exact(reference_binary, tmp_path, name, qtype):
+    import gguf
+
+    path = quantized_gguf(name, qtype)
+    reader = gguf.GGUFReader(str(path))
+    out = convert_gguf(path, tmp_path / "converted")
+    config = json.loads((out / "config.json").read_text())
+    weights = mx.load(str(out / "model.safetensors"))
+    spec = spec_of(config["model_type"])
+    types, worst = set(), 0.0
+    for t in reader.tensors:
+        if t.name == "rope_freqs.weight":
+            continue
+        types.add(t.tensor_type.name)
+        got = _dequantized_as_imported(weights, config.get("quantization") or {}, spec.hf_name(t.name))
+        worst = max(worst, float(np.abs(got - _gguf_dequantized(t, spec, config)).max()))
+    assert worst == 0.0
+    assert types - {"F32"}, "the twin holds no quantized tensor"

@@ -11,14 +11,15 @@ from hypothesis import strategies as st
 
 from server.models.gguf_quants import AFFINE_CONVERTERS, permute_rows
 
-BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q8_0": 34}
+BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q5_0": 22, "Q5_1": 24, "Q8_0": 34, "Q4_K": 144, "Q5_K": 176, "IQ4_NL": 18}
+TWO_HALVES = {"Q4_1", "Q5_1", "Q4_K", "Q5_K"}  # d and m (dmin) lead the block
 
 
 def _random_blocks(qtype: str, rows: int, blocks: int, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
     raw = rng.integers(0, 256, size=(rows, blocks, BLOCK_BYTES[qtype]), dtype=np.uint8)
     # finite, varied f16 scales (and mins): random exponents across the f16 range, random signs
-    n_halves = 2 if qtype == "Q4_1" else 1
+    n_halves = 2 if qtype in TWO_HALVES else 1
     halves = rng.standard_normal((rows, blocks, n_halves)) * 10.0 ** rng.integers(-4, 3, (rows, blocks, n_halves))
     raw[..., : 2 * n_halves] = halves.astype(np.float16).view(np.uint8).reshape(rows, blocks, 2 * n_halves)
     return raw.reshape(rows, blocks * BLOCK_BYTES[qtype])

@@ -1,9 +1,9 @@
 """What each GGUF architecture the importer takes means for an MLX checkpoint: its mlx-lm model type, its tensors'
 names there, the converter's rope-order permutation, and the config mlx-lm builds the model from.
 
-Facts from b10621's converter (conversion/llama.py, qwen.py) and loader (src/llama-model.cpp,
+Facts from b10621's converter (conversion/llama.py, qwen.py, phi.py) and loader (src/llama-model.cpp,
 src/llama-arch.cpp): only `llama` permutes the rows of attn_q / attn_k (and their biases) into ggml's
-interleaved rope order, so only `llama` is permuted back; qwen2/qwen3 use the NEOX (rotate-half) rope as
+interleaved rope order, so only `llama` is permuted back; qwen2/qwen3/phi3 use the NEOX (rotate-half) rope as
 written. `rope_freqs` (Llama 3.1 and later) holds the per-pair frequency divisors the converter computed from the
 llama3 rope scaling; it is no weight of the model and travels in the config (server/models/rope_factors.py).
 """
@@ -125,6 +125,15 @@ class ArchSpec:
         }
 
 
+_PHI3_BLOCK = {
+    "attn_norm.weight": "input_layernorm.weight",
+    "ffn_norm.weight": "post_attention_layernorm.weight",
+    "attn_qkv.weight": "self_attn.qkv_proj.weight",
+    "attn_output.weight": "self_attn.o_proj.weight",
+    "ffn_up.weight": "mlp.gate_up_proj.weight",  # gate and up rows fused, gate first, as in the HF checkpoint
+    "ffn_down.weight": "mlp.down_proj.weight",
+}
+
 ARCHITECTURES: dict[str, ArchSpec] = {
     spec.gguf: spec
     for spec in (
@@ -138,6 +147,7 @@ ARCHITECTURES: dict[str, ArchSpec] = {
         ),
         ArchSpec("qwen2", "qwen2", "Qwen2ForCausalLM", permute_qk=False, block={**_COMMON_BLOCK, **_QKV_BIASES}),
         ArchSpec("qwen3", "qwen3", "Qwen3ForCausalLM", permute_qk=False, block={**_COMMON_BLOCK, **_QK_NORMS}),
+        ArchSpec("phi3", "phi3", "Phi3ForCausalLM", permute_qk=False, block=_PHI3_BLOCK),
     )
 }
 

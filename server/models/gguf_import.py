@@ -18,7 +18,8 @@ import numpy as np
 
 from .gguf_arch import ROPE_FREQS, ArchSpec, HParams, ImportRefused, spec_of
 from .gguf_check import DamagedGGUF, check_gguf
-from .gguf_quants import AFFINE_CONVERTERS, GROUP_SIZE, permute_rows
+from .gguf_quants import AFFINE_CONVERTERS, FLOAT32_HELD, GROUP_SIZE, permute_rows
+from .gguf_reader import FastGGUFReader
 from .rope_factors import CONFIG_KEY as ROPE_FACTORS_KEY
 from .vocab_rules import default_add_bos
 
@@ -75,61 +76,73 @@ def read_vocab(reader) -> GGUFVocab:
 
 def _converted_tensors(
     reader, spec: ArchSpec, hp: HParams, dtype: str, progress: Callable[[str, int, int], None] | None = None
-) -> Iterator[tuple[str, np.ndarray, int | None]]:
+) -> Iterator[tuple[str, np.ndarray, int | str | None]]:
     """Yield (hf_name, array, bits) where bits is set for affine-quantized weights (rope_freqs excepted)."""
     permuted = {"attn_q.weight": hp.n_head, "attn_k.weight": hp.n_head_kv, "attn_q.bias": hp.n_head}
     permuted["attn_k.bias"] = hp.n_head_kv
     for i, t in enumerate(reader.tensors):
         if progress is not None and i:
             progress("tensors", i, len(reader.tensors))
-        if t.name == ROPE_FREQS:
-            continue
-        qtype = t.tensor_type.name
-        name = spec.hf_name(t.name)
-        data = np.asarray(t.data)
-        n_head = permuted.get(t.name.split(".", 2)[-1]) if spec.permute_qk else None
-        if qtype in AFFINE_CONVERTERS:
-            if n_head is not None:
-                data = permute_rows(data, n_head)
-            if dtype == "f32":
-                yield name, gguf.quants.dequantize(data, t.tensor_type), None
-            else:
-                q = AFFINE_CONVERTERS[qtype](data)
-                base = name.removesuffix(".weight")
-                yield f"{base}.weight", q.weight, q.bits
-                yield f"{base}.scales", q.scales, None
-                yield f"{base}.biases", q.biases, None
-        elif qtype in ("F32", "F16", "BF16"):
-            shape = tuple(int(x) for x in reversed(t.shape))
-            arr = data.reshape(shape)
-            if n_head is not None:
-                arr = permute_rows(arr, n_head)
-            if dtype == "f32" and qtype != "F32":
-                arr = gguf.quants.dequantize(arr, t.tensor_type).reshape(shape)
-            yield name, arr, ("bf16" if qtype == "BF16" and dtype != "f32" else None)
-        else:
-            raise ImportRefused(
-                f"tensor '{t.name}' has type {qtype}, which mlxcel cannot import losslessly "
-                f"(supported: F32, F16, BF16, Q4_0, Q4_1, Q8_0)"
-            )
+        if t.name != ROPE_FREQS:
+            n_head = permuted.get(t.name.split(".", 2)[-1]) if spec.permute_qk else None
+            yield from _converted_tensor(t, spec.hf_name(t.name), n_head, dtype)
+
+
+def _converted_tensor(
+    t, name: str, n_head: int | None, dtype: str
+) -> Iterator[tuple[str, np.ndarray, int | str | None]]:
+    """One GGUF tensor as the checkpoint holds it, its rows un-permuted where n_head is given."""
+    qtype = t.tensor_type.name
+    data = np.asarray(t.data)
+    shape = tuple(int(x) for x in reversed(t.shape))
+    if qtype in AFFINE_CONVERTERS and dtype != "f32":
+        q = AFFINE_CONVERTERS[qtype](permute_rows(data, n_head) if n_head is not None else data)
+        base = name.removesuffix(".weight")
+        yield f"{base}.weight", q.weight, q.bits
+        yield f"{base}.scales", q.scales, None
+        yield f"{base}.biases", q.biases, None
+    elif qtype in (*AFFINE_CONVERTERS, *FLOAT32_HELD) or (qtype in ("F16", "BF16") and dtype == "f32"):
+        arr = gguf.quants.dequantize(data, t.tensor_type).reshape(shape)  # float32, every value exact
+        yield name, (permute_rows(arr, n_head) if n_head is not None else arr), None
+    elif qtype in ("F32", "F16", "BF16"):
+        arr = data.reshape(shape)
+        yield name, (permute_rows(arr, n_head) if n_head is not None else arr), ("bf16" if qtype == "BF16" else None)
+    else:
+        raise ImportRefused(
+            f"tensor '{t.name}' has type {qtype}, which mlxcel cannot import losslessly "
+            f"(supported: F32, F16, BF16, {', '.join([*AFFINE_CONVERTERS, *FLOAT32_HELD])})"
+        )
 
 
 # GGUF general.file_type -> llama_model_ftype_name(), for the types the converter accepts
-FTYPE_NAMES = {0: "all F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 32: "BF16"}
+FTYPE_NAMES = {
+    0: "all F32",
+    1: "F16",
+    2: "Q4_0",
+    3: "Q4_1",
+    7: "Q8_0",
+    8: "Q5_0",
+    9: "Q5_1",
+    10: "Q2_K - Medium",
+    11: "Q3_K - Small",
+    12: "Q3_K - Medium",
+    13: "Q3_K - Large",
+    14: "Q4_K - Small",
+    15: "Q4_K - Medium",
+    16: "Q5_K - Small",
+    17: "Q5_K - Medium",
+    18: "Q6_K",
+    21: "Q2_K - Small",
+    25: "IQ4_NL - 4.5 bpw",
+    32: "BF16",
+}
 
 
 def _reader(path, header: int, progress: Callable[[str, int, int], None] | None):
-    """gguf's reader, saying how far into the header it is (its vocabulary's strings take seconds to read)."""
-    if progress is None:
-        return gguf.GGUFReader(str(path))
-
-    class Reader(gguf.GGUFReader):
-        def _get_str(self, offset: int):
-            progress("header", offset, header)
-            return super()._get_str(offset)
-
-    reader = Reader(str(path))
-    progress("header", header, header)
+    """gguf's reader (its string arrays read fast), saying how far into the header it is."""
+    reader = FastGGUFReader(str(path), None if progress is None else lambda offset: progress("header", offset, header))
+    if progress is not None:
+        progress("header", header, header)
     return reader
 
 

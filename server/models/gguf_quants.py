@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import gguf
 import numpy as np
 
 GROUP_SIZE = 32
@@ -36,12 +37,11 @@ def _half(blocks: np.ndarray, offset: int) -> np.ndarray:
 
 
 def _pack(q: np.ndarray, bits: int) -> np.ndarray:
-    """Pack unsigned integers (rows, cols) of `bits` width into uint32 words, element k at bits*(k%per)."""
-    per_word = 32 // bits
+    """Pack unsigned integers (rows, cols) of `bits` width into uint32 words as MLX does: one little-endian bit
+    stream per row, element k at bits k .. k + bits - 1 (for 4 and 8 bits: element k at bits * (k % per word))."""
     rows, cols = q.shape
-    q = q.astype(np.uint32).reshape(rows, cols // per_word, per_word)
-    shifts = (np.arange(per_word, dtype=np.uint32) * bits)[None, None, :]
-    return np.bitwise_or.reduce(q << shifts, axis=2).astype(np.uint32)
+    planes = (q.astype(np.uint8)[..., None] >> np.arange(bits, dtype=np.uint8)) & 1  # (rows, cols, bits)
+    return np.packbits(planes.reshape(rows, cols * bits), axis=1, bitorder="little").view(np.uint32)
 
 
 def _nibbles(qs: np.ndarray) -> np.ndarray:
@@ -76,12 +76,95 @@ def q8_0_to_affine(raw: np.ndarray) -> AffineQuantized:
     return AffineQuantized(_pack(q.reshape(rows, -1), 8), d, -128.0 * d, 8)
 
 
-# GGML type name -> converter; any other quantized type is refused by the importer.
+def _low_high(qs: np.ndarray, qh_bits: np.ndarray) -> np.ndarray:
+    """5-bit values: the nibbles of qs (low halves first) with one high bit each from qh_bits."""
+    return _nibbles(qs) | (qh_bits << 4)
+
+
+def q5_0_to_affine(raw: np.ndarray) -> AffineQuantized:
+    """Q5_0: f16 d, 32 high bits, 16 bytes of nibbles; x = d * (q - 16)."""
+    b = _blocks(raw, 22)
+    d = _half(b, 0)
+    qh = b[..., 2:6].copy().view(np.uint32)
+    bits = ((qh >> np.arange(32, dtype=np.uint32)) & 1).astype(np.uint8)
+    rows = raw.shape[0]
+    return AffineQuantized(_pack(_low_high(b[..., 6:22], bits).reshape(rows, -1), 5), d, -16.0 * d, 5)
+
+
+def q5_1_to_affine(raw: np.ndarray) -> AffineQuantized:
+    """Q5_1: f16 d, f16 m, 32 high bits, 16 bytes of nibbles; x = d * q + m."""
+    b = _blocks(raw, 24)
+    d, m = _half(b, 0), _half(b, 2)
+    qh = b[..., 4:8].copy().view(np.uint32)
+    bits = ((qh >> np.arange(32, dtype=np.uint32)) & 1).astype(np.uint8)
+    rows = raw.shape[0]
+    return AffineQuantized(_pack(_low_high(b[..., 8:24], bits).reshape(rows, -1), 5), d, m, 5)
+
+
+def _k_scales(b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A Q4_K / Q5_K super-block's eight (scale, minimum) pairs: d * sc and dmin * m, in float32 as ggml forms
+    them (both products exact: an f16 by a 6-bit integer)."""
+    rows, nb = b.shape[:2]
+    d, dmin = _half(b, 0), _half(b, 2)
+    sc, mn = gguf.quants.Q4_K.get_scale_min(b[..., 4:16].reshape(rows * nb, 12))
+    sc, mn = sc.reshape(rows, nb, 8).astype(np.float32), mn.reshape(rows, nb, 8).astype(np.float32)
+    return (d[..., None] * sc).reshape(rows, -1), (dmin[..., None] * mn).reshape(rows, -1)
+
+
+def _k_nibbles(qs: np.ndarray) -> np.ndarray:
+    """Q4_K / Q5_K low bits: per 64 elements, 32 bytes whose low nibbles are the first 32 and high the next."""
+    chunks = qs.reshape(*qs.shape[:-1], -1, 32)
+    return np.stack([chunks & 0x0F, chunks >> 4], axis=-2).reshape(*qs.shape[:-1], -1)
+
+
+def q4_k_to_affine(raw: np.ndarray) -> AffineQuantized:
+    """Q4_K: super-blocks of 256: f16 d, f16 dmin, 12 bytes of 6-bit scales and minimums, 128 bytes of nibbles;
+    each group of 32 is x = (d * sc) * q - (dmin * m): affine groups of 32 exactly."""
+    b = _blocks(raw, 144)
+    scales, mins = _k_scales(b)
+    q = _k_nibbles(b[..., 16:144])
+    rows = raw.shape[0]
+    return AffineQuantized(_pack(q.reshape(rows, -1), 4), scales, -mins, 4)
+
+
+def q5_k_to_affine(raw: np.ndarray) -> AffineQuantized:
+    """Q5_K: as Q4_K, plus 32 bytes holding one high bit per element (bit j of byte l for element 32 j + l)."""
+    b = _blocks(raw, 176)
+    scales, mins = _k_scales(b)
+    low = _k_nibbles(b[..., 48:176])
+    qh = b[..., 16:48]
+    high = ((qh[..., None, :] >> np.arange(8, dtype=np.uint8)[:, None]) & 1).reshape(*qh.shape[:-1], -1)
+    rows = raw.shape[0]
+    return AffineQuantized(_pack((low | (high << 4)).reshape(rows, -1), 5), scales, -mins, 5)
+
+
+IQ4_NL_VALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], dtype=np.int16)
+
+
+def iq4_nl_to_affine(raw: np.ndarray) -> AffineQuantized:
+    """IQ4_NL: f16 d, 16 bytes of nibbles indexing a fixed table of int8 levels; x = d * level. The levels are
+    no affine map of the nibbles, but level + 128 is a byte: 8-bit affine with bias -128 d, exact."""
+    b = _blocks(raw, 18)
+    d = _half(b, 0)
+    q = IQ4_NL_VALUES[_nibbles(b[..., 2:18])] + 128
+    rows = raw.shape[0]
+    return AffineQuantized(_pack(q.reshape(rows, -1), 8), d, -128.0 * d, 8)
+
+
+# GGML type name -> converter onto MLX's affine layout, exact.
 AFFINE_CONVERTERS = {
     "Q4_0": q4_0_to_affine,
     "Q4_1": q4_1_to_affine,
+    "Q5_0": q5_0_to_affine,
+    "Q5_1": q5_1_to_affine,
     "Q8_0": q8_0_to_affine,
+    "Q4_K": q4_k_to_affine,
+    "Q5_K": q5_k_to_affine,
+    "IQ4_NL": iq4_nl_to_affine,
 }
+# Types no affine group of 32 holds (scales per 16 elements): held as float32, which holds every value exactly
+# (d * sc * q needs at most 24 significant bits), at float32's size.
+FLOAT32_HELD = ("Q2_K", "Q3_K", "Q6_K")
 PASSTHROUGH_TYPES = {"F32": np.float32, "F16": np.float16, "BF16": None}
 
 
