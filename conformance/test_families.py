@@ -1,10 +1,10 @@
 """Model families (issue 29): each family twin (fixtures/families.py) served by b10621 and by mlxcel on the same
 F32 GGUF and the same command line (the pinned f32 configuration), and mlxcel on the family's MLX checkpoint.
 
-Per pair: the reference loads and answers the GGUF (the proof that the twin is what the converter writes);
+Per family: the reference loads and answers the GGUF (the proof that the twin is what the converter writes);
 /tokenize with special tokens, /apply-template on the family's real template, a 64-token greedy completion and
-logit traces (oracle/trace.py: 0 disagreements at decided positions, max |delta logprob| <= 1e-4) agree.
-One server pair per family and format.
+logit traces (oracle/trace.py: 0 disagreements at decided positions, max |delta logprob| <= 1e-4) agree for
+both of mlxcel's formats. One reference and two mlxcel servers per family; one pair for its Q4_K_M.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from fixtures.families import FAMILIES
-from oracle.processes import Pair
-from oracle.trace import trace
+from oracle.processes import Pair, server_pair, start_together
+from oracle.trace import THRESHOLDS, compare, mlxcel_scores, reference_path, trace
 
 pytestmark = pytest.mark.reference
 
@@ -41,31 +41,44 @@ def _greedy(base: str, prompt: str) -> list[int]:
     return r.json()["tokens"]
 
 
-@pytest.mark.parametrize("fmt", ["gguf", "mlx"])
 @pytest.mark.parametrize("family", sorted(FAMILIES))
-def test_family_twin_agrees_with_the_reference(reference_binary, family, fmt):
-    kind = f"f32_family_{family}" + ("_mlx" if fmt == "mlx" else "")
-    with Pair(kind, (), reference_binary) as pair:
-        ref, mine = pair.reference.base_url, pair.mlxcel.base_url
+def test_family_twin_agrees_with_the_reference(reference_binary, family):
+    """Three servers, one command line: the reference on the GGUF, mlxcel on the same GGUF and mlxcel on the MLX
+    checkpoint; the reference's answers are computed once and each mlxcel is held to them."""
+    ref, on_gguf = server_pair(f"f32_family_{family}", (), reference_binary)
+    _, on_mlx = server_pair(f"f32_family_{family}_mlx", (), reference_binary, with_reference=False)
+    try:
+        start_together(ref, on_gguf, on_mlx)
+        mine = {"gguf": on_gguf.base_url, "mlx": on_mlx.base_url}
         for text in TEXTS:
             body = {"content": text, "add_special": True, "parse_special": True}
-            want = _post(ref, "/tokenize", body).json()
-            assert _post(mine, "/tokenize", body).json() == want, text
+            want = _post(ref.base_url, "/tokenize", body).json()
+            assert {k: _post(u, "/tokenize", body).json() for k, u in mine.items()} == {k: want for k in mine}, text
         for i, messages in enumerate(CONVERSATIONS):
-            want, got = (
-                _post(ref, "/apply-template", {"messages": messages}),
-                _post(mine, "/apply-template", {"messages": messages}),
-            )
+            want = _post(ref.base_url, "/apply-template", {"messages": messages})
             assert want.status_code == 200 or i > 0, want.text
-            assert (got.status_code, got.json()) == (want.status_code, want.json())
-        greedy = [(_greedy(ref, p), _greedy(mine, p)) for p in PROMPTS]
-        traces = [trace(ref, mine, p, "f32", 32) for p in PROMPTS]
+            for u in mine.values():
+                got = _post(u, "/apply-template", {"messages": messages})
+                assert (got.status_code, got.json()) == (want.status_code, want.json())
+        greedy = [(_greedy(ref.base_url, p), {k: _greedy(u, p) for k, u in mine.items()}) for p in PROMPTS]
+        paths = [reference_path(ref.base_url, p, 32, 5) for p in PROMPTS]
+        traces = {
+            k: [
+                compare(p, t, probs, mlxcel_scores(u, p, t, 5), THRESHOLDS["f32"])
+                for p, (t, probs) in zip(PROMPTS, paths, strict=True)
+            ]
+            for k, u in mine.items()
+        }
+    finally:
+        for proc in (ref, on_gguf, on_mlx):
+            proc.cleanup()
     for theirs, ours in greedy:
         assert len(set(theirs)) > 1  # not a path of one repeated token
-        assert ours == theirs
-    assert sum(t.decided for t in traces) >= 32, [t.decided for t in traces]
-    assert [t.disagreements_at_decided for t in traces] == [0] * len(PROMPTS)
-    assert max(t.max_abs_delta_logprob for t in traces) <= TRACE_BOUND, [t.max_abs_delta_logprob for t in traces]
+        assert ours == {k: theirs for k in mine}
+    for fmt, ts in traces.items():
+        assert sum(t.decided for t in ts) >= 32, (fmt, [t.decided for t in ts])
+        assert [t.disagreements_at_decided for t in ts] == [0] * len(PROMPTS), fmt
+        assert max(t.max_abs_delta_logprob for t in ts) <= TRACE_BOUND, (fmt, [t.max_abs_delta_logprob for t in ts])
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))

@@ -103,10 +103,6 @@ def _check_tools() -> None:
         raise ReferenceBuildError("no C++ compiler found: install g++ or clang++ to build the reference llama-server")
 
 
-# llama-server, and llama-quantize for the quantized twins (fixtures/families.py): one build, its libraries shared
-TARGETS = ("llama-server", "llama-quantize")
-
-
 def build_reference(jobs: int | None = None, log=sys.stderr) -> Path:
     """Path of the reference binary, building it on first use."""
     override = os.environ.get(BINARY_ENV)
@@ -114,18 +110,29 @@ def build_reference(jobs: int | None = None, log=sys.stderr) -> Path:
         if not os.access(override, os.X_OK):
             raise ReferenceBuildError(f"{BINARY_ENV}={override} is not an executable file")
         return Path(override)
+    return _built("llama-server", reference_dir(), jobs, log)
+
+
+def quantize_binary(jobs: int | None = None, log=sys.stderr) -> Path:
+    """The reference's llama-quantize (what makes the quantized twins, fixtures/families.py), built on first use
+    in a build of its own: adding it to llama-server's would change that binary's recipe, and a rebuilt server is
+    not bit-identical, which would unbind the recordings (oracle/live.py)."""
+    return _built("llama-quantize", cache_root() / "reference" / f"quantize-{SDIST_SHA256[:12]}", jobs, log)
+
+
+def _built(target: str, where: Path, jobs: int | None, log) -> Path:
     _check_tools()
     src = source_tree()
-    recipe = {"sdist_sha256": SDIST_SHA256, "cmake_flags": list(CMAKE_FLAGS), "targets": list(TARGETS)}
+    recipe = {"sdist_sha256": SDIST_SHA256, "cmake_flags": list(CMAKE_FLAGS), "target": target}
 
     def build(tmp: Path) -> None:
         # the build folder lives in the cache (never the temp directory): an interrupted build leaves nothing
         # elsewhere and the next one resumes it; it goes once the binary is in place
-        bdir = build_dir()
+        bdir = build_dir(target)
         n = str(jobs or os.cpu_count() or 2)
         steps = [
             ("configure", ["cmake", "-S", str(src), "-B", str(bdir), *CMAKE_FLAGS]),
-            ("compile", ["cmake", "--build", str(bdir), "--target", *TARGETS, "-j", n]),
+            ("compile", ["cmake", "--build", str(bdir), "--target", target, "-j", n]),
         ]
         for stage, cmd in steps:
             print(f"reference build: {stage}: {' '.join(cmd)}", file=log, flush=True)
@@ -133,21 +140,16 @@ def build_reference(jobs: int | None = None, log=sys.stderr) -> Path:
             if code != 0:
                 (tmp.parent / "reference-build-failure.log").write_text(output)
                 last = [ln for ln in output.splitlines() if ln.strip()][-1:] or ["no output"]
-                raise ReferenceBuildError(f"building llama-server failed ({' '.join(cmd[:2])}): {last[0]}")
-        for target in TARGETS:
-            shutil.copy2(bdir / "bin" / target, tmp / target)
+                raise ReferenceBuildError(f"building {target} failed ({' '.join(cmd[:2])}): {last[0]}")
+        shutil.copy2(bdir / "bin" / target, tmp / target)
         shutil.rmtree(bdir, ignore_errors=True)  # ~700 MB of objects, not needed once the binary is copied
 
-    return build_once(reference_dir(), recipe, build) / "llama-server"
+    return build_once(where, recipe, build) / target
 
 
-def quantize_binary() -> Path:
-    """The reference's llama-quantize (built with llama-server): what makes the quantized twins."""
-    return build_reference().with_name("llama-quantize")
-
-
-def build_dir() -> Path:
-    return cache_root() / "reference" / f"build-{SDIST_SHA256[:12]}"
+def build_dir(target: str = "llama-server") -> Path:
+    suffix = "" if target == "llama-server" else f"-{target}"
+    return cache_root() / "reference" / f"build-{SDIST_SHA256[:12]}{suffix}"
 
 
 PROGRESS_EVERY_S = 60.0
