@@ -13,6 +13,8 @@ import mlx.core as mx
 import numpy as np
 from mlx import nn
 
+from .yarn import rotate_half
+
 CONFIG_KEY = "rope_freq_factors"
 
 
@@ -40,12 +42,7 @@ class FactorRoPE(nn.RoPE):
         offsets = offset.tolist() if isinstance(offset, mx.array) else int(offset)
         if isinstance(offsets, int):
             offsets = [offsets] * batch
-        half = self.dims // 2
-        cos, sin = zip(*(self.angles(np.arange(o, o + length)) for o in offsets), strict=True)
-        c = mx.array(np.stack(cos))[:, None].astype(x.dtype)
-        s = mx.array(np.stack(sin))[:, None].astype(x.dtype)
-        x1, x2, rest = x[..., :half], x[..., half : self.dims], x[..., self.dims :]
-        return mx.concatenate([x1 * c - x2 * s, x1 * s + x2 * c, rest], axis=-1)
+        return rotate_half(x, self.dims, [self.angles(np.arange(o, o + length)) for o in offsets])
 
 
 def install(model: nn.Module, config: dict) -> int:

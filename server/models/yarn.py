@@ -102,12 +102,18 @@ class YarnRoPE(nn.RoPE):
             return cpu_kernels.rope(x.astype(mx.float32), self.dims, self.base, self.scale, offsets, self.yarn).astype(
                 x.dtype
             )
-        half = self.dims // 2
-        cos, sin = zip(*(self._angles(np.arange(o, o + length)) for o in offsets), strict=False)
-        c = mx.array(np.stack(cos))[:, None].astype(x.dtype)
-        s = mx.array(np.stack(sin))[:, None].astype(x.dtype)
-        x1, x2, rest = x[..., :half], x[..., half : self.dims], x[..., self.dims :]
-        return mx.concatenate([x1 * c - x2 * s, x1 * s + x2 * c, rest], axis=-1)
+        return rotate_half(x, self.dims, [self._angles(np.arange(o, o + length)) for o in offsets])
+
+
+def rotate_half(x: mx.array, dims: int, angles: list[tuple[np.ndarray, np.ndarray]]) -> mx.array:
+    """x (batch, heads, length, head_dim) turned by per-row (cos, sin) tables (length x dims / 2), rotate-half
+    pairs (element i with i + dims / 2), the dimensions past `dims` left as they are."""
+    half = dims // 2
+    cos, sin = zip(*angles, strict=True)
+    c = mx.array(np.stack(cos))[:, None].astype(x.dtype)
+    s = mx.array(np.stack(sin))[:, None].astype(x.dtype)
+    x1, x2, rest = x[..., :half], x[..., half:dims], x[..., dims:]
+    return mx.concatenate([x1 * c - x2 * s, x1 * s + x2 * c, rest], axis=-1)
 
 
 def install(model: nn.Module, flags: YarnFlags, n_ctx_train: int) -> int:
