@@ -20,6 +20,7 @@ import pytest
 from fixtures.chat.capture_templates import CONVERSATIONS
 from server.chat import params as chat_params_module
 from server.chat import template_values
+from server.chat.autoparser import template_supports_thinking
 from server.chat.params import ChatSettings, chat_params
 from server.errors import UpstreamError
 from tests.chat_support import TEMPLATES
@@ -54,22 +55,20 @@ def settings_of(twin_f32):
 
     tok = ModelTokenizer(twin_f32.mlx_dir)
     piece = lambda i: tok.piece(i).decode("utf-8", "replace") if i is not None else ""  # noqa: E731
-    return lambda source: ChatSettings(
+    bos, eos = piece(tok.bos_id), piece(tok.eos_id)
+    return lambda source: ChatSettings(  # as server/cli/startup.py builds them for --jinja --chat-template-file
         template=source,
-        bos_token=piece(tok.bos_id),
-        eos_token=piece(tok.eos_id),
+        bos_token=bos,
+        eos_token=eos,
         add_bos=tok.add_bos,
         add_eos=tok.add_eos,
+        enable_thinking=template_supports_thinking(source, bos, eos),  # --reasoning's default, auto
     )
 
 
 # (template, conversation) pairs mlxcel does not yet render as b10621 does, and why: each is asserted to still
 # differ, so a fix shows here and the pair leaves this list (issue 29, point 8)
 KNOWN_DIVERGENT = {
-    **{
-        ("Apertus-8B-Instruct.jinja", conv): "b10621 renders 'Deliberation: disabled' by default; mlxcel 'enabled'"
-        for conv in ("system-user", "multi-turn", "tools", "tool-call-and-result", "reasoning")
-    },
     **{
         (name, "tool-call-and-result"): "b10621's error quotes the jinja source location of the failing call; "
         "mlxcel's gives the raised message alone"
