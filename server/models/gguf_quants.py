@@ -1,10 +1,11 @@
 """Lossless mapping of GGUF block quantizations onto MLX affine quantization.
 
-GGUF stores a row as consecutive blocks of 32 elements. MLX affine quantization stores, per group of
-32, `w = scale * q + bias` with `q` packed eight nibbles (or four bytes) per uint32, element k at bit
-`bits * (k % (32 // bits))`. Every supported GGUF block type is an affine map of small integers, so the
-mapping is exact: scales and biases are kept in float32 (float16 would also be exact for the values, but
-MLX would then compute in float16).
+GGUF stores a row as consecutive blocks (32 elements, or super-blocks of 256 for the K-quants). MLX affine
+quantization stores, per group of 32, `w = scale * q + bias` with `q` packed as one little-endian bit stream per
+row. The types in AFFINE_CONVERTERS are affine maps of small integers per 32 elements, so the mapping is exact:
+scales and biases are kept in float32 (float16 would also be exact for the values, but MLX would then compute
+in float16). FLOAT32_HELD lists the types whose scales change every 16 elements: the importer holds them as
+float32, which is exact too.
 """
 
 from __future__ import annotations
