@@ -12,7 +12,7 @@ nox.options.default_venv_backend = "venv"
 # How many shares the reference's live comparisons rotate through in CI (oracle/live.py): each run compares
 # one share of the recorded cases live, and every case whose recording is missing or stale; every case meets
 # the live binary at least once in LIVE_SHARES landings in a row. mlxcel itself runs live on every case.
-LIVE_SHARES = 4
+LIVE_SHARES = 8
 UNIT = ("tests", "-m", "not reference and not heavy", "--ignore=tests/reliability")
 
 

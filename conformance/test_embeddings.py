@@ -86,8 +86,10 @@ def _one_by_one(url: str, body: dict) -> list:
     return [_post(url, "/embedding", {**body, "content": text})[0] for text in body["content"]]
 
 
-@pytest.mark.parametrize("pooling", ["mean", "cls", "last"])
+# pooling is a server flag, the normalization a request field: pooling varies slowest, so that the five modes
+# share one server pair (pair_for restarts only on another flag set)
 @pytest.mark.parametrize("mode", NORMALIZE_MODES)
+@pytest.mark.parametrize("pooling", ["mean", "cls", "last"])
 def test_vectors_agree_for_every_pooling_and_normalization(pair_for, pooling, mode):
     mine_url, ref_url = pair_for("f32_minilm", ("--embeddings", "--pooling", pooling))
     body = {"content": TEXTS, "embd_normalize": mode}

@@ -12,7 +12,7 @@ from typing import Any, Callable, cast
 import mlx.core as mx
 from mlx.utils import tree_flatten
 
-from ..models import huge_pages
+from ..models import huge_pages, quantized_twins
 from ..models.kv_numerics import KVNumerics
 from ..models.loader import LoadedModel, load_checkpoint, release_sources
 from ..models.yarn import YarnFlags
@@ -27,6 +27,10 @@ __all__ = ["Backend", "BackendRefusal", "Capabilities", "hand_back", "load_backe
 def open_backend(loaded: LoadedModel, n_batch: int = 2048, kv: KVNumerics | None = None) -> Backend:
     try:
         step = NativeBackend.build_step(loaded, kv)
+        if step is None:  # the MLX backend's few-row products read float panels; a native step has its own
+            quantized_twins.register_pending_panels(loaded.model)
+        else:
+            loaded.model.__dict__.pop(quantized_twins.PANELS_PENDING, None)
         backend = (
             MLXBackend(loaded, n_batch=n_batch, kv=kv) if step is None else NativeBackend(loaded, step, n_batch, kv)
         )
@@ -48,4 +52,5 @@ def load_backend(
     yarn: YarnFlags | None = None,
 ) -> Backend:
     """A checkpoint loaded (models/loader.py) and opened on its backend."""
-    return open_backend(load_checkpoint(checkpoint, fuse=fuse, rope=rope, yarn=yarn), n_batch=n_batch, kv=kv)
+    loaded = load_checkpoint(checkpoint, fuse=fuse, rope=rope, yarn=yarn, panels=False)
+    return open_backend(loaded, n_batch=n_batch, kv=kv)

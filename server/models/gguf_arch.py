@@ -1,17 +1,21 @@
 """What each GGUF architecture the importer takes means for an MLX checkpoint: its mlx-lm model type, its tensors'
 names there, the converter's rope-order permutation, and the config mlx-lm builds the model from.
 
-Facts from b10621's converter (conversion/llama.py, qwen.py, phi.py) and loader (src/llama-model.cpp,
-src/llama-arch.cpp): only `llama` permutes the rows of attn_q / attn_k (and their biases) into ggml's
-interleaved rope order, so only `llama` is permuted back; qwen2/qwen3/phi3 use the NEOX (rotate-half) rope as
+Facts from b10621's converter (conversion/llama.py, qwen.py, phi.py, gemma.py) and loader (src/llama-model.cpp,
+src/models/*.cpp): only `llama` permutes the rows of attn_q / attn_k (and their biases) into ggml's
+interleaved rope order, so only `llama` is permuted back; the others use the NEOX (rotate-half) rope as
 written. `rope_freqs` (Llama 3.1 and later) holds the per-pair frequency divisors the converter computed from the
 llama3 rope scaling; it is no weight of the model and travels in the config (server/models/rope_factors.py).
+Gemma's converter adds 1 to every norm weight (HF's Gemma norms scale by 1 + w, ggml's by w), so the importer
+subtracts it: for a stored value g >= 0.5, g - 1 is exact and mlx-lm's 1 + (g - 1) gives g back bit for bit.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Callable
+
+FieldOf = Callable[..., Any]  # (key, default=None) -> the GGUF key's value
 
 
 class ImportRefused(ValueError):
@@ -61,7 +65,7 @@ class HParams:
     head_dim: int
 
     @classmethod
-    def read(cls, arch: str, field_of: Callable[..., Any], n_tokens: int) -> "HParams":
+    def read(cls, arch: str, field_of: FieldOf, n_tokens: int) -> "HParams":
         def get(key: str, default: Any = None) -> Any:
             value = field_of(f"{arch}.{key}", default)
             if value is None:
@@ -106,6 +110,9 @@ class ArchSpec:
     permute_qk: bool  # the converter permuted attn_q / attn_k rows into ggml's interleaved rope order
     block: dict[str, str] = field(default_factory=dict)
     extra_config: dict = field(default_factory=dict)
+    norm_shift: float = 0.0  # what the converter added to every norm weight
+    # the architecture's own `{arch}.*` keys, read into mlx-lm's config as llama_model::load_hparams reads them
+    arch_config: Callable[[HParams, FieldOf], dict] | None = None
 
     def hf_name(self, gguf_name: str) -> str:
         if gguf_name in _TOP:
@@ -115,13 +122,18 @@ class ArchSpec:
             return f"model.layers.{parts[1]}.{self.block[parts[2]]}"
         raise ImportRefused(f"tensor '{gguf_name}' has no known mapping for architecture '{self.gguf}'")
 
-    def config(self, hp: HParams, tied: bool) -> dict:
+    def config(self, hp: HParams, tied: bool, field_of: FieldOf = lambda key, default=None: default) -> dict:
+        def key_of(key: str, default: Any = None) -> Any:
+            return field_of(f"{self.gguf}.{key}", default)
+
+        own = self.arch_config(hp, key_of) if self.arch_config is not None else {}
         return {
             "architectures": [self.hf_architecture],
             "model_type": self.model_type,
             **hp.base_config(),
             "tie_word_embeddings": tied,
             **self.extra_config,
+            **own,
         }
 
 
@@ -133,6 +145,87 @@ _PHI3_BLOCK = {
     "ffn_up.weight": "mlp.gate_up_proj.weight",  # gate and up rows fused, gate first, as in the HF checkpoint
     "ffn_down.weight": "mlp.down_proj.weight",
 }
+
+_GEMMA_BLOCK = {
+    **_COMMON_BLOCK,
+    "post_attention_norm.weight": "post_attention_layernorm.weight",
+    "ffn_norm.weight": "pre_feedforward_layernorm.weight",
+    "post_ffw_norm.weight": "post_feedforward_layernorm.weight",
+}
+_MOE_BLOCK = {
+    "attn_norm.weight": "input_layernorm.weight",
+    "ffn_norm.weight": "post_attention_layernorm.weight",
+    **{k: v for k, v in _COMMON_BLOCK.items() if k.startswith("attn_")},
+    "ffn_gate_inp.weight": "mlp.gate.weight",  # the router
+    "ffn_gate_exps.weight": "mlp.switch_mlp.gate_proj.weight",  # (experts, ff, hidden), as mlx-lm stacks them
+    "ffn_up_exps.weight": "mlp.switch_mlp.up_proj.weight",
+    "ffn_down_exps.weight": "mlp.switch_mlp.down_proj.weight",
+}
+
+
+def _attention_scale(hp: HParams, n_layer_27b: int) -> float:
+    """query_pre_attn_scalar as b10621 applies it: 1/sqrt(head_dim), but n_embd / n_head for the 27B model."""
+    return float(hp.n_embd // hp.n_head if hp.n_layer == n_layer_27b else hp.head_dim)
+
+
+def _swa_pattern(value: Any, default: int) -> int:
+    """`attention.sliding_window_pattern`: a period, or (newer converters) one flag per layer; mlx-lm takes a period."""
+    if value is None:
+        return default
+    if isinstance(value, (list, tuple)):
+        flags = [bool(v) for v in value]
+        period = flags.index(False) + 1 if False in flags else 1  # layers 0..period-2 sliding, then one global
+        if flags != [(i + 1) % period != 0 for i in range(len(flags))]:
+            raise ImportRefused("a sliding-window layer pattern that is not periodic is not supported")
+        return period
+    return int(value)
+
+
+def _gemma2_config(hp: HParams, key: FieldOf) -> dict:
+    """src/models/gemma2.cpp: a sliding window of 4096 on every other layer unless the GGUF says otherwise."""
+    window = int(key("attention.sliding_window", 4096))
+    if _swa_pattern(key("attention.sliding_window_pattern"), 2) != 2:
+        raise ImportRefused("gemma2 with a sliding-window pattern other than every other layer is not supported")
+    return {
+        "attn_logit_softcapping": float(key("attn_logit_softcapping", 50.0)),
+        "final_logit_softcapping": float(key("final_logit_softcapping", 30.0)),
+        "query_pre_attn_scalar": _attention_scale(hp, 46),
+        "sliding_window": window,
+    }
+
+
+def _gemma3_config(hp: HParams, key: FieldOf) -> dict:
+    """src/models/gemma3.cpp: sliding-window layers with a period of 6 (the last of each period global) where the
+    GGUF has a window, local rope base 10000 unless given; the global layers' rope scaling as the converter wrote
+    it."""
+    window = int(key("attention.sliding_window", 0) or 0)
+    if key("final_logit_softcapping"):
+        raise ImportRefused("gemma3 with final_logit_softcapping is not supported")
+    config = {
+        "query_pre_attn_scalar": _attention_scale(hp, 62),
+        "sliding_window": window or hp.n_ctx_train,
+        "sliding_window_pattern": _swa_pattern(key("attention.sliding_window_pattern"), 6) if window else 1,
+        "rope_local_base_freq": float(key("rope.freq_base_swa", 10000.0)),
+    }
+    kind, factor = key("rope.scaling.type"), key("rope.scaling.factor")
+    if kind == "linear" and factor:
+        config["rope_scaling"] = {"rope_type": "linear", "factor": float(factor)}
+    elif kind not in (None, "none"):
+        raise ImportRefused(f"gemma3 with rope scaling '{kind}' is not supported")
+    return config
+
+
+def _qwen3moe_config(hp: HParams, key: FieldOf) -> dict:
+    """src/models/qwen3moe.cpp: every layer sparse, softmax routing, the chosen experts' weights normalized."""
+    return {
+        "num_experts": int(key("expert_count")),
+        "num_experts_per_tok": int(key("expert_used_count")),
+        "moe_intermediate_size": int(key("expert_feed_forward_length", hp.n_ff)),
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+        "norm_topk_prob": True,
+    }
+
 
 ARCHITECTURES: dict[str, ArchSpec] = {
     spec.gguf: spec
@@ -148,6 +241,32 @@ ARCHITECTURES: dict[str, ArchSpec] = {
         ArchSpec("qwen2", "qwen2", "Qwen2ForCausalLM", permute_qk=False, block={**_COMMON_BLOCK, **_QKV_BIASES}),
         ArchSpec("qwen3", "qwen3", "Qwen3ForCausalLM", permute_qk=False, block={**_COMMON_BLOCK, **_QK_NORMS}),
         ArchSpec("phi3", "phi3", "Phi3ForCausalLM", permute_qk=False, block=_PHI3_BLOCK),
+        ArchSpec(
+            "gemma2",
+            "gemma2",
+            "Gemma2ForCausalLM",
+            permute_qk=False,
+            block=_GEMMA_BLOCK,
+            norm_shift=1.0,
+            arch_config=_gemma2_config,
+        ),
+        ArchSpec(
+            "gemma3",
+            "gemma3_text",
+            "Gemma3ForCausalLM",
+            permute_qk=False,
+            block={**_GEMMA_BLOCK, **_QK_NORMS},
+            norm_shift=1.0,
+            arch_config=_gemma3_config,
+        ),
+        ArchSpec(
+            "qwen3moe",
+            "qwen3_moe",
+            "Qwen3MoeForCausalLM",
+            permute_qk=False,
+            block={**_MOE_BLOCK, **_QK_NORMS},
+            arch_config=_qwen3moe_config,
+        ),
     )
 }
 

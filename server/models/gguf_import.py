@@ -83,9 +83,13 @@ def _converted_tensors(
     for i, t in enumerate(reader.tensors):
         if progress is not None and i:
             progress("tensors", i, len(reader.tensors))
-        if t.name != ROPE_FREQS:
-            n_head = permuted.get(t.name.split(".", 2)[-1]) if spec.permute_qk else None
-            yield from _converted_tensor(t, spec.hf_name(t.name), n_head, dtype)
+        if t.name == ROPE_FREQS:
+            continue
+        n_head = permuted.get(t.name.split(".", 2)[-1]) if spec.permute_qk else None
+        for name, arr, bits in _converted_tensor(t, spec.hf_name(t.name), n_head, dtype):
+            if spec.norm_shift and name.endswith("norm.weight"):
+                arr = arr - np.float32(spec.norm_shift)  # exact for a stored value >= 0.5 (module docstring)
+            yield name, arr, bits
 
 
 def _converted_tensor(
@@ -96,11 +100,13 @@ def _converted_tensor(
     data = np.asarray(t.data)
     shape = tuple(int(x) for x in reversed(t.shape))
     if qtype in AFFINE_CONVERTERS and dtype != "f32":
-        q = AFFINE_CONVERTERS[qtype](permute_rows(data, n_head) if n_head is not None else data)
+        rows = data.reshape(-1, data.shape[-1])  # a stack of experts' matrices converts row by row
+        q = AFFINE_CONVERTERS[qtype](permute_rows(rows, n_head) if n_head is not None else rows)
         base = name.removesuffix(".weight")
-        yield f"{base}.weight", q.weight, q.bits
-        yield f"{base}.scales", q.scales, None
-        yield f"{base}.biases", q.biases, None
+        lead = data.shape[:-1]
+        yield f"{base}.weight", q.weight.reshape(*lead, -1), q.bits
+        yield f"{base}.scales", q.scales.reshape(*lead, -1), None
+        yield f"{base}.biases", q.biases.reshape(*lead, -1), None
     elif qtype in (*AFFINE_CONVERTERS, *FLOAT32_HELD) or (qtype in ("F16", "BF16") and dtype == "f32"):
         arr = gguf.quants.dequantize(data, t.tensor_type).reshape(shape)  # float32, every value exact
         yield name, (permute_rows(arr, n_head) if n_head is not None else arr), None
@@ -180,7 +186,7 @@ def convert_gguf(  # noqa: C901
         progress("tensors", len(reader.tensors), len(reader.tensors))
     tied = "lm_head.weight" not in weights
 
-    config = spec.config(hp, tied)
+    config = spec.config(hp, tied, lambda key, default=None: _field(reader, key, default))
     if spec.gguf == "llama" and any(n.endswith("q_proj.bias") for n in weights):
         config["attention_bias"] = True
     if per_layer_quant:

@@ -3,9 +3,10 @@
 A decode step streams every weight from memory once. With 4 KiB pages the TLB misses hold two cores' reads at
 ~25 GB/s on this machine kind; in 2 MiB pages they reach ~31 GB/s. Memory mlxcel allocates itself (the
 kernels' panels) is an arena advised for huge pages before it is touched; MLX's own buffers are collapsed into
-huge pages in place (MADV_COLLAPSE, Linux 6.1+) by a background thread after loading, so start-up does not
-wait (about 1.4 s for 540 MB). Where the kernel refuses either, the memory keeps its small pages: the same
-numbers, read slower.
+huge pages in place (MADV_COLLAPSE, Linux 6.1+) by a background thread COLLAPSE_DELAY seconds after loading,
+so start-up does not wait and a process that lives only seconds (a refused request, a test's server) never
+spends the ~1.4 s of a core that 540 MB take. Where the kernel refuses either, the memory keeps its small
+pages: the same numbers, read slower.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import numpy as np
 HUGE_PAGE = 2 << 20
 MADV_COLLAPSE = 25  # linux/mman.h (Python's mmap module names it from 3.12 only where the libc has it)
 MIN_BYTES = 2 * HUGE_PAGE  # smaller buffers hold at most one whole huge page
+COLLAPSE_DELAY = 5.0  # seconds after loading
 
 
 class Arena:
@@ -50,9 +52,11 @@ def _buffers(arrays: list[mx.array]) -> list[tuple[int, int]]:
     return out
 
 
-def _collapse(regions: list[tuple[int, int]]) -> None:
+def _collapse(regions: list[tuple[int, int]], delay: float = 0.0) -> None:
     """(Holds no reference to the arrays: MLX objects stay on the main thread. Memory freed meanwhile makes
     madvise fail or collapse whatever is mapped there now; collapsing changes no byte.)"""
+    if delay > 0:
+        threading.Event().wait(delay)
     libc = ctypes.CDLL(None, use_errno=True)
     libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     for address, nbytes in regions:
@@ -62,14 +66,14 @@ def _collapse(regions: list[tuple[int, int]]) -> None:
             return  # not supported here (kernels before 6.1): the rest would fail the same way
 
 
-def collapse_in_background(arrays: list[mx.array]) -> threading.Thread | None:
-    """Collapse the large arrays' memory into huge pages on a daemon thread."""
+def collapse_in_background(arrays: list[mx.array], delay: float = COLLAPSE_DELAY) -> threading.Thread | None:
+    """Collapse the large arrays' memory into huge pages on a daemon thread, `delay` seconds from now."""
     if not sys.platform.startswith("linux"):
         return None
     regions = _buffers(arrays)
     if not regions:
         return None
-    thread = threading.Thread(target=_collapse, args=(regions,), name="mlxcel-huge-pages", daemon=True)
+    thread = threading.Thread(target=_collapse, args=(regions, delay), name="mlxcel-huge-pages", daemon=True)
     thread.start()
     return thread
 

@@ -12,7 +12,7 @@ import numpy as np
 from mlx.utils import tree_unflatten
 
 from .. import cpu_kernels
-from . import cpu_layers, quantized_twins, rope_factors
+from . import cpu_layers, ggml_gelu, quantized_twins, rope_factors
 from . import yarn as yarn_rope
 from .architectures import load_model
 
@@ -150,6 +150,14 @@ def override_rope(model: nn.Module, base: float | None, scale: float | None) -> 
     return applied
 
 
+def _panels(model: nn.Module, now: bool) -> None:
+    """The float panels of the few-row products: registered now, or left to open_backend (pending)."""
+    if now:
+        quantized_twins.register_panels(model)
+    else:
+        model.__dict__[quantized_twins.PANELS_PENDING] = True
+
+
 def load_checkpoint(
     path: Path,
     dequantize: bool | None = None,
@@ -158,12 +166,14 @@ def load_checkpoint(
     fuse=None,
     rope: tuple = (None, None),
     yarn=None,
+    panels: bool = True,
 ) -> LoadedModel:
     """dequantize, transpose (TransposedLinear), kernels (cpu_layers): None means "on the CPU", where MLX's
     f32 matmul through the BLAS beats its quantized one and mlxcel's attention and SwiGLU kernels beat MLX's exp
     (when they are loaded); the weights are transposed for the kernels' plain GEMMs only (MLX's own decode step
     is faster on nn.Linear's layout: 55 against 66 ms a token on the F32 twin); a dequantized checkpoint's decode
-    steps then read its quantized twins (quantized_twins)."""
+    steps then read its quantized twins (quantized_twins). panels False leaves the float panels to the caller
+    (open_backend registers them only where no native step replaces the products that read them)."""
     model, _ = load_model(path)
     config = json.loads((path / "config.json").read_text())
     override_rope(model, *rope)
@@ -175,6 +185,7 @@ def load_checkpoint(
     if dequantize is None:
         dequantize = mx.default_device() == mx.cpu
     on_cpu = mx.default_device() == mx.cpu
+    ggml_gelu.install(model, str(config.get("model_type", "")) if on_cpu else "")  # b10621's CPU GELU table
     use_kernels = kernels if kernels is not None else on_cpu and cpu_kernels.available()
     twins = quantized_twins.collect(model) if dequantize and use_kernels else {}
     if dequantize:
@@ -191,5 +202,5 @@ def load_checkpoint(
     mx.eval(model.parameters())
     quantized_twins.register(model, twins, bool(config.get("tie_word_embeddings", False)))
     if use_kernels and on_cpu:
-        quantized_twins.register_panels(model)
+        _panels(model, now=panels)
     return LoadedModel(model=model, config=config, path=path, dequantized=dequantize)

@@ -106,6 +106,14 @@ def register(model: nn.Module, twins: dict[str, Twin], tied_embeddings: bool) ->
     return len(registered)
 
 
+PANELS_PENDING = "_mlxcel_panels_pending"  # load_checkpoint(panels=False): open_backend decides
+
+
+def register_pending_panels(model: nn.Module) -> int:
+    """The panels load_checkpoint left to open_backend, for a model no native step runs."""
+    return register_panels(model) if model.__dict__.pop(PANELS_PENDING, False) else 0
+
+
 def register_panels(model: nn.Module) -> int:
     """Float twins in column panels (cpu_kernels.c) for the model's transposed layers that have no quantized
     twin: a few-row product then reads its weight front to back with the output tile in registers (8 rows in
