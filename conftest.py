@@ -177,14 +177,14 @@ def corpus_servers(request):
     without the reference: oracle/live.py decides per state); `state` (oracle.corpus.server_states) tells apart
     two pairs of the same flags (a fresh case's own).
     """
-    from oracle.processes import ROUTER, server_pair, start_together
+    from oracle.processes import ROUTER, server_pair, start_together, stop_in_background
 
     current: dict = {"key": None, "urls": None, "procs": [], "started": 0}
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    reapers: list = []
 
-    def stop() -> None:
-        for p in current["procs"]:
-            p.cleanup()
+    def stop() -> None:  # the next pair starts while this one shuts down
+        reapers.append(stop_in_background(current["procs"]))
         current.update(key=None, urls=None, procs=[])
 
     def get(
@@ -220,6 +220,8 @@ def corpus_servers(request):
 
     yield get
     stop()
+    for reaper in reapers:
+        reaper.join()
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -23,7 +23,14 @@ import numpy as np
 import pytest
 
 from conftest import oracle_offline, require
-from oracle.processes import COMMON_ARGS, F32_NUMERICS, mlxcel_server, reference_server, start_together
+from oracle.processes import (
+    COMMON_ARGS,
+    F32_NUMERICS,
+    mlxcel_server,
+    reference_server,
+    start_together,
+    stop_in_background,
+)
 
 CORPUS = json.loads((Path(__file__).resolve().parents[1] / "fixtures/corpora/embeddings.json").read_text())
 TEXTS, RERANK = CORPUS["texts"], CORPUS["rerank"]
@@ -43,11 +50,11 @@ def _live_reference():
 def pair_for(request):
     """get(twin, args) -> (mlxcel url, reference url); one pair up at a time."""
     current: dict = {"key": None, "procs": [], "urls": None}
+    reapers: list = []
 
     def get(twin_kind: str, args: tuple[str, ...]):
         if current["key"] != (twin_kind, args):
-            for p in current["procs"]:
-                p.cleanup()
+            reapers.append(stop_in_background(current["procs"]))  # the next pair starts meanwhile
             t = request.getfixturevalue(f"twin_{twin_kind}")
             mine = mlxcel_server(t.mlx_model, [*COMMON_ARGS, *args, *F32_NUMERICS])
             ref = reference_server(
@@ -61,6 +68,8 @@ def pair_for(request):
     yield get
     for p in current["procs"]:
         p.cleanup()
+    for reaper in reapers:
+        reaper.join()
     REPORT.parent.mkdir(exist_ok=True)
     REPORT.write_text(json.dumps(FIGURES, indent=1, sort_keys=True) + "\n")
 

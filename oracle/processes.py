@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -130,6 +131,17 @@ class ServerProcess:
 
     def __exit__(self, *exc) -> None:
         self.cleanup()
+
+
+def stop_in_background(procs: list[ServerProcess]) -> threading.Thread:
+    """Signal every server now and reap them (their exit, then their scratch directories) on a thread: the next
+    pair starts while these shut down (~0.25 s each). Join the thread before anything needs them gone."""
+    for p in procs:
+        if p.proc is not None and p.proc.poll() is None:
+            p.proc.terminate()
+    reaper = threading.Thread(target=lambda: [p.cleanup() for p in procs], name="oracle-reaper", daemon=True)
+    reaper.start()
+    return reaper
 
 
 def start_together(*procs: ServerProcess, timeout: float = 300.0) -> None:

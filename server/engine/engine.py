@@ -349,6 +349,7 @@ class Engine:
             self._last_task = time.monotonic()
             if self.sleeping:  # a request wakes the server before anything of it runs
                 self._wake(sched)
+                self._last_task = time.monotonic()  # idle counts from the end of the wake (server-queue.cpp)
             self._take(sched, command)
 
     def _take(self, sched: Scheduler, command: cmd.Command) -> None:

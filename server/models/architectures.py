@@ -65,8 +65,14 @@ def _remappings() -> tuple[dict, dict]:
     return found.get("MODEL_REMAPPING", {}), found.get("MODEL_ARCHITECTURE_REMAPPING", {})
 
 
+# architectures mlxcel runs with a model file of its own (mlx-lm's layers, b10621's behaviour where mlx-lm's
+# differs): model_type -> module
+OWN_MODELS = {"gemma2": "server.models.gemma2_swa"}  # the sliding window mlx-lm's Gemma 2 does not apply
+
+
 def model_classes(config: dict) -> tuple[type, type]:
-    """(Model, ModelArgs) of a config's architecture, as mlx-lm's `_get_classes` picks them."""
+    """(Model, ModelArgs) of a config's architecture, as mlx-lm's `_get_classes` picks them (OWN_MODELS
+    excepted)."""
     bare_package()
     remap, arch_remap = _remappings()
     model_type = config["model_type"]
@@ -76,7 +82,7 @@ def model_classes(config: dict) -> tuple[type, type]:
     chosen = next((arch_remap[(model_type, a)] for a in architectures if (model_type, a) in arch_remap), None)
     model_type = chosen or remap.get(model_type, model_type)
     try:
-        arch = importlib.import_module(f"{PACKAGE}.models.{model_type}")
+        arch = importlib.import_module(OWN_MODELS.get(model_type) or f"{PACKAGE}.models.{model_type}")
     except ImportError as exc:
         raise ValueError(f"Model type {model_type} not supported.") from exc
     return arch.Model, arch.ModelArgs

@@ -71,6 +71,7 @@ def read_vocab(reader) -> GGUFVocab:
         eot_declared=opt_int("tokenizer.ggml.eot_token_id"),
         scores=[float(x) for x in _field(reader, "tokenizer.ggml.scores", [])],
         add_space_prefix=bool(_field(reader, "tokenizer.ggml.add_space_prefix", True)),
+        general_name=str(_field(reader, "general.name", "") or ""),
     )
 
 

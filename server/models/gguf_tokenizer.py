@@ -15,6 +15,7 @@ from .vocab_rules import (
     PRE_TOKENIZER_REGEXES,
     TOKEN_TYPE_CONTROL,
     TOKEN_TYPE_USER_DEFINED,
+    rstrip_tokens,
 )
 
 
@@ -40,6 +41,7 @@ class GGUFVocab:
     eot_declared: int | None = None  # tokenizer.ggml.eot_token_id
     scores: list[float] = field(default_factory=list)  # tokenizer.ggml.scores (SentencePiece's merge order)
     add_space_prefix: bool = True  # tokenizer.ggml.add_space_prefix (SentencePiece only)
+    general_name: str = ""  # general.name: llama-vocab.cpp sets some tokens' attributes by the model's name
 
     def fim_ids(self) -> dict[str, int]:
         """The FIM tokens llama-vocab.cpp finds: declared in the GGUF, else by their spelling."""
@@ -93,10 +95,12 @@ def build_tokenizer(vocab: GGUFVocab) -> Tokenizer:
             f"tokenizer model '{vocab.model}' is not supported (only byte-level BPE 'gpt2' and SentencePiece 'llama')"
         )
     added = []
+    rstrip = rstrip_tokens(vocab.general_name)
     for text, ttype in zip(vocab.tokens, vocab.token_types, strict=False):
         if ttype in (TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER_DEFINED):
             # control tokens are matched only when parse_special is on; user-defined ones always
-            added.append(AddedToken(text, special=ttype == TOKEN_TYPE_CONTROL, normalized=False))
+            strip = rstrip(text)
+            added.append(AddedToken(text, special=ttype == TOKEN_TYPE_CONTROL, normalized=False, rstrip=strip))
     tok.add_tokens(added)
     return tok
 

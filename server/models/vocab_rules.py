@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 # GGUF tokenizer.ggml.token_type values
 TOKEN_TYPE_NORMAL = 1
 TOKEN_TYPE_UNKNOWN = 2
@@ -167,3 +169,13 @@ def default_add_bos(model: str, pre: str) -> bool:
     if model == "gpt2":
         return pre in ADD_BOS_PRE
     return model in ("llama", "bert")
+
+
+def rstrip_tokens(general_name: str) -> Callable[[str], bool]:
+    """Which special tokens eat the whitespace after them (LLAMA_TOKEN_ATTR_RSTRIP), by llama_vocab::load's
+    name rule: a model whose general.name has "phi-3" or "phi3" in it gets the attribute on every special token
+    and </s>, but not on <unk>, <s> and <|endoftext|> (Phi-3's chat template puts a newline after each)."""
+    name = general_name.lower()
+    if "phi-3" in name or "phi3" in name:
+        return lambda text: text not in ("<unk>", "<s>", "<|endoftext|>")
+    return lambda text: False
