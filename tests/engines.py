@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from server.backends.fake import FakeBackend
 from server.engine.engine import Engine, EngineConfig
@@ -32,3 +32,25 @@ def running_engine(
         yield engine, tok
     finally:
         engine.stop(wait=60)  # joined: the engine frees its weights as its thread ends
+
+
+@contextmanager
+def engine_factory(checkpoint: Path) -> Iterator[tuple[Callable[..., Engine], ModelTokenizer]]:
+    """make(**config) -> a started engine on the checkpoint; every engine made is stopped (joined, its weights
+    freed) on leaving."""
+    tok = ModelTokenizer(checkpoint)
+    engines: list[Engine] = []
+
+    def make(**config) -> Engine:
+        e = Engine(checkpoint, EngineConfig(**config), eog_ids=tok.eog_ids, piece=tok.piece)
+        e.start()
+        e.ready.wait(180)
+        assert e.load_error is None, e.load_error
+        engines.append(e)
+        return e
+
+    try:
+        yield make, tok
+    finally:
+        for e in engines:
+            e.stop(wait=60)

@@ -11,9 +11,9 @@ import asyncio
 import pytest
 
 from fixtures.families import family_twin
-from server.engine.engine import Engine, EngineConfig
+from server.engine.engine import Engine
 from server.engine.types import FinalEvent, GenerationRequest, TokenEvent
-from server.models.tokenizer import ModelTokenizer
+from tests.engines import engine_factory
 
 pytestmark = pytest.mark.heavy  # builds the Gemma 3 twin and runs engines on it: nox -s tests, not unit
 
@@ -27,20 +27,8 @@ def gemma3_dir():
 
 @pytest.fixture
 def make_engine(gemma3_dir):
-    tok = ModelTokenizer(gemma3_dir)
-    engines: list[Engine] = []
-
-    def make(**cfg) -> Engine:
-        e = Engine(gemma3_dir, EngineConfig(**cfg), eog_ids=tok.eog_ids, piece=tok.piece)
-        e.start()
-        e.ready.wait(120)
-        assert e.load_error is None, e.load_error
-        engines.append(e)
-        return e
-
-    yield make, tok
-    for e in engines:
-        e.stop(wait=60)
+    with engine_factory(gemma3_dir) as made:
+        yield made
 
 
 async def _run(engine: Engine, tokens: tuple[int, ...], n: int, **kw) -> tuple[list[int], FinalEvent]:

@@ -12,6 +12,7 @@ from server.engine.speculative import DraftConfig, NgramSimple, Speculator, draf
 from server.engine.types import FinalEvent, GenerationRequest, SamplingParams, TokenEvent
 from server.models.loader import load_checkpoint
 from server.models.tokenizer import ModelTokenizer
+from tests.engines import engine_factory
 
 pytestmark = pytest.mark.heavy  # in-process engine runs on the real twins: nox -s tests, not unit
 
@@ -20,20 +21,8 @@ PROMPTS = ["The capital of France is", "Once upon a time", "def fibonacci(n):", 
 
 @pytest.fixture  # engines stopped after each test: each holds its own weights
 def make_engine(twin_f32):
-    tok = ModelTokenizer(twin_f32.mlx_dir)
-    engines = []
-
-    def make(**cfg) -> Engine:
-        e = Engine(twin_f32.mlx_dir, EngineConfig(**cfg), eog_ids=tok.eog_ids, piece=tok.piece)
-        e.start()
-        e.ready.wait(180)
-        assert e.load_error is None, e.load_error
-        engines.append(e)
-        return e
-
-    yield make, tok
-    for e in engines:
-        e.stop(wait=60)  # joined: its weights are freed before the next test loads its own
+    with engine_factory(twin_f32.mlx_dir) as made:
+        yield made
 
 
 async def _run(engine: Engine, request: GenerationRequest) -> tuple[list[int], FinalEvent]:
