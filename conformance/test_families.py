@@ -15,6 +15,7 @@ import os
 import httpx
 import pytest
 
+from fixtures.chat.capture_templates import TOOLS  # the template gallery's tool
 from fixtures.families import FAMILIES
 from oracle.normalize import normalize
 from oracle.processes import Pair, server_pair, start_together
@@ -30,16 +31,6 @@ SYSTEM_USER = [{"role": "system", "content": "You are terse."}, {"role": "user",
 CONVERSATIONS = [
     SYSTEM_USER,
     [*SYSTEM_USER, {"role": "assistant", "content": "4"}, {"role": "user", "content": "And 3+3?"}],
-]
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "The weather in a city.",
-            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-        },
-    }
 ]
 CHAT_NOISE = ("clocks", "created", "completion_id", "system_fingerprint", "tool_call_ids")  # oracle/normalize.py
 # Sliding-window families: a later prompt sharing a shorter prefix than the slot holds is recomputed by mlxcel,
