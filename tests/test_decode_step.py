@@ -146,3 +146,28 @@ def test_a_decode_step_never_calls_the_blas(runner):
     assert (blas.blas_calls() == before) == bool(getattr(getattr(runner, "_step", None), "ggml_order", False))
     mx.eval(mx.ones((64, 64)) @ mx.ones((64, 64)))  # (the counter does count)
     assert blas.blas_calls() > before
+
+
+@pytest.mark.parametrize("family", ["llama3", "phi3", "qwen2.5", "qwen3"])
+def test_llama_shaped_families_step_natively_as_mlx_computes(family):
+    """Llama 3's rope_freqs, Qwen2's q|k|v biases, Qwen3's q and k norms and Phi-3's fused weights (its q scaled
+    before attention): the family twin opens on the native steps, whose prefill and decode give MLX's greedy
+    tokens with logits within float rounding of MLX's (the numbers b10621's own are held to in
+    conformance/test_families.py)."""
+    from fixtures.families import family_twin
+
+    runner = open_backend(load_checkpoint(family_twin(family).mlx_dir))
+    assert type(runner).__name__ == "NativeBackend"
+    prompt, steps = TOKENS[:30], [504, 3458, 282, 4649, 314]
+    logits = []
+    for native in (False, True):
+        runner.native_prefill = native
+        try:
+            cache = runner.new_cache()
+            first = runner.prefill(cache, prompt)
+            logits.append([first, *_decode(runner, native, cache, steps)])
+        finally:
+            runner.native_prefill = True
+    for a, b in zip(*logits, strict=True):
+        assert 0 < mx.abs(a - b).max().item() < 1e-4
+        assert mx.argmax(a).item() == mx.argmax(b).item()

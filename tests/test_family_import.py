@@ -11,12 +11,12 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from fixtures.families import FAMILIES, LLAMA3_ROPE, QUANT_TYPES, family_twin, llama3_rope_factors, quantized_gguf
+from fixtures.families import FAMILIES, LLAMA3_ROPE, QUANT_TYPES, family_twin, quantized_gguf
 from oracle.reference import SOURCE_SUBDIR
 from server.cachedir import cache_root
 from server.models.gguf_arch import ImportRefused, spec_of
 from server.models.gguf_import import convert_gguf
-from server.models.rope_factors import CONFIG_KEY, FactorRoPE
+from server.models.rope_factors import CONFIG_KEY, FactorRoPE, llama3_rope_factors
 
 needs_sdist = pytest.mark.skipif(
     not (cache_root() / "reference" / "source" / SOURCE_SUBDIR / "models").is_dir(),
@@ -136,3 +136,24 @@ def test_every_tensor_of_a_quantized_twin_imports_value_exact(reference_binary, 
         worst = max(worst, float(np.abs(got - _gguf_dequantized(t, spec, config)).max()))
     assert worst == 0.0
     assert types - {"F32"}, "the twin holds no quantized tensor"
+
+
+def test_an_mlx_llama3_checkpoint_ropes_with_the_converters_factors():
+    """The MLX checkpoint of Llama 3 computes its rope as b10621 computes the GGUF converted from it: mlx-lm's
+    Llama3RoPE becomes a FactorRoPE holding the factors the converter writes as rope_freqs."""
+    from mlx_lm.models.rope_utils import Llama3RoPE
+
+    from server.models.loader import load_checkpoint
+
+    twin = family_twin("llama3")
+    ropes = [
+        m
+        for _, m in load_checkpoint(twin.mlx_dir, kernels=False).model.named_modules()
+        if "rope" in type(m).__name__.lower()
+    ]
+    assert ropes and all(type(r) is FactorRoPE for r in ropes), {type(r).__name__ for r in ropes}
+    config = json.loads((twin.mlx_dir / "config.json").read_text())
+    assert ropes[0].factors.tolist() == llama3_rope_factors(config).tolist()
+    x = mx.random.normal((1, 4, 9, 64), key=mx.random.key(0))
+    theirs = Llama3RoPE(64, base=config["rope_theta"], scaling_config=config["rope_scaling"])(x, offset=3)
+    assert mx.allclose(ropes[0](x, offset=3), theirs, atol=1e-4).item()  # mlx-lm's scaling, ggml's rounding

@@ -19,9 +19,8 @@ import numpy as np
 from mlx import nn
 from mlx.utils import tree_map
 from mlx_lm.models import cache as mlx_cache
-from mlx_lm.models import llama
 
-from ..models import control_vector, kv_numerics, lora
+from ..models import control_vector, cpu_layers, kv_numerics, lora
 from ..models.kv_numerics import KVNumerics
 from ..models.loader import LoadedModel
 from .base import BackendRefusal, Capabilities, Logits
@@ -86,10 +85,10 @@ class _Pending:
 
 
 def _trunk_and_head(model: nn.Module) -> tuple[nn.Module, Callable[[mx.array], mx.array]] | None:
-    """An mlx-lm llama-family model's transformer trunk and output head, or None for another model. The model's
+    """An mlx-lm llama-shaped model's transformer trunk and output head, or None for another model. The model's
     own call runs the head on every position of a prompt (512 x vocab x hidden multiply-adds for a 512-token
     chunk, about a fifth of its work) where a prompt needs the last position's logits only."""
-    if type(model) is not llama.Model:
+    if not cpu_layers.llama_shaped(model):
         return None
     trunk = model.model
     return trunk, trunk.embed_tokens.as_linear if model.args.tie_word_embeddings else model.lm_head

@@ -1,6 +1,8 @@
-"""llama-family attention and MLP blocks for the CPU: fused projections and mlxcel's kernels.
+"""llama-shaped attention and MLP blocks for the CPU: fused projections and mlxcel's kernels.
 
-The blocks keep mlx-lm's math (mlx_lm.models.llama) and change two things. Projections that read the same
+llama-shaped: mlx-lm's llama, qwen2 (q, k, v biases), qwen3 (q and k norms per head), phi3 (q|k|v and
+gate|up stored fused) and smollm3 (no rope on every fourth layer) models, whose blocks are llama's but for those. The blocks keep mlx-lm's math and change
+two things. Projections that read the same
 input run as one product (q, k and v; gate and up), their weights side by side: a decode step then makes 4
 products a layer instead of 7, each a few microseconds of dispatch less, and every output element is summed
 exactly as before (server/native/cpu_kernels.c sums each column alone). And the exp-heavy parts of a prompt
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.models import llama
+from mlx_lm.models import llama, phi3, qwen2, qwen3, smollm3
 from mlx_lm.models.activations import swiglu
 from mlx_lm.models.base import scaled_dot_product_attention
 from mlx_lm.models.cache import BatchKVCache, KVCache
@@ -22,6 +24,10 @@ from .. import cpu_kernels
 from . import batch_cache
 from .kv_numerics import KVNumerics, stored
 from .yarn import YarnRoPE
+
+LLAMA_SHAPED = (llama.Model, qwen2.Model, qwen3.Model, phi3.Model, smollm3.Model)
+_ATTENTIONS = (llama.Attention, qwen2.Attention, qwen3.Attention)
+_MLPS = (llama.MLP, qwen2.MLP, qwen3.MLP)
 
 SOURCE = "weight_source"  # a linear layer's weight as loaded, out x in (a plain attribute, not a parameter)
 
@@ -66,6 +72,23 @@ def _fuse(owner: nn.Module, names: list[str]) -> FusedLinear | None:
     return FusedLinear([layer.weight_t for layer in layers], biases, names)
 
 
+def llama_shaped(model: nn.Module) -> bool:
+    """Whether the model is one of mlx-lm's llama-shaped families (the native steps' and the trunk's models)."""
+    return type(model) in LLAMA_SHAPED
+
+
+def _presplit(layer: nn.Module, sizes: list[int], name: str) -> FusedLinear | None:
+    """A layer stored fused (phi3's qkv_proj, gate_up_proj) as a FusedLinear of these output sizes."""
+    if not hasattr(layer, "weight_t") or sum(sizes) != layer.weight_t.shape[1]:
+        return None
+    fused = FusedLinear([layer.weight_t], [layer.bias] if "bias" in layer else None, [name])
+    fused.weight_t = mx.contiguous(layer.weight_t)  # (a one-array concatenate may stay a transposed view)
+    object.__setattr__(fused, "splits", [sum(sizes[: i + 1]) for i in range(len(sizes) - 1)])
+    if SOURCE in layer.__dict__:  # the weight as loaded is already out x in: no copy
+        fused.__dict__[SOURCE] = layer.__dict__[SOURCE]
+    return fused
+
+
 class KernelAttention(llama.Attention):
     kv_numerics = KVNumerics()  # the KV cache's types and flash attention (kv_numerics.apply sets a model's)
 
@@ -91,8 +114,10 @@ class KernelAttention(llama.Attention):
     def __call__(self, x: mx.array, mask=None, cache=None) -> mx.array:
         batch, length, _ = x.shape
         q, k, v = self._projections(x)
-        queries = q.reshape(batch, length, self.n_heads, -1).transpose(0, 2, 1, 3)
-        keys = k.reshape(batch, length, self.n_kv_heads, -1).transpose(0, 2, 1, 3)
+        queries, keys = q.reshape(batch, length, self.n_heads, -1), k.reshape(batch, length, self.n_kv_heads, -1)
+        if "q_norm" in self:  # qwen3: each head normed before rope
+            queries, keys = self.q_norm(queries), self.k_norm(keys)
+        queries, keys = queries.transpose(0, 2, 1, 3), keys.transpose(0, 2, 1, 3)
         values = v.reshape(batch, length, self.n_kv_heads, -1).transpose(0, 2, 1, 3)
         first = self._kernel_rows(x, mask, cache)
         rope = self.rope
@@ -138,26 +163,44 @@ class KernelMLP(llama.MLP):
         return self.down_proj(swiglu(gate, up))
 
 
+def _switch_presplit(module: nn.Module) -> bool:
+    """phi3's blocks, whose q|k|v and gate|up are stored fused: the same products, split as phi3 splits them."""
+    if type(module) is phi3.Attention:
+        sizes = [module.n_heads * module.head_dim] + [module.n_kv_heads * module.head_dim] * 2
+        name, kind = "qkv_proj", KernelAttention
+    else:
+        width = module.gate_up_proj.weight_t.shape[1] if hasattr(module.gate_up_proj, "weight_t") else 0
+        sizes, name, kind = [width // 2, width // 2], "gate_up_proj", KernelMLP
+    fused = _presplit(module[name], sizes, name)
+    if fused is None:
+        return False
+    setattr(module, name, fused)
+    module.__class__ = kind
+    return True
+
+
+def _switch(module: nn.Module, kind: type, names: list[str], fused_name: str) -> None:
+    """A llama-shaped block to its kernel variant, its projections over one input fused where they can be."""
+    module.__class__ = kind
+    fused = _fuse(module, names)
+    if fused is not None:
+        setattr(module, fused_name, fused)
+        for name in names:
+            module.pop(name)
+
+
 def use_kernels(model: nn.Module) -> int:
-    """Switch every mlx-lm llama attention and MLP block of the model to its kernel variant (only the class
-    changes), with fused projections where the layers store transposed weights (loader.TransposedLinear).
+    """Switch every mlx-lm llama-shaped attention and MLP block of the model to its kernel variant (only the
+    class changes), with fused projections where the layers store transposed weights (loader.TransposedLinear).
     Returns how many blocks were switched."""
     switched = 0
     for _, module in model.named_modules():
-        if type(module) is llama.Attention:
-            module.__class__ = KernelAttention
-            fused = _fuse(module, ["q_proj", "k_proj", "v_proj"])
-            if fused is not None:
-                module.qkv_proj = fused
-                for name in ("q_proj", "k_proj", "v_proj"):
-                    module.pop(name)
+        if type(module) in (phi3.Attention, phi3.MLP):
+            switched += _switch_presplit(module)
+        elif type(module) in _ATTENTIONS:
+            _switch(module, KernelAttention, ["q_proj", "k_proj", "v_proj"], "qkv_proj")
             switched += 1
-        elif type(module) is llama.MLP:
-            module.__class__ = KernelMLP
-            fused = _fuse(module, ["gate_proj", "up_proj"])
-            if fused is not None:
-                module.gate_up_proj = fused
-                for name in ("gate_proj", "up_proj"):
-                    module.pop(name)
+        elif type(module) in _MLPS:
+            _switch(module, KernelMLP, ["gate_proj", "up_proj"], "gate_up_proj")
             switched += 1
     return switched

@@ -1,4 +1,4 @@
-"""A llama-family model's decode step in one native call (server/native/decode_step.c), on the CPU.
+"""A llama-shaped model's decode step in one native call (server/native/decode_step.c), on the CPU.
 
 Through MLX a decode step is ~400 operations dispatched one by one on its CPU stream (~13 ms of a ~35 ms step
 for SmolLM2-135M). `DecodeStep` runs the whole step in C over the same weights, on the same kernels, and
@@ -7,8 +7,10 @@ cache's bookkeeping then moves on as `update_and_fetch` would have moved it. Whe
 as mlx-lm grows it (a new buffer, 256 positions more), so the position written is never one that another
 array can see: snapshots (`MLXBackend.snapshot`, `BatchKVCache.extract`) are views of positions before it.
 Keys and values are written as the cache's type rounds them, and attention rounds what ggml-cpu rounds over
-that type (models/kv_numerics.py), as through MLX. A model the step does not cover (another architecture,
-biases, a scaled rope, a float type other than float32, weights not in the kernel layout) returns None from
+that type (models/kv_numerics.py), as through MLX. llama-shaped (cpu_layers.llama_shaped): llama, Mistral, DeepSeek-LLM, Llama 3's `rope_freqs`, Qwen2's q|k|v
+biases, Qwen3's q and k norms, Phi-3's fused weights and its q scaled before attention, each as b10621's graph
+for the family computes it. A model the step does not cover (another architecture, a bias elsewhere, a rope
+of another kind, a float type other than float32, weights not in the kernel layout) returns None from
 `DecodeStep.build` and decodes through MLX.
 """
 
@@ -22,14 +24,16 @@ import weakref
 import mlx.core as mx
 import numpy as np
 from mlx import nn
-from mlx_lm.models import llama
+from mlx_lm.models import llama, phi3, smollm3
 from mlx_lm.models.cache import BatchKVCache, KVCache
+from mlx_lm.models.smollm3 import NoPE
 
 from .. import blas, cpu_kernels
 from . import batch_cache
-from .cpu_layers import SOURCE, FusedLinear, KernelAttention, KernelMLP
+from .cpu_layers import SOURCE, FusedLinear, KernelAttention, KernelMLP, llama_shaped
 from .loader import TransposedLinear
 from .quantized_twins import drop_panels, pointer
+from .rope_factors import FactorRoPE
 from .yarn import YarnRoPE
 
 MAX_ROWS = 16  # the few-row products' limit (cpu_kernels.c SMALL_M): more rows decode through MLX
@@ -42,13 +46,17 @@ def _layer_weights(layer) -> list[mx.array] | None:
     if not (type(attn) is KernelAttention and type(mlp) is KernelMLP and "qkv_proj" in attn and "gate_up_proj" in mlp):
         return None
     linears = (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)
-    if not all(type(x) in (FusedLinear, TransposedLinear) and "bias" not in x for x in linears):
+    if not all(type(x) in (FusedLinear, TransposedLinear) for x in linears):
+        return None
+    if any("bias" in x for x in linears[1:]):  # (q|k|v biases are the step's: _layer_extras)
         return None
     norms = (layer.input_layernorm, layer.post_attention_layernorm)
     if not all(type(n) is nn.RMSNorm for n in norms):
         return None
     rope = attn.rope
-    if type(rope) not in (nn.RoPE, YarnRoPE) or rope.traditional:
+    if type(rope) is not NoPE and (type(rope) not in (nn.RoPE, YarnRoPE, FactorRoPE) or rope.traditional):
+        return None
+    if "q_norm" in attn and not all(type(attn[n]) is nn.RMSNorm for n in ("q_norm", "k_norm")):
         return None
     return [
         layer.input_layernorm.weight,
@@ -58,6 +66,41 @@ def _layer_weights(layer) -> list[mx.array] | None:
         mlp.gate_up_proj.weight_t,
         mlp.down_proj.weight_t,
     ]
+
+
+def _layer_extras(layers) -> list[list[mx.array | None]]:
+    """Each layer's q|k|v biases (Qwen2) and q and k norm weights (Qwen3), None where it has none."""
+    out = []
+    for layer in layers:
+        attn = layer.self_attn
+        bias = attn.qkv_proj.bias if "bias" in attn.qkv_proj else None
+        norms = [attn.q_norm.weight, attn.k_norm.weight] if "q_norm" in attn else [None, None]
+        out.append([bias, *norms])
+    return out
+
+
+def _shared_numbers(trunk) -> tuple[float, tuple, np.ndarray] | None:
+    """The numbers every layer shares, or None where they differ: the norms' eps, the rope (dims, base, scale,
+    attention scale, YaRN's four) of the layers that turn one, and its frequency factors (empty: none)."""
+    layers = trunk.layers
+    norms = {trunk.norm.eps} | {
+        n.eps for layer in layers for n in (layer.input_layernorm, layer.post_attention_layernorm)
+    }
+    norms |= {
+        n.eps
+        for layer in layers
+        if "q_norm" in layer.self_attn
+        for n in (layer.self_attn.q_norm, layer.self_attn.k_norm)
+    }
+    turned = [layer.self_attn for layer in layers if type(layer.self_attn.rope) is not NoPE]
+    ropes = {
+        (a.rope.dims, a.rope.base, a.rope.scale, a.scale, getattr(a.rope, "yarn", (0.0, 1.0, 0.0, 0.0))) for a in turned
+    }
+    factors = {tuple(a.rope.factors.tolist()) if type(a.rope) is FactorRoPE else () for a in turned}
+    scales = {layer.self_attn.scale for layer in layers}
+    if len(norms) != 1 or len(ropes) != 1 or len(factors) != 1 or len(scales) != 1:
+        return None
+    return norms.pop(), ropes.pop(), np.asarray(factors.pop(), np.float32)
 
 
 GGML_ORDER_ENV = "MLXCEL_GGML_ORDER"
@@ -128,7 +171,7 @@ class DecodeStep:
 
     @classmethod
     def build(cls, model: nn.Module) -> DecodeStep | None:
-        if type(model) is not llama.Model or not cpu_kernels.available():
+        if not llama_shaped(model) or not cpu_kernels.available():
             return None
         native = blas.STATE.native
         if not hasattr(native, "mlxcel_step"):
@@ -155,8 +198,10 @@ class DecodeStep:
         hidden = trunk.embed_tokens.weight.shape[1]
         inter = trunk.layers[0].mlp.down_proj.weight_t.shape[0]
         numerics = {layer.self_attn.kv_numerics for layer in trunk.layers}
-        if len(numerics) != 1:
+        numbers = _shared_numbers(trunk)
+        if len(numerics) != 1 or numbers is None:
             return None
+        eps, (dims_rot, base, scale, attn_scale, yarn), factors = numbers
         dims = [
             len(trunk.layers),
             hidden,
@@ -165,31 +210,42 @@ class DecodeStep:
             attn0.qkv_proj.weight_t.shape[1] // (attn0.n_heads + 2 * attn0.n_kv_heads),
             inter,
             trunk.embed_tokens.weight.shape[0],
-            attn0.rope.dims,
+            dims_rot,
             int(bool(args.tie_word_embeddings)),
             MAX_ROWS,
             *numerics.pop().codes(),
         ]
-        norms = {trunk.norm.eps} | {
-            n.eps for layer in trunk.layers for n in (layer.input_layernorm, layer.post_attention_layernorm)
-        }
-        ropes = {
-            (
-                layer.self_attn.rope.dims,
-                layer.self_attn.rope.base,
-                layer.self_attn.rope.scale,
-                layer.self_attn.scale,
-                getattr(layer.self_attn.rope, "yarn", (0.0, 1.0, 0.0, 0.0)),
-            )
-            for layer in trunk.layers
-        }
-        if len(norms) != 1 or len(ropes) != 1:
+        extras = _layer_extras(trunk.layers)
+        if any(w.dtype != mx.float32 for ws in extras for w in ws if w is not None):
             return None
-        _, base, scale, attn_scale, yarn = ropes.pop()
-        mx.eval(weights)
+        mx.eval(weights, [w for ws in extras for w in ws if w is not None])
         order = _ggml_order_weights(native, model, layer_weights, dims)
         dims.append(int(order is not None))
-        return cls(dims, [norms.pop(), base, scale, attn_scale, *yarn], weights + (order or []))
+        step = cls(dims, [eps, base, scale, attn_scale, *yarn], weights + (order or []))
+        step.set_family(extras, factors, model)
+        return step
+
+    def set_family(self, extras: list[list[mx.array | None]], factors: np.ndarray, model: nn.Module) -> None:
+        """What a llama-shaped family adds to llama's graph (mlxcel_step_layer_extras, mlxcel_step_family): the
+        arrays stay alive with the step."""
+        native = self.native
+        native.mlxcel_step_layer_extras.argtypes = [_VOID_P, ctypes.c_int, _VOID_P, _VOID_P, _VOID_P, ctypes.c_int]
+        native.mlxcel_step_family.argtypes = [_VOID_P, _VOID_P, ctypes.c_int, ctypes.c_int]
+        self._family = (extras, factors)
+        no_rope = [type(layer.self_attn.rope) is NoPE for layer in model.layers]
+        for layer, (bqkv, q_norm, k_norm) in enumerate(extras):
+            if bqkv is None and q_norm is None and not no_rope[layer]:
+                continue
+            native.mlxcel_step_layer_extras(
+                self.handle, layer, *(None if w is None else pointer(w) for w in (bqkv, q_norm, k_norm)), no_rope[layer]
+            )
+        native.mlxcel_step_family(
+            self.handle,
+            factors.ctypes.data if factors.size else None,
+            int(type(model) is phi3.Model),  # b10621's Phi-3 scales q, then attends at scale 1 (models/phi3.cpp)
+            # the llama GGUF's heads are interleaved (the converter's permute: llama, SmolLM3)
+            int(type(model) in (llama.Model, smollm3.Model)),
+        )
 
     def grow(self, cache, index: int, rows: int, positions: int = 1) -> None:
         """Room for `positions` more at index in a layer's buffer (rows sequences), as mlx-lm's update_and_fetch

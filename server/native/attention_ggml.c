@@ -132,6 +132,7 @@ struct kv_args {
     long q_seq, q_head, q_pos, k_seq, k_head, k_pos, v_seq, v_head, v_pos;
     int H, Hkv, L, T, D, k_type, v_type, flash, cast; /* cast: K (1), V (2) f32, rounded to f16 as read */
     int ggml_dims; /* dot products over a head in ggml's element order (a llama GGUF's interleaved pairs) */
+    int ggml_sums; /* dot products summed as ggml's vec_dot_f16 sums them (ggml_dims or not) */
     int k_half, v_half; /* the keys, the values stored as f16 */
     float scale;
     const int *first;
@@ -239,9 +240,9 @@ static void flash_row(const struct kv_args *a, const float *q, struct kv_rows k,
         if (a->cast & 2) { memmove(vc, vj, sizeof(float) * (size_t)D); mlxcel_round_kv(vc, D, KV_F16); vj = vc; }
 #if KV_X86
         float s;
-        if (vec && a->ggml_dims && a->k_type == KV_F16) {
-            to_ggml_dims(kj, kg, D);
-            s = dot_ggml_f16(q, kg, D) * a->scale;
+        if (vec && a->ggml_sums && a->k_type == KV_F16) {
+            if (a->ggml_dims) to_ggml_dims(kj, kg, D);
+            s = dot_ggml_f16(q, a->ggml_dims ? kg : kj, D) * a->scale;
         } else {
             s = (vec ? dot_vec(q, kj, D) : dot(q, kj, D)) * a->scale;
         }
@@ -344,6 +345,7 @@ int mlxcel_attention_kv(const float *q, long q_seq, long q_head, long q_pos, con
                         int T, int D, float scale, const int *first, float *out, int k_type, int v_type, int flash,
                         int ubatch) {
     const int ggml_dims = (flash & ATTENTION_GGML_DIMS) && D % 2 == 0;
+    const int ggml_sums = ggml_dims || (flash & ATTENTION_GGML_SUMS);
     const int k_half = (flash & ATTENTION_K_F16) != 0, v_half = (flash & ATTENTION_V_F16) != 0;
     flash &= 1;
     int cast = 0; /* b10621's build_attn_mha casts an f32 K or V to f16 for flash attention */
@@ -370,7 +372,7 @@ int mlxcel_attention_kv(const float *q, long q_seq, long q_head, long q_pos, con
         return status;
     }
     struct kv_args a = {q, k, v, q_seq, q_head, q_pos, k_seq, k_head, k_pos, v_seq, v_head, v_pos,
-                        H, Hkv, L, T, D, k_type, v_type, flash, cast, ggml_dims, k_half, v_half, scale, first, out, 0};
+                        H, Hkv, L, T, D, k_type, v_type, flash, cast, ggml_dims, ggml_sums, k_half, v_half, scale, first, out, 0};
     mlxcel_pool_run(kv_head, &a, B * H, 1);
     return a.failed ? -1 : 0;
 }

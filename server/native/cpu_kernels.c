@@ -1080,13 +1080,14 @@ int mlxcel_attention(const float *q, long q_seq, long q_head, long q_pos, const 
  * position offsets[b] + i. The first dims of each row turn in pairs (j, j + dims / 2) by the angle
  * scale * position * base^(-2j / dims), computed as ggml does (in float, the power by repeated products),
  * so the reference's rotations are reproduced; the rest stay. out: B x heads x L x D, contiguous. */
-HIDDEN void rope_angles(int position, int half, int dims, float base, float scale, const float *yarn, float *c,
-                        float *s) {
+HIDDEN void rope_angles(int position, int half, int dims, float base, float scale, const float *yarn,
+                        const float *ff, float *c, float *s) {
     float theta = (float)position, theta_scale = powf(base, -2.0f / (float)dims);
     if (!yarn) {
-        for (int j = 0; j < half; j++) {
-            c[j] = cosf(scale * theta);
-            s[j] = sinf(scale * theta);
+        for (int j = 0; j < half; j++) { /* ggml_rope_cache_init: theta / ff, then freq_scale times it */
+            const float extrap = ff ? theta / ff[j] : theta;
+            c[j] = cosf(scale * extrap);
+            s[j] = sinf(scale * extrap);
             theta *= theta_scale;
         }
         return;
@@ -1095,11 +1096,12 @@ HIDDEN void rope_angles(int position, int half, int dims, float base, float scal
     float mscale = yarn[1];
     if (ext != 0.0f) mscale *= 1.0f + 0.1f * logf(1.0f / scale);
     for (int j = 0; j < half; j++) { /* ggml's rope_yarn, pair j being its i0 = 2 j */
-        float angle = scale * theta;
+        const float extrap = ff ? theta / ff[j] : theta;
+        float angle = scale * extrap;
         if (ext != 0.0f) {
             const float y = ((float)j - low) / fmaxf(0.001f, high - low);
             const float mix = (1.0f - fminf(1.0f, fmaxf(0.0f, y))) * ext;
-            angle = angle * (1.0f - mix) + theta * mix;
+            angle = angle * (1.0f - mix) + extrap * mix;
         }
         c[j] = cosf(angle) * mscale;
         s[j] = sinf(angle) * mscale;
@@ -1113,7 +1115,7 @@ void mlxcel_rope(const float *x, long x_seq, long x_head, long x_pos, int B, int
     float c[ROPE_MAX_HALF], s[ROPE_MAX_HALF];
     for (int b = 0; b < B; b++)
         for (int i = 0; i < L; i++) {
-            rope_angles(offsets[b] + i, half, dims, base, scale, yarn, c, s);
+            rope_angles(offsets[b] + i, half, dims, base, scale, yarn, NULL, c, s);
             for (int h = 0; h < heads; h++) {
                 const float *xr = x + b * x_seq + h * x_head + i * x_pos;
                 float *o = out + (((size_t)b * heads + h) * L + i) * D;

@@ -23,6 +23,9 @@ enum { KV_F32 = 0, KV_F16 = 1, KV_BF16 = 2 };
 /* with flash attention (the flash argument's bit 0), bit 1: q and k dot products in a llama GGUF's element
  * order, as b10621 sums them over its permuted heads (a step in ggml's order sets it) */
 enum { ATTENTION_GGML_DIMS = 2 };
+/* bit 4: with flash attention, q and k dot products summed as ggml's vec_dot_f16 sums them, in the head's own
+ * element order (the families whose GGUF keeps HF's order; ATTENTION_GGML_DIMS implies it) */
+enum { ATTENTION_GGML_SUMS = 16 };
 /* bits 2 and 3: the keys, the values stored as f16 (16 bits each, the cache's own type; strides in elements) */
 enum { ATTENTION_K_F16 = 4, ATTENTION_V_F16 = 8 };
 void mlxcel_store_f16(uint16_t *dst, const float *x, long n);
@@ -44,8 +47,9 @@ HIDDEN float *mlxcel_thread_floats(int which, size_t floats);
 
 /* rope's cos and sin at a position for pairs 0..half-1, as ggml's rope_yarn computes them; yarn: NULL, or
  * {ext_factor, attn_factor, corr_dims[0], corr_dims[1]} (YaRN's mix and magnitude) */
-HIDDEN void rope_angles(int position, int half, int dims, float base, float scale, const float *yarn, float *c,
-                        float *s);
+/* ff: per-pair frequency divisors (a GGUF's rope_freqs, ggml_rope_ext's freq_factors), or NULL */
+HIDDEN void rope_angles(int position, int half, int dims, float base, float scale, const float *yarn,
+                        const float *ff, float *c, float *s);
 
 /* products summed in ggml-cpu's order over N x K weights, as a ubatch of `ubatch` rows sums them (tinyBLAS's
  * from 2 rows, vec_dot's for 1: ggml_order.c): 0, or -1 where it does not apply */

@@ -29,11 +29,11 @@ void *mlxcel_step_model(const int *dims, const float *params, const float *const
     *m = (struct step_model){dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6], dims[7], dims[8],
                              dims[9], dims[10], dims[11], dims[12], params[0], params[1], params[2], params[3],
                              {params[4], params[5], params[6], params[7]}, params[4] != 0.0f || params[5] != 1.0f,
-                             weights[0], weights[1], dims[8] ? weights[0] : weights[2], NULL, dims[13]};
+                             weights[0], weights[1], dims[8] ? weights[0] : weights[2], NULL, dims[13], NULL, 0, 1};
     const float *const *t = weights + 3 + LAYER_WEIGHTS * m->layers; /* the transposed ones, if kept */
     for (int l = 0; l < m->layers; l++) {
         const float *const *w = weights + 3 + LAYER_WEIGHTS * l;
-        m->layer[l] = (struct step_layer){w[0], w[1], w[2], w[3], w[4], w[5], NULL, NULL, NULL, NULL};
+        m->layer[l] = (struct step_layer){w[0], w[1], w[2], w[3], w[4], w[5], NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0};
         if (m->ggml_order)
             m->layer[l].wqkv_t = t[4 * l], m->layer[l].wo_t = t[4 * l + 1], m->layer[l].wgu_t = t[4 * l + 2],
             m->layer[l].wdown_t = t[4 * l + 3];
@@ -43,6 +43,27 @@ void *mlxcel_step_model(const int *dims, const float *params, const float *const
 }
 
 void mlxcel_step_model_free(void *model) { free(model); }
+
+/* What a llama-shaped family adds to a layer (NULL: none): q|k|v biases ((heads + 2 kv_heads) head_dim floats),
+ * per-head q and k norm weights (head_dim each), and whether the layer turns no rope. The weights stay the
+ * caller's. Returns 0, or -1 for a layer out of range. */
+int mlxcel_step_layer_extras(void *model, int layer, const float *bqkv, const float *q_norm, const float *k_norm,
+                             int no_rope) {
+    struct step_model *m = model;
+    if (layer < 0 || layer >= m->layers) return -1;
+    struct step_layer *w = &m->layer[layer];
+    w->bqkv = bqkv, w->q_norm = q_norm, w->k_norm = k_norm, w->no_rope = no_rope;
+    return 0;
+}
+
+/* What a family's graph does otherwise: the rope's per-pair frequency divisors (rope dims / 2 floats, kept the
+ * caller's; NULL: none), whether q is scaled before attention (b10621's Phi-3: ggml_scale of q, then attention
+ * at scale 1) and whether b10621 holds the heads in a llama GGUF's interleaved order (1 as built; 0 for the
+ * families whose converter keeps HF's order). */
+void mlxcel_step_family(void *model, const float *freq_factors, int q_prescale, int interleaved) {
+    struct step_model *m = model;
+    m->freq_factors = freq_factors, m->q_prescale = q_prescale, m->interleaved = interleaved;
+}
 
 /* Rows through every layer, each computed alone and in the same order whatever the rows beside it. With
  * one_seq 0, row b is sequence b's next token (mlxcel_step); with one_seq 1, the rows are consecutive positions
@@ -61,7 +82,7 @@ static int run_rows(const struct step_model *m, int B, const int *tokens, const 
     for (int b = 0; b < B; b++) {
         memcpy(x + (size_t)b * E, m->embed + (size_t)tokens[b] * E, sizeof(float) * E);
         rope_angles(pos[b], half, m->rope_dims, m->rope_base, m->rope_scale, m->yarn_on ? m->yarn : NULL,
-                    angles + 2 * ROPE_MAX_HALF * b,
+                    m->freq_factors, angles + 2 * ROPE_MAX_HALF * b,
                     angles + 2 * ROPE_MAX_HALF * b + ROPE_MAX_HALF);
     }
     int status = 0;
@@ -72,11 +93,16 @@ static int run_rows(const struct step_model *m, int B, const int *tokens, const 
         product(m, B, nqkv, E, h, w->wqkv, w->wqkv_t, qkv, 1);
         for (int b = 0; b < B; b++) { /* q turned; k turned and v copied into the caches at the row's place */
             const float *row = qkv + (size_t)b * nqkv, *c = angles + 2 * ROPE_MAX_HALF * b, *s = c + ROPE_MAX_HALF;
-            for (int i = 0; i < H; i++) rope_head(row + i * D, q + ((size_t)b * H + i) * D, half, D, c, s);
+            float prepared[qkv_prepared(w) ? nqkv : 1];
+            if (qkv_prepared(w)) {
+                qkv_prepare(m, w, row, prepared, 1);
+                row = prepared;
+            }
+            for (int i = 0; i < H; i++) query_head(m, w, row + i * D, q + ((size_t)b * H + i) * D, half, c, s);
             const long at = one_seq ? pos[b] : T - 1, kb = one_seq ? 0 : b * st[0], vb = one_seq ? 0 : b * st[3];
             for (int i = 0; i < Hkv; i++) { /* stored as the cache's type stores it */
                 float turned[D];
-                rope_head(row + (H + i) * D, turned, half, D, c, s);
+                key_head(m, w, row + (H + i) * D, turned, half, c, s);
                 store_kv(keys[l], kb + i * st[1] + at * st[2], turned, D, m->k_type);
                 store_kv(values[l], vb + i * st[4] + at * st[5], row + (H + Hkv + i) * D, D, m->v_type);
             }
@@ -85,11 +111,11 @@ static int run_rows(const struct step_model *m, int B, const int *tokens, const 
             for (int b = 0; b < B && status == 0; b++)
                 status = mlxcel_attention_kv(q + (size_t)b * H * D, (long)H * D, D, D, keys[l], st[0], st[1], st[2],
                                              values[l], st[3], st[4], st[5], 1, H, Hkv, 1, pos[b] + 1, D,
-                                             m->attn_scale, NULL, att + (size_t)b * H * D, m->k_type, m->v_type,
+                                             attention_scale(m), NULL, att + (size_t)b * H * D, m->k_type, m->v_type,
                                              attention_flags(m), B);
         else /* (a ubatch of one token per sequence: b10621 decodes sequences together in one ubatch too) */
             status = mlxcel_attention_kv(q, (long)H * D, D, D, keys[l], st[0], st[1], st[2], values[l], st[3], st[4],
-                                         st[5], B, H, Hkv, 1, T, D, m->attn_scale, first, att, m->k_type, m->v_type,
+                                         st[5], B, H, Hkv, 1, T, D, attention_scale(m), first, att, m->k_type, m->v_type,
                                          attention_flags(m), B);
         product(m, B, E, H * D, att, w->wo, w->wo_t, t, 1);
         for (size_t i = 0; i < (size_t)B * E; i++) x[i] += t[i];

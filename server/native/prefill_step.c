@@ -52,6 +52,7 @@ static void norm_rows(const float *x, const float *w, float *out, int rows, int 
 /* ---- rope of the chunk's rows: q (rows from q_from on) into q, k into the key cache, v into the value cache */
 struct rope_args {
     const struct step_model *m;
+    const struct step_layer *w;
     const float *qkv, *angles;
     float *q;
     void *keys, *values; /* the layer's caches: float32, or 16 bits for an f16 cache */
@@ -64,14 +65,20 @@ static void rope_task(void *ctx, int task) {
     const struct step_model *m = a->m;
     const int H = m->heads, Hkv = m->kv_heads, D = m->head_dim, half = m->rope_dims / 2;
     const int nqkv = (H + 2 * Hkv) * D;
+    float prepared[qkv_prepared(a->w) ? nqkv : 1];
     for (int i = task * ROWS_PER_TASK; i < a->rows && i < (task + 1) * ROWS_PER_TASK; i++) {
         const float *row = a->qkv + (size_t)i * nqkv, *c = a->angles + (size_t)i * 2 * half, *s = c + half;
+        if (qkv_prepared(a->w)) { /* (the queries of rows before q_from were not computed) */
+            qkv_prepare(m, a->w, row, prepared, i >= a->q_from);
+            row = prepared;
+        }
         if (i >= a->q_from)
-            for (int h = 0; h < H; h++) rope_head(row + h * D, a->q + ((size_t)(i - a->q_from) * H + h) * D, half, D, c, s);
+            for (int h = 0; h < H; h++)
+                query_head(m, a->w, row + h * D, a->q + ((size_t)(i - a->q_from) * H + h) * D, half, c, s);
         long pos = a->index + i;
         for (int h = 0; h < Hkv; h++) { /* stored as the cache's type stores it */
             float turned[D];
-            rope_head(row + (H + h) * D, turned, half, D, c, s);
+            key_head(m, a->w, row + (H + h) * D, turned, half, c, s);
             store_kv(a->keys, h * a->st[1] + pos * a->st[2], turned, D, m->k_type);
             store_kv(a->values, h * a->st[4] + pos * a->st[5], row + (H + Hkv + h) * D, D, m->v_type);
         }
@@ -101,15 +108,15 @@ int mlxcel_prefill(const void *model, int L, const int *tokens, int index, void 
     for (int i = 0; i < L; i++) {
         memcpy(x + (size_t)i * E, m->embed + (size_t)tokens[i] * E, sizeof(float) * E);
         float *c = angles + (size_t)i * 2 * half;
-        rope_angles(index + i, half, m->rope_dims, m->rope_base, m->rope_scale, m->yarn_on ? m->yarn : NULL, c,
-                    c + half);
+        rope_angles(index + i, half, m->rope_dims, m->rope_base, m->rope_scale, m->yarn_on ? m->yarn : NULL,
+                    m->freq_factors, c, c + half);
     }
     for (int l = 0; l < m->layers; l++) {
         const struct step_layer *w = &m->layer[l];
         const long *st = strides + 6 * l;
         const int last = l == m->layers - 1;
         norm_rows(x, w->attn_norm, h, L, E, m->eps);
-        struct rope_args r = {m, qkv, angles, q, keys[l], values[l], st, L, index, 0};
+        struct rope_args r = {m, w, qkv, angles, q, keys[l], values[l], st, L, index, 0};
         if (!last) {
             step_gemm(m, L, nqkv, E, h, E, w->wqkv, nqkv, w->wqkv_t, qkv, nqkv, 0, L);
         } else { /* keys and values for every row; the queries of the last row, if its logits are wanted */
@@ -123,7 +130,7 @@ int mlxcel_prefill(const void *model, int L, const int *tokens, int index, void 
         rope_rows(&r);
         const int rows = last ? 1 : L, r0 = L - rows; /* the rows the rest of the layer computes */
         if (mlxcel_attention_kv(q, 0, D, (long)H * D, keys[l], st[0], st[1], st[2], values[l], st[3], st[4], st[5],
-                                1, H, Hkv, rows, T, D, m->attn_scale, NULL, att, m->k_type, m->v_type, attention_flags(m),
+                                1, H, Hkv, rows, T, D, attention_scale(m), NULL, att, m->k_type, m->v_type, attention_flags(m),
                                 L) != 0) /* (the chunk is the ubatch: the last layer's one row came in L) */
             return -1;
         float *xr = x + (size_t)r0 * E, *hr = h + (size_t)r0 * E;

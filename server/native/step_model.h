@@ -14,6 +14,9 @@ enum { LAYER_WEIGHTS = 6 };
 struct step_layer {
     const float *attn_norm, *wqkv, *wo, *mlp_norm, *wgu, *wdown; /* the products' weights in x out */
     const float *wqkv_t, *wo_t, *wgu_t, *wdown_t; /* the same out x in, for ggml's order (NULL: not kept) */
+    const float *bqkv;            /* q|k|v biases (Qwen2), or NULL (mlxcel_step_layer_extras) */
+    const float *q_norm, *k_norm; /* per-head RMS norms of q and k before rope (Qwen3), or NULL */
+    int no_rope;                  /* the layer turns no rope (SmolLM3's every fourth layer) */
 };
 
 struct step_model {
@@ -25,6 +28,9 @@ struct step_model {
     const float *embed, *norm, *head; /* embed: vocab x hidden; head: hidden x vocab (the embedding when tied) */
     const float *head_t; /* the head vocab x hidden, for ggml's order (the embedding when tied) */
     int ggml_order;      /* products summed in ggml-cpu's order (ggml_order.c) over the out x in weights */
+    const float *freq_factors; /* rope_freqs (Llama 3.1+): per-pair divisors of the angle, or NULL */
+    int q_prescale;      /* q scaled by attn_scale before attention, which then scales by 1 (b10621's Phi-3) */
+    int interleaved;     /* b10621 holds the heads' elements in a llama GGUF's interleaved order (its q k sums) */
     struct step_layer layer[];
 };
 
@@ -49,6 +55,46 @@ static inline void rope_head(const float *x, float *out, int half, int D, const 
     for (int j = 2 * half; j < D; j++) out[j] = x[j];
 }
 
+/* one row's q|k|v as the layer's graph has it before rope: the biases added (ggml_add after the product),
+ * then each q and k head RMS-normed (ggml's rms_norm and mul over head_dim), from row into out; with_q 0
+ * leaves the queries out (rows whose queries are not used) */
+static inline void qkv_prepare(const struct step_model *m, const struct step_layer *w, const float *row, float *out,
+                               int with_q) {
+    const int H = m->heads, Hkv = m->kv_heads, D = m->head_dim, n = (H + 2 * Hkv) * D, q0 = with_q ? 0 : H * D;
+    for (int i = q0; i < n; i++) out[i] = w->bqkv ? row[i] + w->bqkv[i] : row[i];
+    if (w->q_norm && with_q)
+        for (int h = 0; h < H; h++) rms_norm(out + h * D, w->q_norm, out + h * D, D, m->eps);
+    if (w->k_norm)
+        for (int h = H; h < H + Hkv; h++) rms_norm(out + h * D, w->k_norm, out + h * D, D, m->eps);
+}
+
+/* whether qkv_prepare changes a row (else the product's row is read as it is) */
+static inline int qkv_prepared(const struct step_layer *w) { return w->bqkv || w->q_norm || w->k_norm; }
+
+/* a query head turned (or copied, on a layer without rope) into out, then scaled where b10621 scales q */
+static inline void query_head(const struct step_model *m, const struct step_layer *w, const float *x, float *out,
+                              int half, const float *c, const float *s) {
+    const int D = m->head_dim;
+    if (w->no_rope)
+        memcpy(out, x, sizeof(float) * (size_t)D);
+    else
+        rope_head(x, out, half, D, c, s);
+    if (m->q_prescale)
+        for (int j = 0; j < D; j++) out[j] *= m->attn_scale;
+}
+
+/* a key head turned (or copied, on a layer without rope) into out */
+static inline void key_head(const struct step_model *m, const struct step_layer *w, const float *x, float *out,
+                            int half, const float *c, const float *s) {
+    if (w->no_rope)
+        memcpy(out, x, sizeof(float) * (size_t)m->head_dim);
+    else
+        rope_head(x, out, half, m->head_dim, c, s);
+}
+
+/* the scale attention applies to q k (1 where q was scaled before) */
+static inline float attention_scale(const struct step_model *m) { return m->q_prescale ? 1.0f : m->attn_scale; }
+
 /* a key or value row written to its cache at element `at`: in 16 bits for an f16 cache (its own type, rounded
  * as ggml writes it), else as float32 rounded to the cache's type */
 static inline void store_kv(void *cache, long at, const float *row, int D, int type) {
@@ -63,7 +109,7 @@ static inline void store_kv(void *cache, long at, const float *row, int D, int t
 
 /* mlxcel_attention_kv's flags for the step's attention: flash attention, ggml's element order, f16 storage */
 static inline int attention_flags(const struct step_model *m) {
-    return m->flash | (m->ggml_order ? ATTENTION_GGML_DIMS : 0) | (m->k_type == KV_F16 ? ATTENTION_K_F16 : 0) |
+    return m->flash | (m->ggml_order ? (m->interleaved ? ATTENTION_GGML_DIMS : ATTENTION_GGML_SUMS) : 0) | (m->k_type == KV_F16 ? ATTENTION_K_F16 : 0) |
            (m->v_type == KV_F16 ? ATTENTION_V_F16 : 0);
 }
 
