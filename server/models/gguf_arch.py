@@ -2,9 +2,9 @@
 names there, the converter's rope-order permutation, and the config mlx-lm builds the model from.
 
 Facts from b10621's converter (conversion/llama.py, qwen.py, phi.py, gemma.py) and loader (src/llama-model.cpp,
-src/models/*.cpp): only `llama` permutes the rows of attn_q / attn_k (and their biases) into ggml's
-interleaved rope order, so only `llama` is permuted back; the others use the NEOX (rotate-half) rope as
-written. `rope_freqs` (Llama 3.1 and later) holds the per-pair frequency divisors the converter computed from the
+src/models/*.cpp): only `llama` and `smollm3` (a LlamaModel in the converter) permute the rows of attn_q /
+attn_k (and their biases) into ggml's interleaved rope order, so only they are permuted back; the others use the
+NEOX (rotate-half) rope as written. `rope_freqs` (Llama 3.1 and later) holds the per-pair frequency divisors the converter computed from the
 llama3 rope scaling; it is no weight of the model and travels in the config (server/models/rope_factors.py).
 Gemma's converter adds 1 to every norm weight (HF's Gemma norms scale by 1 + w, ggml's by w), so the importer
 subtracts it: for a stored value g >= 0.5, g - 1 is exact and mlx-lm's 1 + (g - 1) gives g back bit for bit.
@@ -237,6 +237,19 @@ ARCHITECTURES: dict[str, ArchSpec] = {
             permute_qk=True,
             block={**_COMMON_BLOCK, **_QKV_BIASES},
             extra_config={"attention_bias": False, "mlp_bias": False, "hidden_act": "silu"},
+        ),
+        ArchSpec(  # src/models/smollm3.cpp: llama's blocks, no rope on every fourth layer (a fixed step of 4)
+            "smollm3",
+            "smollm3",
+            "SmolLM3ForCausalLM",
+            permute_qk=True,
+            block=_COMMON_BLOCK,
+            extra_config={
+                "attention_bias": False,
+                "mlp_bias": False,
+                "hidden_act": "silu",
+                "no_rope_layer_interval": 4,
+            },
         ),
         ArchSpec("qwen2", "qwen2", "Qwen2ForCausalLM", permute_qk=False, block={**_COMMON_BLOCK, **_QKV_BIASES}),
         ArchSpec("qwen3", "qwen3", "Qwen3ForCausalLM", permute_qk=False, block={**_COMMON_BLOCK, **_QK_NORMS}),
