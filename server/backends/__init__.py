@@ -36,6 +36,7 @@ def open_backend(loaded: LoadedModel, n_batch: int = 2048, kv: KVNumerics | None
         )
     finally:
         release_sources(loaded.model)  # the weights as loaded: the native step has taken what it needs
+    hand_back()  # what loading held for a while (fused copies' sources, dequantized layers) goes back
     if mx.default_device() == mx.cpu:  # after the step's own copies are made: collapsing meanwhile slows them
         params: list[tuple[str, mx.array]] = cast(list, tree_flatten(loaded.model.parameters()))
         huge_pages.collapse_in_background([w for _, w in params] + (step.weights if step is not None else []))

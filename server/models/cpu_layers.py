@@ -23,6 +23,7 @@ from mlx_lm.models.cache import BatchKVCache, KVCache
 from .. import cpu_kernels
 from . import batch_cache
 from .kv_numerics import KVNumerics, stored
+from .quant_layers import FusedQuantLinear, KernelQuantLinear, fuse_quantized
 from .yarn import YarnRoPE
 
 LLAMA_SHAPED = (llama.Model, qwen2.Model, qwen3.Model, phi3.Model, smollm3.Model)
@@ -59,12 +60,12 @@ class FusedLinear(nn.Module):
         return mx.split(self.product(x), self.splits, axis=-1)
 
 
-def _fuse(owner: nn.Module, names: list[str]) -> FusedLinear | None:
+def _fuse(owner: nn.Module, names: list[str]) -> nn.Module | None:
     """The owner's layers of these names as one FusedLinear, when they all store a transposed weight and agree
     on a bias."""
     layers = [owner[name] for name in names]
     if not all(hasattr(layer, "weight_t") for layer in layers):
-        return None
+        return fuse_quantized(layers, names)  # (kept quantized layers of one format: quant_layers)
     with_bias = ["bias" in layer for layer in layers]
     if any(with_bias) and not all(with_bias):
         return None
@@ -77,8 +78,13 @@ def llama_shaped(model: nn.Module) -> bool:
     return type(model) in LLAMA_SHAPED
 
 
-def _presplit(layer: nn.Module, sizes: list[int], name: str) -> FusedLinear | None:
+def _presplit(layer: nn.Module, sizes: list[int], name: str) -> nn.Module | None:
     """A layer stored fused (phi3's qkv_proj, gate_up_proj) as a FusedLinear of these output sizes."""
+    if type(layer) is KernelQuantLinear and sum(sizes) == layer.shape[1]:  # kept quantized: the same twin, split
+        layer.__class__ = FusedQuantLinear
+        object.__setattr__(layer, "splits", [sum(sizes[: i + 1]) for i in range(len(sizes) - 1)])
+        object.__setattr__(layer, "sources", [name])
+        return layer
     if not hasattr(layer, "weight_t") or sum(sizes) != layer.weight_t.shape[1]:
         return None
     fused = FusedLinear([layer.weight_t], [layer.bias] if "bias" in layer else None, [name])
@@ -169,7 +175,14 @@ def _switch_presplit(module: nn.Module) -> bool:
         sizes = [module.n_heads * module.head_dim] + [module.n_kv_heads * module.head_dim] * 2
         name, kind = "qkv_proj", KernelAttention
     else:
-        width = module.gate_up_proj.weight_t.shape[1] if hasattr(module.gate_up_proj, "weight_t") else 0
+        proj = module.gate_up_proj
+        width = (
+            proj.weight_t.shape[1]
+            if hasattr(proj, "weight_t")
+            else proj.shape[1]
+            if type(proj) is KernelQuantLinear
+            else 0
+        )
         sizes, name, kind = [width // 2, width // 2], "gate_up_proj", KernelMLP
     fused = _presplit(module[name], sizes, name)
     if fused is None:

@@ -32,6 +32,7 @@ from .. import blas, cpu_kernels
 from . import batch_cache
 from .cpu_layers import SOURCE, FusedLinear, KernelAttention, KernelMLP, llama_shaped
 from .loader import TransposedLinear
+from .quant_layers import FusedQuantLinear, KernelQuantEmbedding, KernelQuantLinear
 from .quantized_twins import drop_panels, pointer
 from .rope_factors import FactorRoPE
 from .yarn import YarnRoPE
@@ -40,16 +41,31 @@ MAX_ROWS = 16  # the few-row products' limit (cpu_kernels.c SMALL_M): more rows 
 _VOID_P = ctypes.c_void_p
 
 
-def _layer_weights(layer) -> list[mx.array] | None:
-    """A block's six weights in the step's layout, or None when the block is not one the step runs."""
+_PRODUCTS = (FusedLinear, TransposedLinear, KernelQuantLinear, FusedQuantLinear)
+
+
+def _operand(layer) -> mx.array | None:
+    """What the step passes for a linear layer's weight: a float one in x out, or a kept quantized layer's packed
+    values (whose address is its virtual twin's key: quant_layers), or None for a layer the step does not run."""
+    if type(layer) in (FusedLinear, TransposedLinear):
+        return layer.weight_t
+    return layer.weight if type(layer) in (KernelQuantLinear, FusedQuantLinear) else None
+
+
+def _layer_weights(layer) -> tuple[list[mx.array | None], list[mx.array] | None] | None:
+    """A block's six weights in the step's layout (q|k|v or gate|up None where they are separate layers), and the
+    separate ones (q, k, v, gate, up: mlxcel_step_layer_split; None when both are fused), or None when the
+    block is not one the step runs."""
     attn, mlp = layer.self_attn, layer.mlp
-    if not (type(attn) is KernelAttention and type(mlp) is KernelMLP and "qkv_proj" in attn and "gate_up_proj" in mlp):
+    if not (type(attn) is KernelAttention and type(mlp) is KernelMLP):
         return None
-    linears = (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)
-    if not all(type(x) in (FusedLinear, TransposedLinear) for x in linears):
+    qkv = [attn.qkv_proj] if "qkv_proj" in attn else [attn[n] for n in ("q_proj", "k_proj", "v_proj") if n in attn]
+    gu = [mlp.gate_up_proj] if "gate_up_proj" in mlp else [mlp[n] for n in ("gate_proj", "up_proj") if n in mlp]
+    linears = [*qkv, attn.o_proj, *gu, mlp.down_proj]
+    if len(qkv) not in (1, 3) or len(gu) not in (1, 2) or not all(type(x) in _PRODUCTS for x in linears):
         return None
-    if any("bias" in x for x in linears[1:]):  # (q|k|v biases are the step's: _layer_extras)
-        return None
+    if any("bias" in x for x in linears[len(qkv) :]) or (len(qkv) == 3 and any("bias" in x for x in qkv)):
+        return None  # (a fused q|k|v's biases are the step's: _layer_extras)
     norms = (layer.input_layernorm, layer.post_attention_layernorm)
     if not all(type(n) is nn.RMSNorm for n in norms):
         return None
@@ -58,14 +74,31 @@ def _layer_weights(layer) -> list[mx.array] | None:
         return None
     if "q_norm" in attn and not all(type(attn[n]) is nn.RMSNorm for n in ("q_norm", "k_norm")):
         return None
-    return [
+    six = [
         layer.input_layernorm.weight,
-        attn.qkv_proj.weight_t,
-        attn.o_proj.weight_t,
+        _operand(qkv[0]) if len(qkv) == 1 else None,
+        _operand(attn.o_proj),
         layer.post_attention_layernorm.weight,
-        mlp.gate_up_proj.weight_t,
-        mlp.down_proj.weight_t,
+        _operand(gu[0]) if len(gu) == 1 else None,
+        _operand(mlp.down_proj),
     ]
+    split = None
+    if len(qkv) == 3 or len(gu) == 2:
+        split = [*(_operand(x) for x in qkv), *(_operand(x) for x in gu)] if len(qkv) == 3 else [None] * 3
+        if len(qkv) == 3 and len(gu) == 1:
+            split += [None, None]
+        elif len(qkv) == 1:
+            split += [_operand(x) for x in gu]
+    return six, split
+
+
+def _in_out(layer) -> tuple[int, int]:
+    """A linear layer's (in, out), or an embedding's (dims, vocab)."""
+    if type(layer) in (FusedLinear, TransposedLinear):
+        return int(layer.weight_t.shape[0]), int(layer.weight_t.shape[1])
+    if type(layer) in (KernelQuantLinear, FusedQuantLinear, KernelQuantEmbedding):
+        return int(layer.weight.shape[1] * 32 // layer.bits), int(layer.weight.shape[0])
+    return int(layer.weight.shape[1]), int(layer.weight.shape[0])
 
 
 def _layer_extras(layers) -> list[list[mx.array | None]]:
@@ -73,7 +106,7 @@ def _layer_extras(layers) -> list[list[mx.array | None]]:
     out = []
     for layer in layers:
         attn = layer.self_attn
-        bias = attn.qkv_proj.bias if "bias" in attn.qkv_proj else None
+        bias = attn.qkv_proj.bias if "qkv_proj" in attn and "bias" in attn.qkv_proj else None
         norms = [attn.q_norm.weight, attn.k_norm.weight] if "q_norm" in attn else [None, None]
         out.append([bias, *norms])
     return out
@@ -117,8 +150,8 @@ def _ggml_order_weights(native, model, layer_weights: list[list[mx.array]], dims
     without them."""
     if os.environ.get(GGML_ORDER_ENV, "1") == "0" or not native.mlxcel_has_avx2():
         return None
-    if any(native.mlxcel_has_quant_twin(ctypes.c_void_p(pointer(w))) for ws in layer_weights for w in ws):
-        return None
+    if any(w is None or native.mlxcel_has_quant_twin(ctypes.c_void_p(pointer(w))) for ws in layer_weights for w in ws):
+        return None  # (None: a layer of separate quantized weights)
     layers, hidden, heads, kv_heads, head_dim, inter, vocab = dims[:7]
     if any(k % 8 for k in (hidden, heads * head_dim, inter)) or any(
         n % 4 for n in (hidden, heads * head_dim, kv_heads * head_dim, inter, vocab)
@@ -141,11 +174,12 @@ def _ggml_order_weights(native, model, layer_weights: list[list[mx.array]], dims
 class DecodeStep:
     """The native decode step for one loaded model (use `build`)."""
 
-    def __init__(self, dims: list[int], params: list[float], weights: list[mx.array]):
+    def __init__(self, dims: list[int], params: list[float], weights: list[mx.array | None]):
         native = blas.STATE.native
         self.native = native
         self._weights = weights  # kept alive with the handle
-        ptrs = (_VOID_P * len(weights))(*[pointer(w) for w in weights])  # float32: checked by build
+        # float32, or a kept quantized layer's packed values (checked by build); None: a layer's separate weights
+        ptrs = (_VOID_P * len(weights))(*[None if w is None else pointer(w) for w in weights])
         handle = native.mlxcel_step_model(
             (ctypes.c_int * len(dims))(*dims), (ctypes.c_float * len(params))(*params), ptrs
         )
@@ -167,10 +201,10 @@ class DecodeStep:
     @property
     def weights(self) -> list[mx.array]:
         """The arrays the step reads (its own ggml-order copies among them)."""
-        return self._weights
+        return [w for w in self._weights if w is not None]
 
     @classmethod
-    def build(cls, model: nn.Module) -> DecodeStep | None:
+    def build(cls, model: nn.Module) -> DecodeStep | None:  # noqa: C901
         if not llama_shaped(model) or not cpu_kernels.available():
             return None
         native = blas.STATE.native
@@ -179,37 +213,36 @@ class DecodeStep:
         native.mlxcel_step_model.restype = _VOID_P
         native.mlxcel_step_model_free.argtypes = [_VOID_P]
         trunk, args = model.model, model.args
-        if type(trunk.norm) is not nn.RMSNorm or type(trunk.embed_tokens) is not nn.Embedding:
+        embed = trunk.embed_tokens
+        if type(trunk.norm) is not nn.RMSNorm or type(embed) not in (nn.Embedding, KernelQuantEmbedding):
             return None
-        layer_weights = [_layer_weights(layer) for layer in trunk.layers]
-        if not layer_weights or any(w is None for w in layer_weights):
+        blocks = [_layer_weights(layer) for layer in trunk.layers]
+        if not blocks or any(b is None for b in blocks):
             return None
-        if args.tie_word_embeddings:
-            head = trunk.embed_tokens.weight
-        elif type(model.lm_head) is TransposedLinear and "bias" not in model.lm_head:
-            head = model.lm_head.weight_t
-        else:
+        layer_weights = [b[0] for b in blocks if b is not None]
+        splits = [b[1] for b in blocks if b is not None]
+        head = embed.weight if args.tie_word_embeddings else _operand(getattr(model, "lm_head", None))
+        if head is None or (not args.tie_word_embeddings and "bias" in model.lm_head):
             return None
-        attn0 = trunk.layers[0].self_attn
-        per_layer = [w for ws in layer_weights for w in ws]
-        weights = [trunk.embed_tokens.weight, trunk.norm.weight, head, *per_layer]
-        if any(w.dtype != mx.float32 for w in weights):
+        weights = [embed.weight, trunk.norm.weight, head, *(w for ws in layer_weights for w in ws)]
+        arrays = [w for w in [*weights, *(w for ws in splits if ws for w in ws)] if w is not None]
+        if any(w.dtype not in (mx.float32, mx.uint32) for w in arrays):  # (uint32: a kept quantized layer's)
             return None
-        hidden = trunk.embed_tokens.weight.shape[1]
-        inter = trunk.layers[0].mlp.down_proj.weight_t.shape[0]
+        attn0, mlp0 = trunk.layers[0].self_attn, trunk.layers[0].mlp
         numerics = {layer.self_attn.kv_numerics for layer in trunk.layers}
         numbers = _shared_numbers(trunk)
         if len(numerics) != 1 or numbers is None:
             return None
         eps, (dims_rot, base, scale, attn_scale, yarn), factors = numbers
+        q_out = sum(_in_out(attn0[n])[1] for n in ("qkv_proj", "q_proj", "k_proj", "v_proj") if n in attn0)
         dims = [
             len(trunk.layers),
-            hidden,
+            _in_out(embed)[0],
             attn0.n_heads,
             attn0.n_kv_heads,
-            attn0.qkv_proj.weight_t.shape[1] // (attn0.n_heads + 2 * attn0.n_kv_heads),
-            inter,
-            trunk.embed_tokens.weight.shape[0],
+            q_out // (attn0.n_heads + 2 * attn0.n_kv_heads),
+            _in_out(mlp0.down_proj)[0],
+            int(embed.weight.shape[0]),
             dims_rot,
             int(bool(args.tie_word_embeddings)),
             MAX_ROWS,
@@ -218,12 +251,24 @@ class DecodeStep:
         extras = _layer_extras(trunk.layers)
         if any(w.dtype != mx.float32 for ws in extras for w in ws if w is not None):
             return None
-        mx.eval(weights, [w for ws in extras for w in ws if w is not None])
+        mx.eval(arrays, [w for ws in extras for w in ws if w is not None])
         order = _ggml_order_weights(native, model, layer_weights, dims)
         dims.append(int(order is not None))
         step = cls(dims, [eps, base, scale, attn_scale, *yarn], weights + (order or []))
+        step.set_split(splits, type(embed) is KernelQuantEmbedding)
         step.set_family(extras, factors, model)
         return step
+
+    def set_split(self, splits: list[list[mx.array | None] | None], embed_quant: bool) -> None:
+        """Layers of separate q, k, v (gate, up) weights, and an embedding kept quantized (its rows dequantized)."""
+        native = self.native
+        native.mlxcel_step_layer_split.argtypes = [_VOID_P, ctypes.c_int] + [_VOID_P] * 5
+        native.mlxcel_step_embed_quant.argtypes = [_VOID_P, ctypes.c_int]
+        self._split = splits
+        for layer, ws in enumerate(splits):
+            if ws is not None:
+                native.mlxcel_step_layer_split(self.handle, layer, *(None if w is None else pointer(w) for w in ws))
+        native.mlxcel_step_embed_quant(self.handle, int(embed_quant))
 
     def set_family(self, extras: list[list[mx.array | None]], factors: np.ndarray, model: nn.Module) -> None:
         """What a llama-shaped family adds to llama's graph (mlxcel_step_layer_extras, mlxcel_step_family): the

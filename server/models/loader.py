@@ -12,7 +12,7 @@ import numpy as np
 from mlx.utils import tree_unflatten
 
 from .. import cpu_kernels
-from . import cpu_layers, ggml_gelu, quantized_twins, rope_factors
+from . import cpu_layers, ggml_gelu, quant_layers, quantized_twins, rope_factors
 from . import yarn as yarn_rope
 from .architectures import load_model
 
@@ -33,7 +33,7 @@ def _dequantize_module(model: nn.Module) -> int:
     """Replace quantized layers with float32 ones holding the exact dequantized values."""
     replacements = []
     for path, layer in model.named_modules():
-        if not isinstance(layer, (nn.QuantizedLinear, nn.QuantizedEmbedding)):
+        if type(layer) not in (nn.QuantizedLinear, nn.QuantizedEmbedding):  # (kept ones are quant_layers')
             continue
         w = mx.dequantize(
             layer.weight,
@@ -158,6 +158,17 @@ def _panels(model: nn.Module, now: bool) -> None:
         model.__dict__[quantized_twins.PANELS_PENDING] = True
 
 
+def _install_ropes(model: nn.Module, config: dict, rope: tuple, yarn) -> None:
+    """--rope-freq-base / --rope-freq-scale, a GGUF's rope_freqs (Llama 3.1+) after them, --rope-scaling yarn and
+    the --yarn-* flags (ggml's rope_ext parameters)."""
+    override_rope(model, *rope)
+    rope_factors.install(model, config)
+    if yarn is not None and yarn.given:
+        n_ctx_train = int(config.get("max_position_embeddings") or 0)
+        if yarn_rope.install(model, yarn, n_ctx_train) < 0:
+            raise ValueError("--rope-scaling yarn / --yarn-*: the model's rope takes no YaRN parameters")
+
+
 def load_checkpoint(
     path: Path,
     dequantize: bool | None = None,
@@ -171,22 +182,21 @@ def load_checkpoint(
     """dequantize, transpose (TransposedLinear), kernels (cpu_layers): None means "on the CPU", where MLX's
     f32 matmul through the BLAS beats its quantized one and mlxcel's attention and SwiGLU kernels beat MLX's exp
     (when they are loaded); the weights are transposed for the kernels' plain GEMMs only (MLX's own decode step
-    is faster on nn.Linear's layout: 55 against 66 ms a token on the F32 twin); a dequantized checkpoint's decode
-    steps then read its quantized twins (quantized_twins). panels False leaves the float panels to the caller
+    is faster on nn.Linear's layout: 55 against 66 ms a token on the F32 twin); on the CPU with the kernels, the
+    quantized layers they read (4 or 8 bits, groups of 32 or 64) stay quantized with no float copy
+    (quant_layers), the others are dequantized and their decode steps read 4/8-bit twins where they have them
+    (quantized_twins). panels False leaves the float panels to the caller
     (open_backend registers them only where no native step replaces the products that read them)."""
     model, _ = load_model(path)
     config = json.loads((path / "config.json").read_text())
-    override_rope(model, *rope)
-    rope_factors.install(model, config)  # a GGUF's rope_freqs (Llama 3.1+), after any base/scale override
-    if yarn is not None and yarn.given:  # --rope-scaling yarn, --yarn-*: ggml's rope_ext parameters
-        n_ctx_train = int(config.get("max_position_embeddings") or 0)
-        if yarn_rope.install(model, yarn, n_ctx_train) < 0:
-            raise ValueError("--rope-scaling yarn / --yarn-*: the model's rope takes no YaRN parameters")
+    _install_ropes(model, config, rope, yarn)
     if dequantize is None:
         dequantize = mx.default_device() == mx.cpu
     on_cpu = mx.default_device() == mx.cpu
     ggml_gelu.install(model, str(config.get("model_type", "")) if on_cpu else "")  # b10621's CPU GELU table
     use_kernels = kernels if kernels is not None else on_cpu and cpu_kernels.available()
+    if dequantize and use_kernels and on_cpu and fuse is None:  # (--lora-fuse changes weights: float ones)
+        quant_layers.keep_quantized(model)  # the layers the kernels read stay quantized, no float copy
     twins = quantized_twins.collect(model) if dequantize and use_kernels else {}
     if dequantize:
         _dequantize_module(model)

@@ -27,6 +27,7 @@ from ..textparse import stof
 from .cpu_layers import FusedLinear
 from .gguf_quants import permute_rows
 from .loader import TransposedLinear
+from .quant_layers import FusedQuantLinear
 
 # llama.cpp's tensor names for the linear layers mlxcel attaches terms to, and the layer each names
 GGUF_TARGETS = {
@@ -299,16 +300,17 @@ def attach(model: nn.Module, lora: LoraSet) -> None:  # noqa: C901
             raise LoraError(
                 f"failed to load lora adapter: the model has no layer '{owner_path}' (hint: maybe wrong base model?)"
             )
-        fused = [(attr, m) for attr, m in owner.items() if isinstance(m, FusedLinear)]
+        fused = [(attr, m) for attr, m in owner.items() if isinstance(m, (FusedLinear, FusedQuantLinear))]
         covered = set()
         for _attr, layer in fused:
             sources = layer.sources
             if not set(sources) & set(named):
                 continue
-            widths = [b - a for a, b in zip([0, *layer.splits], [*layer.splits, layer.weight_t.shape[1]], strict=False)]
+            n_in, n_out = _in_out(layer)
+            widths = [b - a for a, b in zip([0, *layer.splits], [*layer.splits, n_out], strict=False)]
             slices = [named.get(s, []) for s in sources]
             for s, width, terms in zip(sources, widths, slices, strict=False):
-                _check(owner_path, s, layer.weight_t.shape[0], width, terms)
+                _check(owner_path, s, n_in, width, terms)
             object.__setattr__(layer, "lora_hook", _Hook(lora, slices, widths))
             covered |= set(sources)
         for name, terms in named.items():

@@ -36,7 +36,7 @@ def collect(model: nn.Module) -> dict[str, Twin]:
     twins = {}
     for path, layer in model.named_modules():
         if (
-            isinstance(layer, (nn.QuantizedLinear, nn.QuantizedEmbedding))
+            type(layer) in (nn.QuantizedLinear, nn.QuantizedEmbedding)
             and layer.group_size == GROUP
             and layer.bits in (4, 8)
             and getattr(layer, "mode", "affine") == "affine"

@@ -369,13 +369,16 @@ AVX2 static void small_nt(int M, int N, int K, float alpha, const float *a, int 
 #endif
 
 /* ---- few-row products over a weight's quantized twin --------------------------------------------------------
- * A checkpoint quantized with MLX's affine scheme (groups of 32, 4 or 8 bits: w = q * scale + bias) is served
- * dequantized, so prompts run as float GEMMs; its quantized weights are kept too and registered here against
- * the float weight they equal. A few-row product over a registered weight reads the quantized one instead: a
- * fifth of the bytes (a decode step is memory-bound). y[m][j] = sum over groups g of
- * scale[j][g] * (sum over k in g of x[m][k] q[j][k]) + bias[j][g] * (sum over k in g of x[m][k]). Each output
- * is summed in the same order whatever M: a row decoded alone or batched gets bitwise the same result. */
+ * A checkpoint quantized with MLX's affine scheme (groups of 32 or 64, 4 or 8 bits: w = q * scale + bias) is
+ * served either dequantized, its quantized weights kept too and registered here against the float weight they
+ * equal, or quantized only (a "virtual" twin: the key a product passes stands for a float weight that does not
+ * exist). A few-row product over a registered weight reads the quantized one: a fifth of the bytes (a decode
+ * step is memory-bound). y[m][j] = sum over groups g of scale[j][g] * (sum over k in g of x[m][k] q[j][k]) +
+ * bias[j][g] * (sum over k in g of x[m][k]). Each output is summed in the same order whatever M: a row decoded
+ * alone or batched gets bitwise the same result. A product of more rows over a virtual twin dequantizes the
+ * weight a panel of rows at a time (exactly: q * scale + bias) and hands each panel to the BLAS. */
 enum { QGROUP = 32, QUANT_SLOTS = 4096, PANEL_BITS = 32, PANEL = 24, PANEL_VECTORS = PANEL / 8 };
+enum { DEQUANT_ROWS = 256 }; /* at most the rows of a virtual twin dequantized for one BLAS call */
 
 struct quant_weight {
     const float *f32; /* the float weight MLX passes to cblas_sgemm */
@@ -384,11 +387,14 @@ struct quant_weight {
     const float *scales, *biases; /* N x K / 32 */
     int bits;         /* 4 or 8; PANEL_BITS: a float twin in column panels (panels, below) */
     float *panels;
+    int group;        /* 32 or 64 values a scale */
+    int virt;         /* no float weight behind the key: every product reads the twin */
 };
 
 static struct quant_weight quant_table[QUANT_SLOTS];
 static pthread_mutex_t quant_lock = PTHREAD_MUTEX_INITIALIZER;
 static long quant_calls;
+static int split_rows; /* mlxcel_split_rows: the BLAS runs single-threaded, products split over the pool */
 
 static size_t quant_slot(const float *f32) { return ((size_t)f32 >> 6) * 0x9E3779B97F4A7C15ull % QUANT_SLOTS; }
 
@@ -408,8 +414,16 @@ static int table_put(struct quant_weight entry) {
 
 int mlxcel_quant_register(const float *f32, int trans, int K, int N, const uint32_t *q, const float *scales,
                           const float *biases, int bits, int group) {
-    if ((bits != 4 && bits != 8) || group != QGROUP || K % QGROUP != 0) return -1;
-    return table_put((struct quant_weight){f32, trans, K, N, q, scales, biases, bits, 0});
+    if ((bits != 4 && bits != 8) || (group != QGROUP && group != 2 * QGROUP) || K % group != 0) return -1;
+    return table_put((struct quant_weight){f32, trans, K, N, q, scales, biases, bits, 0, group, 0});
+}
+
+/* A quantized weight with no float weight behind it: `key` (any address of the caller's that no other weight
+ * uses, the packed values' own) is what products pass for it; 0, or -1 as mlxcel_quant_register. */
+int mlxcel_quant_register_virtual(const float *key, int trans, int K, int N, const uint32_t *q, const float *scales,
+                                  const float *biases, int bits, int group) {
+    if ((bits != 4 && bits != 8) || (group != QGROUP && group != 2 * QGROUP) || K % group != 0) return -1;
+    return table_put((struct quant_weight){key, trans, K, N, q, scales, biases, bits, 0, group, 1});
 }
 
 /* Forget a float weight (before its memory can be freed and reused). Rehashes the entries after it. */
@@ -495,7 +509,7 @@ int mlxcel_pack_register(const float *f32, int K, int N, float *dst) {
             memset(row + w, 0, sizeof(float) * (size_t)(PANEL - w));
         }
     }
-    return table_put((struct quant_weight){f32, 0, K, N, 0, 0, 0, PANEL_BITS, dst});
+    return table_put((struct quant_weight){f32, 0, K, N, 0, 0, 0, PANEL_BITS, dst, 0, 0});
 }
 
 long mlxcel_packed_calls(void) { return packed_calls; }
@@ -547,7 +561,7 @@ struct quant_args {
 AVX2 static void quant_task(void *ctx, int task) {
     struct quant_args *t = ctx;
     const struct quant_weight *w = t->w;
-    int groups = w->K / QGROUP;
+    const int groups = w->K / w->group, chunks = w->group / QGROUP; /* 32 values a chunk, 1 or 2 a group */
     for (int j = task * t->per_task; j < w->N && j < (task + 1) * t->per_task; j++) {
         const float *sc = w->scales + (size_t)j * groups, *bi = w->biases + (size_t)j * groups;
         for (int m0 = 0; m0 < t->M; m0 += 4) {
@@ -555,18 +569,40 @@ AVX2 static void quant_task(void *ctx, int task) {
             __m256 acc[4];
             float bsum[4] = {0, 0, 0, 0};
             for (int r = 0; r < mr; r++) acc[r] = _mm256_setzero_ps();
-            for (int g = 0; g < groups; g++) {
-                __m256 v[4];
-                quant_group(w, j, g, v);
-                __m256 scale = _mm256_set1_ps(sc[g]);
-                for (int r = 0; r < mr; r++) {
-                    const float *x = t->a + (size_t)(m0 + r) * t->lda + g * QGROUP;
-                    __m256 d = _mm256_mul_ps(_mm256_loadu_ps(x), v[0]);
-                    d = _mm256_fmadd_ps(_mm256_loadu_ps(x + 8), v[1], d);
-                    d = _mm256_fmadd_ps(_mm256_loadu_ps(x + 16), v[2], d);
-                    d = _mm256_fmadd_ps(_mm256_loadu_ps(x + 24), v[3], d);
-                    acc[r] = _mm256_fmadd_ps(scale, d, acc[r]);
-                    bsum[r] = fmaf(bi[g], t->xsum[(size_t)(m0 + r) * groups + g], bsum[r]);
+            if (chunks == 1) { /* groups of 32: each group's dot product, then its scale */
+                for (int g = 0; g < groups; g++) {
+                    __m256 v[4];
+                    quant_group(w, j, g, v);
+                    __m256 scale = _mm256_set1_ps(sc[g]);
+                    for (int r = 0; r < mr; r++) {
+                        const float *x = t->a + (size_t)(m0 + r) * t->lda + g * QGROUP;
+                        __m256 e = _mm256_mul_ps(_mm256_loadu_ps(x), v[0]);
+                        e = _mm256_fmadd_ps(_mm256_loadu_ps(x + 8), v[1], e);
+                        e = _mm256_fmadd_ps(_mm256_loadu_ps(x + 16), v[2], e);
+                        e = _mm256_fmadd_ps(_mm256_loadu_ps(x + 24), v[3], e);
+                        acc[r] = _mm256_fmadd_ps(scale, e, acc[r]);
+                        bsum[r] = fmaf(bi[g], t->xsum[(size_t)(m0 + r) * groups + g], bsum[r]);
+                    }
+                }
+            } else { /* groups of 64 (mlx-community's): two chunks of 32 a scale */
+                for (int g = 0; g < groups; g++) {
+                    __m256 v[4], u[4];
+                    quant_group(w, j, 2 * g, v);
+                    quant_group(w, j, 2 * g + 1, u);
+                    __m256 scale = _mm256_set1_ps(sc[g]);
+                    for (int r = 0; r < mr; r++) {
+                        const float *x = t->a + (size_t)(m0 + r) * t->lda + g * 2 * QGROUP;
+                        __m256 e = _mm256_mul_ps(_mm256_loadu_ps(x), v[0]);
+                        e = _mm256_fmadd_ps(_mm256_loadu_ps(x + 8), v[1], e);
+                        e = _mm256_fmadd_ps(_mm256_loadu_ps(x + 16), v[2], e);
+                        e = _mm256_fmadd_ps(_mm256_loadu_ps(x + 24), v[3], e);
+                        e = _mm256_fmadd_ps(_mm256_loadu_ps(x + 32), u[0], e);
+                        e = _mm256_fmadd_ps(_mm256_loadu_ps(x + 40), u[1], e);
+                        e = _mm256_fmadd_ps(_mm256_loadu_ps(x + 48), u[2], e);
+                        e = _mm256_fmadd_ps(_mm256_loadu_ps(x + 56), u[3], e);
+                        acc[r] = _mm256_fmadd_ps(scale, e, acc[r]);
+                        bsum[r] = fmaf(bi[g], t->xsum[(size_t)(m0 + r) * groups + g], bsum[r]);
+                    }
                 }
             }
             for (int r = 0; r < mr; r++) {
@@ -635,14 +671,19 @@ AVX2 static void small_packed(const struct quant_weight *w, int M, float alpha, 
 /* C = A W for a registered W, from its quantized twin; 0 when the sums' buffer cannot be had */
 AVX2 static int small_quant(const struct quant_weight *w, int M, float alpha, const float *a, int lda, float beta,
                             float *c, int ldc) {
-    int groups = w->K / QGROUP;
+    const int groups = w->K / w->group, chunks = w->group / QGROUP;
     float *xsum = nn_buffer((size_t)M * groups); /* per row and group: the sum of its x (for the biases) */
     if (!xsum) return 0;
     for (int m = 0; m < M; m++)
         for (int g = 0; g < groups; g++) {
-            const float *x = a + (size_t)m * lda + g * QGROUP;
+            const float *x = a + (size_t)m * lda + g * w->group;
             __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(x), _mm256_loadu_ps(x + 8)),
                                      _mm256_add_ps(_mm256_loadu_ps(x + 16), _mm256_loadu_ps(x + 24)));
+            for (int ch = 1; ch < chunks; ch++) {
+                const float *y = x + ch * QGROUP;
+                s = _mm256_add_ps(s, _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(y), _mm256_loadu_ps(y + 8)),
+                                                   _mm256_add_ps(_mm256_loadu_ps(y + 16), _mm256_loadu_ps(y + 24))));
+            }
             xsum[(size_t)m * groups + g] = hsum(s);
         }
     int tasks = 4 * pool.n < w->N ? 4 * pool.n : w->N;
@@ -652,11 +693,117 @@ AVX2 static int small_quant(const struct quant_weight *w, int M, float alpha, co
 }
 #endif
 
+/* rows [j0, j0 + n) of a twin as floats (n x K), exactly: q * scale + bias (the product is exact in float32 for
+ * the GGUF types held so, the sum rounds once, as gguf-py's dequantization and MLX's) */
+#if X86
+AVX2 static void dequant_rows_avx2(const struct quant_weight *w, int j0, int n, float *out) {
+    const int K = w->K, chunks = K / QGROUP, per = w->group / QGROUP, groups = K / w->group;
+    for (int j = j0; j < j0 + n; j++) {
+        const float *sc = w->scales + (size_t)j * groups, *bi = w->biases + (size_t)j * groups;
+        float *o = out + (size_t)(j - j0) * K;
+        for (int c = 0; c < chunks; c++) {
+            __m256 v[4];
+            quant_group(w, j, c, v);
+            const __m256 s = _mm256_set1_ps(sc[c / per]), b = _mm256_set1_ps(bi[c / per]);
+            for (int i = 0; i < 4; i++) /* (q s is exact: one rounding, as q * s + b) */
+                _mm256_storeu_ps(o + c * QGROUP + 8 * i, _mm256_fmadd_ps(v[i], s, b));
+        }
+    }
+}
+#endif
+
+static void dequant_rows(const struct quant_weight *w, int j0, int n, float *out) {
+    const int K = w->K, groups = K / w->group;
+#if X86
+    if (have_avx2) { dequant_rows_avx2(w, j0, n, out); return; }
+#endif
+    for (int j = j0; j < j0 + n; j++) {
+        const float *sc = w->scales + (size_t)j * groups, *bi = w->biases + (size_t)j * groups;
+        float *o = out + (size_t)(j - j0) * K;
+        if (w->bits == 4) {
+            const uint8_t *p = (const uint8_t *)(w->q + (size_t)j * (K / 8));
+            for (int k = 0; k < K; k += 2) {
+                const float s = sc[k / w->group], b = bi[k / w->group];
+                o[k] = (float)(p[k / 2] & 0x0F) * s + b;
+                o[k + 1] = (float)(p[k / 2] >> 4) * s + b;
+            }
+        } else {
+            const uint8_t *p = (const uint8_t *)(w->q + (size_t)j * (K / 4));
+            for (int k = 0; k < K; k++) o[k] = (float)p[k] * sc[k / w->group] + bi[k / w->group];
+        }
+    }
+}
+
+/* a twin by its key alone (whatever shape it is passed with) */
+static int quant_lookup(const float *key, struct quant_weight *out) {
+    int found = 0;
+    pthread_mutex_lock(&quant_lock);
+    size_t s = quant_slot(key);
+    for (size_t i = 0; i < QUANT_SLOTS && quant_table[s].f32; i++, s = (s + 1) % QUANT_SLOTS)
+        if (quant_table[s].f32 == key) {
+            found = quant_table[s].bits != PANEL_BITS;
+            if (found) *out = quant_table[s];
+            break;
+        }
+    pthread_mutex_unlock(&quant_lock);
+    return found;
+}
+
+int mlxcel_is_virtual(const float *key) {
+    struct quant_weight w;
+    return quant_lookup(key, &w) && w.virt;
+}
+
+int mlxcel_quant_rows(const float *key, const int *rows, int n, float *out) {
+    struct quant_weight w;
+    if (!quant_lookup(key, &w)) return -1;
+    for (int i = 0; i < n; i++) {
+        if (rows[i] < 0 || rows[i] >= w.N) return -1;
+        dequant_rows(&w, rows[i], 1, out + (size_t)i * w.K);
+    }
+    return 0;
+}
+
+struct dequant_args {
+    const struct quant_weight *w;
+    int m;
+    float alpha, beta;
+    const float *a;
+    int lda;
+    float *c;
+    int ldc, failed, rows;
+};
+
+static void dequant_task(void *ctx, int task) {
+    struct dequant_args *d = ctx;
+    const struct quant_weight *w = d->w;
+    const int j0 = task * d->rows, n = w->N - j0 < d->rows ? w->N - j0 : d->rows;
+    if (n <= 0) return;
+    float *panel = mlxcel_thread_floats(BUFFER_DEQUANT, (size_t)n * w->K);
+    if (!panel) { d->failed = 1; return; }
+    dequant_rows(w, j0, n, panel);
+    real_sgemm(ROW_MAJOR, NO_TRANS, TRANS, d->m, n, w->K, d->alpha, d->a, d->lda, panel, w->K, d->beta, d->c + j0,
+               d->ldc);
+}
+
+/* C = A W over a virtual twin for a product of many rows: a panel of W's rows at a time, dequantized, through
+ * the BLAS (panels over the pool's threads when the BLAS runs single-threaded: mlxcel_split_rows) */
+static void dequant_gemm(const struct quant_weight *w, int m, float alpha, const float *a, int lda, float beta,
+                         float *c, int ldc) {
+    const int parallel = split_rows && pool.n > 1, parts = parallel ? 2 * pool.n : 1;
+    int rows = (w->N + parts - 1) / parts; /* panels as wide as the threads allow, for the BLAS's sake */
+    rows = rows < 16 ? 16 : rows > DEQUANT_ROWS ? DEQUANT_ROWS : (rows + 15) / 16 * 16;
+    struct dequant_args d = {w, m, alpha, beta, a, lda, c, ldc, 0, rows};
+    __atomic_fetch_add(&blas_calls, 1, __ATOMIC_RELAXED);
+    pool_run(dequant_task, &d, (w->N + rows - 1) / rows, parallel);
+    if (!d.failed) return;
+    d.rows = 1; /* a panel's memory could not be had: a row at a time, on the caller's thread */
+    for (int j = 0; j < w->N; j++) dequant_task(&d, j);
+}
+
 /* ---- prompt-sized products: the rows cut into one part per thread of the pool, each part on the BLAS run with
  * one thread (mlxcel_split_rows): one pool of threads for the products and mlxcel's kernels between them, where
  * the BLAS's own threads spun on the second core while the pool's waited for it. ---- */
-static int split_rows;
-
 struct split_args {
     int trans_a, trans_b, m, n, k;
     float alpha;
@@ -696,6 +843,7 @@ void cblas_sgemm(int order, int trans_a, int trans_b, int m, int n, int k, float
                 quant_calls++;
                 return;
             }
+            if (w.virt) { dequant_gemm(&w, m, alpha, a, lda, beta, c, ldc); return; }
         }
         small_calls++;
         if (trans_b == NO_TRANS) small_nn(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
@@ -703,6 +851,13 @@ void cblas_sgemm(int order, int trans_a, int trans_b, int m, int n, int k, float
         return;
     }
 #endif
+    if (order == ROW_MAJOR && trans_a == NO_TRANS && k > 0) { /* a virtual twin has no float weight to hand on */
+        struct quant_weight w;
+        if (quant_find(b, trans_b == TRANS, k, n, ldb, &w) && w.virt) {
+            dequant_gemm(&w, m, alpha, a, lda, beta, c, ldc);
+            return;
+        }
+    }
     __atomic_fetch_add(&blas_calls, 1, __ATOMIC_RELAXED);
     if (split_rows && order == ROW_MAJOR && m > SMALL_M && pool.n > 1) {
         struct split_args s = {trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, pool.n};

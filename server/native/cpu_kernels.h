@@ -42,7 +42,7 @@ typedef void (*mlxcel_task_fn)(void *ctx, int task);
 HIDDEN void mlxcel_pool_run(mlxcel_task_fn fn, void *ctx, int tasks, int parallel);
 
 /* a thread's own scratch floats, kept between calls: one buffer per use that can be live at once */
-enum { BUFFER_SUMS, BUFFER_SCORES, BUFFER_PREFILL, THREAD_BUFFERS };
+enum { BUFFER_SUMS, BUFFER_SCORES, BUFFER_PREFILL, BUFFER_DEQUANT, THREAD_BUFFERS };
 HIDDEN float *mlxcel_thread_floats(int which, size_t floats);
 
 /* rope's cos and sin at a position for pairs 0..half-1, as ggml's rope_yarn computes them; yarn: NULL, or
@@ -50,6 +50,11 @@ HIDDEN float *mlxcel_thread_floats(int which, size_t floats);
 /* ff: per-pair frequency divisors (a GGUF's rope_freqs, ggml_rope_ext's freq_factors), or NULL */
 HIDDEN void rope_angles(int position, int half, int dims, float base, float scale, const float *yarn,
                         const float *ff, float *c, float *s);
+
+/* rows of a quantized weight registered under `key` dequantized into out (n x K floats): 0, or -1 when none is */
+int mlxcel_quant_rows(const float *key, const int *rows, int n, float *out);
+/* whether key is a virtual twin's (no float weight behind it: a product over it takes all its columns) */
+int mlxcel_is_virtual(const float *key);
 
 /* products summed in ggml-cpu's order over N x K weights, as a ubatch of `ubatch` rows sums them (tinyBLAS's
  * from 2 rows, vec_dot's for 1: ggml_order.c): 0, or -1 where it does not apply */

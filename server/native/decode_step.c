@@ -29,11 +29,12 @@ void *mlxcel_step_model(const int *dims, const float *params, const float *const
     *m = (struct step_model){dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6], dims[7], dims[8],
                              dims[9], dims[10], dims[11], dims[12], params[0], params[1], params[2], params[3],
                              {params[4], params[5], params[6], params[7]}, params[4] != 0.0f || params[5] != 1.0f,
-                             weights[0], weights[1], dims[8] ? weights[0] : weights[2], NULL, dims[13], NULL, 0, 1};
+                             weights[0], weights[1], dims[8] ? weights[0] : weights[2], NULL, dims[13], NULL, 0, 1, 0};
     const float *const *t = weights + 3 + LAYER_WEIGHTS * m->layers; /* the transposed ones, if kept */
     for (int l = 0; l < m->layers; l++) {
         const float *const *w = weights + 3 + LAYER_WEIGHTS * l;
-        m->layer[l] = (struct step_layer){w[0], w[1], w[2], w[3], w[4], w[5], NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0};
+        m->layer[l] = (struct step_layer){w[0], w[1], w[2], w[3], w[4], w[5], NULL, NULL, NULL, NULL,
+                                          NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0};
         if (m->ggml_order)
             m->layer[l].wqkv_t = t[4 * l], m->layer[l].wo_t = t[4 * l + 1], m->layer[l].wgu_t = t[4 * l + 2],
             m->layer[l].wdown_t = t[4 * l + 3];
@@ -55,6 +56,22 @@ int mlxcel_step_layer_extras(void *model, int layer, const float *bqkv, const fl
     w->bqkv = bqkv, w->q_norm = q_norm, w->k_norm = k_norm, w->no_rope = no_rope;
     return 0;
 }
+
+/* A layer whose q, k and v (wq not NULL) or gate and up (wg not NULL) are separate weights, each in x out (its
+ * own width apart): a quantized model's, whose weights are twins' keys (cpu_kernels.c virtual twins). Returns 0,
+ * or -1 for a layer out of range. */
+int mlxcel_step_layer_split(void *model, int layer, const float *wq, const float *wk, const float *wv,
+                            const float *wg, const float *wu) {
+    struct step_model *m = model;
+    if (layer < 0 || layer >= m->layers) return -1;
+    struct step_layer *w = &m->layer[layer];
+    if (wq) w->wq = wq, w->wk = wk, w->wv = wv;
+    if (wg) w->wg = wg, w->wu = wu;
+    return 0;
+}
+
+/* The embedding is a quantized one's key (its rows dequantized as the step reads them). */
+void mlxcel_step_embed_quant(void *model, int on) { ((struct step_model *)model)->embed_quant = on; }
 
 /* What a family's graph does otherwise: the rope's per-pair frequency divisors (rope dims / 2 floats, kept the
  * caller's; NULL: none), whether q is scaled before attention (b10621's Phi-3: ggml_scale of q, then attention
@@ -80,7 +97,7 @@ static int run_rows(const struct step_model *m, int B, const int *tokens, const 
     float *h = x + (size_t)B * E, *t = h + (size_t)B * E, *qkv = t + (size_t)B * E, *q = qkv + (size_t)B * nqkv;
     float *att = q + (size_t)B * H * D, *gu = att + (size_t)B * H * D, *act = gu + (size_t)B * 2 * I;
     for (int b = 0; b < B; b++) {
-        memcpy(x + (size_t)b * E, m->embed + (size_t)tokens[b] * E, sizeof(float) * E);
+        embed_row(m, tokens[b], x + (size_t)b * E);
         rope_angles(pos[b], half, m->rope_dims, m->rope_base, m->rope_scale, m->yarn_on ? m->yarn : NULL,
                     m->freq_factors, angles + 2 * ROPE_MAX_HALF * b,
                     angles + 2 * ROPE_MAX_HALF * b + ROPE_MAX_HALF);
@@ -90,7 +107,7 @@ static int run_rows(const struct step_model *m, int B, const int *tokens, const 
         const struct step_layer *w = &m->layer[l];
         const long *st = strides + 6 * l;
         for (int b = 0; b < B; b++) rms_norm(x + (size_t)b * E, w->attn_norm, h + (size_t)b * E, E, m->eps);
-        product(m, B, nqkv, E, h, w->wqkv, w->wqkv_t, qkv, 1);
+        qkv_columns(m, w, B, 0, nqkv, h, E, qkv, 1);
         for (int b = 0; b < B; b++) { /* q turned; k turned and v copied into the caches at the row's place */
             const float *row = qkv + (size_t)b * nqkv, *c = angles + 2 * ROPE_MAX_HALF * b, *s = c + ROPE_MAX_HALF;
             float prepared[qkv_prepared(w) ? nqkv : 1];
@@ -120,7 +137,7 @@ static int run_rows(const struct step_model *m, int B, const int *tokens, const 
         product(m, B, E, H * D, att, w->wo, w->wo_t, t, 1);
         for (size_t i = 0; i < (size_t)B * E; i++) x[i] += t[i];
         for (int b = 0; b < B; b++) rms_norm(x + (size_t)b * E, w->mlp_norm, h + (size_t)b * E, E, m->eps);
-        product(m, B, 2 * I, E, h, w->wgu, w->wgu_t, gu, 1);
+        gate_up(m, w, B, h, E, gu, 1);
         mlxcel_swiglu(gu, gu + I, B, I, 2 * I, act);
         product(m, B, E, I, act, w->wdown, w->wdown_t, t, 1);
         for (size_t i = 0; i < (size_t)B * E; i++) x[i] += t[i];

@@ -106,7 +106,7 @@ int mlxcel_prefill(const void *model, int L, const int *tokens, int index, void 
     float *att = q + (size_t)L * H * D, *gu = att + (size_t)L * H * D, *act = gu + (size_t)L * 2 * I;
     float *angles = act + (size_t)L * I;
     for (int i = 0; i < L; i++) {
-        memcpy(x + (size_t)i * E, m->embed + (size_t)tokens[i] * E, sizeof(float) * E);
+        embed_row(m, tokens[i], x + (size_t)i * E);
         float *c = angles + (size_t)i * 2 * half;
         rope_angles(index + i, half, m->rope_dims, m->rope_base, m->rope_scale, m->yarn_on ? m->yarn : NULL,
                     m->freq_factors, c, c + half);
@@ -118,13 +118,15 @@ int mlxcel_prefill(const void *model, int L, const int *tokens, int index, void 
         norm_rows(x, w->attn_norm, h, L, E, m->eps);
         struct rope_args r = {m, w, qkv, angles, q, keys[l], values[l], st, L, index, 0};
         if (!last) {
-            step_gemm(m, L, nqkv, E, h, E, w->wqkv, nqkv, w->wqkv_t, qkv, nqkv, 0, L);
-        } else { /* keys and values for every row; the queries of the last row, if its logits are wanted */
-            step_gemm(m, L, 2 * Hkv * D, E, h, E, w->wqkv + H * D, nqkv, w->wqkv_t ? w->wqkv_t + (size_t)H * D * E : NULL,
-                      qkv + H * D, nqkv, 0, L);
+            qkv_columns(m, w, L, 0, nqkv, h, E, qkv, L);
+        } else if (qkv_whole(w)) { /* every row's q|k|v in one product; the last row's queries used alone */
+            qkv_columns(m, w, L, 0, nqkv, h, E, qkv, L);
             if (!logits) { rope_rows(&r); break; }
-            step_gemm(m, 1, H * D, E, h + (size_t)(L - 1) * E, E, w->wqkv, nqkv, w->wqkv_t,
-                      qkv + (size_t)(L - 1) * nqkv, nqkv, 0, L);
+            r.q_from = L - 1;
+        } else { /* keys and values for every row; the queries of the last row, if its logits are wanted */
+            qkv_columns(m, w, L, H * D, 2 * Hkv * D, h, E, qkv, L);
+            if (!logits) { rope_rows(&r); break; }
+            qkv_columns(m, w, 1, 0, H * D, h + (size_t)(L - 1) * E, E, qkv + (size_t)(L - 1) * nqkv, L);
             r.q_from = L - 1;
         }
         rope_rows(&r);
@@ -137,7 +139,7 @@ int mlxcel_prefill(const void *model, int L, const int *tokens, int index, void 
         step_gemm(m, rows, E, H * D, att, H * D, w->wo, E, w->wo_t, xr, E, 1, L); /* (b10621: on every row) */
         norm_rows(xr, w->mlp_norm, hr, rows, E, m->eps);
         /* past the last layer's attention b10621 keeps the output rows only (get_rows): one, as here */
-        step_gemm(m, rows, 2 * I, E, hr, E, w->wgu, 2 * I, w->wgu_t, gu, 2 * I, 0, rows);
+        gate_up(m, w, rows, hr, E, gu, rows);
         mlxcel_swiglu(gu, gu + I, rows, I, 2 * I, act);
         step_gemm(m, rows, E, I, act, I, w->wdown, E, w->wdown_t, xr, E, 1, rows);
     }

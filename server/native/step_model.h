@@ -14,6 +14,8 @@ enum { LAYER_WEIGHTS = 6 };
 struct step_layer {
     const float *attn_norm, *wqkv, *wo, *mlp_norm, *wgu, *wdown; /* the products' weights in x out */
     const float *wqkv_t, *wo_t, *wgu_t, *wdown_t; /* the same out x in, for ggml's order (NULL: not kept) */
+    const float *wq, *wk, *wv, *wg, *wu; /* q, k, v (and gate, up) as separate weights (mlxcel_step_layer_split:
+                                           a quantized model's, each its own twin), or NULL: fused in wqkv (wgu) */
     const float *bqkv;            /* q|k|v biases (Qwen2), or NULL (mlxcel_step_layer_extras) */
     const float *q_norm, *k_norm; /* per-head RMS norms of q and k before rope (Qwen3), or NULL */
     int no_rope;                  /* the layer turns no rope (SmolLM3's every fourth layer) */
@@ -31,6 +33,7 @@ struct step_model {
     const float *freq_factors; /* rope_freqs (Llama 3.1+): per-pair divisors of the angle, or NULL */
     int q_prescale;      /* q scaled by attn_scale before attention, which then scales by 1 (b10621's Phi-3) */
     int interleaved;     /* b10621 holds the heads' elements in a llama GGUF's interleaved order (its q k sums) */
+    int embed_quant;     /* embed is the key of a quantized embedding (virtual twin): rows are dequantized */
     struct step_layer layer[];
 };
 
@@ -126,6 +129,47 @@ static inline void step_gemm(const struct step_model *m, int rows, int n, int k,
 static inline void product(const struct step_model *m, int rows, int n, int k, const float *x, const float *w,
                            const float *wt, float *y, int ubatch) {
     step_gemm(m, rows, n, k, x, k, w, n, wt, y, n, 0, ubatch);
+}
+
+/* token's embedding row into out (hidden floats) */
+static inline void embed_row(const struct step_model *m, int token, float *out) {
+    if (m->embed_quant && mlxcel_quant_rows(m->embed, &token, 1, out) == 0) return;
+    memcpy(out, m->embed + (size_t)token * m->hidden, sizeof(float) * (size_t)m->hidden);
+}
+
+/* the columns [c0, c0 + n) of rows' q|k|v (into qkv, nqkv wide): part of the fused product, or the separate
+ * weight those columns are (q: from 0, k: from H D, v: from (H + Hkv) D) */
+static inline void qkv_columns(const struct step_model *m, const struct step_layer *w, int rows, int c0, int n,
+                               const float *x, int ldx, float *qkv, int ubatch) {
+    const int E = m->hidden, nqkv = (m->heads + 2 * m->kv_heads) * m->head_dim;
+    if (w->wq) {
+        const int kv0 = m->heads * m->head_dim, v0 = kv0 + m->kv_heads * m->head_dim;
+        for (int c = c0; c < c0 + n;) { /* the parts the range covers, each over its own weight */
+            const float *wp = c < kv0 ? w->wq : c < v0 ? w->wk : w->wv;
+            const int p0 = c < kv0 ? 0 : c < v0 ? kv0 : v0, p1 = c < kv0 ? kv0 : c < v0 ? v0 : nqkv;
+            const int end = c0 + n < p1 ? c0 + n : p1;
+            step_gemm(m, rows, end - c, E, x, ldx, wp + (c - p0), p1 - p0, NULL, qkv + c, nqkv, 0, ubatch);
+            c = end;
+        }
+        return;
+    }
+    step_gemm(m, rows, n, E, x, ldx, w->wqkv + c0, nqkv, w->wqkv_t ? w->wqkv_t + (size_t)c0 * E : NULL, qkv + c0,
+              nqkv, 0, ubatch);
+}
+
+/* whether the layer's q|k|v is one product only (a fused virtual twin's key cannot be offset to a part) */
+static inline int qkv_whole(const struct step_layer *w) { return !w->wq && mlxcel_is_virtual(w->wqkv); }
+
+/* rows' gate|up (into gu, 2 inter wide) */
+static inline void gate_up(const struct step_model *m, const struct step_layer *w, int rows, const float *x, int ldx,
+                           float *gu, int ubatch) {
+    const int E = m->hidden, I = m->inter;
+    if (w->wg) {
+        step_gemm(m, rows, I, E, x, ldx, w->wg, I, NULL, gu, 2 * I, 0, ubatch);
+        step_gemm(m, rows, I, E, x, ldx, w->wu, I, NULL, gu + I, 2 * I, 0, ubatch);
+        return;
+    }
+    step_gemm(m, rows, 2 * I, E, x, ldx, w->wgu, 2 * I, w->wgu_t, gu, 2 * I, 0, ubatch);
 }
 
 #endif
