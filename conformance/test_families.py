@@ -1,5 +1,6 @@
 """Model families (issue 29): each family twin (fixtures/families.py) served by b10621 and by mlxcel on the same
-F32 GGUF and the same command line (the pinned f32 configuration), and mlxcel on the family's MLX checkpoint.
+F32 GGUF and the same command line (b10621's defaults for the families on the native steps, AT_DEFAULTS; the
+pinned f32 configuration for the others), and mlxcel on the family's MLX checkpoint.
 
 Per family: the reference loads and answers the GGUF (the proof that the twin is what the converter writes);
 /tokenize with special tokens, /apply-template on the family's real template, a greedy chat answer with and
@@ -37,7 +38,14 @@ CHAT_NOISE = ("clocks", "created", "completion_id", "system_fingerprint", "tool_
 # whose window cache keeps the window only, where b10621's SWA cache (n_swa + n_ubatch cells) rolls back: the
 # same answer, other cache counts (the --model entry's divergence). Pinned, so that closing it shows here.
 WINDOW_FAMILIES = ("gemma2", "gemma3")
-TRACE_BOUND = 1e-4  # issue 29: F32 with f32 KV
+TRACE_BOUND = 1e-4  # issue 29: F32 with f32 KV (and within it at b10621's defaults on the native steps)
+# The families whose F32 twins run on the native steps in ggml-cpu's order (server/models/decode_step.py): their
+# activations are b10621's, so its float16 KV cache rounds alike and their pairs run at b10621's defaults (no
+# numerics flag: f16 KV cache, flash attention auto), the configuration users run, within the same 1e-4 (the
+# issue asks 1e-3 there; measured ~2e-5, docs/models.md). The others run op by op on MLX, where a last-bit
+# difference crosses a float16 rounding of the cache (8.5e-3 to 3.4e-2 at defaults, docs/models.md, pending their
+# native steps: issue 31): their pairs run at the pinned f32 configuration.
+AT_DEFAULTS = ("deepseek-llm", "llama3", "mistral", "phi3", "qwen2.5", "qwen3", "smollm3")
 # Measured 2026-12-04 (max over both prompts' 32 positions): Gemma runs op by op on MLX, whose BLAS sums its
 # products in another order than ggml-cpu; its GeGLU reads b10621's float16 GELU table (server/models/ggml_gelu.py),
 # where a last-bit difference in the gate moves the value by a float16 step (without the table: twice as far).
@@ -79,8 +87,9 @@ def _greedy(base: str, prompt: str) -> list[int]:
 def test_family_twin_agrees_with_the_reference(reference_binary, family):
     """Three servers, one command line: the reference on the GGUF, mlxcel on the same GGUF and mlxcel on the MLX
     checkpoint; the reference's answers are computed once and each mlxcel is held to them."""
-    ref, on_gguf = server_pair(f"f32_family_{family}", (), reference_binary)
-    _, on_mlx = server_pair(f"f32_family_{family}_mlx", (), reference_binary, with_reference=False)
+    pinned = family not in AT_DEFAULTS
+    ref, on_gguf = server_pair(f"f32_family_{family}", (), reference_binary, pinned=pinned)
+    _, on_mlx = server_pair(f"f32_family_{family}_mlx", (), reference_binary, with_reference=False, pinned=pinned)
     try:
         start_together(ref, on_gguf, on_mlx)
         mine = {"gguf": on_gguf.base_url, "mlx": on_mlx.base_url}
@@ -123,26 +132,6 @@ def test_family_twin_agrees_with_the_reference(reference_binary, family):
         assert [t.disagreements_at_decided for t in ts] == [0] * len(PROMPTS), fmt
         bound = FAMILY_BOUNDS.get(family, TRACE_BOUND)
         assert max(t.max_abs_delta_logprob for t in ts) <= bound, (fmt, [t.max_abs_delta_logprob for t in ts])
-
-
-# The families whose F32 twins run on the native steps in ggml-cpu's order (server/models/decode_step.py): at
-# b10621's defaults (f16 KV cache, flash attention auto) their activations are b10621's, so the float16 caches
-# round alike and the traces sit at the f32 configuration's ~2e-5 (the issue's bound there is 1e-3). The
-# others run op by op on MLX, where a last-bit difference crosses a float16 rounding of the cache: measured
-# 8.5e-3 (gemma2), 1.2e-2 (gemma3) and 3.4e-2 (qwen3-moe) at defaults (docs/models.md), pending their native
-# steps (issue 31). Mistral and DeepSeek-LLM run the same llama step as Llama 3.
-DEFAULTS_FAMILIES = ["llama3", "phi3", "qwen2.5", "qwen3", "smollm3"]
-DEFAULTS_BOUND = 1e-4
-
-
-@pytest.mark.parametrize("family", DEFAULTS_FAMILIES)
-def test_f32_twin_agrees_at_b10621_defaults(reference_binary, family):
-    """The configuration a user runs: both servers on the F32 GGUF with no numerics flags at all."""
-    with Pair(f"f32_family_{family}", (), reference_binary, pinned=False) as pair:
-        traces = [trace(pair.reference.base_url, pair.mlxcel.base_url, p, "f32", 32) for p in PROMPTS]
-    assert sum(t.decided for t in traces) >= 32, [t.decided for t in traces]
-    assert [t.disagreements_at_decided for t in traces] == [0] * len(PROMPTS)
-    assert max(t.max_abs_delta_logprob for t in traces) <= DEFAULTS_BOUND, [t.max_abs_delta_logprob for t in traces]
 
 
 # CI's pairs: the families whose quantized tensors are laid out their own way (llama's permuted q/k rows, phi3's

@@ -50,6 +50,7 @@ KERNELS_SOURCES = (
     "encoder_ggml.c",
     "attention_ggml.c",
     "ggml_order.c",
+    "ggml_blocks.c",
 )  # one shared object
 KERNELS_HEADERS = ("cpu_kernels.h", "step_model.h", "ggml_simd.h")
 KERNELS_FLAGS = ("-O3", "-shared", "-fPIC")

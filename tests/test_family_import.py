@@ -8,6 +8,7 @@ import json
 import os
 
 import mlx.core as mx
+import mlx.nn as nn
 import numpy as np
 import pytest
 
@@ -16,6 +17,7 @@ from oracle.reference import SOURCE_SUBDIR
 from server.cachedir import cache_root
 from server.models.gguf_arch import ImportRefused, spec_of
 from server.models.gguf_import import convert_gguf
+from server.models.gguf_quants import KEPT_BLOCKS, KEPT_KEY
 from server.models.rope_factors import CONFIG_KEY, FactorRoPE, llama3_rope_factors
 
 needs_sdist = pytest.mark.skipif(
@@ -81,7 +83,7 @@ def test_factor_rope_divides_each_pairs_angle_by_its_factor():
 def test_an_architecture_without_a_mapping_is_refused_in_one_line():
     with pytest.raises(
         ImportRefused,
-        match=r"^architecture 'mamba' is not supported \(supported: llama, qwen2, qwen3, phi3, gemma2, gemma3, qwen3moe\)$",
+        match=r"^architecture 'mamba' is not supported \(supported: llama, smollm3, qwen2, qwen3, phi3, gemma2, gemma3, qwen3moe\)$",
     ):
         spec_of("mamba")
 
@@ -114,28 +116,55 @@ VALUE_EXACT = [("mistral", q) for q in QUANT_TYPES] + [
 ]
 
 
+# the server's own import differs from the plain one where a file holds K-quants (kept as the file's blocks)
+IMPORTS = [(f, q, False) for f, q in VALUE_EXACT] + [(f, q, True) for f, q in VALUE_EXACT if "_K" in q]
+
+
 @pytest.mark.reference
-@pytest.mark.parametrize("name,qtype", VALUE_EXACT, ids=[f"{f}-{q}" for f, q in VALUE_EXACT])
-def test_every_tensor_of_a_quantized_twin_imports_value_exact(reference_binary, tmp_path, name, qtype):
+@pytest.mark.parametrize(
+    "name,qtype,blocks", IMPORTS, ids=[f"{f}-{q}-{'server' if b else 'plain'}" for f, q, b in IMPORTS]
+)
+def test_every_tensor_of_a_quantized_twin_imports_value_exact(reference_binary, tmp_path, name, qtype, blocks):
+    """Every tensor as imported equals gguf-py's dequantization of the file's: the plain checkpoint (mlxcel convert:
+    MLX affine groups and float32) by MLX's dequantization, the server's own (K-quants kept as the file's blocks)
+    by mlxcel's kernels, which dequantize those blocks for every product (server/native/ggml_blocks.c)."""
     import gguf
 
     path = quantized_gguf(name, qtype)
     reader = gguf.GGUFReader(str(path))
-    out = convert_gguf(path, tmp_path / "converted")
+    out = convert_gguf(path, tmp_path / "converted", blocks=blocks)
     config = json.loads((out / "config.json").read_text())
     weights = mx.load(str(out / "model.safetensors"))
     spec = spec_of(str(reader.fields["general.architecture"].contents()))
+    kept = config["mlxcel"].get(KEPT_KEY, {})
+    assert bool(kept) == (blocks and any(t.tensor_type.name in KEPT_BLOCKS for t in reader.tensors))
     types, worst = set(), 0.0
     for t in reader.tensors:
         if t.name == "rope_freqs.weight":
             continue
         types.add(t.tensor_type.name)
-        got = _dequantized_as_imported(weights, config.get("quantization") or {}, spec.hf_name(t.name))
+        hf = spec.hf_name(t.name)
+        if hf.removesuffix(".weight") in kept:
+            got = _dequantized_by_the_kernels(weights[hf.removesuffix(".weight") + ".ggml"], t.tensor_type.name)
+        else:
+            got = _dequantized_as_imported(weights, config.get("quantization") or {}, hf)
         if spec.norm_shift and t.name.endswith("norm.weight"):
             got = got + np.float32(spec.norm_shift)
         worst = max(worst, float(np.abs(got - _gguf_dequantized(t, spec, config)).max()))
     assert worst == 0.0
     assert types - {"F32"}, "the twin holds no quantized tensor"
+
+
+def _dequantized_by_the_kernels(blocks: mx.array, qtype: str) -> np.ndarray:
+    """Every row of a kept K-quant weight as mlxcel's kernels dequantize it (the rows a product reads)."""
+    from server.models.quant_layers import GGMLLinear, register_blocks, rows_of
+
+    rows, row_bytes = blocks.shape
+    block_bytes = {"Q2_K": 84, "Q3_K": 110, "Q4_K": 144, "Q5_K": 176, "Q6_K": 210}[qtype]  # ggml-common.h
+    layer = GGMLLinear(qtype, row_bytes // block_bytes * 256, rows, row_bytes)
+    layer.ggml = blocks
+    assert register_blocks(layer)
+    return rows_of(layer, np.arange(rows))
 
 
 def test_an_mlx_llama3_checkpoint_ropes_with_the_converters_factors():
@@ -157,3 +186,32 @@ def test_an_mlx_llama3_checkpoint_ropes_with_the_converters_factors():
     x = mx.random.normal((1, 4, 9, 64), key=mx.random.key(0))
     theirs = Llama3RoPE(64, base=config["rope_theta"], scaling_config=config["rope_scaling"])(x, offset=3)
     assert mx.allclose(ropes[0](x, offset=3), theirs, atol=1e-4).item()  # mlx-lm's scaling, ggml's rounding
+
+
+@pytest.mark.reference
+def test_kept_blocks_load_as_mlx_runs_them_where_the_kernels_do_not(tmp_path):
+    """The server's import of a Q4_K_M twin loaded without mlxcel's kernels (what another device gets): its Q4_K
+    layers as affine groups of 32, its Q6_K ones as float32, each holding the very values the kernels read."""
+    from server.models.loader import load_checkpoint
+    from server.models.quant_layers import GGMLLinear, register_blocks, rows_of
+
+    out = convert_gguf(quantized_gguf("mistral", "Q4_K_M"), tmp_path / "converted", blocks=True)
+    kept = json.loads((out / "config.json").read_text())["mlxcel"][KEPT_KEY]
+    assert {"Q4_K", "Q6_K"} <= set(kept.values())
+    blocks = mx.load(str(out / "model.safetensors"))
+    modules = dict(load_checkpoint(out, kernels=False, dequantize=False).model.named_modules())
+    for path, qtype in kept.items():
+        layer = modules[path]
+        raw = blocks[f"{path}.ggml"]
+        twin = GGMLLinear(qtype, 0, raw.shape[0], raw.shape[1])
+        if qtype == "Q6_K":
+            assert type(layer) in (nn.Linear, nn.Embedding) and layer.weight.dtype == mx.float32
+            dense = np.array(layer.weight)
+        else:
+            assert type(layer) in (nn.QuantizedLinear, nn.QuantizedEmbedding)
+            assert (layer.bits, layer.group_size) == (4, 32)
+            dense = np.array(mx.dequantize(layer.weight, layer.scales, layer.biases, group_size=32, bits=4))
+        twin.in_dims = dense.shape[1]
+        twin.ggml = raw
+        assert register_blocks(twin)
+        assert np.array_equal(rows_of(twin, np.arange(raw.shape[0])), dense), path

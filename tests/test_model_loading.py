@@ -78,9 +78,9 @@ def test_a_row_gets_bitwise_the_same_logits_alone_or_batched(twin_q4_1):
 
 
 def test_decode_steps_read_the_quantized_twins_of_a_dequantized_checkpoint(twin_q4_1):
-    """The Q4_1 twin runs dequantized; its 4- and 8-bit weights stay registered as twins
-    (server/models/quantized_twins.py) and a few-row product reads them: the same numbers as the float
-    weight within rounding, until the model goes."""
+    """With --lora-fuse (adapters baked into float weights; none here) the Q4_1 twin runs dequantized; its 4- and
+    8-bit weights stay registered as twins (server/models/quantized_twins.py) and a few-row product reads
+    them: the same numbers as the float weight within rounding, until the model goes."""
     import gc
 
     import numpy as np
@@ -90,7 +90,7 @@ def test_decode_steps_read_the_quantized_twins_of_a_dequantized_checkpoint(twin_
     native = blas.STATE.native
     gc.collect()
     registered = native.mlxcel_quant_registered()
-    loaded = load_checkpoint(twin_q4_1.mlx_dir)
+    loaded = load_checkpoint(twin_q4_1.mlx_dir, fuse=lambda model: set())
     # q/k/v, o, gate/up and down in every block, and the tied head
     assert native.mlxcel_quant_registered() - registered == 4 * len(loaded.model.model.layers) + 1
     layer = loaded.model.model.layers[3]

@@ -118,7 +118,6 @@ def load_model(path: Path):
     """(model, config) of an MLX checkpoint directory, weights evaluated."""
     # deferred: server/__init__.py imports this module, before blas.activate() lets anything import mlx
     import mlx.core as mx
-    import mlx.nn as nn
 
     config = read_config(path)
     if _needs_mlx_lm_loader(config) or (path / "hf_quant_config.json").exists():
@@ -135,28 +134,41 @@ def load_model(path: Path):
     model = model_class(args_class.from_dict(config))
     if hasattr(model, "sanitize"):
         weights = model.sanitize(weights)
-    quantization = config.get("quantization")
-    if quantization is not None:
-        per_layer = {k: v for k, v in quantization.items() if isinstance(v, (dict, bool))}
+    _quantize(model, config, weights)
+    kept = (config.get("mlxcel") or {}).get("ggml_blocks")
+    if kept:  # the server's own import keeps K-quant blocks (models/quant_layers.py)
+        from .quant_layers import install_blocks  # deferred: it imports mlx, which blas.activate() must precede
 
-        def predicate(p: str, m) -> bool | dict:
-            if p in per_layer:
-                return per_layer[p]
-            if not hasattr(m, "to_quantized") or f"{p}.scales" not in weights:
-                return False
-            return _packed_as(p, m, weights)
-
-        nn.quantize(
-            model,
-            group_size=quantization["group_size"],
-            bits=quantization["bits"],
-            mode=quantization.get("mode", "affine"),
-            class_predicate=predicate,
-        )
+        install_blocks(model, kept, weights)
     model.eval()
     model.load_weights(list(weights.items()), strict=True)
     mx.eval(model.parameters())
     return model, config
+
+
+def _quantize(model, config: dict, weights: dict) -> None:
+    """The checkpoint's affine layers made QuantizedLinear as its config (and each weight's packing) says."""
+    import mlx.nn as nn  # deferred: as load_model's (blas.activate() first)
+
+    quantization = config.get("quantization")
+    if quantization is None:
+        return
+    per_layer = {k: v for k, v in quantization.items() if isinstance(v, (dict, bool))}
+
+    def predicate(p: str, m) -> bool | dict:
+        if p in per_layer:
+            return per_layer[p]
+        if not hasattr(m, "to_quantized") or f"{p}.scales" not in weights:
+            return False
+        return _packed_as(p, m, weights)
+
+    nn.quantize(
+        model,
+        group_size=quantization["group_size"],
+        bits=quantization["bits"],
+        mode=quantization.get("mode", "affine"),
+        class_predicate=predicate,
+    )
 
 
 def _mlx_lm_load_model(path: Path):

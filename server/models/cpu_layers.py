@@ -23,7 +23,7 @@ from mlx_lm.models.cache import BatchKVCache, KVCache
 from .. import cpu_kernels
 from . import batch_cache
 from .kv_numerics import KVNumerics, stored
-from .quant_layers import FusedQuantLinear, KernelQuantLinear, fuse_quantized
+from .quant_layers import FusedGGMLLinear, FusedQuantLinear, GGMLLinear, KernelQuantLinear, fuse_quantized
 from .yarn import YarnRoPE
 
 LLAMA_SHAPED = (llama.Model, qwen2.Model, qwen3.Model, phi3.Model, smollm3.Model)
@@ -80,8 +80,8 @@ def llama_shaped(model: nn.Module) -> bool:
 
 def _presplit(layer: nn.Module, sizes: list[int], name: str) -> nn.Module | None:
     """A layer stored fused (phi3's qkv_proj, gate_up_proj) as a FusedLinear of these output sizes."""
-    if type(layer) is KernelQuantLinear and sum(sizes) == layer.shape[1]:  # kept quantized: the same twin, split
-        layer.__class__ = FusedQuantLinear
+    if type(layer) in (KernelQuantLinear, GGMLLinear) and sum(sizes) == layer.shape[1]:  # kept quantized: split
+        layer.__class__ = FusedQuantLinear if type(layer) is KernelQuantLinear else FusedGGMLLinear
         object.__setattr__(layer, "splits", [sum(sizes[: i + 1]) for i in range(len(sizes) - 1)])
         object.__setattr__(layer, "sources", [name])
         return layer

@@ -32,7 +32,14 @@ from .. import blas, cpu_kernels
 from . import batch_cache
 from .cpu_layers import SOURCE, FusedLinear, KernelAttention, KernelMLP, llama_shaped
 from .loader import TransposedLinear
-from .quant_layers import FusedQuantLinear, KernelQuantEmbedding, KernelQuantLinear
+from .quant_layers import (
+    FusedGGMLLinear,
+    FusedQuantLinear,
+    GGMLEmbedding,
+    GGMLLinear,
+    KernelQuantEmbedding,
+    KernelQuantLinear,
+)
 from .quantized_twins import drop_panels, pointer
 from .rope_factors import FactorRoPE
 from .yarn import YarnRoPE
@@ -41,7 +48,7 @@ MAX_ROWS = 16  # the few-row products' limit (cpu_kernels.c SMALL_M): more rows 
 _VOID_P = ctypes.c_void_p
 
 
-_PRODUCTS = (FusedLinear, TransposedLinear, KernelQuantLinear, FusedQuantLinear)
+_PRODUCTS = (FusedLinear, TransposedLinear, KernelQuantLinear, FusedQuantLinear, GGMLLinear, FusedGGMLLinear)
 
 
 def _operand(layer) -> mx.array | None:
@@ -49,7 +56,10 @@ def _operand(layer) -> mx.array | None:
     values (whose address is its virtual twin's key: quant_layers), or None for a layer the step does not run."""
     if type(layer) in (FusedLinear, TransposedLinear):
         return layer.weight_t
-    return layer.weight if type(layer) in (KernelQuantLinear, FusedQuantLinear) else None
+    if type(layer) in (GGMLLinear, FusedGGMLLinear, GGMLEmbedding):
+        return layer.ggml
+    kinds = (KernelQuantLinear, FusedQuantLinear, nn.Embedding, KernelQuantEmbedding)
+    return layer.weight if type(layer) in kinds else None
 
 
 def _layer_weights(layer) -> tuple[list[mx.array | None], list[mx.array] | None] | None:
@@ -83,12 +93,9 @@ def _layer_weights(layer) -> tuple[list[mx.array | None], list[mx.array] | None]
         _operand(mlp.down_proj),
     ]
     split = None
-    if len(qkv) == 3 or len(gu) == 2:
-        split = [*(_operand(x) for x in qkv), *(_operand(x) for x in gu)] if len(qkv) == 3 else [None] * 3
-        if len(qkv) == 3 and len(gu) == 1:
-            split += [None, None]
-        elif len(qkv) == 1:
-            split += [_operand(x) for x in gu]
+    if len(qkv) == 3 or len(gu) == 2:  # q, k, v, gate, up: None for the ones fused above
+        split = [_operand(x) for x in qkv] if len(qkv) == 3 else [None] * 3
+        split += [_operand(x) for x in gu] if len(gu) == 2 else [None] * 2
     return six, split
 
 
@@ -98,6 +105,8 @@ def _in_out(layer) -> tuple[int, int]:
         return int(layer.weight_t.shape[0]), int(layer.weight_t.shape[1])
     if type(layer) in (KernelQuantLinear, FusedQuantLinear, KernelQuantEmbedding):
         return int(layer.weight.shape[1] * 32 // layer.bits), int(layer.weight.shape[0])
+    if isinstance(layer, GGMLLinear):
+        return layer.shape
     return int(layer.weight.shape[1]), int(layer.weight.shape[0])
 
 
@@ -214,19 +223,19 @@ class DecodeStep:
         native.mlxcel_step_model_free.argtypes = [_VOID_P]
         trunk, args = model.model, model.args
         embed = trunk.embed_tokens
-        if type(trunk.norm) is not nn.RMSNorm or type(embed) not in (nn.Embedding, KernelQuantEmbedding):
+        if type(trunk.norm) is not nn.RMSNorm or type(embed) not in (nn.Embedding, KernelQuantEmbedding, GGMLEmbedding):
             return None
         blocks = [_layer_weights(layer) for layer in trunk.layers]
         if not blocks or any(b is None for b in blocks):
             return None
         layer_weights = [b[0] for b in blocks if b is not None]
         splits = [b[1] for b in blocks if b is not None]
-        head = embed.weight if args.tie_word_embeddings else _operand(getattr(model, "lm_head", None))
+        head = _operand(embed) if args.tie_word_embeddings else _operand(getattr(model, "lm_head", None))
         if head is None or (not args.tie_word_embeddings and "bias" in model.lm_head):
             return None
-        weights = [embed.weight, trunk.norm.weight, head, *(w for ws in layer_weights for w in ws)]
+        weights = [_operand(embed), trunk.norm.weight, head, *(w for ws in layer_weights for w in ws)]
         arrays = [w for w in [*weights, *(w for ws in splits if ws for w in ws)] if w is not None]
-        if any(w.dtype not in (mx.float32, mx.uint32) for w in arrays):  # (uint32: a kept quantized layer's)
+        if any(w.dtype not in (mx.float32, mx.uint32, mx.uint8) for w in arrays):  # (kept quantized: packed, blocks)
             return None
         attn0, mlp0 = trunk.layers[0].self_attn, trunk.layers[0].mlp
         numerics = {layer.self_attn.kv_numerics for layer in trunk.layers}
@@ -242,7 +251,7 @@ class DecodeStep:
             attn0.n_kv_heads,
             q_out // (attn0.n_heads + 2 * attn0.n_kv_heads),
             _in_out(mlp0.down_proj)[0],
-            int(embed.weight.shape[0]),
+            _in_out(embed)[1],
             dims_rot,
             int(bool(args.tie_word_embeddings)),
             MAX_ROWS,
@@ -255,7 +264,7 @@ class DecodeStep:
         order = _ggml_order_weights(native, model, layer_weights, dims)
         dims.append(int(order is not None))
         step = cls(dims, [eps, base, scale, attn_scale, *yarn], weights + (order or []))
-        step.set_split(splits, type(embed) is KernelQuantEmbedding)
+        step.set_split(splits, type(embed) in (KernelQuantEmbedding, GGMLEmbedding))
         step.set_family(extras, factors, model)
         return step
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from .gguf_arch import ROPE_FREQS, ArchSpec, HParams, ImportRefused, spec_of
 from .gguf_check import DamagedGGUF, check_gguf
-from .gguf_quants import AFFINE_CONVERTERS, FLOAT32_HELD, GROUP_SIZE, permute_rows
+from .gguf_quants import AFFINE_CONVERTERS, FLOAT32_HELD, GROUP_SIZE, KEPT_BLOCKS, KEPT_KEY, permute_rows
 from .gguf_reader import FastGGUFReader
 from .rope_factors import CONFIG_KEY as ROPE_FACTORS_KEY
 from .vocab_rules import default_add_bos
@@ -76,9 +76,15 @@ def read_vocab(reader) -> GGUFVocab:
 
 
 def _converted_tensors(
-    reader, spec: ArchSpec, hp: HParams, dtype: str, progress: Callable[[str, int, int], None] | None = None
+    reader,
+    spec: ArchSpec,
+    hp: HParams,
+    dtype: str,
+    progress: Callable[[str, int, int], None] | None = None,
+    blocks: bool = False,
 ) -> Iterator[tuple[str, np.ndarray, int | str | None]]:
-    """Yield (hf_name, array, bits) where bits is set for affine-quantized weights (rope_freqs excepted)."""
+    """Yield (hf_name, array, bits) where bits is set for affine-quantized weights (rope_freqs excepted), or is
+    "ggml:<type>" for a weight kept as the file's K-quant blocks (blocks True)."""
     permuted = {"attn_q.weight": hp.n_head, "attn_k.weight": hp.n_head_kv, "attn_q.bias": hp.n_head}
     permuted["attn_k.bias"] = hp.n_head_kv
     for i, t in enumerate(reader.tensors):
@@ -87,20 +93,27 @@ def _converted_tensors(
         if t.name == ROPE_FREQS:
             continue
         n_head = permuted.get(t.name.split(".", 2)[-1]) if spec.permute_qk else None
-        for name, arr, bits in _converted_tensor(t, spec.hf_name(t.name), n_head, dtype):
+        for name, arr, bits in _converted_tensor(t, spec.hf_name(t.name), n_head, dtype, blocks):
             if spec.norm_shift and name.endswith("norm.weight"):
                 arr = arr - np.float32(spec.norm_shift)  # exact for a stored value >= 0.5 (module docstring)
             yield name, arr, bits
 
 
 def _converted_tensor(
-    t, name: str, n_head: int | None, dtype: str
+    t, name: str, n_head: int | None, dtype: str, blocks: bool = False
 ) -> Iterator[tuple[str, np.ndarray, int | str | None]]:
     """One GGUF tensor as the checkpoint holds it, its rows un-permuted where n_head is given."""
     qtype = t.tensor_type.name
     data = np.asarray(t.data)
     shape = tuple(int(x) for x in reversed(t.shape))
-    if qtype in AFFINE_CONVERTERS and dtype != "f32":
+    if blocks and qtype in KEPT_BLOCKS and dtype != "f32" and data.ndim == 2 and name.endswith(".weight"):
+        # the file's blocks, a row of them per output row (quant_layers.GGMLLinear reads them)
+        yield (
+            f"{name.removesuffix('.weight')}.ggml",
+            (permute_rows(data, n_head) if n_head is not None else data),
+            (f"ggml:{qtype}"),
+        )
+    elif qtype in AFFINE_CONVERTERS and dtype != "f32":
         rows = data.reshape(-1, data.shape[-1])  # a stack of experts' matrices converts row by row
         q = AFFINE_CONVERTERS[qtype](permute_rows(rows, n_head) if n_head is not None else rows)
         base = name.removesuffix(".weight")
@@ -158,10 +171,12 @@ def convert_gguf(  # noqa: C901
     out_dir: str | os.PathLike,
     dtype: str = "auto",
     progress: Callable[[str, int, int], None] | None = None,
+    blocks: bool = False,
 ) -> Path:
     """Convert `gguf_path` into an MLX checkpoint directory `out_dir`. dtype: "auto" (keep) or "f32".
     `progress(stage, done, total)` is called as the header is read ("header", in bytes) and as each tensor is
-    converted ("tensors")."""
+    converted ("tensors"). blocks: the K-quant weights kept as the file's blocks (the server's own cache: its
+    CPU kernels read them, other devices convert them at load); else a plain MLX checkpoint (mlxcel convert)."""
     if dtype not in ("auto", "f32"):
         raise ImportRefused(f"unknown dtype '{dtype}' (expected auto or f32)")
     header = check_gguf(gguf_path)  # a damaged file named in b10621's words, before gguf's reader trips over it
@@ -176,7 +191,12 @@ def convert_gguf(  # noqa: C901
 
     weights: dict[str, mx.array] = {}
     per_layer_quant: dict[str, dict] = {}
-    for name, arr, bits in _converted_tensors(reader, spec, hp, dtype, progress):
+    kept: dict[str, str] = {}
+    for name, arr, bits in _converted_tensors(reader, spec, hp, dtype, progress, blocks):
+        if isinstance(bits, str) and bits.startswith("ggml:"):
+            weights[name] = mx.array(np.ascontiguousarray(arr))
+            kept[name.removesuffix(".ggml")] = bits.removeprefix("ggml:")
+            continue
         if bits == "bf16":
             weights[name] = mx.array(np.ascontiguousarray(arr).view(np.uint16)).view(mx.bfloat16)
             continue
@@ -185,7 +205,7 @@ def convert_gguf(  # noqa: C901
             per_layer_quant[name.removesuffix(".weight")] = {"group_size": GROUP_SIZE, "bits": bits}
     if progress is not None:
         progress("tensors", len(reader.tensors), len(reader.tensors))
-    tied = "lm_head.weight" not in weights
+    tied = "lm_head.weight" not in weights and "lm_head.ggml" not in weights
 
     config = spec.config(hp, tied, lambda key, default=None: _field(reader, key, default))
     if spec.gguf == "llama" and any(n.endswith("q_proj.bias") for n in weights):
@@ -214,6 +234,8 @@ def convert_gguf(  # noqa: C901
         "n_params": sum(int(t.n_elements) for t in reader.tensors),
         "size": sum(int(t.n_elements) * 4 if dtype == "f32" else int(t.n_bytes) for t in reader.tensors),
     }
+    if kept:
+        config["mlxcel"][KEPT_KEY] = kept
     factors = next((t for t in reader.tensors if t.name == ROPE_FREQS), None)
     if factors is not None:
         config["mlxcel"][ROPE_FACTORS_KEY] = [float(x) for x in np.asarray(factors.data, dtype=np.float32)]

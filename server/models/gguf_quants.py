@@ -166,6 +166,10 @@ AFFINE_CONVERTERS = {
 # Types no affine group of 32 holds (scales per 16 elements): held as float32, which holds every value exactly
 # (d * sc * q needs at most 24 significant bits), at float32's size.
 FLOAT32_HELD = ("Q2_K", "Q3_K", "Q6_K")
+# the K-quants the server's own import keeps as the file's blocks (server/native/ggml_blocks.c dequantizes them
+# exactly on the CPU; another device converts them at load: affine where AFFINE_CONVERTERS has them, else float32)
+KEPT_BLOCKS = {"Q2_K": 10, "Q3_K": 11, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14}  # name -> GGML_TYPE_*
+KEPT_KEY = "ggml_blocks"  # config["mlxcel"][KEPT_KEY]: {module path: type name}
 PASSTHROUGH_TYPES = {"F32": np.float32, "F16": np.float16, "BF16": None}
 
 

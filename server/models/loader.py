@@ -197,6 +197,8 @@ def load_checkpoint(
     use_kernels = kernels if kernels is not None else on_cpu and cpu_kernels.available()
     if dequantize and use_kernels and on_cpu and fuse is None:  # (--lora-fuse changes weights: float ones)
         quant_layers.keep_quantized(model)  # the layers the kernels read stay quantized, no float copy
+    else:
+        quant_layers.unkeep_blocks(model)  # a server cache's K-quant blocks, as MLX computes them
     twins = quantized_twins.collect(model) if dequantize and use_kernels else {}
     if dequantize:
         _dequantize_module(model)

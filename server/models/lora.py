@@ -27,7 +27,7 @@ from ..textparse import stof
 from .cpu_layers import FusedLinear
 from .gguf_quants import permute_rows
 from .loader import TransposedLinear
-from .quant_layers import FusedQuantLinear
+from .quant_layers import FusedGGMLLinear, FusedQuantLinear, GGMLLinear
 
 # llama.cpp's tensor names for the linear layers mlxcel attaches terms to, and the layer each names
 GGUF_TARGETS = {
@@ -300,7 +300,9 @@ def attach(model: nn.Module, lora: LoraSet) -> None:  # noqa: C901
             raise LoraError(
                 f"failed to load lora adapter: the model has no layer '{owner_path}' (hint: maybe wrong base model?)"
             )
-        fused = [(attr, m) for attr, m in owner.items() if isinstance(m, (FusedLinear, FusedQuantLinear))]
+        fused = [
+            (attr, m) for attr, m in owner.items() if isinstance(m, (FusedLinear, FusedQuantLinear, FusedGGMLLinear))
+        ]
         covered = set()
         for _attr, layer in fused:
             sources = layer.sources
@@ -330,6 +332,8 @@ def attach(model: nn.Module, lora: LoraSet) -> None:  # noqa: C901
 
 
 def _in_out(layer) -> tuple[int, int]:
+    if isinstance(layer, GGMLLinear):
+        return layer.shape
     if hasattr(layer, "weight_t"):
         return int(layer.weight_t.shape[0]), int(layer.weight_t.shape[1])
     if isinstance(layer, nn.QuantizedLinear):

@@ -21,6 +21,7 @@ from mlx import nn
 from mlx.utils import tree_flatten, tree_unflatten
 
 from .. import blas
+from .gguf_quants import AFFINE_CONVERTERS, KEPT_BLOCKS
 
 GROUPS = (32, 64)  # the kernels read groups of 32 values, and mlx-community's 64 as two of them
 BITS = (4, 8)
@@ -123,8 +124,26 @@ class FusedQuantLinear(KernelQuantLinear):
         return mx.split(self.product(x), self.splits, axis=-1)
 
 
-def fuse_quantized(layers: list[nn.Module], names: list[str]) -> FusedQuantLinear | None:
-    """Kept quantized layers of one format as one FusedQuantLinear (registered), or None where they differ."""
+def _fuse_blocks(layers: list[nn.Module], names: list[str]) -> nn.Module | None:
+    """GGML layers of one type as one FusedGGMLLinear (registered), or None where they differ."""
+    if len({(x.ggml_type, x.in_dims, "bias" in x) for x in layers}) != 1:
+        return None
+    fused = FusedGGMLLinear(layers[0].ggml_type, layers[0].in_dims, sum(x.out_dims for x in layers), 1)
+    fused.ggml = mx.concatenate([x.ggml for x in layers])
+    if "bias" in layers[0]:
+        fused.bias = mx.concatenate([x.bias for x in layers])
+    fused.freeze()
+    sizes = [x.out_dims for x in layers]
+    object.__setattr__(fused, "splits", [sum(sizes[: i + 1]) for i in range(len(sizes) - 1)])
+    object.__setattr__(fused, "sources", names)
+    mx.eval(fused.parameters())
+    return fused if _register_ggml(fused) else None
+
+
+def fuse_quantized(layers: list[nn.Module], names: list[str]) -> nn.Module | None:
+    """Kept quantized layers of one format as one fused layer (registered), or None where they differ."""
+    if all(type(x) is GGMLLinear for x in layers):
+        return _fuse_blocks(layers, names)
     if not all(type(x) is KernelQuantLinear for x in layers):
         return None
     formats = {(x.bits, x.group_size, getattr(x, "mode", "affine"), "bias" in x) for x in layers}
@@ -197,8 +216,9 @@ class KernelQuantEmbedding(nn.QuantizedEmbedding):
 
 def keep_quantized(model: nn.Module) -> int:
     """Switch every kernel-readable quantized layer (4 or 8 bits, groups of 32 or 64) to its kernel variant and
-    register its packed values as a virtual twin; the model's other floating parameters become float32 (the
-    native steps' type; norms and the like, small). Returns how many layers were switched."""
+    register its packed values as a virtual twin, and every GGML layer's blocks; the model's other floating
+    parameters become float32 (the native steps' type; norms and the like, small). Returns how many layers
+    are kept quantized."""
     native = blas.STATE.native
     if native is None or not hasattr(native, "mlxcel_quant_register_virtual"):
         return 0
@@ -218,9 +238,168 @@ def keep_quantized(model: nn.Module) -> int:
         if _register(layer):
             layer.__class__ = KernelQuantEmbedding if isinstance(layer, nn.QuantizedEmbedding) else KernelQuantLinear
             switched += 1
-    return switched
+    blocks = [m for _, m in model.named_modules() if isinstance(m, GGMLLinear)]
+    mx.eval([m.ggml for m in blocks])
+    for layer in blocks:
+        if not _register_ggml(layer):
+            raise ValueError(f"{layer.ggml_type} blocks of a {layer.in_dims}-wide row: not a shape the kernels read")
+    return switched + len(blocks)
 
 
 def _unregister(native, keys: list[int], _keep: list) -> None:
     for key in keys:
         native.mlxcel_quant_unregister(ctypes.c_void_p(key))
+
+
+class GGMLLinear(nn.Module):
+    """A linear layer whose weight is kept as a GGUF's K-quant blocks (`ggml`: out rows of the file's bytes),
+    read by mlxcel's kernels through a virtual twin (server/native/ggml_blocks.c): exact, at the file's size."""
+
+    def __init__(self, ggml_type: str, in_dims: int, out_dims: int, row_bytes: int, bias: bool = False):
+        super().__init__()
+        self.ggml_type, self.in_dims, self.out_dims = ggml_type, in_dims, out_dims
+        self.ggml = mx.zeros((out_dims, row_bytes), mx.uint8)  # (a placeholder: the checkpoint's bytes replace it)
+        if bias:
+            self.bias = mx.zeros((out_dims,))
+        self.freeze()
+
+    @property
+    def key(self) -> int:
+        return pointer(self.ggml)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(in, out)"""
+        return self.in_dims, self.out_dims
+
+    def product(self, x: mx.array) -> mx.array:
+        y = mx.array(_product(self.key, _rows(x), self.out_dims, trans=False)).reshape(*x.shape[:-1], self.out_dims)
+        return y + self.bias if "bias" in self else y
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return self.product(x)
+
+    def dequantized(self) -> np.ndarray:
+        """The weight (out x in) as float32, exactly (gguf-py's dequantization of the same blocks)."""
+        import gguf  # deferred: gguf-py only where the blocks are converted (another device than the CPU)
+
+        qtype = gguf.GGMLQuantizationType[self.ggml_type]
+        return gguf.quants.dequantize(np.array(self.ggml), qtype).reshape(self.out_dims, self.in_dims)
+
+
+class FusedGGMLLinear(GGMLLinear):
+    """GGMLLinear layers of one type over one input as one product (FusedQuantLinear's kin)."""
+
+    def product(self, x: mx.array) -> mx.array:
+        y = super().product(x)
+        hook = self.__dict__.get("lora_hook")
+        return y if hook is None else hook(x, y)
+
+    def __call__(self, x: mx.array) -> list[mx.array]:  # type: ignore[override]
+        return mx.split(self.product(x), self.splits, axis=-1)
+
+
+class GGMLEmbedding(GGMLLinear):
+    """An embedding kept as K-quant blocks: rows dequantized exactly, as_linear through the virtual twin."""
+
+    def __call__(self, ids: mx.array) -> mx.array:  # type: ignore[override]
+        return _embedding_rows(self.key, ids, self.in_dims)
+
+    def as_linear(self, x: mx.array) -> mx.array:
+        return mx.array(_product(self.key, _rows(x), self.out_dims, trans=True)).reshape(*x.shape[:-1], self.out_dims)
+
+
+def _embedding_rows(key: int, ids: mx.array, dims: int) -> mx.array:
+    flat = np.ascontiguousarray(np.array(ids, copy=False).reshape(-1), dtype=np.int32)
+    out = np.empty((flat.size, dims), np.float32)
+    status = blas.STATE.native.mlxcel_quant_rows(
+        ctypes.c_void_p(key), ctypes.c_void_p(flat.ctypes.data), flat.size, ctypes.c_void_p(out.ctypes.data)
+    )
+    if status != 0:
+        raise IndexError("token id out of the embedding's range")
+    return mx.array(out).reshape(*ids.shape, dims)
+
+
+def rows_of(layer: nn.Module, rows: np.ndarray) -> np.ndarray:
+    """Rows of a kept quantized layer's weight (out x in) as mlxcel's kernels dequantize them."""
+    ids = mx.array(np.asarray(rows, dtype=np.int32))
+    return np.array(_embedding_rows(layer.key, ids, layer.shape[0]))
+
+
+def register_blocks(layer: GGMLLinear) -> bool:
+    """Register a GGML layer's blocks (evaluated) with mlxcel's kernels for the layer's life."""
+    mx.eval(layer.ggml)
+    return _register_ggml(layer)
+
+
+def _register_ggml(layer: GGMLLinear) -> bool:
+    """Register a GGML layer's blocks as a virtual twin, for the layer's life."""
+    native = blas.STATE.native
+    key = pointer(layer.ggml)
+    status = native.mlxcel_ggml_register(
+        ctypes.c_void_p(key),
+        int(isinstance(layer, GGMLEmbedding)),
+        layer.in_dims,
+        layer.out_dims,
+        ctypes.c_void_p(key),
+        KEPT_BLOCKS[layer.ggml_type],
+    )
+    if status != 0:
+        return False
+    weakref.finalize(layer, _unregister, native, [key], [layer.ggml])
+    return True
+
+
+def install_blocks(model: nn.Module, kept: dict[str, str], weights: dict[str, mx.array]) -> None:
+    """Put a GGMLLinear (GGMLEmbedding) where the checkpoint keeps a layer's K-quant blocks (config["mlxcel"]
+    ["ggml_blocks"]: {module path: type}), before its weights are loaded."""
+    modules = dict(model.named_modules())
+    replacements = []
+    for path, qtype in kept.items():
+        old = modules.get(path)
+        blocks = weights.get(f"{path}.ggml")
+        if old is None or blocks is None:
+            raise ValueError(f"the checkpoint keeps blocks for '{path}', which the model has no layer for")
+        if isinstance(old, nn.Embedding):
+            vocab, dims = old.weight.shape
+            new: GGMLLinear = GGMLEmbedding(qtype, dims, vocab, int(blocks.shape[1]))
+        else:
+            out_dims, in_dims = old.weight.shape
+            new = GGMLLinear(qtype, in_dims, out_dims, int(blocks.shape[1]), bias="bias" in old)
+        replacements.append((path, new))
+    model.update_modules(tree_unflatten(replacements))
+
+
+def unkeep_blocks(model: nn.Module) -> int:
+    """Where mlxcel's kernels do not run (another device, kernels off): each GGML layer as MLX computes it, an
+    affine QuantizedLinear where the type converts exactly (gguf_quants.AFFINE_CONVERTERS), else float32."""
+    replacements = []
+    for path, layer in model.named_modules():
+        if not isinstance(layer, GGMLLinear):
+            continue
+        raw = np.array(layer.ggml)
+        convert = AFFINE_CONVERTERS.get(layer.ggml_type)
+        if convert is not None:
+            q = convert(raw)
+            embedding = isinstance(layer, GGMLEmbedding)
+            new = nn.Module.__new__(nn.QuantizedEmbedding if embedding else nn.QuantizedLinear)
+            nn.Module.__init__(new)
+            new.group_size, new.bits, new.mode = 32, q.bits, "affine"
+            new.weight, new.scales, new.biases = mx.array(q.weight), mx.array(q.scales), mx.array(q.biases)
+            if embedding:
+                new.num_embeddings, new.dims = layer.out_dims, layer.in_dims
+            new.freeze()
+        else:
+            w = mx.array(layer.dequantized())
+            new = (
+                nn.Embedding(layer.out_dims, layer.in_dims)
+                if isinstance(layer, GGMLEmbedding)
+                else nn.Linear(layer.in_dims, layer.out_dims, bias="bias" in layer)
+            )
+            new.weight = w
+        if "bias" in layer and not isinstance(layer, GGMLEmbedding):
+            new.bias = layer.bias
+        replacements.append((path, new))
+    if replacements:
+        model.update_modules(tree_unflatten(replacements))
+    return len(replacements)

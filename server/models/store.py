@@ -42,8 +42,8 @@ def resolve_model(spec: str) -> Path:
 
 
 def converted_gguf(path: Path) -> Path:
-    """The MLX checkpoint a GGUF file equals (Q4_0/Q4_1 as 4-bit affine, Q8_0 as 8-bit, group 32; float types
-    kept), converted on first use into the cache and reused while the file is unchanged (same path, size and
+    """The MLX checkpoint a GGUF file equals (Q4_0/Q4_1 as 4-bit affine, Q8_0 as 8-bit, group 32; K-quants as the
+    file's blocks; float types kept), converted on first use into the cache and reused while the file is unchanged (same path, size and
     modification time). A tensor type with no lossless MLX counterpart is refused with the converter's words."""
     # deferred: the converter's modules (mlx, gguf, tokenizers) only for a GGUF -m; `mlxcel list` and
     # --cache-list read this module without them
@@ -52,6 +52,7 @@ def converted_gguf(path: Path) -> Path:
     real = path.resolve()
     st = real.stat()
     recipe = {"gguf": str(real), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "converter": CONVERTER_VERSION}
+    recipe["blocks"] = True  # K-quants kept as the file's blocks (quant_layers.GGMLLinear)
     key = hashlib.sha256(str(real).encode()).hexdigest()[:16]
     target = cache_root() / "converted" / f"{real.stem}-{key}"
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -59,7 +60,7 @@ def converted_gguf(path: Path) -> Path:
     def convert(tmp: Path) -> None:
         started = time.monotonic()
         log.info("converting %s into an MLX checkpoint (once: kept in %s while the file is unchanged)", real, target)
-        convert_gguf(real, tmp, dtype="auto", progress=conversion_progress(real.name))
+        convert_gguf(real, tmp, dtype="auto", progress=conversion_progress(real.name), blocks=True)
         log.info("converted %s in %.1f s: ready", real.name, time.monotonic() - started)
 
     return build_once(target, recipe, convert)

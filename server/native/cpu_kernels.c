@@ -389,6 +389,8 @@ struct quant_weight {
     float *panels;
     int group;        /* 32 or 64 values a scale */
     int virt;         /* no float weight behind the key: every product reads the twin */
+    int ggml;         /* a ggml K-quant type (q: its blocks, row_bytes a row), 0 for MLX's affine scheme */
+    long row_bytes;
 };
 
 static struct quant_weight quant_table[QUANT_SLOTS];
@@ -415,7 +417,7 @@ static int table_put(struct quant_weight entry) {
 int mlxcel_quant_register(const float *f32, int trans, int K, int N, const uint32_t *q, const float *scales,
                           const float *biases, int bits, int group) {
     if ((bits != 4 && bits != 8) || (group != QGROUP && group != 2 * QGROUP) || K % group != 0) return -1;
-    return table_put((struct quant_weight){f32, trans, K, N, q, scales, biases, bits, 0, group, 0});
+    return table_put((struct quant_weight){f32, trans, K, N, q, scales, biases, bits, 0, group, 0, 0, 0});
 }
 
 /* A quantized weight with no float weight behind it: `key` (any address of the caller's that no other weight
@@ -423,7 +425,18 @@ int mlxcel_quant_register(const float *f32, int trans, int K, int N, const uint3
 int mlxcel_quant_register_virtual(const float *key, int trans, int K, int N, const uint32_t *q, const float *scales,
                                   const float *biases, int bits, int group) {
     if ((bits != 4 && bits != 8) || (group != QGROUP && group != 2 * QGROUP) || K % group != 0) return -1;
-    return table_put((struct quant_weight){key, trans, K, N, q, scales, biases, bits, 0, group, 1});
+    return table_put((struct quant_weight){key, trans, K, N, q, scales, biases, bits, 0, group, 1, 0, 0});
+}
+
+enum { GGML_BITS = -1 }; /* a ggml block twin's bits (neither affine nor panels) */
+
+/* A weight kept as a GGUF's K-quant blocks (N rows of row_bytes, ggml_blocks.c), a virtual twin under `key`;
+ * 0, or -1 for a type or shape not kept so. */
+int mlxcel_ggml_register(const float *key, int trans, int K, int N, const uint8_t *blocks, int type) {
+    const long row_bytes = mlxcel_ggml_row_bytes(type, K);
+    if (row_bytes <= 0) return -1;
+    return table_put((struct quant_weight){key, trans, K, N, (const uint32_t *)blocks, NULL, NULL, GGML_BITS, 0, 0,
+                                           1, type, row_bytes});
 }
 
 /* Forget a float weight (before its memory can be freed and reused). Rehashes the entries after it. */
@@ -509,7 +522,7 @@ int mlxcel_pack_register(const float *f32, int K, int N, float *dst) {
             memset(row + w, 0, sizeof(float) * (size_t)(PANEL - w));
         }
     }
-    return table_put((struct quant_weight){f32, 0, K, N, 0, 0, 0, PANEL_BITS, dst, 0, 0});
+    return table_put((struct quant_weight){f32, 0, K, N, 0, 0, 0, PANEL_BITS, dst, 0, 0, 0, 0});
 }
 
 long mlxcel_packed_calls(void) { return packed_calls; }
@@ -669,8 +682,43 @@ AVX2 static void small_packed(const struct quant_weight *w, int M, float alpha, 
 }
 
 /* C = A W for a registered W, from its quantized twin; 0 when the sums' buffer cannot be had */
+/* a row's dot product with x, in 8 lanes in k order then across them: the same for a row whatever M */
+AVX2 static float dot_lanes(const float *x, const float *w, int K) {
+    __m256 acc = _mm256_setzero_ps();
+    int k = 0;
+    for (; k + 8 <= K; k += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(x + k), _mm256_loadu_ps(w + k), acc);
+    float s = hsum(acc);
+    for (; k < K; k++) s = fmaf(x[k], w[k], s);
+    return s;
+}
+
+AVX2 static void ggml_task(void *ctx, int task) {
+    struct quant_args *t = ctx;
+    const struct quant_weight *w = t->w;
+    float *row = mlxcel_thread_floats(BUFFER_DEQUANT, (size_t)w->K);
+    if (!row) return; /* (checked by small_ggml on the caller's thread first) */
+    for (int j = task * t->per_task; j < w->N && j < (task + 1) * t->per_task; j++) {
+        mlxcel_ggml_row(w->ggml, (const uint8_t *)w->q + (size_t)j * w->row_bytes, row, w->K);
+        for (int r = 0; r < t->M; r++) {
+            float *cr = t->c + (size_t)r * t->ldc + j;
+            *cr = finish(dot_lanes(t->a + (size_t)r * t->lda, row, w->K), t->alpha, t->beta, cr);
+        }
+    }
+}
+
+/* C = A W over a weight kept as ggml blocks: each row dequantized once, then its dot with every row of A */
+AVX2 static int small_ggml(const struct quant_weight *w, int M, float alpha, const float *a, int lda, float beta,
+                           float *c, int ldc) {
+    if (!mlxcel_thread_floats(BUFFER_DEQUANT, (size_t)w->K)) return 0;
+    int tasks = 4 * pool.n < w->N ? 4 * pool.n : w->N;
+    struct quant_args t = {w, M, (w->N + tasks - 1) / tasks, a, NULL, lda, ldc, alpha, beta, c};
+    pool_run(ggml_task, &t, tasks, (long)w->N * w->K >= PARALLEL_WORK);
+    return 1;
+}
+
 AVX2 static int small_quant(const struct quant_weight *w, int M, float alpha, const float *a, int lda, float beta,
                             float *c, int ldc) {
+    if (w->ggml) return small_ggml(w, M, alpha, a, lda, beta, c, ldc);
     const int groups = w->K / w->group, chunks = w->group / QGROUP;
     float *xsum = nn_buffer((size_t)M * groups); /* per row and group: the sum of its x (for the biases) */
     if (!xsum) return 0;
@@ -693,10 +741,12 @@ AVX2 static int small_quant(const struct quant_weight *w, int M, float alpha, co
 }
 #endif
 
-/* rows [j0, j0 + n) of a twin as floats (n x K), exactly: q * scale + bias (the product is exact in float32 for
- * the GGUF types held so, the sum rounds once, as gguf-py's dequantization and MLX's) */
+/* rows [j0, j0 + n) of a twin as floats (n x K), as MLX's dequantize computes them: q * scale, then + bias,
+ * each rounded (for the GGUF types held so the product is exact: as gguf-py's dequantization too) */
 #if X86
-AVX2 static void dequant_rows_avx2(const struct quant_weight *w, int j0, int n, float *out) {
+/* (not contracted into a fused multiply-add: MLX rounds the product and the sum apart) */
+AVX2 __attribute__((optimize("fp-contract=off"))) static void dequant_rows_avx2(const struct quant_weight *w, int j0,
+                                                                               int n, float *out) {
     const int K = w->K, chunks = K / QGROUP, per = w->group / QGROUP, groups = K / w->group;
     for (int j = j0; j < j0 + n; j++) {
         const float *sc = w->scales + (size_t)j * groups, *bi = w->biases + (size_t)j * groups;
@@ -705,14 +755,19 @@ AVX2 static void dequant_rows_avx2(const struct quant_weight *w, int j0, int n, 
             __m256 v[4];
             quant_group(w, j, c, v);
             const __m256 s = _mm256_set1_ps(sc[c / per]), b = _mm256_set1_ps(bi[c / per]);
-            for (int i = 0; i < 4; i++) /* (q s is exact: one rounding, as q * s + b) */
-                _mm256_storeu_ps(o + c * QGROUP + 8 * i, _mm256_fmadd_ps(v[i], s, b));
+            for (int i = 0; i < 4; i++) /* q * s + b, each rounded, as MLX's dequantize computes it */
+                _mm256_storeu_ps(o + c * QGROUP + 8 * i, _mm256_add_ps(_mm256_mul_ps(v[i], s), b));
         }
     }
 }
 #endif
 
 static void dequant_rows(const struct quant_weight *w, int j0, int n, float *out) {
+    if (w->ggml) {
+        for (int j = j0; j < j0 + n; j++)
+            mlxcel_ggml_row(w->ggml, (const uint8_t *)w->q + (size_t)j * w->row_bytes, out + (size_t)(j - j0) * w->K, w->K);
+        return;
+    }
     const int K = w->K, groups = K / w->group;
 #if X86
     if (have_avx2) { dequant_rows_avx2(w, j0, n, out); return; }

@@ -56,6 +56,11 @@ int mlxcel_quant_rows(const float *key, const int *rows, int n, float *out);
 /* whether key is a virtual twin's (no float weight behind it: a product over it takes all its columns) */
 int mlxcel_is_virtual(const float *key);
 
+/* ggml's K-quant types (GGML_TYPE_* numbers), kept as a GGUF stores them (ggml_blocks.c) */
+enum { GGML_Q2_K = 10, GGML_Q3_K = 11, GGML_Q4_K = 12, GGML_Q5_K = 13, GGML_Q6_K = 14 };
+HIDDEN long mlxcel_ggml_row_bytes(int type, int K);
+HIDDEN void mlxcel_ggml_row(int type, const uint8_t *x, float *y, int K);
+
 /* products summed in ggml-cpu's order over N x K weights, as a ubatch of `ubatch` rows sums them (tinyBLAS's
  * from 2 rows, vec_dot's for 1: ggml_order.c): 0, or -1 where it does not apply */
 HIDDEN int mlxcel_ggml_gemm(int M, int N, int K, const float *x, long ldx, const float *wt, long ldw, float *y,
