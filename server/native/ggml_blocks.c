@@ -12,6 +12,14 @@
 
 enum { QK_K = 256 };
 
+/* each row function compiled twice, for AVX2 (its loops vectorized: a model's head is tens of millions of values a
+ * token) and for any x86-64, picked at load; the products are exact, so both give the same floats */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define ROW_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define ROW_CLONES
+#endif
+
 /* ggml_compute_fp16_to_fp32 */
 static inline float half(uint16_t h) {
     const uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1F, mant = h & 0x3FF;
@@ -47,7 +55,7 @@ static inline void scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m)
     }
 }
 
-static void row_q4_k(const uint8_t *x, float *y, int K) {
+ROW_CLONES static void row_q4_k(const uint8_t *x, float *y, int K) {
     for (int b = 0; b < K / QK_K; b++, x += 144) {
         const float d = half(read16(x)), min = half(read16(x + 2));
         const uint8_t *scales = x + 4, *q = x + 16;
@@ -64,28 +72,31 @@ static void row_q4_k(const uint8_t *x, float *y, int K) {
 }
 
 /* block_q6_K: ql[128], qh[64], scales[16] (int8), d (f16) */
-static void row_q6_k(const uint8_t *x, float *y, int K) {
+ROW_CLONES static void row_q6_k(const uint8_t *x, float *y, int K) {
     for (int b = 0; b < K / QK_K; b++, x += 210) {
         const float d = half(read16(x + 208));
         const uint8_t *ql = x, *qh = x + 128;
         const int8_t *sc = (const int8_t *)(x + 192);
         for (int n = 0; n < QK_K; n += 128, y += 128, ql += 64, qh += 32, sc += 8)
-            for (int l = 0; l < 32; l++) {
-                const int is = l / 16;
-                const int q1 = (int)((ql[l] & 0xF) | ((qh[l] & 3) << 4)) - 32;
-                const int q2 = (int)((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
-                const int q3 = (int)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-                const int q4 = (int)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-                y[l] = d * (float)sc[is] * (float)q1;
-                y[l + 32] = d * (float)sc[is + 2] * (float)q2;
-                y[l + 64] = d * (float)sc[is + 4] * (float)q3;
-                y[l + 96] = d * (float)sc[is + 6] * (float)q4;
+            for (int is = 0; is < 2; is++) { /* 16 values a scale: loops of 16 the compiler vectorizes */
+                const float s1 = d * (float)sc[is], s2 = d * (float)sc[is + 2], s3 = d * (float)sc[is + 4];
+                const float s4 = d * (float)sc[is + 6];
+                for (int l = 16 * is; l < 16 * is + 16; l++) {
+                    const int q1 = (int)((ql[l] & 0xF) | ((qh[l] & 3) << 4)) - 32;
+                    const int q2 = (int)((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                    const int q3 = (int)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                    const int q4 = (int)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                    y[l] = s1 * (float)q1; /* (d * sc) * q, as ggml's d * sc[is] * q */
+                    y[l + 32] = s2 * (float)q2;
+                    y[l + 64] = s3 * (float)q3;
+                    y[l + 96] = s4 * (float)q4;
+                }
             }
     }
 }
 
 /* block_q5_K: d, dmin (f16), scales[12], qh[32], qs[128] */
-static void row_q5_k(const uint8_t *x, float *y, int K) {
+ROW_CLONES static void row_q5_k(const uint8_t *x, float *y, int K) {
     for (int b = 0; b < K / QK_K; b++, x += 176) {
         const float d = half(read16(x)), min = half(read16(x + 2));
         const uint8_t *scales = x + 4, *qh = x + 16, *ql = x + 48;
@@ -103,7 +114,7 @@ static void row_q5_k(const uint8_t *x, float *y, int K) {
 }
 
 /* block_q3_K: hmask[32], qs[64], scales[12] (16 six-bit scales), d (f16) */
-static void row_q3_k(const uint8_t *x, float *y, int K) {
+ROW_CLONES static void row_q3_k(const uint8_t *x, float *y, int K) {
     const uint32_t kmask1 = 0x03030303, kmask2 = 0x0f0f0f0f;
     for (int b = 0; b < K / QK_K; b++, x += 110) {
         const float d_all = half(read16(x + 108));
@@ -131,7 +142,7 @@ static void row_q3_k(const uint8_t *x, float *y, int K) {
 }
 
 /* block_q2_K: scales[16] (4-bit scale | 4-bit min), qs[64], d, dmin (f16) */
-static void row_q2_k(const uint8_t *x, float *y, int K) {
+ROW_CLONES static void row_q2_k(const uint8_t *x, float *y, int K) {
     for (int b = 0; b < K / QK_K; b++, x += 84) {
         const float d = half(read16(x + 80)), min = half(read16(x + 82));
         const uint8_t *sc = x, *q = x + 16;
