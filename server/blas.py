@@ -51,6 +51,7 @@ KERNELS_SOURCES = (
     "attention_ggml.c",
     "ggml_order.c",
     "ggml_blocks.c",
+    "moe_ggml.c",
 )  # one shared object
 KERNELS_HEADERS = ("cpu_kernels.h", "step_model.h", "ggml_simd.h")
 KERNELS_FLAGS = ("-O3", "-shared", "-fPIC")

@@ -148,7 +148,7 @@ def test_a_decode_step_never_calls_the_blas(runner):
     assert blas.blas_calls() > before
 
 
-@pytest.mark.parametrize("family", ["llama3", "phi3", "qwen2.5", "qwen3", "smollm3"])
+@pytest.mark.parametrize("family", ["llama3", "phi3", "qwen2.5", "qwen3", "qwen3-moe", "smollm3"])
 def test_llama_shaped_families_step_natively_as_mlx_computes(family):
     """Llama 3's rope_freqs, Qwen2's q|k|v biases, Qwen3's q and k norms, Phi-3's fused weights (its q scaled
     before attention) and SmolLM3's rope-less fourth layer: the family twin opens on the native steps, whose prefill and decode give MLX's greedy

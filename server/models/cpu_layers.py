@@ -1,7 +1,8 @@
 """llama-shaped attention and MLP blocks for the CPU: fused projections and mlxcel's kernels.
 
 llama-shaped: mlx-lm's llama, qwen2 (q, k, v biases), qwen3 (q and k norms per head), phi3 (q|k|v and
-gate|up stored fused) and smollm3 (no rope on every fourth layer) models, whose blocks are llama's but for those. The blocks keep mlx-lm's math and change
+gate|up stored fused), smollm3 (no rope on every fourth layer) and qwen3_moe (qwen3's attention; its mixture of
+experts runs as mlx-lm's, or in the native steps: decode_step.py) models, whose blocks are llama's but for those. The blocks keep mlx-lm's math and change
 two things. Projections that read the same
 input run as one product (q, k and v; gate and up), their weights side by side: a decode step then makes 4
 products a layer instead of 7, each a few microseconds of dispatch less, and every output element is summed
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.models import llama, phi3, qwen2, qwen3, smollm3
+from mlx_lm.models import llama, phi3, qwen2, qwen3, qwen3_moe, smollm3
 from mlx_lm.models.activations import swiglu
 from mlx_lm.models.base import scaled_dot_product_attention
 from mlx_lm.models.cache import BatchKVCache, KVCache
@@ -26,8 +27,8 @@ from .kv_numerics import KVNumerics, stored
 from .quant_layers import FusedGGMLLinear, FusedQuantLinear, GGMLLinear, KernelQuantLinear, fuse_quantized
 from .yarn import YarnRoPE
 
-LLAMA_SHAPED = (llama.Model, qwen2.Model, qwen3.Model, phi3.Model, smollm3.Model)
-_ATTENTIONS = (llama.Attention, qwen2.Attention, qwen3.Attention)
+LLAMA_SHAPED = (llama.Model, qwen2.Model, qwen3.Model, phi3.Model, smollm3.Model, qwen3_moe.Model)
+_ATTENTIONS = (llama.Attention, qwen2.Attention, qwen3.Attention, qwen3_moe.Attention)
 _MLPS = (llama.MLP, qwen2.MLP, qwen3.MLP)
 
 SOURCE = "weight_source"  # a linear layer's weight as loaded, out x in (a plain attribute, not a parameter)

@@ -8,7 +8,8 @@ as mlx-lm grows it (a new buffer, 256 positions more), so the position written i
 array can see: snapshots (`MLXBackend.snapshot`, `BatchKVCache.extract`) are views of positions before it.
 Keys and values are written as the cache's type rounds them, and attention rounds what ggml-cpu rounds over
 that type (models/kv_numerics.py), as through MLX. llama-shaped (cpu_layers.llama_shaped): llama, Mistral, DeepSeek-LLM, Llama 3's `rope_freqs`, Qwen2's q|k|v
-biases, Qwen3's q and k norms, Phi-3's fused weights and its q scaled before attention, each as b10621's graph
+biases, Qwen3's q and k norms, Phi-3's fused weights and its q scaled before attention, SmolLM3's rope-less
+layers, Qwen3-MoE's mixture of experts (in ggml's order only: server/native/moe_ggml.c), each as b10621's graph
 for the family computes it. A model the step does not cover (another architecture, a bias elsewhere, a rope
 of another kind, a float type other than float32, weights not in the kernel layout) returns None from
 `DecodeStep.build` and decodes through MLX.
@@ -24,9 +25,10 @@ import weakref
 import mlx.core as mx
 import numpy as np
 from mlx import nn
-from mlx_lm.models import llama, phi3, smollm3
+from mlx_lm.models import llama, phi3, qwen3_moe, smollm3
 from mlx_lm.models.cache import BatchKVCache, KVCache
 from mlx_lm.models.smollm3 import NoPE
+from mlx_lm.models.switch_layers import SwitchGLU, SwitchLinear
 
 from .. import blas, cpu_kernels
 from . import batch_cache
@@ -62,17 +64,50 @@ def _operand(layer) -> mx.array | None:
     return layer.weight if type(layer) in kinds else None
 
 
-def _layer_weights(layer) -> tuple[list[mx.array | None], list[mx.array] | None] | None:
-    """A block's six weights in the step's layout (q|k|v or gate|up None where they are separate layers), and the
-    separate ones (q, k, v, gate, up: mlxcel_step_layer_split; None when both are fused), or None when the
-    block is not one the step runs."""
+def _moe(mlp) -> list | None:
+    """A Qwen3-MoE block as the step takes it (mlxcel_step_layer_moe): the router out x in, the experts' gate,
+    up and down (experts, out, in) and its counts; None for a block of another kind or not in float32."""
+    if type(mlp) is not qwen3_moe.Qwen3MoeSparseMoeBlock or type(mlp.gate) is not TransposedLinear:
+        return None
+    glu = mlp.switch_mlp
+    projections = (glu.gate_proj, glu.up_proj, glu.down_proj)
+    if type(glu) is not SwitchGLU or not all(type(x) is SwitchLinear and "bias" not in x for x in projections):
+        return None
+    if "bias" in mlp.gate or any(x.weight.dtype != mx.float32 for x in projections):
+        return None
+    router = mlp.gate.__dict__.get(SOURCE)
+    router = mx.contiguous(mlp.gate.weight_t.T if router is None else router)
+    experts, ff, _ = glu.gate_proj.weight.shape
+    return [
+        router,
+        glu.gate_proj.weight,
+        glu.up_proj.weight,
+        glu.down_proj.weight,
+        experts,
+        mlp.top_k,
+        ff,
+        int(bool(mlp.norm_topk_prob)),
+    ]
+
+
+def _layer_weights(layer) -> tuple[list[mx.array | None], list[mx.array] | None, list | None] | None:
+    """A block's six weights in the step's layout (q|k|v or gate|up None where they are separate layers, gate|up
+    and down None for a mixture of experts), the separate ones (q, k, v, gate, up: mlxcel_step_layer_split;
+    None when both are fused) and the mixture of experts (_moe; None for a dense block), or None when the block
+    is not one the step runs."""
     attn, mlp = layer.self_attn, layer.mlp
-    if not (type(attn) is KernelAttention and type(mlp) is KernelMLP):
+    moe = _moe(mlp)
+    if not (type(attn) is KernelAttention and (type(mlp) is KernelMLP or moe is not None)):
         return None
     qkv = [attn.qkv_proj] if "qkv_proj" in attn else [attn[n] for n in ("q_proj", "k_proj", "v_proj") if n in attn]
-    gu = [mlp.gate_up_proj] if "gate_up_proj" in mlp else [mlp[n] for n in ("gate_proj", "up_proj") if n in mlp]
-    linears = [*qkv, attn.o_proj, *gu, mlp.down_proj]
-    if len(qkv) not in (1, 3) or len(gu) not in (1, 2) or not all(type(x) in _PRODUCTS for x in linears):
+    if moe is not None:
+        gu: list = []
+    else:
+        gu = [mlp.gate_up_proj] if "gate_up_proj" in mlp else [mlp[n] for n in ("gate_proj", "up_proj") if n in mlp]
+    linears = [*qkv, attn.o_proj, *gu, *([] if moe is not None else [mlp.down_proj])]
+    if len(qkv) not in (1, 3) or len(gu) not in ((0,) if moe else (1, 2)):
+        return None
+    if not all(type(x) in _PRODUCTS for x in linears):
         return None
     if any("bias" in x for x in linears[len(qkv) :]) or (len(qkv) == 3 and any("bias" in x for x in qkv)):
         return None  # (a fused q|k|v's biases are the step's: _layer_extras)
@@ -90,13 +125,13 @@ def _layer_weights(layer) -> tuple[list[mx.array | None], list[mx.array] | None]
         _operand(attn.o_proj),
         layer.post_attention_layernorm.weight,
         _operand(gu[0]) if len(gu) == 1 else None,
-        _operand(mlp.down_proj),
+        None if moe is not None else _operand(mlp.down_proj),
     ]
     split = None
     if len(qkv) == 3 or len(gu) == 2:  # q, k, v, gate, up: None for the ones fused above
         split = [_operand(x) for x in qkv] if len(qkv) == 3 else [None] * 3
         split += [_operand(x) for x in gu] if len(gu) == 2 else [None] * 2
-    return six, split
+    return six, split, moe
 
 
 def _in_out(layer) -> tuple[int, int]:
@@ -148,7 +183,9 @@ def _shared_numbers(trunk) -> tuple[float, tuple, np.ndarray] | None:
 GGML_ORDER_ENV = "MLXCEL_GGML_ORDER"
 
 
-def _ggml_order_weights(native, model, layer_weights: list[list[mx.array]], dims: list[int]) -> list[mx.array] | None:
+def _ggml_order_weights(
+    native, model, layer_weights: list[list[mx.array | None]], dims: list[int], moe: list[bool]
+) -> list[mx.array | None] | None:
     """The products' weights out x in (qkv, o, gate|up, down per layer, then the head), for products summed in
     ggml-cpu's order (native/ggml_order.c): a float32 model's activations are then bitwise what b10621's AVX2
     build computes, and its float16 KV cache rounds what b10621's rounds. None where that order does not apply:
@@ -159,7 +196,8 @@ def _ggml_order_weights(native, model, layer_weights: list[list[mx.array]], dims
     without them."""
     if os.environ.get(GGML_ORDER_ENV, "1") == "0" or not native.mlxcel_has_avx2():
         return None
-    if any(w is None or native.mlxcel_has_quant_twin(ctypes.c_void_p(pointer(w))) for ws in layer_weights for w in ws):
+    dense = [ws if not m else ws[:4] for ws, m in zip(layer_weights, moe, strict=True)]  # (experts: set_moe)
+    if any(w is None or native.mlxcel_has_quant_twin(ctypes.c_void_p(pointer(w))) for ws in dense for w in ws):
         return None  # (None: a layer of separate quantized weights)
     layers, hidden, heads, kv_heads, head_dim, inter, vocab = dims[:7]
     if any(k % 8 for k in (hidden, heads * head_dim, inter)) or any(
@@ -172,10 +210,12 @@ def _ggml_order_weights(native, model, layer_weights: list[list[mx.array]], dims
         source = loaded.get(id(w))
         return mx.contiguous(w.T) if source is None else mx.contiguous(source)
 
-    out = [out_x_in(w) for ws in layer_weights for w in (ws[1], ws[2], ws[4], ws[5])]
+    out: list[mx.array | None] = [
+        None if w is None else out_x_in(w) for ws in layer_weights for w in (ws[1], ws[2], ws[4], ws[5])
+    ]
     if not model.args.tie_word_embeddings:
         out.append(out_x_in(model.lm_head.weight_t))
-    mx.eval(out)
+    mx.eval([w for w in out if w is not None])
     drop_panels(model)  # the native steps no longer read the panels: their copy goes, this one stays
     return out
 
@@ -230,11 +270,13 @@ class DecodeStep:
             return None
         layer_weights = [b[0] for b in blocks if b is not None]
         splits = [b[1] for b in blocks if b is not None]
+        moes = [b[2] for b in blocks if b is not None]
         head = _operand(embed) if args.tie_word_embeddings else _operand(getattr(model, "lm_head", None))
         if head is None or (not args.tie_word_embeddings and "bias" in model.lm_head):
             return None
         weights = [_operand(embed), trunk.norm.weight, head, *(w for ws in layer_weights for w in ws)]
         arrays = [w for w in [*weights, *(w for ws in splits if ws for w in ws)] if w is not None]
+        arrays += [w for moe in moes if moe for w in moe[:4]]
         if any(w.dtype not in (mx.float32, mx.uint32, mx.uint8) for w in arrays):  # (kept quantized: packed, blocks)
             return None
         attn0, mlp0 = trunk.layers[0].self_attn, trunk.layers[0].mlp
@@ -250,7 +292,7 @@ class DecodeStep:
             attn0.n_heads,
             attn0.n_kv_heads,
             q_out // (attn0.n_heads + 2 * attn0.n_kv_heads),
-            _in_out(mlp0.down_proj)[0],
+            moes[0][6] if moes[0] else _in_out(mlp0.down_proj)[0],
             _in_out(embed)[1],
             dims_rot,
             int(bool(args.tie_word_embeddings)),
@@ -261,12 +303,26 @@ class DecodeStep:
         if any(w.dtype != mx.float32 for ws in extras for w in ws if w is not None):
             return None
         mx.eval(arrays, [w for ws in extras for w in ws if w is not None])
-        order = _ggml_order_weights(native, model, layer_weights, dims)
+        order = _ggml_order_weights(native, model, layer_weights, dims, [m is not None for m in moes])
+        if order is None and any(moes):  # (the experts are summed in ggml's order only)
+            return None
         dims.append(int(order is not None))
         step = cls(dims, [eps, base, scale, attn_scale, *yarn], weights + (order or []))
         step.set_split(splits, type(embed) in (KernelQuantEmbedding, GGMLEmbedding))
+        step.set_moe(moes)
         step.set_family(extras, factors, model)
         return step
+
+    def set_moe(self, moes: list[list | None]) -> None:
+        """The layers whose feed-forward is a mixture of experts (mlxcel_step_layer_moe)."""
+        native = self.native
+        native.mlxcel_step_layer_moe.argtypes = [_VOID_P, ctypes.c_int] + [_VOID_P] * 4 + [ctypes.c_int] * 4
+        self._moe = moes  # (the arrays stay alive with the step)
+        for layer, moe in enumerate(moes):
+            if moe is not None:
+                status = native.mlxcel_step_layer_moe(self.handle, layer, *(pointer(w) for w in moe[:4]), *moe[4:])
+                if status != 0:
+                    raise ValueError("a mixture of experts the native step does not take")
 
     def set_split(self, splits: list[list[mx.array | None] | None], embed_quant: bool) -> None:
         """Layers of separate q, k, v (gate, up) weights, and an embedding kept quantized (its rows dequantized)."""

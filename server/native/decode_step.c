@@ -70,6 +70,18 @@ int mlxcel_step_layer_split(void *model, int layer, const float *wq, const float
     return 0;
 }
 
+/* A layer whose feed-forward is a mixture of experts (moe_ggml.c; weights out x in, the caller's): n_expert
+ * experts of moe_ff, n_used chosen a token, their weights normalized (norm_topk) or not. 0, or -1. */
+int mlxcel_step_layer_moe(void *model, int layer, const float *router, const float *gate, const float *up,
+                          const float *down, int n_expert, int n_used, int moe_ff, int norm_topk) {
+    struct step_model *m = model;
+    if (layer < 0 || layer >= m->layers || n_used < 1 || n_used > n_expert) return -1;
+    struct step_layer *w = &m->layer[layer];
+    w->router = router, w->exp_gate = gate, w->exp_up = up, w->exp_down = down;
+    w->n_expert = n_expert, w->n_used = n_used, w->moe_ff = moe_ff, w->norm_topk = norm_topk;
+    return 0;
+}
+
 /* The embedding is a quantized one's key (its rows dequantized as the step reads them). */
 void mlxcel_step_embed_quant(void *model, int on) { ((struct step_model *)model)->embed_quant = on; }
 
@@ -137,6 +149,10 @@ static int run_rows(const struct step_model *m, int B, const int *tokens, const 
         product(m, B, E, H * D, att, w->wo, w->wo_t, t, 1);
         for (size_t i = 0; i < (size_t)B * E; i++) x[i] += t[i];
         for (int b = 0; b < B; b++) rms_norm(x + (size_t)b * E, w->mlp_norm, h + (size_t)b * E, E, m->eps);
+        if (w->router) {
+            if (status == 0) status = mlxcel_moe_rows(m, w, B, h, x, 1);
+            continue;
+        }
         gate_up(m, w, B, h, E, gu, 1);
         mlxcel_swiglu(gu, gu + I, B, I, 2 * I, act);
         product(m, B, E, I, act, w->wdown, w->wdown_t, t, 1);

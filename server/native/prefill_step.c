@@ -139,6 +139,10 @@ int mlxcel_prefill(const void *model, int L, const int *tokens, int index, void 
         step_gemm(m, rows, E, H * D, att, H * D, w->wo, E, w->wo_t, xr, E, 1, L); /* (b10621: on every row) */
         norm_rows(xr, w->mlp_norm, hr, rows, E, m->eps);
         /* past the last layer's attention b10621 keeps the output rows only (get_rows): one, as here */
+        if (w->router) {
+            if (mlxcel_moe_rows(m, w, rows, hr, xr, rows) != 0) return -1;
+            continue;
+        }
         gate_up(m, w, rows, hr, E, gu, rows);
         mlxcel_swiglu(gu, gu + I, rows, I, 2 * I, act);
         step_gemm(m, rows, E, I, act, I, w->wdown, E, w->wdown_t, xr, E, 1, rows);

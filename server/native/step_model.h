@@ -19,6 +19,11 @@ struct step_layer {
     const float *bqkv;            /* q|k|v biases (Qwen2), or NULL (mlxcel_step_layer_extras) */
     const float *q_norm, *k_norm; /* per-head RMS norms of q and k before rope (Qwen3), or NULL */
     int no_rope;                  /* the layer turns no rope (SmolLM3's every fourth layer) */
+    /* a mixture-of-experts feed-forward in place of gate|up and down (mlxcel_step_layer_moe; router NULL: none):
+     * the router n_expert x hidden, the experts' gate and up n_expert x moe_ff x hidden, down n_expert x hidden x
+     * moe_ff (out x in, as ggml holds them: moe_ggml.c) */
+    const float *router, *exp_gate, *exp_up, *exp_down;
+    int n_expert, n_used, moe_ff, norm_topk;
 };
 
 struct step_model {
@@ -36,6 +41,11 @@ struct step_model {
     int embed_quant;     /* embed is the key of a quantized embedding (virtual twin): rows are dequantized */
     struct step_layer layer[];
 };
+
+struct step_model;
+/* rows of h (normed) through a layer's mixture of experts, added to the residual x (moe_ggml.c); 0, or -1 */
+HIDDEN int mlxcel_moe_rows(const struct step_model *m, const struct step_layer *w, int rows, const float *h, float *x,
+                           int ubatch);
 
 /* out = x / rms(x) * w, as ggml's rms_norm then mul */
 static inline void rms_norm(const float *x, const float *w, float *out, int n, float eps) {
