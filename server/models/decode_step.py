@@ -1,19 +1,18 @@
 """A llama-shaped model's decode step in one native call (server/native/decode_step.c), on the CPU.
 
-Through MLX a decode step is ~400 operations dispatched one by one on its CPU stream (~13 ms of a ~35 ms step
-for SmolLM2-135M). `DecodeStep` runs the whole step in C over the same weights, on the same kernels, and
-writes each layer's new key and value into the sequence's mlx-lm cache in place, at its next position; the
-cache's bookkeeping then moves on as `update_and_fetch` would have moved it. Where a cache must grow it grows
-as mlx-lm grows it (a new buffer, 256 positions more), so the position written is never one that another
-array can see: snapshots (`MLXBackend.snapshot`, `BatchKVCache.extract`) are views of positions before it.
-Keys and values are written as the cache's type rounds them, and attention rounds what ggml-cpu rounds over
-that type (models/kv_numerics.py), as through MLX. llama-shaped (cpu_layers.llama_shaped): llama, Mistral, DeepSeek-LLM, Llama 3's `rope_freqs`, Qwen2's q|k|v
-biases, Qwen3's q and k norms, Phi-3's fused weights and its q scaled before attention, SmolLM3's rope-less
-layers, Qwen3-MoE's mixture of experts (in ggml's order only: server/native/moe_ggml.c), each as b10621's graph
-for the family computes it. A model the step does not cover (another architecture, a bias elsewhere, a rope
-of another kind, a float type other than float32, weights not in the kernel layout) returns None from
-`DecodeStep.build` and decodes through MLX.
-"""
+Through MLX a decode step is ~400 operations dispatched one by one on its CPU stream (~13 ms of a ~35 ms step for
+SmolLM2-135M). `DecodeStep` runs the whole step in C over the same weights, on the same kernels, and writes each
+layer's new key and value into the sequence's mlx-lm cache in place, at its next position; the cache's bookkeeping
+then moves on as `update_and_fetch` would have moved it. Where a cache must grow it grows as mlx-lm grows it (a new
+buffer, 256 positions more), so the position written is never one that another array can see: snapshots
+(`MLXBackend.snapshot`, `BatchKVCache.extract`) are views of positions before it. Keys and values are written as the
+cache's type rounds them, and attention rounds what ggml-cpu rounds over that type (models/kv_numerics.py), as
+through MLX. llama-shaped (cpu_layers.llama_shaped): llama, Mistral, DeepSeek-LLM, Llama 3's `rope_freqs`, Qwen2's
+q|k|v biases, Qwen3's q and k norms, Phi-3's fused weights and its q scaled before attention, SmolLM3's rope-less
+layers, Qwen3-MoE's mixture of experts (in ggml's order only: server/native/moe_ggml.c), each as b10621's graph for
+the family computes it. A model the step does not cover (another architecture, a bias elsewhere, a rope of another
+kind, a float type other than float32, weights not in the kernel layout) returns None from `DecodeStep.build` and
+decodes through MLX."""
 
 from __future__ import annotations
 
