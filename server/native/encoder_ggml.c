@@ -107,26 +107,6 @@ ENC static void layer_norm(const float *x, float *y, const float *w, const float
     }
 }
 
-ENC static void soft_max_row(float *row, int n, float scale) { /* no mask: one sequence sees all its keys */
-    for (int i = 0; i < n; i++) row[i] *= scale;
-    float max = -INFINITY;
-    for (int i = 0; i < n; i++) max = row[i] > max ? row[i] : max;
-    double sum = 0.0;
-    int i = 0;
-    for (; i + 7 < n; i += 8) {
-        const __m256 v = ggml_expf8(_mm256_sub_ps(_mm256_loadu_ps(row + i), _mm256_set1_ps(max)));
-        _mm256_storeu_ps(row + i, v);
-        sum += (double)ggml_hsum8(v);
-    }
-    for (; i < n; i++) {
-        const float v = expf(row[i] - max);
-        sum += (double)v;
-        row[i] = v;
-    }
-    const float inv = (float)(1.0 / sum);
-    for (i = 0; i < n; i++) row[i] *= inv;
-}
-
 /* ---- GELU through ggml's fp16 table -------------------------------------------------------------------- */
 
 static uint16_t gelu_table[1 << 16];
@@ -196,7 +176,7 @@ ENC int mlxcel_bert_hidden(const mlxcel_bert *m, const int32_t *tokens, int n, f
             }
             /* kq = mul_mat(k, q): q is a permuted view, so ggml takes its vec_dot path */
             mul_mat(kh, dh, qh, dh, kq, n, n, n, dh, 0);
-            for (int t = 0; t < n; t++) soft_max_row(kq + (long)t * n, n, scale);
+            for (int t = 0; t < n; t++) ggml_soft_max_row(kq + (long)t * n, n, scale);
             mul_mat(vt, n, kq, n, kqv, dh, dh, n, n, 1); /* kqv = mul_mat(cont(transpose(v)), kq) */
             for (int t = 0; t < n; t++) memcpy(att + (long)t * h + hd * dh, kqv + (long)t * dh, sizeof(float) * dh);
         }

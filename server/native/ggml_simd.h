@@ -84,4 +84,26 @@ GGML_SIMD_AVX2 static inline __m256 ggml_expf8(__m256 x) {
                                       _mm256_andnot_ps(_mm256_castsi256_ps(c), _mm256_fmadd_ps(k, j, k)))));
 }
 
+/* ggml_compute_forward_soft_max_f32 over one row of n, no mask: the row scaled, its max, ggml_v_expf in 8 lanes
+ * (each 8 summed in float, then added in double; the tail through expf), then scaled by the float of 1 / sum */
+GGML_SIMD_AVX2 static inline void ggml_soft_max_row(float *row, int n, float scale) {
+    for (int i = 0; i < n; i++) row[i] *= scale;
+    float max = -INFINITY;
+    for (int i = 0; i < n; i++) max = row[i] > max ? row[i] : max;
+    double sum = 0.0;
+    int i = 0;
+    for (; i + 7 < n; i += 8) {
+        const __m256 v = ggml_expf8(_mm256_sub_ps(_mm256_loadu_ps(row + i), _mm256_set1_ps(max)));
+        _mm256_storeu_ps(row + i, v);
+        sum += (double)ggml_hsum8(v);
+    }
+    for (; i < n; i++) {
+        const float v = expf(row[i] - max);
+        sum += (double)v;
+        row[i] = v;
+    }
+    const float inv = (float)(1.0 / sum);
+    for (i = 0; i < n; i++) row[i] *= inv;
+}
+
 #endif

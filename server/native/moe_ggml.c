@@ -18,26 +18,6 @@
 #if defined(__x86_64__)
 #include "ggml_simd.h"
 
-/* ggml_compute_forward_soft_max_f32 over one row of n (scale 1, no mask) */
-GGML_SIMD_AVX2 static void soft_max_row(float *p, int n) {
-    float max = -INFINITY;
-    for (int i = 0; i < n; i++) max = p[i] > max ? p[i] : max; /* (ggml_vec_max_f32) */
-    double sum = 0.0;
-    int i = 0;
-    for (; i + 7 < n; i += 8) {
-        const __m256 v = ggml_expf8(_mm256_sub_ps(_mm256_loadu_ps(p + i), _mm256_set1_ps(max)));
-        _mm256_storeu_ps(p + i, v);
-        sum += (double)ggml_hsum8(v);
-    }
-    for (; i < n; i++) {
-        const float v = expf(p[i] - max);
-        sum += (double)v;
-        p[i] = v;
-    }
-    const float inv = (float)(1.0 / sum);
-    for (int j = 0; j < n; j++) p[j] *= inv;
-}
-
 /* the k largest of n, highest first (ggml_argsort descending, then its first k) */
 static void top_k(const float *p, int n, int k, int *out) {
     for (int j = 0; j < k; j++) {
@@ -63,7 +43,7 @@ HIDDEN int mlxcel_moe_rows(const struct step_model *m, const struct step_layer *
     for (int r = 0; r < rows && status == 0; r++) {
         float *p = logits + (size_t)r * NE;
         const float *hr = h + (size_t)r * E;
-        soft_max_row(p, NE);
+        ggml_soft_max_row(p, NE, 1.0f);
         top_k(p, NE, K, chosen);
         double total = 0.0; /* ggml_sum_rows (ggml_vec_sum_f32: in double), clamped, then each divided by it */
         for (int j = 0; j < K; j++) total += (double)(weights[j] = p[chosen[j]]);
