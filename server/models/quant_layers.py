@@ -225,10 +225,10 @@ def keep_quantized(model: nn.Module) -> int:
     layers = [m for _, m in model.named_modules() if _kernel_readable(m)]
     for layer in layers:
         layer.scales, layer.biases = layer.scales.astype(mx.float32), layer.biases.astype(mx.float32)
-    floats = [
+    floats = [  # (a quantized model's own: a float checkpoint keeps its type)
         (k, v.astype(mx.float32))
         for k, v in tree_flatten(model.parameters())
-        if v.dtype in (mx.float16, mx.bfloat16) and not k.endswith((".scales", ".biases"))
+        if layers and v.dtype in (mx.float16, mx.bfloat16) and not k.endswith((".scales", ".biases"))
     ]
     if floats:
         model.update(tree_unflatten(floats))
