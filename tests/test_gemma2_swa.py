@@ -1,12 +1,12 @@
 """Gemma 2's sliding window (server/models/gemma2_swa.py): mlx-lm's Gemma 2 up to the window, b10621's window past
 it (conformance/test_families.py holds the 32-position twin to the reference), the same logits whether a
-sequence is read in one pass or token by token through the rotating caches."""
+sequence is read in one pass or token by token through its plain caches (the window is the mask's)."""
 
 from __future__ import annotations
 
 import mlx.core as mx
 from mlx_lm.models import gemma2
-from mlx_lm.models.cache import KVCache, RotatingKVCache
+from mlx_lm.models.cache import KVCache
 
 from server.models import gemma2_swa
 from server.models.architectures import model_classes
@@ -38,11 +38,10 @@ def test_gemma2_checkpoints_get_the_windowed_model():
     assert model_classes({"model_type": "gemma2"}) == (gemma2_swa.Model, gemma2_swa.ModelArgs)
 
 
-def test_even_layers_slide_with_a_rotating_cache_of_the_windows_size():
+def test_every_layer_keeps_a_plain_cache_and_the_even_ones_slide_by_their_mask():
     ours, _ = _models()
-    caches = ours.make_cache()
-    assert [type(c) for c in caches] == [RotatingKVCache, KVCache, RotatingKVCache, KVCache]
-    assert caches[0].max_size == WINDOW
+    assert [type(c) for c in ours.make_cache()] == [KVCache] * 4
+    assert [gemma2_swa.is_sliding(i, ours.args) for i in range(4)] == [True, False, True, False]
 
 
 def test_the_window_changes_nothing_before_it_and_the_answer_after_it():

@@ -312,8 +312,8 @@ class MLXBackend:
 
     # --- moving cached keys (a plain rope only) ---------------------------------------------------------------
 
-    def _rope(self) -> nn.Module:
-        rope = self.model.layers[0].self_attn.rope
+    def _rope(self, layer: int = 0) -> nn.Module:
+        rope = self.model.layers[layer].self_attn.rope  # (each layer's own: Gemma 3's sliding layers' base)
         # mlx-lm's scaled variants (its YaRN, Llama 3, ...) carry frequencies of their own; mlxcel's YarnRoPE
         # computes ggml's rope_yarn and turns keys as b10621 does
         if type(rope).__name__ not in ("RoPE", "YarnRoPE"):
@@ -322,14 +322,15 @@ class MLXBackend:
 
     def _turnable(self) -> bool:
         try:
-            self._rope()
+            for layer in range(len(self.model.layers)):
+                self._rope(layer)
             return True
         except (NotImplementedError, AttributeError, IndexError):
             return False
 
-    def _turn(self, keys: mx.array, shift: int) -> mx.array:
-        """Keys rotated as if they sat `shift` positions further on (llama.cpp's K-shift)."""
-        rope = self._rope()
+    def _turn(self, keys: mx.array, shift: int, layer: int) -> mx.array:
+        """A layer's keys rotated as if they sat `shift` positions further on (llama.cpp's K-shift)."""
+        rope = self._rope(layer)
         b, h, t, d = keys.shape
         stored, keys = keys.dtype, keys.astype(mx.float32)  # turned in float32, stored back in the cache's type
         if type(rope).__name__ == "YarnRoPE":
@@ -352,11 +353,11 @@ class MLXBackend:
         """restore() of a prefix, then each (cached start, prompt start, length) chunk of the snapshot moved to
         its prompt start, its keys turned by the move: b10621's cache reuse (seq_rm, then seq_add)."""
         cache = self.new_cache()
-        for c, (k, v) in zip(cache, snap.kv(), strict=False):
+        for layer, (c, (k, v)) in enumerate(zip(cache, snap.kv(), strict=False)):
             keys, values = [k[..., :prefix, :]], [v[..., :prefix, :]]
             for head_c, head_p, n in chunks:
                 moved = k[..., head_c : head_c + n, :]
-                keys.append(self._turn(moved, head_p - head_c) if head_p != head_c else moved)
+                keys.append(self._turn(moved, head_p - head_c, layer) if head_p != head_c else moved)
                 values.append(v[..., head_c : head_c + n, :])
             c.keys, c.values = mx.concatenate(keys, axis=2), mx.concatenate(values, axis=2)
             c.offset = prefix + sum(n for _, _, n in chunks)
@@ -369,10 +370,10 @@ class MLXBackend:
         rest back by n_discard, re-rotating their keys (llama.cpp's seq_rm + seq_add K-shift)."""
         self._settle()
         self._rope()
-        for c in cache:
+        for layer, c in enumerate(cache):
             n = c.offset
             keys, values = c.keys[..., :n, :], c.values[..., :n, :]
-            tail = self._turn(keys[..., n_keep + n_discard :, :], -n_discard)
+            tail = self._turn(keys[..., n_keep + n_discard :, :], -n_discard, layer)
             c.keys = mx.concatenate([keys[..., :n_keep, :], tail], axis=2)
             c.values = mx.concatenate([values[..., :n_keep, :], values[..., n_keep + n_discard :, :]], axis=2)
             c.offset = n - n_discard

@@ -67,7 +67,10 @@ def _remappings() -> tuple[dict, dict]:
 
 # architectures mlxcel runs with a model file of its own (mlx-lm's layers, b10621's behaviour where mlx-lm's
 # differs): model_type -> module
-OWN_MODELS = {"gemma2": "server.models.gemma2_swa"}  # the sliding window mlx-lm's Gemma 2 does not apply
+OWN_MODELS = {
+    "gemma2": "server.models.gemma2_swa",  # the sliding window mlx-lm's Gemma 2 does not apply
+    "gemma3_text": "server.models.gemma3_window",  # b10621's embedding scale; plain caches on every layer
+}
 
 
 def model_classes(config: dict) -> tuple[type, type]:

@@ -30,37 +30,17 @@ from mlx_lm.models.smollm3 import NoPE
 from mlx_lm.models.switch_layers import SwitchGLU, SwitchLinear
 
 from .. import blas, cpu_kernels
-from . import batch_cache
-from .cpu_layers import SOURCE, FusedLinear, KernelAttention, KernelMLP, llama_shaped
+from . import batch_cache, gemma_step
+from .cpu_layers import SOURCE, KernelAttention, KernelMLP, llama_shaped
 from .loader import TransposedLinear
-from .quant_layers import (
-    FusedGGMLLinear,
-    FusedQuantLinear,
-    GGMLEmbedding,
-    GGMLLinear,
-    KernelQuantEmbedding,
-    KernelQuantLinear,
-)
+from .quant_layers import GGMLEmbedding, KernelQuantEmbedding
 from .quantized_twins import drop_panels, pointer
 from .rope_factors import FactorRoPE
+from .step_operands import PRODUCTS, in_out, operand
 from .yarn import YarnRoPE
 
 MAX_ROWS = 16  # the few-row products' limit (cpu_kernels.c SMALL_M): more rows decode through MLX
 _VOID_P = ctypes.c_void_p
-
-
-_PRODUCTS = (FusedLinear, TransposedLinear, KernelQuantLinear, FusedQuantLinear, GGMLLinear, FusedGGMLLinear)
-
-
-def _operand(layer) -> mx.array | None:
-    """What the step passes for a linear layer's weight: a float one in x out, or a kept quantized layer's packed
-    values (whose address is its virtual twin's key: quant_layers), or None for a layer the step does not run."""
-    if type(layer) in (FusedLinear, TransposedLinear):
-        return layer.weight_t
-    if type(layer) in (GGMLLinear, FusedGGMLLinear, GGMLEmbedding):
-        return layer.ggml
-    kinds = (KernelQuantLinear, FusedQuantLinear, nn.Embedding, KernelQuantEmbedding)
-    return layer.weight if type(layer) in kinds else None
 
 
 def _moe(mlp) -> list | None:
@@ -106,7 +86,7 @@ def _layer_weights(layer) -> tuple[list[mx.array | None], list[mx.array] | None,
     linears = [*qkv, attn.o_proj, *gu, *([] if moe is not None else [mlp.down_proj])]
     if len(qkv) not in (1, 3) or len(gu) not in ((0,) if moe else (1, 2)):
         return None
-    if not all(type(x) in _PRODUCTS for x in linears):
+    if not all(type(x) in PRODUCTS for x in linears):
         return None
     if any("bias" in x for x in linears[len(qkv) :]) or (len(qkv) == 3 and any("bias" in x for x in qkv)):
         return None  # (a fused q|k|v's biases are the step's: _layer_extras)
@@ -120,28 +100,17 @@ def _layer_weights(layer) -> tuple[list[mx.array | None], list[mx.array] | None,
         return None
     six = [
         layer.input_layernorm.weight,
-        _operand(qkv[0]) if len(qkv) == 1 else None,
-        _operand(attn.o_proj),
+        operand(qkv[0]) if len(qkv) == 1 else None,
+        operand(attn.o_proj),
         layer.post_attention_layernorm.weight,
-        _operand(gu[0]) if len(gu) == 1 else None,
-        None if moe is not None else _operand(mlp.down_proj),
+        operand(gu[0]) if len(gu) == 1 else None,
+        None if moe is not None else operand(mlp.down_proj),
     ]
     split = None
     if len(qkv) == 3 or len(gu) == 2:  # q, k, v, gate, up: None for the ones fused above
-        split = [_operand(x) for x in qkv] if len(qkv) == 3 else [None] * 3
-        split += [_operand(x) for x in gu] if len(gu) == 2 else [None] * 2
+        split = [operand(x) for x in qkv] if len(qkv) == 3 else [None] * 3
+        split += [operand(x) for x in gu] if len(gu) == 2 else [None] * 2
     return six, split, moe
-
-
-def _in_out(layer) -> tuple[int, int]:
-    """A linear layer's (in, out), or an embedding's (dims, vocab)."""
-    if type(layer) in (FusedLinear, TransposedLinear):
-        return int(layer.weight_t.shape[0]), int(layer.weight_t.shape[1])
-    if type(layer) in (KernelQuantLinear, FusedQuantLinear, KernelQuantEmbedding):
-        return int(layer.weight.shape[1] * 32 // layer.bits), int(layer.weight.shape[0])
-    if isinstance(layer, GGMLLinear):
-        return layer.shape
-    return int(layer.weight.shape[1]), int(layer.weight.shape[0])
 
 
 def _layer_extras(layers) -> list[list[mx.array | None]]:
@@ -253,13 +222,15 @@ class DecodeStep:
 
     @classmethod
     def build(cls, model: nn.Module) -> DecodeStep | None:  # noqa: C901
-        if not llama_shaped(model) or not cpu_kernels.available():
+        if not (llama_shaped(model) or gemma_step.is_gemma(model)) or not cpu_kernels.available():
             return None
         native = blas.STATE.native
         if not hasattr(native, "mlxcel_step"):
             return None
         native.mlxcel_step_model.restype = _VOID_P
         native.mlxcel_step_model_free.argtypes = [_VOID_P]
+        if gemma_step.is_gemma(model):
+            return gemma_step.build(cls, model, MAX_ROWS)
         trunk, args = model.model, model.args
         embed = trunk.embed_tokens
         if type(trunk.norm) is not nn.RMSNorm or type(embed) not in (nn.Embedding, KernelQuantEmbedding, GGMLEmbedding):
@@ -270,10 +241,10 @@ class DecodeStep:
         layer_weights = [b[0] for b in blocks if b is not None]
         splits = [b[1] for b in blocks if b is not None]
         moes = [b[2] for b in blocks if b is not None]
-        head = _operand(embed) if args.tie_word_embeddings else _operand(getattr(model, "lm_head", None))
+        head = operand(embed) if args.tie_word_embeddings else operand(getattr(model, "lm_head", None))
         if head is None or (not args.tie_word_embeddings and "bias" in model.lm_head):
             return None
-        weights = [_operand(embed), trunk.norm.weight, head, *(w for ws in layer_weights for w in ws)]
+        weights = [operand(embed), trunk.norm.weight, head, *(w for ws in layer_weights for w in ws)]
         arrays = [w for w in [*weights, *(w for ws in splits if ws for w in ws)] if w is not None]
         arrays += [w for moe in moes if moe for w in moe[:4]]
         if any(w.dtype not in (mx.float32, mx.uint32, mx.uint8) for w in arrays):  # (kept quantized: packed, blocks)
@@ -284,15 +255,15 @@ class DecodeStep:
         if len(numerics) != 1 or numbers is None:
             return None
         eps, (dims_rot, base, scale, attn_scale, yarn), factors = numbers
-        q_out = sum(_in_out(attn0[n])[1] for n in ("qkv_proj", "q_proj", "k_proj", "v_proj") if n in attn0)
+        q_out = sum(in_out(attn0[n])[1] for n in ("qkv_proj", "q_proj", "k_proj", "v_proj") if n in attn0)
         dims = [
             len(trunk.layers),
-            _in_out(embed)[0],
+            in_out(embed)[0],
             attn0.n_heads,
             attn0.n_kv_heads,
             q_out // (attn0.n_heads + 2 * attn0.n_kv_heads),
-            moes[0][6] if moes[0] else _in_out(mlp0.down_proj)[0],
-            _in_out(embed)[1],
+            moes[0][6] if moes[0] else in_out(mlp0.down_proj)[0],
+            in_out(embed)[1],
             dims_rot,
             int(bool(args.tie_word_embeddings)),
             MAX_ROWS,

@@ -3,9 +3,10 @@
 mlx-lm's Gemma 2 attends to every cached position on every layer. b10621 keeps a window of `sliding_window`
 positions (4096 unless the GGUF says otherwise) on the even layers (set_swa_pattern(2): layer i slides when
 i % 2 == 0) and the whole context on the odd ones; a position attends to the keys at most window - 1 before it.
-Up to the window both agree; past it this model does what b10621 does: mlx-lm's own layers and parameters, a
-RotatingKVCache of the window's size on each sliding layer, and each layer given its own mask (as mlx-lm's
-Gemma 3 does it).
+Up to the window both agree; past it this model does what b10621 does: mlx-lm's own layers and parameters, each
+layer given its own mask (as mlx-lm's Gemma 3 does it). Every layer's cache is a plain KVCache, the window applied
+by the mask: the keys a sliding layer attends to are b10621's, and the caches rewind, batch and shift as any
+plain cache does (b10621 keeps n_swa + n_ubatch cells on a sliding layer, mlxcel every position: memory only).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 from mlx_lm.models import gemma2
 from mlx_lm.models.base import create_attention_mask
-from mlx_lm.models.cache import KVCache, RotatingKVCache
+from mlx_lm.models.cache import KVCache
 
 SWA_PERIOD = 2  # b10621's Gemma 2 pattern: sliding, global, sliding, ...
 
@@ -38,12 +39,10 @@ class Model(gemma2.Model):
         layers = trunk.layers
         cache = cache if cache is not None else [None] * len(layers)
         sliding = [is_sliding(i, self.args) for i in range(len(layers))]
-        # masks built from a layer of each kind: their caches agree on the offset, not on the layout
-        first_global = next((i for i, s in enumerate(sliding) if not s), 0)
-        global_mask = create_attention_mask(h, cache[first_global], return_array=True)
+        global_mask = create_attention_mask(h, cache[0], return_array=True)
         window_mask = (
             create_attention_mask(h, cache[0], window_size=self.args.sliding_window, return_array=True)
-            if sliding[0]
+            if any(sliding)
             else None
         )
         for layer, c, slides in zip(layers, cache, sliding, strict=True):
@@ -52,7 +51,4 @@ class Model(gemma2.Model):
         return mx.tanh(out / self.final_logit_softcapping) * self.final_logit_softcapping
 
     def make_cache(self) -> list:
-        return [
-            RotatingKVCache(max_size=int(self.args.sliding_window or 0)) if is_sliding(i, self.args) else KVCache()
-            for i in range(len(self.layers))
-        ]
+        return [KVCache() for _ in self.layers]

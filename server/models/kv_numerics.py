@@ -64,8 +64,12 @@ def round_to(x: mx.array, kind: str) -> mx.array:
 
 def apply(model, numerics: KVNumerics) -> None:
     """Set the numerics on every attention block of a model switched to mlxcel's kernels (cpu_layers)."""
+    from mlx_lm.models import gemma2, gemma3_text  # deferred: (mlx-lm's models, loaded with the model)
+
     from .cpu_layers import KernelAttention  # deferred: cpu_layers imports this module (KVNumerics, stored)
 
+    # (Gemma's attention runs as mlx-lm's through MLX; its native steps take the numerics: gemma_step.py)
+    kinds = (KernelAttention, gemma2.Attention, gemma3_text.Attention)
     for _, module in model.named_modules():
-        if isinstance(module, KernelAttention):
+        if isinstance(module, kinds):
             module.kv_numerics = numerics

@@ -12,7 +12,7 @@ import numpy as np
 from mlx.utils import tree_unflatten
 
 from .. import cpu_kernels
-from . import cpu_layers, ggml_gelu, quant_layers, quantized_twins, rope_factors
+from . import cpu_layers, gemma2_swa, gemma3_window, ggml_gelu, quant_layers, quantized_twins, rope_factors
 from . import yarn as yarn_rope
 from .architectures import load_model
 
@@ -133,8 +133,13 @@ def override_rope(model: nn.Module, base: float | None, scale: float | None) -> 
     if base is None and scale is None:
         return 0
     applied, others = 0, set()
+    # b10621 gives the context's base and scale to the global layers only: a sliding layer keeps its trained
+    # rope (llama_model::get_rope_freq_base: rope_freq_base_train_swa), Gemma 2's and 3's
+    keep = {id(layer.self_attn.rope) for i, layer in enumerate(getattr(model, "layers", [])) if sliding_layer(model, i)}
     for _, module in model.named_modules():
-        if type(module) is nn.RoPE:
+        if type(module) is nn.RoPE and id(module) in keep:
+            applied += 1
+        elif type(module) is nn.RoPE:
             if base is not None:
                 module.base = float(np.float32(base))
             if scale is not None:
@@ -148,6 +153,13 @@ def override_rope(model: nn.Module, base: float | None, scale: float | None) -> 
             f"{', '.join(sorted(others)) or 'none found'}) takes no override"
         )
     return applied
+
+
+def sliding_layer(model: nn.Module, layer: int) -> bool:
+    """Whether the layer of a Gemma 2 or 3 model attends through its sliding window."""
+    if type(model) is gemma2_swa.Model:
+        return gemma2_swa.is_sliding(layer, model.args)
+    return type(model) is gemma3_window.Model and gemma3_window.is_sliding(layer, model.args)
 
 
 def _panels(model: nn.Module, now: bool) -> None:

@@ -134,6 +134,11 @@ struct kv_args {
     int ggml_dims; /* dot products over a head in ggml's element order (a llama GGUF's interleaved pairs) */
     int ggml_sums; /* dot products summed as ggml's vec_dot_f16 sums them (ggml_dims or not) */
     int k_half, v_half; /* the keys, the values stored as f16 */
+    int ggml_plain; /* without flash attention, every product in ggml's order (ggml_plain_head) */
+    int ubatch;     /* the rows of the ubatch the queries came in */
+    int acc32;      /* flash attention's sums in f32 whatever V's type (the tiled path's, a ubatch of 64 rows or more) */
+    int window;     /* a query at position p sees keys p - window + 1 .. p (0: all before it) */
+    float softcap;  /* scores capped softcap tanh(s / softcap) (Gemma 2's attention; 0: none) */
     float scale;
     const int *first;
     float *out;
@@ -220,6 +225,13 @@ static inline const float *kv_row(struct kv_rows r, int j, float *buf, int D) {
     return buf;
 }
 
+/* the rows from row j on */
+static inline struct kv_rows rows_from(struct kv_rows r, int j) {
+    r.base = r.half ? (const void *)((const uint16_t *)r.base + (long)j * r.pos)
+                    : (const void *)((const float *)r.base + (long)j * r.pos);
+    return r;
+}
+
 /* a head's values in ggml's element order: a llama GGUF's q and k rows interleave the rotary pairs (element 2i
  * is mlxcel's i, 2i + 1 its i + D/2: convert_hf_to_gguf's permute) */
 static void to_ggml_dims(const float *x, float *out, int D) {
@@ -230,7 +242,9 @@ static void to_ggml_dims(const float *x, float *out, int D) {
 /* one query row of one head: flash_attn_ext_f16_one_chunk over keys [0, n) */
 static void flash_row(const struct kv_args *a, const float *q, struct kv_rows k, struct kv_rows v, int n, float *acc,
                       float *o) {
-    const int D = a->D, vec = vector_ok(), f16_v = a->v_type == KV_F16;
+    const int D = a->D, vec = vector_ok(), f16_v = a->v_type == KV_F16 && !a->acc32;
+    /* ggml divides the scale by the cap once, then caps each scaled score: softcap tanhf(s) */
+    const float scale = a->softcap != 0.0f ? a->scale / a->softcap : a->scale;
     float M = -INFINITY, S = 0.0f;
     memset(acc, 0, sizeof(float) * (size_t)D);
     float *kc = acc + D, *vc = kc + D, *kg = vc + D; /* a cast key and value; a key in ggml's order */
@@ -242,13 +256,14 @@ static void flash_row(const struct kv_args *a, const float *q, struct kv_rows k,
         float s;
         if (vec && a->ggml_sums && a->k_type == KV_F16) {
             if (a->ggml_dims) to_ggml_dims(kj, kg, D);
-            s = dot_ggml_f16(q, a->ggml_dims ? kg : kj, D) * a->scale;
+            s = dot_ggml_f16(q, a->ggml_dims ? kg : kj, D) * scale;
         } else {
-            s = (vec ? dot_vec(q, kj, D) : dot(q, kj, D)) * a->scale;
+            s = (vec ? dot_vec(q, kj, D) : dot(q, kj, D)) * scale;
         }
 #else
-        float s = dot(q, kj, D) * a->scale;
+        float s = dot(q, kj, D) * scale;
 #endif
+        if (a->softcap != 0.0f) s = a->softcap * tanhf(s);
         float ms = 1.0f, vs = 1.0f;
         int rescale = 0;
         if (s > M) {
@@ -281,10 +296,14 @@ static void plain_row(const struct kv_args *a, const float *q, struct kv_rows k,
     for (int j = 0; j < n; j++) {
         const float *kj = kv_row(k, j, buf, D);
 #if KV_X86
-        p[j] = (vector_ok() ? dot_vec(q, kj, D) : dot(q, kj, D)) * a->scale;
+        float s = vector_ok() ? dot_vec(q, kj, D) : dot(q, kj, D);
 #else
-        p[j] = dot(q, kj, D) * a->scale;
+        float s = dot(q, kj, D);
 #endif
+        /* b10621's capped scores without flash attention: scale by 1 / cap, tanh, scale by cap, then softmax's
+         * own scale */
+        if (a->softcap != 0.0f) s = tanhf(s * (1.0f / a->softcap)) * a->softcap;
+        p[j] = s * a->scale;
         mx = p[j] > mx ? p[j] : mx;
     }
     double sum = 0.0;
@@ -299,6 +318,47 @@ static void plain_row(const struct kv_args *a, const float *q, struct kv_rows k,
     }
 }
 
+#if KV_X86
+/* One head's queries without flash attention as b10621's graph computes them over an f32 or f16 cache, every
+ * sum in ggml's order (a model on the native steps in that order): kq = mul_mat(K, Q) as vec_dot (Q is a
+ * permuted view: no tinyBLAS), each score capped (scale by 1 / cap, tanhf, scale by cap), then soft_max_ext's
+ * scale and mask (ggml_soft_max_row, in 8-lane groups from the first cell), then kqv = mul_mat(V^T, kq) as the
+ * ubatch sums it (tinyBLAS from 2 rows). b10621's cells hold one sequence's positions in order, so a key's lane
+ * in those sums is its position: masked keys are zeros there, and past the last key the cells pad to 32 here
+ * (to 256 there: zeros, which add nothing). vt: D x padded keys, p: padded keys. Returns 0, or -1 where the
+ * product's order does not apply. */
+F16C static int ggml_plain_head(const struct kv_args *a, int b, int h, struct kv_rows kh, struct kv_rows vh, int first,
+                                float *vt, float *p, float *kbuf, float *qr) {
+    const int D = a->D, keys = a->T - first, padded = (keys + 31) & ~31;
+    for (int j = 0; j < padded; j++) { /* V^T, zero past the keys */
+        const float *vj = j < keys ? kv_row(vh, j, kbuf, D) : NULL;
+        for (int d = 0; d < D; d++) vt[(size_t)d * padded + j] = vj ? vj[d] : 0.0f;
+    }
+    const float cap = a->softcap;
+    for (int i = 0; i < a->L; i++) {
+        float *o = a->out + (((size_t)b * a->L + i) * a->H + h) * D;
+        const int seen = a->T - a->L + i + 1 - first;
+        if (seen <= 0) { memset(o, 0, sizeof(float) * (size_t)D); continue; } /* a padding query: zeros */
+        const int lo = a->window && seen > a->window ? seen - a->window : 0;
+        memcpy(qr, a->q + b * a->q_seq + h * a->q_head + i * a->q_pos, sizeof(float) * (size_t)D);
+        mlxcel_round_kv(qr, D, a->k_type); /* Q converted to K's vec_dot type */
+        if (a->ggml_dims) { to_ggml_dims(qr, kbuf, D); memcpy(qr, kbuf, sizeof(float) * (size_t)D); }
+        for (int j = 0; j < padded; j++) {
+            if (j < lo || j >= seen) { p[j] = -INFINITY; continue; }
+            const float *kj = kv_row(kh, j, kbuf, D);
+            if (a->ggml_dims) { to_ggml_dims(kj, kbuf + D, D); kj = kbuf + D; }
+            float s = a->k_type == KV_F16 ? dot_ggml_f16(qr, kj, D) : ggml_dot_vec(qr, kj, D);
+            if (cap != 0.0f) s = tanhf(s * (1.0f / cap)) * cap;
+            p[j] = s * a->scale;
+        }
+        ggml_soft_max_row(p, padded, 1.0f);
+        mlxcel_round_kv(p, padded, a->v_type); /* kq converted to V's vec_dot type */
+        if (mlxcel_ggml_gemm(1, D, padded, p, padded, vt, padded, o, D, 0, a->ubatch) != 0) return -1;
+    }
+    return 0;
+}
+#endif
+
 static void kv_head(void *ctx, int task) {
     struct kv_args *a = ctx;
     const int b = task / a->H, h = task % a->H, group = a->H / a->Hkv, D = a->D;
@@ -310,19 +370,32 @@ static void kv_head(void *ctx, int task) {
     const struct kv_rows vh = {a->v_half ? (const void *)((const uint16_t *)a->v + vo) : (const void *)((const float *)a->v + vo),
                                a->v_pos, a->v_half};
     const int keys = a->T - first;
+#if KV_X86
+    if (a->ggml_plain && keys > 0) {
+        const size_t padded = (size_t)((keys + 31) & ~31);
+        float *vt = mlxcel_thread_floats(BUFFER_SCORES, padded * (D + 1) + 3 * (size_t)D);
+        if (!vt) { a->failed = 1; return; }
+        float *p = vt + padded * D, *kbuf = p + padded, *qr = kbuf + 2 * D;
+        if (ggml_plain_head(a, b, h, kh, vh, first, vt, p, kbuf, qr) == 0) return;
+    }
+#endif
     float *scratch = mlxcel_thread_floats(BUFFER_SCORES, (size_t)6 * D + (size_t)(keys > 0 ? keys : 1));
     if (!scratch) { a->failed = 1; return; }
     /* acc: the sums, then flash_row's cast key, value and reordered key; qg: a query in ggml's order */
     float *qr = scratch, *acc = scratch + D, *qg = acc + 4 * D, *p = qg + D;
     for (int i = 0; i < a->L; i++) {
         float *o = a->out + (((size_t)b * a->L + i) * a->H + h) * D;
-        const int seen = a->T - a->L + i + 1 - first;
+        int seen = a->T - a->L + i + 1 - first;
         if (seen <= 0) { memset(o, 0, sizeof(float) * (size_t)D); continue; } /* a padding query: zeros */
+        /* a sliding window: the keys before it are masked, which ggml skips (flash) or weighs 0 (no flash) */
+        const int lo = a->window && seen > a->window ? seen - a->window : 0;
+        seen -= lo;
         memcpy(qr, a->q + b * a->q_seq + h * a->q_head + i * a->q_pos, sizeof(float) * (size_t)D);
         mlxcel_round_kv(qr, D, a->k_type); /* Q converted to K's vec_dot type */
         if (a->flash && a->ggml_dims && a->k_type == KV_F16) { to_ggml_dims(qr, qg, D); memcpy(qr, qg, sizeof(float) * (size_t)D); }
-        if (a->flash) flash_row(a, qr, kh, vh, seen, acc, o);
-        else plain_row(a, qr, kh, vh, seen, p, acc + D, o);
+        const struct kv_rows kw = rows_from(kh, lo), vw = rows_from(vh, lo);
+        if (a->flash) flash_row(a, qr, kw, vw, seen, acc, o);
+        else plain_row(a, qr, kw, vw, seen, p, acc + D, o);
     }
 }
 
@@ -344,6 +417,19 @@ int mlxcel_attention_kv(const float *q, long q_seq, long q_head, long q_pos, con
                         long k_pos, const void *v, long v_seq, long v_head, long v_pos, int B, int H, int Hkv, int L,
                         int T, int D, float scale, const int *first, float *out, int k_type, int v_type, int flash,
                         int ubatch) {
+    const struct attention_mask none = {0, 0.0f};
+    return mlxcel_attention_masked(q, q_seq, q_head, q_pos, k, k_seq, k_head, k_pos, v, v_seq, v_head, v_pos, B, H, Hkv,
+                                   L, T, D, scale, first, out, k_type, v_type, flash, ubatch, none);
+}
+
+/* mlxcel_attention_kv with a sliding window and capped scores (Gemma 2 and 3: mask.window, mask.softcap). These
+ * run in the per-row loops whatever the cache's types: the tiled path of 64 rows or more as the one-chunk path
+ * with its sums in f32, and f32 math without flash attention as plain_row computes it. */
+int mlxcel_attention_masked(const float *q, long q_seq, long q_head, long q_pos, const void *k, long k_seq,
+                            long k_head, long k_pos, const void *v, long v_seq, long v_head, long v_pos, int B, int H,
+                            int Hkv, int L, int T, int D, float scale, const int *first, float *out, int k_type,
+                            int v_type, int flash, int ubatch, struct attention_mask mask) {
+    const int masked = mask.window > 0 || mask.softcap != 0.0f;
     const int ggml_dims = (flash & ATTENTION_GGML_DIMS) && D % 2 == 0;
     const int ggml_sums = ggml_dims || (flash & ATTENTION_GGML_SUMS);
     const int k_half = (flash & ATTENTION_K_F16) != 0, v_half = (flash & ATTENTION_V_F16) != 0;
@@ -354,7 +440,9 @@ int mlxcel_attention_kv(const float *q, long q_seq, long q_head, long q_pos, con
     const int f32 = !flash && k_type == KV_F32 && v_type == KV_F32;
     /* (the tiled path over a cast cache reads f16 values; here it reads the f32 ones: f32 rounding apart) */
     const int tiled = flash && k_type == v_type && k_type != KV_BF16 && ubatch >= FA_TILE_Q;
-    if (f32 || tiled) {
+    /* without flash attention, a step in ggml's order over an f32 or f16 cache: every sum as b10621's */
+    const int ggml_plain = !flash && ggml_sums && vector_ok() && k_type != KV_BF16 && v_type != KV_BF16;
+    if ((f32 || tiled) && !masked && !ggml_plain) {
         if (!k_half && !v_half)
             return mlxcel_attention(q, q_seq, q_head, q_pos, k, k_seq, k_head, k_pos, v, v_seq, v_head, v_pos, B, H,
                                     Hkv, L, T, D, scale, first, out);
@@ -372,7 +460,8 @@ int mlxcel_attention_kv(const float *q, long q_seq, long q_head, long q_pos, con
         return status;
     }
     struct kv_args a = {q, k, v, q_seq, q_head, q_pos, k_seq, k_head, k_pos, v_seq, v_head, v_pos,
-                        H, Hkv, L, T, D, k_type, v_type, flash, cast, ggml_dims, ggml_sums, k_half, v_half, scale, first, out, 0};
+                        H, Hkv, L, T, D, k_type, v_type, flash, cast, ggml_dims, ggml_sums, k_half, v_half,
+                        ggml_plain, ubatch, tiled, mask.window, mask.softcap, scale, first, out, 0};
     mlxcel_pool_run(kv_head, &a, B * H, 1);
     return a.failed ? -1 : 0;
 }

@@ -35,6 +35,16 @@ int mlxcel_attention_kv(const float *q, long q_seq, long q_head, long q_pos, con
                         long k_pos, const void *v, long v_seq, long v_head, long v_pos, int B, int H, int Hkv, int L,
                         int T, int D, float scale, const int *first, float *out, int k_type, int v_type, int flash,
                         int ubatch);
+/* a sliding window (keys p - window + 1 .. p for a query at p; 0: none) and capped scores (softcap tanh(s /
+ * softcap); 0: none), as b10621's Gemma 2 and 3 attend */
+struct attention_mask {
+    int window;
+    float softcap;
+};
+int mlxcel_attention_masked(const float *q, long q_seq, long q_head, long q_pos, const void *k, long k_seq,
+                            long k_head, long k_pos, const void *v, long v_seq, long v_head, long v_pos, int B, int H,
+                            int Hkv, int L, int T, int D, float scale, const int *first, float *out, int k_type,
+                            int v_type, int flash, int ubatch, struct attention_mask mask);
 void mlxcel_swiglu(const float *g, const float *u, long rows, long width, long ld, float *out);
 
 /* fn(ctx, t) for t in [0, tasks), spread over the one pool of threads when parallel is set and it is free */

@@ -82,6 +82,38 @@ int mlxcel_step_layer_moe(void *model, int layer, const float *router, const flo
     return 0;
 }
 
+/* Separate q, k, v (and gate, up) weights' out x in copies, for products in ggml's order (NULL: none kept).
+ * The weights stay the caller's. Returns 0, or -1 for a layer out of range. */
+int mlxcel_step_layer_split_t(void *model, int layer, const float *wq_t, const float *wk_t, const float *wv_t,
+                              const float *wg_t, const float *wu_t) {
+    struct step_model *m = model;
+    if (layer < 0 || layer >= m->layers) return -1;
+    struct step_layer *w = &m->layer[layer];
+    w->wq_t = wq_t, w->wk_t = wk_t, w->wv_t = wv_t, w->wg_t = wg_t, w->wu_t = wu_t;
+    return 0;
+}
+
+/* Gemma 2 and 3's graph (models/gemma2.cpp, gemma3.cpp): the embedding scaled by embed_scale, GeGLU, the
+ * attention's scores and the logits capped (0: not), the sliding layers' window and rope base and scale (base 0:
+ * the model's). */
+void mlxcel_step_gemma(void *model, float embed_scale, float attn_softcap, float final_softcap, int window,
+                       float swa_base, float swa_scale) {
+    struct step_model *m = model;
+    m->embed_scale = embed_scale, m->attn_softcap = attn_softcap, m->final_softcap = final_softcap;
+    m->window = window, m->swa_base = swa_base, m->swa_scale = swa_scale, m->geglu = 1;
+}
+
+/* A Gemma layer: the norms of its attention's and feed-forward's outputs (weights as b10621 holds them: 1 + w;
+ * the caller's) and whether it is a sliding one. Returns 0, or -1 for a layer out of range. */
+int mlxcel_step_layer_gemma(void *model, int layer, const float *post_attn_norm, const float *post_ffn_norm,
+                            int sliding) {
+    struct step_model *m = model;
+    if (layer < 0 || layer >= m->layers) return -1;
+    struct step_layer *w = &m->layer[layer];
+    w->post_attn_norm = post_attn_norm, w->post_ffn_norm = post_ffn_norm, w->sliding = sliding;
+    return 0;
+}
+
 /* The embedding is a quantized one's key (its rows dequantized as the step reads them). */
 void mlxcel_step_embed_quant(void *model, int on) { ((struct step_model *)model)->embed_quant = on; }
 
@@ -104,15 +136,17 @@ static int run_rows(const struct step_model *m, int B, const int *tokens, const 
     const int nqkv = (H + 2 * Hkv) * D, half = m->rope_dims / 2;
     size_t floats = (size_t)B * (3 * E + nqkv + 2 * H * D + 3 * I);
     float *x = malloc(sizeof(float) * floats);
-    float *angles = malloc(sizeof(float) * 2 * ROPE_MAX_HALF * (size_t)B);
+    const int ropes = two_ropes(m) ? 2 : 1; /* (Gemma 3's sliding layers turn their own angles: the second set) */
+    float *angles = malloc(sizeof(float) * 2 * ROPE_MAX_HALF * (size_t)B * ropes);
     if (!x || !angles) { free(x); free(angles); return -1; }
     float *h = x + (size_t)B * E, *t = h + (size_t)B * E, *qkv = t + (size_t)B * E, *q = qkv + (size_t)B * nqkv;
     float *att = q + (size_t)B * H * D, *gu = att + (size_t)B * H * D, *act = gu + (size_t)B * 2 * I;
     for (int b = 0; b < B; b++) {
-        embed_row(m, tokens[b], x + (size_t)b * E);
-        rope_angles(pos[b], half, m->rope_dims, m->rope_base, m->rope_scale, m->yarn_on ? m->yarn : NULL,
-                    m->freq_factors, angles + 2 * ROPE_MAX_HALF * b,
-                    angles + 2 * ROPE_MAX_HALF * b + ROPE_MAX_HALF);
+        embed_scaled(m, tokens[b], x + (size_t)b * E);
+        for (int r = 0; r < ropes; r++) {
+            float *c = angles + 2 * ROPE_MAX_HALF * ((size_t)r * B + b);
+            layer_angles(m, r, pos[b], c, c + ROPE_MAX_HALF);
+        }
     }
     int status = 0;
     for (int l = 0; l < m->layers && status == 0; l++) {
@@ -121,7 +155,9 @@ static int run_rows(const struct step_model *m, int B, const int *tokens, const 
         for (int b = 0; b < B; b++) rms_norm(x + (size_t)b * E, w->attn_norm, h + (size_t)b * E, E, m->eps);
         qkv_columns(m, w, B, 0, nqkv, h, E, qkv, 1);
         for (int b = 0; b < B; b++) { /* q turned; k turned and v copied into the caches at the row's place */
-            const float *row = qkv + (size_t)b * nqkv, *c = angles + 2 * ROPE_MAX_HALF * b, *s = c + ROPE_MAX_HALF;
+            const float *row = qkv + (size_t)b * nqkv, *s;
+            const float *c = angles + 2 * ROPE_MAX_HALF * ((size_t)(ropes == 2 && w->sliding) * B + b);
+            s = c + ROPE_MAX_HALF;
             float prepared[qkv_prepared(w) ? nqkv : 1];
             if (qkv_prepared(w)) {
                 qkv_prepare(m, w, row, prepared, 1);
@@ -138,25 +174,27 @@ static int run_rows(const struct step_model *m, int B, const int *tokens, const 
         }
         if (one_seq)
             for (int b = 0; b < B && status == 0; b++)
-                status = mlxcel_attention_kv(q + (size_t)b * H * D, (long)H * D, D, D, keys[l], st[0], st[1], st[2],
-                                             values[l], st[3], st[4], st[5], 1, H, Hkv, 1, pos[b] + 1, D,
-                                             attention_scale(m), NULL, att + (size_t)b * H * D, m->k_type, m->v_type,
-                                             attention_flags(m), B);
-        else /* (a ubatch of one token per sequence: b10621 decodes sequences together in one ubatch too) */
-            status = mlxcel_attention_kv(q, (long)H * D, D, D, keys[l], st[0], st[1], st[2], values[l], st[3], st[4],
-                                         st[5], B, H, Hkv, 1, T, D, attention_scale(m), first, att, m->k_type, m->v_type,
-                                         attention_flags(m), B);
+                status = mlxcel_attention_masked(q + (size_t)b * H * D, (long)H * D, D, D, keys[l], st[0], st[1],
+                                                 st[2], values[l], st[3], st[4], st[5], 1, H, Hkv, 1, pos[b] + 1, D,
+                                                 attention_scale(m), NULL, att + (size_t)b * H * D, m->k_type,
+                                                 m->v_type, attention_flags(m), 1, layer_mask(m, w));
+        else /* each row's attention summed as a lone decode step's (b10621 decodes sequences together in one
+              * ubatch, over one cache whose cells interleave them: no order to match there; a row's logits are
+              * then bitwise the same alone, batched or verified) */
+            status = mlxcel_attention_masked(q, (long)H * D, D, D, keys[l], st[0], st[1], st[2], values[l], st[3],
+                                             st[4], st[5], B, H, Hkv, 1, T, D, attention_scale(m), first, att,
+                                             m->k_type, m->v_type, attention_flags(m), 1, layer_mask(m, w));
         product(m, B, E, H * D, att, w->wo, w->wo_t, t, 1);
-        for (size_t i = 0; i < (size_t)B * E; i++) x[i] += t[i];
+        residual_add(m, w->post_attn_norm, t, x, B);
         for (int b = 0; b < B; b++) rms_norm(x + (size_t)b * E, w->mlp_norm, h + (size_t)b * E, E, m->eps);
         if (w->router) {
             if (status == 0) status = mlxcel_moe_rows(m, w, B, h, x, 1);
             continue;
         }
         gate_up(m, w, B, h, E, gu, 1);
-        mlxcel_swiglu(gu, gu + I, B, I, 2 * I, act);
+        activation(m, gu, B, act);
         product(m, B, E, I, act, w->wdown, w->wdown_t, t, 1);
-        for (size_t i = 0; i < (size_t)B * E; i++) x[i] += t[i];
+        residual_add(m, w->post_ffn_norm, t, x, B);
     }
     if (status == 0) {
         for (int b = 0; b < B; b++) rms_norm(x + (size_t)b * E, m->norm, h + (size_t)b * E, E, m->eps);
@@ -165,6 +203,7 @@ static int run_rows(const struct step_model *m, int B, const int *tokens, const 
             cblas_sgemm(ROW_MAJOR, NO_TRANS, TRANS, B, m->vocab, E, 1.0f, h, E, m->embed, E, 0.0f, logits, m->vocab);
         else
             product(m, B, m->vocab, E, h, m->head, NULL, logits, 1);
+        cap_logits(m, logits, B);
     }
     free(x);
     free(angles);

@@ -132,6 +132,22 @@ ENC static void gelu(float *x, long n) {
     }
 }
 
+/* out = GELU(g) u over rows of width elements (g's and u's rows ld apart, out's contiguous): ggml_vec_geglu_f32
+ * with GGML_GELU_FP16, the GeGLU of Gemma's feed-forward (the native steps': step_model.h) */
+ENC __attribute__((visibility("hidden"))) void mlxcel_geglu(const float *g, const float *u, long rows, long width,
+                                                           long ld, float *out) {
+    gelu_init();
+    for (long r = 0; r < rows; r++) {
+        const float *x = g + r * ld, *y = u + r * ld;
+        float *o = out + r * width;
+        for (long i = 0; i < width; i++) {
+            if (x[i] <= -10.0f) o[i] = 0.0f;
+            else if (x[i] >= 10.0f) o[i] = x[i] * y[i];
+            else o[i] = _cvtsh_ss(gelu_table[_cvtss_sh(x[i], 0)]) * y[i];
+        }
+    }
+}
+
 /* ---- the encoder --------------------------------------------------------------------------------------- */
 
 ENC int mlxcel_bert_hidden(const mlxcel_bert *m, const int32_t *tokens, int n, float *out) {

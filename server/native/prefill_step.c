@@ -100,23 +100,26 @@ int mlxcel_prefill(const void *model, int L, const int *tokens, int index, void 
     if (L < 1 || index < 0) return -1;
     const int E = m->hidden, H = m->heads, Hkv = m->kv_heads, D = m->head_dim, I = m->inter;
     const int nqkv = (H + 2 * Hkv) * D, half = m->rope_dims / 2, T = index + L;
-    float *x = mlxcel_thread_floats(BUFFER_PREFILL, (size_t)L * (2 * E + nqkv + 2 * H * D + 3 * I + 2 * half));
+    const int ropes = two_ropes(m) ? 2 : 1; /* (Gemma 3's sliding layers turn their own angles: the second set) */
+    float *x = mlxcel_thread_floats(BUFFER_PREFILL, (size_t)L * (2 * E + nqkv + 2 * H * D + 3 * I + 2 * half * ropes));
     if (!x) return -1;
     float *h = x + (size_t)L * E, *qkv = h + (size_t)L * E, *q = qkv + (size_t)L * nqkv;
     float *att = q + (size_t)L * H * D, *gu = att + (size_t)L * H * D, *act = gu + (size_t)L * 2 * I;
     float *angles = act + (size_t)L * I;
     for (int i = 0; i < L; i++) {
-        embed_row(m, tokens[i], x + (size_t)i * E);
-        float *c = angles + (size_t)i * 2 * half;
-        rope_angles(index + i, half, m->rope_dims, m->rope_base, m->rope_scale, m->yarn_on ? m->yarn : NULL,
-                    m->freq_factors, c, c + half);
+        embed_scaled(m, tokens[i], x + (size_t)i * E);
+        for (int r = 0; r < ropes; r++) {
+            float *c = angles + ((size_t)r * L + i) * 2 * half;
+            layer_angles(m, r, index + i, c, c + half);
+        }
     }
     for (int l = 0; l < m->layers; l++) {
         const struct step_layer *w = &m->layer[l];
         const long *st = strides + 6 * l;
         const int last = l == m->layers - 1;
         norm_rows(x, w->attn_norm, h, L, E, m->eps);
-        struct rope_args r = {m, w, qkv, angles, q, keys[l], values[l], st, L, index, 0};
+        const float *layer_rope = angles + (size_t)(ropes == 2 && w->sliding) * L * 2 * half;
+        struct rope_args r = {m, w, qkv, layer_rope, q, keys[l], values[l], st, L, index, 0};
         if (!last) {
             qkv_columns(m, w, L, 0, nqkv, h, E, qkv, L);
         } else if (qkv_whole(w)) { /* every row's q|k|v in one product; the last row's queries used alone */
@@ -131,12 +134,18 @@ int mlxcel_prefill(const void *model, int L, const int *tokens, int index, void 
         }
         rope_rows(&r);
         const int rows = last ? 1 : L, r0 = L - rows; /* the rows the rest of the layer computes */
-        if (mlxcel_attention_kv(q, 0, D, (long)H * D, keys[l], st[0], st[1], st[2], values[l], st[3], st[4], st[5],
-                                1, H, Hkv, rows, T, D, attention_scale(m), NULL, att, m->k_type, m->v_type, attention_flags(m),
-                                L) != 0) /* (the chunk is the ubatch: the last layer's one row came in L) */
-            return -1;
+        if (mlxcel_attention_masked(q, 0, D, (long)H * D, keys[l], st[0], st[1], st[2], values[l], st[3], st[4],
+                                    st[5], 1, H, Hkv, rows, T, D, attention_scale(m), NULL, att, m->k_type, m->v_type,
+                                    attention_flags(m), L, layer_mask(m, w)) != 0)
+            return -1; /* (the chunk is the ubatch: the last layer's one row came in L) */
         float *xr = x + (size_t)r0 * E, *hr = h + (size_t)r0 * E;
-        step_gemm(m, rows, E, H * D, att, H * D, w->wo, E, w->wo_t, xr, E, 1, L); /* (b10621: on every row) */
+        if (w->post_attn_norm) { /* Gemma: the output normed before the residual add */
+            float *t = gu; /* (free until the feed-forward) */
+            step_gemm(m, rows, E, H * D, att, H * D, w->wo, E, w->wo_t, t, E, 0, L);
+            residual_add(m, w->post_attn_norm, t, xr, rows);
+        } else {
+            step_gemm(m, rows, E, H * D, att, H * D, w->wo, E, w->wo_t, xr, E, 1, L); /* (b10621: on every row) */
+        }
         norm_rows(xr, w->mlp_norm, hr, rows, E, m->eps);
         /* past the last layer's attention b10621 keeps the output rows only (get_rows): one, as here */
         if (w->router) {
@@ -144,8 +153,14 @@ int mlxcel_prefill(const void *model, int L, const int *tokens, int index, void 
             continue;
         }
         gate_up(m, w, rows, hr, E, gu, rows);
-        mlxcel_swiglu(gu, gu + I, rows, I, 2 * I, act);
-        step_gemm(m, rows, E, I, act, I, w->wdown, E, w->wdown_t, xr, E, 1, rows);
+        activation(m, gu, rows, act);
+        if (w->post_ffn_norm) {
+            float *t = gu; /* (read: free again) */
+            step_gemm(m, rows, E, I, act, I, w->wdown, E, w->wdown_t, t, E, 0, rows);
+            residual_add(m, w->post_ffn_norm, t, xr, rows);
+        } else {
+            step_gemm(m, rows, E, I, act, I, w->wdown, E, w->wdown_t, xr, E, 1, rows);
+        }
     }
     if (logits) {
         float *xl = x + (size_t)(L - 1) * E;
@@ -155,6 +170,7 @@ int mlxcel_prefill(const void *model, int L, const int *tokens, int index, void 
             cblas_sgemm(ROW_MAJOR, NO_TRANS, TRANS, 1, m->vocab, E, 1.0f, h, E, m->embed, E, 0.0f, logits, m->vocab);
         else
             product(m, 1, m->vocab, E, h, m->head, NULL, logits, 1);
+        cap_logits(m, logits, 1);
     }
     return 0;
 }

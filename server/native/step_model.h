@@ -24,6 +24,12 @@ struct step_layer {
      * moe_ff (out x in, as ggml holds them: moe_ggml.c) */
     const float *router, *exp_gate, *exp_up, *exp_down;
     int n_expert, n_used, moe_ff, norm_topk;
+    /* Gemma (mlxcel_step_layer_gemma): the norms of the attention's and the feed-forward's outputs before each
+     * residual add (NULL: none), and whether the layer attends through the sliding window with the SWA rope */
+    const float *post_attn_norm, *post_ffn_norm;
+    int sliding;
+    /* separate q, k, v (gate, up) weights out x in, for ggml's order (NULL: not kept) */
+    const float *wq_t, *wk_t, *wv_t, *wg_t, *wu_t;
 };
 
 struct step_model {
@@ -39,6 +45,10 @@ struct step_model {
     int q_prescale;      /* q scaled by attn_scale before attention, which then scales by 1 (b10621's Phi-3) */
     int interleaved;     /* b10621 holds the heads' elements in a llama GGUF's interleaved order (its q k sums) */
     int embed_quant;     /* embed is the key of a quantized embedding (virtual twin): rows are dequantized */
+    /* Gemma 2 and 3 (mlxcel_step_gemma; 0: none): the embedding scaled, GeGLU for SwiGLU, the attention's and the
+     * logits' soft caps, the sliding window of the sliding layers and their rope's base and scale */
+    float embed_scale, attn_softcap, final_softcap, swa_base, swa_scale;
+    int geglu, window;
     struct step_layer layer[];
 };
 
@@ -156,9 +166,11 @@ static inline void qkv_columns(const struct step_model *m, const struct step_lay
         const int kv0 = m->heads * m->head_dim, v0 = kv0 + m->kv_heads * m->head_dim;
         for (int c = c0; c < c0 + n;) { /* the parts the range covers, each over its own weight */
             const float *wp = c < kv0 ? w->wq : c < v0 ? w->wk : w->wv;
+            const float *wt = c < kv0 ? w->wq_t : c < v0 ? w->wk_t : w->wv_t;
             const int p0 = c < kv0 ? 0 : c < v0 ? kv0 : v0, p1 = c < kv0 ? kv0 : c < v0 ? v0 : nqkv;
             const int end = c0 + n < p1 ? c0 + n : p1;
-            step_gemm(m, rows, end - c, E, x, ldx, wp + (c - p0), p1 - p0, NULL, qkv + c, nqkv, 0, ubatch);
+            step_gemm(m, rows, end - c, E, x, ldx, wp + (c - p0), p1 - p0, wt ? wt + (size_t)(c - p0) * E : NULL,
+                      qkv + c, nqkv, 0, ubatch);
             c = end;
         }
         return;
@@ -175,11 +187,58 @@ static inline void gate_up(const struct step_model *m, const struct step_layer *
                            float *gu, int ubatch) {
     const int E = m->hidden, I = m->inter;
     if (w->wg) {
-        step_gemm(m, rows, I, E, x, ldx, w->wg, I, NULL, gu, 2 * I, 0, ubatch);
-        step_gemm(m, rows, I, E, x, ldx, w->wu, I, NULL, gu + I, 2 * I, 0, ubatch);
+        step_gemm(m, rows, I, E, x, ldx, w->wg, I, w->wg_t, gu, 2 * I, 0, ubatch);
+        step_gemm(m, rows, I, E, x, ldx, w->wu, I, w->wu_t, gu + I, 2 * I, 0, ubatch);
         return;
     }
     step_gemm(m, rows, 2 * I, E, x, ldx, w->wgu, 2 * I, w->wgu_t, gu, 2 * I, 0, ubatch);
+}
+
+/* rows' activation of gate|up (2 I wide) into act: SwiGLU, or ggml's GeGLU (Gemma) */
+HIDDEN void mlxcel_geglu(const float *g, const float *u, long rows, long width, long ld, float *out);
+static inline void activation(const struct step_model *m, const float *gu, int rows, float *act) {
+    const int I = m->inter;
+    if (m->geglu) mlxcel_geglu(gu, gu + I, rows, I, 2 * I, act);
+    else mlxcel_swiglu(gu, gu + I, rows, I, 2 * I, act);
+}
+
+/* a layer's rope: the sliding layers' base and scale where the model has them */
+static inline void layer_angles(const struct step_model *m, int sliding, int position, float *c, float *s) {
+    const int half = m->rope_dims / 2, swa = sliding && m->swa_base != 0.0f;
+    rope_angles(position, half, m->rope_dims, swa ? m->swa_base : m->rope_base, swa ? m->swa_scale : m->rope_scale,
+                m->yarn_on ? m->yarn : NULL, m->freq_factors, c, s);
+}
+
+/* whether the sliding layers turn other angles than the others */
+static inline int two_ropes(const struct step_model *m) {
+    return m->swa_base != 0.0f && (m->swa_base != m->rope_base || m->swa_scale != m->rope_scale);
+}
+
+/* the layer's attention mask: the window on a sliding layer, the cap on every one */
+static inline struct attention_mask layer_mask(const struct step_model *m, const struct step_layer *w) {
+    return (struct attention_mask){w->sliding ? m->window : 0, m->attn_softcap};
+}
+
+/* an output of the layer (rows of t) normed where Gemma norms it, then added to the residual x */
+static inline void residual_add(const struct step_model *m, const float *post_norm, float *t, float *x, int rows) {
+    const int E = m->hidden;
+    if (post_norm)
+        for (int b = 0; b < rows; b++) rms_norm(t + (size_t)b * E, post_norm, t + (size_t)b * E, E, m->eps);
+    for (size_t i = 0; i < (size_t)rows * E; i++) x[i] += t[i];
+}
+
+/* the embedding row scaled where the model scales it (ggml_scale) */
+static inline void embed_scaled(const struct step_model *m, int token, float *out) {
+    embed_row(m, token, out);
+    if (m->embed_scale != 0.0f)
+        for (int i = 0; i < m->hidden; i++) out[i] *= m->embed_scale;
+}
+
+/* logits capped where the model caps them: scale by 1 / cap, tanh, scale by cap (ggml_scale, ggml_tanh) */
+static inline void cap_logits(const struct step_model *m, float *logits, int rows) {
+    if (m->final_softcap == 0.0f) return;
+    const float inv = 1.0f / m->final_softcap;
+    for (size_t i = 0; i < (size_t)rows * m->vocab; i++) logits[i] = tanhf(logits[i] * inv) * m->final_softcap;
 }
 
 #endif
