@@ -399,7 +399,9 @@ RULES: dict[str, Rule] = {
     ),
     # ----- runtime and context -----
     "--swa-full": _refuse(
-        "sliding-window models keep MLX's rotating window cache; there is no full-size SWA cache to ask for", _LEAVE
+        "mlxcel's sliding-window layers always keep every position (a full-size cache); there is no smaller SWA "
+        "cache to switch from",
+        _LEAVE,
     ),
     # context checkpoints and idle-slot caching decide only what a later prompt can reuse, never a result: mlxcel's
     # prompt cache keeps whole-prefix snapshots of its own (the reuse itself is --cache-prompt's recorded divergence)
