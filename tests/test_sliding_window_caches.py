@@ -73,3 +73,33 @@ async def test_rows_decoded_together_match_each_alone(make_engine):
     solo = [(await _run(engine, p, 40))[0] for p in prompts]
     together = await asyncio.gather(*(_run(engine, p, 40) for p in prompts))
     assert [t for t, _ in together] == solo
+
+
+def test_a_context_shift_turns_each_layer_by_its_own_rope(gemma3_dir):
+    """b10621's K-shift turns a layer's keys with that layer's rope (build_rope_shift: get_rope_freq_base(il)):
+    Gemma 3's sliding layers at their base (10000), its global ones at the model's (1e6). The shifted cache holds
+    each layer's keys as its own rope turns them, and a sliding layer's turn is not a global one's."""
+    import mlx.core as mx
+
+    from server.backends import open_backend
+    from server.models.loader import load_checkpoint
+
+    backend = open_backend(load_checkpoint(gemma3_dir))
+    bases = [layer.self_attn.rope.base for layer in backend.model.layers]
+    assert bases == [10000.0] * 5 + [1000000.0]
+    cache = backend.new_cache()
+    backend.prefill(cache, list(range(100, 130)))
+    before = [mx.array(c.keys[..., :30, :]).astype(mx.float32) for c in cache]
+    backend.shift(cache, 4, 6)
+    for layer, (c, keys) in enumerate(zip(cache, before, strict=True)):
+        rope = backend.model.layers[layer].self_attn.rope
+        moved = keys[..., 10:30, :]
+        b, h, t, d = moved.shape
+        want = mx.fast.rope(
+            moved.reshape(b * h * t, 1, d), rope.dims, traditional=False, base=rope.base, scale=rope.scale, offset=-6
+        ).reshape(b, h, t, d)
+        got = c.keys[..., 4:24, :].astype(mx.float32)
+        assert mx.array_equal(got, want.astype(c.keys.dtype).astype(mx.float32)).item(), layer
+        assert mx.array_equal(c.keys[..., :4, :], before[layer][..., :4, :].astype(c.keys.dtype)).item()
+    other = backend._turn(before[0][..., 10:30, :], -6, 5)  # a global layer's turn of the same keys
+    assert not mx.allclose(other, cache[0].keys[..., 4:24, :].astype(mx.float32), atol=1e-3).item()

@@ -328,7 +328,7 @@ class MLXBackend:
         except (NotImplementedError, AttributeError, IndexError):
             return False
 
-    def _turn(self, keys: mx.array, shift: int, layer: int) -> mx.array:
+    def _turn(self, keys: mx.array, shift: int, layer: int = 0) -> mx.array:
         """A layer's keys rotated as if they sat `shift` positions further on (llama.cpp's K-shift)."""
         rope = self._rope(layer)
         b, h, t, d = keys.shape
