@@ -349,6 +349,16 @@ def _load_kernels(blas: ctypes.CDLL, prefix: str, path: str | None, error: str, 
     return True
 
 
+def set_threads(n: int) -> None:
+    """The BLAS's own threads for the products it runs threaded (a prompt's): only where mlxcel's pool does not
+    split them (its kernels loaded over OpenBLAS: the BLAS then runs on one thread a part)."""
+    if STATE.split or STATE.library is None or n < 1:
+        return
+    fn = getattr(ctypes.CDLL(STATE.library), STATE.prefix + "openblas_set_num_threads", None)
+    if fn is not None:
+        fn(n)
+
+
 def small_calls() -> int:
     """How many few-row products mlxcel's kernels have run (0 without them)."""
     return int(STATE.native.mlxcel_small_calls()) if STATE.native is not None else 0

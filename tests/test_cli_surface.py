@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -15,7 +14,7 @@ from conftest import require
 from oracle.reference import SOURCE_SUBDIR
 from server.cachedir import cache_root
 from server.cli.args import MLXCEL, build_parser
-from server.cli.classify import RULES, gpu_layers_refusal, refusals
+from server.cli.classify import RULES, refusals
 from server.cli.parse import MLXCEL_OWN
 from server.options import BY_ID, OPTIONS
 
@@ -65,6 +64,12 @@ def _sample(o) -> list[str]:
         "--fit": ["on"],
         "--gpu-layers": ["all"],
         "--spec-draft-ngl": ["all"],
+        "--cpu-range": ["0-1"],
+        "--cpu-range-batch": ["0-1"],
+        "--device": ["none"],
+        "--spec-draft-device": ["none"],
+        "--override-tensor": ["x=CPU"],
+        "--spec-draft-override-tensor": ["x=CPU"],
         "--cache-type-k": ["f16"],
         "--cache-type-v": ["f16"],
         "--spec-draft-type-k": ["f16"],
@@ -250,10 +255,10 @@ def test_int_values_read_as_std_stoi():
 )
 def test_value_less_flags_fire_from_the_environment_only_for_truthy(monkeypatch, raw, fires):
     monkeypatch.setenv("LLAMA_ARG_ENDPOINT_PROPS", raw)
-    monkeypatch.setenv("LLAMA_ARG_CPU_MOE", raw)
+    monkeypatch.setenv("LLAMA_ARG_SWA_FULL", raw)
     ns = parse()
     assert ns.props is fires
-    assert bool(refusals(ns.given)) is fires  # LLAMA_ARG_CPU_MOE=0 turns nothing on
+    assert bool(refusals(ns.given)) is fires  # LLAMA_ARG_SWA_FULL=0 turns nothing on
 
 
 @pytest.mark.parametrize(
@@ -315,7 +320,7 @@ def test_command_line_beats_environment(monkeypatch, capsys):
     ns = parse("-c", "200", "-cb", "-ngl", "all", "--chat-template-file", "f.jinja")
     assert ns.ctx_size == 200 and ns.cont_batching is True
     assert ns.chat_template_args[-1] == ("--chat-template-file", "--chat-template-file", "f.jinja")
-    assert gpu_layers_refusal(ns.given, Path("/nonexistent")) is None
+    assert [g.value for g in ns.given if g.option == "--gpu-layers"] == ["3", "all"]  # the line's applied last
     assert (
         "warn: LLAMA_ARG_CTX_SIZE environment variable is set, but will be overwritten by command line argument "
         "-c" in capsys.readouterr().err
@@ -464,11 +469,10 @@ def test_help_shows_the_served_surface_and_hides_the_compatibility_one(capsys):
         "--gpt-oss-20b-default",
         "--spec-type",
         "--hf-repo",
-        "--threads",
         "--dump-flag-surface",
         "--ui",
-        "-t",
     }
+    assert {"-t", "--threads", "-tb", "-C", "--cpu-strict", "--prio", "--poll", "--list-devices"} <= shown
     assert shown <= {s for o in OPTIONS if o.id in MLXCEL for s in (*o.spellings, *o.negatives)} | set(MLXCEL_OWN)
 
 
@@ -503,11 +507,32 @@ def test_every_refusal_is_one_line_naming_option_value_reason_and_alternative():
         assert len(lines) == 1 and "\n" not in lines[0], option
         assert lines[0].startswith(f"error: {' '.join(argv)}: {rule.reason}"), lines[0]
         assert rule.alternative in lines[0]
-    assert len(checked) > 60
+    assert len(checked) > 30
 
 
 INERT = [
     ["-t", "-1"],
+    ["-t", "8"],
+    ["-tb", "2"],
+    ["-C", "ff"],
+    ["-Cr", "0-3"],
+    ["--cpu-strict", "1"],
+    ["--prio", "2"],
+    ["--poll", "0"],
+    ["-ngl", "10"],
+    ["-ngl", "0"],
+    ["-sm", "row"],
+    ["-ts", "1,1"],
+    ["-mg", "1"],
+    ["-dev", "none"],
+    ["-ot", "token_embd=CPU"],
+    ["-cmoe"],
+    ["-ncmoe", "2"],
+    ["-nkvo"],
+    ["--no-op-offload"],
+    ["--no-host"],
+    ["-fitt", "512"],
+    ["-fit", "on", "-fitc", "512"],
     ["-t", "0"],
     ["-tb", "-1"],
     ["--cpu-strict", "0"],
@@ -577,28 +602,12 @@ def test_inert_values_start(argv):
 
 
 GGML_REFUSALS = {
-    ("-t", "8"): "error: -t 8: mlxcel does not size a CPU thread pool from its command line: it uses every core "
-    "(upstream's <= 0 means all cores, which is what happens here); leave it out or pass -1; on Linux "
-    "MLXCEL_CPU_THREADS sizes mlxcel's CPU thread pool",
     ("--numa", "distribute"): "error: --numa distribute: mlxcel has no NUMA placement of its own; leave it out and run "
     "the process under numactl",
-    (
-        "-C",
-        "ff",
-    ): "error: -C ff: mlxcel sets no CPU affinity, polling or scheduling policy of its own (MLX and the BLAS "
-    "schedule their threads); leave it out, and pin or prioritise the whole process with taskset, "
-    "numactl, nice or chrt",
-    ("-sm", "row"): "error: -sm row: mlxcel places no tensor on a chosen device or buffer type: every weight and the "
-    "KV cache live on MLX's default device; there is no row or tensor split across devices; leave it "
-    "out",
-    ("-nkvo",): "error: -nkvo: mlxcel places no tensor on a chosen device or buffer type: every weight and the KV "
-    "cache live on MLX's default device, the KV cache included; leave it out",
     ("--perf",): "error: --perf: mlxcel prints no libllama performance counters; read each response's `timings` "
     "instead",
     ("--rpc", "h:1"): "error: --rpc h:1: mlxcel has no GGML backend: MLX runs every tensor of the model on one "
     "device, its default; there is no RPC backend to offload to; run one mlxcel per machine",
-    ("-fit", "on", "-fitc", "512"): "error: -fitc 512: mlxcel never fits the context to device memory; the context "
-    "is -c or the model's; set the context with -c",
 }
 
 
@@ -621,17 +630,40 @@ def test_load_mode_is_classified_in_command_line_order():
     )
 
 
-def test_gpu_layers_inert_only_as_a_full_offload(tmp_path):
+def test_on_this_cpu_host_every_placement_starts_with_b10621s_warnings(tmp_path, capsys):
+    """b10621's CPU build prints that -ngl, -sm, -ts and -mg have no effect and runs every layer on the CPU;
+    mlxcel on a CPU-only MLX does the same (server/cli/offload.py)."""
+    from server.cli import offload
+
     (tmp_path / "config.json").write_text(json.dumps({"num_hidden_layers": 30}))
-    assert refused("-ngl", "20") == []  # decided once the checkpoint is known
-    for value in ("31", "99", "all", "auto", "-1"):
-        assert gpu_layers_refusal(parse("-ngl", value).given, tmp_path) is None
-    assert gpu_layers_refusal(parse("-ngl", "30").given, tmp_path) == (
-        "error: -ngl 30: this model has 30 layers, so 30 keeps some on the CPU; mlxcel places no tensor on a chosen "
-        "device or buffer type: every weight and the KV cache live on MLX's default device, and cannot split layers "
-        "across devices; pass -ngl all (or leave it out)"
+    assert not offload.gpu_host()
+    assert offload.resolve(parse("-ngl", "20", "-sm", "row", "-ts", "3,1", "-mg", "1").given, tmp_path) is None
+    err = capsys.readouterr().err
+    assert "warning: no usable GPU found, --gpu-layers option will be ignored\n" in err
+    for what in ("the split mode", "a tensor split", "the main GPU"):
+        assert f"compiled without support for GPU offload. Setting {what} has no effect.\n" in err
+    assert offload.list_devices() == "Available devices:\n  (none)\n"
+
+
+def test_on_a_gpu_host_a_whole_placement_is_served_and_a_split_refused(tmp_path):
+    from server.cli import offload
+
+    (tmp_path / "config.json").write_text(json.dumps({"num_hidden_layers": 30}))
+    for argv in (["-ngl", "31"], ["-ngl", "all"], ["-ngl", "auto"], ["-ngl", "0"], ["-dev", "none"], ["-mg", "0"]):
+        assert offload._gpu_refusal(parse(*argv).given, tmp_path) is None, argv
+    assert offload._gpu_refusal(parse("-ngl", "30").given, tmp_path) == (
+        "error: -ngl 30: this model has 30 layers, so 30 keeps some on the CPU; mlxcel serves the whole model on "
+        "MLX's device (here a GPU) and cannot split it across devices; pass -ngl all or -ngl 0"
     )
-    assert gpu_layers_refusal(parse("-ngl", "0").given, tmp_path).startswith("error: -ngl 0: this model has 30")
+    for argv in (["-ts", "3,1"], ["-mg", "1"], ["-cmoe"], ["-ncmoe", "2"], ["-ot", "x=CPU"], ["-nkvo"]):
+        line = offload._gpu_refusal(parse(*argv).given, tmp_path)
+        assert line is not None and line.endswith("cannot split it across devices; leave it out"), argv
+
+
+def test_device_and_buffer_names_are_checked_as_b10621s_cpu_build_checks_them(capsys):
+    assert _error(capsys, "-dev", "CUDA0").startswith('error while handling argument "-dev": invalid device: CUDA0')
+    assert _error(capsys, "-ot", "x=CUDA0").startswith('error while handling argument "-ot": unknown buffer type')
+    assert _error(capsys, "-devd", "x").startswith('error while handling argument "-devd": invalid device: x')
 
 
 MODEL_SOURCE_REFUSALS = {
@@ -803,21 +835,19 @@ def test_a_draft_model_and_draft_simple_are_served():
 
 
 def test_with_a_draft_model_its_runtime_options_are_held_to_the_targets():
-    assert refused("-td", "4", "-ctkd", "q8_0", "-devd", "x") == []  # no draft: they configure nothing
-    assert refused("-md", "d", "-td", "-1", "-ctkd", "f16", "-ngld", "99") == []
-    assert refused("-md", "d", "-td", "4", "-ctkd", "q8_0", "-devd", "x") == [
-        "error: -td 4: mlxcel does not size a CPU thread pool from its command line: it uses every core (upstream's "
-        "<= 0 means all cores, which is what happens here) (the draft model's placement); leave it out or pass -1; on "
-        "Linux MLXCEL_CPU_THREADS sizes mlxcel's CPU thread pool",
+    assert refused("-td", "4", "-ctkd", "q8_0", "-devd", "none") == []  # no draft: they configure nothing
+    assert refused("-md", "d", "-td", "-1", "-ctkd", "f16", "-ngld", "99", "-devd", "none") == []
+    assert refused("-md", "d", "-td", "4", "-ctkd", "q8_0") == [
+        "error: -td 4: the draft model runs on the target's CPU thread pool, which -t / -tb size and -C / -Cr / "
+        "--cpu-strict / --prio / --poll place (the draft model's placement); leave it out, and size or place the pool "
+        "with the target's options",
         "error: -ctkd q8_0: mlxcel stores the KV cache as f32, f16 or bf16; the quantized cache types are not "
         "implemented (the draft model's placement); pass f32, f16 or bf16, or leave it out",
-        "error: -devd x: mlxcel places no tensor on a chosen device or buffer type: every weight and the KV cache live "
-        "on MLX's default device (the draft model's placement); leave it out",
     ]
 
 
 def test_speculative_tuning_is_inert_and_checked_as_b10621(capsys):
-    assert refused("--spec-draft-n-max", "16", "--spec-ngram-mod-n-match", "3", "-td", "4", "-devd", "x") == []
+    assert refused("--spec-draft-n-max", "16", "--spec-ngram-mod-n-match", "3", "-td", "4", "-devd", "none") == []
     assert _error(capsys, "--spec-ngram-mod-n-match", "0").startswith(
         'error while handling argument "--spec-ngram-mod-n-match": ngram size N must be between 1 and 1024 inclusive'
     )

@@ -404,6 +404,36 @@ MLXCEL: dict[str, dict] = {
     ),
     "--port": _s("port", "port to listen (default: 8080)", 8080),
     "--timeout": _s("timeout", "server read/write timeout in seconds (default: 3600)", 3600),
+    "--list-devices": _s("list_devices", "print list of available devices and exit", False),
+    # the CPU thread pool (server/cpu_threads.py): sized, placed and prioritised as b10621's threadpools
+    "--threads": _s("threads", "number of CPU threads to use during generation (default: every core)"),
+    "--threads-batch": _s(
+        "threads_batch", "number of threads to use during batch and prompt processing (default: same as -t)"
+    ),
+    "--cpu-mask": _s(
+        help='CPU affinity mask: arbitrarily long hex. Complements cpu-range (default: "")',
+        dest="cpu_mask_args",
+        action=_Ordered,
+    ),
+    "--cpu-range": _s(help="range of CPUs for affinity. Complements -C", dest="cpu_mask_args", action=_Ordered),
+    "--cpu-strict": _s("cpu_strict", "use strict CPU placement (default: 0)"),
+    "--prio": _s(
+        "prio", "set process/thread priority : low(-1), normal(0), medium(1), high(2), realtime(3) (default: 0)"
+    ),
+    "--poll": _s("poll", "use polling level to wait for work (0 - no polling, default: 50)"),
+    "--cpu-mask-batch": _s(
+        help="CPU affinity mask for prompts (mlxcel's one pool: -C's where given)",
+        dest="cpu_mask_batch_args",
+        action=_Ordered,
+    ),
+    "--cpu-range-batch": _s(
+        help="ranges of CPUs for affinity for prompts (mlxcel's one pool: the same range)",
+        dest="cpu_mask_batch_args",
+        action=_Ordered,
+    ),
+    "--cpu-strict-batch": _s("cpu_strict_batch", "use strict CPU placement for prompts (default: the plain option's)"),
+    "--prio-batch": _s("prio_batch", "set process/thread priority for prompts (default: the plain option's)"),
+    "--poll-batch": _s("poll_batch", "use polling to wait for work for prompts (default: the plain option's)"),
     "--threads-http": _s("threads_http", "number of threads used to process HTTP requests (default: -1)", -1),
     "--api-prefix": _s("api_prefix", "prefix path the server serves from, without the trailing slash (default: )", ""),
     "--reuse-port": _s("reuse_port", "allow multiple sockets to bind to the same port (default: disabled)", False),

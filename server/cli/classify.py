@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..cpu_threads import check_mask, check_range
 from ..textparse import AUTOY, FALSEY, TRUTHY, parse_csv_row, stof, stoi, stoul
 
 if TYPE_CHECKING:  # parse.py calls check_value: Given only annotates here
@@ -97,6 +98,23 @@ def _gpu_layers_check(v) -> None:
         stoi(v)
 
 
+def _device_check(v) -> None:
+    """parse_device_list on b10621's CPU build: `none` alone, or no device of the first name."""
+    names = str(v).split(",")
+    if names != ["none"]:
+        raise ValueError(f"invalid device: {names[0]}")
+
+
+def _override_check(v) -> None:
+    """parse_tensor_buffer_overrides on b10621's CPU build: pattern=CPU, each; it lists the buffer types first."""
+    for override in str(v).split(","):
+        if "=" not in override:
+            raise ValueError("invalid value")
+        if override.split("=", 1)[1] != "CPU":
+            print("Available buffer types:\n  CPU")
+            raise ValueError("unknown buffer type")
+
+
 def spec_types(v: str) -> list[str]:
     """common_speculative_types_from_names: the names up to a "none", which stands for itself alone."""
     out = []
@@ -174,15 +192,6 @@ LOAD_MODES = ("auto", "none", "mmap", "mlock", "mmap+mlock", "dio")
 # --- the reasons and alternatives, shared ------------------------------------------------------------------------
 
 _NO_GGML = "mlxcel has no GGML backend: MLX runs every tensor of the model on one device, its default"
-_AFFINITY = (
-    "mlxcel sets no CPU affinity, polling or scheduling policy of its own (MLX and the BLAS schedule their threads)"
-)
-_PIN_OS = "leave it out, and pin or prioritise the whole process with taskset, numactl, nice or chrt"
-_THREADS = (
-    "mlxcel does not size a CPU thread pool from its command line: it uses every core (upstream's <= 0 "
-    "means all cores, which is what happens here)"
-)
-_THREADS_ALT = "leave it out or pass -1; on Linux MLXCEL_CPU_THREADS sizes mlxcel's CPU thread pool"
 _PLACEMENT = (
     "mlxcel places no tensor on a chosen device or buffer type: every weight and the KV cache live on MLX's "
     "default device"
@@ -229,57 +238,37 @@ _DRAFT_NOTE = "; its draft model is a GGUF repository too (pass a local one with
 
 RULES: dict[str, Rule] = {
     # ----- ggml-runtime: thread pool, affinity, placement, loading -----
-    "--threads": _only(lambda v: v <= 0, "values <= 0", _THREADS, _THREADS_ALT),
-    "--threads-batch": _only(lambda v: v <= 0, "values <= 0", _THREADS, _THREADS_ALT),
-    "--cpu-mask": _refuse(_AFFINITY, _PIN_OS),
-    "--cpu-range": _refuse(_AFFINITY, _PIN_OS),
-    "--cpu-mask-batch": _refuse(_AFFINITY, _PIN_OS),
-    "--cpu-range-batch": _refuse(_AFFINITY, _PIN_OS),
-    "--cpu-strict": _only(lambda v: stoul(v) == 0, "0", _AFFINITY, _PIN_OS, check=lambda v: stoul(v)),
-    "--cpu-strict-batch": _only(_is(0), "0", _AFFINITY, _PIN_OS),
-    "--prio": _only(_is(0), "0", _AFFINITY, _PIN_OS, check=_range(-1, 3)),
-    "--prio-batch": _only(_is(0), "0", _AFFINITY, _PIN_OS, check=_range(0, 3)),
-    "--poll": _only(lambda v: stoul(v) == 50, "50 (the default)", _AFFINITY, _PIN_OS, check=lambda v: stoul(v)),
-    "--poll-batch": _only(_is(50), "50 (the default)", _AFFINITY, _PIN_OS),
     "--numa": _refuse(
         "mlxcel has no NUMA placement of its own",
         "leave it out and run the process under numactl",
         check=_in("--numa", "distribute", "", "isolate", "numactl"),
     ),
-    "--device": _refuse(_PLACEMENT, _LEAVE),
-    "--list-devices": _refuse(
-        _NO_GGML + ", so there are no GGML devices to list",
-        'print that device with `python -c "import mlx.core as mx; print(mx.default_device())"`',
-    ),
-    "--override-tensor": _refuse(_PLACEMENT, _LEAVE, accumulates=True),
-    "--cpu-moe": _refuse(_PLACEMENT + "; no expert weights stay behind on the CPU", _LEAVE, accumulates=True),
-    "--n-cpu-moe": _only(
-        _is(0),
-        "0",
-        _PLACEMENT + "; no expert weights stay behind on the CPU",
-        "leave it out or pass 0",
-        check=_range(0, None),
+    # placement (server/cli/offload.py): on a CPU-only MLX every layer runs on the CPU, as on b10621's CPU build,
+    # which starts with each of these (-ngl, -sm, -ts, -mg warn that they have no effect); on a GPU host mlxcel
+    # honors a whole placement and refuses a split at startup
+    "--device": _inert("none (every layer on the CPU); b10621's CPU build knows no other device", check=_device_check),
+    "--override-tensor": _inert(
+        "the CPU buffer type (b10621's CPU build's only one): every tensor is on the CPU already",
+        check=_override_check,
         accumulates=True,
     ),
-    # the full-offload test needs the checkpoint's layer count: see gpu_layers_refusal
-    "--gpu-layers": _only(
-        lambda v: v in ("auto", "all", "-1", "-2"),
-        "auto, all, and any number above the model's layer count (full offload)",
-        _PLACEMENT,
-        "pass -ngl all (or leave it out)",
+    "--cpu-moe": _inert("on a CPU-only host the experts are on the CPU already", accumulates=True),
+    "--n-cpu-moe": _inert(
+        "any count: on a CPU-only host the experts are on the CPU already", check=_range(0, None), accumulates=True
+    ),
+    "--gpu-layers": _inert(
+        "any value on a CPU-only host (every layer on the CPU, b10621's warning printed); on a GPU host 0, "
+        "auto, all and a full count",
         check=_gpu_layers_check,
     ),
-    "--split-mode": _only(
-        _is("none", "layer"),
-        "none, layer (one device: nothing to split)",
-        _PLACEMENT + "; there is no row or tensor split across devices",
-        _LEAVE,
+    "--split-mode": _inert(
+        "none, layer, row, tensor: one device, nothing to split (b10621's CPU build's warning printed)",
         check=_in("--split-mode", "none", "layer", "row", "tensor"),
     ),
-    "--tensor-split": _refuse(
-        _PLACEMENT + "; there is no split across devices", _LEAVE, check=lambda v: [stof(x) for x in _split_list(v)]
+    "--tensor-split": _inert(
+        "any split on a CPU-only host (b10621's warning printed)", check=lambda v: [stof(x) for x in _split_list(v)]
     ),
-    "--main-gpu": _only(_is(0), "0", _PLACEMENT, "leave it out or pass 0"),
+    "--main-gpu": _inert("any index on a CPU-only host (b10621's warning printed); 0 on a GPU host"),
     "--flash-attn": _inert(
         "on, off, auto: served (auto is on, as on b10621's CPU backend): attention over an f16 "
         "or bf16 KV cache rounds what ggml-cpu's flash or plain attention rounds "
@@ -290,23 +279,13 @@ RULES: dict[str, Rule] = {
         "on, off: mlxcel never adjusts unset arguments to fit device memory, and on is upstream's default",
         check=_in("--fit", *TRUTHY, *FALSEY, message="error: unknown value for {option}: '{v}'\n"),
     ),
-    "--fit-target": _only(
-        lambda v: all(x == "1024" for x in _split_list(v)),
-        "1024 (the default)",
-        "mlxcel never fits arguments to device memory, so it has no margin to keep",
-        _LEAVE,
-    ),
-    "--fit-ctx": _only(
-        _is(4096),
-        "4096 (the default)",
-        "mlxcel never fits the context to device memory; the context is -c or the model's",
-        "set the context with -c",
-    ),
+    "--fit-target": _inert("any margin: nothing to fit on a CPU-only host, and mlxcel never fits arguments"),
+    "--fit-ctx": _inert("any context: nothing to fit on a CPU-only host, and mlxcel never fits the context"),
     "--check-tensors": _refuse("mlxcel does not scan weights for invalid values at load", _LEAVE),
-    "--op-offload": _only(_is(True), "--op-offload (the default)", _PLACEMENT + ", host operations included", _LEAVE),
-    "--kv-offload": _only(_is(True), "--kv-offload (the default)", _PLACEMENT + ", the KV cache included", _LEAVE),
+    "--op-offload": _inert("--op-offload, --no-op-offload: every operation runs on MLX's one device either way"),
+    "--kv-offload": _inert("--kv-offload, --no-kv-offload on a CPU-only host: the KV cache is on the CPU either way"),
     "--repack": _inert("--repack, --no-repack: weight repacking is a GGML CPU layout, never a different result"),
-    "--no-host": _refuse(_PLACEMENT + "; there are no host buffers to bypass", _LEAVE),
+    "--no-host": _inert("every buffer is MLX's on its one device: there is no extra host buffer to bypass"),
     "--perf": _only(
         _is(False),
         "--no-perf (the default)",
@@ -481,12 +460,12 @@ for _id, _check in {
     "--spec-draft-prio-batch": _range(0, 3),
     "--spec-draft-type-k": _kv_type_check,
     "--spec-draft-type-v": _kv_type_check,
-    "--spec-draft-override-tensor": None,
+    "--spec-draft-override-tensor": _override_check,
     "--spec-draft-cpu-moe": None,
     "--spec-draft-n-cpu-moe": _range(0, None),
     "--spec-draft-p-split": _stof_check,
     "--spec-draft-backend-sampling": None,
-    "--spec-draft-device": None,
+    "--spec-draft-device": _device_check,
     "--spec-draft-ngl": _gpu_layers_check,
     "--spec-ngram-mod-n-min": _range(0, 1024, "ngram n-min must be between 0 and 1024 inclusive"),
     "--spec-ngram-mod-n-max": _range(0, 1024, "ngram n-max must be between 0 and 1024 inclusive"),
@@ -524,6 +503,28 @@ DRAFT_ANALOGUES = {
 }
 
 
+# the draft model runs on the target's CPU thread pool (server/cpu_threads.py): its own pool options are inert at
+# their defaults and refused otherwise
+_DRAFT_POOL = (
+    "the draft model runs on the target's CPU thread pool, which -t / -tb size and -C / -Cr / --cpu-strict / "
+    "--prio / --poll place"
+)
+_DRAFT_POOL_ALT = "leave it out, and size or place the pool with the target's options"
+DRAFT_POOL_RULES: dict[str, Rule] = {
+    "--threads": _only(lambda v: v <= 0, "values <= 0 (every thread)", _DRAFT_POOL, _DRAFT_POOL_ALT),
+    "--threads-batch": _only(lambda v: v <= 0, "values <= 0 (every thread)", _DRAFT_POOL, _DRAFT_POOL_ALT),
+    "--cpu-mask": _refuse(_DRAFT_POOL, _DRAFT_POOL_ALT),
+    "--cpu-mask-batch": _refuse(_DRAFT_POOL, _DRAFT_POOL_ALT),
+    "--cpu-range": _refuse(_DRAFT_POOL, _DRAFT_POOL_ALT),
+    "--cpu-strict": _only(lambda v: stoul(v) == 0, "0", _DRAFT_POOL, _DRAFT_POOL_ALT),
+    "--cpu-strict-batch": _only(_is(0), "0", _DRAFT_POOL, _DRAFT_POOL_ALT),
+    "--poll": _only(lambda v: stoul(v) == 50, "50 (the default)", _DRAFT_POOL, _DRAFT_POOL_ALT),
+    "--poll-batch": _only(_is(50), "50 (the default)", _DRAFT_POOL, _DRAFT_POOL_ALT),
+    "--prio": _only(_is(0), "0", _DRAFT_POOL, _DRAFT_POOL_ALT),
+    "--prio-batch": _only(_is(0), "0", _DRAFT_POOL, _DRAFT_POOL_ALT),
+}
+
+
 def draft_refusals(given: list[Given]) -> list[str]:
     """With a draft model: each draft runtime option its target analogue would refuse (-ngld stays inert: the
     draft runs on MLX's device whole, as the target does)."""
@@ -534,7 +535,7 @@ def draft_refusals(given: list[Given]) -> list[str]:
     out = []
     for option, analogue in DRAFT_ANALOGUES.items():
         g = last.get(option)
-        rule = RULES[analogue]
+        rule = DRAFT_POOL_RULES.get(analogue) or RULES[analogue]
         if g is not None and not rule.inert(g.value):
             out.append(_diagnostic(g, f"{rule.reason} (the draft model's placement)", rule.alternative))
     return out
@@ -547,6 +548,14 @@ def _parallel_check(v) -> None:
 
 # b10621's handler checks of options mlxcel acts on (args.py), run by the parser as upstream runs them
 ACTED_ON_CHECKS: dict[str, Callable[[object], None]] = {
+    "--cpu-mask": lambda v: check_mask(str(v)),
+    "--cpu-mask-batch": lambda v: check_mask(str(v)),
+    "--cpu-range": lambda v: check_range(str(v)),
+    "--cpu-range-batch": lambda v: check_range(str(v)),
+    "--cpu-strict": lambda v: stoul(v),
+    "--poll": lambda v: stoul(v),
+    "--prio": _range(-1, 3),
+    "--prio-batch": _range(0, 3),
     "--parallel": _parallel_check,
     "--slot-prompt-similarity": _stof_check,
     "--pooling": _in("--pooling", "none", "mean", "cls", "last", "rank"),
@@ -594,8 +603,6 @@ def refusals(given: list[Given]) -> list[str]:
         rule = RULES.get(g.option)
         if rule is None or (not rule.accumulates and last[g.option] is not g):
             continue
-        if g.option == "--gpu-layers":
-            continue  # needs the checkpoint: gpu_layers_refusal
         if not rule.inert(g.value):
             out.append(_diagnostic(g, rule.reason, rule.alternative))
     load = load_mode_refusal(given)
@@ -630,24 +637,7 @@ def load_mode_refusal(given: list[Given]) -> str | None:
     )
 
 
-def gpu_layers_refusal(given: list[Given], checkpoint: Path) -> str | None:
-    """-ngl N is inert only as a full offload: N above the checkpoint's layer count (its output layer too)."""
-    g = next((g for g in reversed(given) if g.option == "--gpu-layers"), None)
-    if g is None or RULES["--gpu-layers"].inert(g.value):
-        return None
-    n = stoi(g.value)
-    layers = _layer_count(checkpoint)
-    if layers is not None and n > layers:
-        return None
-    have = f"this model has {layers} layers" if layers is not None else "this model's layer count is unknown"
-    return _diagnostic(
-        g,
-        f"{have}, so {n} keeps some on the CPU; {_PLACEMENT}, and cannot split layers across devices",
-        "pass -ngl all (or leave it out)",
-    )
-
-
-def _layer_count(checkpoint: Path) -> int | None:
+def layer_count(checkpoint: Path) -> int | None:
     try:
         config = json.loads((checkpoint / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):

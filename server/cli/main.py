@@ -10,6 +10,8 @@ import os
 import sys
 
 from .. import blas
+from ..cpu_threads import ThreadConfig
+from ..cpu_threads import apply as apply_threads
 from .args import build_parser
 from .classify import refusals
 from .surface import dump
@@ -21,10 +23,12 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
     blas.activate()  # before anything imports mlx
     parser = build_parser(prog)
     args = parser.parse_args(argv)
-    if args.dump_flag_surface:
-        print(dump(parser, prog))
+    if args.dump_flag_surface or args.list_devices:
+        _print_and_exit(args, parser, prog)
         return 0
-    refused = refusals(args.given)  # every option classified before a model is resolved or a weight read
+    threads = ThreadConfig.from_args(args)
+    # every option classified before a model is resolved or a weight read
+    refused = [*refusals(args.given), *filter(None, [threads.refusal()])]
     if refused:
         print("\n".join(refused), file=sys.stderr)
         return 1
@@ -61,6 +65,7 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
     except (ValueError, TransportError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 1
+    apply_threads(threads)  # the CPU pool sized, placed and prioritised before anything runs on it
     hub.set_store_root(args.model_store_root)
     hub.set_offline(bool(args.offline))
     hub.set_token(args.hf_token)  # --hf-token, else HF_TOKEN (the parser's environment binding)
@@ -70,6 +75,17 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
     if not args.model:  # b10621's router mode: models served on demand from the store, --models-dir, presets
         return serve_models(args, argv, prog, serve_config, auth, cors)
     return serve_model(args, prog, serve_config, auth, cors, vertex)
+
+
+def _print_and_exit(args, parser, prog: str) -> None:
+    """The options that print and exit: the flag surface (mlxcel's own), --list-devices (b10621 lists its devices
+    and exits as it parses the option)."""
+    if args.dump_flag_surface:
+        print(dump(parser, prog))
+        return
+    from .offload import list_devices  # deferred: it imports mlx
+
+    print(list_devices(), end="")
 
 
 def convert(argv: list[str]) -> int:

@@ -51,8 +51,9 @@ from ..router.pool import Loaded
 from ..router.serve import serve_router
 from ..textparse import parse_csv_row, stof, stoi
 from ..transport import HttpServer, TransportError, announce_listening
+from . import offload
 from .args import build_parser
-from .classify import gpu_layers_refusal, refusals, spec_types
+from .classify import refusals, spec_types
 
 log = logging.getLogger("mlxcel")
 AUTO_SLOTS = 4  # b10621's --parallel -1 (auto) serves 4 slots
@@ -76,7 +77,7 @@ def build_state(args, prog: str, auth, cors, vertex):  # noqa: C901
     except (ModelNotFound, RuntimeError, ValueError) as exc:
         raise StartupRefusal(f"{prog}: error: {exc}") from None
 
-    refused = gpu_layers_refusal(args.given, checkpoint)  # -ngl N needs the checkpoint's layer count
+    refused = offload.resolve(args.given, checkpoint)  # placement on MLX's device (-ngl needs the layer count)
     if refused:
         raise StartupRefusal(refused)
     try:

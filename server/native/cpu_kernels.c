@@ -12,6 +12,7 @@
  *
  * One pool of threads serves every caller. Built once into the cache with the C compiler; the AVX2 paths are
  * chosen at run time, the rest falls back to the BLAS and plain C. */
+#define _GNU_SOURCE /* pthread_setaffinity_np, CPU_SET, SCHED_BATCH */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <sched.h>
@@ -20,6 +21,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -66,14 +68,29 @@ static struct {
     pthread_mutex_t busy, lock;
     pthread_cond_t wake;
     int n;                   /* threads, the caller included */
+    atomic_int active;       /* the threads the current job may use (workers past it sit it out) */
     task_fn fn;
     void *ctx;
     atomic_long generation;  /* the current job's id */
     _Atomic uint64_t claim;  /* job id << 40 | tasks << 20 | next task */
     atomic_int done;         /* tasks of the current job finished */
-} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 1};
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 1, 1};
 
-enum { SPIN = 20000 };
+enum { SPIN = 20000, MAX_THREADS = 64 };
+
+/* -t / -tb (0: every thread of the pool), --poll's spin rounds (server/cpu_threads.py: mlxcel_pool_config) */
+static struct {
+    int decode, batch;
+    atomic_int spins;
+} cfg = {0, 0, SPIN};
+static pthread_t workers[MAX_THREADS];
+static _Thread_local int batch_phase; /* the calling thread computes a prompt's rows (-tb's threads) */
+
+/* the threads a job of the calling thread may use */
+static int pool_width(void) {
+    const int want = batch_phase ? cfg.batch : cfg.decode;
+    return want > 0 && want < pool.n ? want : pool.n;
+}
 
 /* claim and run tasks of job `job` until none is left (or another job has begun) */
 static void run_tasks(long job) {
@@ -91,13 +108,13 @@ static void run_tasks(long job) {
 }
 
 static void *pool_worker(void *arg) {
-    (void)arg;
-    long seen = 0;
+    const int index = (int)(long)arg;
+    long seen = atomic_load_explicit(&pool.generation, memory_order_acquire);
     for (;;) {
         long g;
         int spins = 0;
         while ((g = atomic_load_explicit(&pool.generation, memory_order_acquire)) == seen) {
-            if (++spins < SPIN) { /* a few pauses, then give the core to any thread that wants it */
+            if (++spins < atomic_load_explicit(&cfg.spins, memory_order_relaxed)) { /* pauses, then the core */
                 if (spins & 15) cpu_relax();
                 else sched_yield();
                 continue;
@@ -108,34 +125,98 @@ static void *pool_worker(void *arg) {
             break;
         }
         seen = g;
-        run_tasks(g);
+        if (index < atomic_load_explicit(&pool.active, memory_order_acquire)) run_tasks(g);
     }
     return 0;
+}
+
+/* workers [from, to) started; the pool's size after */
+static int pool_grow(int from, int to) {
+    int n = from;
+    for (int w = from; w < to && w < MAX_THREADS; w++, n++) {
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        const int failed = pthread_create(&workers[w], &attr, pool_worker, (void *)(long)w) != 0;
+        pthread_attr_destroy(&attr);
+        if (failed) break;
+    }
+    return n;
 }
 
 static void pool_start(void) {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     const char *env = getenv("MLXCEL_CPU_THREADS");
     if (env && atoi(env) > 0) cpus = atoi(env);
-    int n = cpus < 1 ? 1 : cpus > 64 ? 64 : (int)cpus;
-    for (int w = 1; w < n; w++) {
-        pthread_t t;
-        pthread_attr_t attr;
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        if (pthread_create(&t, &attr, pool_worker, (void *)(long)w) != 0) { n = w; break; }
-        pthread_attr_destroy(&attr);
+    int n = cpus < 1 ? 1 : cpus > MAX_THREADS ? MAX_THREADS : (int)cpus;
+    pool.n = pool_grow(1, n);
+    atomic_store(&pool.active, pool.n);
+}
+
+/* ggml's thread priorities (ggml-cpu.c ggml_thread_apply_priority, Linux): low SCHED_BATCH, medium, high and
+ * realtime SCHED_FIFO at 40, 80 and 90; normal keeps the inherited policy */
+static void apply_priority(pthread_t t, int prio) {
+    if (prio == 0) return;
+    struct sched_param p = {0};
+    int policy = SCHED_OTHER;
+    switch (prio) {
+    case -1: policy = SCHED_BATCH; break;
+    case 1: policy = SCHED_FIFO, p.sched_priority = 40; break;
+    case 2: policy = SCHED_FIFO, p.sched_priority = 80; break;
+    case 3: policy = SCHED_FIFO, p.sched_priority = 90; break;
+    default: return;
     }
-    pool.n = n;
+    const int err = pthread_setschedparam(t, policy, &p);
+    if (err != 0) fprintf(stderr, "warn: failed to set thread priority %d : %s (%d)\n", prio, strerror(err), err);
+}
+
+/* -t, -tb (<= 0: every thread), -C / -Cr's mask (n_mask flags by CPU; 0: none) placed as ggml places its
+ * threadpool's workers (strict: one CPU each, the mask's in turn; else the whole mask), --prio and --poll: the
+ * pool grown to the larger count, its workers placed and prioritised. Returns the pool's threads. */
+int mlxcel_pool_config(int decode, int batch, const unsigned char *mask, int n_mask, int strict, int prio, int poll) {
+    const int want = decode > batch ? decode : batch;
+    if (want > pool.n) pool.n = pool_grow(pool.n, want);
+    atomic_store(&pool.active, pool.n);
+    cfg.decode = decode, cfg.batch = batch;
+    atomic_store(&cfg.spins, (int)((long)SPIN * (poll < 0 ? 0 : poll > 100 ? 100 : poll) / 50));
+    int next = 0; /* ggml_thread_cpumask_next's iterator */
+    for (int w = 1; w < pool.n; w++) {
+        if (n_mask > 0) {
+            cpu_set_t set;
+            CPU_ZERO(&set);
+            if (strict) {
+                for (int i = 0; i < n_mask; i++) {
+                    const int cpu = (next + i) % n_mask;
+                    if (mask[cpu]) { CPU_SET(cpu, &set); next = cpu + 1; break; }
+                }
+            } else {
+                for (int cpu = 0; cpu < n_mask && cpu < CPU_SETSIZE; cpu++)
+                    if (mask[cpu]) CPU_SET(cpu, &set);
+            }
+            const int err = pthread_setaffinity_np(workers[w], sizeof set, &set);
+            if (err != 0) fprintf(stderr, "warn: failed to set affinity mask : %s (%d)\n", strerror(err), err);
+        }
+        apply_priority(workers[w], prio);
+    }
+    return pool.n;
+}
+
+/* the calling thread computes a prompt's rows (1: -tb's threads) or not (0); the previous value */
+HIDDEN int mlxcel_pool_batch(int on) {
+    const int was = batch_phase;
+    batch_phase = on;
+    return was;
 }
 
 /* fn(ctx, t) for t in [0, tasks), spread over the pool when parallel is set and the pool is free */
 static void pool_run(task_fn fn, void *ctx, int tasks, int parallel) {
-    if (!parallel || pool.n == 1 || tasks < 2 || tasks > MAX_TASKS || pthread_mutex_trylock(&pool.busy) != 0) {
+    const int width = pool_width();
+    if (!parallel || width == 1 || tasks < 2 || tasks > MAX_TASKS || pthread_mutex_trylock(&pool.busy) != 0) {
         for (int t = 0; t < tasks; t++) fn(ctx, t);
         return;
     }
     pool.fn = fn, pool.ctx = ctx;
+    atomic_store_explicit(&pool.active, width, memory_order_relaxed); /* (published with the generation) */
     atomic_store_explicit(&pool.done, 0, memory_order_relaxed);
     long g = atomic_load_explicit(&pool.generation, memory_order_relaxed) + 1;
     atomic_store_explicit(&pool.claim, ((uint64_t)g & ((1u << 24) - 1)) << JOB_SHIFT | (uint64_t)tasks << CLAIM_BITS,
@@ -178,6 +259,8 @@ long mlxcel_small_calls(void) { return small_calls; }
 long mlxcel_blas_calls(void) { return __atomic_load_n(&blas_calls, __ATOMIC_RELAXED); }
 int mlxcel_has_avx2(void) { return have_avx2; }
 int mlxcel_threads(void) { return pool.n; }
+/* the threads a job of the calling thread may use (-t's, or -tb's in a prompt) */
+int mlxcel_pool_width(void) { return pool_width(); }
 
 static inline float finish(float acc, float alpha, float beta, const float *c) {
     return beta == 0.0f ? alpha * acc : alpha * acc + beta * *c;
@@ -362,7 +445,7 @@ AVX2 static void nt_task(void *ctx, int task) {
 
 AVX2 static void small_nt(int M, int N, int K, float alpha, const float *a, int lda, const float *b, int ldb,
                           float beta, float *c, int ldc) {
-    int tiles = (N + 3) / 4, tasks = 4 * pool.n < tiles ? 4 * pool.n : tiles;
+    int tiles = (N + 3) / 4, tasks = 4 * pool_width() < tiles ? 4 * pool_width() : tiles;
     struct gemm_args g = {M, N, K, alpha, beta, a, b, lda, ldb, ldc, c, 0, tiles, (tiles + tasks - 1) / tasks};
     pool_run(nt_task, &g, tasks, (long)N * K >= PARALLEL_WORK);
 }
@@ -676,7 +759,7 @@ AVX2 static void packed_task(void *ctx, int task) {
 
 AVX2 static void small_packed(const struct quant_weight *w, int M, float alpha, const float *a, int lda, float beta,
                               float *c, int ldc) {
-    int panels = (w->N + PANEL - 1) / PANEL, tasks = 4 * pool.n < panels ? 4 * pool.n : panels;
+    int panels = (w->N + PANEL - 1) / PANEL, tasks = 4 * pool_width() < panels ? 4 * pool_width() : panels;
     struct quant_args t = {w, M, (panels + tasks - 1) / tasks, a, 0, lda, ldc, alpha, beta, c};
     pool_run(packed_task, &t, tasks, (long)w->N * w->K >= PARALLEL_WORK);
 }
@@ -710,7 +793,7 @@ AVX2 static void ggml_task(void *ctx, int task) {
 AVX2 static int small_ggml(const struct quant_weight *w, int M, float alpha, const float *a, int lda, float beta,
                            float *c, int ldc) {
     if (!mlxcel_thread_floats(BUFFER_DEQUANT, (size_t)w->K)) return 0;
-    int tasks = 4 * pool.n < w->N ? 4 * pool.n : w->N;
+    int tasks = 4 * pool_width() < w->N ? 4 * pool_width() : w->N;
     struct quant_args t = {w, M, (w->N + tasks - 1) / tasks, a, NULL, lda, ldc, alpha, beta, c};
     pool_run(ggml_task, &t, tasks, (long)w->N * w->K >= PARALLEL_WORK);
     return 1;
@@ -734,7 +817,7 @@ AVX2 static int small_quant(const struct quant_weight *w, int M, float alpha, co
             }
             xsum[(size_t)m * groups + g] = hsum(s);
         }
-    int tasks = 4 * pool.n < w->N ? 4 * pool.n : w->N;
+    int tasks = 4 * pool_width() < w->N ? 4 * pool_width() : w->N;
     struct quant_args t = {w, M, (w->N + tasks - 1) / tasks, a, xsum, lda, ldc, alpha, beta, c};
     pool_run(quant_task, &t, tasks, (long)w->N * w->K >= PARALLEL_WORK);
     return 1;
@@ -845,7 +928,7 @@ static void dequant_task(void *ctx, int task) {
  * the BLAS (panels over the pool's threads when the BLAS runs single-threaded: mlxcel_split_rows) */
 static void dequant_gemm(const struct quant_weight *w, int m, float alpha, const float *a, int lda, float beta,
                          float *c, int ldc) {
-    const int parallel = split_rows && pool.n > 1, parts = parallel ? 2 * pool.n : 1;
+    const int parallel = split_rows && pool_width() > 1, parts = parallel ? 2 * pool_width() : 1;
     int rows = (w->N + parts - 1) / parts; /* panels as wide as the threads allow, for the BLAS's sake */
     rows = rows < 16 ? 16 : rows > DEQUANT_ROWS ? DEQUANT_ROWS : (rows + 15) / 16 * 16;
     struct dequant_args d = {w, m, alpha, beta, a, lda, c, ldc, 0, rows};
@@ -914,11 +997,14 @@ void cblas_sgemm(int order, int trans_a, int trans_b, int m, int n, int k, float
         }
     }
     __atomic_fetch_add(&blas_calls, 1, __ATOMIC_RELAXED);
-    if (split_rows && order == ROW_MAJOR && m > SMALL_M && pool.n > 1) {
-        struct split_args s = {trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, pool.n};
-        pool_run(split_task, &s, pool.n, 1);
+    const int was = m > SMALL_M ? mlxcel_pool_batch(1) : batch_phase; /* prompt-sized rows: -tb's threads */
+    if (split_rows && order == ROW_MAJOR && m > SMALL_M && pool_width() > 1) {
+        struct split_args s = {trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, pool_width()};
+        pool_run(split_task, &s, pool_width(), 1);
+        mlxcel_pool_batch(was);
         return;
     }
+    mlxcel_pool_batch(was);
     real_sgemm(order, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 

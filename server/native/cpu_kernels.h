@@ -50,6 +50,8 @@ void mlxcel_swiglu(const float *g, const float *u, long rows, long width, long l
 /* fn(ctx, t) for t in [0, tasks), spread over the one pool of threads when parallel is set and it is free */
 typedef void (*mlxcel_task_fn)(void *ctx, int task);
 HIDDEN void mlxcel_pool_run(mlxcel_task_fn fn, void *ctx, int tasks, int parallel);
+/* the calling thread computes a prompt's rows (1: the pool's -tb threads) or not (0: -t's); the previous value */
+HIDDEN int mlxcel_pool_batch(int on);
 
 /* a thread's own scratch floats, kept between calls: one buffer per use that can be live at once */
 enum { BUFFER_SUMS, BUFFER_SCORES, BUFFER_PREFILL, BUFFER_DEQUANT, THREAD_BUFFERS };

@@ -94,9 +94,19 @@ static void rope_rows(const struct rope_args *a) {
 /* L tokens of one sequence at positions index .. index + L - 1, written to its caches there (keys[l],
  * values[l]: layer l's, kv_heads x capacity x head_dim, strides as mlxcel_step's). logits (vocab floats): the
  * last position's, or NULL when the chunk is not the prompt's last. Returns 0, or -1 when out of memory. */
+static int prefill_rows(const struct step_model *m, int L, const int *tokens, int index, void *const *keys,
+                        void *const *values, const long *strides, float *logits);
+
 int mlxcel_prefill(const void *model, int L, const int *tokens, int index, void *const *keys,
                    void *const *values, const long *strides, float *logits) {
-    const struct step_model *m = model;
+    const int was = mlxcel_pool_batch(1); /* a prompt's rows: -tb's threads, as b10621's batch threadpool */
+    const int status = prefill_rows(model, L, tokens, index, keys, values, strides, logits);
+    mlxcel_pool_batch(was);
+    return status;
+}
+
+static int prefill_rows(const struct step_model *m, int L, const int *tokens, int index, void *const *keys,
+                        void *const *values, const long *strides, float *logits) {
     if (L < 1 || index < 0) return -1;
     const int E = m->hidden, H = m->heads, Hkv = m->kv_heads, D = m->head_dim, I = m->inter;
     const int nqkv = (H + 2 * Hkv) * D, half = m->rope_dims / 2, T = index + L;

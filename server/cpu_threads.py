@@ -1,0 +1,174 @@
+"""-t / -tb, -C / -Cr / --cpu-strict, --prio and --poll: mlxcel's CPU thread pool sized, placed and prioritised as
+b10621 sizes, places and prioritises its threadpools (common/common.cpp, ggml/src/ggml-cpu/ggml-cpu.c).
+
+b10621 runs generation on -t threads and a prompt's batches on -tb (default: -t's), each thread placed by the
+mask (-C hex bits, -Cr a range; with --cpu-strict 1 one CPU each, the mask's in turn) and prioritised by --prio
+(ggml_thread_apply_priority: low SCHED_BATCH, medium/high/realtime SCHED_FIFO 40/80/90), its process niced by
+set_process_priority; --poll sets how long an idle thread spins before it sleeps (0: not at all). mlxcel has one
+pool (server/native/cpu_kernels.c), sized to the larger count: a decode step's jobs use -t's threads, a prompt's
+-tb's, and the BLAS (a prompt's large products) -tb's. A job's numbers never depend on how many threads ran it.
+One pool has one placement: generation's where given, else the -batch forms'; both given and different is
+refused at startup (`refusal`)."""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import logging
+import os
+from dataclasses import dataclass
+
+from . import blas
+
+log = logging.getLogger("mlxcel")
+
+GGML_MAX_N_THREADS = 512  # the masks' length
+NICE = {-1: 5, 0: 0, 1: -5, 2: -10, 3: -20}  # set_process_priority's nice values (POSIX)
+
+
+def parse_cpu_mask(text: str, mask: list[bool]) -> None:
+    """common.cpp parse_cpu_mask: hex digits (a 0x prefix dropped, at most 128), the last digit CPUs 0-3; ORed
+    into mask. ValueError("invalid cpumask") as -C's handler throws."""
+    digits = text[2:] if text.startswith("0x") else text
+    digits = digits[:128]
+    n = len(digits) * 4 - 1
+    for c in digits:
+        if c not in "0123456789abcdefABCDEF":
+            raise ValueError("invalid cpumask")
+        v = int(c, 16)
+        for bit in range(4):
+            if v & (8 >> bit) and 0 <= n - bit < GGML_MAX_N_THREADS:
+                mask[n - bit] = True
+        n -= 4
+
+
+def parse_cpu_range(text: str, mask: list[bool]) -> None:
+    """common.cpp parse_cpu_range: [start]-[end], inclusive, each below 512; ValueError("invalid range")."""
+    dash = text.find("-")
+    if dash < 0:
+        raise ValueError("invalid range")
+    try:
+        start = int(text[:dash]) if dash else 0
+        end = int(text[dash + 1 :]) if dash < len(text) - 1 else GGML_MAX_N_THREADS - 1
+    except ValueError:
+        raise ValueError("invalid range") from None
+    if not 0 <= start < GGML_MAX_N_THREADS or not 0 <= end < GGML_MAX_N_THREADS:
+        raise ValueError("invalid range")
+    for i in range(start, end + 1):
+        mask[i] = True
+
+
+def check_mask(text: str) -> None:
+    parse_cpu_mask(text, [False] * GGML_MAX_N_THREADS)
+
+
+def check_range(text: str) -> None:
+    parse_cpu_range(text, [False] * GGML_MAX_N_THREADS)
+
+
+@dataclass(frozen=True)
+class CpuParams:
+    """One role's cpuparams (generation's, or a prompt batch's)."""
+
+    threads: int = -1  # <= 0: every thread of the pool
+    mask: tuple[bool, ...] | None = None  # None: no placement
+    strict: int = 0
+    prio: int = 0
+    poll: int = 50
+
+    def placement(self) -> tuple:
+        return (self.mask, self.strict, self.prio, self.poll)
+
+
+def _mask(entries: list | None) -> tuple[bool, ...] | None:
+    """The -C / -Cr uses in order, ORed as b10621's handlers OR them."""
+    if not entries:
+        return None
+    mask = [False] * GGML_MAX_N_THREADS
+    for long, _spelling, value in entries:
+        (parse_cpu_range if long.endswith("range") or long.endswith("range-batch") else parse_cpu_mask)(value, mask)
+    return tuple(mask)
+
+
+@dataclass(frozen=True)
+class ThreadConfig:
+    decode: CpuParams
+    batch: CpuParams
+
+    @classmethod
+    def from_args(cls, args) -> ThreadConfig:
+        """b10621's postprocess_cpu_params: the batch role takes generation's values where it has none."""
+        decode = CpuParams(
+            args.threads if args.threads is not None else -1,
+            _mask(args.cpu_mask_args),
+            int(args.cpu_strict or 0),
+            int(args.prio or 0),
+            int(args.poll if args.poll is not None else 50),
+        )
+        batch = CpuParams(
+            args.threads_batch if args.threads_batch is not None else decode.threads,
+            _mask(args.cpu_mask_batch_args) or decode.mask,
+            int(args.cpu_strict_batch) if args.cpu_strict_batch is not None else decode.strict,
+            int(args.prio_batch) if args.prio_batch is not None else decode.prio,
+            int(args.poll_batch) if args.poll_batch is not None else decode.poll,
+        )
+        return cls(decode, batch)
+
+    def pool(self) -> CpuParams:
+        """The pool's placement: generation's where it asks for one, else the batch role's (its threads aside)."""
+        if self.decode.placement() != CpuParams().placement():
+            return self.decode
+        b = self.batch
+        return CpuParams(self.decode.threads, b.mask, b.strict, b.prio, b.poll)
+
+    def refusal(self) -> str | None:
+        """One line where both roles ask for placements and they differ (mlxcel's one pool is placed once)."""
+        default = CpuParams().placement()
+        if self.batch.placement() in (self.decode.placement(), default) or self.decode.placement() == default:
+            return None
+        return (
+            "error: --cpu-mask-batch / --cpu-range-batch / --cpu-strict-batch / --prio-batch / --poll-batch: "
+            "mlxcel runs prompts and generation on one CPU thread pool, placed once; leave them out or pass the "
+            "values of --cpu-mask / --cpu-range / --cpu-strict / --prio / --poll"
+        )
+
+
+def _set_process_priority(prio: int) -> None:
+    """common.cpp set_process_priority (POSIX): the calling thread niced, which the threads it starts inherit."""
+    if prio == 0:
+        return
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, NICE[prio])
+    except OSError as exc:
+        code = exc.errno or errno.EPERM
+        log.warning("failed to set process priority %d : %s (%d)", prio, os.strerror(code), code)
+
+
+def apply(config: ThreadConfig) -> int:
+    """Size, place and prioritise the pool (and the BLAS's threads) before the model loads; returns the pool's
+    threads (0 where mlxcel's kernels are not loaded: MLX and the BLAS then schedule their own)."""
+    d, b = config.pool(), config.batch
+    _set_process_priority(d.prio)
+    if d.mask is not None and any(d.mask) and hasattr(os, "sched_setaffinity"):
+        cpus = {i for i, on in enumerate(d.mask) if on} & set(range(os.cpu_count() or 1))
+        try:  # the calling thread, whose later threads (the engine's, the HTTP layer's) inherit it
+            os.sched_setaffinity(0, cpus or set(range(os.cpu_count() or 1)))
+        except OSError as exc:
+            log.warning("failed to set affinity mask : %s", exc.strerror)
+    native = blas.STATE.native
+    if native is None or not hasattr(native, "mlxcel_pool_config"):
+        return 0
+    mask = (ctypes.c_ubyte * GGML_MAX_N_THREADS)(*(d.mask or ()))
+    native.mlxcel_pool_config.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p] + [ctypes.c_int] * 4
+    n = native.mlxcel_pool_config(
+        max(d.threads, 0), max(b.threads, 0), mask, GGML_MAX_N_THREADS if d.mask else 0, d.strict, d.prio, d.poll
+    )
+    blas.set_threads(b.threads if b.threads > 0 else n)
+    log.info(
+        "CPU threads: %d for generation, %d for prompts (a pool of %d)%s",
+        d.threads if 0 < d.threads < n else n,
+        b.threads if 0 < b.threads < n else n,
+        n,
+        "" if d.mask is None else ", placed by the CPU mask" + (" (strict)" if d.strict else ""),
+    )
+    return n

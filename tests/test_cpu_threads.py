@@ -1,0 +1,81 @@
+"""-t / -tb, -C / -Cr / --cpu-strict, --prio and --poll (server/cpu_threads.py): parsed as b10621's handlers parse
+them, the batch role inheriting generation's values as postprocess_cpu_params does, and mlxcel's pool sized by
+them: a decode step's jobs run on -t's threads, a prompt's on -tb's, with the same numbers whatever the count."""
+
+from __future__ import annotations
+
+import pytest
+
+from server import blas
+from server.cli.args import build_parser
+from server.cpu_threads import GGML_MAX_N_THREADS, CpuParams, ThreadConfig, apply, parse_cpu_mask, parse_cpu_range
+
+
+def _mask(text: str, parse=parse_cpu_mask) -> list[int]:
+    mask = [False] * GGML_MAX_N_THREADS
+    parse(text, mask)
+    return [i for i, on in enumerate(mask) if on]
+
+
+def test_masks_and_ranges_read_as_b10621_reads_them():
+    assert _mask("3") == [0, 1]
+    assert _mask("0x5") == [0, 2]
+    assert _mask("F0") == [4, 5, 6, 7]
+    assert _mask("0-3", parse_cpu_range) == [0, 1, 2, 3]
+    assert _mask("-1", parse_cpu_range) == [0, 1]
+    assert _mask("510-", parse_cpu_range) == [510, 511]
+    for bad, parse in (("0xg", parse_cpu_mask), ("12", parse_cpu_range), ("0-512", parse_cpu_range)):
+        with pytest.raises(ValueError):
+            _mask(bad, parse)
+
+
+def _config(*argv: str) -> ThreadConfig:
+    return ThreadConfig.from_args(build_parser("mlxcel-server").parse_args(list(argv)))
+
+
+def test_the_batch_role_takes_generations_values_where_it_has_none():
+    c = _config("-t", "3", "-C", "3", "-Cr", "4-5", "--cpu-strict", "1", "--prio", "1", "--poll", "0")
+    assert c.decode.threads == c.batch.threads == 3
+    assert [i for i, on in enumerate(c.decode.mask or ()) if on] == [0, 1, 4, 5]  # -C and -Cr ORed
+    assert c.batch.placement() == c.decode.placement() and c.decode.strict == 1 and c.decode.poll == 0
+    assert c.refusal() is None
+    assert _config("-tb", "2").batch.threads == 2 and _config("-tb", "2").decode.threads == -1
+    assert _config().decode == CpuParams() and _config().refusal() is None
+
+
+def test_one_pool_is_placed_once_a_batch_form_alone_places_it_two_different_ones_are_refused():
+    alone = _config("-Cb", "3", "--prio-batch", "1")
+    assert alone.refusal() is None and alone.pool().prio == 1 and alone.pool().mask == alone.batch.mask
+    assert _config("-C", "1", "-Cb", "1").refusal() is None
+    refused = _config("-C", "1", "-Cb", "3").refusal()
+    assert refused is not None and refused.startswith("error: --cpu-mask-batch")
+    assert _config("--poll", "10", "--poll-batch", "20").refusal() is not None
+
+
+@pytest.mark.heavy  # loads the F32 twin
+def test_generation_runs_on_t_threads_prompts_on_tb_and_the_numbers_do_not_change(twin_f32):
+    import mlx.core as mx
+
+    from server.backends import open_backend
+    from server.models.loader import load_checkpoint
+
+    native = blas.STATE.native
+    runner = open_backend(load_checkpoint(twin_f32.mlx_dir))
+    tokens = [504, 3458, 282, 4649, 314, 7042, 30, 198] * 5
+
+    def run() -> list:
+        cache = runner.new_cache()
+        out = [runner.prefill(cache, tokens)] + [runner.decode(cache, t) for t in tokens[:4]]
+        mx.eval(out)
+        return out
+
+    before = run()
+    try:
+        n = apply(_config("-t", "1", "-tb", "2", "--poll", "0"))
+        assert n >= 2 and native.mlxcel_pool_width() == 1  # this thread decodes: -t's one thread
+        after = run()
+    finally:
+        apply(_config())  # every thread again, the default spin
+    assert native.mlxcel_pool_width() == native.mlxcel_threads()
+    for a, b in zip(before, after, strict=True):
+        assert mx.array_equal(a, b).item()
