@@ -617,17 +617,18 @@ def test_ggml_runtime_refusals_are_pinned(argv):
 
 
 def test_load_mode_is_classified_in_command_line_order():
+    from server.cli.classify import load_mode
+
     assert refused("--mlock", "--load-mode", "mmap") == []  # the last writer wins, as upstream
-    assert refused("--no-mmap", "--load-mode", "mmap") == []
-    assert refused("-lm", "auto", "--mlock") == [
-        (
-            "error: --mlock: the load mode this leaves (mlock) asks mlxcel to lock the weights in RAM; mlxcel loads "
-            "safetensors through MLX and has no such loading mode; leave it out, or pass --load-mode auto|mmap|none"
-        )
+    assert load_mode(parse("--mlock", "--load-mode", "mmap").given)[0] == "mmap"
+    assert load_mode(parse("-lm", "auto", "--mlock").given)[0] == "mlock"  # served: the weights locked
+    assert refused("-lm", "auto", "--mlock") == [] and refused("--no-mmap", "--load-mode", "mmap") == []
+    assert refused("-lm", "dio") == [
+        "error: -lm dio: the load mode this leaves (dio) asks mlxcel to read the weights with direct I/O; mlxcel "
+        "loads safetensors through MLX and has no such loading mode; leave it out, or pass --load-mode "
+        "auto|mmap|none|mlock"
     ]
-    assert refused("-lm", "dio")[0].startswith(
-        "error: -lm dio: the load mode this leaves (dio) asks mlxcel to read the weights with direct I/O"
-    )
+    assert refused("-dio", "-lm", "mmap") == []
 
 
 def test_on_this_cpu_host_every_placement_starts_with_b10621s_warnings(tmp_path, capsys):
@@ -865,7 +866,7 @@ def test_other_issues_surfaces_are_served_or_refuse_with_their_reason():
 
 def test_a_refusal_exits_1_before_the_model_is_resolved():
     proc = subprocess.run(
-        [sys.executable, "-m", "server", "-m", "/nonexistent/model", "--numa", "distribute", "--mlock"],
+        [sys.executable, "-m", "server", "-m", "/nonexistent/model", "--numa", "distribute", "-dio"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -878,7 +879,23 @@ def test_a_refusal_exits_1_before_the_model_is_resolved():
             "numactl"
         ),
         (
-            "error: --mlock: the load mode this leaves (mlock) asks mlxcel to lock the weights in RAM; mlxcel loads "
-            "safetensors through MLX and has no such loading mode; leave it out, or pass --load-mode auto|mmap|none"
+            "error: -dio: the load mode this leaves (dio) asks mlxcel to read the weights with direct I/O; mlxcel "
+            "loads safetensors through MLX and has no such loading mode; leave it out, or pass --load-mode "
+            "auto|mmap|none|mlock"
         ),
     ]
+
+
+def test_a_unified_kv_gives_each_slot_the_whole_context():
+    """b10621's kv_unified (-kvu, or -np auto whatever -no-kvu says): n_ctx_seq = n_ctx; otherwise -c / -np."""
+    from server.cli.startup import slot_context, unified_kv
+
+    for argv, unified, n_ctx in (
+        (["-kvu", "-np", "2", "-c", "1000"], True, 1024),
+        (["-np", "2", "-c", "1000"], False, 512),
+        (["-no-kvu", "-c", "1000"], True, 1024),  # -np auto: unified
+        (["-no-kvu", "-np", "4", "-c", "4096"], False, 1024),
+    ):
+        ns = parse(*argv)
+        assert unified_kv(ns) is unified, argv
+        assert slot_context(ns.ctx_size, 0 if unified_kv(ns) else ns.parallel) == n_ctx, argv

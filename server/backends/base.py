@@ -64,6 +64,10 @@ class Backend(Protocol):
         """(token, logprob, top-k) for each continuation token, teacher-forced as a generation computes it."""
         ...
 
+    def weights(self) -> list:
+        """The arrays that hold the model's weights (what --mlock locks in RAM)."""
+        ...
+
     # --- caches -----------------------------------------------------------------------------------------------
     def new_cache(self) -> Cache: ...
 

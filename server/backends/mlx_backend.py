@@ -17,7 +17,7 @@ from typing import Any, Callable, cast
 import mlx.core as mx
 import numpy as np
 from mlx import nn
-from mlx.utils import tree_map
+from mlx.utils import tree_flatten, tree_map
 from mlx_lm.models import cache as mlx_cache
 
 from ..models import control_vector, cpu_layers, kv_numerics, lora
@@ -257,6 +257,9 @@ class MLXBackend:
         mx.eval(top_ids, top_lp, chosen)
         ids, lps, ch = cast(list, top_ids.tolist()), cast(list, top_lp.tolist()), cast(list, chosen.tolist())
         return [(t, ch[i], tuple(zip(ids[i], lps[i], strict=False))) for i, t in enumerate(continuation)]
+
+    def weights(self) -> list:
+        return [pair[1] for pair in tree_flatten(self.model.parameters())]
 
     # --- caches -----------------------------------------------------------------------------------------------
 

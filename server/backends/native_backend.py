@@ -44,6 +44,9 @@ class NativeBackend(MLXBackend):
         few = 1 if self._step.ggml_order else MAX_ROWS
         return Capabilities(**{**caps.__dict__, "row_invariant": True, "few_rows": few})
 
+    def weights(self) -> list:
+        return [*super().weights(), *self._step.weights]  # (its ggml-order copies too)
+
     @property
     def step(self) -> DecodeStep:
         return self._step

@@ -404,6 +404,11 @@ MLXCEL: dict[str, dict] = {
     ),
     "--port": _s("port", "port to listen (default: 8080)", 8080),
     "--timeout": _s("timeout", "server read/write timeout in seconds (default: 3600)", 3600),
+    "--kv-unified": _s(
+        "kv_unified",
+        "use single unified KV buffer shared across all sequences: each slot has the whole context "
+        "(default: enabled if number of slots is auto)",
+    ),
     "--list-devices": _s("list_devices", "print list of available devices and exit", False),
     # the CPU thread pool (server/cpu_threads.py): sized, placed and prioritised as b10621's threadpools
     "--threads": _s("threads", "number of CPU threads to use during generation (default: every core)"),

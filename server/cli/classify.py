@@ -392,12 +392,6 @@ RULES: dict[str, Rule] = {
         "every value: mlxcel keeps no context checkpoints (see --ctx-checkpoints)",
         check=_range(0, None, "checkpoint-min-step must be non-negative"),
     ),
-    "--kv-unified": _only(
-        _is(False),
-        "-no-kvu, --no-kv-unified (per-slot KV, what mlxcel does)",
-        "mlxcel keeps one KV cache per slot; there is no unified buffer shared by the slots",
-        "pass -np 1 for one slot with the whole context",
-    ),
     "--warmup": _inert("--warmup, --no-warmup: mlxcel runs no warm-up pass, and one never changes a result"),
     "--cache-type-k": _only(_is(*KV_SERVED), _KV_SERVED_TEXT, _KV_REFUSED, _KV_ALT, check=_kv_type_check),
     "--cache-type-v": _only(_is(*KV_SERVED), _KV_SERVED_TEXT, _KV_REFUSED, _KV_ALT, check=_kv_type_check),
@@ -609,9 +603,9 @@ def refusals(given: list[Given]) -> list[str]:
     return out + ([load] if load else []) + draft_refusals(given)
 
 
-def load_mode_refusal(given: list[Given]) -> str | None:
+def load_mode(given: list[Given]) -> tuple[str, Given | None]:
     """--mlock, --mmap/--no-mmap, --direct-io/--no-direct-io and --load-mode write b10621's one load_mode field
-    in the order it applied them; the mode they leave is what is classified."""
+    in the order it applied them: the mode they leave, and the option that left it."""
     mode, by = "auto", None
     for g in given:
         if g.option == "--load-mode":
@@ -622,18 +616,20 @@ def load_mode_refusal(given: list[Given]) -> str | None:
             mode, by = ("mmap" if g.value else "none"), g
         elif g.option == "--direct-io":
             mode, by = ("dio" if g.value else "none"), g
-    if mode in ("auto", "none", "mmap"):
+    return str(mode), by
+
+
+def load_mode_refusal(given: list[Given]) -> str | None:
+    """The load mode left is served (auto, none, mmap; mlock and mmap+mlock lock the weights in RAM:
+    server/models/weight_lock.py) or, for direct I/O, refused."""
+    mode, by = load_mode(given)
+    if mode != "dio" or by is None:
         return None
-    what = {
-        "mlock": "lock the weights in RAM",
-        "mmap+mlock": "lock the memory-mapped weights in RAM",
-        "dio": "read the weights with direct I/O",
-    }[mode]
     return _diagnostic(
         by,
-        f"the load mode this leaves ({mode}) asks mlxcel to {what}; mlxcel loads safetensors "
+        "the load mode this leaves (dio) asks mlxcel to read the weights with direct I/O; mlxcel loads safetensors "
         "through MLX and has no such loading mode",
-        "leave it out, or pass --load-mode auto|mmap|none",
+        "leave it out, or pass --load-mode auto|mmap|none|mlock",
     )
 
 

@@ -53,7 +53,7 @@ from ..textparse import parse_csv_row, stof, stoi
 from ..transport import HttpServer, TransportError, announce_listening
 from . import offload
 from .args import build_parser
-from .classify import refusals, spec_types
+from .classify import load_mode, refusals, spec_types
 
 log = logging.getLogger("mlxcel")
 AUTO_SLOTS = 4  # b10621's --parallel -1 (auto) serves 4 slots
@@ -121,7 +121,7 @@ def build_state(args, prog: str, auth, cors, vertex):  # noqa: C901
         engine = Engine(
             checkpoint,
             EngineConfig(
-                n_ctx=slot_context(args.ctx_size, args.parallel),
+                n_ctx=slot_context(args.ctx_size, 0 if unified_kv(args) else args.parallel),
                 n_slots=n_slots,
                 n_batch=args.batch_size,
                 cont_batching=args.cont_batching,
@@ -129,9 +129,9 @@ def build_state(args, prog: str, auth, cors, vertex):  # noqa: C901
                 cache_prompt=args.cache_prompt,
                 cache_ram_mib=args.cache_ram,
                 slot_similarity=args.slot_prompt_similarity,
-                # b10621's -np auto: 4 slots on a unified KV
                 cache_idle_slots=args.cache_idle_slots,
-                kv_unified=args.parallel <= 0,
+                kv_unified=unified_kv(args),
+                mlock=load_mode(args.given)[0] in ("mlock", "mmap+mlock"),
                 ctx_shift=args.context_shift,
                 add_bos=tokenizer.add_bos,
                 special=args.special,
@@ -394,6 +394,12 @@ def rope_overrides(args) -> tuple[float | None, float | None]:
     if args.rope_scaling == "none":
         scale = 1.0
     return (base or None, scale or None)
+
+
+def unified_kv(args) -> bool:
+    """b10621's kv_unified: -kvu, or -np auto (which sets it whatever -no-kvu said: server.cpp). Each slot then
+    has the whole context (llama_context: n_ctx_seq = n_ctx) and idle slots are cleared at each launch."""
+    return args.parallel <= 0 or bool(args.kv_unified)
 
 
 def slot_context(ctx_size: int, parallel: int) -> int:

@@ -35,6 +35,7 @@ class EngineConfig:
     draft: DraftConfig | None = None  # --spec-draft-model with --spec-type draft-simple
     ngram_simple: tuple[int, int] | None = None  # --spec-type ngram-simple: (size_n, size_m)
     kv: KVNumerics = KVNumerics()  # -ctk, -ctv, -fa; this default a float32 cache (the CLI passes b10621's: f16)
+    mlock: bool = False  # --mlock / --load-mode mlock|mmap+mlock: the weights locked in RAM once loaded
 
 
 DEFAULT_CONFIG = EngineConfig()

@@ -23,6 +23,7 @@ from typing import Callable
 
 from ..backends import Backend, hand_back, load_backend
 from ..grammar.constraint import GrammarVocab
+from ..models import weight_lock
 from . import commands as cmd
 from .adapters import Adapters
 from .config import DEFAULT_CONFIG, EngineConfig
@@ -220,6 +221,8 @@ class Engine:
         """The backend, its adapters and drafters, and the collaborators that run on them."""
         c = self.config
         backend = self._open(self.adapters)
+        if c.mlock:
+            weight_lock.lock(backend.weights())
         self.adapters.attach(backend)
         drafter = load_drafters(c.draft, c.ngram_simple)
         self.states.backend = backend
