@@ -453,31 +453,20 @@ def test_escapes_are_processed_in_reverse_prompts_and_dry_breakers():
 # ----- --help and the classification -------------------------------------------------------------------------
 
 
-def test_help_shows_the_served_surface_and_hides_the_compatibility_one(capsys):
+def test_help_shows_what_is_served_or_accepted_and_hides_what_is_refused(capsys):
+    """--help lists the options mlxcel acts on and those it accepts at some value, each of the latter with what
+    mlxcel does with it (server/cli/classify.py's words); an option refused at every value stays hidden."""
     with pytest.raises(SystemExit) as e:
         parse("--help")
     assert e.value.code == 0
     import re
 
-    shown = set(re.findall(r"(?<![\w-])(--?[A-Za-z][\w.-]*)", capsys.readouterr().out))
-    assert {"--ctx-size", "--api-key", "--log-file", "--cors-origins", "--jinja", "--temp", "-ngl"} - shown == {"-ngl"}
-    assert not shown & {
-        "--n-gpu-layers",
-        "--mlock",
-        "--lora-init-without-apply",
-        "--log-prompts-dir",
-        "--gpt-oss-20b-default",
-        "--spec-type",
-        "--hf-repo",
-        "--dump-flag-surface",
-        "--ui",
-    }
-    assert {"-t", "--threads", "-tb", "-C", "--cpu-strict", "--prio", "--poll", "--list-devices"} <= shown
-    assert shown <= {s for o in OPTIONS if o.id in MLXCEL for s in (*o.spellings, *o.negatives)} | set(MLXCEL_OWN)
-
-
-def test_help_after_a_bad_option_is_the_error(capsys):
-    assert _error(capsys, "-h", "--bogus").startswith("error: invalid argument: --bogus")
+    out = capsys.readouterr().out
+    shown = set(re.findall(r"(?<![\w-])(--?[A-Za-z][\w.-]*)", out))
+    users_pass = {"--ctx-size", "--api-key", "--jinja", "--temp", "-t", "-ngl", "-fa", "-ctk", "--mlock", "--no-mmap"}
+    assert users_pass <= shown
+    assert "[mlxcel: served: the weights locked in RAM once loaded]" in " ".join(out.split())
+    assert not shown & {"--gpt-oss-20b-default", "--dump-flag-surface"}
 
 
 def test_every_option_is_acted_on_or_classified():
@@ -488,7 +477,11 @@ def test_every_option_is_acted_on_or_classified():
         for o in OPTIONS
         if any(a.help == "==SUPPRESS==" for a in build_parser("p")._actions if getattr(a, "option", None) is o)
     }
-    assert hidden == set(RULES)
+    assert hidden == {o for o, rule in RULES.items() if rule.inert_text in ("", "none")}  # refused at every value
+
+
+def test_help_after_a_bad_option_is_the_error(capsys):
+    assert _error(capsys, "-h", "--bogus").startswith("error: invalid argument: --bogus")
 
 
 def test_every_refusal_is_one_line_naming_option_value_reason_and_alternative():

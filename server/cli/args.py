@@ -11,6 +11,7 @@ import sys
 
 from ..options import OPTIONS
 from ..textparse import AUTOY, FALSEY, TRUTHY, parse_csv_row, stof, stoul
+from .classify import RULES
 from .parse import ArgError, parse
 from .surface import DUMP_FLAG
 
@@ -519,6 +520,15 @@ def _dest(option_id: str) -> str:
     return option_id.lstrip("-").replace("-", "_").replace(".", "_")
 
 
+def _accepted_help(o) -> str:
+    """--help for an option classified at startup (server/cli/classify.py): shown, with the values mlxcel accepts
+    and what it does with them, where it accepts some; hidden where every use is refused."""
+    rule = RULES.get(o.id)
+    if rule is None or rule.inert_text in ("", "none"):
+        return argparse.SUPPRESS
+    return f"{o.help.rstrip()} [mlxcel: {rule.inert_text}]".replace("%", "%%")
+
+
 def build_parser(prog: str) -> CompatParser:
     p = CompatParser(
         prog=prog,
@@ -529,7 +539,7 @@ def build_parser(prog: str) -> CompatParser:
         "nothing and otherwise refused at startup with the reason.",
     )
     for o in OPTIONS:
-        kw = dict(MLXCEL.get(o.id) or {"dest": _dest(o.id), "default": None, "help": argparse.SUPPRESS})
+        kw = dict(MLXCEL.get(o.id) or {"dest": _dest(o.id), "default": None, "help": _accepted_help(o)})
         kw.setdefault("action", {"void": "store_true", "bool": _NegatableFlag}.get(o.kind, "store"))
         if o.kind == "str_str":
             kw["nargs"] = 2

@@ -296,10 +296,13 @@ RULES: dict[str, Rule] = {
         _NO_GGML + "; there is no RPC backend to offload to", "run one mlxcel per machine", accumulates=True
     ),
     # --mlock, --mmap, --direct-io and --load-mode write one field, in command-line order: see load_mode_refusal
-    "--mlock": _inert("see --load-mode"),
-    "--mmap": _inert("see --load-mode"),
-    "--direct-io": _inert("see --load-mode"),
-    "--load-mode": _inert("see load_mode_refusal", check=_in("--load-mode", *LOAD_MODES)),
+    "--mlock": _inert("served: the weights locked in RAM once loaded"),
+    "--mmap": _inert("--mmap, --no-mmap: MLX loads the weights, the same either way"),
+    "--direct-io": _inert("--no-direct-io; -dio (direct I/O) is refused: see --load-mode"),
+    "--load-mode": _inert(
+        "auto, none, mmap (MLX loads the weights), mlock, mmap+mlock (then locked in RAM); dio is refused",
+        check=_in("--load-mode", *LOAD_MODES),
+    ),
     "--defrag-thold": _inert("every value: upstream only warns that it is deprecated"),
     # ----- model source -----
     "--model-url": _refuse(_GGUF, _GGUF_ALT),
