@@ -380,10 +380,8 @@ RULES: dict[str, Rule] = {
         "to every batch it runs, this flag or not (POST /lora-adapters sets them)"
     ),
     # ----- runtime and context -----
-    "--swa-full": _refuse(
-        "mlxcel's sliding-window layers always keep every position (a full-size cache); there is no smaller SWA "
-        "cache to switch from",
-        _LEAVE,
+    "--swa-full": _inert(
+        "mlxcel's sliding-window layers always keep every position (a full-size SWA cache): what it asks for"
     ),
     # context checkpoints and idle-slot caching decide only what a later prompt can reuse, never a result: mlxcel's
     # prompt cache keeps whole-prefix snapshots of its own (the reuse itself is --cache-prompt's recorded divergence)
