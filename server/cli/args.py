@@ -410,6 +410,11 @@ MLXCEL: dict[str, dict] = {
         "use single unified KV buffer shared across all sequences: each slot has the whole context "
         "(default: enabled if number of slots is auto)",
     ),
+    "--check-tensors": _s(
+        "check_tensors",
+        "check model tensor data for invalid values (default: false): NaN or infinity stops the load",
+        False,
+    ),
     "--list-devices": _s("list_devices", "print list of available devices and exit", False),
     # the CPU thread pool (server/cpu_threads.py): sized, placed and prioritised as b10621's threadpools
     "--threads": _s("threads", "number of CPU threads to use during generation (default: every core)"),

@@ -281,7 +281,6 @@ RULES: dict[str, Rule] = {
     ),
     "--fit-target": _inert("any margin: nothing to fit on a CPU-only host, and mlxcel never fits arguments"),
     "--fit-ctx": _inert("any context: nothing to fit on a CPU-only host, and mlxcel never fits the context"),
-    "--check-tensors": _refuse("mlxcel does not scan weights for invalid values at load", _LEAVE),
     "--op-offload": _inert("--op-offload, --no-op-offload: every operation runs on MLX's one device either way"),
     "--kv-offload": _inert("--kv-offload, --no-kv-offload on a CPU-only host: the KV cache is on the CPU either way"),
     "--repack": _inert("--repack, --no-repack: weight repacking is a GGML CPU layout, never a different result"),

@@ -38,7 +38,7 @@ from ..engine.slot_files import Identity
 from ..engine.speculative import DraftConfig, vocab_mismatch
 from ..grammar.json_schema import json_schema_to_grammar
 from ..logs import LogConfig, uvicorn_log_settings
-from ..models import control_vector
+from ..models import control_vector, tensor_check
 from ..models.bert import encoder_ftype
 from ..models.facts import model_facts
 from ..models.kv_numerics import KVNumerics
@@ -77,6 +77,10 @@ def build_state(args, prog: str, auth, cors, vertex):  # noqa: C901
     except (ModelNotFound, RuntimeError, ValueError) as exc:
         raise StartupRefusal(f"{prog}: error: {exc}") from None
 
+    if args.check_tensors:  # b10621's loader checks every tensor's values before it loads one
+        bad = check_tensors(args.model, checkpoint)
+        if bad:
+            raise StartupRefusal("\n".join([*bad, f"{prog}: error: error loading model: {tensor_check.MESSAGE}"]))
     refused = offload.resolve(args.given, checkpoint)  # placement on MLX's device (-ngl needs the layer count)
     if refused:
         raise StartupRefusal(refused)
@@ -394,6 +398,15 @@ def rope_overrides(args) -> tuple[float | None, float | None]:
     if args.rope_scaling == "none":
         scale = 1.0
     return (base or None, scale or None)
+
+
+def check_tensors(model: str, checkpoint: Path) -> list[str]:
+    """--check-tensors: a GGUF given with -m as its file holds the tensors, anything else as its checkpoint's
+    safetensors (server/models/tensor_check.py); b10621's lines for each tensor with invalid data."""
+    source = Path(model)
+    if source.suffix == ".gguf" and source.is_file():
+        return tensor_check.check_gguf(source)
+    return tensor_check.check_checkpoint(checkpoint)
 
 
 def unified_kv(args) -> bool:
