@@ -172,3 +172,61 @@ def apply(config: ThreadConfig) -> int:
         "" if d.mask is None else ", placed by the CPU mask" + (" (strict)" if d.strict else ""),
     )
     return n
+
+
+NODES = "/sys/devices/system/node"
+
+
+def _cpulist(text: str) -> set[int]:
+    """A kernel CPU list ("0-3,8,10-11") as a set."""
+    out: set[int] = set()
+    for part in text.strip().split(","):
+        if part:
+            lo, _, hi = part.partition("-")
+            out |= set(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def numa_nodes(root: str = NODES) -> list[set[int]]:
+    """Each NUMA node's CPUs, in node order (one node where the kernel shows none)."""
+    try:
+        names = sorted(
+            (n for n in os.listdir(root) if n.startswith("node") and n[4:].isdigit()), key=lambda n: int(n[4:])
+        )
+        nodes = [_cpulist(open(os.path.join(root, n, "cpulist"), encoding="ascii").read()) for n in names]
+    except OSError:
+        nodes = []
+    return [n for n in nodes if n] or [set(range(os.cpu_count() or 1))]
+
+
+def _current_cpu() -> int:
+    """The CPU this thread runs on (/proc/self/stat's processor field)."""
+    with open("/proc/thread-self/stat", encoding="ascii") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[36])
+
+
+def apply_numa(strategy: str | None, nodes: list[set[int]] | None = None) -> list[set[int]]:
+    """--numa as ggml places its threads (ggml-cpu.c set_numa_thread_affinity): nothing on one node; distribute,
+    worker i on node i % nodes; isolate, every worker on the node this thread runs on; numactl, every worker on
+    the CPUs numactl gave the process. Returns each worker's CPUs (empty: none placed)."""
+    nodes = nodes if nodes is not None else numa_nodes()
+    strategy = "distribute" if strategy == "" else strategy  # (b10621's handler: an empty value distributes)
+    native = blas.STATE.native
+    if strategy is None or native is None or len(nodes) <= 1:
+        if strategy is not None:
+            log.info("--numa %s: one NUMA node here, nothing to place", strategy)
+        return []
+    n = int(native.mlxcel_threads())
+    if strategy == "distribute":
+        placed = [nodes[w % len(nodes)] for w in range(1, n)]
+    elif strategy == "isolate":
+        cpu = _current_cpu()
+        placed = [next((node for node in nodes if cpu in node), nodes[0])] * (n - 1)
+    else:  # numactl
+        placed = [set(os.sched_getaffinity(0))] * (n - 1)
+    native.mlxcel_pool_place.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+    for w, cpus in enumerate(placed, start=1):
+        mask = (ctypes.c_ubyte * GGML_MAX_N_THREADS)(*(int(i in cpus) for i in range(GGML_MAX_N_THREADS)))
+        native.mlxcel_pool_place(w, mask, GGML_MAX_N_THREADS)
+    log.info("--numa %s: %d workers placed over %d NUMA nodes", strategy, n - 1, len(nodes))
+    return placed

@@ -595,8 +595,6 @@ def test_inert_values_start(argv):
 
 
 GGML_REFUSALS = {
-    ("--numa", "distribute"): "error: --numa distribute: mlxcel has no NUMA placement of its own; leave it out and run "
-    "the process under numactl",
     ("--perf",): "error: --perf: mlxcel prints no libllama performance counters; read each response's `timings` "
     "instead",
     ("--rpc", "h:1"): "error: --rpc h:1: mlxcel has no GGML backend: MLX runs every tensor of the model on one "
@@ -859,7 +857,7 @@ def test_other_issues_surfaces_are_served_or_refuse_with_their_reason():
 
 def test_a_refusal_exits_1_before_the_model_is_resolved():
     proc = subprocess.run(
-        [sys.executable, "-m", "server", "-m", "/nonexistent/model", "--numa", "distribute", "-dio"],
+        [sys.executable, "-m", "server", "-m", "/nonexistent/model", "--rpc", "h:1", "-dio"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -868,8 +866,8 @@ def test_a_refusal_exits_1_before_the_model_is_resolved():
     assert proc.returncode == 1
     assert proc.stderr.splitlines() == [
         (
-            "error: --numa distribute: mlxcel has no NUMA placement of its own; leave it out and run the process under "
-            "numactl"
+            "error: --rpc h:1: mlxcel has no GGML backend: MLX runs every tensor of the model on one device, its "
+            "default; there is no RPC backend to offload to; run one mlxcel per machine"
         ),
         (
             "error: -dio: the load mode this leaves (dio) asks mlxcel to read the weights with direct I/O; mlxcel "

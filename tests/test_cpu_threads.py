@@ -79,3 +79,34 @@ def test_generation_runs_on_t_threads_prompts_on_tb_and_the_numbers_do_not_chang
     assert native.mlxcel_pool_width() == native.mlxcel_threads()
     for a, b in zip(before, after, strict=True):
         assert mx.array_equal(a, b).item()
+
+
+def _allowed_cpus() -> list[set[int]]:
+    """Each thread of this process's CPUs (Cpus_allowed_list)."""
+    import os
+
+    from server.cpu_threads import _cpulist
+
+    out = []
+    for tid in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{tid}/status", encoding="ascii") as f:
+            line = next(x for x in f if x.startswith("Cpus_allowed_list:"))
+        out.append(_cpulist(line.split(":", 1)[1]))
+    return out
+
+
+def test_numa_places_the_pools_workers_as_ggml_places_its_threads():
+    from server.cpu_threads import apply_numa, numa_nodes
+
+    native = blas.STATE.native
+    assert apply_numa("distribute", [{0, 1}]) == []  # one node: nothing to place, as ggml_is_numa() says
+    assert numa_nodes()  # the kernel's nodes (one at least)
+    n = native.mlxcel_threads()
+    everything = set(range(GGML_MAX_N_THREADS)) & set().union(*numa_nodes())
+    try:
+        placed = apply_numa("distribute", [{0}, {1}])  # two one-CPU nodes: worker i on node i % 2
+        assert placed == [{w % 2} for w in range(1, n)]
+        assert {1} in _allowed_cpus()  # worker 1 now runs on CPU 1 only
+    finally:
+        apply_numa("numactl", [everything, set()])  # (numactl's CPUs: the process's, every one here)
+    assert {1} not in _allowed_cpus() or everything == {1}

@@ -415,6 +415,11 @@ MLXCEL: dict[str, dict] = {
         "check model tensor data for invalid values (default: false): NaN or infinity stops the load",
         False,
     ),
+    "--numa": _s(
+        "numa",
+        "attempt optimizations that help on some NUMA systems: distribute (workers spread over the nodes), "
+        "isolate (on this thread's node), numactl (on numactl's CPUs); nothing on one node",
+    ),
     "--list-devices": _s("list_devices", "print list of available devices and exit", False),
     # the CPU thread pool (server/cpu_threads.py): sized, placed and prioritised as b10621's threadpools
     "--threads": _s("threads", "number of CPU threads to use during generation (default: every core)"),

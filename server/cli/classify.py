@@ -238,11 +238,6 @@ _DRAFT_NOTE = "; its draft model is a GGUF repository too (pass a local one with
 
 RULES: dict[str, Rule] = {
     # ----- ggml-runtime: thread pool, affinity, placement, loading -----
-    "--numa": _refuse(
-        "mlxcel has no NUMA placement of its own",
-        "leave it out and run the process under numactl",
-        check=_in("--numa", "distribute", "", "isolate", "numactl"),
-    ),
     # placement (server/cli/offload.py): on a CPU-only MLX every layer runs on the CPU, as on b10621's CPU build,
     # which starts with each of these (-ngl, -sm, -ts, -mg warn that they have no effect); on a GPU host mlxcel
     # honors a whole placement and refuses a split at startup
@@ -542,6 +537,7 @@ def _parallel_check(v) -> None:
 
 # b10621's handler checks of options mlxcel acts on (args.py), run by the parser as upstream runs them
 ACTED_ON_CHECKS: dict[str, Callable[[object], None]] = {
+    "--numa": _in("--numa", "distribute", "", "isolate", "numactl"),
     "--cpu-mask": lambda v: check_mask(str(v)),
     "--cpu-mask-batch": lambda v: check_mask(str(v)),
     "--cpu-range": lambda v: check_range(str(v)),

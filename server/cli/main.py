@@ -10,7 +10,7 @@ import os
 import sys
 
 from .. import blas
-from ..cpu_threads import ThreadConfig
+from ..cpu_threads import ThreadConfig, apply_numa
 from ..cpu_threads import apply as apply_threads
 from .args import build_parser
 from .classify import refusals
@@ -66,6 +66,7 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 1
     apply_threads(threads)  # the CPU pool sized, placed and prioritised before anything runs on it
+    apply_numa(args.numa)
     hub.set_store_root(args.model_store_root)
     hub.set_offline(bool(args.offline))
     hub.set_token(args.hf_token)  # --hf-token, else HF_TOKEN (the parser's environment binding)

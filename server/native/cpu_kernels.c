@@ -201,6 +201,19 @@ int mlxcel_pool_config(int decode, int batch, const unsigned char *mask, int n_m
     return pool.n;
 }
 
+/* one worker's CPUs (n flags by CPU: --numa's placement, ggml's set_numa_thread_affinity); 0, or -1 for no
+ * such worker or a failed placement (warned in ggml's words) */
+int mlxcel_pool_place(int worker, const unsigned char *mask, int n) {
+    if (worker < 1 || worker >= pool.n) return -1;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int cpu = 0; cpu < n && cpu < CPU_SETSIZE; cpu++)
+        if (mask[cpu]) CPU_SET(cpu, &set);
+    const int err = pthread_setaffinity_np(workers[worker], sizeof set, &set);
+    if (err != 0) fprintf(stderr, "warning: pthread_setaffinity_np() failed: %s\n", strerror(err));
+    return err != 0 ? -1 : 0;
+}
+
 /* the calling thread computes a prompt's rows (1: -tb's threads) or not (0); the previous value */
 HIDDEN int mlxcel_pool_batch(int on) {
     const int was = batch_phase;
