@@ -781,16 +781,14 @@ def test_control_vector_scaled_format_is_checked_as_b10621(capsys):
     )
 
 
-def test_log_prompts_dir_refuses_and_creates_nothing(tmp_path):
-    target = tmp_path / "prompts"
-    assert refused("--log-prompts-dir", str(target)) == [
-        (
-            f"error: --log-prompts-dir {target}: mlxcel never writes request prompts to disk (a plaintext copy of user "
-            "requests on the log volume), and creates no directory for them; for request-level debugging use --log-file "
-            "FILE with --verbose"
-        )
-    ]
-    assert not target.exists()
+def test_log_prompts_dir_is_served_and_made_as_the_option_is_read(tmp_path):
+    from server.api.prompt_log import make_dir
+
+    target = tmp_path / "prompts" / "deeper"
+    assert refused("--log-prompts-dir", str(target)) == []
+    assert parse("--log-prompts-dir", str(target)).log_prompts_dir == str(target)
+    make_dir(str(target))  # (main.serve calls it, as b10621's argument handler creates the directory)
+    assert target.is_dir()
 
 
 @pytest.mark.parametrize(

@@ -28,6 +28,7 @@ from ..engine.types import (
 from ..errors import LORA_FUSED, SAMPLERS_FAILED, ErrorKind, UpstreamError, exceeds_context, json_type_name
 from ..grammar.spec import GrammarSpec
 from ..peg import load as load_arena
+from . import prompt_log
 from .budget import reasoning_budget_spec
 from .dry import processed_breakers
 from .grammars import grammar_spec
@@ -432,6 +433,8 @@ async def complete(
     """handle_completions_impl(): the answer to a completion body (JSON, or an SSE stream) in `shape`."""
     n_slots = state.engine.info.n_slots
     req = NativeCompletionRequest.parse(body, n_slots, state.tokenizer, state.settings.base_params, acted_on, route)
+    if state.settings.prompts_log_dir:  # --log-prompts-dir: the prompt as given, before it is tokenized
+        prompt_log.write(state.settings.prompts_log_dir, req.prompt)
     prompts = input_prompts(state.tokenizer, req.prompt)
     id_slot = _requested_slot(body, n_slots)
     _check_prompts(state, prompts)

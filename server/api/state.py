@@ -34,6 +34,7 @@ class ServerSettings:
     auth: AuthConfig = field(default_factory=AuthConfig)  # --api-key, --api-key-file, LLAMA_/MLXCEL_API_KEY
     api_prefix: str = ""  # --api-prefix
     slot_save_path: str = ""  # --slot-save-path: POST /slots/:id_slot saves and restores there
+    prompts_log_dir: str = ""  # --log-prompts-dir: each completion's prompt written there (api/prompt_log.py)
     vertex: VertexSettings | None = None  # AIP_MODE=PREDICTION
 
 

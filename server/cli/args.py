@@ -420,6 +420,10 @@ MLXCEL: dict[str, dict] = {
         "attempt optimizations that help on some NUMA systems: distribute (workers spread over the nodes), "
         "isolate (on this thread's node), numactl (on numactl's CPUs); nothing on one node",
     ),
+    "--log-prompts-dir": _s(
+        "log_prompts_dir",
+        "Log prompts to directory (auto-created if not present; only used for debugging, default: disabled)",
+    ),
     "--list-devices": _s("list_devices", "print list of available devices and exit", False),
     # the CPU thread pool (server/cpu_threads.py): sized, placed and prioritised as b10621's threadpools
     "--threads": _s("threads", "number of CPU threads to use during generation (default: every core)"),

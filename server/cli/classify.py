@@ -320,18 +320,13 @@ RULES: dict[str, Rule] = {
     "--mcp-servers-config": _refuse(_UI, _LEAVE),
     "--mcp-servers-json": _refuse(_UI, _LEAVE),
     # ----- logging: prompts on disk -----
-    "--log-prompts-dir": _refuse(
-        "mlxcel never writes request prompts to disk (a plaintext copy of user requests on "
-        "the log volume), and creates no directory for them",
-        "for request-level debugging use --log-file FILE with --verbose",
-    ),
-    # ----- presets (b10621's twelve: a GGUF repository plus a parameter block) -----
     "--embd-gemma-default": _refuse(
         "b10621's preset serves the GGUF repository "
         "ggml-org/embeddinggemma-300M-qat-q4_0-GGUF, which mlxcel cannot load, and "
         "embeddinggemma is no BERT-family encoder, the one family mlxcel embeds with",
         "the bundled embedding model: `mlxcel-server -m all-minilm-l6-v2 --port 8011 -np 32 --embedding`",
     ),
+    # ----- presets (b10621's twelve: a GGUF repository plus a parameter block) -----
     "--fim-qwen-1.5b-default": _preset(
         "ggml-org/Qwen2.5-Coder-1.5B-Q8_0-GGUF", "mlx-community/Qwen2.5-Coder-1.5B-8bit", _FIM
     ),

@@ -65,8 +65,7 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
     except (ValueError, TransportError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 1
-    apply_threads(threads)  # the CPU pool sized, placed and prioritised before anything runs on it
-    apply_numa(args.numa)
+    _apply_process_options(args, threads)
     hub.set_store_root(args.model_store_root)
     hub.set_offline(bool(args.offline))
     hub.set_token(args.hf_token)  # --hf-token, else HF_TOKEN (the parser's environment binding)
@@ -76,6 +75,17 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
     if not args.model:  # b10621's router mode: models served on demand from the store, --models-dir, presets
         return serve_models(args, argv, prog, serve_config, auth, cors)
     return serve_model(args, prog, serve_config, auth, cors, vertex)
+
+
+def _apply_process_options(args, threads: ThreadConfig) -> None:
+    """What b10621 applies to the process as it reads its options: the CPU pool sized, placed and prioritised
+    before anything runs on it (-t, -C, --prio, --poll, --numa), the prompts' log directory made."""
+    apply_threads(threads)
+    apply_numa(args.numa)
+    if args.log_prompts_dir:
+        from ..api.prompt_log import make_dir  # deferred: read only when asked
+
+        make_dir(args.log_prompts_dir)
 
 
 def _print_and_exit(args, parser, prog: str) -> None:

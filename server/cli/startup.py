@@ -185,6 +185,7 @@ def _settled_state(args, prog, auth, cors, vertex, checkpoint, tokenizer, engine
         endpoint_props=args.props,
         endpoint_metrics=args.metrics,
         slot_save_path=args.slot_save_path or "",
+        prompts_log_dir=args.log_prompts_dir or "",
         vertex=vertex,
         n_batch=args.batch_size,
         special=args.special,
