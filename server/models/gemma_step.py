@@ -48,10 +48,6 @@ def _gemma_weight(norm) -> mx.array:
     return mx.contiguous(norm.weight.astype(mx.float32) + 1.0)
 
 
-def _sliding(model: nn.Module, layer: int) -> bool:
-    return sliding_layer(model, layer)
-
-
 def _layer(layer) -> dict | None:
     """A block's parts as the step takes them, or None where it is not one the step runs."""
     attn, mlp = layer.self_attn, layer.mlp
@@ -114,8 +110,8 @@ def build(step_cls: type[DecodeStep], model: nn.Module, max_rows: int) -> Decode
     head = operand(embed) if tied else operand(model.lm_head)
     attn0 = parts[0]["attn"]
     rope = parts[0]["rope"]
-    global_rope = next((p["rope"] for i, p in enumerate(parts) if not _sliding(model, i)), rope)
-    swa_rope = next((p["rope"] for i, p in enumerate(parts) if _sliding(model, i)), global_rope)
+    global_rope = next((p["rope"] for i, p in enumerate(parts) if not sliding_layer(model, i)), rope)
+    swa_rope = next((p["rope"] for i, p in enumerate(parts) if sliding_layer(model, i)), global_rope)
     hidden, vocab = in_out(embed)
     inter = in_out(parts[0]["linears"][6])[0]
     numerics = {getattr(p["attn"], "kv_numerics", KVNumerics()) for p in parts}  # (kv_numerics.apply's)
@@ -187,7 +183,7 @@ def _configure(step: DecodeStep, model: nn.Module, parts: list[dict], order, emb
             kept.append(order[i])
         if len(norms) == 6:  # Gemma 3's q and k norms
             native.mlxcel_step_layer_extras(handle, i, None, pointer(norms[4]), pointer(norms[5]), 0)
-        native.mlxcel_step_layer_gemma(handle, i, pointer(norms[1]), pointer(norms[3]), int(_sliding(model, i)))
+        native.mlxcel_step_layer_gemma(handle, i, pointer(norms[1]), pointer(norms[3]), int(sliding_layer(model, i)))
     native.mlxcel_step_embed_quant(handle, int(embed_quant))
     # b10621 scales q by the attention scale after rope, then attends at scale 1 (gemma2.cpp, gemma3.cpp)
     native.mlxcel_step_family(handle, None, 1, 0)
