@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import os
 import weakref
 
 import mlx.core as mx
@@ -36,7 +35,7 @@ from .loader import TransposedLinear
 from .quant_layers import GGMLEmbedding, KernelQuantEmbedding
 from .quantized_twins import drop_panels, pointer
 from .rope_factors import FactorRoPE
-from .step_operands import PRODUCTS, in_out, operand
+from .step_operands import PRODUCTS, ggml_order_on, in_out, operand
 from .yarn import YarnRoPE
 
 MAX_ROWS = 16  # the few-row products' limit (cpu_kernels.c SMALL_M): more rows decode through MLX
@@ -148,9 +147,6 @@ def _shared_numbers(trunk) -> tuple[float, tuple, np.ndarray] | None:
     return norms.pop(), ropes.pop(), np.asarray(factors.pop(), np.float32)
 
 
-GGML_ORDER_ENV = "MLXCEL_GGML_ORDER"
-
-
 def _ggml_order_weights(
     native, model, layer_weights: list[list[mx.array | None]], dims: list[int], moe: list[bool]
 ) -> list[mx.array | None] | None:
@@ -162,7 +158,7 @@ def _ggml_order_weights(
     Costs a second copy of those weights (float32, as ggml keeps them), in place of the few-row kernels' panels
     (quantized_twins.register_panels), which are dropped: products through MLX (adapters, steering) then run
     without them."""
-    if os.environ.get(GGML_ORDER_ENV, "1") == "0" or not native.mlxcel_has_avx2():
+    if not ggml_order_on(native):
         return None
     dense = [ws if not m else ws[:4] for ws, m in zip(layer_weights, moe, strict=True)]  # (experts: set_moe)
     if any(w is None or native.mlxcel_has_quant_twin(ctypes.c_void_p(pointer(w))) for ws in dense for w in ws):

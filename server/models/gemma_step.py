@@ -14,7 +14,6 @@ are, in ggml's order over float32 weights where it applies (decode_step._ggml_or
 from __future__ import annotations
 
 import ctypes
-import os
 from typing import TYPE_CHECKING
 
 import mlx.core as mx
@@ -28,7 +27,7 @@ from .kv_numerics import KVNumerics
 from .loader import sliding_layer
 from .quant_layers import GGMLEmbedding, KernelQuantEmbedding
 from .quantized_twins import drop_panels, pointer
-from .step_operands import PRODUCTS, in_out, operand
+from .step_operands import PRODUCTS, ggml_order_on, in_out, operand
 
 if TYPE_CHECKING:
     from .decode_step import DecodeStep
@@ -36,7 +35,6 @@ if TYPE_CHECKING:
 _VOID_P = ctypes.c_void_p
 GEMMA_MODELS = (gemma2_swa.Model, gemma3_window.Model)
 _NORMS = (gemma2.RMSNorm, gemma3_text.RMSNorm)
-GGML_ORDER_ENV = "MLXCEL_GGML_ORDER"
 
 
 def is_gemma(model: nn.Module) -> bool:
@@ -69,7 +67,7 @@ def _out_x_in(model: nn.Module, linears: list) -> list[mx.array] | None:
     or None where that order does not apply: a quantized weight, shapes tinyBLAS leaves to another order, no
     AVX2, or $MLXCEL_GGML_ORDER=0."""
     native = blas.STATE.native
-    if os.environ.get(GGML_ORDER_ENV, "1") == "0" or not native.mlxcel_has_avx2():
+    if not ggml_order_on(native):
         return None
     weights = [operand(x) for x in linears]
     if any(w is None or w.dtype != mx.float32 for w in weights):

@@ -3,6 +3,8 @@ gemma_step.py)."""
 
 from __future__ import annotations
 
+import os
+
 import mlx.core as mx
 from mlx import nn
 
@@ -41,3 +43,11 @@ def in_out(layer) -> tuple[int, int]:
     if isinstance(layer, GGMLLinear):
         return layer.shape
     return int(layer.weight.shape[1]), int(layer.weight.shape[0])
+
+
+GGML_ORDER_ENV = "MLXCEL_GGML_ORDER"  # "0": a float32 model's products summed in mlxcel's order, not ggml-cpu's
+
+
+def ggml_order_on(native) -> bool:
+    """Whether the steps may sum products in ggml-cpu's order: AVX2 here, and not switched off."""
+    return os.environ.get(GGML_ORDER_ENV, "1") != "0" and bool(native.mlxcel_has_avx2())
