@@ -189,7 +189,7 @@ def test_products_over_panel_twins_are_bitwise_the_kernels_own(K, N):
     assert not native.mlxcel_has_twin(ptr)
 
 
-def test_an_arena_is_in_huge_pages_where_the_kernel_gives_them():
+def test_an_arena_is_collapsed_into_huge_pages_where_the_kernel_gives_them():
     import ctypes
     from pathlib import Path
 
@@ -200,6 +200,8 @@ def test_an_arena_is_in_huge_pages_where_the_kernel_gives_them():
         pytest.skip("no transparent huge pages here")
     before = huge_pages.huge_bytes()
     arena = huge_pages.Arena(64 << 20)
-    ctypes.memset(arena.address, 1, 64 << 20)  # touch it
+    ctypes.memset(arena.address, 1, 64 << 20)  # touch it: small pages
     assert arena.address % huge_pages.HUGE_PAGE == 0
+    arena.collapse(delay=0).join()
     assert huge_pages.huge_bytes() - before >= 32 << 20
+    assert ctypes.string_at(arena.address + (40 << 20), 4) == b"\x01" * 4  # collapsing changes no byte

@@ -2,7 +2,7 @@
 
 A decode step streams every weight from memory once. With 4 KiB pages the TLB misses hold two cores' reads at
 ~25 GB/s on this machine kind; in 2 MiB pages they reach ~31 GB/s. Memory mlxcel allocates itself (the
-kernels' panels) is an arena advised for huge pages before it is touched; MLX's own buffers are collapsed into
+kernels' panels, an Arena) and MLX's own buffers are collapsed into
 huge pages in place (MADV_COLLAPSE, Linux 6.1+) by a background thread COLLAPSE_DELAY seconds after loading,
 so start-up does not wait and a process that lives only seconds (a refused request, a test's server) never
 spends the ~1.4 s of a core that 540 MB take. Where the kernel refuses either, the memory keeps its small
@@ -11,7 +11,6 @@ pages: the same numbers, read slower.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import errno
 import mmap
@@ -28,8 +27,10 @@ COLLAPSE_DELAY = 5.0  # seconds after loading
 
 
 class Arena:
-    """An anonymous mapping advised for huge pages, its usable part aligned to 2 MiB; lives as long as this
-    object (keep it with whatever points into it)."""
+    """An anonymous mapping, its usable part aligned to 2 MiB; lives as long as this object (keep it with
+    whatever points into it). Touched in small pages: advising it for huge pages before the first touch makes
+    each fault compact memory (defrag "madvise"), seconds for 540 MB once memory is fragmented; collapse()
+    moves it into huge pages later, off the caller's thread."""
 
     def __init__(self, nbytes: int):
         # private: a shared anonymous mapping is shmem, whose huge pages follow another setting
@@ -37,9 +38,11 @@ class Arena:
         self._anchor = ctypes.c_char.from_buffer(self._map)  # the mapping's address (an export: never closed)
         start = ctypes.addressof(self._anchor)
         self.address = (start + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1)
-        if sys.platform.startswith("linux") and hasattr(mmap, "MADV_HUGEPAGE"):
-            with contextlib.suppress(OSError):  # small pages then
-                self._map.madvise(mmap.MADV_HUGEPAGE)
+        self.nbytes = nbytes
+
+    def collapse(self, delay: float = COLLAPSE_DELAY) -> threading.Thread | None:
+        """Into huge pages on a daemon thread, `delay` seconds from now (once its contents are written)."""
+        return _collapse_later([(self.address, self.nbytes)], delay)
 
 
 def _buffers(arrays: list[mx.array]) -> list[tuple[int, int]]:
@@ -68,10 +71,11 @@ def _collapse(regions: list[tuple[int, int]], delay: float = 0.0) -> None:
 
 def collapse_in_background(arrays: list[mx.array], delay: float = COLLAPSE_DELAY) -> threading.Thread | None:
     """Collapse the large arrays' memory into huge pages on a daemon thread, `delay` seconds from now."""
-    if not sys.platform.startswith("linux"):
-        return None
-    regions = _buffers(arrays)
-    if not regions:
+    return _collapse_later(_buffers(arrays), delay)
+
+
+def _collapse_later(regions: list[tuple[int, int]], delay: float) -> threading.Thread | None:
+    if not sys.platform.startswith("linux") or not regions:
         return None
     thread = threading.Thread(target=_collapse, args=(regions, delay), name="mlxcel-huge-pages", daemon=True)
     thread.start()

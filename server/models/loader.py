@@ -189,7 +189,7 @@ def load_checkpoint(
     fuse=None,
     rope: tuple = (None, None),
     yarn=None,
-    panels: bool = True,
+    panels: bool = False,
 ) -> LoadedModel:
     """dequantize, transpose (TransposedLinear), kernels (cpu_layers): None means "on the CPU", where MLX's
     f32 matmul through the BLAS beats its quantized one and mlxcel's attention and SwiGLU kernels beat MLX's exp
@@ -197,8 +197,8 @@ def load_checkpoint(
     is faster on nn.Linear's layout: 55 against 66 ms a token on the F32 twin); on the CPU with the kernels, the
     quantized layers they read (4 or 8 bits, groups of 32 or 64) stay quantized with no float copy
     (quant_layers), the others are dequantized and their decode steps read 4/8-bit twins where they have them
-    (quantized_twins). panels False leaves the float panels to the caller
-    (open_backend registers them only where no native step replaces the products that read them)."""
+    (quantized_twins). The float panels are left to open_backend (registered only where no native step replaces
+    the products that read them: packing 540 MB costs up to seconds), or registered now with panels True."""
     model, _ = load_model(path)
     config = json.loads((path / "config.json").read_text())
     _install_ropes(model, config, rope, yarn)

@@ -117,8 +117,8 @@ def register_pending_panels(model: nn.Module) -> int:
 def register_panels(model: nn.Module) -> int:
     """Float twins in column panels (cpu_kernels.c) for the model's transposed layers that have no quantized
     twin: a few-row product then reads its weight front to back with the output tile in registers (8 rows in
-    ~1.5x the time of one). Bitwise the same products; the weights' memory once more, in huge pages
-    (huge_pages.Arena). Returns how many."""
+    ~1.5x the time of one). Bitwise the same products; the weights' memory once more, collapsed into huge
+    pages after loading (huge_pages.Arena). Returns how many."""
     from .loader import TransposedLinear  # deferred: loader imports this module
 
     native = blas.STATE.native
@@ -138,6 +138,7 @@ def register_panels(model: nn.Module) -> int:
         if native.mlxcel_pack_register(ctypes.c_void_p(ptr), *weight.shape, ctypes.c_void_p(address)) == 0:
             registered.append(ptr)
         address += 4 * floats
+    arena.collapse()
     # (kept on the model: a step that sums in ggml's order drops them, server/models/decode_step.py)
     model._mlxcel_panels = weakref.finalize(model, _unregister, native, registered, [arena, weights])
     return len(registered)
