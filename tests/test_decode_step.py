@@ -116,13 +116,12 @@ def test_models_the_step_does_not_cover_decode_through_mlx(twin_f32):
 
 
 def test_a_float_checkpoint_registers_panel_twins_for_its_life():
-    """q/k/v, o, gate/up and down of every block (and an untied head) get column panels (a quantized checkpoint's weights have
-    their quantized twins instead); they are forgotten with the model."""
+    """q/k/v, o, gate/up and down of every block (and an untied head) get column panels (a quantized
+    checkpoint's weights have their quantized twins instead); they are forgotten with the model."""
     import gc
 
-    from server import blas
-
     from fixtures.families import family_twin
+    from server import blas
 
     native = blas.STATE.native
     gc.collect()
