@@ -57,6 +57,7 @@ def tests(session: nox.Session) -> None:
     session.run("python", "-m", "compat.validate", "--check-issues-open")
     session.run("python", "-m", "compat.claims")
     session.run("mlxcel-oracle", "reference")  # build (or reuse) the reference before the clock of any test
+    session.run("mlxcel", "webui")  # llama.cpp's web UI, built once from the same sdist (npm), cached beside it
     evidence = ".oracle/evidence"
     session.run("rm", "-rf", evidence, external=True)
     env = {"MLXCEL_EVIDENCE_DIR": evidence, "MLXCEL_LIVE_SHARE": _live_share(session)}

@@ -306,10 +306,12 @@ def test_the_no_alias_of_a_pair_means_false_whatever_its_value(monkeypatch):
     monkeypatch.setenv("LLAMA_ARG_CONT_BATCHING", "1")
     assert parse().cont_batching is False
     monkeypatch.setenv("LLAMA_ARG_NO_UI", "whatever")
-    assert refused() == []  # --no-ui is inert
+    assert parse().ui is False and refused() == []
     monkeypatch.delenv("LLAMA_ARG_NO_UI")
     monkeypatch.setenv("LLAMA_ARG_UI", "on")
-    assert refused()[0].startswith("error: LLAMA_ARG_UI=on: mlxcel ships no web UI")
+    assert parse().ui is True
+    monkeypatch.setenv("LLAMA_ARG_UI_MCP_PROXY", "on")
+    assert refused()[0].startswith("error: LLAMA_ARG_UI_MCP_PROXY=on: mlxcel runs no tool, MCP server or proxy")
 
 
 def test_command_line_beats_environment(monkeypatch, capsys):
@@ -500,7 +502,7 @@ def test_every_refusal_is_one_line_naming_option_value_reason_and_alternative():
         assert len(lines) == 1 and "\n" not in lines[0], option
         assert lines[0].startswith(f"error: {' '.join(argv)}: {rule.reason}"), lines[0]
         assert rule.alternative in lines[0]
-    assert len(checked) > 30
+    assert len(checked) >= 30
 
 
 INERT = [
@@ -686,32 +688,39 @@ def test_model_source_refusals_are_pinned(argv):
 
 
 UI = (
-    "mlxcel ships no web UI and runs no tool, MCP server or proxy on a model's behalf; leave it out "
+    "mlxcel runs no tool, MCP server or proxy on a model's behalf; leave it out "
     "(client-declared tools in chat requests keep working), or pass the disabling form"
 )
 
 
 @pytest.mark.parametrize(
-    "argv",
-    [("--ui",), ("--webui",), ("--ui-mcp-proxy",), ("--webui-mcp-proxy",), ("-ag",), ("--agent",), ("--tools", "all")],
+    "argv", [("--ui-mcp-proxy",), ("--webui-mcp-proxy",), ("-ag",), ("--agent",), ("--tools", "all")]
 )
-def test_ui_tools_mcp_enabling_forms_refuse(argv):
+def test_tools_and_mcp_enabling_forms_refuse(argv):
     assert refused(*argv) == [f"error: {' '.join(argv)}: {UI}"]
+
+
+@pytest.mark.parametrize("argv", [("--ui",), ("--webui",), ("--no-ui",), ("--ui-config", "{}")])
+def test_the_web_ui_options_are_accepted(argv):
+    assert refused(*argv) == []
 
 
 @pytest.mark.parametrize(
     "argv",
     [
-        ("--ui-config", "{}"),
         ("--tools-runtime", "docker"),
         ("--mcp-servers-json", "{}"),
         ("--mcp-servers-config", "m.json"),
-        ("--path", "/srv/ui"),
     ],
 )
-def test_ui_config_paths_and_mcp_refuse(argv):
+def test_tools_runtime_and_mcp_refuse(argv):
     (line,) = refused(*argv)
-    assert line.startswith(f"error: {' '.join(argv)}: mlxcel ships no web UI") and line.endswith("; leave it out")
+    assert line.startswith(f"error: {' '.join(argv)}: mlxcel runs no tool") and line.endswith("; leave it out")
+
+
+def test_a_static_path_is_refused():
+    (line,) = refused("--path", "/srv/ui")
+    assert line.startswith("error: --path /srv/ui: mlxcel serves no static files but its web UI")
 
 
 PRESETS = {

@@ -75,6 +75,6 @@ async def test_endpoint_switches_and_debug_text(engine_and_tok):
         props = (await c.get("/props")).json()
     assert ok.json() == {"success": True}
     assert any(s.get("prompt") == "Hi" for s in slots)
-    assert props["endpoint_props"] is True and props["endpoint_slots"] is True and props["ui"] is False
+    assert props["endpoint_props"] is True and props["endpoint_slots"] is True and props["ui"] is True
     assert props["default_generation_settings"]["n_ctx"] == engine.info.n_ctx
     assert props["total_slots"] == 2 and props["eos_token"] == "<|im_end|>"

@@ -33,8 +33,9 @@ from . import (
     stream_sessions,
     tokenize,
     vertex,
+    webui,
 )
-from .auth import FRONTEND_PATHS, AuthMiddleware
+from .auth import AuthMiddleware
 from .cors import CorsMiddleware
 from .jsonio import UpstreamJSON, error_response
 from .prefix import ApiPrefix
@@ -49,7 +50,7 @@ class LoadingGate(BaseHTTPMiddleware):
 
     async def dispatch(self, request: Request, call_next):
         state: AppState = request.app.state.mlxcel
-        if request.scope["path"] in FRONTEND_PATHS:  # upstream lets its UI load and show "loading"
+        if request.scope["path"] in state.settings.webui.paths:  # upstream lets its UI load and show "loading"
             return await call_next(request)
         if not state.engine.ready.is_set() or state.engine.load_error:
             return error_response(UpstreamError(LOADING_MODEL, ErrorKind.UNAVAILABLE))
@@ -67,7 +68,7 @@ def create_app(state: AppState | None) -> FastAPI:  # noqa: C901
     if settings.api_prefix:
         app.add_middleware(ApiPrefix, prefix=settings.api_prefix)
     if settings.auth.enabled:
-        app.add_middleware(AuthMiddleware, config=settings.auth)
+        app.add_middleware(AuthMiddleware, config=settings.auth, frontend=settings.webui.paths)
     app.add_middleware(LoadingGate)
     if settings.cors is not None:
         app.add_middleware(CorsMiddleware, config=settings.cors)
@@ -119,6 +120,7 @@ def create_app(state: AppState | None) -> FastAPI:  # noqa: C901
         )
     for module in modules:
         app.include_router(module.router)
+    webui.register(app, settings.webui)
     if settings.vertex is not None and settings.vertex.enabled:  # AIP_MODE=PREDICTION (Vertex AI)
         vertex.register(app, settings.vertex, registered_routes(app))
     return app

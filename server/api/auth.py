@@ -39,7 +39,7 @@ log = logging.getLogger("mlxcel.auth")
 # b10621's get_public_endpoints: /health, /v1/health and its frontend paths ("/" plus the embedded UI assets;
 # mlxcel embeds no UI, so "/" alone, as in a b10621 build without UI assets)
 PUBLIC_PATHS = frozenset({"/health", "/v1/health", "/"})
-FRONTEND_PATHS = frozenset({"/"})
+FRONTEND_PATHS = frozenset({"/"})  # and the web UI's assets where it is served (api/webui.py: WebUI.paths)
 
 # recorded from b10621 (tests/data/b10621_cors_auth.json "unauthorized")
 UNAUTHORIZED_BODY = b'{"error":{"message":"Invalid API Key","type":"authentication_error","code":401}}'
@@ -140,12 +140,13 @@ def key_matches(presented: bytes, keys: Sequence[bytes]) -> bool:
 class AuthMiddleware:
     """Ordered inside CORS and the loading gate, outside routing (b10621's pre-routing order)."""
 
-    def __init__(self, app, config: AuthConfig) -> None:
+    def __init__(self, app, config: AuthConfig, frontend: frozenset[str] = FRONTEND_PATHS) -> None:
         self.app = app
         self.keys = tuple(key.encode("utf-8", "surrogateescape") for key in config.keys)
+        self.public = PUBLIC_PATHS | frontend  # the web UI's assets need no key (b10621's get_public_endpoints)
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http" or not self.keys or scope["path"] in PUBLIC_PATHS:
+        if scope["type"] != "http" or not self.keys or scope["path"] in self.public:
             await self.app(scope, receive, send)
             return
         if key_matches(presented_key(scope.get("headers", ())), self.keys):

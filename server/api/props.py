@@ -52,8 +52,8 @@ def props_body(state) -> dict:
         "endpoint_slots": s.endpoint_slots,
         "endpoint_props": s.endpoint_props,
         "endpoint_metrics": s.endpoint_metrics,
-        "ui": False,  # mlxcel serves no web UI
-        "ui_settings": {},
+        "ui": s.webui.enabled,  # b10621 reports --ui/--no-ui as given (served only where `mlxcel webui` built it)
+        "ui_settings": s.webui.settings,
         "chat_template": template,
         "chat_template_caps": template_caps(template),
         "bos_token": _token_text(tok, tok.bos_id),

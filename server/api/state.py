@@ -12,6 +12,7 @@ from .auth import AuthConfig
 from .cors import CorsConfig
 from .task_params import TaskParams
 from .vertex_settings import VertexSettings
+from .webui import WebUI
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class ServerSettings:
     slot_save_path: str = ""  # --slot-save-path: POST /slots/:id_slot saves and restores there
     prompts_log_dir: str = ""  # --log-prompts-dir: each completion's prompt written there (api/prompt_log.py)
     vertex: VertexSettings | None = None  # AIP_MODE=PREDICTION
+    webui: WebUI = field(default_factory=lambda: WebUI(dist=None))  # --ui, the built assets, --ui-config
 
 
 @dataclass

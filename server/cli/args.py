@@ -420,6 +420,13 @@ MLXCEL: dict[str, dict] = {
         "attempt optimizations that help on some NUMA systems: distribute (workers spread over the nodes), "
         "isolate (on this thread's node), numactl (on numactl's CPUs); nothing on one node",
     ),
+    "--ui": _s(
+        "ui",
+        "whether to enable the Web UI (default: enabled); mlxcel serves llama.cpp's UI as `mlxcel webui` built it",
+        True,
+    ),
+    "--ui-config": _s("ui_config", "JSON that provides default UI settings (overrides UI defaults)"),
+    "--ui-config-file": _s("ui_config_file", "JSON file that provides default UI settings (overrides UI defaults)"),
     "--log-prompts-dir": _s(
         "log_prompts_dir",
         "Log prompts to directory (auto-created if not present; only used for debugging, default: disabled)",

@@ -220,7 +220,7 @@ _NO_PROJECTOR = (
     "mlxcel attaches no GGUF projector to a model: it serves text checkpoints (a multimodal MLX "
     "checkpoint would carry its towers inside)"
 )
-_UI = "mlxcel ships no web UI and runs no tool, MCP server or proxy on a model's behalf"
+_UI = "mlxcel runs no tool, MCP server or proxy on a model's behalf"
 _UI_ALT = "leave it out (client-declared tools in chat requests keep working), or pass the disabling form"
 
 
@@ -309,12 +309,9 @@ RULES: dict[str, Rule] = {
         accumulates=True,
     ),
     # ----- web UI, server tools, MCP -----
-    "--ui": _only(_positive_only, "--no-ui, --no-webui", _UI, _UI_ALT),
     "--ui-mcp-proxy": _only(_positive_only, "--no-ui-mcp-proxy, --no-webui-mcp-proxy", _UI, _UI_ALT),
     "--agent": _only(_positive_only, "-no-ag, --no-agent", _UI, _UI_ALT),
-    "--ui-config": _refuse(_UI, _LEAVE),
-    "--ui-config-file": _refuse(_UI, _LEAVE, check=_read_file_check),
-    "--path": _only(_is(""), "an empty path (the default)", _UI + "; it serves no static files", _LEAVE),
+    "--path": _only(_is(""), "an empty path (the default)", "mlxcel serves no static files but its web UI", _LEAVE),
     "--tools": _only(lambda v: not [t for t in v.split(",") if t.strip()], "an empty list", _UI, _UI_ALT),
     "--tools-runtime": _refuse(_UI, _LEAVE),
     "--mcp-servers-config": _refuse(_UI, _LEAVE),
@@ -545,6 +542,7 @@ ACTED_ON_CHECKS: dict[str, Callable[[object], None]] = {
     "--slot-prompt-similarity": _stof_check,
     "--pooling": _in("--pooling", "none", "mean", "cls", "last", "rank"),
     "--slot-save-path": _directory_check,
+    "--ui-config-file": _read_file_check,
     "--sleep-idle-seconds": _sleep_check,
     "--lora-scaled": _pairs_check("lora-scaled"),
     "--control-vector-scaled": _pairs_check("control-vector-scaled"),

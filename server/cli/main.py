@@ -145,6 +145,7 @@ MLXCEL_COMMANDS = {  # `mlxcel COMMAND ...`: what each does, for --help
     "download": "fetch <owner>/<name> from the hub into the model store [--hf-token TOKEN]",
     "list": "the bundled models and the store's snapshots, by the name -m accepts",
     "rm": "remove a snapshot from the model store",
+    "webui": "build llama.cpp's web UI from the pinned sdist into the cache (npm), served at / from then on",
 }
 
 
@@ -169,6 +170,10 @@ def mlxcel_main() -> None:
         _exit(serve(argv[1:], "mlxcel serve"))
     if argv[:1] == ["convert"]:
         sys.exit(convert(argv[1:]))
+    if argv[:1] == ["webui"]:
+        from .webui_build import main as webui  # deferred: only this subcommand builds the UI
+
+        sys.exit(webui(argv[1:]))
     if any(a in ("download", "list", "rm") for a in argv):  # the store's options may come first
         from .store import main as store  # deferred: the model store's modules; serve and --help skip them
 

@@ -22,6 +22,7 @@ from ..api.models import model_info
 from ..api.state import AppState, ServerSettings
 from ..api.task_params import SAMPLER_CHARS, SAMPLER_NAMES, TaskParams, f32
 from ..api.vertex import RouteConflict
+from ..api.webui import WebUI
 from ..chat.autoparser import template_supports_thinking
 from ..chat.formats import REASONING_FORMATS
 from ..chat.legacy import (
@@ -54,6 +55,7 @@ from ..transport import HttpServer, TransportError, announce_listening
 from . import offload
 from .args import build_parser
 from .classify import load_mode, refusals, spec_types
+from .webui_build import built_dist
 
 log = logging.getLogger("mlxcel")
 AUTO_SLOTS = 4  # b10621's --parallel -1 (auto) serves 4 slots
@@ -166,6 +168,29 @@ def build_state(args, prog: str, auth, cors, vertex):  # noqa: C901
         raise
 
 
+def web_ui(args) -> WebUI:
+    """--ui/--no-ui (on by default), the assets `mlxcel webui` built, and --ui-config / --ui-config-file (the
+    later one given wins, as both set b10621's ui_config_json); JSON that does not parse is b10621's error."""
+    text = None
+    for given in args.given:
+        if given.option == "--ui-config":
+            text = given.value
+        elif given.option == "--ui-config-file":
+            text = Path(given.value).read_text(encoding="utf-8", errors="replace")
+    settings = {}
+    if text:  # (b10621 parses a non-empty string only)
+        try:
+            settings = json.loads(text)
+        except ValueError as exc:
+            raise StartupRefusal(f"load_model: failed to parse UI config: {exc}") from None
+    dist = built_dist() if args.ui else None
+    if args.ui and dist is None:
+        log.warning(
+            "web UI: not built; `mlxcel webui` builds llama.cpp's UI from the pinned sdist (npm), / then serves it"
+        )
+    return WebUI(enabled=bool(args.ui), dist=dist, settings=settings)
+
+
 def _settled_state(args, prog, auth, cors, vertex, checkpoint, tokenizer, engine, encoder, spec_types):
     """build_state's second half, read while the engine loads the model."""
     try:
@@ -208,6 +233,7 @@ def _settled_state(args, prog, auth, cors, vertex, checkpoint, tokenizer, engine
         cors=cors,
         auth=auth,
         api_prefix=args.api_prefix or "",
+        webui=web_ui(args),
     )
     # b10621 serves its sorted alias set's first, else the model path as given (a GGUF: reported as given)
     gguf = Path(args.model) if args.model.endswith(".gguf") and Path(args.model).is_file() else None
