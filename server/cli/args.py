@@ -131,6 +131,13 @@ MLXCEL: dict[str, dict] = {
     "--models-autoload": _s(
         "models_autoload", "for router server, whether to automatically load models (default: enabled)", True
     ),
+    "--hf-repo": _s(
+        "hf_repo",
+        "Hugging Face model repository; quant is optional, case-insensitive, default to Q4_K_M, or falls back to the "
+        "first file in the repo if Q4_K_M doesn't exist; mlxcel fetches the GGUF b10621 picks into the same cache "
+        "($LLAMA_CACHE, else the Hugging Face hub cache) and serves it",
+    ),
+    "--hf-file": _s("hf_file", "Hugging Face model file. If specified, it will override the quant in --hf-repo"),
     "--offline": _s("offline", "offline mode: the model store downloads nothing (POST /models refuses)", False),
     "--hf-token": _s(
         "hf_token",

@@ -201,14 +201,8 @@ KV_SERVED = ("f32", "f16", "bf16")  # the KV cache types mlxcel stores (server/m
 _KV_SERVED_TEXT = "f32, f16 (the default), bf16: served, the cache's values rounded as ggml writes them"
 _KV_REFUSED = "mlxcel stores the KV cache as f32, f16 or bf16; the quantized cache types are not implemented"
 _KV_ALT = "pass f32, f16 or bf16, or leave it out"
-_GGUF = (
-    "mlxcel serves MLX checkpoints (a directory with config.json and safetensors), never a GGUF file, repository "
-    "or URL, and it downloads nothing"
-)
-_GGUF_ALT = (
-    "convert a GGUF file with `mlxcel convert FILE.gguf DIR`, or fetch an MLX snapshot yourself "
-    "(`huggingface-cli download mlx-community/NAME --local-dir DIR`), and pass -m DIR"
-)
+_GGUF = "mlxcel fetches models from a Hugging Face-style hub (-hf REPO[:QUANT]), not from a plain URL or a registry"
+_GGUF_ALT = "download the file and pass -m FILE.gguf (a GGUF is converted once into the cache), or use -hf"
 _SPEC = (
     "mlxcel drafts with a draft model (draft-simple) or by n-gram lookup (ngram-simple); the stateful "
     "n-gram drafters (ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache) and the MTP, EAGLE-3, DFlash and "
@@ -301,8 +295,6 @@ RULES: dict[str, Rule] = {
     # ----- model source -----
     "--model-url": _refuse(_GGUF, _GGUF_ALT),
     "--docker-repo": _refuse(_GGUF, _GGUF_ALT),
-    "--hf-repo": _refuse(_GGUF, _GGUF_ALT),
-    "--hf-file": _refuse(_GGUF, _GGUF_ALT),
     "--override-kv": _refuse(
         "mlxcel reads no GGUF metadata to override: an MLX checkpoint is configured by its config.json",
         "edit the checkpoint's config.json",

@@ -66,15 +66,47 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 1
     _apply_process_options(args, threads)
-    hub.set_store_root(args.model_store_root)
-    hub.set_offline(bool(args.offline))
-    hub.set_token(args.hf_token)  # --hf-token, else HF_TOKEN (the parser's environment binding)
+    if not _model_source(args, hub):
+        return 1
     # deferred: mlx, FastAPI and the model's modules (~0.7 s), once every setting above was accepted
     from .startup import serve_model, serve_models
 
-    if not args.model:  # b10621's router mode: models served on demand from the store, --models-dir, presets
-        return serve_models(args, argv, prog, serve_config, auth, cors)
-    return serve_model(args, prog, serve_config, auth, cors, vertex)
+    # without a model, b10621's router mode: models served on demand from the store, --models-dir, presets
+    return (
+        serve_model(args, prog, serve_config, auth, cors, vertex)
+        if args.model
+        else serve_models(args, argv, prog, serve_config, auth, cors)
+    )
+
+
+def _model_source(args, hub) -> bool:
+    """The model store's settings, then -hf resolved to a file (False: it could not be had)."""
+    hub.set_store_root(args.model_store_root)
+    hub.set_offline(bool(args.offline))
+    hub.set_token(args.hf_token)  # --hf-token, else HF_TOKEN (the parser's environment binding)
+    return not args.hf_repo or _resolve_hf(args)
+
+
+def _resolve_hf(args) -> bool:
+    """-hf REPO[:QUANT] (with -hff, -hft, --offline): the GGUF b10621 picks, fetched into its Hugging Face cache
+    (server/models/hf_download.py), then served as -m FILE under the repository's name; False (after b10621's
+    error lines) when there is none."""
+    from ..models import hf_download, hub
+    from ..models.hf_cache import HFError
+
+    log.info("srv    load_model: loading model '%s'", args.hf_repo)
+    try:
+        args.model = hf_download.resolve(args.hf_repo, args.hf_file or "", hub.token(), hub.offline())
+    except HFError as exc:
+        if str(exc) == hf_download.BAD_REPO:
+            print(str(exc).rstrip("\n"), file=sys.stderr)
+        else:
+            log.error("%s", exc)
+            log.error("srv    load_model: failed to load model, '%s'", args.hf_repo)
+            log.error("srv  llama_server: exiting due to model loading error")
+        return False
+    args.hf_model_name = args.hf_repo  # what b10621 reports as the model (its -hf spec)
+    return True
 
 
 def _apply_process_options(args, threads: ThreadConfig) -> None:

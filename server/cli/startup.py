@@ -237,7 +237,8 @@ def _settled_state(args, prog, auth, cors, vertex, checkpoint, tokenizer, engine
     )
     # b10621 serves its sorted alias set's first, else the model path as given (a GGUF: reported as given)
     gguf = Path(args.model) if args.model.endswith(".gguf") and Path(args.model).is_file() else None
-    model_name = args.alias[0] if args.alias else args.model if gguf else checkpoint.name
+    hf_name = getattr(args, "hf_model_name", None)  # -hf: the repository spec (server/cli/main.py)
+    model_name = args.alias[0] if args.alias else hf_name or (args.model if gguf else checkpoint.name)
     if encoder is not None:
         ftype = encoder_ftype(checkpoint)
     else:

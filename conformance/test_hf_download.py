@@ -1,0 +1,167 @@
+"""-hf against b10621: both servers on the same command line, each pointed (HF_ENDPOINT) at its own fake hub on
+loopback serving the same repositories (GGUF twins of the families issue), each with its own empty cache
+(LLAMA_CACHE). Compared per case: whether it serves or exits 1, what each asked the hub (paths, Range and
+Authorization headers), the cache it left (b10621's Hugging Face layout, path for path), the model name it
+reports, and the error line b10621 prints where it fails. The records are evidence for mlxcel-oracle verify."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import httpx
+import pytest
+
+from fixtures.families import quantized_gguf
+from oracle.evidence import write_record
+from oracle.processes import ServerStartError, mlxcel_server, reference_server
+from tests.fake_hub import FakeHub
+
+pytestmark = pytest.mark.reference
+
+TOKEN = "hf_" + "c" * 34
+REPO, GATED = "ggml-org/tiny-GGUF", "acme/gated-GGUF"
+
+
+@pytest.fixture(scope="module")
+def repos() -> dict[str, dict[str, bytes]]:
+    q4, q8 = quantized_gguf("gemma2", "Q4_K_M").read_bytes(), quantized_gguf("gemma2", "Q8_0").read_bytes()
+    return {
+        REPO: {"tiny-Q4_K_M.gguf": q4, "tiny-Q8_0.gguf": q8, "README.md": b"# tiny\n"},
+        GATED: {"gated-Q8_0.gguf": q8},
+    }
+
+
+class Side:
+    """One server's runs: its cache (kept from run to run) and, per run, a fresh hub and what happened."""
+
+    def __init__(self, name: str, repos: dict, cut: dict[str, int] | None = None):
+        self.name, self.repos, self.cut = name, repos, dict(cut or {})
+        self.cache = Path(tempfile.mkdtemp(prefix=f"mlxcel-hf-{name}-"))
+
+    def run(self, binary: Path, args: list[str]) -> dict:
+        with FakeHub(self.repos) as hub:
+            hub.gated[GATED] = TOKEN
+            hub.cut_after.update(self.cut)
+            sp = reference_server(binary, None, args) if self.name == "reference" else mlxcel_server(None, args)
+            sp.env.update(HF_ENDPOINT=hub.url, LLAMA_CACHE=str(self.cache))
+            sp.env.pop("MLXCEL_MODELS_DIR", None)
+            try:
+                sp.start(timeout=120)
+                served = True
+                name = httpx.get(sp.base_url + "/props", timeout=30).json()["model_alias"]
+                ids = [m["id"] for m in httpx.get(sp.base_url + "/v1/models", timeout=30).json()["data"]]
+            except ServerStartError:
+                served, name, ids = False, None, None
+            log = sp.log_path.read_text(errors="replace") if sp.log_path.is_file() else ""
+            sp.cleanup()
+            requests, ranges = list(hub.requests), [r for _, r in hub.ranges]
+        return {
+            "served": served,
+            "exit": sp.proc.returncode if sp.proc is not None else None,
+            "model": name,
+            "ids": ids,
+            "requests": requests,
+            "ranges": ranges,
+            "cache": sorted(
+                p.relative_to(self.cache).as_posix() for p in self.cache.rglob("*") if p.is_file() or p.is_symlink()
+            ),
+            "log": log,
+        }
+
+
+def _pair(repos, reference_binary, args: list[str], sides=None) -> tuple[dict, dict]:
+    ref, mine = sides or (Side("reference", repos), Side("mlxcel", repos))
+    return ref.run(reference_binary, args), mine.run(reference_binary, args)
+
+
+def _record(case: str, entries: list[str], want: dict, got: dict, keys: tuple[str, ...]) -> None:
+    divergences = [{"path": f"$hf.{k}", "kind": "value"} for k in keys if want[k] != got[k]]
+    write_record(
+        {
+            "case": f"hf-{case}",
+            "entries": entries,
+            "twin": "gemma2-gguf",
+            "request": {"method": "STARTUP", "path": "-hf (hub on loopback)", "sha256": None},
+            "reference_sha256": None,
+            "mlxcel_sha256": None,
+            "reference_source": "live",
+            "identical": not divergences,
+            "bytes_identical": False,
+            "normalizations_fired": [],
+            "divergences": divergences,
+            "reproduce": f"pytest conformance/test_hf_download.py -k {case.replace('-', '_')}",
+        }
+    )
+
+
+COMPARED = ("served", "model", "ids", "requests", "ranges", "cache")
+
+
+def test_fresh_download_picks_q4_k_m_then_offline_reads_the_cache(repos, reference_binary):
+    ref, mine = Side("reference", repos), Side("mlxcel", repos)
+    want, got = _pair(repos, reference_binary, ["-hf", REPO], (ref, mine))
+    _record("fresh", ["--hf-repo"], want, got, COMPARED)
+    assert want["served"] and [p for p in want["cache"] if p.endswith(".gguf")] == [
+        f"models--ggml-org--tiny-GGUF/snapshots/{_commit()}/tiny-Q4_K_M.gguf"
+    ]
+    assert {k: got[k] for k in COMPARED} == {k: want[k] for k in COMPARED}
+    assert os.path.islink(mine.cache / got["cache"][-1])  # the snapshot points at the blob, as b10621 leaves it
+    again_want, again_got = _pair(repos, reference_binary, ["-hf", REPO, "--offline"], (ref, mine))
+    _record("offline-cached", ["--hf-repo", "--offline"], again_want, again_got, COMPARED)
+    assert again_want["served"] and again_want["requests"] == [] and again_want["cache"] == want["cache"]
+    assert {k: again_got[k] for k in COMPARED} == {k: again_want[k] for k in COMPARED}
+
+
+def test_a_quant_tag_and_a_file_pick_what_b10621_picks(repos, reference_binary):
+    for case, args in (("tag", ["-hf", f"{REPO}:q8_0"]), ("file", ["-hf", REPO, "-hff", "tiny-Q8_0.gguf"])):
+        want, got = _pair(repos, reference_binary, args)
+        _record(case, ["--hf-repo", "--hf-file"] if case == "file" else ["--hf-repo"], want, got, COMPARED)
+        assert want["served"] and any(p.endswith("tiny-Q8_0.gguf") for p in want["cache"])
+        assert {k: got[k] for k in COMPARED} == {k: want[k] for k in COMPARED}, case
+
+
+def test_a_broken_download_resumes_from_where_it_stopped(repos, reference_binary):
+    cut = {"tiny-Q4_K_M.gguf": 1 << 20}  # the connection drops once after 1 MiB
+    ref, mine = Side("reference", repos, cut), Side("mlxcel", repos, cut)
+    want, got = _pair(repos, reference_binary, ["-hf", REPO], (ref, mine))
+    _record("resume", ["--hf-repo"], want, got, COMPARED)
+    assert want["served"] and want["ranges"] == [None, f"bytes={1 << 20}-"]
+    assert {k: got[k] for k in COMPARED} == {k: want[k] for k in COMPARED}
+
+
+def test_a_gated_repository_needs_the_token_and_gets_it(repos, reference_binary):
+    want, got = _pair(repos, reference_binary, ["-hf", GATED, "-hft", TOKEN])
+    _record("token", ["--hf-repo", "--hf-token"], want, got, COMPARED)
+    assert want["served"] and all(auth == f"Bearer {TOKEN}" for _, auth in want["requests"])
+    assert {k: got[k] for k in COMPARED} == {k: want[k] for k in COMPARED}
+    want, got = _pair(repos, reference_binary, ["-hf", GATED])
+    _record("gated", ["--hf-repo"], want, got, ("served", "requests", "cache"))
+    assert not want["served"] and not got["served"] and got["exit"] == want["exit"] == 1
+    line = "get_repo_commit: error: GET failed (401): Access to model acme/gated-GGUF is restricted."
+    assert line in want["log"] and line in got["log"]
+    assert (got["requests"], got["cache"]) == (want["requests"], want["cache"])
+
+
+@pytest.mark.parametrize(
+    ("case", "args", "line"),
+    [
+        ("missing-quant", ["-hf", f"{REPO}:Q5_K_M"], f"no GGUF files found in repository {REPO}"),
+        ("missing-file", ["-hf", REPO, "-hff", "nope.gguf"], "file 'nope.gguf' not found in repository"),
+        ("no-repo", ["-hf", "acme/none-GGUF"], "GET failed (404): Repository not found"),
+        ("offline-uncached", ["-hf", REPO, "--offline"], "load_model: failed to load model"),
+    ],
+)
+def test_what_cannot_be_had_fails_in_b10621s_words(repos, reference_binary, case, args, line):
+    want, got = _pair(repos, reference_binary, args)
+    _record(case, ["--hf-repo", "--hf-file"] if "-hff" in args else ["--hf-repo"], want, got, ("served", "cache"))
+    assert not want["served"] and not got["served"] and got["exit"] == want["exit"] == 1
+    assert line in want["log"] and line in got["log"], (want["log"][-800:], got["log"][-800:])
+    assert (got["requests"], got["cache"]) == (want["requests"], want["cache"])
+
+
+def _commit() -> str:
+    from tests.fake_hub import COMMIT
+
+    return COMMIT
