@@ -22,6 +22,7 @@ pytestmark = pytest.mark.reference
 
 TOKEN = "hf_" + "c" * 34
 REPO, GATED = "ggml-org/tiny-GGUF", "acme/gated-GGUF"
+FIM_REPO, FIM_FILE = "ggml-org/Qwen2.5-Coder-1.5B-Q8_0-GGUF", "qwen2.5-coder-1.5b-q8_0.gguf"  # --fim-qwen-1.5b-default
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +31,7 @@ def repos() -> dict[str, dict[str, bytes]]:
     return {
         REPO: {"tiny-Q4_K_M.gguf": q4, "tiny-Q8_0.gguf": q8, "README.md": b"# tiny\n"},
         GATED: {"gated-Q8_0.gguf": q8},
+        FIM_REPO: {FIM_FILE: quantized_gguf("qwen2.5", "Q8_0").read_bytes()},  # a Qwen2.5 twin under the preset's name
     }
 
 
@@ -45,12 +47,14 @@ class Side:
             hub.gated[GATED] = TOKEN
             hub.cut_after.update(self.cut)
             sp = reference_server(binary, None, args) if self.name == "reference" else mlxcel_server(None, args)
+            sp.argv += ["--port", str(sp.port)]  # after the case's flags: a preset sets a port of its own
             sp.env.update(HF_ENDPOINT=hub.url, LLAMA_CACHE=str(self.cache))
             sp.env.pop("MLXCEL_MODELS_DIR", None)
             try:
                 sp.start(timeout=120)
                 served = True
-                name = httpx.get(sp.base_url + "/props", timeout=30).json()["model_alias"]
+                props = httpx.get(sp.base_url + "/props", timeout=30).json()
+                name = (props["model_alias"], props["default_generation_settings"]["n_ctx"], props["total_slots"])
                 ids = [m["id"] for m in httpx.get(sp.base_url + "/v1/models", timeout=30).json()["data"]]
             except ServerStartError:
                 served, name, ids = False, None, None
@@ -159,6 +163,13 @@ def test_what_cannot_be_had_fails_in_b10621s_words(repos, reference_binary, case
     assert not want["served"] and not got["served"] and got["exit"] == want["exit"] == 1
     assert line in want["log"] and line in got["log"], (want["log"][-800:], got["log"][-800:])
     assert (got["requests"], got["cache"]) == (want["requests"], want["cache"])
+
+
+def test_a_fim_preset_fetches_its_model_and_serves_it_with_its_settings(repos, reference_binary):
+    want, got = _pair(repos, reference_binary, ["--fim-qwen-1.5b-default"])
+    _record("fim-preset", ["--fim-qwen-1.5b-default"], want, got, COMPARED)
+    assert want["served"] and any(p.endswith(FIM_FILE) for p in want["cache"])
+    assert {k: got[k] for k in COMPARED} == {k: want[k] for k in COMPARED}
 
 
 def _commit() -> str:

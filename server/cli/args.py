@@ -53,6 +53,30 @@ class _CsvAppend(argparse.Action):
         )
 
 
+def _preset(settings: dict) -> type[argparse.Action]:
+    """A b10621 preset (--fim-qwen-*-default ...): its fields set where it stands in the command line, so an
+    option after it overrides them and one before is overridden (common/arg.cpp's preset handlers)."""
+
+    class Preset(argparse.Action):
+        def __init__(self, option_strings, dest, **kw):
+            kw.pop("nargs", None)
+            kw.pop("type", None)
+            super().__init__(option_strings, dest, nargs=0, **kw)
+
+        def __call__(self, parser, namespace, values, option_string=None):
+            setattr(namespace, self.dest, True)
+            for name, value in settings.items():
+                setattr(namespace, name, value)
+
+    return Preset
+
+
+def _fim(repo: str, file: str) -> dict:
+    # ggml-org's FIM presets: the model, port 8012, 1024-token batches, the model's own context, cache reuse 256
+    fields = dict(hf_repo=repo, hf_file=file, port=8012, ubatch_size=1024, batch_size=1024, ctx_size=0, cache_reuse=256)
+    return {"action": _preset(fields)}
+
+
 def _seed(raw: str) -> int:
     """std::stoul, folded into b10621's uint32 seed: -1 is the random sentinel 4294967295."""
     text = raw.strip()
@@ -138,6 +162,26 @@ MLXCEL: dict[str, dict] = {
         "($LLAMA_CACHE, else the Hugging Face hub cache) and serves it",
     ),
     "--hf-file": _s("hf_file", "Hugging Face model file. If specified, it will override the quant in --hf-repo"),
+    "--fim-qwen-1.5b-default": _s(
+        "fim_preset",
+        "use default Qwen 2.5 Coder 1.5B (note: can download weights from the internet)",
+        **_fim("ggml-org/Qwen2.5-Coder-1.5B-Q8_0-GGUF", "qwen2.5-coder-1.5b-q8_0.gguf"),
+    ),
+    "--fim-qwen-3b-default": _s(
+        "fim_preset",
+        "use default Qwen 2.5 Coder 3B (note: can download weights from the internet)",
+        **_fim("ggml-org/Qwen2.5-Coder-3B-Q8_0-GGUF", "qwen2.5-coder-3b-q8_0.gguf"),
+    ),
+    "--fim-qwen-7b-default": _s(
+        "fim_preset",
+        "use default Qwen 2.5 Coder 7B (note: can download weights from the internet)",
+        **_fim("ggml-org/Qwen2.5-Coder-7B-Q8_0-GGUF", "qwen2.5-coder-7b-q8_0.gguf"),
+    ),
+    "--fim-qwen-30b-default": _s(
+        "fim_preset",
+        "use default Qwen 3 Coder 30B A3B Instruct (note: can download weights from the internet)",
+        **_fim("ggml-org/Qwen3-Coder-30B-A3B-Instruct-Q8_0-GGUF", "qwen3-coder-30b-a3b-instruct-q8_0.gguf"),
+    ),
     "--offline": _s("offline", "offline mode: the model store downloads nothing (POST /models refuses)", False),
     "--hf-token": _s(
         "hf_token",

@@ -218,9 +218,9 @@ _UI = "mlxcel runs no tool, MCP server or proxy on a model's behalf"
 _UI_ALT = "leave it out (client-declared tools in chat requests keep working), or pass the disabling form"
 
 
-def _preset(repo: str, mlx: str, flags: str, extra: str = "") -> Rule:
+def _preset(repo: str, mlx: str, flags: str, why: str) -> Rule:
     return _refuse(
-        f"b10621's preset serves the GGUF repository {repo}, which mlxcel cannot load{extra}",
+        f"b10621's preset serves the GGUF repository {repo}; {why}",
         f"the nearest MLX checkpoint is {mlx}: fetch it (`huggingface-cli download {mlx} --local-dir "
         f"DIR`) and run `mlxcel-server -m DIR {flags}`",
     )
@@ -228,7 +228,11 @@ def _preset(repo: str, mlx: str, flags: str, extra: str = "") -> Rule:
 
 _FIM = "--port 8012 -ub 1024 -b 1024 -c 0"
 _GPT_OSS = "--port 8013 -ub 2048 -b 32768 -np 2 -c 262144 --temp 1.0 --top-p 1.0 --top-k 0 --min-p 0.01 --jinja"
-_DRAFT_NOTE = "; its draft model is a GGUF repository too (pass a local one with --spec-draft-model)"
+_DRAFT_NOTE = (
+    "its draft model is a second repository, which mlxcel does not fetch (pass a local one with --spec-draft-model)"
+)
+_NO_ARCH = "mlxcel does not serve the gpt-oss architecture"
+_NO_VISION = "it is a vision model, and mlxcel serves no images yet"
 
 RULES: dict[str, Rule] = {
     # ----- ggml-runtime: thread pool, affinity, placement, loading -----
@@ -316,37 +320,29 @@ RULES: dict[str, Rule] = {
         "the bundled embedding model: `mlxcel-server -m all-minilm-l6-v2 --port 8011 -np 32 --embedding`",
     ),
     # ----- presets (b10621's twelve: a GGUF repository plus a parameter block) -----
-    "--fim-qwen-1.5b-default": _preset(
-        "ggml-org/Qwen2.5-Coder-1.5B-Q8_0-GGUF", "mlx-community/Qwen2.5-Coder-1.5B-8bit", _FIM
-    ),
-    "--fim-qwen-3b-default": _preset(
-        "ggml-org/Qwen2.5-Coder-3B-Q8_0-GGUF", "mlx-community/Qwen2.5-Coder-3B-8bit", _FIM
-    ),
-    "--fim-qwen-7b-default": _preset(
-        "ggml-org/Qwen2.5-Coder-7B-Q8_0-GGUF", "mlx-community/Qwen2.5-Coder-7B-8bit", _FIM
-    ),
     "--fim-qwen-7b-spec": _preset(
         "ggml-org/Qwen2.5-Coder-7B-Q8_0-GGUF", "mlx-community/Qwen2.5-Coder-7B-8bit", _FIM, _DRAFT_NOTE
     ),
     "--fim-qwen-14b-spec": _preset(
         "ggml-org/Qwen2.5-Coder-14B-Q8_0-GGUF", "mlx-community/Qwen2.5-Coder-14B-8bit", _FIM, _DRAFT_NOTE
     ),
-    "--fim-qwen-30b-default": _preset(
-        "ggml-org/Qwen3-Coder-30B-A3B-Instruct-Q8_0-GGUF", "mlx-community/Qwen3-Coder-30B-A3B-Instruct-8bit", _FIM
+    "--gpt-oss-20b-default": _preset(
+        "ggml-org/gpt-oss-20b-GGUF", "mlx-community/gpt-oss-20b-MXFP4-Q8", _GPT_OSS, _NO_ARCH
     ),
-    "--gpt-oss-20b-default": _preset("ggml-org/gpt-oss-20b-GGUF", "mlx-community/gpt-oss-20b-MXFP4-Q8", _GPT_OSS),
-    "--gpt-oss-120b-default": _preset("ggml-org/gpt-oss-120b-GGUF", "mlx-community/gpt-oss-120b-MXFP4-Q8", _GPT_OSS),
+    "--gpt-oss-120b-default": _preset(
+        "ggml-org/gpt-oss-120b-GGUF", "mlx-community/gpt-oss-120b-MXFP4-Q8", _GPT_OSS, _NO_ARCH
+    ),
     "--vision-gemma-4b-default": _preset(
         "ggml-org/gemma-3-4b-it-qat-GGUF",
         "mlx-community/gemma-3-4b-it-qat-4bit",
         "--port 8014 -c 0 --jinja",
-        "; mlxcel serves no image model either",
+        _NO_VISION,
     ),
     "--vision-gemma-12b-default": _preset(
         "ggml-org/gemma-3-12b-it-qat-GGUF",
         "mlx-community/gemma-3-12b-it-qat-4bit",
         "--port 8014 -c 0 --jinja",
-        "; mlxcel serves no image model either",
+        _NO_VISION,
     ),
     "--spec-default": _refuse(
         "b10621's preset turns on n-gram speculative decoding (ngram-mod, n_match 24, n_min 48, n_max 64); " + _SPEC,
