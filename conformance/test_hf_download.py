@@ -22,16 +22,21 @@ pytestmark = pytest.mark.reference
 
 TOKEN = "hf_" + "c" * 34
 REPO, GATED = "ggml-org/tiny-GGUF", "acme/gated-GGUF"
+DRAFT_REPO = "ggml-org/Qwen2.5-Coder-0.5B-Q8_0-GGUF"  # --fim-qwen-7b-spec's draft
 FIM_REPO, FIM_FILE = "ggml-org/Qwen2.5-Coder-1.5B-Q8_0-GGUF", "qwen2.5-coder-1.5b-q8_0.gguf"  # --fim-qwen-1.5b-default
 
 
 @pytest.fixture(scope="module")
 def repos() -> dict[str, dict[str, bytes]]:
+    # the smallest family twins (Gemma 2: 8 and 11 MB) under every name, the presets' included: what is compared
+    # is which file is fetched, how and where, and the model each server then reports
     q4, q8 = quantized_gguf("gemma2", "Q4_K_M").read_bytes(), quantized_gguf("gemma2", "Q8_0").read_bytes()
     return {
         REPO: {"tiny-Q4_K_M.gguf": q4, "tiny-Q8_0.gguf": q8, "README.md": b"# tiny\n"},
         GATED: {"gated-Q8_0.gguf": q8},
-        FIM_REPO: {FIM_FILE: quantized_gguf("qwen2.5", "Q8_0").read_bytes()},  # a Qwen2.5 twin under the preset's name
+        FIM_REPO: {FIM_FILE: q8},
+        "ggml-org/Qwen2.5-Coder-7B-Q8_0-GGUF": {"qwen2.5-coder-7b-q8_0.gguf": q8},
+        DRAFT_REPO: {"qwen2.5-coder-0.5b-q8_0.gguf": q4},
     }
 
 
@@ -60,7 +65,8 @@ class Side:
                 served, name, ids = False, None, None
             log = sp.log_path.read_text(errors="replace") if sp.log_path.is_file() else ""
             sp.cleanup()
-            requests, ranges = list(hub.requests), [r for _, r in hub.ranges]
+            # (sorted: b10621 fetches a plan's files side by side, std::async, in no fixed order)
+            requests, ranges = sorted(hub.requests, key=str), [r for _, r in hub.ranges]
         return {
             "served": served,
             "exit": sp.proc.returncode if sp.proc is not None else None,
@@ -169,6 +175,13 @@ def test_a_fim_preset_fetches_its_model_and_serves_it_with_its_settings(repos, r
     want, got = _pair(repos, reference_binary, ["--fim-qwen-1.5b-default"])
     _record("fim-preset", ["--fim-qwen-1.5b-default"], want, got, COMPARED)
     assert want["served"] and any(p.endswith(FIM_FILE) for p in want["cache"])
+    assert {k: got[k] for k in COMPARED} == {k: want[k] for k in COMPARED}
+
+
+def test_a_spec_preset_fetches_its_draft_from_a_second_repository(repos, reference_binary):
+    want, got = _pair(repos, reference_binary, ["--fim-qwen-7b-spec"])
+    _record("spec-preset", ["--fim-qwen-7b-spec", "--spec-draft-hf"], want, got, COMPARED)
+    assert want["served"] and any("Qwen2.5-Coder-0.5B" in p for p in want["cache"])
     assert {k: got[k] for k in COMPARED} == {k: want[k] for k in COMPARED}
 
 

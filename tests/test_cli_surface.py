@@ -721,8 +721,6 @@ def test_a_static_path_is_refused():
 
 
 PRESETS = {
-    "--fim-qwen-7b-spec": ("ggml-org/Qwen2.5-Coder-7B-Q8_0-GGUF", "mlx-community/Qwen2.5-Coder-7B-8bit"),
-    "--fim-qwen-14b-spec": ("ggml-org/Qwen2.5-Coder-14B-Q8_0-GGUF", "mlx-community/Qwen2.5-Coder-14B-8bit"),
     "--gpt-oss-20b-default": ("ggml-org/gpt-oss-20b-GGUF", "mlx-community/gpt-oss-20b-MXFP4-Q8"),
     "--gpt-oss-120b-default": ("ggml-org/gpt-oss-120b-GGUF", "mlx-community/gpt-oss-120b-MXFP4-Q8"),
     "--vision-gemma-4b-default": ("ggml-org/gemma-3-4b-it-qat-GGUF", "mlx-community/gemma-3-4b-it-qat-4bit"),
@@ -744,7 +742,9 @@ def test_presets_refuse_with_the_mlx_equivalents(preset):
     )
 
 
-@pytest.mark.parametrize("preset", ["--fim-qwen-1.5b-default", "--fim-qwen-3b-default", "--fim-qwen-30b-default"])
+@pytest.mark.parametrize(
+    "preset", ["--fim-qwen-1.5b-default", "--fim-qwen-3b-default", "--fim-qwen-30b-default", "--fim-qwen-7b-spec"]
+)
 def test_fim_presets_are_served_with_b10621s_settings(preset):
     args = build_parser("p").parse_args(["--port", "9", "-c", "64", preset, "-ub", "512"])
     assert refused(preset) == [] and args.hf_repo.startswith("ggml-org/") and args.hf_file.endswith(".gguf")
@@ -821,12 +821,7 @@ def test_speculative_selectors_other_than_draft_simple_refuse(argv):
 def test_a_draft_model_and_draft_simple_are_served():
     assert refused("-md", "draft", "--spec-type", "draft-simple", "--spec-draft-n-max", "8") == []
     assert refused("--spec-type", "ngram-simple,draft-simple", "--spec-ngram-simple-size-n", "4") == []
-    assert refused("-hfd", "a/b") == [
-        (
-            "error: -hfd a/b: mlxcel fetches no draft model from a repository; download it "
-            "yourself and pass --spec-draft-model DIR (or FILE.gguf)"
-        )
-    ]
+    assert refused("-hfd", "a/b") == []  # fetched as -hf fetches (conformance/test_hf_download.py)
 
 
 def test_with_a_draft_model_its_runtime_options_are_held_to_the_targets():

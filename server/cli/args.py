@@ -71,10 +71,16 @@ def _preset(settings: dict) -> type[argparse.Action]:
     return Preset
 
 
-def _fim(repo: str, file: str) -> dict:
-    # ggml-org's FIM presets: the model, port 8012, 1024-token batches, the model's own context, cache reuse 256
+def _fim(repo: str, file: str, draft: str = "") -> dict:
+    # ggml-org's FIM presets: the model, port 8012, 1024-token batches, the model's own context, cache reuse 256;
+    # the -spec ones a 0.5B draft model too
     fields = dict(hf_repo=repo, hf_file=file, port=8012, ubatch_size=1024, batch_size=1024, ctx_size=0, cache_reuse=256)
+    if draft:
+        fields |= dict(spec_draft_hf=draft, spec_draft_hf_file="qwen2.5-coder-0.5b-q8_0.gguf")
     return {"action": _preset(fields)}
+
+
+_QWEN_DRAFT = "ggml-org/Qwen2.5-Coder-0.5B-Q8_0-GGUF"
 
 
 def _seed(raw: str) -> int:
@@ -176,6 +182,21 @@ MLXCEL: dict[str, dict] = {
         "fim_preset",
         "use default Qwen 2.5 Coder 7B (note: can download weights from the internet)",
         **_fim("ggml-org/Qwen2.5-Coder-7B-Q8_0-GGUF", "qwen2.5-coder-7b-q8_0.gguf"),
+    ),
+    "--fim-qwen-7b-spec": _s(
+        "fim_preset",
+        "use Qwen 2.5 Coder 7B + 0.5B draft for speculative decoding (note: can download weights from the internet)",
+        **_fim("ggml-org/Qwen2.5-Coder-7B-Q8_0-GGUF", "qwen2.5-coder-7b-q8_0.gguf", _QWEN_DRAFT),
+    ),
+    "--fim-qwen-14b-spec": _s(
+        "fim_preset",
+        "use Qwen 2.5 Coder 14B + 0.5B draft for speculative decoding (note: can download weights from the internet)",
+        **_fim("ggml-org/Qwen2.5-Coder-14B-Q8_0-GGUF", "qwen2.5-coder-14b-q8_0.gguf", _QWEN_DRAFT),
+    ),
+    "--spec-draft-hf": _s(
+        "spec_draft_hf",
+        "Same as --hf-repo, but for the draft model (default: unused); mlxcel fetches it as -hf does and drafts "
+        "with it under --spec-type draft-simple",
     ),
     "--fim-qwen-30b-default": _s(
         "fim_preset",

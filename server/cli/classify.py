@@ -320,12 +320,6 @@ RULES: dict[str, Rule] = {
         "the bundled embedding model: `mlxcel-server -m all-minilm-l6-v2 --port 8011 -np 32 --embedding`",
     ),
     # ----- presets (b10621's twelve: a GGUF repository plus a parameter block) -----
-    "--fim-qwen-7b-spec": _preset(
-        "ggml-org/Qwen2.5-Coder-7B-Q8_0-GGUF", "mlx-community/Qwen2.5-Coder-7B-8bit", _FIM, _DRAFT_NOTE
-    ),
-    "--fim-qwen-14b-spec": _preset(
-        "ggml-org/Qwen2.5-Coder-14B-Q8_0-GGUF", "mlx-community/Qwen2.5-Coder-14B-8bit", _FIM, _DRAFT_NOTE
-    ),
     "--gpt-oss-20b-default": _preset(
         "ggml-org/gpt-oss-20b-GGUF", "mlx-community/gpt-oss-20b-MXFP4-Q8", _GPT_OSS, _NO_ARCH
     ),
@@ -393,12 +387,6 @@ RULES: dict[str, Rule] = {
         _SPEC_ALT,
         check=_spec_types_check,
         accumulates=True,
-    ),
-    "--spec-draft-hf": _only(
-        _is(""),
-        "an empty value",
-        "mlxcel fetches no draft model from a repository",
-        "download it yourself and pass --spec-draft-model DIR (or FILE.gguf)",
     ),
     "--lookup-cache-static": _inert("every value: it feeds the ngram-cache drafter, which mlxcel refuses to select"),
     "--lookup-cache-dynamic": _inert("every value: it feeds the ngram-cache drafter, which mlxcel refuses to select"),

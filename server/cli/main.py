@@ -84,7 +84,23 @@ def _model_source(args, hub) -> bool:
     hub.set_store_root(args.model_store_root)
     hub.set_offline(bool(args.offline))
     hub.set_token(args.hf_token)  # --hf-token, else HF_TOKEN (the parser's environment binding)
-    return not args.hf_repo or _resolve_hf(args)
+    return (not args.hf_repo or _resolve_hf(args)) and (not args.spec_draft_hf or _resolve_hf_draft(args))
+
+
+def _resolve_hf_draft(args) -> bool:
+    """-hfd REPO[:QUANT] (--spec-draft-hf): the draft model's GGUF, fetched as -hf's, served as --spec-draft-model
+    (b10621's plan for the draft sets its path the same way)."""
+    from ..models import hf_download, hub
+    from ..models.hf_cache import HFError
+
+    try:
+        file = getattr(args, "spec_draft_hf_file", None) or ""  # (set by the -spec presets only)
+        args.spec_draft_model = hf_download.resolve(args.spec_draft_hf, file, hub.token(), hub.offline())
+    except HFError as exc:
+        log.error("%s", str(exc).rstrip("\n"))
+        log.error("srv    load_model: failed to load draft model, '%s'", args.spec_draft_hf)
+        return False
+    return True
 
 
 def _resolve_hf(args) -> bool:
