@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from fixtures.chat.capture_templates import TOOLS  # the template gallery's tool
-from fixtures.families import FAMILIES
+from fixtures.families import FAMILIES, this_landing
 from oracle.normalize import normalize
 from oracle.processes import Pair, server_pair, start_together
 from oracle.trace import THRESHOLDS, compare, mlxcel_scores, reference_path, trace
@@ -66,10 +66,9 @@ def _greedy(base: str, prompt: str) -> list[int]:
 # MLXCEL_ALL_TWINS=1 adds Mistral and DeepSeek-LLM (llama's graph: their SentencePiece and BPE vocabularies pass
 # tests/test_vocab_pairs.py offline) and Qwen3 (Qwen3-MoE's attention), and `mlxcel-oracle models` measures them all
 # (docs/models.md)
-F32_FAMILIES = (
-    sorted(FAMILIES)
-    if os.environ.get("MLXCEL_ALL_TWINS")
-    else sorted(set(FAMILIES) - {"mistral", "deepseek-llm", "qwen3"})
+# (MLXCEL_ALL_TWINS=1 ...), and in CI a third of them each landing, in turn (fixtures/families.py this_landing)
+F32_FAMILIES = this_landing(
+    FAMILIES if os.environ.get("MLXCEL_ALL_TWINS") else set(FAMILIES) - {"mistral", "deepseek-llm", "qwen3"}
 )
 
 
