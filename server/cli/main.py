@@ -90,8 +90,8 @@ def _model_source(args, hub) -> bool:
 def _resolve_hf_draft(args) -> bool:
     """-hfd REPO[:QUANT] (--spec-draft-hf): the draft model's GGUF, fetched as -hf's, served as --spec-draft-model
     (b10621's plan for the draft sets its path the same way)."""
-    from ..models import hf_download, hub
-    from ..models.hf_cache import HFError
+    from ..models import hf_download, hub  # deferred: only a start with -hf/-hfd reads them
+    from ..models.hf_cache import HFError  # deferred: as above
 
     try:
         file = getattr(args, "spec_draft_hf_file", None) or ""  # (set by the -spec presets only)
@@ -107,8 +107,8 @@ def _resolve_hf(args) -> bool:
     """-hf REPO[:QUANT] (with -hff, -hft, --offline): the GGUF b10621 picks, fetched into its Hugging Face cache
     (server/models/hf_download.py), then served as -m FILE under the repository's name; False (after b10621's
     error lines) when there is none."""
-    from ..models import hf_download, hub
-    from ..models.hf_cache import HFError
+    from ..models import hf_download, hub  # deferred: only a start with -hf/-hfd reads them
+    from ..models.hf_cache import HFError  # deferred: as above
 
     log.info("srv    load_model: loading model '%s'", args.hf_repo)
     try:

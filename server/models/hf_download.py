@@ -117,7 +117,7 @@ def fetch(file: HFFile, token: str, offline: bool) -> None:
     """common_download_file_single for a hub file: a blob already there is used as is (its name is its hash);
     otherwise HEAD, then GET into <blob>.downloadInProgress (resumed with a Range where the hub accepts ranges),
     renamed into place once whole; 3 attempts, 2 then 4 s apart."""
-    import httpx
+    import httpx  # deferred: only a -hf start pays for it
 
     path = Path(file.local_path)
     if path.exists():
@@ -149,7 +149,7 @@ def fetch(file: HFFile, token: str, offline: bool) -> None:
 
 
 def _attempt(client, url: str, part: Path, ranges: bool) -> bool:
-    import httpx
+    import httpx  # deferred: only a -hf start pays for it
 
     if part.exists() and not ranges:
         part.unlink()
