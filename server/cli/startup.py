@@ -303,7 +303,14 @@ def serve_models(args, argv: list[str], prog: str, serve_config, auth, cors) -> 
     """b10621's router mode (no -m): models served on demand from the store, --models-dir and presets, each
     loaded by router_model."""
     return serve_router(
-        args, argv, prog, serve_config, auth, cors, lambda entry, model_argv: router_model(entry, model_argv, prog)
+        args,
+        argv,
+        prog,
+        serve_config,
+        auth,
+        cors,
+        lambda entry, model_argv: router_model(entry, model_argv, prog),
+        web_ui(args),
     )
 
 

@@ -13,6 +13,7 @@ from fastapi.responses import StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
+from ..api import webui
 from ..api.auth import AuthMiddleware
 from ..api.cors import CorsMiddleware
 from ..api.jsonio import UpstreamJSON, error_response, loads
@@ -143,9 +144,10 @@ def create_router_app(pool: ModelPool, settings) -> FastAPI:  # noqa: C901
     if settings.api_prefix:
         app.add_middleware(ApiPrefix, prefix=settings.api_prefix)
     if settings.auth.enabled:
-        app.add_middleware(AuthMiddleware, config=settings.auth)
+        app.add_middleware(AuthMiddleware, config=settings.auth, frontend=settings.webui.paths)
     if settings.cors is not None:
         app.add_middleware(CorsMiddleware, config=settings.cors)
+    webui.register(app, settings.webui)  # b10621's router serves its UI too (its model picker)
 
     @app.exception_handler(UpstreamError)
     async def _upstream(_: Request, exc: UpstreamError):
@@ -197,7 +199,7 @@ def create_router_app(pool: ModelPool, settings) -> FastAPI:  # noqa: C901
                 "model_alias": "llama-server",
                 "model_path": "none",
                 "default_generation_settings": {"params": None, "n_ctx": 0},
-                "ui_settings": {},
+                "ui_settings": settings.webui.settings,
                 "build_info": build_info(),
                 "cors_proxy_enabled": False,
             }

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable
 
 from ..api.state import ServerSettings
+from ..api.webui import WebUI
 from ..logs import uvicorn_log_settings
 from ..models import hub
 from ..textparse import TRUTHY
@@ -28,7 +29,14 @@ def program_path() -> str:
 
 
 def serve_router(
-    args, argv: list[str], prog: str, serve_config, auth, cors, load_model: Callable[[Entry, list[str]], Loaded]
+    args,
+    argv: list[str],
+    prog: str,
+    serve_config,
+    auth,
+    cors,
+    load_model: Callable[[Entry, list[str]], Loaded],
+    ui: WebUI | None = None,
 ) -> int:
     """Serve the router until it stops. load_model(entry, model_argv) serves one model of the pool in this
     process as that command line would (the CLI's, server/cli/startup.py's router_model: the router reads no
@@ -67,7 +75,8 @@ def serve_router(
     log.info("Available models (%d)", len(pool.instances))
     for inst in pool.snapshot():
         log.info("  %s (%s)", inst.name, inst.entry.source)
-    app = create_router_app(pool, ServerSettings(auth=auth, cors=cors, api_prefix=args.api_prefix or ""))
+    settings = ServerSettings(auth=auth, cors=cors, api_prefix=args.api_prefix or "", webui=ui or WebUI(enabled=False))
+    app = create_router_app(pool, settings)
     try:
         server = HttpServer(app, serve_config, announce=None, uvicorn_options=uvicorn_log_settings())
     except TransportError as exc:
