@@ -52,6 +52,7 @@ KERNELS_SOURCES = (
     "ggml_order.c",
     "ggml_blocks.c",
     "moe_ggml.c",
+    "kv_quant.c",
 )  # one shared object
 KERNELS_HEADERS = ("cpu_kernels.h", "step_model.h", "ggml_simd.h")
 KERNELS_FLAGS = ("-O3", "-shared", "-fPIC")

@@ -1,0 +1,253 @@
+/* The KV cache's block-quantized types (-ctk / -ctv q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1) as ggml-cpu stores and
+ * reads them: a row written with the type's from_float (quantize_row_q8_0: the AVX2 build's rounding, to nearest
+ * even with 127/amax; the others: ggml-quants.c's reference quantizers), read back with its to_float
+ * (dequantize_row_*), and a query row quantized to the type's vec_dot_type (q8_0, or q8_1 for q4_1/q5_1) for the
+ * K.Q products, as ggml's flash attention does. Values identical to ggml's (tests/test_kv_quant.py compares them
+ * with the pinned sdist's own functions, compiled). Blocks of 32 values; ggml's struct layouts. */
+#pragma GCC optimize("fp-contract=off") /* ggml-base is built without FMA: a*b + c rounds twice */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "cpu_kernels.h"
+
+enum { QK = 32 };
+/* attention_ggml.c's KV_F32, KV_F16, KV_BF16 are 0..2; the block types follow */
+enum { KVQ_Q8_0 = 3, KVQ_Q4_0, KVQ_Q4_1, KVQ_IQ4_NL, KVQ_Q5_0, KVQ_Q5_1, KVQ_Q8_1 };
+
+static const int8_t IQ4NL[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+static uint16_t to_half(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000u, rest = x & 0x7fffffffu;
+    if (rest >= 0x7f800000u) return (uint16_t)(sign | (rest > 0x7f800000u ? 0x7e00u : 0x7c00u));
+    if (rest >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* overflows to inf */
+    if (rest < 0x38800000u) {                                 /* subnormal half (round to nearest even) */
+        float a;
+        memcpy(&a, &rest, 4);
+        return (uint16_t)(sign | (uint16_t)lrintf(a * 16777216.0f));
+    }
+    uint32_t m = rest + 0xc8000fffu + ((rest >> 13) & 1u);
+    return (uint16_t)(sign | (m >> 13));
+}
+
+static float from_half(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;
+    if (e == 0) {
+        float f = (float)m * 5.9604644775390625e-8f;
+        memcpy(&x, &f, 4);
+        x |= sign;
+    } else if (e == 31) {
+        x = sign | 0x7f800000u | (m << 13);
+    } else {
+        x = sign | ((e + 112) << 23) | (m << 13);
+    }
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+long mlxcel_kv_block_bytes(int type) {
+    switch (type) {
+    case KVQ_Q8_0: return 34;
+    case KVQ_Q4_0: case KVQ_IQ4_NL: return 18;
+    case KVQ_Q4_1: return 20;
+    case KVQ_Q5_0: return 22;
+    case KVQ_Q5_1: return 24;
+    case KVQ_Q8_1: return 36;
+    default: return 0;
+    }
+}
+
+/* bytes of a row of n values (n a multiple of 32), 0 for a type that is no block type */
+long mlxcel_kv_row_bytes(int type, long n) { return n % QK ? 0 : n / QK * mlxcel_kv_block_bytes(type); }
+
+static float amax_of(const float *x) {
+    float a = 0.0f;
+    for (int j = 0; j < QK; j++) a = fmaxf(a, fabsf(x[j]));
+    return a;
+}
+
+/* quantize_row_q8_0 / _q8_1 of ggml-cpu's AVX2 build: d = amax/127 stored, values x*(127/amax) rounded to
+ * nearest even; q8_1 also stores s = d * sum(q) */
+static void q8_block(const float *x, uint8_t *y, int with_sum) {
+    const float amax = amax_of(x), d = amax / 127.f, id = amax != 0.0f ? 127.f / amax : 0.0f;
+    uint16_t dh = to_half(d);
+    memcpy(y, &dh, 2);
+    int8_t *qs = (int8_t *)(y + (with_sum ? 4 : 2));
+    int sum = 0;
+    for (int j = 0; j < QK; j++) {
+        qs[j] = (int8_t)nearbyintf(x[j] * id);
+        sum += qs[j];
+    }
+    if (with_sum) {
+        uint16_t sh = to_half(d * (float)sum);
+        memcpy(y + 2, &sh, 2);
+    }
+}
+
+static void q4_0_block(const float *x, uint8_t *y) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < QK; j++)
+        if (amax < fabsf(x[j])) amax = fabsf(x[j]), max = x[j];
+    const float d = max / -8, id = d ? 1.0f / d : 0.0f;
+    uint16_t dh = to_half(d);
+    memcpy(y, &dh, 2);
+    for (int j = 0; j < QK / 2; j++) {
+        int a = (int8_t)(x[j] * id + 8.5f), b = (int8_t)(x[QK / 2 + j] * id + 8.5f);
+        y[2 + j] = (uint8_t)((a < 15 ? a : 15) | (b < 15 ? b : 15) << 4);
+    }
+}
+
+static void min_max(const float *x, float *min, float *max) {
+    *min = 3.40282347e38f, *max = -3.40282347e38f;
+    for (int j = 0; j < QK; j++) {
+        if (x[j] < *min) *min = x[j];
+        if (x[j] > *max) *max = x[j];
+    }
+}
+
+static void q4_1_block(const float *x, uint8_t *y) {
+    float min, max;
+    min_max(x, &min, &max);
+    const float d = (max - min) / 15, id = d ? 1.0f / d : 0.0f;
+    uint16_t dh = to_half(d), mh = to_half(min);
+    memcpy(y, &dh, 2);
+    memcpy(y + 2, &mh, 2);
+    for (int j = 0; j < QK / 2; j++) {
+        int a = (int8_t)((x[j] - min) * id + 0.5f), b = (int8_t)((x[QK / 2 + j] - min) * id + 0.5f);
+        y[4 + j] = (uint8_t)((a < 15 ? a : 15) | (b < 15 ? b : 15) << 4);
+    }
+}
+
+static void q5_0_block(const float *x, uint8_t *y) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < QK; j++)
+        if (amax < fabsf(x[j])) amax = fabsf(x[j]), max = x[j];
+    const float d = max / -16, id = d ? 1.0f / d : 0.0f;
+    uint16_t dh = to_half(d);
+    memcpy(y, &dh, 2);
+    uint32_t qh = 0;
+    for (int j = 0; j < QK / 2; j++) {
+        int a = (int8_t)(x[j] * id + 16.5f), b = (int8_t)(x[QK / 2 + j] * id + 16.5f);
+        uint8_t xa = (uint8_t)(a < 31 ? a : 31), xb = (uint8_t)(b < 31 ? b : 31);
+        y[6 + j] = (uint8_t)((xa & 0x0F) | ((xb & 0x0F) << 4));
+        qh |= ((xa & 0x10u) >> 4) << j;
+        qh |= ((xb & 0x10u) >> 4) << (j + QK / 2);
+    }
+    memcpy(y + 2, &qh, 4);
+}
+
+static void q5_1_block(const float *x, uint8_t *y) {
+    float min, max;
+    min_max(x, &min, &max);
+    const float d = (max - min) / 31, id = d ? 1.0f / d : 0.0f;
+    uint16_t dh = to_half(d), mh = to_half(min);
+    memcpy(y, &dh, 2);
+    memcpy(y + 2, &mh, 2);
+    uint32_t qh = 0;
+    for (int j = 0; j < QK / 2; j++) {
+        uint8_t xa = (uint8_t)((x[j] - min) * id + 0.5f), xb = (uint8_t)((x[QK / 2 + j] - min) * id + 0.5f);
+        y[8 + j] = (uint8_t)((xa & 0x0F) | ((xb & 0x0F) << 4));
+        qh |= ((xa & 0x10u) >> 4) << j;
+        qh |= ((xb & 0x10u) >> 4) << (j + QK / 2);
+    }
+    memcpy(y + 4, &qh, 4);
+}
+
+static int best_index(float x) {
+    if (x <= IQ4NL[0]) return 0;
+    if (x >= IQ4NL[15]) return 15;
+    int ml = 0, mu = 15;
+    while (mu - ml > 1) {
+        int mav = (ml + mu) / 2;
+        if (x < IQ4NL[mav]) mu = mav; else ml = mav;
+    }
+    return x - IQ4NL[mu - 1] < IQ4NL[mu] - x ? mu - 1 : mu;
+}
+
+/* quantize_row_iq4_nl_ref: one block of 32, weights x^2, no search (ntry -1). L is the row's: a block of zeros
+ * (scale 0) keeps the previous block's indices, as ggml's does (they read back as zeros either way) */
+static void iq4_nl_block(const float *x, uint8_t *y, uint8_t L[QK]) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < QK; j++)
+        if (fabsf(x[j]) > amax) amax = fabsf(x[j]), max = x[j];
+    float scale = 0.0f;
+    if (amax >= 1e-15f) {
+        const float d = max / IQ4NL[0], id = 1 / d;
+        float sumqx = 0, sumq2 = 0;
+        for (int j = 0; j < QK; j++) {
+            int l = best_index(id * x[j]);
+            L[j] = (uint8_t)l;
+            float q = IQ4NL[l], w = x[j] * x[j];
+            sumqx += w * q * x[j];
+            sumq2 += w * q * q;
+        }
+        scale = sumq2 > 0 ? sumqx / sumq2 : 0.f;
+    }
+    uint16_t dh = to_half(scale);
+    memcpy(y, &dh, 2);
+    for (int j = 0; j < QK / 2; j++) y[2 + j] = (uint8_t)(L[j] | (L[QK / 2 + j] << 4));
+}
+
+/* from_float for the cache type: n values (a multiple of 32) into n/32 blocks; 0, or -1 for no block type */
+int mlxcel_kv_quantize_row(int type, const float *x, void *out, long n) {
+    uint8_t *y = out, L[QK] = {0};
+    const long bytes = mlxcel_kv_block_bytes(type);
+    if (!bytes || n % QK) return -1;
+    for (long b = 0; b < n / QK; b++, x += QK, y += bytes) {
+        switch (type) {
+        case KVQ_Q8_0: q8_block(x, y, 0); break;
+        case KVQ_Q8_1: q8_block(x, y, 1); break;
+        case KVQ_Q4_0: q4_0_block(x, y); break;
+        case KVQ_Q4_1: q4_1_block(x, y); break;
+        case KVQ_Q5_0: q5_0_block(x, y); break;
+        case KVQ_Q5_1: q5_1_block(x, y); break;
+        case KVQ_IQ4_NL: iq4_nl_block(x, y, L); break;
+        }
+    }
+    return 0;
+}
+
+/* to_float for the cache type (dequantize_row_*) */
+int mlxcel_kv_dequantize_row(int type, const void *in, float *y, long n) {
+    const uint8_t *x = in;
+    const long bytes = mlxcel_kv_block_bytes(type);
+    if (!bytes || n % QK || type == KVQ_Q8_1) return -1;
+    for (long b = 0; b < n / QK; b++, x += bytes, y += QK) {
+        uint16_t dh, mh = 0;
+        uint32_t qh = 0;
+        memcpy(&dh, x, 2);
+        const float d = from_half(dh);
+        if (type == KVQ_Q4_1 || type == KVQ_Q5_1) memcpy(&mh, x + 2, 2);
+        const float m = from_half(mh);
+        if (type == KVQ_Q5_0) memcpy(&qh, x + 2, 4);
+        if (type == KVQ_Q5_1) memcpy(&qh, x + 4, 4);
+        for (int j = 0; j < QK; j++) {
+            const int lo = j < QK / 2, k = lo ? j : j - QK / 2;
+            switch (type) {
+            case KVQ_Q8_0: y[j] = (float)((const int8_t *)(x + 2))[j] * d; break;
+            case KVQ_Q4_0: y[j] = (float)((lo ? x[2 + k] & 0x0F : x[2 + k] >> 4) - 8) * d; break;
+            case KVQ_IQ4_NL: y[j] = d * (float)IQ4NL[lo ? x[2 + k] & 0x0F : x[2 + k] >> 4]; break;
+            case KVQ_Q4_1: {
+                float v = (float)(lo ? x[4 + k] & 0x0F : x[4 + k] >> 4) * d;
+                y[j] = v + m;
+                break;
+            }
+            case KVQ_Q5_0: {
+                int h = (int)((qh >> j) << 4 & 0x10);
+                y[j] = (float)(((lo ? x[6 + k] & 0x0F : x[6 + k] >> 4) | h) - 16) * d;
+                break;
+            }
+            case KVQ_Q5_1: {
+                int h = (int)((qh >> j) << 4 & 0x10);
+                float v = (float)((lo ? x[8 + k] & 0x0F : x[8 + k] >> 4) | h) * d;
+                y[j] = v + m;
+                break;
+            }
+            }
+        }
+    }
+    return 0;
+}
