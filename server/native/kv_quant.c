@@ -87,11 +87,16 @@ static void q8_block(const float *x, uint8_t *y, int with_sum) {
     }
 }
 
-static void q4_0_block(const float *x, uint8_t *y) {
+/* the block's value of largest magnitude, signed (the first of equals) */
+static float signed_max(const float *x) {
     float amax = 0.0f, max = 0.0f;
     for (int j = 0; j < QK; j++)
         if (amax < fabsf(x[j])) amax = fabsf(x[j]), max = x[j];
-    const float d = max / -8, id = d ? 1.0f / d : 0.0f;
+    return max;
+}
+
+static void q4_0_block(const float *x, uint8_t *y) {
+    const float d = signed_max(x) / -8, id = d ? 1.0f / d : 0.0f;
     uint16_t dh = to_half(d);
     memcpy(y, &dh, 2);
     for (int j = 0; j < QK / 2; j++) {
@@ -100,21 +105,24 @@ static void q4_0_block(const float *x, uint8_t *y) {
     }
 }
 
-static void min_max(const float *x, float *min, float *max) {
-    *min = 3.40282347e38f, *max = -3.40282347e38f;
+/* a _1 type's scale and minimum, (max - min) / levels and min, stored as halves at y; returns 1/scale (0: flat) */
+static float min_scale(const float *x, uint8_t *y, float levels, float *min) {
+    float max = -3.40282347e38f;
+    *min = 3.40282347e38f;
     for (int j = 0; j < QK; j++) {
         if (x[j] < *min) *min = x[j];
-        if (x[j] > *max) *max = x[j];
+        if (x[j] > max) max = x[j];
     }
+    const float d = (max - *min) / levels;
+    uint16_t dh = to_half(d), mh = to_half(*min);
+    memcpy(y, &dh, 2);
+    memcpy(y + 2, &mh, 2);
+    return d ? 1.0f / d : 0.0f;
 }
 
 static void q4_1_block(const float *x, uint8_t *y) {
-    float min, max;
-    min_max(x, &min, &max);
-    const float d = (max - min) / 15, id = d ? 1.0f / d : 0.0f;
-    uint16_t dh = to_half(d), mh = to_half(min);
-    memcpy(y, &dh, 2);
-    memcpy(y + 2, &mh, 2);
+    float min;
+    const float id = min_scale(x, y, 15, &min);
     for (int j = 0; j < QK / 2; j++) {
         int a = (int8_t)((x[j] - min) * id + 0.5f), b = (int8_t)((x[QK / 2 + j] - min) * id + 0.5f);
         y[4 + j] = (uint8_t)((a < 15 ? a : 15) | (b < 15 ? b : 15) << 4);
@@ -122,10 +130,7 @@ static void q4_1_block(const float *x, uint8_t *y) {
 }
 
 static void q5_0_block(const float *x, uint8_t *y) {
-    float amax = 0.0f, max = 0.0f;
-    for (int j = 0; j < QK; j++)
-        if (amax < fabsf(x[j])) amax = fabsf(x[j]), max = x[j];
-    const float d = max / -16, id = d ? 1.0f / d : 0.0f;
+    const float d = signed_max(x) / -16, id = d ? 1.0f / d : 0.0f;
     uint16_t dh = to_half(d);
     memcpy(y, &dh, 2);
     uint32_t qh = 0;
@@ -140,12 +145,8 @@ static void q5_0_block(const float *x, uint8_t *y) {
 }
 
 static void q5_1_block(const float *x, uint8_t *y) {
-    float min, max;
-    min_max(x, &min, &max);
-    const float d = (max - min) / 31, id = d ? 1.0f / d : 0.0f;
-    uint16_t dh = to_half(d), mh = to_half(min);
-    memcpy(y, &dh, 2);
-    memcpy(y + 2, &mh, 2);
+    float min;
+    const float id = min_scale(x, y, 31, &min);
     uint32_t qh = 0;
     for (int j = 0; j < QK / 2; j++) {
         uint8_t xa = (uint8_t)((x[j] - min) * id + 0.5f), xb = (uint8_t)((x[QK / 2 + j] - min) * id + 0.5f);
