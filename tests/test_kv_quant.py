@@ -36,6 +36,14 @@ size_t ggml_row_size(int type, long ne) { (void)type; (void)ne; return 0; }
 const char *ggml_type_name(int type) { (void)type; return "?"; }
 size_t ggml_type_size(int type) { (void)type; return 0; }
 float ggml_table_f32_f16[1 << 16], ggml_table_f32_e8m0_half[256], ggml_table_f32_ue4m3[256];
+#include <math.h>
+__attribute__((constructor)) static void fill_f16_table(void) { /* ggml_cpu_init's table: every half as a float */
+    for (unsigned h = 0; h < 65536; h++) {
+        unsigned e = (h >> 10) & 31, m = h & 1023;
+        float f = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexpf((float)(m | 1024), (int)e - 25);
+        ggml_table_f32_f16[h] = (h & 0x8000) ? -f : f;
+    }
+}
 """
 
 
@@ -61,7 +69,7 @@ def _ggml() -> ctypes.CDLL:
         for o in objs:
             os.unlink(o)
 
-    root = build_once(cache_root() / "native" / "ggml-quants", {"sdist_sha256": SDIST_SHA256, "v": 1}, build)
+    root = build_once(cache_root() / "native" / "ggml-quants", {"sdist_sha256": SDIST_SHA256, "v": 2}, build)
     return ctypes.CDLL(str(root / "libggmlq.so"), mode=os.RTLD_LAZY)
 
 
@@ -124,3 +132,42 @@ def test_what_is_no_block_type_is_refused(native):
     assert native.mlxcel_kv_row_bytes(1, 64) == 0  # f16: not a block type
     assert native.mlxcel_kv_quantize_row(1, _ptr(row), _ptr(out), ctypes.c_long(64)) == -1
     assert native.mlxcel_kv_quantize_row(3, _ptr(row), _ptr(out), ctypes.c_long(48)) == -1  # not whole blocks
+
+
+DOTS = {  # a key row's type -> ggml's AVX2 vec_dot, the query's vec_dot type
+    "q8_0": ("ggml_vec_dot_q8_0_q8_0", "q8_0"),
+    "q4_0": ("ggml_vec_dot_q4_0_q8_0", "q8_0"),
+    "q4_1": ("ggml_vec_dot_q4_1_q8_1", "q8_1"),
+    "iq4_nl": ("ggml_vec_dot_iq4_nl_q8_0", "q8_0"),
+    "q5_0": ("ggml_vec_dot_q5_0_q8_0", "q8_0"),
+    "q5_1": ("ggml_vec_dot_q5_1_q8_1", "q8_1"),
+}
+
+
+def _quantized(native, name: str, row: np.ndarray) -> np.ndarray:
+    code = TYPES[name][0]
+    out = np.zeros(native.mlxcel_kv_row_bytes(code, row.size), np.uint8)
+    native.mlxcel_kv_quantize_row(code, _ptr(row), _ptr(out), ctypes.c_long(row.size))
+    return out
+
+
+@pytest.mark.parametrize("name", list(DOTS))
+@pytest.mark.parametrize("n", [64, 96, 128])
+def test_a_key_times_a_quantized_query_is_ggmls_vec_dot_bit_for_bit(ggml, native, name, n):
+    """What flash attention scores over such a cache: K . Q with the query quantized to the key type's vec_dot
+    type, summed as ggml-cpu's AVX2 build sums it."""
+    fn, qtype = DOTS[name]
+    native.mlxcel_kv_dot.restype = ctypes.c_float
+    rng = np.random.default_rng(n)
+    for scale in (0.05, 1.0, 30.0):
+        keys = (rng.standard_normal((6, n)) * scale).astype(np.float32)
+        query = (rng.standard_normal(n) * scale).astype(np.float32)
+        q = _quantized(native, qtype, query)
+        for key in keys:
+            k = _quantized(native, name, key)
+            want = ctypes.c_float()
+            getattr(ggml, fn)(
+                n, ctypes.byref(want), ctypes.c_size_t(0), _ptr(k), ctypes.c_size_t(0), _ptr(q), ctypes.c_size_t(0), 1
+            )
+            got = native.mlxcel_kv_dot(TYPES[name][0], _ptr(k), _ptr(q), ctypes.c_long(n))
+            assert np.float32(got).tobytes() == np.float32(want.value).tobytes(), (name, n, scale, got, want.value)

@@ -252,3 +252,79 @@ int mlxcel_kv_dequantize_row(int type, const void *in, float *y, long n) {
     }
     return 0;
 }
+
+/* one block's 8 lane partials as ggml's AVX2 vec_dot forms them: lane l holds the products of elements
+ * 4l .. 4l + 3 (integers, exact) */
+static void block_partials(int type, const uint8_t *x, const int8_t *qy, int32_t p[8]) {
+    int8_t v[QK];
+    uint32_t qh = 0;
+    if (type == KVQ_Q5_0) memcpy(&qh, x + 2, 4);
+    if (type == KVQ_Q5_1) memcpy(&qh, x + 4, 4);
+    const uint8_t *nib = x + (type == KVQ_Q4_1 ? 4 : type == KVQ_Q5_0 ? 6 : type == KVQ_Q5_1 ? 8 : 2);
+    for (int j = 0; j < QK; j++) {
+        const int lo = j < QK / 2, n4 = lo ? nib[j] & 0x0F : nib[j - QK / 2] >> 4, h = (int)((qh >> j) & 1u) << 4;
+        switch (type) {
+        case KVQ_Q8_0: v[j] = ((const int8_t *)(x + 2))[j]; break;
+        case KVQ_Q4_0: v[j] = (int8_t)(n4 - 8); break;
+        case KVQ_Q4_1: v[j] = (int8_t)n4; break;
+        case KVQ_Q5_0: v[j] = (int8_t)((n4 | h) - 16); break;
+        case KVQ_Q5_1: v[j] = (int8_t)(n4 | h); break;
+        case KVQ_IQ4_NL: v[j] = IQ4NL[n4]; break;
+        }
+    }
+    for (int l = 0; l < 8; l++) {
+        p[l] = 0;
+        for (int e = 4 * l; e < 4 * l + 4; e++) p[l] += (int32_t)v[e] * qy[e];
+    }
+}
+
+/* hsum_float_8: the upper half onto the lower, then lanes 2, 3 onto 0, 1, then lane 1 onto 0 */
+static float hsum8(const float a[8]) {
+    float r[4];
+    for (int k = 0; k < 4; k++) r[k] = a[4 + k] + a[k];
+    return (r[0] + r[2]) + (r[1] + r[3]);
+}
+
+/* K . Q for a cache row of `type` and a query row quantized to its vec_dot type (q8_0; q8_1 for q4_1, q5_1), n
+ * values: ggml's AVX2 vec_dot_<type>_q8 sum for sum (per-lane fma over the blocks, iq4_nl's two accumulators
+ * over even and odd blocks, the _1 types' m * s terms summed apart) */
+float mlxcel_kv_dot(int type, const void *k, const void *q, long n) {
+    const long kb = mlxcel_kv_block_bytes(type), qb = (type == KVQ_Q4_1 || type == KVQ_Q5_1) ? 36 : 34;
+    const uint8_t *x = k, *y = q;
+    float acc[2][8] = {{0}}, summs = 0.0f;
+    const long nb = n / QK, pairs = type == KVQ_IQ4_NL ? nb / 2 * 2 : nb;
+    for (long b = 0; b < pairs; b++, x += kb, y += qb) {
+        uint16_t xd, yd;
+        memcpy(&xd, x, 2);
+        memcpy(&yd, y, 2);
+        int32_t p[8];
+        block_partials(type, x, (const int8_t *)(y + qb - QK), p);
+        const float d = type == KVQ_IQ4_NL ? from_half(yd) * from_half(xd) : from_half(xd) * from_half(yd);
+        float *a = acc[type == KVQ_IQ4_NL ? b & 1 : 0];
+        for (int l = 0; l < 8; l++) a[l] = fmaf(d, (float)p[l], a[l]);
+        if (type == KVQ_Q4_1 || type == KVQ_Q5_1) {
+            uint16_t xm, ys;
+            memcpy(&xm, x + 2, 2);
+            memcpy(&ys, y + 2, 2);
+            summs = fmaf(from_half(xm), from_half(ys), summs);
+        }
+    }
+    float sum = acc[0][0];
+    if (type == KVQ_IQ4_NL) {
+        float both[8];
+        for (int l = 0; l < 8; l++) both[l] = acc[0][l] + acc[1][l];
+        sum = hsum8(both);
+        for (long b = pairs; b < nb; b++, x += kb, y += qb) { /* an odd last block: ggml's scalar tail */
+            uint16_t xd, yd;
+            memcpy(&xd, x, 2);
+            memcpy(&yd, y, 2);
+            int32_t p[8], s = 0;
+            block_partials(type, x, (const int8_t *)(y + 2), p);
+            for (int l = 0; l < 8; l++) s += p[l];
+            sum = fmaf(from_half(yd) * from_half(xd), (float)s, sum);
+        }
+    } else {
+        sum = hsum8(acc[0]);
+    }
+    return type == KVQ_Q4_1 || type == KVQ_Q5_1 ? sum + summs : sum;
+}
