@@ -678,8 +678,9 @@ def test_model_source_refusals_are_pinned(argv):
     assert refused("-hf", "ggml-org/gemma-3-1b-it-GGUF", "-hff", "x.gguf") == []  # served (-hf, -hff)
     assert refused("--override-kv", "a=int:1") == [
         (
-            "error: --override-kv a=int:1: mlxcel reads no GGUF metadata to override: an MLX checkpoint is configured "
-            "by its config.json; edit the checkpoint's config.json"
+            "error: --override-kv a=int:1: mlxcel reads a GGUF's metadata once, converting it into an MLX checkpoint "
+            "configured by its config.json, and overrides no key of it; convert the GGUF (`mlxcel convert FILE.gguf "
+            "DIR`), edit DIR/config.json and pass -m DIR"
         )
     ]
 

@@ -232,7 +232,7 @@ _DRAFT_NOTE = (
     "its draft model is a second repository, which mlxcel does not fetch (pass a local one with --spec-draft-model)"
 )
 _NO_ARCH = "mlxcel does not serve the gpt-oss architecture"
-_NO_VISION = "it is a vision model, and mlxcel serves no images yet"
+_NO_VISION = "it is a vision model, and mlxcel serves text models only"
 
 RULES: dict[str, Rule] = {
     # ----- ggml-runtime: thread pool, affinity, placement, loading -----
@@ -300,8 +300,9 @@ RULES: dict[str, Rule] = {
     "--model-url": _refuse(_GGUF, _GGUF_ALT),
     "--docker-repo": _refuse(_GGUF, _GGUF_ALT),
     "--override-kv": _refuse(
-        "mlxcel reads no GGUF metadata to override: an MLX checkpoint is configured by its config.json",
-        "edit the checkpoint's config.json",
+        "mlxcel reads a GGUF's metadata once, converting it into an MLX checkpoint configured by its config.json, "
+        "and overrides no key of it",
+        "convert the GGUF (`mlxcel convert FILE.gguf DIR`), edit DIR/config.json and pass -m DIR",
         accumulates=True,
     ),
     # ----- web UI, server tools, MCP -----

@@ -186,7 +186,7 @@ def resolve(spec: str, hf_file: str, token: str, offline: bool) -> str:
         raise HFError("failed to download model from Hugging Face")
     if p.mmproj is not None:
         log.warning(
-            "%s ships a multimodal projector (%s): mlxcel serves no images yet, so it is not downloaded",
+            "%s ships a multimodal projector (%s): mlxcel serves text models only, so it is not downloaded",
             spec,
             p.mmproj.path,
         )
