@@ -85,11 +85,15 @@ def _raw(base_url: str, method: str, target: str, headers: dict, body: bytes) ->
 def test_no_route_answers_without_the_key(secured):
     """Every route, every spelling, every wrong credential, a valid body and a broken one: 401 (b10621's), except
     the public paths b10621 leaves open. With the key, no route answers 401."""
+    from server.api.webui import WebUI
+    from server.cli.webui_build import built_dist
+
     proc, _ = secured
     tried = bypasses = 0
+    frontend = WebUI(dist=built_dist()).paths  # the web UI's assets, public as b10621's frontend_paths
     for method, route, _ in ROUTES:
         for path in _spellings(path_of(route)):
-            public = path.split("?")[0] in PUBLIC_PATHS
+            public = path.split("?")[0] in PUBLIC_PATHS | frontend
             for headers in WRONG:
                 for body in (b'{"prompt": "x", "n_predict": 1}', b'{"prompt": '):
                     status, answer = _raw(proc.base_url, method, path, headers, body)
