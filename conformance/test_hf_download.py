@@ -22,8 +22,19 @@ pytestmark = pytest.mark.reference
 
 TOKEN = "hf_" + "c" * 34
 REPO, GATED = "ggml-org/tiny-GGUF", "acme/gated-GGUF"
-DRAFT_REPO = "ggml-org/Qwen2.5-Coder-0.5B-Q8_0-GGUF"  # --fim-qwen-7b-spec's draft
-FIM_REPO, FIM_FILE = "ggml-org/Qwen2.5-Coder-1.5B-Q8_0-GGUF", "qwen2.5-coder-1.5b-q8_0.gguf"  # --fim-qwen-1.5b-default
+DRAFT_REPO = "ggml-org/Qwen2.5-Coder-0.5B-Q8_0-GGUF"  # the -spec presets' draft
+# b10621's FIM presets (common/arg.cpp): the repository and file each fetches
+FIM_PRESETS = {
+    "--fim-qwen-1.5b-default": ("ggml-org/Qwen2.5-Coder-1.5B-Q8_0-GGUF", "qwen2.5-coder-1.5b-q8_0.gguf"),
+    "--fim-qwen-3b-default": ("ggml-org/Qwen2.5-Coder-3B-Q8_0-GGUF", "qwen2.5-coder-3b-q8_0.gguf"),
+    "--fim-qwen-7b-default": ("ggml-org/Qwen2.5-Coder-7B-Q8_0-GGUF", "qwen2.5-coder-7b-q8_0.gguf"),
+    "--fim-qwen-30b-default": (
+        "ggml-org/Qwen3-Coder-30B-A3B-Instruct-Q8_0-GGUF",
+        "qwen3-coder-30b-a3b-instruct-q8_0.gguf",
+    ),
+    "--fim-qwen-7b-spec": ("ggml-org/Qwen2.5-Coder-7B-Q8_0-GGUF", "qwen2.5-coder-7b-q8_0.gguf"),
+    "--fim-qwen-14b-spec": ("ggml-org/Qwen2.5-Coder-14B-Q8_0-GGUF", "qwen2.5-coder-14b-q8_0.gguf"),
+}
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +45,7 @@ def repos() -> dict[str, dict[str, bytes]]:
     return {
         REPO: {"tiny-Q4_K_M.gguf": q4, "tiny-Q8_0.gguf": q8, "README.md": b"# tiny\n"},
         GATED: {"gated-Q8_0.gguf": q8},
-        FIM_REPO: {FIM_FILE: q8},
-        "ggml-org/Qwen2.5-Coder-7B-Q8_0-GGUF": {"qwen2.5-coder-7b-q8_0.gguf": q8},
+        **{repo: {file: q8} for repo, file in FIM_PRESETS.values()},
         DRAFT_REPO: {"qwen2.5-coder-0.5b-q8_0.gguf": q4},
     }
 
@@ -171,16 +181,24 @@ def test_what_cannot_be_had_fails_in_b10621s_words(repos, reference_binary, case
     assert (got["requests"], got["cache"]) == (want["requests"], want["cache"])
 
 
-def test_a_fim_preset_fetches_its_model_and_serves_it_with_its_settings(repos, reference_binary):
-    want, got = _pair(repos, reference_binary, ["--fim-qwen-1.5b-default"])
-    _record("fim-preset", ["--fim-qwen-1.5b-default"], want, got, COMPARED)
-    assert want["served"] and any(p.endswith(FIM_FILE) for p in want["cache"])
+@pytest.mark.parametrize("preset", [p for p in FIM_PRESETS if p.endswith("-default")])
+def test_a_fim_preset_fetches_its_model_and_serves_it_with_its_settings(repos, reference_binary, preset):
+    want, got = _pair(repos, reference_binary, [preset])
+    _record(f"fim-preset{preset.removeprefix('--fim-qwen').removesuffix('-default')}", [preset], want, got, COMPARED)
+    assert want["served"] and any(p.endswith(FIM_PRESETS[preset][1]) for p in want["cache"])
     assert {k: got[k] for k in COMPARED} == {k: want[k] for k in COMPARED}
 
 
-def test_a_spec_preset_fetches_its_draft_from_a_second_repository(repos, reference_binary):
-    want, got = _pair(repos, reference_binary, ["--fim-qwen-7b-spec"])
-    _record("spec-preset", ["--fim-qwen-7b-spec", "--spec-draft-hf"], want, got, COMPARED)
+@pytest.mark.parametrize("preset", [p for p in FIM_PRESETS if p.endswith("-spec")])
+def test_a_spec_preset_fetches_its_draft_from_a_second_repository(repos, reference_binary, preset):
+    want, got = _pair(repos, reference_binary, [preset])
+    _record(
+        f"spec-preset{preset.removeprefix('--fim-qwen').removesuffix('-spec')}",
+        [preset, "--spec-draft-hf"],
+        want,
+        got,
+        COMPARED,
+    )
     assert want["served"] and any("Qwen2.5-Coder-0.5B" in p for p in want["cache"])
     assert {k: got[k] for k in COMPARED} == {k: want[k] for k in COMPARED}
 
