@@ -59,3 +59,15 @@ def test_the_cache_is_where_b10621_puts_it(monkeypatch, tmp_path):
     monkeypatch.setenv("LLAMA_CACHE", str(tmp_path / "l"))
     assert hf_cache.cache_dir() == tmp_path / "l"
     assert hf_cache.repo_path("ggml-org/x").name == "models--ggml-org--x"
+
+
+def test_a_split_model_is_refused_before_anything_is_fetched(monkeypatch):
+    from server.models import hf_download
+
+    parts = _files("big-Q4_K_M-00001-of-00002.gguf", "big-Q4_K_M-00002-of-00002.gguf")
+    monkeypatch.setattr(hf_cache, "repo_files", lambda client, repo, token: parts)
+    fetched = []
+    monkeypatch.setattr(hf_download, "fetch", lambda *a: fetched.append(a))
+    with pytest.raises(hf_cache.HFError, match=r"split into 2 GGUF files.*llama-gguf-split --merge"):
+        hf_download.resolve("o/r", "", "", offline=False)
+    assert fetched == []

@@ -184,6 +184,11 @@ def resolve(spec: str, hf_file: str, token: str, offline: bool) -> str:
     p = plan(spec, hf_file, token, offline)
     if p.primary is None:
         raise HFError("failed to download model from Hugging Face")
+    if len(p.model_files) > 1:  # (b10621 loads the parts; mlxcel's GGUF import reads one file)
+        raise HFError(
+            f"{p.primary.path} is split into {len(p.model_files)} GGUF files, which mlxcel does not load as one "
+            "model: merge them (llama-gguf-split --merge) and pass -m FILE.gguf"
+        )
     if p.mmproj is not None:
         log.warning(
             "%s ships a multimodal projector (%s): mlxcel serves text models only, so it is not downloaded",
