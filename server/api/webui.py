@@ -19,7 +19,9 @@ from fastapi.responses import Response
 
 log = logging.getLogger("mlxcel.api")
 
-GZIP_DIR, ASSETS = "_gzip", "assets.json"  # the built tree's layout (server/cli/webui_build.py)
+# the built tree (server/cli/webui_build.py): b10621's parallel tree of gzipped assets (scripts/ui-assets.cmake)
+# and, in it, {name: ETag} as embed.cpp computes each
+GZIP_DIR, ASSETS = "_gzip", "assets.json"
 NO_CACHE = frozenset({"sw.js", "manifest.webmanifest", "_app/version.json", "build.json"})
 CACHE_IMMUTABLE, CACHE_REVALIDATE = "public, max-age=31536000, immutable", "no-cache"
 NO_GZIP = b"Error: gzip is not supported by this browser"

@@ -114,7 +114,7 @@ def _resolve_hf(args) -> bool:
     try:
         args.model = hf_download.resolve(args.hf_repo, args.hf_file or "", hub.token(), hub.offline())
     except HFError as exc:
-        if str(exc) == hf_download.BAD_REPO:
+        if str(exc) == hub.BAD_REPO:
             print(str(exc).rstrip("\n"), file=sys.stderr)
         else:
             log.error("%s", exc)

@@ -19,10 +19,9 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
+from ..api.webui import ASSETS, GZIP_DIR  # the tree the server reads: laid out in one place
 from ..cachedir import build_once, cache_root, sha256_file, stamp_matches
 
-GZIP_DIR = "_gzip"  # b10621's parallel tree of compressed assets (scripts/ui-assets.cmake)
-ASSETS = "assets.json"  # in GZIP_DIR: {name: etag}, read by server/api/webui.py
 BUILD_NUMBER = "0"  # what the reference's sdist build passes as LLAMA_BUILD_NUMBER (its build.json: version "0")
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..build import build_info
+from .hub import valid_token  # b10621's is_valid_hf_token, one place
 
 log = logging.getLogger("mlxcel.models")
 
@@ -58,11 +59,6 @@ def valid_repo_id(repo: str) -> bool:
     return (
         0 < len(repo) <= 256 and repo.count("/") == 1 and re.fullmatch(r"\w+(?:[/.-]\w+)*", repo, re.ASCII) is not None
     )
-
-
-def valid_token(token: str) -> bool:
-    """is_valid_hf_token: "hf_" and then 34 to 253 letters or digits."""
-    return 37 <= len(token) <= 256 and token.startswith("hf_") and token[3:].isascii() and token[3:].isalnum()
 
 
 def endpoint() -> str:

@@ -15,12 +15,12 @@ from pathlib import Path
 
 from . import hf_cache
 from .hf_cache import HFError, HFFile
+from .hub import BAD_REPO
 
 log = logging.getLogger("mlxcel.models")
 
 DEFAULT_QUANTS = ("Q4_K_M", "Q8_0")
 SIDECARS = ("mmproj", "imatrix", "mtp-", "eagle3-", "dflash-", "dspark-")  # never the model itself
-BAD_REPO = "error: invalid HF repo format, expected <user>/<model>[:quant]\n"
 _SPLIT = re.compile(r"^(.+)-([0-9]{5})-of-([0-9]{5})$", re.IGNORECASE)
 
 
