@@ -96,10 +96,20 @@ def test_flags_map_to_the_cache_types_with_b10621s_defaults():
     assert kv_numerics(parse_args(["-ctk", "bf16", "-fa", "on"])) == KVNumerics("bf16", "f16", True)
     assert kv_numerics(parse_args(["-ctkd", "f32"]), draft=True) == KVNumerics("f32", "f16", True)
     assert refusals(parse_args(["-ctk", "f32", "-ctv", "bf16"]).given) == []
-    assert refusals(parse_args(["-ctv", "q8_0"]).given) == [
-        "error: -ctv q8_0: mlxcel stores the KV cache as f32, f16 or bf16; the quantized cache types are not "
-        "implemented; pass f32, f16 or bf16, or leave it out"
-    ]
+    assert refusals(parse_args(["-ctk", "q4_1", "-ctv", "q8_0"]).given) == []  # every type b10621 takes
+    assert kv_numerics(parse_args(["-ctk", "iq4_nl", "-ctv", "q5_1"])) == KVNumerics("iq4_nl", "q5_1", True)
+
+
+def test_b10621s_refusals_of_block_types_are_kept_word_for_word():
+    """llama_init_from_model's: a quantized V cache needs flash attention, a block must divide the head."""
+    assert KVNumerics("q8_0", "q8_0", True).refusal(64) is None
+    assert KVNumerics("q8_0", "f16", False).refusal(64) is None  # (a quantized K without it is fine)
+    assert KVNumerics("f16", "q5_0", False).refusal(64) == (
+        "llama_init_from_model: quantized V cache requires flash_attn to be enabled"
+    )
+    assert KVNumerics("q4_0", "f16", True).refusal(80) == (
+        "llama_init_from_model: K cache type q4_0 with block size 32 does not divide n_embd_head_k=80"
+    )
 
 
 @pytest.mark.heavy  # loads the F32 twin
@@ -126,3 +136,39 @@ def test_an_f16_cache_is_stored_in_16_bits_and_computes_what_its_f32_holder_did(
     same = [f32.prefill(cache32, [504, 3458, 282, 4649, 314])] + [f32.decode(cache32, t) for t in (7042, 30)]
     assert cache32[0].keys.dtype == mx.float32
     assert all(mx.array_equal(a, b).item() for a, b in zip(logits, same, strict=False))
+
+
+@pytest.mark.heavy  # loads the F32 twin
+def test_a_block_cache_keeps_the_exactness_properties(twin_f32):
+    """Over q8_0 keys and q4_1 values (bytes, D / 32 blocks a row): a row's logits are the same alone or batched,
+    a restored prefix continues as the cold run does, and what MLX's own passes would need is refused in one
+    line (their caches are floats). The rows themselves against b10621's: conformance/test_kv_blocks.py."""
+    from server.backends import BackendRefusal, open_backend
+    from server.models.loader import load_checkpoint
+
+    runner = open_backend(load_checkpoint(twin_f32.mlx_dir), kv=KVNumerics("q8_0", "q4_1", True))
+    prompt = [504, 3458, 282, 4649, 314]
+    cold = runner.new_cache()
+    logits = [runner.prefill(cold, prompt)] + [runner.decode(cold, t) for t in (7042, 30)]
+    assert {(c.keys.dtype, c.values.dtype) for c in cold} == {(mx.uint8, mx.uint8)}
+    assert (cold[0].keys.shape[-1], cold[0].values.shape[-1]) == (68, 40)  # 64 values: 2 blocks of 34, of 20
+    snap, _ = runner.snapshot(cold, 6)
+    warm = runner.restore(snap, 6)
+    assert mx.array_equal(runner.decode(warm, 30), logits[-1]).item()
+    other = runner.new_cache()
+    runner.prefill(other, [504, 3458, 282])
+    runner.decode(other, 11)
+    one = runner.decode(other, 12)
+    again = runner.new_cache()
+    runner.prefill(again, [504, 3458, 282])
+    runner.decode(again, 11)
+    batch = runner.batch_merge([warm, again])
+    rows = runner.decode_rows(batch, [42, 12])
+    assert mx.array_equal(rows[1], one.reshape(-1)).item()
+    assert "K (q8_0):" in runner.kv_report(256, 1, 1) and "V (q4_1):" in runner.kv_report(256, 1, 1)
+
+    class Unfused:
+        fused = False
+
+    with pytest.raises(BackendRefusal, match="use --lora-fuse, or a float cache type"):
+        runner.attach_adapters(Unfused())

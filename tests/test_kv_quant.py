@@ -171,3 +171,46 @@ def test_a_key_times_a_quantized_query_is_ggmls_vec_dot_bit_for_bit(ggml, native
             )
             got = native.mlxcel_kv_dot(TYPES[name][0], _ptr(k), _ptr(q), ctypes.c_long(n))
             assert np.float32(got).tobytes() == np.float32(want.value).tobytes(), (name, n, scale, got, want.value)
+
+
+def _hadamard(n: int) -> np.ndarray:
+    """ggml_gen_hadamard (llama-kv-cache.cpp): the orthonormal Walsh-Hadamard matrix, built by doubling."""
+    h = np.array([[1.0 / np.sqrt(n)]])
+    while h.shape[0] < n:
+        h = np.block([[h, h], [h, -h]])
+    return h
+
+
+@pytest.mark.parametrize("rot", [64, 128, 256])
+def test_the_rotation_is_b10621s_hadamard_product_and_undoes_itself(native, rot):
+    """mlxcel_kv_rotate is the product with b10621's attn_rot matrix, chunk by chunk (its fast transform: sums
+    within float32 rounding of the exact product), and twice over it gives the values back (H H = I)."""
+    native.mlxcel_kv_rotate.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_int]
+    rng = np.random.default_rng(rot)
+    x = rng.standard_normal(3 * rot).astype(np.float32)
+    y = x.copy()
+    native.mlxcel_kv_rotate(_ptr(y), y.size, rot)
+    want = (x.astype(np.float64).reshape(3, rot) @ _hadamard(rot).T).reshape(-1)
+    assert np.abs(y - want).max() <= 1e-5 * np.abs(want).max()
+    assert not np.allclose(y, x)
+    native.mlxcel_kv_rotate(_ptr(y), y.size, rot)
+    assert np.abs(y - x).max() <= 1e-5 * np.abs(x).max()
+
+
+def test_the_rotation_sizes_are_llama_kv_caches(native):
+    """attn_rot_k: a block type and a head of a multiple of 64, the largest power of two dividing it; attn_rot_v:
+    64; none for a float type or another head size."""
+    rotation = native.mlxcel_kv_rotation
+    q8_0, q4_1 = TYPES["q8_0"][0], TYPES["q4_1"][0]
+    assert [rotation(q8_0, d, 1) for d in (64, 128, 192, 256, 96, 32)] == [64, 128, 64, 256, 0, 0]
+    assert [rotation(q4_1, d, 0) for d in (64, 128, 256, 96)] == [64, 64, 64, 0]
+    assert [rotation(code, 128, 1) for code in (0, 1, 2)] == [0, 0, 0]  # f32, f16, bf16
+
+
+def test_the_sizes_python_counts_are_the_blocks_the_kernels_store(native):
+    """backends/state_size.py's block sizes (what --cache-ram counts) are kv_quant.c's."""
+    from server.backends.state_size import BLOCK_BYTES, row_bytes
+
+    for name, nbytes in BLOCK_BYTES.items():
+        assert native.mlxcel_kv_row_bytes(TYPES[name][0], 32) == nbytes
+        assert row_bytes(name, 192) == native.mlxcel_kv_row_bytes(TYPES[name][0], 192)

@@ -13,6 +13,7 @@ import mlx.core as mx
 from mlx.utils import tree_flatten
 
 from ..models import huge_pages, quantized_twins
+from ..models.decode_step import DecodeStep
 from ..models.kv_numerics import KVNumerics
 from ..models.loader import LoadedModel, load_checkpoint, release_sources
 from ..models.yarn import YarnFlags
@@ -27,6 +28,8 @@ __all__ = ["Backend", "BackendRefusal", "Capabilities", "hand_back", "load_backe
 def open_backend(loaded: LoadedModel, n_batch: int = 2048, kv: KVNumerics | None = None) -> Backend:
     try:
         step = NativeBackend.build_step(loaded, kv)
+        if kv is not None and kv.blocks:
+            _check_blocks(kv, step)
         if step is None:  # the MLX backend's few-row products read float panels; a native step has its own
             quantized_twins.register_pending_panels(loaded.model)
         else:
@@ -41,6 +44,19 @@ def open_backend(loaded: LoadedModel, n_batch: int = 2048, kv: KVNumerics | None
         params: list[tuple[str, mx.array]] = cast(list, tree_flatten(loaded.model.parameters()))
         huge_pages.collapse_in_background([w for _, w in params] + (step.weights if step is not None else []))
     return backend
+
+
+def _check_blocks(kv: KVNumerics, step: DecodeStep | None) -> None:
+    """A block-quantized cache: b10621's refusals for these types, and mlxcel's where no native step reads it."""
+    if step is None:
+        raise BackendRefusal(
+            f"-ctk {kv.k_type} -ctv {kv.v_type}: a block-quantized KV cache is read by mlxcel's native CPU steps "
+            "only, which do not run this model (or not on this device): use a float cache type (f16, b10621's "
+            "default)"
+        )
+    refused = kv.refusal(step.head_dim)
+    if refused:
+        raise BackendRefusal(refused)
 
 
 def load_backend(

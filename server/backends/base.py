@@ -83,6 +83,10 @@ class Backend(Protocol):
         """The bytes b10621 gives n positions of this model's KV state (what --cache-ram counts)."""
         ...
 
+    def kv_report(self, cells: int, n_stream: int, n_seq: int) -> str:
+        """b10621's llama_kv_cache size line: the types, and the memory `cells` per stream take."""
+        ...
+
     def restore(self, snap: Snapshot, n: int) -> Cache:
         """A new cache holding the snapshot's first n positions (fewer than it holds needs rewind)."""
         ...

@@ -121,6 +121,9 @@ class FakeBackend:
     def state_bytes(self, n: int, n_stream: int = 1) -> int:
         return state_bytes(n, self._layers, "f16", "f16", n_stream)
 
+    def kv_report(self, cells: int, n_stream: int, n_seq: int) -> str:
+        return f"llama_kv_cache: {cells} cells x {n_stream} stream(s) of a fake model (no memory)"
+
     def restore(self, snap: FakeCache, n: int) -> FakeCache:
         self._check_rewind(n, len(snap.cells))
         return FakeCache(list(snap.cells[:n]))

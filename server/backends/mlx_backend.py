@@ -24,7 +24,7 @@ from ..models import control_vector, cpu_layers, kv_numerics, lora
 from ..models.kv_numerics import KVNumerics
 from ..models.loader import LoadedModel
 from .base import BackendRefusal, Capabilities, Logits
-from .state_size import state_bytes
+from .state_size import row_bytes, state_bytes
 
 log = logging.getLogger("mlxcel.backend")
 
@@ -289,6 +289,18 @@ class MLXBackend:
     def state_bytes(self, n: int, n_stream: int = 1) -> int:
         kv = self.kv or KVNumerics()
         return state_bytes(n, _layer_widths(self.model), kv.k_type, kv.v_type, n_stream)
+
+    def kv_report(self, cells: int, n_stream: int, n_seq: int) -> str:
+        """b10621's llama_kv_cache size line: `cells` per stream, over this model's layers and cache types
+        (mlxcel allocates cells as positions fill, 256 at a time: this is what a full context takes)."""
+        kv = self.kv or KVNumerics()
+        widths = _layer_widths(self.model)
+        k = sum(row_bytes(kv.k_type, wk) for wk, _ in widths) * cells * n_stream / 2**20
+        v = sum(row_bytes(kv.v_type, wv) for _, wv in widths) * cells * n_stream / 2**20
+        return (
+            f"llama_kv_cache: size = {k + v:7.2f} MiB ({cells:6d} cells, {len(widths):3d} layers, "
+            f"{n_seq:2d}/{n_stream} seqs), K ({kv.k_type}): {k:7.2f} MiB, V ({kv.v_type}): {v:7.2f} MiB"
+        )
 
     def restore(self, snap: MLXSnapshot, n: int) -> LayerCaches:
         layers, held = snap.layers, snap.n

@@ -11,13 +11,18 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from ..models import kv_numerics
+from ..models import kv_numerics, lora
 from ..models.decode_step import MAX_ROWS, DecodeStep
 from ..models.kv_numerics import KVNumerics
 from ..models.loader import LoadedModel
 from ..models.prefill_step import PrefillStep
-from .base import Capabilities, Logits
+from .base import BackendRefusal, Capabilities, Logits
 from .mlx_backend import LayerCaches, MLXBackend
+
+_BLOCK_PASSES = (
+    "{what} run through MLX's passes, which cannot read a block-quantized KV cache (-ctk/-ctv q8_0...): use "
+    "{alt}a float cache type (f16, b10621's default)"
+)
 
 
 class NativeBackend(MLXBackend):
@@ -42,7 +47,30 @@ class NativeBackend(MLXBackend):
         caps = super()._capabilities(kinds)
         # with products in ggml's order one row sums as vec_dot, two or more as tinyBLAS
         few = 1 if self._step.ggml_order else MAX_ROWS
-        return Capabilities(**{**caps.__dict__, "row_invariant": True, "few_rows": few})
+        changed = {"row_invariant": True, "few_rows": few}
+        if self.blocks:  # a block-quantized cache is read by the native steps only: batches they take
+            changed.update(batch_rows=min(caps.batch_rows, MAX_ROWS), adapters=False, control_vectors=False)
+        return Capabilities(**{**caps.__dict__, **changed})
+
+    @property
+    def blocks(self) -> bool:
+        """Whether the KV cache is block-quantized (-ctk/-ctv q8_0...): MLX's own passes cannot read it."""
+        return kv_numerics.is_block(self._step.k_kind) or kv_numerics.is_block(self._step.v_kind)
+
+    def _turn(self, keys: mx.array, shift: int, layer: int = 0) -> mx.array:
+        if kv_numerics.is_block(self._step.k_kind):  # read back, turned in float32, quantized again
+            return self._step.turn_block_keys(keys, lambda k: super(NativeBackend, self)._turn(k, shift, layer))
+        return super()._turn(keys, shift, layer)
+
+    def attach_adapters(self, adapters: lora.LoraSet) -> None:
+        if self.blocks and not adapters.fused:
+            raise BackendRefusal(_BLOCK_PASSES.format(what="LoRA adapters (--lora)", alt="--lora-fuse, or "))
+        super().attach_adapters(adapters)
+
+    def attach_control_vectors(self, specs: tuple[tuple[str, float], ...], layers: tuple[int, int]) -> None:
+        if self.blocks:
+            raise BackendRefusal(_BLOCK_PASSES.format(what="control vectors (--control-vector)", alt=""))
+        super().attach_control_vectors(specs, layers)
 
     def weights(self) -> list:
         return [*super().weights(), *self._step.weights]  # (its ggml-order copies too)

@@ -41,7 +41,7 @@ from ..grammar.json_schema import json_schema_to_grammar
 from ..logs import LogConfig, uvicorn_log_settings
 from ..models import control_vector, tensor_check
 from ..models.bert import encoder_ftype
-from ..models.facts import model_facts
+from ..models.facts import head_dim, model_facts
 from ..models.kv_numerics import KVNumerics
 from ..models.loader import model_ftype, read_config
 from ..models.lora import check_scale
@@ -124,6 +124,10 @@ def build_state(args, prog: str, auth, cors, vertex):  # noqa: C901
             encoder.pooling,
         )
     else:
+        kv = kv_numerics(args)
+        refused = kv.refusal(head_dim(read_config(checkpoint)))  # (b10621's llama_init_from_model checks)
+        if refused:
+            raise StartupRefusal(refused)
         engine = Engine(
             checkpoint,
             EngineConfig(
@@ -150,7 +154,7 @@ def build_state(args, prog: str, auth, cors, vertex):  # noqa: C901
                 control_vector_layers=layers,
                 draft=draft,
                 ngram_simple=ngram_simple,
-                kv=kv_numerics(args),
+                kv=kv,
             ),
             eog_ids=tokenizer.eog_ids,
             piece=tokenizer.piece,

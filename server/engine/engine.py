@@ -295,6 +295,8 @@ class Engine:
                 self.info.n_ctx,
                 c.n_slots,
             )
+            n_stream = 1 if c.kv_unified else c.n_slots  # b10621: one stream with -kvu, else one per slot
+            log.info("%s", self._loaded.backend.kv_report(self.info.n_ctx, n_stream, c.n_slots))
         except Exception as exc:  # the server reports load failures and exits
             self.load_error = f"{type(exc).__name__}: {exc}"
             log.error("failed to load model: %s", self.load_error)

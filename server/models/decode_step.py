@@ -29,7 +29,7 @@ from mlx_lm.models.smollm3 import NoPE
 from mlx_lm.models.switch_layers import SwitchGLU, SwitchLinear
 
 from .. import blas, cpu_kernels
-from . import batch_cache, gemma_step
+from . import batch_cache, gemma_step, kv_numerics
 from .cpu_layers import SOURCE, KernelAttention, KernelMLP, llama_shaped
 from .loader import TransposedLinear
 from .quant_layers import GGMLEmbedding, KernelQuantEmbedding
@@ -38,6 +38,7 @@ from .rope_factors import FactorRoPE
 from .step_operands import PRODUCTS, ggml_order_on, in_out, operand
 from .yarn import YarnRoPE
 
+_MX_DTYPES = {np.dtype(np.float16): mx.float16, np.dtype(np.float32): mx.float32, np.dtype(np.uint8): mx.uint8}
 MAX_ROWS = 16  # the few-row products' limit (cpu_kernels.c SMALL_M): more rows decode through MLX
 _VOID_P = ctypes.c_void_p
 
@@ -202,8 +203,17 @@ class DecodeStep:
         weakref.finalize(self, native.mlxcel_step_model_free, self.handle)
         self.layers, self.kv_heads, self.head_dim, self.vocab = dims[0], dims[3], dims[4], dims[6]
         self.ggml_order = bool(dims[13])
-        # the caches' storage: an f16 cache in 16 bits (kv_numerics.storage_dtype), others in float32
-        self.k_dtype, self.v_dtype = (np.float16 if code == 1 else np.float32 for code in dims[10:12])
+        self.interleaved = False  # (set_family: a llama GGUF's heads in their interleaved order)
+        # the caches' storage (kv_numerics.storage_dtype): an f16 cache in 16 bits, a block type's rows in bytes
+        # (each head's D values as D / 32 blocks), others in float32; a position's last axis in those units
+        names = {code: name for name, code in kv_numerics.TYPES.items()}
+        self.k_kind, self.v_kind = names[dims[10]], names[dims[11]]
+        self.k_dtype, self.v_dtype = (kv_numerics.storage_dtype(kind) for kind in (self.k_kind, self.v_kind))
+        native.mlxcel_kv_row_bytes.restype = ctypes.c_long
+        self.k_width, self.v_width = (
+            int(native.mlxcel_kv_row_bytes(code, self.head_dim)) if kv_numerics.is_block(kind) else self.head_dim
+            for code, kind in zip(dims[10:12], (self.k_kind, self.v_kind), strict=True)
+        )
         logging.getLogger("mlxcel").info(
             "native decode step: products summed %s",
             "in ggml-cpu's order (float32 weights: activations as b10621's)"
@@ -308,6 +318,9 @@ class DecodeStep:
         native.mlxcel_step_layer_extras.argtypes = [_VOID_P, ctypes.c_int, _VOID_P, _VOID_P, _VOID_P, ctypes.c_int]
         native.mlxcel_step_family.argtypes = [_VOID_P, _VOID_P, ctypes.c_int, ctypes.c_int]
         self._family = (extras, factors)
+        # the llama GGUF's heads are interleaved (the converter's permute: llama, SmolLM3): b10621's block keys
+        # are quantized in that order (step_model.h, store_key)
+        self.interleaved = type(model) in (llama.Model, smollm3.Model)
         no_rope = [type(layer.self_attn.rope) is NoPE for layer in model.layers]
         for layer, (bqkv, q_norm, k_norm) in enumerate(extras):
             if bqkv is None and q_norm is None and not no_rope[layer]:
@@ -319,8 +332,7 @@ class DecodeStep:
             self.handle,
             factors.ctypes.data if factors.size else None,
             int(type(model) is phi3.Model),  # b10621's Phi-3 scales q, then attends at scale 1 (models/phi3.cpp)
-            # the llama GGUF's heads are interleaved (the converter's permute: llama, SmolLM3)
-            int(type(model) in (llama.Model, smollm3.Model)),
+            int(self.interleaved),
         )
 
     def grow(self, cache, index: int, rows: int, positions: int = 1) -> None:
@@ -329,9 +341,10 @@ class DecodeStep:
         step = cache.step
         if cache.keys is not None and index + positions <= cache.keys.shape[2]:
             return
-        shape = (rows, self.kv_heads, (positions + step - 1) // step * step, self.head_dim)
+        shape = (rows, self.kv_heads, (positions + step - 1) // step * step)
         # (from numpy: mx.zeros alone is a broadcast scalar, no buffer to write in)
-        new_k, new_v = mx.array(np.zeros(shape, self.k_dtype)), mx.array(np.zeros(shape, self.v_dtype))
+        new_k = mx.array(np.zeros((*shape, self.k_width), self.k_dtype))
+        new_v = mx.array(np.zeros((*shape, self.v_width), self.v_dtype))
         if cache.keys is None:
             cache.keys, cache.values = new_k, new_v
         else:
@@ -363,10 +376,54 @@ class DecodeStep:
                 strides.extend(s // size for s in view.strides[:3])
         return keys, values, strides
 
+    def turn_block_keys(self, keys: mx.array, turn) -> mx.array:
+        """Block-quantized keys (b, h, t, row bytes) moved as b10621's build_rope_shift moves them: read back to
+        float32 (to_float), their Hadamard rotation undone, turned by `turn` (float32 keys in the head's own
+        element order), rotated and quantized again."""
+        native, D = self.native, self.head_dim
+        code = kv_numerics.TYPES[self.k_kind]
+        for fn in (native.mlxcel_kv_dequantize_rows, native.mlxcel_kv_quantize_rows):
+            fn.argtypes = [ctypes.c_int, _VOID_P, _VOID_P, ctypes.c_long, ctypes.c_long]
+        native.mlxcel_kv_rotate.argtypes = [_VOID_P, ctypes.c_long, ctypes.c_int]
+        rot = int(native.mlxcel_kv_rotation(code, D, 1))
+        b, h, t, width = keys.shape
+        rows = b * h * t
+        packed = np.ascontiguousarray(np.array(keys, copy=False))
+        floats = np.empty((b, h, t, D), np.float32)
+        if rows and native.mlxcel_kv_dequantize_rows(code, packed.ctypes.data, floats.ctypes.data, rows, D) != 0:
+            raise RuntimeError("block keys that do not read back")
+        native.mlxcel_kv_rotate(floats.ctypes.data, rows * D, rot)  # (H H = I: the rotation undone)
+        interleaved = self.interleaved and D % 2 == 0
+        if interleaved:  # stored in the GGUF's order (element 2i is the head's i, 2i + 1 its i + D/2)
+            floats = np.concatenate([floats[..., 0::2], floats[..., 1::2]], axis=-1)
+        turned = np.array(turn(mx.array(floats)), np.float32)
+        if interleaved:
+            turned = np.stack([turned[..., : D // 2], turned[..., D // 2 :]], axis=-1).reshape(b, h, t, D)
+        turned = np.ascontiguousarray(turned)
+        native.mlxcel_kv_rotate(turned.ctypes.data, rows * D, rot)
+        out = np.empty((b, h, t, width), np.uint8)
+        if rows and native.mlxcel_kv_quantize_rows(code, turned.ctypes.data, out.ctypes.data, rows, D) != 0:
+            raise RuntimeError("block keys that do not quantize")
+        return mx.array(out)
+
+    def position_bytes(self) -> tuple[int, int]:
+        """The bytes one position takes in every layer's keys, values (b10621's size_k_bytes per cell)."""
+        sizes = (np.dtype(self.k_dtype).itemsize * self.k_width, np.dtype(self.v_dtype).itemsize * self.v_width)
+        return sizes[0] * self.kv_heads * self.layers, sizes[1] * self.kv_heads * self.layers
+
     def _storage_matches(self, caches: list) -> bool:
-        """Every layer's buffers (where it has any) are of the step's storage types."""
-        k_type, v_type = (mx.float16 if t is np.float16 else mx.float32 for t in (self.k_dtype, self.v_dtype))
-        return all(c.keys is None or (c.keys.dtype == k_type and c.values.dtype == v_type) for c in caches)
+        """Every layer's buffers (where it has any) are of the step's storage types and widths."""
+        k_type, v_type = (_MX_DTYPES[np.dtype(t)] for t in (self.k_dtype, self.v_dtype))
+        return all(
+            c.keys is None
+            or (
+                c.keys.dtype == k_type
+                and c.values.dtype == v_type
+                and c.keys.shape[-1] == self.k_width
+                and c.values.shape[-1] == self.v_width
+            )
+            for c in caches
+        )
 
     def takes_rows(self, caches: list, rows: int) -> bool:
         """Whether a decode step takes these caches: one sequence's per-layer KVCaches (one row, every layer at

@@ -52,6 +52,13 @@ def model_facts(checkpoint: Path) -> ModelFacts:
     )
 
 
+def head_dim(config: dict) -> int:
+    """The attention heads' size (llama.cpp's n_embd_head_k): config.json's head_dim, else hidden / heads."""
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    heads = int(text.get("num_attention_heads") or 0)
+    return int(text.get("head_dim") or (int(text.get("hidden_size", 0)) // heads if heads else 0))
+
+
 def _counted(checkpoint: Path, config: dict) -> tuple[int, int]:
     """Elements and bytes of the checkpoint's tensors, from the safetensors headers; a quantized weight counts the
     elements it stands for, and its scales and biases count as bytes only."""

@@ -8,6 +8,13 @@ attention then rounds what ggml-cpu rounds over such a cache (server/native/atte
 the keys' type, and with flash attention over an f16 V the running sums in f16, without it the probabilities
 to V's type. b10621's defaults are f16 keys and values, and -fa auto, which resolves to on for a CPU model
 (llama_context's auto-FA probe: the CPU backend runs FLASH_ATTN_EXT).
+
+The block-quantized types (q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1) are stored as ggml stores them: each key or
+value row (a head's D values) as D / 32 blocks in uint8 buffers, written with the type's from_float and read with
+its to_float (server/native/kv_quant.c) after b10621's Walsh-Hadamard rotation (llama_kv_cache's attn_rot_k,
+attn_rot_v) and, for a llama GGUF's keys, in its interleaved element order; the keys dotted with the rotated query
+quantized to the type's vec_dot type (server/native/attention_ggml.c). Only
+the native steps read such a cache (server/backends/__init__.py refuses a model without one).
 """
 
 from __future__ import annotations
@@ -17,8 +24,15 @@ from dataclasses import dataclass
 import mlx.core as mx
 import numpy as np
 
-TYPES = {"f32": 0, "f16": 1, "bf16": 2}  # attention_ggml.c's KV_F32, KV_F16, KV_BF16
+# attention_ggml.c's KV_F32, KV_F16, KV_BF16, then cpu_kernels.h's block types (KV_Q8_0...)
+TYPES = {"f32": 0, "f16": 1, "bf16": 2, "q8_0": 3, "q4_0": 4, "q4_1": 5, "iq4_nl": 6, "q5_0": 7, "q5_1": 8}
+BLOCK_TYPES = ("q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+BLOCK_VALUES = 32  # values per block (ggml's QK); a row's bytes: the native mlxcel_kv_row_bytes
 _DTYPES = {"f16": mx.float16, "bf16": mx.bfloat16}
+
+
+def is_block(kind: str) -> bool:
+    return kind in BLOCK_TYPES
 
 
 @dataclass(frozen=True)
@@ -40,8 +54,25 @@ class KVNumerics:
     def codes(self) -> tuple[int, int, int]:
         return TYPES[self.k_type], TYPES[self.v_type], int(self.flash)
 
+    @property
+    def blocks(self) -> bool:
+        """Keys or values block-quantized: a cache only the native steps read."""
+        return is_block(self.k_type) or is_block(self.v_type)
+
     def describe(self) -> str:
         return f"KV cache K {self.k_type}, V {self.v_type}, flash attention {'on' if self.flash else 'off'}"
+
+    def refusal(self, head_dim: int) -> str | None:
+        """b10621's llama_init_from_model refusal of these types for a model of this head size, or None."""
+        if is_block(self.v_type) and not self.flash:
+            return "llama_init_from_model: quantized V cache requires flash_attn to be enabled"
+        for side, kind in (("K", self.k_type), ("V", self.v_type)):
+            if is_block(kind) and head_dim % BLOCK_VALUES:
+                return (
+                    f"llama_init_from_model: {side} cache type {kind} with block size {BLOCK_VALUES} does not "
+                    f"divide n_embd_head_{side.lower()}={head_dim}"
+                )
+        return None
 
 
 def stored(x: mx.array, kind: str) -> mx.array:
@@ -51,8 +82,8 @@ def stored(x: mx.array, kind: str) -> mx.array:
 
 
 def storage_dtype(kind: str):
-    """The numpy dtype of a cache of type `kind` (what the native steps write)."""
-    return np.float16 if kind == "f16" else np.float32
+    """The numpy dtype of a cache of type `kind` (what the native steps write): a block type's rows in bytes."""
+    return np.uint8 if is_block(kind) else np.float16 if kind == "f16" else np.float32
 
 
 def round_to(x: mx.array, kind: str) -> mx.array:

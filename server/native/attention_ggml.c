@@ -13,7 +13,11 @@
  *   with the probabilities converted to V's type.
  * Over an f32 cache without flash attention: f32 math, mlxcel_attention's; with it b10621 casts K and V to
  * f16 first, and so do these loops as they read them. (Past 512 keys a decode step of b10621 splits
- * the keys over its threads and adds the parts in f32; here the keys stay in one part.) */
+ * the keys over its threads and adds the parts in f32; here the keys stay in one part.)
+ * Block-quantized caches (kv_quant.c; rows of bytes, strides in bytes) always take the one-chunk loops, as ggml-cpu
+ * dispatches them: a query is put in the keys' element order and Hadamard rotation (attn_rot_k), quantized to the
+ * key type's vec_dot type and dotted with each key block by block; values are read with to_float and summed in
+ * f32, and the output rotated back where the values were rotated (attn_rot_v). */
 #include <math.h>
 #include <stdlib.h>
 #include <stdint.h>
@@ -134,6 +138,9 @@ struct kv_args {
     int ggml_dims; /* dot products over a head in ggml's element order (a llama GGUF's interleaved pairs) */
     int ggml_sums; /* dot products summed as ggml's vec_dot_f16 sums them (ggml_dims or not) */
     int k_half, v_half; /* the keys, the values stored as f16 */
+    int k_block, v_block; /* the keys, the values block-quantized (k_type, v_type: KV_Q8_0...; strides in bytes) */
+    int k_ggml_order;     /* block keys quantized in a llama GGUF's element order: queries put in it first */
+    int k_rot, v_rot;     /* b10621's Hadamard chunk for the keys and queries, the values and output (0: none) */
     int ggml_plain; /* without flash attention, every product in ggml's order (ggml_plain_head) */
     int ubatch;     /* the rows of the ubatch the queries came in */
     int acc32;      /* flash attention's sums in f32 whatever V's type (the tiled path's, a ubatch of 64 rows or more) */
@@ -210,16 +217,27 @@ static void mad_scalar(float *acc, const float *v, float ms, int rescale, float 
     }
 }
 
-/* rows of one head's keys or values in a cache: the first row's element, the rows' stride in elements, the
- * storage (float32 or f16) */
+/* rows of one head's keys or values in a cache: the first row's element, the rows' stride in elements (bytes for
+ * a block type), the storage (float32, f16, or a block type: block is its KV_ code, else 0) */
 struct kv_rows {
     const void *base;
     long pos;
-    int half;
+    int half, block;
 };
 
-/* row j as floats: in place for a float32 cache, else converted into buf */
+/* row j's storage */
+static inline const void *kv_at(struct kv_rows r, int j) {
+    return r.block  ? (const void *)((const uint8_t *)r.base + (long)j * r.pos)
+           : r.half ? (const void *)((const uint16_t *)r.base + (long)j * r.pos)
+                    : (const void *)((const float *)r.base + (long)j * r.pos);
+}
+
+/* row j as floats: in place for a float32 cache, else converted into buf (a block type's to_float) */
 static inline const float *kv_row(struct kv_rows r, int j, float *buf, int D) {
+    if (r.block) {
+        mlxcel_kv_dequantize_row(r.block, kv_at(r, j), buf, D);
+        return buf;
+    }
     if (!r.half) return (const float *)r.base + (long)j * r.pos;
     mlxcel_load_f16(buf, (const uint16_t *)r.base + (long)j * r.pos, D);
     return buf;
@@ -227,8 +245,7 @@ static inline const float *kv_row(struct kv_rows r, int j, float *buf, int D) {
 
 /* the rows from row j on */
 static inline struct kv_rows rows_from(struct kv_rows r, int j) {
-    r.base = r.half ? (const void *)((const uint16_t *)r.base + (long)j * r.pos)
-                    : (const void *)((const float *)r.base + (long)j * r.pos);
+    r.base = kv_at(r, j);
     return r;
 }
 
@@ -240,8 +257,8 @@ static void to_ggml_dims(const float *x, float *out, int D) {
 }
 
 /* one query row of one head: flash_attn_ext_f16_one_chunk over keys [0, n) */
-static void flash_row(const struct kv_args *a, const float *q, struct kv_rows k, struct kv_rows v, int n, float *acc,
-                      float *o) {
+static void flash_row(const struct kv_args *a, const float *q, const void *qq, struct kv_rows k, struct kv_rows v, int n,
+                      float *acc, float *o) {
     const int D = a->D, vec = vector_ok(), f16_v = a->v_type == KV_F16 && !a->acc32;
     /* ggml divides the scale by the cap once, then caps each scaled score: softcap tanhf(s) */
     const float scale = a->softcap != 0.0f ? a->scale / a->softcap : a->scale;
@@ -249,19 +266,22 @@ static void flash_row(const struct kv_args *a, const float *q, struct kv_rows k,
     memset(acc, 0, sizeof(float) * (size_t)D);
     float *kc = acc + D, *vc = kc + D, *kg = vc + D; /* a cast key and value; a key in ggml's order */
     for (int j = 0; j < n; j++) {
-        const float *kj = kv_row(k, j, kc, D), *vj = kv_row(v, j, vc, D);
+        /* a block key: K . Q as the type's vec_dot over the quantized query qq (kq_vec_dot) */
+        const float *kj = k.block ? NULL : kv_row(k, j, kc, D), *vj = kv_row(v, j, vc, D);
         if (a->cast & 1) { memmove(kc, kj, sizeof(float) * (size_t)D); mlxcel_round_kv(kc, D, KV_F16); kj = kc; }
         if (a->cast & 2) { memmove(vc, vj, sizeof(float) * (size_t)D); mlxcel_round_kv(vc, D, KV_F16); vj = vc; }
 #if KV_X86
         float s;
-        if (vec && a->ggml_sums && a->k_type == KV_F16) {
+        if (k.block) {
+            s = mlxcel_kv_dot(k.block, kv_at(k, j), qq, D) * scale;
+        } else if (vec && a->ggml_sums && a->k_type == KV_F16) {
             if (a->ggml_dims) to_ggml_dims(kj, kg, D);
             s = dot_ggml_f16(q, a->ggml_dims ? kg : kj, D) * scale;
         } else {
             s = (vec ? dot_vec(q, kj, D) : dot(q, kj, D)) * scale;
         }
 #else
-        float s = dot(q, kj, D) * scale;
+        float s = k.block ? mlxcel_kv_dot(k.block, kv_at(k, j), qq, D) * scale : dot(q, kj, D) * scale;
 #endif
         if (a->softcap != 0.0f) s = a->softcap * tanhf(s);
         float ms = 1.0f, vs = 1.0f;
@@ -289,17 +309,22 @@ static void flash_row(const struct kv_args *a, const float *q, struct kv_rows k,
 
 /* one query row of one head without flash attention: scores, softmax (ggml_soft_max's, sums in double), the
  * probabilities rounded to V's type, then their products with the values summed in f32 */
-static void plain_row(const struct kv_args *a, const float *q, struct kv_rows k, struct kv_rows v, int n, float *p,
-                      float *buf, float *o) {
+static void plain_row(const struct kv_args *a, const float *q, const void *qq, struct kv_rows k, struct kv_rows v, int n,
+                      float *p, float *buf, float *o) {
     const int D = a->D;
     float mx = -INFINITY;
     for (int j = 0; j < n; j++) {
-        const float *kj = kv_row(k, j, buf, D);
+        float s;
+        if (k.block) { /* mul_mat over a block K: Q converted to its vec_dot type, each score the type's vec_dot */
+            s = mlxcel_kv_dot(k.block, kv_at(k, j), qq, D);
+        } else {
+            const float *kj = kv_row(k, j, buf, D);
 #if KV_X86
-        float s = vector_ok() ? dot_vec(q, kj, D) : dot(q, kj, D);
+            s = vector_ok() ? dot_vec(q, kj, D) : dot(q, kj, D);
 #else
-        float s = dot(q, kj, D);
+            s = dot(q, kj, D);
 #endif
+        }
         /* b10621's capped scores without flash attention: scale by 1 / cap, tanh, scale by cap, then softmax's
          * own scale */
         if (a->softcap != 0.0f) s = tanhf(s * (1.0f / a->softcap)) * a->softcap;
@@ -328,7 +353,7 @@ static void plain_row(const struct kv_args *a, const float *q, struct kv_rows k,
  * (to 256 there: zeros, which add nothing). vt: D x padded keys, p: padded keys. Returns 0, or -1 where the
  * product's order does not apply. */
 F16C static int ggml_plain_head(const struct kv_args *a, int b, int h, struct kv_rows kh, struct kv_rows vh, int first,
-                                float *vt, float *p, float *kbuf, float *qr) {
+                                float *vt, float *p, float *kbuf, float *qr, void *qq) {
     const int D = a->D, keys = a->T - first, padded = (keys + 31) & ~31;
     for (int j = 0; j < padded; j++) { /* V^T, zero past the keys */
         const float *vj = j < keys ? kv_row(vh, j, kbuf, D) : NULL;
@@ -342,12 +367,24 @@ F16C static int ggml_plain_head(const struct kv_args *a, int b, int h, struct kv
         const int lo = a->window && seen > a->window ? seen - a->window : 0;
         memcpy(qr, a->q + b * a->q_seq + h * a->q_head + i * a->q_pos, sizeof(float) * (size_t)D);
         mlxcel_round_kv(qr, D, a->k_type); /* Q converted to K's vec_dot type */
-        if (a->ggml_dims) { to_ggml_dims(qr, kbuf, D); memcpy(qr, kbuf, sizeof(float) * (size_t)D); }
+        if (kh.block) { /* (block keys: quantized in their own element order, rotated as the queries are) */
+            if (a->k_ggml_order) { to_ggml_dims(qr, kbuf, D); memcpy(qr, kbuf, sizeof(float) * (size_t)D); }
+            mlxcel_kv_rotate(qr, D, a->k_rot);
+            mlxcel_kv_quantize_row(kv_dot_type(kh.block), qr, qq, D);
+        } else if (a->ggml_dims) {
+            to_ggml_dims(qr, kbuf, D);
+            memcpy(qr, kbuf, sizeof(float) * (size_t)D);
+        }
         for (int j = 0; j < padded; j++) {
             if (j < lo || j >= seen) { p[j] = -INFINITY; continue; }
-            const float *kj = kv_row(kh, j, kbuf, D);
-            if (a->ggml_dims) { to_ggml_dims(kj, kbuf + D, D); kj = kbuf + D; }
-            float s = a->k_type == KV_F16 ? dot_ggml_f16(qr, kj, D) : ggml_dot_vec(qr, kj, D);
+            float s;
+            if (kh.block) {
+                s = mlxcel_kv_dot(kh.block, kv_at(kh, j), qq, D);
+            } else {
+                const float *kj = kv_row(kh, j, kbuf, D);
+                if (a->ggml_dims) { to_ggml_dims(kj, kbuf + D, D); kj = kbuf + D; }
+                s = a->k_type == KV_F16 ? dot_ggml_f16(qr, kj, D) : ggml_dot_vec(qr, kj, D);
+            }
             if (cap != 0.0f) s = tanhf(s * (1.0f / cap)) * cap;
             p[j] = s * a->scale;
         }
@@ -365,24 +402,31 @@ static void kv_head(void *ctx, int task) {
     const int first = a->first ? a->first[b] : 0;
     const long ko = b * a->k_seq + (h / group) * a->k_head + first * a->k_pos;
     const long vo = b * a->v_seq + (h / group) * a->v_head + first * a->v_pos;
-    const struct kv_rows kh = {a->k_half ? (const void *)((const uint16_t *)a->k + ko) : (const void *)((const float *)a->k + ko),
-                               a->k_pos, a->k_half};
-    const struct kv_rows vh = {a->v_half ? (const void *)((const uint16_t *)a->v + vo) : (const void *)((const float *)a->v + vo),
-                               a->v_pos, a->v_half};
+    const struct kv_rows kr = {a->k_block  ? (const void *)((const uint8_t *)a->k + ko)
+                               : a->k_half ? (const void *)((const uint16_t *)a->k + ko)
+                                           : (const void *)((const float *)a->k + ko),
+                               a->k_pos, a->k_half, a->k_block ? a->k_type : 0};
+    const struct kv_rows vr = {a->v_block  ? (const void *)((const uint8_t *)a->v + vo)
+                               : a->v_half ? (const void *)((const uint16_t *)a->v + vo)
+                                           : (const void *)((const float *)a->v + vo),
+                               a->v_pos, a->v_half, a->v_block ? a->v_type : 0};
     const int keys = a->T - first;
+    /* a query quantized to block keys' vec_dot type: 36 bytes per 32 values at most (q8_1), in floats */
+    const size_t qq_floats = a->k_block ? (size_t)(D / 32 * 36 + 3) / 4 + 1 : 0;
 #if KV_X86
     if (a->ggml_plain && keys > 0) {
         const size_t padded = (size_t)((keys + 31) & ~31);
-        float *vt = mlxcel_thread_floats(BUFFER_SCORES, padded * (D + 1) + 3 * (size_t)D);
+        float *vt = mlxcel_thread_floats(BUFFER_SCORES, padded * (D + 1) + 3 * (size_t)D + qq_floats);
         if (!vt) { a->failed = 1; return; }
-        float *p = vt + padded * D, *kbuf = p + padded, *qr = kbuf + 2 * D;
-        if (ggml_plain_head(a, b, h, kh, vh, first, vt, p, kbuf, qr) == 0) return;
+        float *p = vt + padded * D, *kbuf = p + padded, *qr = kbuf + 2 * D, *qq = qr + D;
+        if (ggml_plain_head(a, b, h, kr, vr, first, vt, p, kbuf, qr, qq) == 0) return;
     }
 #endif
-    float *scratch = mlxcel_thread_floats(BUFFER_SCORES, (size_t)6 * D + (size_t)(keys > 0 ? keys : 1));
+    float *scratch = mlxcel_thread_floats(BUFFER_SCORES, (size_t)6 * D + (size_t)(keys > 0 ? keys : 1) + qq_floats);
     if (!scratch) { a->failed = 1; return; }
-    /* acc: the sums, then flash_row's cast key, value and reordered key; qg: a query in ggml's order */
-    float *qr = scratch, *acc = scratch + D, *qg = acc + 4 * D, *p = qg + D;
+    /* acc: the sums, then flash_row's cast key, value and reordered key; qg: a query in ggml's order; qq: the
+     * query quantized for block keys */
+    float *qr = scratch, *acc = scratch + D, *qg = acc + 4 * D, *p = qg + D, *qq = p + (keys > 0 ? keys : 1);
     for (int i = 0; i < a->L; i++) {
         float *o = a->out + (((size_t)b * a->L + i) * a->H + h) * D;
         int seen = a->T - a->L + i + 1 - first;
@@ -392,10 +436,18 @@ static void kv_head(void *ctx, int task) {
         seen -= lo;
         memcpy(qr, a->q + b * a->q_seq + h * a->q_head + i * a->q_pos, sizeof(float) * (size_t)D);
         mlxcel_round_kv(qr, D, a->k_type); /* Q converted to K's vec_dot type */
-        if (a->flash && a->ggml_dims && a->k_type == KV_F16) { to_ggml_dims(qr, qg, D); memcpy(qr, qg, sizeof(float) * (size_t)D); }
-        const struct kv_rows kw = rows_from(kh, lo), vw = rows_from(vh, lo);
-        if (a->flash) flash_row(a, qr, kw, vw, seen, acc, o);
-        else plain_row(a, qr, kw, vw, seen, p, acc + D, o);
+        if (a->k_block) { /* q_to_vec_dot: the query quantized (in the keys' element order and rotation) */
+            if (a->k_ggml_order) { to_ggml_dims(qr, qg, D); memcpy(qr, qg, sizeof(float) * (size_t)D); }
+            mlxcel_kv_rotate(qr, D, a->k_rot);
+            mlxcel_kv_quantize_row(kv_dot_type(a->k_type), qr, qq, D);
+        } else if (a->flash && a->ggml_dims && a->k_type == KV_F16) {
+            to_ggml_dims(qr, qg, D);
+            memcpy(qr, qg, sizeof(float) * (size_t)D);
+        }
+        const struct kv_rows kw = rows_from(kr, lo), vw = rows_from(vr, lo);
+        if (a->flash) flash_row(a, qr, qq, kw, vw, seen, acc, o);
+        else plain_row(a, qr, qq, kw, vw, seen, p, acc + D, o);
+        mlxcel_kv_rotate(o, D, a->v_rot); /* the values' rotation undone on the output (H H = I) */
     }
 }
 
@@ -433,15 +485,21 @@ int mlxcel_attention_masked(const float *q, long q_seq, long q_head, long q_pos,
     const int ggml_dims = (flash & ATTENTION_GGML_DIMS) && D % 2 == 0;
     const int ggml_sums = ggml_dims || (flash & ATTENTION_GGML_SUMS);
     const int k_half = (flash & ATTENTION_K_F16) != 0, v_half = (flash & ATTENTION_V_F16) != 0;
+    const int k_ggml_order = (flash & ATTENTION_K_GGML_ORDER) != 0;
+    const int k_rot = (flash & ATTENTION_K_ROT) ? mlxcel_kv_rotation(k_type, D, 1) : 0;
+    const int v_rot = (flash & ATTENTION_V_ROT) ? mlxcel_kv_rotation(v_type, D, 0) : 0;
+    const int k_block = kv_is_block(k_type), v_block = kv_is_block(v_type);
+    if ((k_block || v_block) && D % 32) return -1; /* (ggml's blocks: 32 values) */
     flash &= 1;
     int cast = 0; /* b10621's build_attn_mha casts an f32 K or V to f16 for flash attention */
     if (flash && k_type == KV_F32) k_type = KV_F16, cast |= 1;
     if (flash && v_type == KV_F32) v_type = KV_F16, cast |= 2;
     const int f32 = !flash && k_type == KV_F32 && v_type == KV_F32;
     /* (the tiled path over a cast cache reads f16 values; here it reads the f32 ones: f32 rounding apart) */
-    const int tiled = flash && k_type == v_type && k_type != KV_BF16 && ubatch >= FA_TILE_Q;
+    /* (block types: never tiled, never split over the keys: one chunk per row, as ggml-cpu's dispatch) */
+    const int tiled = flash && k_type == v_type && k_type != KV_BF16 && !k_block && ubatch >= FA_TILE_Q;
     /* without flash attention, a step in ggml's order over an f32 or f16 cache: every sum as b10621's */
-    const int ggml_plain = !flash && ggml_sums && vector_ok() && k_type != KV_BF16 && v_type != KV_BF16;
+    const int ggml_plain = !flash && ggml_sums && vector_ok() && k_type != KV_BF16 && v_type != KV_BF16 && !v_block;
     if ((f32 || tiled) && !masked && !ggml_plain) {
         if (!k_half && !v_half)
             return mlxcel_attention(q, q_seq, q_head, q_pos, k, k_seq, k_head, k_pos, v, v_seq, v_head, v_pos, B, H,
@@ -461,7 +519,8 @@ int mlxcel_attention_masked(const float *q, long q_seq, long q_head, long q_pos,
     }
     struct kv_args a = {q, k, v, q_seq, q_head, q_pos, k_seq, k_head, k_pos, v_seq, v_head, v_pos,
                         H, Hkv, L, T, D, k_type, v_type, flash, cast, ggml_dims, ggml_sums, k_half, v_half,
-                        ggml_plain, ubatch, tiled, mask.window, mask.softcap, scale, first, out, 0};
+                        k_block, v_block, k_ggml_order, k_rot, v_rot, ggml_plain, ubatch, tiled, mask.window,
+                        mask.softcap, scale, first, out, 0};
     mlxcel_pool_run(kv_head, &a, B * H, 1);
     return a.failed ? -1 : 0;
 }

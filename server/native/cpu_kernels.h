@@ -28,6 +28,29 @@ enum { ATTENTION_GGML_DIMS = 2 };
 enum { ATTENTION_GGML_SUMS = 16 };
 /* bits 2 and 3: the keys, the values stored as f16 (16 bits each, the cache's own type; strides in elements) */
 enum { ATTENTION_K_F16 = 4, ATTENTION_V_F16 = 8 };
+/* bit 5: block-quantized keys were quantized in a llama GGUF's element order (b10621's K rows of an interleaved
+ * model): each query is put in that order before it is quantized for the dot products */
+enum { ATTENTION_K_GGML_ORDER = 32 };
+/* the block-quantized cache types (kv_quant.c), after KV_BF16: rows of D values as ggml stores them (D / 32
+ * blocks; strides in bytes), written with the type's from_float, read with its to_float, keys dotted with a
+ * query quantized to the type's vec_dot type (KV_Q8_0, or KV_Q8_1 for KV_Q4_1 and KV_Q5_1) */
+enum { KV_Q8_0 = 3, KV_Q4_0, KV_Q4_1, KV_IQ4_NL, KV_Q5_0, KV_Q5_1, KV_Q8_1 };
+static inline int kv_is_block(int type) { return type >= KV_Q8_0 && type <= KV_Q5_1; }
+static inline int kv_dot_type(int type) { return type == KV_Q4_1 || type == KV_Q5_1 ? KV_Q8_1 : KV_Q8_0; }
+/* bits 6 and 7: b10621's Walsh-Hadamard rotation of block-quantized keys (and the queries), of block-quantized
+ * values (and the attention's output), llama_kv_cache's attn_rot_k / attn_rot_v (kv_rotation_*) */
+enum { ATTENTION_K_ROT = 64, ATTENTION_V_ROT = 128 };
+/* x[0..n) through ggml-cpu's fast Walsh-Hadamard transform in chunks of `rot` values (ggml_compute_forward_fwht:
+ * each value scaled by 1 / sqrt(rot), then the butterflies, stage by stage) */
+void mlxcel_kv_rotate(float *x, long n, int rot);
+/* the chunk b10621 rotates a head of D values in (0: none): for keys the largest power of two dividing D, for
+ * values 64, where the type is a block type and D a multiple of 64 (and $LLAMA_ATTN_ROT_DISABLE is not set) */
+int mlxcel_kv_rotation(int type, int D, int keys);
+long mlxcel_kv_block_bytes(int type);
+long mlxcel_kv_row_bytes(int type, long n);
+int mlxcel_kv_quantize_row(int type, const float *x, void *out, long n);
+int mlxcel_kv_dequantize_row(int type, const void *in, float *y, long n);
+float mlxcel_kv_dot(int type, const void *k, const void *q, long n);
 void mlxcel_store_f16(uint16_t *dst, const float *x, long n);
 void mlxcel_load_f16(float *dst, const uint16_t *h, long n);
 void mlxcel_round_kv(float *x, long n, int type);

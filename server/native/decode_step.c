@@ -168,8 +168,8 @@ static int run_rows(const struct step_model *m, int B, const int *tokens, const 
             for (int i = 0; i < Hkv; i++) { /* stored as the cache's type stores it */
                 float turned[D];
                 key_head(m, w, row + (H + i) * D, turned, half, c, s);
-                store_kv(keys[l], kb + i * st[1] + at * st[2], turned, D, m->k_type);
-                store_kv(values[l], vb + i * st[4] + at * st[5], row + (H + Hkv + i) * D, D, m->v_type);
+                store_key(m, keys[l], kb + i * st[1] + at * st[2], turned);
+                store_value(m, values[l], vb + i * st[4] + at * st[5], row + (H + Hkv + i) * D);
             }
         }
         if (one_seq)

@@ -7,13 +7,12 @@
 #pragma GCC optimize("fp-contract=off") /* ggml-base is built without FMA: a*b + c rounds twice */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu_kernels.h"
 
 enum { QK = 32 };
-/* attention_ggml.c's KV_F32, KV_F16, KV_BF16 are 0..2; the block types follow */
-enum { KVQ_Q8_0 = 3, KVQ_Q4_0, KVQ_Q4_1, KVQ_IQ4_NL, KVQ_Q5_0, KVQ_Q5_1, KVQ_Q8_1 };
 
 static const int8_t IQ4NL[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
@@ -50,12 +49,12 @@ static float from_half(uint16_t h) {
 
 long mlxcel_kv_block_bytes(int type) {
     switch (type) {
-    case KVQ_Q8_0: return 34;
-    case KVQ_Q4_0: case KVQ_IQ4_NL: return 18;
-    case KVQ_Q4_1: return 20;
-    case KVQ_Q5_0: return 22;
-    case KVQ_Q5_1: return 24;
-    case KVQ_Q8_1: return 36;
+    case KV_Q8_0: return 34;
+    case KV_Q4_0: case KV_IQ4_NL: return 18;
+    case KV_Q4_1: return 20;
+    case KV_Q5_0: return 22;
+    case KV_Q5_1: return 24;
+    case KV_Q8_1: return 36;
     default: return 0;
     }
 }
@@ -199,13 +198,13 @@ int mlxcel_kv_quantize_row(int type, const float *x, void *out, long n) {
     if (!bytes || n % QK) return -1;
     for (long b = 0; b < n / QK; b++, x += QK, y += bytes) {
         switch (type) {
-        case KVQ_Q8_0: q8_block(x, y, 0); break;
-        case KVQ_Q8_1: q8_block(x, y, 1); break;
-        case KVQ_Q4_0: q4_0_block(x, y); break;
-        case KVQ_Q4_1: q4_1_block(x, y); break;
-        case KVQ_Q5_0: q5_0_block(x, y); break;
-        case KVQ_Q5_1: q5_1_block(x, y); break;
-        case KVQ_IQ4_NL: iq4_nl_block(x, y, L); break;
+        case KV_Q8_0: q8_block(x, y, 0); break;
+        case KV_Q8_1: q8_block(x, y, 1); break;
+        case KV_Q4_0: q4_0_block(x, y); break;
+        case KV_Q4_1: q4_1_block(x, y); break;
+        case KV_Q5_0: q5_0_block(x, y); break;
+        case KV_Q5_1: q5_1_block(x, y); break;
+        case KV_IQ4_NL: iq4_nl_block(x, y, L); break;
         }
     }
     return 0;
@@ -215,33 +214,33 @@ int mlxcel_kv_quantize_row(int type, const float *x, void *out, long n) {
 int mlxcel_kv_dequantize_row(int type, const void *in, float *y, long n) {
     const uint8_t *x = in;
     const long bytes = mlxcel_kv_block_bytes(type);
-    if (!bytes || n % QK || type == KVQ_Q8_1) return -1;
+    if (!bytes || n % QK || type == KV_Q8_1) return -1;
     for (long b = 0; b < n / QK; b++, x += bytes, y += QK) {
         uint16_t dh, mh = 0;
         uint32_t qh = 0;
         memcpy(&dh, x, 2);
         const float d = from_half(dh);
-        if (type == KVQ_Q4_1 || type == KVQ_Q5_1) memcpy(&mh, x + 2, 2);
+        if (type == KV_Q4_1 || type == KV_Q5_1) memcpy(&mh, x + 2, 2);
         const float m = from_half(mh);
-        if (type == KVQ_Q5_0) memcpy(&qh, x + 2, 4);
-        if (type == KVQ_Q5_1) memcpy(&qh, x + 4, 4);
+        if (type == KV_Q5_0) memcpy(&qh, x + 2, 4);
+        if (type == KV_Q5_1) memcpy(&qh, x + 4, 4);
         for (int j = 0; j < QK; j++) {
             const int lo = j < QK / 2, k = lo ? j : j - QK / 2;
             switch (type) {
-            case KVQ_Q8_0: y[j] = (float)((const int8_t *)(x + 2))[j] * d; break;
-            case KVQ_Q4_0: y[j] = (float)((lo ? x[2 + k] & 0x0F : x[2 + k] >> 4) - 8) * d; break;
-            case KVQ_IQ4_NL: y[j] = d * (float)IQ4NL[lo ? x[2 + k] & 0x0F : x[2 + k] >> 4]; break;
-            case KVQ_Q4_1: {
+            case KV_Q8_0: y[j] = (float)((const int8_t *)(x + 2))[j] * d; break;
+            case KV_Q4_0: y[j] = (float)((lo ? x[2 + k] & 0x0F : x[2 + k] >> 4) - 8) * d; break;
+            case KV_IQ4_NL: y[j] = d * (float)IQ4NL[lo ? x[2 + k] & 0x0F : x[2 + k] >> 4]; break;
+            case KV_Q4_1: {
                 float v = (float)(lo ? x[4 + k] & 0x0F : x[4 + k] >> 4) * d;
                 y[j] = v + m;
                 break;
             }
-            case KVQ_Q5_0: {
+            case KV_Q5_0: {
                 int h = (int)((qh >> j) << 4 & 0x10);
                 y[j] = (float)(((lo ? x[6 + k] & 0x0F : x[6 + k] >> 4) | h) - 16) * d;
                 break;
             }
-            case KVQ_Q5_1: {
+            case KV_Q5_1: {
                 int h = (int)((qh >> j) << 4 & 0x10);
                 float v = (float)((lo ? x[8 + k] & 0x0F : x[8 + k] >> 4) | h) * d;
                 y[j] = v + m;
@@ -258,18 +257,18 @@ int mlxcel_kv_dequantize_row(int type, const void *in, float *y, long n) {
 static void block_partials(int type, const uint8_t *x, const int8_t *qy, int32_t p[8]) {
     int8_t v[QK];
     uint32_t qh = 0;
-    if (type == KVQ_Q5_0) memcpy(&qh, x + 2, 4);
-    if (type == KVQ_Q5_1) memcpy(&qh, x + 4, 4);
-    const uint8_t *nib = x + (type == KVQ_Q4_1 ? 4 : type == KVQ_Q5_0 ? 6 : type == KVQ_Q5_1 ? 8 : 2);
+    if (type == KV_Q5_0) memcpy(&qh, x + 2, 4);
+    if (type == KV_Q5_1) memcpy(&qh, x + 4, 4);
+    const uint8_t *nib = x + (type == KV_Q4_1 ? 4 : type == KV_Q5_0 ? 6 : type == KV_Q5_1 ? 8 : 2);
     for (int j = 0; j < QK; j++) {
         const int lo = j < QK / 2, n4 = lo ? nib[j] & 0x0F : nib[j - QK / 2] >> 4, h = (int)((qh >> j) & 1u) << 4;
         switch (type) {
-        case KVQ_Q8_0: v[j] = ((const int8_t *)(x + 2))[j]; break;
-        case KVQ_Q4_0: v[j] = (int8_t)(n4 - 8); break;
-        case KVQ_Q4_1: v[j] = (int8_t)n4; break;
-        case KVQ_Q5_0: v[j] = (int8_t)((n4 | h) - 16); break;
-        case KVQ_Q5_1: v[j] = (int8_t)(n4 | h); break;
-        case KVQ_IQ4_NL: v[j] = IQ4NL[n4]; break;
+        case KV_Q8_0: v[j] = ((const int8_t *)(x + 2))[j]; break;
+        case KV_Q4_0: v[j] = (int8_t)(n4 - 8); break;
+        case KV_Q4_1: v[j] = (int8_t)n4; break;
+        case KV_Q5_0: v[j] = (int8_t)((n4 | h) - 16); break;
+        case KV_Q5_1: v[j] = (int8_t)(n4 | h); break;
+        case KV_IQ4_NL: v[j] = IQ4NL[n4]; break;
         }
     }
     for (int l = 0; l < 8; l++) {
@@ -289,20 +288,20 @@ static float hsum8(const float a[8]) {
  * values: ggml's AVX2 vec_dot_<type>_q8 sum for sum (per-lane fma over the blocks, iq4_nl's two accumulators
  * over even and odd blocks, the _1 types' m * s terms summed apart) */
 float mlxcel_kv_dot(int type, const void *k, const void *q, long n) {
-    const long kb = mlxcel_kv_block_bytes(type), qb = (type == KVQ_Q4_1 || type == KVQ_Q5_1) ? 36 : 34;
+    const long kb = mlxcel_kv_block_bytes(type), qb = (type == KV_Q4_1 || type == KV_Q5_1) ? 36 : 34;
     const uint8_t *x = k, *y = q;
     float acc[2][8] = {{0}}, summs = 0.0f;
-    const long nb = n / QK, pairs = type == KVQ_IQ4_NL ? nb / 2 * 2 : nb;
+    const long nb = n / QK, pairs = type == KV_IQ4_NL ? nb / 2 * 2 : nb;
     for (long b = 0; b < pairs; b++, x += kb, y += qb) {
         uint16_t xd, yd;
         memcpy(&xd, x, 2);
         memcpy(&yd, y, 2);
         int32_t p[8];
         block_partials(type, x, (const int8_t *)(y + qb - QK), p);
-        const float d = type == KVQ_IQ4_NL ? from_half(yd) * from_half(xd) : from_half(xd) * from_half(yd);
-        float *a = acc[type == KVQ_IQ4_NL ? b & 1 : 0];
+        const float d = type == KV_IQ4_NL ? from_half(yd) * from_half(xd) : from_half(xd) * from_half(yd);
+        float *a = acc[type == KV_IQ4_NL ? b & 1 : 0];
         for (int l = 0; l < 8; l++) a[l] = fmaf(d, (float)p[l], a[l]);
-        if (type == KVQ_Q4_1 || type == KVQ_Q5_1) {
+        if (type == KV_Q4_1 || type == KV_Q5_1) {
             uint16_t xm, ys;
             memcpy(&xm, x + 2, 2);
             memcpy(&ys, y + 2, 2);
@@ -310,7 +309,7 @@ float mlxcel_kv_dot(int type, const void *k, const void *q, long n) {
         }
     }
     float sum = acc[0][0];
-    if (type == KVQ_IQ4_NL) {
+    if (type == KV_IQ4_NL) {
         float both[8];
         for (int l = 0; l < 8; l++) both[l] = acc[0][l] + acc[1][l];
         sum = hsum8(both);
@@ -326,5 +325,52 @@ float mlxcel_kv_dot(int type, const void *k, const void *q, long n) {
     } else {
         sum = hsum8(acc[0]);
     }
-    return type == KVQ_Q4_1 || type == KVQ_Q5_1 ? sum + summs : sum;
+    return type == KV_Q4_1 || type == KV_Q5_1 ? sum + summs : sum;
+}
+
+/* rows of n values each, quantized (from_float) or read back (to_float) one after the other: a block cache's
+ * keys moved by a context shift (dequantized, turned, quantized again: b10621's build_rope_shift); 0, or -1 */
+int mlxcel_kv_quantize_rows(int type, const float *x, void *out, long rows, long n) {
+    const long bytes = mlxcel_kv_row_bytes(type, n);
+    for (long r = 0; r < rows; r++)
+        if (!bytes || mlxcel_kv_quantize_row(type, x + r * n, (uint8_t *)out + r * bytes, n) != 0) return -1;
+    return 0;
+}
+
+int mlxcel_kv_dequantize_rows(int type, const void *in, float *y, long rows, long n) {
+    const long bytes = mlxcel_kv_row_bytes(type, n);
+    for (long r = 0; r < rows; r++)
+        if (!bytes || mlxcel_kv_dequantize_row(type, (const uint8_t *)in + r * bytes, y + r * n, n) != 0) return -1;
+    return 0;
+}
+
+/* ggml_compute_forward_fwht_f32 over each chunk: scaled first (by a power of two for the sizes used: exact), then
+ * stages of u + v, u - v pairs at distance 1, 2, 4, ... (its SIMD stages' u + v * -1 fused is u - v rounded once) */
+void mlxcel_kv_rotate(float *x, long n, int rot) {
+    if (rot <= 0) return;
+    const float scale = 1.0f / sqrtf((float)rot);
+    for (long c = 0; c + rot <= n; c += rot) {
+        float *row = x + c;
+        for (int j = 0; j < rot; j++) row[j] = row[j] * scale;
+        for (int len = 1; len < rot; len <<= 1)
+            for (int i = 0; i < rot; i += 2 * len)
+                for (int j = 0; j < len; j++) {
+                    const float u = row[i + j], v = row[i + len + j];
+                    row[i + j] = u + v;
+                    row[i + len + j] = u - v;
+                }
+    }
+}
+
+int mlxcel_kv_rotation(int type, int D, int keys) {
+    static int disabled = -1;
+    if (disabled < 0) {
+        const char *env = getenv("LLAMA_ATTN_ROT_DISABLE"); /* b10621's switch, read as it reads it (atoi) */
+        disabled = env ? atoi(env) != 0 : 0;
+    }
+    if (disabled || !kv_is_block(type) || D <= 0 || D % 64) return 0;
+    if (!keys) return 64; /* b10621 keeps the values' rotation at 64 */
+    int rot = 64;
+    while (D % (rot * 2) == 0) rot *= 2;
+    return rot;
 }

@@ -79,8 +79,8 @@ static void rope_task(void *ctx, int task) {
         for (int h = 0; h < Hkv; h++) { /* stored as the cache's type stores it */
             float turned[D];
             key_head(m, a->w, row + (H + h) * D, turned, half, c, s);
-            store_kv(a->keys, h * a->st[1] + pos * a->st[2], turned, D, m->k_type);
-            store_kv(a->values, h * a->st[4] + pos * a->st[5], row + (H + Hkv + h) * D, D, m->v_type);
+            store_key(m, a->keys, h * a->st[1] + pos * a->st[2], turned);
+            store_value(m, a->values, h * a->st[4] + pos * a->st[5], row + (H + Hkv + h) * D);
         }
     }
 }

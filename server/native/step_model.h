@@ -118,9 +118,14 @@ static inline void key_head(const struct step_model *m, const struct step_layer 
 /* the scale attention applies to q k (1 where q was scaled before) */
 static inline float attention_scale(const struct step_model *m) { return m->q_prescale ? 1.0f : m->attn_scale; }
 
-/* a key or value row written to its cache at element `at`: in 16 bits for an f16 cache (its own type, rounded
- * as ggml writes it), else as float32 rounded to the cache's type */
+/* a key or value row written to its cache at element `at` (a byte for a block type): in 16 bits for an f16
+ * cache (its own type, rounded as ggml writes it), D / 32 blocks for a block type (quantized as ggml's
+ * from_float), else as float32 rounded to the cache's type */
 static inline void store_kv(void *cache, long at, const float *row, int D, int type) {
+    if (kv_is_block(type)) {
+        mlxcel_kv_quantize_row(type, row, (uint8_t *)cache + at, D);
+        return;
+    }
     if (type == KV_F16) {
         mlxcel_store_f16((uint16_t *)cache + at, row, D);
         return;
@@ -130,10 +135,43 @@ static inline void store_kv(void *cache, long at, const float *row, int D, int t
     mlxcel_round_kv(dst, D, type);
 }
 
+/* a key row written to its cache: store_kv; a block type's as b10621 writes it, in a llama GGUF's element order
+ * where b10621 holds the heads' elements so, and through its Walsh-Hadamard rotation (attn_rot_k) */
+static inline void store_key(const struct step_model *m, void *cache, long at, const float *row) {
+    const int D = m->head_dim;
+    if (kv_is_block(m->k_type) && D <= 2 * ROPE_MAX_HALF) {
+        float moved[2 * ROPE_MAX_HALF];
+        if (m->interleaved && D % 2 == 0)
+            for (int i = 0; i < D / 2; i++) moved[2 * i] = row[i], moved[2 * i + 1] = row[i + D / 2];
+        else
+            memcpy(moved, row, sizeof(float) * (size_t)D);
+        mlxcel_kv_rotate(moved, D, mlxcel_kv_rotation(m->k_type, D, 1));
+        store_kv(cache, at, moved, D, m->k_type);
+        return;
+    }
+    store_kv(cache, at, row, D, m->k_type);
+}
+
+/* a value row written to its cache: store_kv, a block type's through b10621's rotation (attn_rot_v) */
+static inline void store_value(const struct step_model *m, void *cache, long at, const float *row) {
+    const int D = m->head_dim, rot = mlxcel_kv_rotation(m->v_type, D, 0);
+    if (rot && D <= 2 * ROPE_MAX_HALF) {
+        float moved[2 * ROPE_MAX_HALF];
+        memcpy(moved, row, sizeof(float) * (size_t)D);
+        mlxcel_kv_rotate(moved, D, rot);
+        store_kv(cache, at, moved, D, m->v_type);
+        return;
+    }
+    store_kv(cache, at, row, D, m->v_type);
+}
+
 /* mlxcel_attention_kv's flags for the step's attention: flash attention, ggml's element order, f16 storage */
 static inline int attention_flags(const struct step_model *m) {
     return m->flash | (m->ggml_order ? (m->interleaved ? ATTENTION_GGML_DIMS : ATTENTION_GGML_SUMS) : 0) | (m->k_type == KV_F16 ? ATTENTION_K_F16 : 0) |
-           (m->v_type == KV_F16 ? ATTENTION_V_F16 : 0);
+           (m->v_type == KV_F16 ? ATTENTION_V_F16 : 0) |
+           (kv_is_block(m->k_type) && m->interleaved && m->head_dim % 2 == 0 ? ATTENTION_K_GGML_ORDER : 0) |
+           (mlxcel_kv_rotation(m->k_type, m->head_dim, 1) ? ATTENTION_K_ROT : 0) |
+           (mlxcel_kv_rotation(m->v_type, m->head_dim, 0) ? ATTENTION_V_ROT : 0);
 }
 
 /* y (+)= x w for rows of x: w is k x n (ldw apart), wt the same weight n x k (k apart) or NULL. In ggml's order
