@@ -310,8 +310,11 @@ def test_the_no_alias_of_a_pair_means_false_whatever_its_value(monkeypatch):
     monkeypatch.delenv("LLAMA_ARG_NO_UI")
     monkeypatch.setenv("LLAMA_ARG_UI", "on")
     assert parse().ui is True
-    monkeypatch.setenv("LLAMA_ARG_UI_MCP_PROXY", "on")
-    assert refused()[0].startswith("error: LLAMA_ARG_UI_MCP_PROXY=on: mlxcel runs no tool, MCP server or proxy")
+    monkeypatch.setenv("LLAMA_ARG_AGENT", "on")
+    assert refused()[0].startswith("error: LLAMA_ARG_AGENT=on: mlxcel runs no built-in tool or MCP server")
+    monkeypatch.delenv("LLAMA_ARG_AGENT")
+    monkeypatch.setenv("LLAMA_ARG_UI_MCP_PROXY", "on")  # the CORS proxy: served (conformance/test_cors_proxy.py)
+    assert parse().ui_mcp_proxy is True and refused() == []
 
 
 def test_command_line_beats_environment(monkeypatch, capsys):
@@ -685,20 +688,21 @@ def test_model_source_refusals_are_pinned(argv):
     ]
 
 
-UI = (
-    "mlxcel runs no tool, MCP server or proxy on a model's behalf; leave it out "
-    "(client-declared tools in chat requests keep working), or pass the disabling form"
-)
+UI = "mlxcel runs no built-in tool or MCP server on a model's behalf"
+
+
+@pytest.mark.parametrize("argv", [("-ag",), ("--agent",), ("--tools", "all")])
+def test_tools_and_mcp_enabling_forms_refuse(argv):
+    (line,) = refused(*argv)
+    assert line.startswith(f"error: {' '.join(argv)}: {UI}")
+    assert line.endswith("pass --ui-mcp-proxy for the web UI's CORS proxy alone, or leave it out") == (
+        argv[0] != "--tools"
+    )
 
 
 @pytest.mark.parametrize(
-    "argv", [("--ui-mcp-proxy",), ("--webui-mcp-proxy",), ("-ag",), ("--agent",), ("--tools", "all")]
+    "argv", [("--ui",), ("--webui",), ("--no-ui",), ("--ui-config", "{}"), ("--ui-mcp-proxy",), ("--webui-mcp-proxy",)]
 )
-def test_tools_and_mcp_enabling_forms_refuse(argv):
-    assert refused(*argv) == [f"error: {' '.join(argv)}: {UI}"]
-
-
-@pytest.mark.parametrize("argv", [("--ui",), ("--webui",), ("--no-ui",), ("--ui-config", "{}")])
 def test_the_web_ui_options_are_accepted(argv):
     assert refused(*argv) == []
 
@@ -713,7 +717,7 @@ def test_the_web_ui_options_are_accepted(argv):
 )
 def test_tools_runtime_and_mcp_refuse(argv):
     (line,) = refused(*argv)
-    assert line.startswith(f"error: {' '.join(argv)}: mlxcel runs no tool") and line.endswith("; leave it out")
+    assert line.startswith(f"error: {' '.join(argv)}: {UI}") and line.endswith("; leave it out")
 
 
 def test_a_static_path_is_refused():

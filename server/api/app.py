@@ -15,6 +15,7 @@ from . import (
     anthropic,
     audio,
     chat,
+    cors_proxy,
     disabled,
     embeddings,
     encoder_mode,
@@ -120,6 +121,7 @@ def create_app(state: AppState | None) -> FastAPI:  # noqa: C901
         )
     for module in modules:
         app.include_router(module.router)
+    app.include_router(cors_proxy.router if settings.mcp_proxy else disabled.proxy_router)
     webui.register(app, settings.webui)
     if settings.vertex is not None and settings.vertex.enabled:  # AIP_MODE=PREDICTION (Vertex AI)
         vertex.register(app, settings.vertex, registered_routes(app))

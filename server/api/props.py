@@ -61,7 +61,7 @@ def props_body(state) -> dict:
         # b10621's b<build>-<commit>; mlxcel adds the CPU backend it verified at startup (server/blas.py)
         "build_info": " ".join(filter(None, (build_info(), blas.summary() and f"({blas.summary()})"))),
         "is_sleeping": bool(getattr(state.engine, "sleeping", False)),
-        "cors_proxy_enabled": False,
+        "cors_proxy_enabled": state.settings.mcp_proxy,
     }
     speculative = speculative_props(state.engine.config)
     if speculative is not None:  # an mlxcel key, only where drafting is on: b10621 reports none of it

@@ -38,6 +38,7 @@ class ServerSettings:
     prompts_log_dir: str = ""  # --log-prompts-dir: each completion's prompt written there (api/prompt_log.py)
     vertex: VertexSettings | None = None  # AIP_MODE=PREDICTION
     webui: WebUI = field(default_factory=lambda: WebUI(dist=None))  # --ui, the built assets, --ui-config
+    mcp_proxy: bool = False  # --ui-mcp-proxy: GET and POST /cors-proxy forward (api/cors_proxy.py)
 
 
 @dataclass

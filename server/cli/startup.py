@@ -214,6 +214,7 @@ def _settled_state(args, prog, auth, cors, vertex, checkpoint, tokenizer, engine
         endpoint_props=args.props,
         endpoint_metrics=args.metrics,
         slot_save_path=args.slot_save_path or "",
+        mcp_proxy=bool(args.ui_mcp_proxy),
         prompts_log_dir=args.log_prompts_dir or "",
         vertex=vertex,
         n_batch=args.batch_size,
@@ -239,6 +240,15 @@ def _settled_state(args, prog, auth, cors, vertex, checkpoint, tokenizer, engine
         api_prefix=args.api_prefix or "",
         webui=web_ui(args),
     )
+    if settings.mcp_proxy:  # b10621's warning, as it prints it
+        for line in (
+            "-----------------",
+            "the following feature(s) are enabled:",
+            "    MCP proxy (experimental)",
+            "do not expose the server to untrusted environments",
+            "-----------------",
+        ):
+            log.warning("srv    llama_server: %s", line)
     # b10621 serves its sorted alias set's first, else the model path as given (a GGUF: reported as given)
     gguf = Path(args.model) if args.model.endswith(".gguf") and Path(args.model).is_file() else None
     hf_name = getattr(args, "hf_model_name", None)  # -hf: the repository spec (server/cli/main.py)
