@@ -13,7 +13,7 @@ from fastapi.responses import StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from ..api import webui
+from ..api import cors_proxy, disabled, webui
 from ..api.auth import AuthMiddleware
 from ..api.cors import CorsMiddleware
 from ..api.jsonio import UpstreamJSON, error_response, loads
@@ -177,6 +177,9 @@ def create_router_app(pool: ModelPool, settings) -> FastAPI:  # noqa: C901
     async def proxy_get(request: Request):
         return await forward(request, request.query_params.get("model", ""), b"", _autoload(pool, request), False)
 
+    # b10621 registers /tools and /cors-proxy in router mode too: the CORS proxy with --ui-mcp-proxy, else its 403
+    app.include_router(disabled.router)
+    app.include_router(cors_proxy.router if settings.mcp_proxy else disabled.proxy_router)
     for path in PROXIED_POST:
         app.add_api_route(path, proxy_post, methods=["POST"])
     for path in PROXIED_GET:
@@ -201,7 +204,7 @@ def create_router_app(pool: ModelPool, settings) -> FastAPI:  # noqa: C901
                 "default_generation_settings": {"params": None, "n_ctx": 0},
                 "ui_settings": settings.webui.settings,
                 "build_info": build_info(),
-                "cors_proxy_enabled": False,
+                "cors_proxy_enabled": settings.mcp_proxy,
             }
         )
 

@@ -75,7 +75,13 @@ def serve_router(
     log.info("Available models (%d)", len(pool.instances))
     for inst in pool.snapshot():
         log.info("  %s (%s)", inst.name, inst.entry.source)
-    settings = ServerSettings(auth=auth, cors=cors, api_prefix=args.api_prefix or "", webui=ui or WebUI(enabled=False))
+    settings = ServerSettings(
+        auth=auth,
+        cors=cors,
+        api_prefix=args.api_prefix or "",
+        webui=ui or WebUI(enabled=False),
+        mcp_proxy=bool(args.ui_mcp_proxy),
+    )
     app = create_router_app(pool, settings)
     try:
         server = HttpServer(app, serve_config, announce=None, uvicorn_options=uvicorn_log_settings())
