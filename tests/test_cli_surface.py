@@ -310,9 +310,9 @@ def test_the_no_alias_of_a_pair_means_false_whatever_its_value(monkeypatch):
     monkeypatch.delenv("LLAMA_ARG_NO_UI")
     monkeypatch.setenv("LLAMA_ARG_UI", "on")
     assert parse().ui is True
-    monkeypatch.setenv("LLAMA_ARG_AGENT", "on")
-    assert refused()[0].startswith("error: LLAMA_ARG_AGENT=on: mlxcel runs no built-in tool or MCP server")
-    monkeypatch.delenv("LLAMA_ARG_AGENT")
+    monkeypatch.setenv("LLAMA_ARG_TOOLS_RUNTIME", "docker:busybox")
+    assert refused()[0].startswith("error: LLAMA_ARG_TOOLS_RUNTIME=docker:busybox: mlxcel runs no MCP server")
+    monkeypatch.delenv("LLAMA_ARG_TOOLS_RUNTIME")
     monkeypatch.setenv("LLAMA_ARG_UI_MCP_PROXY", "on")  # the CORS proxy: served (conformance/test_cors_proxy.py)
     assert parse().ui_mcp_proxy is True and refused() == []
 
@@ -505,7 +505,7 @@ def test_every_refusal_is_one_line_naming_option_value_reason_and_alternative():
         assert len(lines) == 1 and "\n" not in lines[0], option
         assert lines[0].startswith(f"error: {' '.join(argv)}: {rule.reason}"), lines[0]
         assert rule.alternative in lines[0]
-    assert len(checked) >= 20
+    assert len(checked) >= 15  # (fewer as options become served: 18 at issue 30's tools)
 
 
 INERT = [
@@ -688,16 +688,12 @@ def test_model_source_refusals_are_pinned(argv):
     ]
 
 
-UI = "mlxcel runs no built-in tool or MCP server on a model's behalf"
+UI = "mlxcel runs no MCP server or tools runtime on a model's behalf"
 
 
-@pytest.mark.parametrize("argv", [("-ag",), ("--agent",), ("--tools", "all")])
-def test_tools_and_mcp_enabling_forms_refuse(argv):
-    (line,) = refused(*argv)
-    assert line.startswith(f"error: {' '.join(argv)}: {UI}")
-    assert line.endswith("pass --ui-mcp-proxy for the web UI's CORS proxy alone, or leave it out") == (
-        argv[0] != "--tools"
-    )
+@pytest.mark.parametrize("argv", [("-ag",), ("--agent",), ("--tools", "all"), ("--tools", "read_file,get_info")])
+def test_the_built_in_tools_and_the_agent_switch_are_accepted(argv):
+    assert refused(*argv) == []  # (an unknown tool name: b10621's setup refusal, startup case tools-unknown-refused)
 
 
 @pytest.mark.parametrize(

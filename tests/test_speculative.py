@@ -100,7 +100,7 @@ def test_a_different_vocabulary_is_reported(twin_f32, twin_f32_minilm):
 _PLAIN_RUNS: dict[tuple, list[int]] = {}  # plain decoding's answer per request: the same for every n_max
 
 
-@pytest.mark.parametrize("n_max", [1, 3, 8])
+@pytest.mark.parametrize("n_max", [1, 8])  # (the shortest draft and a long one)
 async def test_greedy_output_is_token_identical_with_a_quantized_draft(make_engine, twin_q4_1, n_max):
     make, tok = make_engine
     drafted, plain = make(draft=DraftConfig(str(twin_q4_1.mlx_dir), n_max=n_max)), None

@@ -33,6 +33,7 @@ from . import (
     slots,
     stream_sessions,
     tokenize,
+    tools,
     vertex,
     webui,
 )
@@ -96,7 +97,7 @@ def create_app(state: AppState | None) -> FastAPI:  # noqa: C901
 
     modules: tuple[ModuleType, ...]
     if settings.encoder is not None:  # --embeddings / --reranking: an encoder, nothing that generates
-        modules = (health, models, tokenize, props, metrics, embeddings, rerank, encoder_mode, audio, disabled)
+        modules = (health, models, tokenize, props, metrics, embeddings, rerank, encoder_mode, audio)
     else:
         modules = (
             health,
@@ -117,11 +118,12 @@ def create_app(state: AppState | None) -> FastAPI:  # noqa: C901
             stream_sessions,
             lora,
             audio,
-            disabled,
         )
     for module in modules:
         app.include_router(module.router)
     app.include_router(cors_proxy.router if settings.mcp_proxy else disabled.proxy_router)
+    app.state.tools = list(settings.tools)
+    app.include_router(tools.router if settings.tools else disabled.router)
     webui.register(app, settings.webui)
     if settings.vertex is not None and settings.vertex.enabled:  # AIP_MODE=PREDICTION (Vertex AI)
         vertex.register(app, settings.vertex, registered_routes(app))

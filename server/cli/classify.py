@@ -214,9 +214,8 @@ _NO_PROJECTOR = (
     "mlxcel attaches no GGUF projector to a model: it serves text checkpoints (a multimodal MLX "
     "checkpoint would carry its towers inside)"
 )
-_UI = "mlxcel runs no built-in tool or MCP server on a model's behalf"
+_UI = "mlxcel runs no MCP server or tools runtime on a model's behalf"
 _UI_ALT = "leave it out (client-declared tools in chat requests keep working), or pass the disabling form"
-_AGENT_ALT = "pass --ui-mcp-proxy for the web UI's CORS proxy alone, or leave it out"
 
 
 def _preset(repo: str, mlx: str, flags: str, why: str) -> Rule:
@@ -310,11 +309,12 @@ RULES: dict[str, Rule] = {
     "--ui-mcp-proxy": _inert(
         "served: GET and POST /cors-proxy forward as b10621's proxy does (server/api/cors_proxy.py)"
     ),
-    "--agent": _only(
-        _positive_only, "-no-ag, --no-agent", f"{_UI} (-ag turns every built-in tool on with the proxy)", _AGENT_ALT
-    ),
+    "--agent": _inert("served: -ag turns every built-in tool and the CORS proxy on, -no-ag both off, as b10621"),
     "--path": _only(_is(""), "an empty path (the default)", "mlxcel serves no static files but its web UI", _LEAVE),
-    "--tools": _only(lambda v: not [t for t in v.split(",") if t.strip()], "an empty list", _UI, _UI_ALT),
+    "--tools": _inert(
+        "served: GET and POST /tools run b10621's built-in tools on the host (server/tools/builtin.py); an unknown "
+        "name is refused at startup in b10621's words"
+    ),
     "--tools-runtime": _refuse(_UI, _LEAVE),
     "--mcp-servers-config": _refuse(_UI, _LEAVE),
     "--mcp-servers-json": _refuse(_UI, _LEAVE),

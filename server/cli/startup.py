@@ -51,6 +51,7 @@ from ..models.yarn import YarnFlags
 from ..router.pool import Loaded
 from ..router.serve import serve_router
 from ..textparse import parse_csv_row, stof, stoi
+from ..tools.builtin import select as select_tools
 from ..transport import HttpServer, TransportError, announce_listening
 from . import offload
 from .args import build_parser
@@ -207,6 +208,7 @@ def _settled_state(args, prog, auth, cors, vertex, checkpoint, tokenizer, engine
         raise StartupRefusal(str(exc)) from None
     except ValueError as exc:
         raise StartupRefusal(f"error: {exc}") from None
+    tools = enabled_tools(args)
     settings = ServerSettings(
         chat=chat,
         encoder=encoder,
@@ -214,7 +216,8 @@ def _settled_state(args, prog, auth, cors, vertex, checkpoint, tokenizer, engine
         endpoint_props=args.props,
         endpoint_metrics=args.metrics,
         slot_save_path=args.slot_save_path or "",
-        mcp_proxy=bool(args.ui_mcp_proxy),
+        mcp_proxy=agent_features(args)[1],
+        tools=tools,
         prompts_log_dir=args.log_prompts_dir or "",
         vertex=vertex,
         n_batch=args.batch_size,
@@ -235,20 +238,19 @@ def _settled_state(args, prog, auth, cors, vertex, checkpoint, tokenizer, engine
             reasoning_format="deepseek" if args.reasoning_format == "auto" else args.reasoning_format,
         ),
         slots_debug=bool(int(os.environ.get("LLAMA_SERVER_SLOTS_DEBUG", "0") or 0)),
-        cors=cors,
+        cors=tools_cors(args, cors, bool(tools)),
         auth=auth,
         api_prefix=args.api_prefix or "",
         webui=web_ui(args),
     )
-    if settings.mcp_proxy:  # b10621's warning, as it prints it
-        for line in (
-            "-----------------",
-            "the following feature(s) are enabled:",
-            "    MCP proxy (experimental)",
-            "do not expose the server to untrusted environments",
-            "-----------------",
-        ):
-            log.warning("srv    llama_server: %s", line)
+    features = [name for name, on in (("MCP proxy", settings.mcp_proxy), ("server tools", settings.tools)) if on]
+    if features:  # b10621's warning, as it prints it
+        log.warning("srv    llama_server: -----------------")
+        log.warning("srv    llama_server: the following feature(s) are enabled:")
+        for name in features:
+            log.warning("srv    llama_server:     %s (experimental)", name)
+        log.warning("srv    llama_server: do not expose the server to untrusted environments")
+        log.warning("srv    llama_server: -----------------")
     # b10621 serves its sorted alias set's first, else the model path as given (a GGUF: reported as given)
     gguf = Path(args.model) if args.model.endswith(".gguf") and Path(args.model).is_file() else None
     hf_name = getattr(args, "hf_model_name", None)  # -hf: the repository spec (server/cli/main.py)
@@ -316,6 +318,12 @@ def serve_model(args, prog: str, serve_config, auth, cors, vertex) -> int:
 def serve_models(args, argv: list[str], prog: str, serve_config, auth, cors) -> int:
     """b10621's router mode (no -m): models served on demand from the store, --models-dir and presets, each
     loaded by router_model."""
+    try:
+        tools = enabled_tools(args)
+    except StartupRefusal as exc:
+        print(exc.text, file=sys.stderr)
+        return 1
+    cors = tools_cors(args, cors, bool(tools))
     return serve_router(
         args,
         argv,
@@ -325,6 +333,7 @@ def serve_models(args, argv: list[str], prog: str, serve_config, auth, cors) -> 
         cors,
         lambda entry, model_argv: router_model(entry, model_argv, prog),
         web_ui(args),
+        (tools, agent_features(args)[1]),
     )
 
 
@@ -409,6 +418,42 @@ def speculative_config(args, tokenizer, prog: str):
         p_min=stof(args.spec_draft_p_min),
         kv=kv_numerics(args, draft=True),
     )
+
+
+def agent_features(args) -> tuple[list[str], bool]:
+    """--tools, --ui-mcp-proxy and -ag / -no-ag in command-line order, as b10621's handlers set them: the built-in
+    tools asked for (parse_csv_row) and whether the CORS proxy is on."""
+    tools: list[str] = []
+    proxy = False
+    for given in args.given:
+        if given.option == "--tools":
+            tools = parse_csv_row(given.value)
+        elif given.option == "--ui-mcp-proxy":
+            proxy = bool(given.value)
+        elif given.option == "--agent":
+            tools, proxy = (["all"], True) if given.value else ([], False)
+    return tools, proxy
+
+
+def enabled_tools(args) -> tuple:
+    """The built-in tools --tools / -ag enable; StartupRefusal with b10621's words for an unknown name."""
+    names, _ = agent_features(args)
+    if not names:
+        return ()
+    try:
+        return tuple(select_tools(names))
+    except ValueError as exc:
+        raise StartupRefusal(f"srv    llama_server: tools setup failed: {exc}") from None
+
+
+def tools_cors(args, cors, tools_on: bool):
+    """b10621's default CORS origin with built-in tools on: localhost, unless --cors-origins was given."""
+    if cors is None or not tools_on or any(g.option == "--cors-origins" for g in args.given):
+        return cors
+    log.warning(
+        "server tools or MCP servers are enabled, using localhost as default CORS origin (change via --cors-origins)"
+    )
+    return dataclasses.replace(cors, origins="localhost")
 
 
 def kv_numerics(args, draft: bool = False):

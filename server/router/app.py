@@ -13,7 +13,7 @@ from fastapi.responses import StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from ..api import cors_proxy, disabled, webui
+from ..api import cors_proxy, disabled, tools, webui
 from ..api.auth import AuthMiddleware
 from ..api.cors import CorsMiddleware
 from ..api.jsonio import UpstreamJSON, error_response, loads
@@ -178,7 +178,8 @@ def create_router_app(pool: ModelPool, settings) -> FastAPI:  # noqa: C901
         return await forward(request, request.query_params.get("model", ""), b"", _autoload(pool, request), False)
 
     # b10621 registers /tools and /cors-proxy in router mode too: the CORS proxy with --ui-mcp-proxy, else its 403
-    app.include_router(disabled.router)
+    app.state.tools = list(settings.tools)
+    app.include_router(tools.router if settings.tools else disabled.router)
     app.include_router(cors_proxy.router if settings.mcp_proxy else disabled.proxy_router)
     for path in PROXIED_POST:
         app.add_api_route(path, proxy_post, methods=["POST"])

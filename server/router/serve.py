@@ -37,8 +37,10 @@ def serve_router(
     cors,
     load_model: Callable[[Entry, list[str]], Loaded],
     ui: WebUI | None = None,
+    agent: tuple[tuple, bool] = ((), False),
 ) -> int:
-    """Serve the router until it stops. load_model(entry, model_argv) serves one model of the pool in this
+    """Serve the router until it stops (agent: the built-in tools and whether the CORS proxy is on, as the CLI
+    resolved them). load_model(entry, model_argv) serves one model of the pool in this
     process as that command line would (the CLI's, server/cli/startup.py's router_model: the router reads no
     command line of its own)."""
     program = program_path()
@@ -80,7 +82,8 @@ def serve_router(
         cors=cors,
         api_prefix=args.api_prefix or "",
         webui=ui or WebUI(enabled=False),
-        mcp_proxy=bool(args.ui_mcp_proxy),
+        tools=agent[0],
+        mcp_proxy=agent[1],
     )
     app = create_router_app(pool, settings)
     try:
