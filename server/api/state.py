@@ -39,7 +39,8 @@ class ServerSettings:
     vertex: VertexSettings | None = None  # AIP_MODE=PREDICTION
     webui: WebUI = field(default_factory=lambda: WebUI(dist=None))  # --ui, the built assets, --ui-config
     mcp_proxy: bool = False  # --ui-mcp-proxy: GET and POST /cors-proxy forward (api/cors_proxy.py)
-    tools: tuple = ()  # --tools: the built-in tools GET and POST /tools serve (server/tools/builtin.py's Tool)
+    tools: tuple = ()  # --tools, MCP servers: the tools GET and POST /tools serve (server/tools/builtin.py's Tool)
+    tools_on: bool = False  # /tools served (b10621: tools asked for or MCP servers configured), else its 403
 
 
 @dataclass

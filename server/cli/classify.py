@@ -214,7 +214,7 @@ _NO_PROJECTOR = (
     "mlxcel attaches no GGUF projector to a model: it serves text checkpoints (a multimodal MLX "
     "checkpoint would carry its towers inside)"
 )
-_UI = "mlxcel runs no MCP server or tools runtime on a model's behalf"
+_UI = "mlxcel runs the built-in tools on the host only: no container or SSH tools runtime"
 _UI_ALT = "leave it out (client-declared tools in chat requests keep working), or pass the disabling form"
 
 
@@ -316,8 +316,12 @@ RULES: dict[str, Rule] = {
         "name is refused at startup in b10621's words"
     ),
     "--tools-runtime": _refuse(_UI, _LEAVE),
-    "--mcp-servers-config": _refuse(_UI, _LEAVE),
-    "--mcp-servers-json": _refuse(_UI, _LEAVE),
+    "--mcp-servers-config": _inert(
+        "served: each MCP server's tools through /tools as <server>_<tool> (server/tools/mcp.py)"
+    ),
+    "--mcp-servers-json": _inert(
+        "served: each MCP server's tools through /tools as <server>_<tool> (server/tools/mcp.py)"
+    ),
     # ----- logging: prompts on disk -----
     "--embd-gemma-default": _refuse(
         "b10621's preset serves the GGUF repository "

@@ -5,6 +5,7 @@ blas.activate()."""
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import json
 import logging
@@ -51,7 +52,9 @@ from ..models.yarn import YarnFlags
 from ..router.pool import Loaded
 from ..router.serve import serve_router
 from ..textparse import parse_csv_row, stof, stoi
+from ..tools import mcp
 from ..tools.builtin import select as select_tools
+from ..tools.builtin import with_mcp
 from ..transport import HttpServer, TransportError, announce_listening
 from . import offload
 from .args import build_parser
@@ -208,7 +211,7 @@ def _settled_state(args, prog, auth, cors, vertex, checkpoint, tokenizer, engine
         raise StartupRefusal(str(exc)) from None
     except ValueError as exc:
         raise StartupRefusal(f"error: {exc}") from None
-    tools = enabled_tools(args)
+    tools, tools_on = enabled_tools(args)
     settings = ServerSettings(
         chat=chat,
         encoder=encoder,
@@ -218,6 +221,7 @@ def _settled_state(args, prog, auth, cors, vertex, checkpoint, tokenizer, engine
         slot_save_path=args.slot_save_path or "",
         mcp_proxy=agent_features(args)[1],
         tools=tools,
+        tools_on=tools_on,
         prompts_log_dir=args.log_prompts_dir or "",
         vertex=vertex,
         n_batch=args.batch_size,
@@ -238,12 +242,20 @@ def _settled_state(args, prog, auth, cors, vertex, checkpoint, tokenizer, engine
             reasoning_format="deepseek" if args.reasoning_format == "auto" else args.reasoning_format,
         ),
         slots_debug=bool(int(os.environ.get("LLAMA_SERVER_SLOTS_DEBUG", "0") or 0)),
-        cors=tools_cors(args, cors, bool(tools)),
+        cors=tools_cors(args, cors, tools_on),
         auth=auth,
         api_prefix=args.api_prefix or "",
         webui=web_ui(args),
     )
-    features = [name for name, on in (("MCP proxy", settings.mcp_proxy), ("server tools", settings.tools)) if on]
+    features = [
+        name
+        for name, on in (
+            ("MCP proxy", settings.mcp_proxy),
+            ("server tools", any(t.kind == "server" for t in settings.tools)),
+            ("MCP servers", any(t.kind == "mcp" for t in settings.tools)),
+        )
+        if on
+    ]
     if features:  # b10621's warning, as it prints it
         log.warning("srv    llama_server: -----------------")
         log.warning("srv    llama_server: the following feature(s) are enabled:")
@@ -319,11 +331,11 @@ def serve_models(args, argv: list[str], prog: str, serve_config, auth, cors) -> 
     """b10621's router mode (no -m): models served on demand from the store, --models-dir and presets, each
     loaded by router_model."""
     try:
-        tools = enabled_tools(args)
+        tools, tools_on = enabled_tools(args)
     except StartupRefusal as exc:
         print(exc.text, file=sys.stderr)
         return 1
-    cors = tools_cors(args, cors, bool(tools))
+    cors = tools_cors(args, cors, tools_on)
     return serve_router(
         args,
         argv,
@@ -333,7 +345,7 @@ def serve_models(args, argv: list[str], prog: str, serve_config, auth, cors) -> 
         cors,
         lambda entry, model_argv: router_model(entry, model_argv, prog),
         web_ui(args),
-        (tools, agent_features(args)[1]),
+        (tools, tools_on, agent_features(args)[1]),
     )
 
 
@@ -435,15 +447,25 @@ def agent_features(args) -> tuple[list[str], bool]:
     return tools, proxy
 
 
-def enabled_tools(args) -> tuple:
-    """The built-in tools --tools / -ag enable; StartupRefusal with b10621's words for an unknown name."""
+def enabled_tools(args) -> tuple[tuple, bool]:
+    """The tools /tools serves and whether it is on (b10621: built-in tools asked for, or MCP servers configured):
+    --tools / -ag's built-in tools, then the MCP servers' (started once now to list theirs, as b10621's warm-up);
+    StartupRefusal with b10621's words for an unknown tool name or an MCP configuration it cannot read."""
     names, _ = agent_features(args)
-    if not names:
-        return ()
     try:
-        return tuple(select_tools(names))
+        configs = mcp.load_configs(args.mcp_servers_config, args.mcp_servers_json)
+    except mcp.MCPConfigError as exc:
+        raise StartupRefusal(f"srv    llama_server: MCP starting failed: {exc}") from None
+    try:
+        tools = select_tools(names) if names else []
     except ValueError as exc:
         raise StartupRefusal(f"srv    llama_server: tools setup failed: {exc}") from None
+    if configs:
+        manager = mcp.Manager(configs)
+        manager.warm_up()
+        atexit.register(manager.shutdown)  # (the sessions opened by calls end with the server)
+        tools = with_mcp(tools, manager)
+    return tuple(tools), bool(names or configs)
 
 
 def tools_cors(args, cors, tools_on: bool):

@@ -37,10 +37,10 @@ def serve_router(
     cors,
     load_model: Callable[[Entry, list[str]], Loaded],
     ui: WebUI | None = None,
-    agent: tuple[tuple, bool] = ((), False),
+    agent: tuple[tuple, bool, bool] = ((), False, False),
 ) -> int:
-    """Serve the router until it stops (agent: the built-in tools and whether the CORS proxy is on, as the CLI
-    resolved them). load_model(entry, model_argv) serves one model of the pool in this
+    """Serve the router until it stops (agent: the tools, whether /tools is on and whether the CORS proxy is, as
+    the CLI resolved them). load_model(entry, model_argv) serves one model of the pool in this
     process as that command line would (the CLI's, server/cli/startup.py's router_model: the router reads no
     command line of its own)."""
     program = program_path()
@@ -83,7 +83,8 @@ def serve_router(
         api_prefix=args.api_prefix or "",
         webui=ui or WebUI(enabled=False),
         tools=agent[0],
-        mcp_proxy=agent[1],
+        tools_on=agent[1],
+        mcp_proxy=agent[2],
     )
     app = create_router_app(pool, settings)
     try:

@@ -9,6 +9,7 @@ and Python's here: the common syntax agrees; look-behind, named groups and the l
 from __future__ import annotations
 
 import base64
+import logging
 import os
 import re
 from collections.abc import Callable
@@ -16,6 +17,9 @@ from dataclasses import dataclass
 
 from ..errors import json_type_name, type_error
 from .host import HostIO, ToolError, ToolJSONError, make_io, path_glob_match
+from .mcp import Manager
+
+log = logging.getLogger("mlxcel")
 
 READ_FILE_MAX = 16 * 1024
 READ_FILE_MAX_BASE64 = 32 * 1024 * 1024
@@ -69,13 +73,14 @@ class Tool:
     call: Callable[[dict, Stream | None], dict | None]
     support_stream: bool = False
     uses_cwd: bool = True
+    kind: str = "server"  # "mcp": a tool of an MCP server (server/tools/mcp.py)
 
     def to_json(self) -> dict:
         """server_tool::to_json: what GET /tools lists for it."""
         return {
             "display_name": self.display_name,
             "tool": self.name,
-            "type": "server",
+            "type": self.kind,
             "permissions": {"write": self.permission_write},
             "uses_cwd": self.uses_cwd,
             "definition": self.definition,
@@ -562,4 +567,34 @@ def select(names: list[str]) -> list[Tool]:
     return [t for t in TOOLS if "all" in names or t.name in names]
 
 
-__all__ = ["NAMES", "TOOLS", "HostIO", "Tool", "ToolError", "ToolJSONError", "select"]
+def _mcp_call(manager: Manager, server: str, tool: str) -> Callable[[dict, Stream | None], dict | None]:
+    """server_mcp_tool::invoke: the params, as the request left them, are the tool's arguments."""
+    return lambda params, _stream: manager.call(server, tool, params)
+
+
+def with_mcp(tools: list[Tool], manager: Manager) -> list[Tool]:
+    """server_tools::setup: the MCP servers' tools after the built-in ones, each "<server>_<tool>", one whose name
+    is taken already skipped (b10621's warning)."""
+    seen = {t.name for t in tools}
+    out = list(tools)
+    for d in manager.registry:
+        name = f"{d.server}_{d.name}"
+        if name in seen:
+            log.warning('MCP tool "%s" from server "%s" collides with an existing tool, skipping', name, d.server)
+            continue
+        seen.add(name)
+        schema = d.input_schema if isinstance(d.input_schema, dict) else {}
+        definition = {
+            "type": "function",
+            "function": {"name": name, "description": d.description, "parameters": schema},
+        }
+        out.append(
+            Tool(name, name, False, definition, _mcp_call(manager, d.server, d.name), uses_cwd=False, kind="mcp")
+        )
+    added = len(out) - len(tools)
+    if added:
+        log.info("Added %d MCP tools", added)
+    return out
+
+
+__all__ = ["NAMES", "TOOLS", "HostIO", "Tool", "ToolError", "ToolJSONError", "select", "with_mcp"]
