@@ -10,6 +10,7 @@ the host and refuses a runtime by name; b10621's refusals of malformed ones are 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import httpx
@@ -264,3 +265,70 @@ def test_tools_make_the_default_cors_origin_localhost(setup):
             for b in (pair.reference.base_url, pair.mlxcel.base_url)
         ]
         assert said[0] == said[1] == (origin if echoed else None)
+
+
+SHIMS = Path(__file__).resolve().parent.parent / "fixtures" / "tools_runtime"
+RUNTIME_CALLS = [
+    c
+    for c in CALLS
+    if c[0]
+    in {
+        "read",
+        "read-range",
+        "read-missing",
+        "read-base64",
+        "write",
+        "write-then-read",
+        "edit",
+        "edit-then-read",
+        "glob-files",
+        "glob-dirs",
+        "glob-all-depth",
+        "glob-missing",
+        "grep",
+        "grep-context",
+        "grep-file",
+        "exec",
+        "exec-cwd",
+        "exec-stream",
+        "info",
+    }
+]
+
+
+@pytest.mark.parametrize(
+    "runtime", ["docker-container:abc123", "ssh:me@box.example", None], ids=["container", "ssh", "spawned"]
+)
+def test_the_tools_run_through_a_runtime_as_b10621s(reference_binary, tmp_path, runtime):
+    """Through an isolate (x-tool-runtime, or --tools-runtime docker:IMAGE's own container): every file and shell
+    operation a command for the engine or ssh, here run by stand-ins on PATH (fixtures/tools_runtime), so what
+    each server asks of the isolate is compared, answer by answer."""
+    dirs = [tmp_path / side for side in ("reference", "mlxcel")]
+    for d in dirs:
+        d.mkdir()
+        _tree(d)
+    extra = ("--tools-runtime", "docker:busybox") if runtime is None else ()
+    pair = Pair("f32", ("--tools", "all", *extra), reference_binary)
+    for server in (pair.reference, pair.mlxcel):
+        server.env["PATH"] = f"{SHIMS}:{server.env.get('PATH') or os.environ['PATH']}"
+    seen: dict = {}
+    with pair:
+        for name, tool, params, headers, stream in RUNTIME_CALLS:
+            answers = []
+            for base, root in ((pair.reference.base_url, dirs[0]), (pair.mlxcel.base_url, dirs[1])):
+                sent = {"x-tool-cwd": str(root), **headers, **({"x-tool-runtime": runtime} if runtime else {})}
+                body = {"tool": tool, "params": params, **({"stream": True} if stream else {})}
+                said = _said(httpx.post(base + "/tools", json=body, headers=sent, timeout=60), root)
+                if stream and said["status"] == 200:
+                    events = [json.loads(e[len("data: ") :]) for e in said["body"].split("\n\n") if e]
+                    said["body"] = ["".join(e.get("chunk", "") for e in events[:-1]), events[-1]]
+                answers.append(said)
+            theirs, ours = answers
+            _record(f"runtime-{runtime.split(':')[0] if runtime else 'spawned'}-{name}", "POST", ours == theirs)
+            assert ours == theirs, name
+            seen[name] = ours["body"]
+    # not a refusal both gave: the isolate's files and commands answered
+    assert "int main()" in seen["read"]["plain_text_response"]
+    assert "out\nerr\n\n[exit code: 3]" in seen["exec"]["plain_text_response"]
+    assert "src/main.cpp" in seen["glob-files"]["plain_text_response"]
+    assert seen["write-then-read"] == {"plain_text_response": "one\ntwo\n"}

@@ -7,7 +7,16 @@ from __future__ import annotations
 import pytest
 
 from server.tools.builtin import NAMES, edit_file, read_file, select, write_file
-from server.tools.host import HostIO, ToolError, glob_match, make_io, path_glob_match
+from server.tools.host import (
+    SSHIO,
+    ContainerIO,
+    HostIO,
+    ToolError,
+    glob_match,
+    make_io,
+    path_glob_match,
+    shell_quote_join,
+)
 
 
 @pytest.mark.parametrize(
@@ -55,13 +64,9 @@ def test_paths_resolve_against_the_working_directory(tmp_path):
         ("ssh:-oProxyCommand=x", "invalid ssh target: -oProxyCommand=x"),
         ("docker-container:--privileged", "invalid container id: --privileged"),
         ("podman:busybox", "tool runtime must name a running container: podman:busybox"),
-        (
-            "docker-container:abc123",
-            "tool runtime docker-container:abc123: mlxcel runs the built-in tools on the host only",
-        ),
     ],
 )
-def test_a_tools_runtime_is_refused_never_run_on_the_host(runtime, said):
+def test_a_runtime_b10621_refuses_is_refused_never_run_on_the_host(runtime, said):
     with pytest.raises(ToolError, match="^" + said.replace("+", r"\+") + "$"):
         make_io({"runtime": runtime})
 
@@ -71,3 +76,25 @@ def test_tool_names_are_checked_as_b10621_checks_them():
     assert [t.name for t in select(["get_info", "read_file"])] == ["read_file", "get_info"]  # build_tools' order
     with pytest.raises(ValueError, match='^unknown tool "fly". available tools: read_file, file_glob_search'):
         select(["read_file", "fly"])
+
+
+def test_an_isolate_is_reached_with_b10621s_command_lines():
+    """tools_io_container's and tools_io_ssh's argv (the commands themselves against b10621's:
+    conformance/test_builtin_tools.py, through stand-ins for the engine and ssh)."""
+    assert isinstance(make_io({"runtime": "podman-container:c1", "cwd": "/w"}), ContainerIO)
+    assert ContainerIO("podman", "c1").build_argv(["cat", "--", "/f"], True) == [
+        "podman",
+        "exec",
+        "-i",
+        "c1",
+        "cat",
+        "--",
+        "/f",
+    ]
+    ssh = make_io({"runtime": "ssh:me@host"})
+    assert isinstance(ssh, SSHIO) and ssh.build_argv(["echo", "it's"], False)[-3:] == [
+        "-n",
+        "me@host",
+        "'echo' 'it'\\''s'",
+    ]
+    assert shell_quote_join(["a b", "c"]) == "'a b' 'c'"

@@ -310,9 +310,6 @@ def test_the_no_alias_of_a_pair_means_false_whatever_its_value(monkeypatch):
     monkeypatch.delenv("LLAMA_ARG_NO_UI")
     monkeypatch.setenv("LLAMA_ARG_UI", "on")
     assert parse().ui is True
-    monkeypatch.setenv("LLAMA_ARG_TOOLS_RUNTIME", "docker:busybox")
-    assert refused()[0].startswith("error: LLAMA_ARG_TOOLS_RUNTIME=docker:busybox: mlxcel runs the built-in tools")
-    monkeypatch.delenv("LLAMA_ARG_TOOLS_RUNTIME")
     monkeypatch.setenv("LLAMA_ARG_UI_MCP_PROXY", "on")  # the CORS proxy: served (conformance/test_cors_proxy.py)
     assert parse().ui_mcp_proxy is True and refused() == []
 
@@ -688,9 +685,6 @@ def test_model_source_refusals_are_pinned(argv):
     ]
 
 
-UI = "mlxcel runs the built-in tools on the host only: no container or SSH tools runtime"
-
-
 @pytest.mark.parametrize("argv", [("-ag",), ("--agent",), ("--tools", "all"), ("--tools", "read_file,get_info")])
 def test_the_built_in_tools_and_the_agent_switch_are_accepted(argv):
     assert refused(*argv) == []  # (an unknown tool name: b10621's setup refusal, startup case tools-unknown-refused)
@@ -703,9 +697,8 @@ def test_the_web_ui_options_are_accepted(argv):
     assert refused(*argv) == []
 
 
-def test_a_tools_runtime_is_refused_and_mcp_servers_are_accepted():
-    (line,) = refused("--tools-runtime", "docker")
-    assert line.startswith(f"error: --tools-runtime docker: {UI}") and line.endswith("; leave it out")
+def test_a_tools_runtime_and_mcp_servers_are_accepted():
+    assert refused("--tools-runtime", "docker:busybox") == []  # (b10621's setup checks: startup cases)
     assert refused("--mcp-servers-json", "{}") == refused("--mcp-servers-config", "m.json") == []
 
 

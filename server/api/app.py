@@ -123,6 +123,7 @@ def create_app(state: AppState | None) -> FastAPI:  # noqa: C901
         app.include_router(module.router)
     app.include_router(cors_proxy.router if settings.mcp_proxy else disabled.proxy_router)
     app.state.tools = list(settings.tools)
+    app.state.tools_runtime = settings.tools_runtime
     app.include_router(tools.router if settings.tools_on else disabled.router)
     webui.register(app, settings.webui)
     if settings.vertex is not None and settings.vertex.enabled:  # AIP_MODE=PREDICTION (Vertex AI)

@@ -41,6 +41,7 @@ class ServerSettings:
     mcp_proxy: bool = False  # --ui-mcp-proxy: GET and POST /cors-proxy forward (api/cors_proxy.py)
     tools: tuple = ()  # --tools, MCP servers: the tools GET and POST /tools serve (server/tools/builtin.py's Tool)
     tools_on: bool = False  # /tools served (b10621: tools asked for or MCP servers configured), else its 403
+    tools_runtime: object = None  # --tools-runtime: server/tools/host.py's StaticRuntime or ContainerRuntime
 
 
 @dataclass

@@ -87,9 +87,14 @@ async def call_tool(request: Request) -> Response:
             params.pop(key, None)
             if request.headers.get(header):
                 params[key] = request.headers[header]
+        runtime = request.app.state.tools_runtime  # --tools-runtime, where the request names none
+        if runtime is not None and "runtime" not in params:
+            params["runtime"] = await asyncio.to_thread(runtime.spec)
         tool = _find(_tools(request), name, stream)
     except _Refused as exc:
         return _error(str(exc), exc.kind, exc.status)
+    except ToolError as exc:  # (a container that died and would not start again)
+        return _error(str(exc), ErrorKind.SERVER)
     if stream:
         # (no charset: b10621's content type is the bare text/event-stream)
         return StreamingResponse(_stream(request, tool, params), headers={"Content-Type": "text/event-stream"})

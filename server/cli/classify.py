@@ -214,8 +214,6 @@ _NO_PROJECTOR = (
     "mlxcel attaches no GGUF projector to a model: it serves text checkpoints (a multimodal MLX "
     "checkpoint would carry its towers inside)"
 )
-_UI = "mlxcel runs the built-in tools on the host only: no container or SSH tools runtime"
-_UI_ALT = "leave it out (client-declared tools in chat requests keep working), or pass the disabling form"
 
 
 def _preset(repo: str, mlx: str, flags: str, why: str) -> Rule:
@@ -315,7 +313,9 @@ RULES: dict[str, Rule] = {
         "served: GET and POST /tools run b10621's built-in tools on the host (server/tools/builtin.py); an unknown "
         "name is refused at startup in b10621's words"
     ),
-    "--tools-runtime": _refuse(_UI, _LEAVE),
+    "--tools-runtime": _inert(
+        "served: the built-in tools run in that container (docker/podman) or over SSH, as b10621"
+    ),
     "--mcp-servers-config": _inert(
         "served: each MCP server's tools through /tools as <server>_<tool> (server/tools/mcp.py)"
     ),

@@ -55,6 +55,7 @@ from ..textparse import parse_csv_row, stof, stoi
 from ..tools import mcp
 from ..tools.builtin import select as select_tools
 from ..tools.builtin import with_mcp
+from ..tools.host import ToolError, make_runtime
 from ..transport import HttpServer, TransportError, announce_listening
 from . import offload
 from .args import build_parser
@@ -222,6 +223,7 @@ def _settled_state(args, prog, auth, cors, vertex, checkpoint, tokenizer, engine
         mcp_proxy=agent_features(args)[1],
         tools=tools,
         tools_on=tools_on,
+        tools_runtime=tools_runtime(args, tools_on),
         prompts_log_dir=args.log_prompts_dir or "",
         vertex=vertex,
         n_batch=args.batch_size,
@@ -332,6 +334,7 @@ def serve_models(args, argv: list[str], prog: str, serve_config, auth, cors) -> 
     loaded by router_model."""
     try:
         tools, tools_on = enabled_tools(args)
+        runtime = tools_runtime(args, tools_on)
     except StartupRefusal as exc:
         print(exc.text, file=sys.stderr)
         return 1
@@ -345,7 +348,7 @@ def serve_models(args, argv: list[str], prog: str, serve_config, auth, cors) -> 
         cors,
         lambda entry, model_argv: router_model(entry, model_argv, prog),
         web_ui(args),
-        (tools, tools_on, agent_features(args)[1]),
+        (tools, tools_on, agent_features(args)[1], runtime),
     )
 
 
@@ -466,6 +469,19 @@ def enabled_tools(args) -> tuple[tuple, bool]:
         atexit.register(manager.shutdown)  # (the sessions opened by calls end with the server)
         tools = with_mcp(tools, manager)
     return tuple(tools), bool(names or configs)
+
+
+def tools_runtime(args, tools_on: bool):
+    """--tools-runtime where /tools is on (b10621 sets it up with the tools): a container it runs, or a target
+    it names; StartupRefusal with b10621's words for one it cannot use."""
+    if not (args.tools_runtime and tools_on):
+        return None
+    try:
+        runtime = make_runtime(args.tools_runtime)
+    except ToolError as exc:
+        raise StartupRefusal(f"srv    llama_server: tools setup failed: {exc}") from None
+    atexit.register(runtime.close)  # (the container it ran stops with the server)
+    return runtime
 
 
 def tools_cors(args, cors, tools_on: bool):

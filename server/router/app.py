@@ -179,6 +179,7 @@ def create_router_app(pool: ModelPool, settings) -> FastAPI:  # noqa: C901
 
     # b10621 registers /tools and /cors-proxy in router mode too: the CORS proxy with --ui-mcp-proxy, else its 403
     app.state.tools = list(settings.tools)
+    app.state.tools_runtime = settings.tools_runtime
     app.include_router(tools.router if settings.tools_on else disabled.router)
     app.include_router(cors_proxy.router if settings.mcp_proxy else disabled.proxy_router)
     for path in PROXIED_POST:

@@ -37,10 +37,10 @@ def serve_router(
     cors,
     load_model: Callable[[Entry, list[str]], Loaded],
     ui: WebUI | None = None,
-    agent: tuple[tuple, bool, bool] = ((), False, False),
+    agent: tuple[tuple, bool, bool, object] = ((), False, False, None),
 ) -> int:
-    """Serve the router until it stops (agent: the tools, whether /tools is on and whether the CORS proxy is, as
-    the CLI resolved them). load_model(entry, model_argv) serves one model of the pool in this
+    """Serve the router until it stops (agent: the tools, whether /tools is on, whether the CORS proxy is, and
+    the tools runtime, as the CLI resolved them). load_model(entry, model_argv) serves one model of the pool in this
     process as that command line would (the CLI's, server/cli/startup.py's router_model: the router reads no
     command line of its own)."""
     program = program_path()
@@ -85,6 +85,7 @@ def serve_router(
         tools=agent[0],
         tools_on=agent[1],
         mcp_proxy=agent[2],
+        tools_runtime=agent[3],
     )
     app = create_router_app(pool, settings)
     try:

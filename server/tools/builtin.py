@@ -184,9 +184,9 @@ def grep_search(params: dict, _stream: Stream | None = None) -> dict:  # noqa: C
     io = make_io(params)
     files: list[tuple[str, str]] = []
     absolute = io.resolve(path)
-    if os.path.isfile(absolute):
+    if io.is_regular_file(absolute):
         files.append((absolute, path))
-    elif os.path.isdir(absolute):
+    elif io.is_directory(absolute):
         listing = io.list_entries(absolute, 0, "file")
         if listing.err:
             return {"error": f"{listing.err}: {path}"}
@@ -386,11 +386,14 @@ def get_info(params: dict, _stream: Stream | None = None) -> dict:
     res = io.run(["uname", "-a"], GET_INFO_MAX_OUTPUT, GET_INFO_TIMEOUT)
     os_info = res.output.strip() if res.exit_code == 0 and not res.timed_out else "unknown"
     cwd = params.get("cwd") if isinstance(params.get("cwd"), str) else ""
-    if not cwd:
+    if not cwd and not params.get("runtime"):
         try:
             cwd = os.getcwd()
         except OSError:
             cwd = ""
+    elif not cwd:  # (inside an isolate: its own working directory)
+        pwd = io.run(["pwd"], GET_INFO_MAX_OUTPUT, GET_INFO_TIMEOUT)
+        cwd = pwd.output.strip() if pwd.exit_code == 0 and not pwd.timed_out else "unknown"
     return {"os": os_info, "cwd": cwd}
 
 
