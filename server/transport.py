@@ -62,6 +62,11 @@ DRAIN_SECONDS = 10.0
 SERVER_HEADER = (b"Server", b"llama.cpp")  # srv->set_default_headers
 
 
+# called once, at the first SIGTERM / SIGINT (before the drain): what would hold a request in flight lets go
+# (an MCP server's call waiting on its reply: server/tools/mcp.py)
+AT_SHUTDOWN: list[Callable[[], None]] = []
+
+
 class TransportError(RuntimeError):
     """The server cannot listen as configured: one sentence for the operator, startup stops."""
 
@@ -475,6 +480,9 @@ class HttpServer:
                 # drain ends in a plain exit, status 0; a second signal forces the exit
                 if self.should_exit:
                     self.force_exit = True
+                else:
+                    for hook in AT_SHUTDOWN:
+                        hook()
                 self.should_exit = True
 
             async def startup(self, sockets=None) -> None:

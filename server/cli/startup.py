@@ -56,7 +56,7 @@ from ..tools import mcp
 from ..tools.builtin import select as select_tools
 from ..tools.builtin import with_mcp
 from ..tools.host import ToolError, make_runtime
-from ..transport import HttpServer, TransportError, announce_listening
+from ..transport import AT_SHUTDOWN, HttpServer, TransportError, announce_listening
 from . import offload
 from .args import build_parser
 from .classify import load_mode, refusals, spec_types
@@ -467,6 +467,7 @@ def enabled_tools(args) -> tuple[tuple, bool]:
         manager = mcp.Manager(configs)
         manager.warm_up()
         atexit.register(manager.shutdown)  # (the sessions opened by calls end with the server)
+        AT_SHUTDOWN.append(manager.stopping.set)  # a call in flight gives up at the first signal, as b10621's
         tools = with_mcp(tools, manager)
     return tuple(tools), bool(names or configs)
 

@@ -108,8 +108,9 @@ def load_configs(config_file: str | None, config_json: str | None) -> list[Serve
 class Session:
     """One server's process and JSON-RPC session (server_mcp_stdio with server_mcp_transport's handshake)."""
 
-    def __init__(self, config: ServerConfig):
+    def __init__(self, config: ServerConfig, stopping: threading.Event | None = None):
         self.config = config
+        self.stopping = stopping or threading.Event()  # the server shutting down: a waiting call gives up
         self.proc: subprocess.Popen | None = None
         self.replies: queue.Queue[str | None] = queue.Queue(maxsize=65536)
         self.lock = threading.Lock()  # one call at a time on a session
@@ -180,11 +181,13 @@ class Session:
         if not self._send(request):
             return {"error": {"code": -32603, "message": "transport closed"}}
         while True:
+            if self.stopping.is_set():
+                return {"error": {"code": -32603, "message": "cancelled"}}
             left = deadline - time.monotonic()
             if left <= 0:
                 return {"error": {"code": -32603, "message": "request timed out"}}
             try:
-                frame = self.replies.get(timeout=left)
+                frame = self.replies.get(timeout=min(left, 0.05))  # (in slices: a shutdown is seen at once)
             except queue.Empty:
                 continue
             if frame is None:
@@ -293,13 +296,13 @@ class Manager:
     sessions: dict[str, Session] = field(default_factory=dict)
     dead_until: dict[str, float] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
-    stopping: bool = False
+    stopping: threading.Event = field(default_factory=threading.Event)
 
     def warm_up(self) -> None:
         """Each server started, asked for its tools (ten seconds at most), and stopped."""
         discovered: list[ToolDef] = []
         for cfg in self.configs:
-            session = Session(cfg)
+            session = Session(cfg, self.stopping)
             if not session.start():
                 log.warning("MCP warmup: failed to spawn '%s': %s", cfg.name, session.last_error)
                 continue
@@ -317,7 +320,7 @@ class Manager:
 
     def _session(self, name: str) -> Session | None:
         with self.lock:
-            if self.stopping:
+            if self.stopping.is_set():
                 return None
             now = time.monotonic()
             if self.dead_until.get(name, 0) > now:
@@ -333,7 +336,7 @@ class Manager:
             cfg = next((c for c in self.configs if c.name == name), None)
             if cfg is None:
                 return None
-            fresh = Session(cfg)
+            fresh = Session(cfg, self.stopping)
             if fresh.start() and fresh.alive():
                 self.sessions[name] = fresh
                 return fresh
@@ -343,8 +346,8 @@ class Manager:
             return None
 
     def shutdown(self) -> None:
+        self.stopping.set()  # (first: a call waiting on a reply under the lock gives up)
         with self.lock:
-            self.stopping = True
             for session in self.sessions.values():
                 session.close()
             self.sessions.clear()
