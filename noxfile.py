@@ -74,6 +74,15 @@ def tests(session: nox.Session) -> None:
 
 
 @nox.session
+def upstream_tests(session: nox.Session) -> None:
+    """llama.cpp's own server tests for the web UI's companions (built-in tools, MCP servers) against
+    mlxcel-server, from the pinned sdist, offline (oracle/upstream_tests.py; --reference for b10621's binary)."""
+    session.install("-e", ".[test]")
+    session.run("mlxcel-oracle", "reference")
+    session.run("python", "-m", "oracle.upstream_tests", *session.posargs)
+
+
+@nox.session
 def unit(session: nox.Session) -> None:
     """The fast tier (under 5 minutes): tests/ without the reference binary, the reliability suites or the heavy
     in-process engine suites (marker heavy)."""
