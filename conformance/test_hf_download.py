@@ -61,6 +61,8 @@ class Side:
         with FakeHub(self.repos) as hub:
             hub.gated[GATED] = TOKEN
             hub.cut_after.update(self.cut)
+            # "{hub}", "{cache}": this run's hub and this side's cache (a -mu URL, an -m path in the cache)
+            args = [a.replace("{hub}", hub.url).replace("{cache}", str(self.cache)) for a in args]
             sp = reference_server(binary, None, args) if self.name == "reference" else mlxcel_server(None, args)
             sp.argv += ["--port", str(sp.port)]  # after the case's flags: a preset sets a port of its own
             sp.env.update(HF_ENDPOINT=hub.url, LLAMA_CACHE=str(self.cache))
@@ -69,8 +71,12 @@ class Side:
                 sp.start(timeout=120)
                 served = True
                 props = httpx.get(sp.base_url + "/props", timeout=30).json()
-                name = (props["model_alias"], props["default_generation_settings"]["n_ctx"], props["total_slots"])
-                ids = [m["id"] for m in httpx.get(sp.base_url + "/v1/models", timeout=30).json()["data"]]
+                alias = props["model_alias"].replace(str(self.cache), "{cache}")
+                name = (alias, props["default_generation_settings"]["n_ctx"], props["total_slots"])
+                ids = [
+                    m["id"].replace(str(self.cache), "{cache}")
+                    for m in httpx.get(sp.base_url + "/v1/models", timeout=30).json()["data"]
+                ]
             except ServerStartError:
                 served, name, ids = False, None, None
             log = sp.log_path.read_text(errors="replace") if sp.log_path.is_file() else ""
@@ -207,3 +213,28 @@ def _commit() -> str:
     from tests.fake_hub import COMMIT
 
     return COMMIT
+
+
+def test_a_model_url_downloads_into_m_then_keeps_it_while_its_etag_holds(repos, reference_binary):
+    """-m FILE -mu URL: the file fetched into -m's path with its ETag beside it; a second start asks the server
+    (HEAD) and keeps the file; --offline asks nothing. (-mu without -m: router mode, on both: startup case
+    model-url.)"""
+    ref, mine = Side("reference", repos), Side("mlxcel", repos)
+    args = ["-m", "{cache}/plain.gguf", "-mu", f"{{hub}}/{REPO}/resolve/main/tiny-Q8_0.gguf"]
+    for case, extra in (("fresh", []), ("kept", []), ("offline", ["--offline"])):
+        want, got = _pair(repos, reference_binary, args + extra, (ref, mine))
+        _record(f"model-url-{case}", ["--model-url"], want, got, COMPARED)
+        assert want["served"] and want["cache"] == ["plain.gguf", "plain.gguf.etag"]
+        assert len(want["requests"]) == {"fresh": 2, "kept": 1, "offline": 0}[case]
+        assert {k: got[k] for k in COMPARED} == {k: want[k] for k in COMPARED}
+
+
+def test_a_model_url_that_cannot_be_had_fails_in_b10621s_words(repos, reference_binary):
+    want, got = _pair(
+        repos, reference_binary, ["-m", "{cache}/none.gguf", "-mu", "{hub}/acme/none/resolve/main/x.gguf"]
+    )
+    _record("model-url-missing", ["--model-url"], want, got, ("served", "cache"))
+    line = "failed to download model: Download '"
+    assert not want["served"] and not got["served"] and got["exit"] == want["exit"] == 1
+    assert line in want["log"] and line in got["log"] and "failed with status code: 404" in got["log"]
+    assert (got["requests"], got["cache"]) == (want["requests"], want["cache"])

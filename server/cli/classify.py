@@ -295,7 +295,10 @@ RULES: dict[str, Rule] = {
     ),
     "--defrag-thold": _inert("every value: upstream only warns that it is deprecated"),
     # ----- model source -----
-    "--model-url": _refuse(_GGUF, _GGUF_ALT),
+    "--model-url": _inert(
+        "served: with -m FILE the GGUF is fetched from the URL into FILE as b10621 fetches it (kept while its ETag "
+        "holds); without -m, router mode, as b10621"
+    ),
     "--docker-repo": _refuse(_GGUF, _GGUF_ALT),
     "--override-kv": _refuse(
         "mlxcel reads a GGUF's metadata once, converting it into an MLX checkpoint configured by its config.json, "

@@ -84,7 +84,30 @@ def _model_source(args, hub) -> bool:
     hub.set_store_root(args.model_store_root)
     hub.set_offline(bool(args.offline))
     hub.set_token(args.hf_token)  # --hf-token, else HF_TOKEN (the parser's environment binding)
-    return (not args.hf_repo or _resolve_hf(args)) and (not args.spec_draft_hf or _resolve_hf_draft(args))
+    return (
+        (not args.hf_repo or _resolve_hf(args))
+        and (not args.spec_draft_hf or _resolve_hf_draft(args))
+        and (not (args.model_url and args.model) or _fetch_url(args))
+    )
+
+
+def _fetch_url(args) -> bool:
+    """-m FILE -mu URL: the file fetched from the URL into -m's path as b10621 fetches it (kept while its ETag
+    holds; server/models/url_download.py); False after b10621's error line when it cannot be had. (-mu without
+    -m starts router mode, as b10621's.)"""
+    from ..models import hub, url_download  # deferred: only a start with -mu reads them
+    from ..models.hf_cache import HFError  # deferred: as above
+
+    if not args.model.endswith(".gguf") and not os.path.isfile(args.model):
+        # (-m names an MLX checkpoint or a store name: that model is served, no GGUF is fetched over it)
+        log.info("srv    load_model: -mu %s: -m %s is an MLX model, served as it is", args.model_url, args.model)
+        return True
+    try:
+        url_download.fetch(args.model_url, args.model, hub.token(), hub.offline())
+    except HFError as exc:
+        log.error("srv  llama_server: failed to download model: %s", exc)
+        return False
+    return True
 
 
 def _resolve_hf_draft(args) -> bool:

@@ -137,18 +137,19 @@ def fetch(file: HFFile, token: str, offline: bool) -> None:
         ranges = head.headers.get("accept-ranges", "none") != "none"
         path.parent.mkdir(parents=True, exist_ok=True)
         part = Path(str(path) + ".downloadInProgress")
-        for attempt in range(3):
-            if attempt:
-                log.warning("common_download_file_single_online: retrying after %d seconds...", 1 << attempt)
-                time.sleep(1 << attempt)
-            if _attempt(client, file.url, part, ranges):
+        for tries in range(3):
+            if tries:
+                log.warning("common_download_file_single_online: retrying after %d seconds...", 1 << tries)
+                time.sleep(1 << tries)
+            if attempt(client, file.url, part, ranges):
                 part.replace(path)
                 return
         log.error("common_download_file_single_online: download failed after 3 attempts")
         raise HFError(f"Download '{file.url}' failed with status code: -1")
 
 
-def _attempt(client, url: str, part: Path, ranges: bool) -> bool:
+def attempt(client, url: str, part: Path, ranges: bool) -> bool:
+    """One GET of url into part (resumed from its size where the server takes ranges); whether it is whole."""
     import httpx  # deferred: only a -hf start pays for it
 
     if part.exists() and not ranges:
