@@ -145,6 +145,16 @@ def _split_list(v: str) -> list[str]:
     return [x for x in re.split(r"[,/]+", v) if x]
 
 
+def _override_kv_check(v) -> None:
+    """string_parse_kv_override over each item, as b10621's handler runs it (its words, its trailing newline)."""
+    from ..models.kv_override import parse  # deferred: the parser's checks import no model code up front
+
+    try:
+        parse([v])
+    except ValueError as exc:
+        raise ValueError(f"{exc}\n") from None
+
+
 def _kv_type_check(v) -> None:
     if v not in KV_CACHE_TYPES:
         raise ValueError(f"Unsupported cache type: {v}")
@@ -300,10 +310,9 @@ RULES: dict[str, Rule] = {
         "holds); without -m, router mode, as b10621"
     ),
     "--docker-repo": _refuse(_GGUF, _GGUF_ALT),
-    "--override-kv": _refuse(
-        "mlxcel reads a GGUF's metadata once, converting it into an MLX checkpoint configured by its config.json, "
-        "and overrides no key of it",
-        "convert the GGUF (`mlxcel convert FILE.gguf DIR`), edit DIR/config.json and pass -m DIR",
+    "--override-kv": _inert(
+        "served for a GGUF -m: its metadata overridden as b10621's loader overrides it, in a conversion of its own",
+        check=_override_kv_check,
         accumulates=True,
     ),
     # ----- web UI, server tools, MCP -----

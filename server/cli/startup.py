@@ -40,7 +40,7 @@ from ..engine.slot_files import Identity
 from ..engine.speculative import DraftConfig, vocab_mismatch
 from ..grammar.json_schema import json_schema_to_grammar
 from ..logs import LogConfig, uvicorn_log_settings
-from ..models import control_vector, tensor_check
+from ..models import control_vector, kv_override, tensor_check
 from ..models.bert import encoder_ftype
 from ..models.facts import head_dim, model_facts
 from ..models.kv_numerics import KVNumerics
@@ -79,7 +79,8 @@ def build_state(args, prog: str, auth, cors, vertex):  # noqa: C901
     settings and the request defaults. The engine starts (its model loading on its own thread) as soon as it
     exists, while the rest is read; a later refusal stops it. Raises StartupRefusal."""
     try:
-        checkpoint = resolve_model(args.model)
+        overrides = kv_override.parse([args.override_kv]) if args.override_kv else ()
+        checkpoint = resolve_model(args.model, overrides)
         read_config(checkpoint)  # a damaged checkpoint is one line here, not a traceback later
     except (ModelNotFound, RuntimeError, ValueError) as exc:
         raise StartupRefusal(f"{prog}: error: {exc}") from None

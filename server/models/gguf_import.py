@@ -16,6 +16,7 @@ import gguf
 import mlx.core as mx
 import numpy as np
 
+from . import kv_override
 from .gguf_arch import ROPE_FREQS, ArchSpec, HParams, ImportRefused, spec_of
 from .gguf_check import DamagedGGUF, check_gguf
 from .gguf_quants import AFFINE_CONVERTERS, FLOAT32_HELD, GROUP_SIZE, KEPT_BLOCKS, KEPT_KEY, permute_rows
@@ -172,8 +173,10 @@ def convert_gguf(  # noqa: C901
     dtype: str = "auto",
     progress: Callable[[str, int, int], None] | None = None,
     blocks: bool = False,
+    overrides: tuple = (),
 ) -> Path:
     """Convert `gguf_path` into an MLX checkpoint directory `out_dir`. dtype: "auto" (keep) or "f32".
+    overrides: --override-kv's (server/models/kv_override.py), in place of the file's metadata values.
     `progress(stage, done, total)` is called as the header is read ("header", in bytes) and as each tensor is
     converted ("tensors"). blocks: the K-quant weights kept as the file's blocks (the server's own cache: its
     CPU kernels read them, other devices convert them at load); else a plain MLX checkpoint (mlxcel convert)."""
@@ -184,6 +187,7 @@ def convert_gguf(  # noqa: C901
         reader = _reader(gguf_path, header, progress)
     except (ValueError, IndexError, KeyError, struct.error) as exc:  # what the check above does not cover
         raise DamagedGGUF(gguf_path, f"unreadable GGUF ({type(exc).__name__}: {exc})") from None
+    kv_override.apply(reader.fields, overrides)  # --override-kv: every key read below sees them
     spec = spec_of(str(_field(reader, "general.architecture")))
     hp = HParams.read(spec.gguf, lambda key, default=None: _field(reader, key, default), _n_tokens(reader))
     vocab = read_vocab(reader)

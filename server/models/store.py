@@ -4,6 +4,7 @@ a model store name (the bundled models, or an `<owner>/<name>` snapshot), all of
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import time
@@ -21,8 +22,15 @@ class ModelNotFound(ValueError):
     pass
 
 
-def resolve_model(spec: str) -> Path:
+def resolve_model(spec: str, overrides: tuple = ()) -> Path:
+    """The checkpoint -m names; overrides (--override-kv) apply to a GGUF's metadata only (ModelNotFound with
+    what to do for anything else)."""
     path = Path(os.path.expanduser(spec))
+    if overrides and not (path.is_file() and path.suffix == ".gguf"):
+        raise ModelNotFound(
+            f"--override-kv overrides a GGUF's metadata; '{spec}' is an MLX checkpoint, configured by its "
+            "config.json: edit that, or pass the GGUF"
+        )
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise ModelNotFound(f"'{spec}' is a directory but not an MLX checkpoint (no config.json)")
@@ -32,7 +40,7 @@ def resolve_model(spec: str) -> Path:
     if spec in BUNDLED_ENCODERS:
         return BUNDLED_ENCODERS[spec]()
     if path.is_file() and path.suffix == ".gguf":
-        return converted_gguf(path)
+        return converted_gguf(path, overrides)
     if spec in list_snapshots():
         return snapshot_dir(spec)
     names = ", ".join(sorted([*BUNDLED_MODELS, *BUNDLED_ENCODERS, *list_snapshots()]))
@@ -41,7 +49,7 @@ def resolve_model(spec: str) -> Path:
     )
 
 
-def converted_gguf(path: Path) -> Path:
+def converted_gguf(path: Path, overrides: tuple = ()) -> Path:
     """The MLX checkpoint a GGUF file equals (Q4_0/Q4_1 as 4-bit affine, Q8_0 as 8-bit, group 32; K-quants as the
     file's blocks; float types kept), converted on first use into the cache and reused while the file is unchanged (same path, size and
     modification time). A tensor type with no lossless MLX counterpart is refused with the converter's words."""
@@ -51,16 +59,21 @@ def converted_gguf(path: Path) -> Path:
 
     real = path.resolve()
     st = real.stat()
+    for o in overrides:  # (b10621 logs them as its loader takes them)
+        log.info("%s", o.shown())
     recipe = {"gguf": str(real), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "converter": CONVERTER_VERSION}
     recipe["blocks"] = True  # K-quants kept as the file's blocks (quant_layers.GGMLLinear)
-    key = hashlib.sha256(str(real).encode()).hexdigest()[:16]
+    if overrides:  # (--override-kv: a conversion of its own)
+        recipe["overrides"] = [[o.key, o.kind, o.value] for o in overrides]
+    named = str(real) + (json.dumps(recipe["overrides"]) if overrides else "")
+    key = hashlib.sha256(named.encode()).hexdigest()[:16]
     target = cache_root() / "converted" / f"{real.stem}-{key}"
     target.parent.mkdir(parents=True, exist_ok=True)
 
     def convert(tmp: Path) -> None:
         started = time.monotonic()
         log.info("converting %s into an MLX checkpoint (once: kept in %s while the file is unchanged)", real, target)
-        convert_gguf(real, tmp, dtype="auto", progress=conversion_progress(real.name), blocks=True)
+        convert_gguf(real, tmp, dtype="auto", progress=conversion_progress(real.name), blocks=True, overrides=overrides)
         log.info("converted %s in %.1f s: ready", real.name, time.monotonic() - started)
 
     return build_once(target, recipe, convert)
