@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from fixtures.families import in_turn
 from oracle.evidence import write_record
 from oracle.processes import Pair
 
@@ -206,11 +207,11 @@ def test_the_tool_list_is_b10621s(setup):
     ]
 
 
-def _record(name: str, method: str, identical: bool) -> None:
+def _record(name: str, method: str, identical: bool, entries: tuple[str, ...] = ()) -> None:
     write_record(
         {
             "case": f"builtin-tools-{name}-f32",
-            "entries": ["--tools", f"{method} /tools"],
+            "entries": ["--tools", f"{method} /tools", *entries],
             "twin": "f32",
             "request": {"method": method, "path": f"/tools ({name})", "sha256": None},
             "reference_sha256": None,
@@ -296,9 +297,11 @@ RUNTIME_CALLS = [
 ]
 
 
-@pytest.mark.parametrize(
-    "runtime", ["docker-container:abc123", "ssh:me@box.example", None], ids=["container", "ssh", "spawned"]
-)
+# each landing takes one runtime in turn (fixtures/families.py in_turn; all three outside CI)
+RUNTIMES = in_turn([("container", "docker-container:abc123"), ("ssh", "ssh:me@box.example"), ("spawned", None)])
+
+
+@pytest.mark.parametrize("runtime", [r for _, r in RUNTIMES], ids=[n for n, _ in RUNTIMES])
 def test_the_tools_run_through_a_runtime_as_b10621s(reference_binary, tmp_path, runtime):
     """Through an isolate (x-tool-runtime, or --tools-runtime docker:IMAGE's own container): every file and shell
     operation a command for the engine or ssh, here run by stand-ins on PATH (fixtures/tools_runtime), so what
@@ -324,7 +327,8 @@ def test_the_tools_run_through_a_runtime_as_b10621s(reference_binary, tmp_path, 
                     said["body"] = ["".join(e.get("chunk", "") for e in events[:-1]), events[-1]]
                 answers.append(said)
             theirs, ours = answers
-            _record(f"runtime-{runtime.split(':')[0] if runtime else 'spawned'}-{name}", "POST", ours == theirs)
+            case = f"runtime-{runtime.split(':')[0] if runtime else 'spawned'}-{name}"
+            _record(case, "POST", ours == theirs, ("--tools-runtime",))
             assert ours == theirs, name
             seen[name] = ours["body"]
     # not a refusal both gave: the isolate's files and commands answered

@@ -2,7 +2,7 @@
 
 Every request completes (its last frame says stop) or is refused with an error in b10621's envelope; at the end
 every slot is idle and the server's resident memory is within 10% of what it was after the warm-up. The p50 and
-p99 time to first token are reported. MLXCEL_LOAD_SECONDS sets the duration (CI: 20; `nox -s soak`: longer).
+p99 time to first token are reported. MLXCEL_LOAD_SECONDS sets the duration (CI: 12; `nox -s soak`: longer).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from tests.reliability import figures
 
 CLIENTS = int(os.environ.get("MLXCEL_LOAD_CLIENTS", "64"))
 SLOTS = 4
-SECONDS = float(os.environ.get("MLXCEL_LOAD_SECONDS", "20"))
+SECONDS = float(os.environ.get("MLXCEL_LOAD_SECONDS", "12"))
 # a fixed set of prompts, all seen in the warm-up: the prompt cache then holds what it will hold
 PROMPTS = [f"Item {i}: the weather in city number {i} today is" for i in range(8)]
 
