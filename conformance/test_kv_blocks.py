@@ -92,7 +92,7 @@ def _layer_rows(data: bytes, ggml_type: int, row: int, n: int, layers: int, star
     return out, start
 
 
-@pytest.mark.parametrize("config", [HEADLINE, OTHERS[1]], ids=_name)
+@pytest.mark.parametrize("config", [HEADLINE, *in_turn([OTHERS[1], OTHERS[2]])], ids=_name)
 def test_every_stored_row_is_b10621s(reference_binary, config, tmp_path):
     from server import blas
 

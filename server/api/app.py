@@ -31,6 +31,7 @@ from . import (
     responses,
     scoring,
     slots,
+    static_path,
     stream_sessions,
     tokenize,
     tools,
@@ -67,6 +68,8 @@ def create_app(state: AppState | None) -> FastAPI:  # noqa: C901
     # b10621's pre-routing order, outermost first: CORS (preflights answered), loading gate, API key, then
     # routes, mounted under --api-prefix only (Starlette: the last middleware added runs first)
     app.add_middleware(WakeOnRequest)  # innermost: after the API key, below the prefix
+    if settings.static_path and settings.webui.enabled:  # --path: its files before any route (no built UI)
+        app.add_middleware(static_path.StaticPath, directory=settings.static_path)
     if settings.api_prefix:
         app.add_middleware(ApiPrefix, prefix=settings.api_prefix)
     if settings.auth.enabled:
@@ -125,7 +128,8 @@ def create_app(state: AppState | None) -> FastAPI:  # noqa: C901
     app.state.tools = list(settings.tools)
     app.state.tools_runtime = settings.tools_runtime
     app.include_router(tools.router if settings.tools_on else disabled.router)
-    webui.register(app, settings.webui)
+    if not (settings.static_path and settings.webui.enabled):
+        webui.register(app, settings.webui)
     if settings.vertex is not None and settings.vertex.enabled:  # AIP_MODE=PREDICTION (Vertex AI)
         vertex.register(app, settings.vertex, registered_routes(app))
     return app

@@ -38,6 +38,7 @@ class ServerSettings:
     prompts_log_dir: str = ""  # --log-prompts-dir: each completion's prompt written there (api/prompt_log.py)
     vertex: VertexSettings | None = None  # AIP_MODE=PREDICTION
     webui: WebUI = field(default_factory=lambda: WebUI(dist=None))  # --ui, the built assets, --ui-config
+    static_path: str = ""  # --path: its files served in place of the built UI (api/static_path.py)
     mcp_proxy: bool = False  # --ui-mcp-proxy: GET and POST /cors-proxy forward (api/cors_proxy.py)
     tools: tuple = ()  # --tools, MCP servers: the tools GET and POST /tools serve (server/tools/builtin.py's Tool)
     tools_on: bool = False  # /tools served (b10621: tools asked for or MCP servers configured), else its 403

@@ -286,11 +286,9 @@ RULES: dict[str, Rule] = {
     "--kv-offload": _inert("--kv-offload, --no-kv-offload on a CPU-only host: the KV cache is on the CPU either way"),
     "--repack": _inert("--repack, --no-repack: weight repacking is a GGML CPU layout, never a different result"),
     "--no-host": _inert("every buffer is MLX's on its one device: there is no extra host buffer to bypass"),
-    "--perf": _only(
-        _is(False),
-        "--no-perf (the default)",
-        "mlxcel prints no libllama performance counters",
-        "read each response's `timings` instead",
+    "--perf": _inert(
+        "both: b10621's server only counts with it (its llama_perf_context_print is not called); mlxcel always "
+        "measures, in every response's timings and the slot's log lines"
     ),
     "--rpc": _refuse(
         _NO_GGML + "; there is no RPC backend to offload to", "run one mlxcel per machine", accumulates=True
@@ -320,7 +318,9 @@ RULES: dict[str, Rule] = {
         "served: GET and POST /cors-proxy forward as b10621's proxy does (server/api/cors_proxy.py)"
     ),
     "--agent": _inert("served: -ag turns every built-in tool and the CORS proxy on, -no-ag both off, as b10621"),
-    "--path": _only(_is(""), "an empty path (the default)", "mlxcel serves no static files but its web UI", _LEAVE),
+    "--path": _inert(
+        "served: the directory's files at the root in place of the built-in web UI, as b10621's mount point"
+    ),
     "--tools": _inert(
         "served: GET and POST /tools run b10621's built-in tools on the host (server/tools/builtin.py); an unknown "
         "name is refused at startup in b10621's words"

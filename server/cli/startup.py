@@ -214,6 +214,12 @@ def _settled_state(args, prog, auth, cors, vertex, checkpoint, tokenizer, engine
     except ValueError as exc:
         raise StartupRefusal(f"error: {exc}") from None
     tools, tools_on = enabled_tools(args)
+    ui = web_ui(args)
+    if args.path and ui.enabled and not os.path.isdir(args.path):  # b10621's init, before anything listens
+        raise StartupRefusal(
+            f"srv          init: static assets path not found: {args.path}\n"
+            "srv  llama_server: failed to initialize HTTP server"
+        )
     settings = ServerSettings(
         chat=chat,
         encoder=encoder,
@@ -248,7 +254,8 @@ def _settled_state(args, prog, auth, cors, vertex, checkpoint, tokenizer, engine
         cors=tools_cors(args, cors, tools_on),
         auth=auth,
         api_prefix=args.api_prefix or "",
-        webui=web_ui(args),
+        webui=ui,
+        static_path=args.path or "",
     )
     features = [
         name

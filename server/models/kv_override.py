@@ -10,6 +10,8 @@ import logging
 import re
 from dataclasses import dataclass
 
+from ..textparse import parse_csv_row
+
 log = logging.getLogger("mlxcel")
 
 MAX_KEY, MAX_STR = 127, 127  # llama_model_kv_override's key[128] and val_str[128]
@@ -73,8 +75,6 @@ def parse_one(item: str) -> KVOverride:
 
 def parse(values: list[str]) -> tuple[KVOverride, ...]:
     """Every --override-kv given (each a comma-separated list, parse_csv_row's), in order."""
-    from ..textparse import parse_csv_row
-
     return tuple(parse_one(item) for value in values for item in parse_csv_row(value))
 
 

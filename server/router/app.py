@@ -13,7 +13,7 @@ from fastapi.responses import StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from ..api import cors_proxy, disabled, tools, webui
+from ..api import cors_proxy, disabled, static_path, tools, webui
 from ..api.auth import AuthMiddleware
 from ..api.cors import CorsMiddleware
 from ..api.jsonio import UpstreamJSON, error_response, loads
@@ -141,13 +141,17 @@ def create_router_app(pool: ModelPool, settings) -> FastAPI:  # noqa: C901
     """settings: the router's ServerSettings (auth, CORS, prefix)."""
     app = FastAPI(title="mlxcel router", docs_url=None, redoc_url=None, openapi_url=None, redirect_slashes=False)
     app.state.pool = pool
+    static = bool(settings.static_path and settings.webui.enabled)  # --path: its files in place of the UI
+    if static:  # (innermost: below the API key and the prefix, as in api/app.py)
+        app.add_middleware(static_path.StaticPath, directory=settings.static_path)
     if settings.api_prefix:
         app.add_middleware(ApiPrefix, prefix=settings.api_prefix)
     if settings.auth.enabled:
         app.add_middleware(AuthMiddleware, config=settings.auth, frontend=settings.webui.paths)
     if settings.cors is not None:
         app.add_middleware(CorsMiddleware, config=settings.cors)
-    webui.register(app, settings.webui)  # b10621's router serves its UI too (its model picker)
+    if not static:
+        webui.register(app, settings.webui)  # b10621's router serves its UI too (its model picker)
 
     @app.exception_handler(UpstreamError)
     async def _upstream(_: Request, exc: UpstreamError):

@@ -82,6 +82,7 @@ def serve_router(
         cors=cors,
         api_prefix=args.api_prefix or "",
         webui=ui or WebUI(enabled=False),
+        static_path=args.path or "",
         tools=agent[0],
         tools_on=agent[1],
         mcp_proxy=agent[2],
