@@ -668,9 +668,9 @@ MODEL_SOURCE_REFUSALS = {
 def test_model_source_refusals_are_pinned(argv):
     assert refused(*argv) == [
         (
-            f"error: {MODEL_SOURCE_REFUSALS[argv]}: mlxcel fetches models from a Hugging Face-style hub "
-            "(-hf REPO[:QUANT]), not from a plain URL or a registry; download the file and pass -m FILE.gguf (a "
-            "GGUF is converted once into the cache), or use -hf"
+            f"error: {MODEL_SOURCE_REFUSALS[argv]}: mlxcel fetches no model from Docker Hub's registry: it fetches "
+            "from a Hugging Face-style hub (-hf) or a URL (-m FILE -mu URL); pass -hf REPO[:QUANT], or -m FILE.gguf "
+            "-mu URL (a GGUF is converted once into the cache)"
         )
     ]
     assert refused("-hf", "ggml-org/gemma-3-1b-it-GGUF", "-hff", "x.gguf") == []  # served (-hf, -hff)

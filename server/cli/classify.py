@@ -211,8 +211,11 @@ _KV_SERVED_TEXT = (
     "every type b10621 accepts, stored as ggml stores it: f32, f16 (the default), bf16 rounded as ggml writes "
     "them; q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1 block-quantized as ggml's from_float (on the native CPU steps)"
 )
-_GGUF = "mlxcel fetches models from a Hugging Face-style hub (-hf REPO[:QUANT]), not from a plain URL or a registry"
-_GGUF_ALT = "download the file and pass -m FILE.gguf (a GGUF is converted once into the cache), or use -hf"
+_GGUF = (
+    "mlxcel fetches no model from Docker Hub's registry: it fetches from a Hugging Face-style hub (-hf) or a URL "
+    "(-m FILE -mu URL)"
+)
+_GGUF_ALT = "pass -hf REPO[:QUANT], or -m FILE.gguf -mu URL (a GGUF is converted once into the cache)"
 _SPEC = (
     "mlxcel drafts with a draft model (draft-simple) or by n-gram lookup (ngram-simple); the stateful "
     "n-gram drafters (ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache) and the MTP, EAGLE-3, DFlash and "
