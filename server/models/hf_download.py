@@ -134,18 +134,24 @@ def fetch(file: HFFile, token: str, offline: bool) -> None:
             raise HFError(f"Download '{file.url}' failed with status code: -1 ({exc})") from None
         if not 200 <= head.status_code < 300:
             raise HFError(f"Download '{file.url}' failed with status code: {head.status_code}")
-        ranges = head.headers.get("accept-ranges", "none") != "none"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        part = Path(str(path) + ".downloadInProgress")
-        for tries in range(3):
-            if tries:
-                log.warning("common_download_file_single_online: retrying after %d seconds...", 1 << tries)
-                time.sleep(1 << tries)
-            if attempt(client, file.url, part, ranges):
-                part.replace(path)
-                return
-        log.error("common_download_file_single_online: download failed after 3 attempts")
-        raise HFError(f"Download '{file.url}' failed with status code: -1")
+        if not download_into(client, file.url, path, head.headers.get("accept-ranges", "none") != "none"):
+            raise HFError(f"Download '{file.url}' failed with status code: -1")
+
+
+def download_into(client, url: str, path: Path, ranges: bool) -> bool:
+    """common_download_file_single_online's attempts: the body into <path>.downloadInProgress (resumed where the
+    server takes ranges), renamed into place once whole; 3 attempts, 2 then 4 s apart. Whether it got there."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    part = Path(str(path) + ".downloadInProgress")
+    for tries in range(3):
+        if tries:
+            log.warning("common_download_file_single_online: retrying after %d seconds...", 1 << tries)
+            time.sleep(1 << tries)
+        if attempt(client, url, part, ranges):
+            part.replace(path)
+            return True
+    log.error("common_download_file_single_online: download failed after 3 attempts")
+    return False
 
 
 def attempt(client, url: str, part: Path, ranges: bool) -> bool:

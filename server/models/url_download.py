@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import re
-import time
 from pathlib import Path
 
 from . import hf_cache, hf_download
@@ -56,17 +55,7 @@ def fetch(url: str, path: str, token: str, offline: bool) -> None:  # noqa: C901
             if not etag or known == etag:
                 return
             target.unlink()
-        ranges = head.headers.get("accept-ranges", "none") != "none"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        part = Path(str(target) + ".downloadInProgress")
-        for tries in range(3):
-            if tries:
-                log.warning("common_download_file_single_online: retrying after %d seconds...", 1 << tries)
-                time.sleep(1 << tries)
-            if hf_download.attempt(client, url, part, ranges):
-                part.replace(target)
-                if etag:
-                    etag_file.write_text(etag)
-                return
-        log.error("common_download_file_single_online: download failed after 3 attempts")
-        raise HFError(f"Download '{url}' failed with status code: -1")
+        if not hf_download.download_into(client, url, target, head.headers.get("accept-ranges", "none") != "none"):
+            raise HFError(f"Download '{url}' failed with status code: -1")
+        if etag:
+            etag_file.write_text(etag)
