@@ -226,20 +226,26 @@ def _record(name: str, method: str, identical: bool, entries: tuple[str, ...] = 
     )
 
 
-@pytest.mark.parametrize("call", CALLS, ids=[c[0] for c in CALLS])
-def test_each_call_answers_as_b10621s(setup, call):
-    pair, dirs = setup
-    name, tool, params, headers, stream = call
+def _call_both(pair, dirs: list[Path], tool: str, params: dict, headers: dict, stream: bool) -> list[dict]:
+    """The same call on the reference (its copy of the tree) and on mlxcel (its own), paths relative to x-tool-cwd;
+    a stream's chunks (as each read them from the pipe) compared joined, then its last event."""
     answers = []
     for base, root in ((pair.reference.base_url, dirs[0]), (pair.mlxcel.base_url, dirs[1])):
         body = {"tool": tool, "params": params, **({"stream": True} if stream else {})}
         r = httpx.post(base + "/tools", json=body, headers={"x-tool-cwd": str(root), **headers}, timeout=60)
         said = _said(r, root)
-        if stream and said["status"] == 200:  # the chunks as read from the pipe: compared joined, then the end
+        if stream and said["status"] == 200:
             events = [json.loads(e[len("data: ") :]) for e in said["body"].split("\n\n") if e]
             said["body"] = ["".join(e.get("chunk", "") for e in events[:-1]), events[-1]]
         answers.append(said)
-    theirs, ours = answers
+    return answers
+
+
+@pytest.mark.parametrize("call", CALLS, ids=[c[0] for c in CALLS])
+def test_each_call_answers_as_b10621s(setup, call):
+    pair, dirs = setup
+    name, tool, params, headers, stream = call
+    theirs, ours = _call_both(pair, dirs, tool, params, headers, stream)
     _record(name, "POST", ours == theirs)
     assert ours == theirs
 
@@ -317,16 +323,8 @@ def test_the_tools_run_through_a_runtime_as_b10621s(reference_binary, tmp_path, 
     seen: dict = {}
     with pair:
         for name, tool, params, headers, stream in RUNTIME_CALLS:
-            answers = []
-            for base, root in ((pair.reference.base_url, dirs[0]), (pair.mlxcel.base_url, dirs[1])):
-                sent = {"x-tool-cwd": str(root), **headers, **({"x-tool-runtime": runtime} if runtime else {})}
-                body = {"tool": tool, "params": params, **({"stream": True} if stream else {})}
-                said = _said(httpx.post(base + "/tools", json=body, headers=sent, timeout=60), root)
-                if stream and said["status"] == 200:
-                    events = [json.loads(e[len("data: ") :]) for e in said["body"].split("\n\n") if e]
-                    said["body"] = ["".join(e.get("chunk", "") for e in events[:-1]), events[-1]]
-                answers.append(said)
-            theirs, ours = answers
+            sent = {**headers, **({"x-tool-runtime": runtime} if runtime else {})}
+            theirs, ours = _call_both(pair, dirs, tool, params, sent, stream)
             case = f"runtime-{runtime.split(':')[0] if runtime else 'spawned'}-{name}"
             _record(case, "POST", ours == theirs, ("--tools-runtime",))
             assert ours == theirs, name

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 from email.utils import formatdate, parsedate_to_datetime
-from pathlib import Path
 
 from fastapi import Request
 from starlette.middleware.base import BaseHTTPMiddleware
@@ -123,8 +122,3 @@ class StaticPath(BaseHTTPMiddleware):
             return Response(status_code=304, headers=headers)
         # (the type as given, no charset added: httplib's own)
         return FileResponse(path, headers={**headers, "content-type": content_type(path)})
-
-
-def check(directory: str) -> str | None:
-    """b10621's refusal of a --path that is no directory (it stops the start), or None."""
-    return None if Path(directory).is_dir() else f"static assets path not found: {directory}"

@@ -8,14 +8,11 @@ whose path -m names; mlxcel does the same.)"""
 
 from __future__ import annotations
 
-import logging
 import re
 from pathlib import Path
 
 from . import hf_cache, hf_download
 from .hf_cache import HFError
-
-log = logging.getLogger("mlxcel")
 
 _SPLIT = re.compile(r"-\d{5}-of-(\d{5})\.gguf$")
 
