@@ -51,6 +51,7 @@ KERNELS_SOURCES = (
     "attention_ggml.c",
     "ggml_order.c",
     "ggml_blocks.c",
+    "int8_dot.c",
     "moe_ggml.c",
     "kv_quant.c",
 )  # one shared object

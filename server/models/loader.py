@@ -208,7 +208,9 @@ def load_checkpoint(
     ggml_gelu.install(model, str(config.get("model_type", "")) if on_cpu else "")  # b10621's CPU GELU table
     use_kernels = kernels if kernels is not None else on_cpu and cpu_kernels.available()
     if dequantize and use_kernels and on_cpu and fuse is None:  # (--lora-fuse changes weights: float ones)
-        quant_layers.keep_quantized(model)  # the layers the kernels read stay quantized, no float copy
+        # the layers the kernels read stay quantized, no float copy; a GGUF's (config "mlxcel": its import) are
+        # multiplied as ggml multiplies them, over activations quantized to 8 bits
+        quant_layers.keep_quantized(model, int8=bool(config.get("mlxcel")))
     else:
         quant_layers.unkeep_blocks(model)  # a server cache's K-quant blocks, as MLX computes them
     twins = quantized_twins.collect(model) if dequantize and use_kernels else {}

@@ -136,6 +136,7 @@ def _fuse_blocks(layers: list[nn.Module], names: list[str]) -> nn.Module | None:
     sizes = [x.out_dims for x in layers]
     object.__setattr__(fused, "splits", [sum(sizes[: i + 1]) for i in range(len(sizes) - 1)])
     object.__setattr__(fused, "sources", names)
+    object.__setattr__(fused, "int8", all(getattr(x, "int8", False) for x in layers))
     mx.eval(fused.parameters())
     return fused if _register_ggml(fused) else None
 
@@ -162,6 +163,7 @@ def fuse_quantized(layers: list[nn.Module], names: list[str]) -> nn.Module | Non
     sizes = [x.shape[1] for x in layers]
     object.__setattr__(fused, "splits", [sum(sizes[: i + 1]) for i in range(len(sizes) - 1)])
     object.__setattr__(fused, "sources", names)
+    object.__setattr__(fused, "int8", all(getattr(x, "int8", False) for x in layers))
     mx.eval(fused.parameters())
     return fused if _register(fused) else None
 
@@ -188,7 +190,16 @@ def _register(layer: nn.Module) -> bool:
         return False
     # unregistered when the layer goes, before its arrays' memory can be reused
     weakref.finalize(layer, _unregister, native, [key], [layer.weight, layer.scales, layer.biases])
+    _int8(native, layer, key)
     return True
+
+
+def _int8(native, layer: nn.Module, key: int) -> None:
+    """A GGUF's layer (keep_quantized's int8): its few-row products quantize the activations to 8 bits and dot
+    them in integers, as ggml multiplies a GGUF's weights (server/native/int8_dot.c; formats it does not read keep
+    the float path)."""
+    if getattr(layer, "int8", False):
+        native.mlxcel_quant_int8(ctypes.c_void_p(key), 1)
 
 
 class KernelQuantEmbedding(nn.QuantizedEmbedding):
@@ -214,11 +225,12 @@ class KernelQuantEmbedding(nn.QuantizedEmbedding):
         return mx.array(_product(self.key, _rows(x), vocab, trans=True)).reshape(*x.shape[:-1], vocab)
 
 
-def keep_quantized(model: nn.Module) -> int:
+def keep_quantized(model: nn.Module, int8: bool = False) -> int:
     """Switch every kernel-readable quantized layer (4 or 8 bits, groups of 32 or 64) to its kernel variant and
     register its packed values as a virtual twin, and every GGML layer's blocks; the model's other floating
-    parameters become float32 (the native steps' type; norms and the like, small). Returns how many layers
-    are kept quantized."""
+    parameters become float32 (the native steps' type; norms and the like, small). int8: the layers' few-row
+    products quantize the activations to 8 bits, as ggml does (a GGUF's weights; an MLX checkpoint's are
+    multiplied in float, as mlx-lm does). Returns how many layers are kept quantized."""
     native = blas.STATE.native
     if native is None or not hasattr(native, "mlxcel_quant_register_virtual"):
         return 0
@@ -233,12 +245,14 @@ def keep_quantized(model: nn.Module) -> int:
     if floats:
         model.update(tree_unflatten(floats))
     mx.eval([(m.weight, m.scales, m.biases) for m in layers], [v for _, v in floats])
+    blocks = [m for _, m in model.named_modules() if isinstance(m, GGMLLinear)]
+    for layer in [*layers, *blocks]:
+        object.__setattr__(layer, "int8", int8)
     switched = 0
     for layer in layers:
         if _register(layer):
             layer.__class__ = KernelQuantEmbedding if isinstance(layer, nn.QuantizedEmbedding) else KernelQuantLinear
             switched += 1
-    blocks = [m for _, m in model.named_modules() if isinstance(m, GGMLLinear)]
     mx.eval([m.ggml for m in blocks])
     for layer in blocks:
         if not _register_ggml(layer):
@@ -347,6 +361,7 @@ def _register_ggml(layer: GGMLLinear) -> bool:
     if status != 0:
         return False
     weakref.finalize(layer, _unregister, native, [key], [layer.ggml])
+    _int8(native, layer, key)
     return True
 
 

@@ -487,6 +487,8 @@ struct quant_weight {
     int virt;         /* no float weight behind the key: every product reads the twin */
     int ggml;         /* a ggml K-quant type (q: its blocks, row_bytes a row), 0 for MLX's affine scheme */
     long row_bytes;
+    int int8;         /* few-row products quantize the activations to 8 bits, as ggml does (a GGUF's weight:
+                         mlxcel_quant_int8; int8_dot.c), where int8_dot.c reads the format */
 };
 
 static struct quant_weight quant_table[QUANT_SLOTS];
@@ -533,6 +535,25 @@ int mlxcel_ggml_register(const float *key, int trans, int K, int N, const uint8_
     if (row_bytes <= 0) return -1;
     return table_put((struct quant_weight){key, trans, K, N, (const uint32_t *)blocks, NULL, NULL, GGML_BITS, 0, 0,
                                            1, type, row_bytes});
+}
+
+/* A registered quantized weight's few-row products with the activations quantized to 8 bits and dotted in
+ * integers (on 1), as ggml multiplies a GGUF's weights, or in float32 (0); 0, or -1 where none is registered or
+ * int8_dot.c does not read its format */
+int mlxcel_quant_int8(const float *key, int on) {
+    int status = -1;
+    pthread_mutex_lock(&quant_lock);
+    size_t s = quant_slot(key);
+    for (size_t i = 0; i < QUANT_SLOTS && quant_table[s].f32; i++, s = (s + 1) % QUANT_SLOTS)
+        if (quant_table[s].f32 == key) {
+            struct quant_weight *w = &quant_table[s];
+            const struct int8_weight iw = {(const uint8_t *)w->q, w->scales, w->biases, w->K, w->N, w->bits,
+                                           w->group, w->ggml, w->ggml ? w->row_bytes : (long)w->K * w->bits / 8};
+            if (w->bits != PANEL_BITS && mlxcel_int8_reads(&iw)) w->int8 = on != 0, status = 0;
+            break;
+        }
+    pthread_mutex_unlock(&quant_lock);
+    return status;
 }
 
 /* Forget a float weight (before its memory can be freed and reused). Rehashes the entries after it. */
@@ -814,6 +835,11 @@ AVX2 static int small_ggml(const struct quant_weight *w, int M, float alpha, con
 
 AVX2 static int small_quant(const struct quant_weight *w, int M, float alpha, const float *a, int lda, float beta,
                             float *c, int ldc) {
+    if (w->int8) {
+        const struct int8_weight iw = {(const uint8_t *)w->q, w->scales, w->biases, w->K, w->N, w->bits, w->group,
+                                       w->ggml, w->ggml ? w->row_bytes : (long)w->K * w->bits / 8};
+        if (mlxcel_int8_gemm(&iw, M, alpha, a, lda, beta, c, ldc, pool_width())) return 1;
+    }
     if (w->ggml) return small_ggml(w, M, alpha, a, lda, beta, c, ldc);
     const int groups = w->K / w->group, chunks = w->group / QGROUP;
     float *xsum = nn_buffer((size_t)M * groups); /* per row and group: the sum of its x (for the biases) */

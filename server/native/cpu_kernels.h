@@ -77,7 +77,7 @@ HIDDEN void mlxcel_pool_run(mlxcel_task_fn fn, void *ctx, int tasks, int paralle
 HIDDEN int mlxcel_pool_batch(int on);
 
 /* a thread's own scratch floats, kept between calls: one buffer per use that can be live at once */
-enum { BUFFER_SUMS, BUFFER_SCORES, BUFFER_PREFILL, BUFFER_DEQUANT, THREAD_BUFFERS };
+enum { BUFFER_SUMS, BUFFER_SCORES, BUFFER_PREFILL, BUFFER_DEQUANT, BUFFER_ACTS, THREAD_BUFFERS };
 HIDDEN float *mlxcel_thread_floats(int which, size_t floats);
 
 /* rope's cos and sin at a position for pairs 0..half-1, as ggml's rope_yarn computes them; yarn: NULL, or
@@ -95,6 +95,21 @@ int mlxcel_is_virtual(const float *key);
 enum { GGML_Q2_K = 10, GGML_Q3_K = 11, GGML_Q4_K = 12, GGML_Q5_K = 13, GGML_Q6_K = 14 };
 HIDDEN long mlxcel_ggml_row_bytes(int type, int K);
 HIDDEN void mlxcel_ggml_row(int type, const uint8_t *x, float *y, int K);
+HIDDEN float mlxcel_half(uint16_t h); /* ggml_compute_fp16_to_fp32 */
+
+/* a quantized weight as int8_dot.c reads it: N rows of row_bytes, either a ggml K-quant type's blocks (ggml) or
+ * MLX's affine groups (ggml 0: bits 4 or 8, `group` values a scale and a bias, N x K / group of each) */
+struct int8_weight {
+    const uint8_t *q;
+    const float *scales, *biases;
+    int K, N, bits, group, ggml;
+    long row_bytes;
+};
+/* whether int8_dot.c reads the weight; C = alpha A W^T + beta C for M rows of A, the activations quantized to 8
+ * bits as ggml's vec_dot_type, over `threads` of the pool: 1, or 0 where it does not apply */
+HIDDEN int mlxcel_int8_reads(const struct int8_weight *w);
+HIDDEN int mlxcel_int8_gemm(const struct int8_weight *w, int M, float alpha, const float *x, int ldx, float beta,
+                            float *c, int ldc, int threads);
 
 /* products summed in ggml-cpu's order over N x K weights, as a ubatch of `ubatch` rows sums them (tinyBLAS's
  * from 2 rows, vec_dot's for 1: ggml_order.c): 0, or -1 where it does not apply */

@@ -159,6 +159,8 @@ ROW_CLONES static void row_q2_k(const uint8_t *x, float *y, int K) {
     }
 }
 
+HIDDEN float mlxcel_half(uint16_t h) { return half(h); }
+
 /* bytes of one row of K values in a ggml type (GGML_TYPE_* numbers), or 0 for a type not kept so */
 HIDDEN long mlxcel_ggml_row_bytes(int type, int K) {
     if (K % QK_K) return 0;

@@ -1,0 +1,326 @@
+/* Few-row products over a GGUF's quantized weights with the activations quantized to 8 bits and dotted in
+ * integers, as ggml-cpu multiplies them (each type's vec_dot_type: q8_0 blocks of 32 for the legacy types,
+ * q8_K blocks of 256 for the K-quants), with AVX2's byte products (maddubs) where the float path dequantized
+ * every weight to float first: a decode step reads 4.5-6.6 bits a weight and spends a few integer operations
+ * on each, not a dequantization and a float FMA.
+ *
+ * The weights are read as mlxcel keeps them (cpu_kernels.c's table): MLX's affine groups (q * scale + bias,
+ * 4 or 8 bits, groups of 32 or 64: a GGUF's Q4_0 / Q4_1 / Q8_0 / IQ4_NL as imported) and a GGUF's Q4_K, Q5_K
+ * and Q6_K blocks as the file stores them. An affine group's sum is scale * dx * sum(q xq) + bias * dx * sum(xq)
+ * (ggml's Q4_0 and Q8_0 have no bias term: theirs is zero here, exactly, as the import writes -8 d and -128 d).
+ *
+ * Each output is a function of its weight row and its activation row alone, summed in one order: a row's result
+ * is bitwise the same alone or batched, on any thread. The activations are quantized as ggml quantizes them
+ * (quantize_row_q8_0 of the AVX2 build; quantize_row_q8_K_ref), so the integer sums are ggml's; the float sums
+ * over blocks are in mlxcel's order (ggml's AVX2 vec_dot or its repacked GEMV may round them otherwise). */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "cpu_kernels.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define AVX2 __attribute__((target("avx2,fma")))
+
+enum { QK = 32, QK_K = 256, Q8_0_BYTES = 34 };
+enum { PARALLEL_WORK = 1 << 15 }; /* as cpu_kernels.c: a smaller product runs on one thread */
+
+/* ---- the activations ------------------------------------------------------------------------------------------
+ * Affine weights: per 32-value chunk c of a row, its scale dx (ggml's f16 d, as a float), xs = dx * sum(xq), and
+ * the 32 xq; for 4-bit weights a chunk's xq are held even positions first, then odd ones, in pairs of chunks
+ * ([c even][c+1 even][c odd][c+1 odd]), the order a byte's two nibbles come out in. K-quants: per 256 block, d,
+ * the sums of each 16 xq and the 256 xq (block_q8_K). */
+struct acts {
+    int K, chunks, blocks;
+    long stride;      /* bytes a row */
+    uint8_t *base;    /* M rows */
+};
+
+static inline float *act_scales(const struct acts *a, int m) { return (float *)(a->base + (size_t)m * a->stride); }
+static inline float *act_sums(const struct acts *a, int m) { return act_scales(a, m) + a->chunks; }
+static inline int8_t *act_q(const struct acts *a, int m) {
+    return (int8_t *)(a->base + (size_t)m * a->stride + 8 * (size_t)a->chunks);
+}
+
+/* a row into 32-value chunks (q8_0 of ggml's AVX2 build), laid out for weights of `bits` */
+static void quantize_chunks(const float *x, const struct acts *a, int m, int bits) {
+    uint8_t block[Q8_0_BYTES];
+    float *d = act_scales(a, m), *xs = act_sums(a, m);
+    int8_t *q = act_q(a, m);
+    for (int c = 0; c < a->chunks; c++) {
+        mlxcel_kv_quantize_row(KV_Q8_0, x + (size_t)c * QK, block, QK);
+        uint16_t h;
+        memcpy(&h, block, 2);
+        const int8_t *qs = (const int8_t *)(block + 2);
+        int sum = 0;
+        for (int i = 0; i < QK; i++) sum += qs[i];
+        d[c] = mlxcel_half(h);
+        xs[c] = d[c] * (float)sum;
+        if (bits == 4) { /* the pair's layout (a last odd chunk alone: [even][odd]) */
+            const int pair = c & ~1, alone = pair + 1 >= a->chunks, slot = c & 1;
+            int8_t *even = q + (size_t)pair * QK + (alone ? 0 : 16 * slot);
+            int8_t *odd = even + (alone ? 16 : 32);
+            for (int i = 0; i < 16; i++) even[i] = qs[2 * i], odd[i] = qs[2 * i + 1];
+        } else {
+            memcpy(q + (size_t)c * QK, qs, QK);
+        }
+    }
+}
+
+/* quantize_row_q8_K_ref: per block the value of largest magnitude (signed, the first of equals) maps to -127 */
+static void quantize_k(const float *x, const struct acts *a, int m) {
+    uint8_t *row = a->base + (size_t)m * a->stride;
+    for (int b = 0; b < a->blocks; b++, x += QK_K) {
+        uint8_t *blk = row + (size_t)b * (4 + 32 + QK_K);
+        int16_t *bsums = (int16_t *)(blk + 4);
+        int8_t *qs = (int8_t *)(blk + 36);
+        float max = 0.0f, amax = 0.0f;
+        for (int j = 0; j < QK_K; j++)
+            if (fabsf(x[j]) > amax) amax = fabsf(x[j]), max = x[j];
+        float d = 0.0f;
+        if (amax != 0.0f) {
+            const float iscale = -127.f / max;
+            for (int j = 0; j < QK_K; j++) {
+                const float v = iscale * x[j] + 12582912.f; /* nearest_int: the magic-number rounding */
+                int32_t i;
+                memcpy(&i, &v, 4);
+                i = (i & 0x007fffff) - 0x00400000;
+                qs[j] = (int8_t)(i < 127 ? i : 127);
+            }
+            d = 1 / iscale;
+        } else {
+            memset(qs, 0, QK_K);
+        }
+        for (int j = 0; j < QK_K / 16; j++) {
+            int sum = 0;
+            for (int i = 0; i < 16; i++) sum += qs[16 * j + i];
+            bsums[j] = (int16_t)sum;
+        }
+        memcpy(blk, &d, 4);
+    }
+}
+
+AVX2 static inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+/* ---- affine weights --------------------------------------------------------------------------------------- */
+
+/* one output: weight row (4-bit, `groups` scales and biases) against one activation row */
+AVX2 static float dot_affine4(const uint8_t *w, const float *sc, const float *bi, int per, const struct acts *a,
+                              int m) {
+    const float *dx = act_scales(a, m), *xs = act_sums(a, m);
+    const int8_t *x = act_q(a, m);
+    const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    __m256 acc = _mm256_setzero_ps();
+    float bias = 0.0f;
+    int c = 0;
+    for (; c + 2 <= a->chunks; c += 2) {
+        const __m256i bytes = _mm256_loadu_si256((const __m256i *)(w + (size_t)c * 16));
+        const __m256i even = _mm256_and_si256(bytes, low), odd = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low);
+        const __m256i xe = _mm256_loadu_si256((const __m256i *)(x + (size_t)c * QK));
+        const __m256i xo = _mm256_loadu_si256((const __m256i *)(x + (size_t)c * QK + 32));
+        const __m256i p16 = _mm256_add_epi16(_mm256_maddubs_epi16(even, xe), _mm256_maddubs_epi16(odd, xo));
+        const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+        const float s0 = sc[c / per] * dx[c], s1 = sc[(c + 1) / per] * dx[c + 1];
+        acc = _mm256_fmadd_ps(p, _mm256_set_m128(_mm_set1_ps(s1), _mm_set1_ps(s0)), acc);
+        bias = fmaf(bi[c / per], xs[c], bias);
+        bias = fmaf(bi[(c + 1) / per], xs[c + 1], bias);
+    }
+    float tail = 0.0f;
+    if (c < a->chunks) { /* a last chunk alone: 16 bytes, [even][odd] activations */
+        const __m128i bytes = _mm_loadu_si128((const __m128i *)(w + (size_t)c * 16)), l = _mm_set1_epi8(0x0F);
+        const __m128i even = _mm_and_si128(bytes, l), odd = _mm_and_si128(_mm_srli_epi16(bytes, 4), l);
+        const __m128i xe = _mm_loadu_si128((const __m128i *)(x + (size_t)c * QK));
+        const __m128i xo = _mm_loadu_si128((const __m128i *)(x + (size_t)c * QK + 16));
+        const __m128i p16 = _mm_add_epi16(_mm_maddubs_epi16(even, xe), _mm_maddubs_epi16(odd, xo));
+        const __m128i p32 = _mm_madd_epi16(p16, _mm_set1_epi16(1));
+        int lanes[4];
+        _mm_storeu_si128((__m128i *)lanes, p32);
+        tail = sc[c / per] * dx[c] * (float)(lanes[0] + lanes[1] + lanes[2] + lanes[3]);
+        bias = fmaf(bi[c / per], xs[c], bias);
+    }
+    return hsum8(acc) + tail + bias;
+}
+
+/* 8-bit: q - 128 is a signed byte, so sum(q xq) = sum((q - 128) xq) + 128 sum(xq): the bias term takes
+ * bias + 128 scale (zero for a Q8_0 import) */
+AVX2 static float dot_affine8(const uint8_t *w, const float *sc, const float *bi, int per, const struct acts *a,
+                              int m) {
+    const float *dx = act_scales(a, m), *xs = act_sums(a, m);
+    const int8_t *x = act_q(a, m);
+    const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
+    __m256 acc = _mm256_setzero_ps();
+    float bias = 0.0f;
+    for (int c = 0; c < a->chunks; c++) {
+        const __m256i q = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(w + (size_t)c * QK)), flip);
+        const __m256i xq = _mm256_loadu_si256((const __m256i *)(x + (size_t)c * QK));
+        const __m256i p16 = _mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(xq, q));
+        const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+        const float s = sc[c / per];
+        acc = _mm256_fmadd_ps(p, _mm256_set1_ps(s * dx[c]), acc);
+        bias = fmaf(fmaf(128.0f, s, bi[c / per]), xs[c], bias);
+    }
+    return hsum8(acc) + bias;
+}
+
+/* ---- K-quants (block layouts: ggml_blocks.c) ---------------------------------------------------------------- */
+
+static inline void scales_mins_k4(const uint8_t *q, uint8_t sc[8], uint8_t mn[8]) {
+    for (int j = 0; j < 8; j++) {
+        if (j < 4) {
+            sc[j] = q[j] & 63, mn[j] = q[j + 4] & 63;
+        } else {
+            sc[j] = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+            mn[j] = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+        }
+    }
+}
+
+static inline float act_d(const uint8_t *blk) {
+    float d;
+    memcpy(&d, blk, 4);
+    return d;
+}
+
+/* Q4_K (144 bytes: d, dmin, 12 bytes of scales and mins, 128 of nibbles) and Q5_K (176: the same and 32 bytes of
+ * high bits before the nibbles): sum over sub-blocks j of d sc_j sum(q xq) - dmin m_j sum(xq) */
+AVX2 static float dot_q45_k(const uint8_t *w, const uint8_t *act, int blocks, int five) {
+    const __m256i low = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+    __m256 acc = _mm256_setzero_ps();
+    float mins = 0.0f;
+    const int bytes = five ? 176 : 144;
+    for (int b = 0; b < blocks; b++, w += bytes, act += 4 + 32 + QK_K) {
+        const float dx = act_d(act);
+        const int16_t *bsums = (const int16_t *)(act + 4);
+        const int8_t *xq = (const int8_t *)(act + 36);
+        uint8_t sc[8], mn[8];
+        scales_mins_k4(w + 4, sc, mn);
+        int summ = 0;
+        for (int j = 0; j < 8; j++) summ += mn[j] * (bsums[2 * j] + bsums[2 * j + 1]);
+        const uint8_t *qs = w + (five ? 48 : 16);
+        const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(w + 16)) : _mm256_setzero_si256();
+        __m256i sumi = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+            const __m256i bits = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
+            __m256i lo = _mm256_and_si256(bits, low), hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), low);
+            if (five) {
+                const __m128i s0 = _mm_cvtsi32_si128(2 * j), s1 = _mm_cvtsi32_si128(2 * j + 1);
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, s0), one), 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, s1), one), 4));
+            }
+            const __m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(xq + 64 * j)));
+            const __m256i ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(xq + 64 * j + 32)));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(pl, _mm256_set1_epi16(sc[2 * j])));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(ph, _mm256_set1_epi16(sc[2 * j + 1])));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(dx * mlxcel_half((uint16_t)(w[0] | w[1] << 8))),
+                              _mm256_cvtepi32_ps(sumi), acc);
+        mins = fmaf(dx * mlxcel_half((uint16_t)(w[2] | w[3] << 8)), (float)summ, mins);
+    }
+    return hsum8(acc) - mins;
+}
+
+/* Q6_K (210 bytes: 128 of low nibbles, 64 of high bit pairs, 16 int8 scales, d): values q - 32, the 32 taken
+ * from the block's integer sum through the activations' sums of 16 */
+AVX2 static float dot_q6_k(const uint8_t *w, const uint8_t *act, int blocks) {
+    const __m256i low = _mm256_set1_epi8(0x0F), three = _mm256_set1_epi8(3);
+    __m256 acc = _mm256_setzero_ps();
+    for (int b = 0; b < blocks; b++, w += 210, act += 4 + 32 + QK_K) {
+        const float dx = act_d(act);
+        const int16_t *bsums = (const int16_t *)(act + 4);
+        const int8_t *xq = (const int8_t *)(act + 36), *sc = (const int8_t *)(w + 192);
+        int offset = 0;
+        for (int i = 0; i < 16; i++) offset += sc[i] * bsums[i];
+        __m256i sumi = _mm256_setr_epi32(-32 * offset, 0, 0, 0, 0, 0, 0, 0);
+        for (int half = 0; half < 2; half++) {
+            const uint8_t *ql = w + 64 * half, *qhp = w + 128 + 32 * half;
+            const int8_t *s = sc + 8 * half, *x = xq + 128 * half;
+            const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
+            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)qhp);
+            const __m256i v[4] = {
+                _mm256_or_si256(_mm256_and_si256(l0, low), _mm256_slli_epi16(_mm256_and_si256(qh, three), 4)),
+                _mm256_or_si256(_mm256_and_si256(l1, low),
+                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), three), 4)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low),
+                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), three), 4)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low),
+                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), three), 4)),
+            };
+            for (int k = 0; k < 4; k++) {
+                const __m256i p = _mm256_maddubs_epi16(v[k], _mm256_loadu_si256((const __m256i *)(x + 32 * k)));
+                const __m256i scale = _mm256_set_m128i(_mm_set1_epi16(s[2 * k + 1]), _mm_set1_epi16(s[2 * k]));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale));
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(dx * mlxcel_half((uint16_t)(w[208] | w[209] << 8))),
+                              _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hsum8(acc);
+}
+
+/* ---- the product ------------------------------------------------------------------------------------------- */
+
+struct int8_args {
+    const struct int8_weight *w;
+    struct acts a;
+    int M, per_task, ldc;
+    float alpha, beta;
+    float *c;
+};
+
+AVX2 static void int8_task(void *ctx, int task) {
+    const struct int8_args *t = ctx;
+    const struct int8_weight *w = t->w;
+    const int groups = w->ggml ? 0 : w->K / w->group, per = w->ggml ? 0 : w->group / QK;
+    for (int j = task * t->per_task; j < w->N && j < (task + 1) * t->per_task; j++) {
+        const uint8_t *row = w->q + (size_t)j * w->row_bytes;
+        for (int m = 0; m < t->M; m++) {
+            float s;
+            if (w->ggml == GGML_Q6_K)
+                s = dot_q6_k(row, t->a.base + (size_t)m * t->a.stride, t->a.blocks);
+            else if (w->ggml)
+                s = dot_q45_k(row, t->a.base + (size_t)m * t->a.stride, t->a.blocks, w->ggml == GGML_Q5_K);
+            else if (w->bits == 4)
+                s = dot_affine4(row, w->scales + (size_t)j * groups, w->biases + (size_t)j * groups, per, &t->a, m);
+            else
+                s = dot_affine8(row, w->scales + (size_t)j * groups, w->biases + (size_t)j * groups, per, &t->a, m);
+            float *out = t->c + (size_t)m * t->ldc + j;
+            *out = t->beta == 0.0f ? t->alpha * s : t->alpha * s + t->beta * *out;
+        }
+    }
+}
+
+HIDDEN int mlxcel_int8_reads(const struct int8_weight *w) {
+    if (w->ggml) return (w->ggml == GGML_Q4_K || w->ggml == GGML_Q5_K || w->ggml == GGML_Q6_K) && w->K % QK_K == 0;
+    return (w->bits == 4 || w->bits == 8) && w->K % QK == 0 && (w->group == QK || w->group == 2 * QK);
+}
+
+HIDDEN int mlxcel_int8_gemm(const struct int8_weight *w, int M, float alpha, const float *x, int ldx, float beta,
+                            float *c, int ldc, int threads) {
+    if (!mlxcel_int8_reads(w)) return 0;
+    struct acts a = {w->K, w->K / QK, w->K / QK_K, 0, NULL};
+    a.stride = w->ggml ? (long)a.blocks * (4 + 32 + QK_K) : (long)a.chunks * (8 + QK);
+    a.base = (uint8_t *)mlxcel_thread_floats(BUFFER_ACTS, ((size_t)M * a.stride + 3) / 4);
+    if (!a.base) return 0;
+    for (int m = 0; m < M; m++) {
+        if (w->ggml) quantize_k(x + (size_t)m * ldx, &a, m);
+        else quantize_chunks(x + (size_t)m * ldx, &a, m, w->bits);
+    }
+    int tasks = 4 * threads < w->N ? 4 * threads : w->N;
+    struct int8_args t = {w, a, M, (w->N + tasks - 1) / tasks, ldc, alpha, beta, c};
+    mlxcel_pool_run(int8_task, &t, tasks, (long)w->N * w->K >= PARALLEL_WORK);
+    return 1;
+}
+#else
+HIDDEN int mlxcel_int8_reads(const struct int8_weight *w) { (void)w; return 0; }
+HIDDEN int mlxcel_int8_gemm(const struct int8_weight *w, int M, float alpha, const float *x, int ldx, float beta,
+                            float *c, int ldc, int threads) {
+    (void)w, (void)M, (void)alpha, (void)x, (void)ldx, (void)beta, (void)c, (void)ldc, (void)threads;
+    return 0;
+}
+#endif

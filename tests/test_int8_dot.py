@@ -1,0 +1,130 @@
+"""server/native/int8_dot.c: a GGUF's quantized weights multiplied over activations quantized to 8 bits, as ggml
+multiplies them (its vec_dot_type: q8_0 for the legacy types, q8_K for the K-quants). Each product is checked
+against numpy's sum of the same terms in float64 (the weights as gguf-py / MLX dequantize them, the activations
+as ggml quantizes them), and a row's outputs must be bitwise the same alone or batched."""
+
+from __future__ import annotations
+
+import gguf
+import mlx.core as mx
+import numpy as np
+import pytest
+from mlx import nn
+
+from server import blas
+from server.models import quant_layers
+
+pytestmark = pytest.mark.skipif(
+    not (blas.activate() and blas.STATE.native is not None and blas.STATE.native.mlxcel_has_avx2()),
+    reason="mlxcel's kernels with AVX2",
+)
+
+K, N = 512, 40
+BLOCK_BYTES = {"Q4_K": 144, "Q5_K": 176, "Q6_K": 210}
+
+
+def _f16(values: np.ndarray) -> np.ndarray:
+    return np.asarray(values, np.float16).view(np.uint8).reshape(*np.shape(values), 2)
+
+
+def random_blocks(qtype: str, rng) -> np.ndarray:
+    """N rows of random K-quant blocks (any bytes are a block) with sane f16 scales."""
+    size = BLOCK_BYTES[qtype]
+    blocks = rng.integers(0, 256, (N, K // 256, size), dtype=np.uint8)
+    scale = _f16(rng.uniform(0.001, 0.01, (N, K // 256)))
+    if qtype == "Q6_K":
+        blocks[..., 208:210] = scale
+    else:
+        blocks[..., 0:2], blocks[..., 2:4] = scale, _f16(rng.uniform(0.0005, 0.005, (N, K // 256)))
+    return blocks.reshape(N, -1)
+
+
+def q8_k(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """quantize_row_q8_K_ref: per 256 values (d, int8 values)."""
+    blocks = x.reshape(-1, 256).astype(np.float32)
+    ds, qs = [], []
+    for b in blocks:
+        peak = b[np.argmax(np.abs(b))]
+        iscale = np.float32(-127.0) / peak
+        qs.append(np.minimum(127, np.rint(iscale * b)).astype(np.int64))
+        ds.append(np.float32(1.0) / iscale)
+    return np.asarray(ds, np.float64), np.asarray(qs)
+
+
+def q8_0(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """quantize_row_q8_0 of ggml-cpu's AVX2 build: d = amax / 127 kept in f16, values x * (127 / amax) to nearest
+    even."""
+    blocks = x.reshape(-1, 32).astype(np.float32)
+    amax = np.abs(blocks).max(axis=1)
+    d = (amax / np.float32(127)).astype(np.float16).astype(np.float64)
+    q = np.rint(blocks * (np.float32(127) / amax)[:, None]).astype(np.int64)
+    return d, q
+
+
+def expected_k(weights: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """sum over blocks of dx (w . xq) in float64, and the sum of the terms' magnitudes (the tolerance's scale)"""
+    d, q = q8_k(x)
+    w = weights.reshape(N, -1, 256).astype(np.float64)
+    terms = w * (d[:, None] * q)[None]
+    return terms.sum(axis=(1, 2)), np.abs(terms).sum(axis=(1, 2))
+
+
+@pytest.mark.parametrize("qtype", sorted(BLOCK_BYTES))
+def test_k_quant_products_are_ggml_sums(qtype):
+    rng = np.random.default_rng(7)
+    blocks = random_blocks(qtype, rng)
+    layer = quant_layers.GGMLLinear(qtype, K, N, blocks.shape[1])
+    layer.ggml = mx.array(blocks)
+    object.__setattr__(layer, "int8", True)
+    assert quant_layers.register_blocks(layer)
+    weights = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType[qtype]).reshape(N, K)
+    x = rng.standard_normal((3, K)).astype(np.float32)
+    got = np.array(layer(mx.array(x)))
+    for m in range(3):
+        want, scale = expected_k(weights, x[m])
+        assert np.all(np.abs(got[m] - want) <= 1e-5 * scale), (qtype, m, np.abs(got[m] - want).max())
+    # against the float path (what an MLX checkpoint gets): the activations' rounding shows, so the int8 path ran
+    float_path = x @ weights.T.astype(np.float32)
+    assert np.abs(got - float_path).max() > 1e-4
+    alone = np.stack([np.array(layer(mx.array(x[m : m + 1])))[0] for m in range(3)])
+    assert np.array_equal(alone, got)
+
+
+@pytest.mark.parametrize(("bits", "group"), [(4, 32), (8, 32), (4, 64), (8, 64)])
+def test_affine_products_are_ggml_sums(bits, group):
+    """MLX's affine groups (a GGUF's Q4_0 / Q4_1 / Q8_0 / IQ4_NL as imported): scale dx (q . xq) + bias dx sum(xq)
+    per 32 values, the activations as ggml's q8_0."""
+    rng = np.random.default_rng(bits + group)
+    w = mx.array(rng.standard_normal((N, K)).astype(np.float32) * 0.05)
+    linear = nn.Linear(K, N, bias=False)
+    linear.weight = w
+    model = nn.Sequential(linear)
+    nn.quantize(model, group_size=group, bits=bits)
+    assert quant_layers.keep_quantized(model, int8=True) == 1
+    layer = model.layers[0]
+    q, scales, biases = (np.array(getattr(layer, n)) for n in ("weight", "scales", "biases"))
+    values = np.array(mx.dequantize(layer.weight, layer.scales, layer.biases, group_size=group, bits=bits))
+    x = rng.standard_normal((5, K)).astype(np.float32)
+    got = np.array(layer(mx.array(x)))
+    for m in range(5):
+        d, xq = q8_0(x[m])
+        terms = values.reshape(N, -1, 32).astype(np.float64) * (d[:, None] * xq)[None]
+        want, scale = terms.sum(axis=(1, 2)), np.abs(terms).sum(axis=(1, 2))
+        assert np.all(np.abs(got[m] - want) <= 1e-5 * scale), (bits, group, m, np.abs(got[m] - want).max())
+    assert q.dtype == np.uint32 and scales.shape == biases.shape == (N, K // group)
+    alone = np.stack([np.array(layer(mx.array(x[m : m + 1])))[0] for m in range(5)])
+    assert np.array_equal(alone, got)
+
+
+def test_mlx_checkpoint_layers_stay_in_float():
+    """An MLX checkpoint's layers (int8 off) are multiplied in float32, as mlx-lm multiplies them."""
+    rng = np.random.default_rng(3)
+    linear = nn.Linear(K, N, bias=False)
+    linear.weight = mx.array(rng.standard_normal((N, K)).astype(np.float32) * 0.05)
+    model = nn.Sequential(linear)
+    nn.quantize(model, group_size=32, bits=4)
+    quant_layers.keep_quantized(model)
+    layer = model.layers[0]
+    values = np.array(mx.dequantize(layer.weight, layer.scales, layer.biases, group_size=32, bits=4))
+    x = rng.standard_normal((2, K)).astype(np.float32)
+    assert np.allclose(np.array(layer(mx.array(x))), x @ values.T, rtol=0, atol=1e-4)
