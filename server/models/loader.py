@@ -190,6 +190,7 @@ def load_checkpoint(
     rope: tuple = (None, None),
     yarn=None,
     panels: bool = False,
+    int8: bool | None = None,
 ) -> LoadedModel:
     """dequantize, transpose (TransposedLinear), kernels (cpu_layers): None means "on the CPU", where MLX's
     f32 matmul through the BLAS beats its quantized one and mlxcel's attention and SwiGLU kernels beat MLX's exp
@@ -198,7 +199,9 @@ def load_checkpoint(
     quantized layers they read (4 or 8 bits, groups of 32 or 64) stay quantized with no float copy
     (quant_layers), the others are dequantized and their decode steps read 4/8-bit twins where they have them
     (quantized_twins). The float panels are left to open_backend (registered only where no native step replaces
-    the products that read them: packing 540 MB costs up to seconds), or registered now with panels True."""
+    the products that read them: packing 540 MB costs up to seconds), or registered now with panels True. int8:
+    the kept layers' few-row products over activations quantized to 8 bits, as ggml multiplies (None: for a
+    GGUF's import, whose reference is ggml; an MLX checkpoint's are float, as mlx-lm's)."""
     model, _ = load_model(path)
     config = json.loads((path / "config.json").read_text())
     _install_ropes(model, config, rope, yarn)
@@ -210,7 +213,7 @@ def load_checkpoint(
     if dequantize and use_kernels and on_cpu and fuse is None:  # (--lora-fuse changes weights: float ones)
         # the layers the kernels read stay quantized, no float copy; a GGUF's (config "mlxcel": its import) are
         # multiplied as ggml multiplies them, over activations quantized to 8 bits
-        quant_layers.keep_quantized(model, int8=bool(config.get("mlxcel")))
+        quant_layers.keep_quantized(model, int8=bool(config.get("mlxcel")) if int8 is None else int8)
     else:
         quant_layers.unkeep_blocks(model)  # a server cache's K-quant blocks, as MLX computes them
     twins = quantized_twins.collect(model) if dequantize and use_kernels else {}
