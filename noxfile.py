@@ -160,9 +160,14 @@ BENCH = ("--twin", "f32", "q4_1", "--reps", "5", "--n-predict", "32", "--no-anch
 @nox.session
 def bench(session: nox.Session) -> None:
     """Speed side by side with the reference on both twins (5 repetitions; posargs replace BENCH): the raw JSON
-    under reports/bench/<date>-<commit>.json, docs/cpu-speed.md's table regenerated from it."""
+    under reports/bench/<date>-<commit>.json, docs/cpu-speed.md's table regenerated from it. `-- --matrix [...]`
+    runs the speed matrix instead (oracle/bench_matrix.py: the real-shape twins in F16, Q8_0 and Q4_K_M; the rest
+    of posargs go to it) into docs/speed-matrix.md."""
     session.install("-e", ".")
     session.run("mlxcel-oracle", "reference")
+    if session.posargs[:1] == ["--matrix"]:
+        session.run("python", "-m", "oracle.bench_matrix", "--table", *session.posargs[1:])
+        return
     session.run("python", "-m", "oracle.bench", "--table", *(session.posargs or BENCH))
     # the MLX backend (CPU kernels off) against mlx_lm.server on the same checkpoints: docs/mlx-backend-speed.md
     session.run("python", "-m", "oracle.bench_mlx_backend")

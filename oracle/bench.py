@@ -89,9 +89,16 @@ async def _ttft(client: httpx.AsyncClient, url: str, prompt, cache_prompt: bool 
     return first
 
 
-async def measure(url: str, n_predict: int, rep: int, groups: tuple[str, ...] = FIGURE_GROUPS) -> dict:
+async def measure(
+    url: str,
+    n_predict: int,
+    rep: int,
+    groups: tuple[str, ...] = FIGURE_GROUPS,
+    streams: tuple[int, ...] = STREAMS,
+    prompt_lengths: tuple[int, ...] = PROMPT_LENGTHS,
+) -> dict:
     """One repetition of every figure in groups on a llama-server-compatible server (`rep` keeps prompts
-    unseen)."""
+    unseen), at the stream counts and prompt lengths given (the longest prompt is also the cache's cold run)."""
     gen = {"prompt": PROMPT, "n_predict": n_predict, "temperature": 0, "ignore_eos": True, "cache_prompt": False}
     out: dict = {}
     # no keep-alive: cpp-httplib closes idle connections after 5 s, racing a pooled reuse
@@ -106,13 +113,13 @@ async def measure(url: str, n_predict: int, rep: int, groups: tuple[str, ...] = 
             start = time.perf_counter()
             answer = await _one(client, url, body)
             out[f"decode_tps_1_{name}"] = answer["tokens_predicted"] / (time.perf_counter() - start)
-        for streams in STREAMS if "aggregate" in groups else ():
+        for n_streams in streams if "aggregate" in groups else ():
             start = time.perf_counter()
-            answers = await asyncio.gather(*(_one(client, url, gen) for _ in range(streams)))
-            out[f"aggregate_tps_{streams}"] = sum(a["tokens_predicted"] for a in answers) / (
+            answers = await asyncio.gather(*(_one(client, url, gen) for _ in range(n_streams)))
+            out[f"aggregate_tps_{n_streams}"] = sum(a["tokens_predicted"] for a in answers) / (
                 time.perf_counter() - start
             )
-        for n in PROMPT_LENGTHS[:-1] if "prompt" in groups else ():
+        for n in prompt_lengths[:-1] if "prompt" in groups else ():
             body = {
                 "prompt": long_prompt(n, 100 * rep + n % 97),
                 "n_predict": 1,
@@ -128,7 +135,7 @@ async def measure(url: str, n_predict: int, rep: int, groups: tuple[str, ...] = 
             return out
         # the longest prompt, unseen, is also the cache's cold run (one 2048-token prefill less a repetition),
         # then the same prefix again
-        n = PROMPT_LENGTHS[-1]
+        n = prompt_lengths[-1]
         prefix = long_prompt(n, 1000 + rep)
         cold = await _ttft(client, url, prefix, cache_prompt=True)
         if "prompt" in groups:

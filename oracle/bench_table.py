@@ -124,14 +124,14 @@ def table(run: dict) -> str:
     return "\n".join(lines)
 
 
-def rewrite(doc: Path, block: str, source: str) -> None:
+def rewrite(doc: Path, block: str, source: str, begin: str = BEGIN, end: str = END) -> None:
     """Replace the marked block of doc (the markers kept) with block; an error if the markers are missing."""
     text = doc.read_text()
-    if BEGIN not in text or END not in text:
-        raise SystemExit(f"{doc}: no block between {BEGIN!r} and {END!r}")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    doc.write_text(f"{head}{BEGIN}\n<!-- from {source} -->\n{block}\n{END}{tail}")
+    if begin not in text or end not in text:
+        raise SystemExit(f"{doc}: no block between {begin!r} and {end!r}")
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    doc.write_text(f"{head}{begin}\n<!-- from {source} -->\n{block}\n{end}{tail}")
 
 
 def main(argv: list[str] | None = None) -> None:
