@@ -1008,6 +1008,15 @@ void mlxcel_split_rows(int on) { split_rows = on; }
 void cblas_sgemm(int order, int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a, int lda,
                  const float *b, int ldb, float beta, float *c, int ldc) {
 #if X86
+    if (have_avx2 && m > SMALL_M && order == ROW_MAJOR && trans_a == NO_TRANS && k > 0) {
+        /* a prompt's product over a GGUF's weight: its rows as a decode step's rows (int8_dot.c), each the same
+         * function of its row as it is there */
+        struct quant_weight w;
+        if (quant_find(b, trans_b == TRANS, k, n, ldb, &w) && w.int8 && small_quant(&w, m, alpha, a, lda, beta, c, ldc)) {
+            quant_calls++;
+            return;
+        }
+    }
     if (have_avx2 && m <= SMALL_M && order == ROW_MAJOR && trans_a == NO_TRANS && k > 0) {
         struct quant_weight w;
         if (quant_find(b, trans_b == TRANS, k, n, ldb, &w)) {

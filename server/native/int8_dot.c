@@ -280,6 +280,106 @@ AVX2 static float dot_q6_k(const uint8_t *w, const uint8_t *act, int blocks) {
     return hsum8(acc);
 }
 
+/* ---- four activation rows at a time (a prompt's products): each block's weights unpacked once for the four, and
+ * every row's sums taken in the very order dot_q45_k / dot_q6_k take them, so a row's result is bitwise the one
+ * it gets alone ---------------------------------------------------------------------------------------------- */
+enum { TILE = 4 };
+
+AVX2 static void dot_q45_k_tile(const uint8_t *w, const uint8_t *act, long stride, int blocks, int five,
+                                float out[TILE]) {
+    const __m256i low = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+    const int bytes = five ? 176 : 144;
+    __m256 acc[TILE];
+    __m128 acc_m[TILE];
+    for (int r = 0; r < TILE; r++) acc[r] = _mm256_setzero_ps(), acc_m[r] = _mm_setzero_ps();
+    for (int b = 0; b < blocks; b++, w += bytes, act += 4 + 32 + QK_K) {
+        prefetch_ahead(w, bytes);
+        uint32_t sm[4];
+        scales_mins_k4(w + 4, sm);
+        const __m256i scales_mins = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)sm));
+        const __m128i mins16 = _mm256_extracti128_si256(scales_mins, 1);
+        const uint8_t *sc = (const uint8_t *)sm, *qs = w + (five ? 48 : 16);
+        const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(w + 16)) : _mm256_setzero_si256();
+        __m256i lo[4], hi[4];
+        for (int j = 0; j < 4; j++) {
+            const __m256i bits = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
+            lo[j] = _mm256_and_si256(bits, low), hi[j] = _mm256_and_si256(_mm256_srli_epi16(bits, 4), low);
+            if (five) {
+                const __m128i s0 = _mm_cvtsi32_si128(2 * j), s1 = _mm_cvtsi32_si128(2 * j + 1);
+                lo[j] = _mm256_or_si256(lo[j], _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, s0), one), 4));
+                hi[j] = _mm256_or_si256(hi[j], _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, s1), one), 4));
+            }
+        }
+        const float d = f16(w), dmin = f16(w + 2);
+        for (int r = 0; r < TILE; r++) {
+            const uint8_t *ar = act + (size_t)r * stride;
+            const float dx = act_d(ar);
+            const int8_t *xq = (const int8_t *)(ar + 36);
+            const __m256i bsums = _mm256_loadu_si256((const __m256i *)(ar + 4));
+            const __m128i sums32 =
+                _mm_hadd_epi16(_mm256_castsi256_si128(bsums), _mm256_extracti128_si256(bsums, 1));
+            acc_m[r] = _mm_fmadd_ps(_mm_set1_ps(dx * dmin), _mm_cvtepi32_ps(_mm_madd_epi16(mins16, sums32)), acc_m[r]);
+            __m256i sumi = _mm256_setzero_si256();
+            for (int j = 0; j < 4; j++) {
+                const __m256i pl = _mm256_maddubs_epi16(lo[j], _mm256_loadu_si256((const __m256i *)(xq + 64 * j)));
+                const __m256i ph =
+                    _mm256_maddubs_epi16(hi[j], _mm256_loadu_si256((const __m256i *)(xq + 64 * j + 32)));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(pl, _mm256_set1_epi16(sc[2 * j])));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(ph, _mm256_set1_epi16(sc[2 * j + 1])));
+            }
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dx * d), _mm256_cvtepi32_ps(sumi), acc[r]);
+        }
+    }
+    for (int r = 0; r < TILE; r++) {
+        __m128 m = _mm_add_ps(acc_m[r], _mm_movehl_ps(acc_m[r], acc_m[r]));
+        m = _mm_add_ss(m, _mm_movehdup_ps(m));
+        out[r] = hsum8(acc[r]) - _mm_cvtss_f32(m);
+    }
+}
+
+AVX2 static void dot_q6_k_tile(const uint8_t *w, const uint8_t *act, long stride, int blocks, float out[TILE]) {
+    const __m256i low = _mm256_set1_epi8(0x0F), three = _mm256_set1_epi8(3);
+    __m256 acc[TILE];
+    for (int r = 0; r < TILE; r++) acc[r] = _mm256_setzero_ps();
+    for (int b = 0; b < blocks; b++, w += 210, act += 4 + 32 + QK_K) {
+        prefetch_ahead(w, 210);
+        const int8_t *sc = (const int8_t *)(w + 192);
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+        __m256i v[8], scale[8];
+        for (int half = 0; half < 2; half++) {
+            const uint8_t *ql = w + 64 * half, *qhp = w + 128 + 32 * half;
+            const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
+            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)qhp);
+            __m256i *vh = v + 4 * half;
+            vh[0] = _mm256_or_si256(_mm256_and_si256(l0, low), _mm256_slli_epi16(_mm256_and_si256(qh, three), 4));
+            vh[1] = _mm256_or_si256(_mm256_and_si256(l1, low),
+                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), three), 4));
+            vh[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low),
+                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), three), 4));
+            vh[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low),
+                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), three), 4));
+            const int8_t *s = sc + 8 * half;
+            for (int k = 0; k < 4; k++)
+                scale[4 * half + k] = _mm256_set_m128i(_mm_set1_epi16(s[2 * k + 1]), _mm_set1_epi16(s[2 * k]));
+        }
+        const float d = f16(w + 208);
+        for (int r = 0; r < TILE; r++) {
+            const uint8_t *ar = act + (size_t)r * stride;
+            const float dx = act_d(ar);
+            const int8_t *xq = (const int8_t *)(ar + 36);
+            const __m256i offset = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)(ar + 4)));
+            __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(offset, 5));
+            for (int k = 0; k < 8; k++) {
+                const __m256i p = _mm256_maddubs_epi16(v[k], _mm256_loadu_si256((const __m256i *)(xq + 32 * k)));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale[k]));
+            }
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dx * d), _mm256_cvtepi32_ps(sumi), acc[r]);
+        }
+    }
+    for (int r = 0; r < TILE; r++) out[r] = hsum8(acc[r]);
+}
+
 /* ---- the product ------------------------------------------------------------------------------------------- */
 
 struct int8_args {
@@ -290,25 +390,63 @@ struct int8_args {
     float *c;
 };
 
+/* one output: weight row `row` (index j) against activation row m */
+AVX2 static inline float dot_one(const struct int8_args *t, const uint8_t *row, int j, int m) {
+    const struct int8_weight *w = t->w;
+    const uint8_t *act = t->a.base + (size_t)m * t->a.stride;
+    if (w->ggml == GGML_Q6_K) return dot_q6_k(row, act, t->a.blocks);
+    if (w->ggml) return dot_q45_k(row, act, t->a.blocks, w->ggml == GGML_Q5_K);
+    const int groups = w->K / w->group, per = w->group / QK;
+    const float *sc = w->scales + (size_t)j * groups, *bi = w->biases + (size_t)j * groups;
+    return w->bits == 4 ? dot_affine4(row, sc, bi, per, &t->a, m) : dot_affine8(row, sc, bi, per, &t->a, m);
+}
+
+static inline void put(const struct int8_args *t, int m, int j, float s) {
+    float *out = t->c + (size_t)m * t->ldc + j;
+    *out = t->beta == 0.0f ? t->alpha * s : t->alpha * s + t->beta * *out;
+}
+
+/* The task's weight rows, PANEL_ROWS at a time (a panel stays in L1 while the activation rows pass over it, four
+ * at a time where the format has a tile kernel, so the activations are read from L2 once a panel, not once a
+ * weight row). The loops' order changes no output: each is one function of its two rows. */
+enum { PANEL_ROWS = 16 };
+
 AVX2 static void int8_task(void *ctx, int task) {
     const struct int8_args *t = ctx;
     const struct int8_weight *w = t->w;
-    const int groups = w->ggml ? 0 : w->K / w->group, per = w->ggml ? 0 : w->group / QK;
-    for (int j = task * t->per_task; j < w->N && j < (task + 1) * t->per_task; j++) {
-        const uint8_t *row = w->q + (size_t)j * w->row_bytes;
-        for (int m = 0; m < t->M; m++) {
-            float s;
-            if (w->ggml == GGML_Q6_K)
-                s = dot_q6_k(row, t->a.base + (size_t)m * t->a.stride, t->a.blocks);
-            else if (w->ggml)
-                s = dot_q45_k(row, t->a.base + (size_t)m * t->a.stride, t->a.blocks, w->ggml == GGML_Q5_K);
-            else if (w->bits == 4)
-                s = dot_affine4(row, w->scales + (size_t)j * groups, w->biases + (size_t)j * groups, per, &t->a, m);
-            else
-                s = dot_affine8(row, w->scales + (size_t)j * groups, w->biases + (size_t)j * groups, per, &t->a, m);
-            float *out = t->c + (size_t)m * t->ldc + j;
-            *out = t->beta == 0.0f ? t->alpha * s : t->alpha * s + t->beta * *out;
-        }
+    const int j0 = task * t->per_task, j1 = (task + 1) * t->per_task < w->N ? (task + 1) * t->per_task : w->N;
+    for (int jb = j0; jb < j1; jb += PANEL_ROWS) {
+        const int je = jb + PANEL_ROWS < j1 ? jb + PANEL_ROWS : j1;
+        int m = 0;
+        if (w->ggml)
+            for (; m + TILE <= t->M; m += TILE)
+                for (int j = jb; j < je; j++) {
+                    float s[TILE];
+                    const uint8_t *row = w->q + (size_t)j * w->row_bytes;
+                    const uint8_t *act = t->a.base + (size_t)m * t->a.stride;
+                    if (w->ggml == GGML_Q6_K) dot_q6_k_tile(row, act, t->a.stride, t->a.blocks, s);
+                    else dot_q45_k_tile(row, act, t->a.stride, t->a.blocks, w->ggml == GGML_Q5_K, s);
+                    for (int r = 0; r < TILE; r++) put(t, m + r, j, s[r]);
+                }
+        for (; m < t->M; m++)
+            for (int j = jb; j < je; j++) put(t, m, j, dot_one(t, w->q + (size_t)j * w->row_bytes, j, m));
+    }
+}
+
+/* a prompt's rows quantized over the pool, some rows a task */
+enum { QUANTIZE_ROWS = 8 };
+struct quantize_args {
+    const struct int8_weight *w;
+    const struct acts *a;
+    const float *x;
+    int ldx, M;
+};
+
+static void quantize_task(void *ctx, int task) {
+    const struct quantize_args *q = ctx;
+    for (int m = task * QUANTIZE_ROWS; m < q->M && m < (task + 1) * QUANTIZE_ROWS; m++) {
+        if (q->w->ggml) quantize_k(q->x + (size_t)m * q->ldx, q->a, m);
+        else quantize_chunks(q->x + (size_t)m * q->ldx, q->a, m, q->w->bits);
     }
 }
 
@@ -324,10 +462,8 @@ HIDDEN int mlxcel_int8_gemm(const struct int8_weight *w, int M, float alpha, con
     a.stride = w->ggml ? (long)a.blocks * (4 + 32 + QK_K) : (long)a.chunks * (8 + QK);
     a.base = (uint8_t *)mlxcel_thread_floats(BUFFER_ACTS, ((size_t)M * a.stride + 3) / 4);
     if (!a.base) return 0;
-    for (int m = 0; m < M; m++) {
-        if (w->ggml) quantize_k(x + (size_t)m * ldx, &a, m);
-        else quantize_chunks(x + (size_t)m * ldx, &a, m, w->bits);
-    }
+    struct quantize_args q = {w, &a, x, ldx, M};
+    mlxcel_pool_run(quantize_task, &q, (M + QUANTIZE_ROWS - 1) / QUANTIZE_ROWS, M > QUANTIZE_ROWS);
     int tasks = 4 * threads < w->N ? 4 * threads : w->N;
     struct int8_args t = {w, a, M, (w->N + tasks - 1) / tasks, ldc, alpha, beta, c};
     mlxcel_pool_run(int8_task, &t, tasks, (long)w->N * w->K >= PARALLEL_WORK);

@@ -60,7 +60,7 @@ struct rope_args {
     int rows, index, q_from;
 };
 
-static void rope_task(void *ctx, int task) {
+FMA_CLONES static void rope_task(void *ctx, int task) {
     const struct rope_args *a = ctx;
     const struct step_model *m = a->m;
     const int H = m->heads, Hkv = m->kv_heads, D = m->head_dim, half = m->rope_dims / 2;
