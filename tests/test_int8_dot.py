@@ -14,9 +14,8 @@ from mlx import nn
 from server import blas
 from server.models import quant_layers
 
-pytestmark = pytest.mark.skipif(
-    not (blas.activate() and blas.STATE.native is not None and blas.STATE.native.mlxcel_has_avx2()),
-    reason="mlxcel's kernels with AVX2",
+pytestmark = pytest.mark.skipif(  # (conftest activated the BLAS and the kernels before mlx was imported)
+    not (blas.STATE.native is not None and blas.STATE.native.mlxcel_has_avx2()), reason="mlxcel's kernels with AVX2"
 )
 
 K, N = 512, 40

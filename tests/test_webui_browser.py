@@ -39,7 +39,8 @@ def ui_server(twin_q4_1):
     from server.cli.webui_build import built_dist
 
     require(built_dist() is not None, "the web UI is not built (mlxcel webui)")
-    sp = mlxcel_server(twin_q4_1.mlx_model, ["--alias", ALIAS, "--ui-config", json.dumps(UI_CONFIG)])
+    # -n bounds the answers: the UI sends no max_tokens, and the twin's greedy answer to the question need not end
+    sp = mlxcel_server(twin_q4_1.mlx_model, ["--alias", ALIAS, "--ui-config", json.dumps(UI_CONFIG), "-n", "48"])
     sp.start()
     try:
         yield sp.base_url
