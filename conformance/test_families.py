@@ -125,9 +125,10 @@ Q4_K_M_FAMILIES = sorted(FAMILIES) if os.environ.get("MLXCEL_ALL_TWINS") else ["
 @pytest.mark.parametrize("family", Q4_K_M_FAMILIES)
 def test_q4_k_m_twin_agrees_at_decided_positions(reference_binary, family):
     """The most downloaded quantization, from the reference's own llama-quantize, both servers at b10621's
-    defaults on the same GGUF: mlxcel holds its weights value-exact (tests/test_family_import.py) but computes
-    in float32 where ggml quantizes activations to 8 bits, so agreement is asked where the reference's top-1
-    leads by more than 2 nats (oracle/trace.py THRESHOLDS)."""
+    defaults on the same GGUF: mlxcel holds its weights value-exact (tests/test_family_import.py) and multiplies
+    them over 8-bit activations as ggml does (server/native/int8_dot.c), its float sums over blocks in its own
+    order, so agreement is asked where the reference's top-1 leads by more than 2 nats (oracle/trace.py
+    THRESHOLDS)."""
     with Pair(f"family_{family}_Q4_K_M", (), reference_binary, pinned=False) as pair:
         ref, mine = pair.reference.base_url, pair.mlxcel.base_url
         body = {"content": TEXTS[2], "add_special": True, "parse_special": True}
