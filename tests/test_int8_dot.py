@@ -127,3 +127,22 @@ def test_mlx_checkpoint_layers_stay_in_float():
     values = np.array(mx.dequantize(layer.weight, layer.scales, layer.biases, group_size=32, bits=4))
     x = rng.standard_normal((2, K)).astype(np.float32)
     assert np.allclose(np.array(layer(mx.array(x))), x @ values.T, rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("qtype", sorted(BLOCK_BYTES))
+def test_a_prompts_rows_are_decode_rows(qtype):
+    """Over K-quant blocks a prompt's product (more rows than the few-row kernels take: four-row tiles against
+    panels of weight rows) gives every row bitwise what that row gets alone, as a decode step: a cached prefix
+    and a cold run agree."""
+    rng = np.random.default_rng(11)
+    blocks = random_blocks(qtype, rng)
+    layer = quant_layers.GGMLLinear(qtype, K, N, blocks.shape[1])
+    layer.ggml = mx.array(blocks)
+    object.__setattr__(layer, "int8", True)
+    assert quant_layers.register_blocks(layer)
+    calls = blas.STATE.native.mlxcel_blas_calls()
+    x = rng.standard_normal((23, K)).astype(np.float32)
+    prompt = np.array(layer(mx.array(x)))
+    assert blas.STATE.native.mlxcel_blas_calls() == calls  # no panel went to the BLAS
+    alone = np.stack([np.array(layer(mx.array(x[m : m + 1])))[0] for m in range(23)])
+    assert np.array_equal(prompt, alone)
