@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from fixtures.chat.capture_templates import TOOLS  # the template gallery's tool
-from fixtures.families import FAMILIES, this_landing
+from fixtures.families import FAMILIES, in_turn, this_landing
 from oracle.normalize import normalize
 from oracle.processes import Pair, server_pair, start_together
 from oracle.trace import THRESHOLDS, compare, mlxcel_scores, reference_path, trace
@@ -136,3 +136,22 @@ def test_q4_k_m_twin_agrees_at_decided_positions(reference_binary, family):
         traces = [trace(ref, mine, p, "q4_1", 32) for p in PROMPTS]  # the quantized twins' 2.0-nat rule
     assert sum(t.decided for t in traces) >= 16, [t.decided for t in traces]
     assert [t.disagreements_at_decided for t in traces] == [0] * len(PROMPTS)
+
+
+# F16, as the converter's --outtype f16 writes a model (here llama-quantize's F16 of the F32 twin: the same halves):
+# the families whose layers differ most (llama's permuted q/k rows, Qwen3's q/k norms, Gemma's GeGLU and sliding
+# layers, Phi-3's fused projections); a CI landing takes its third (fixtures/families.py in_turn)
+F16_FAMILIES = in_turn(["gemma3", "llama3", "phi3", "qwen3"])
+F16_BOUND = 2e-2  # both round the activations to f16 (ggml's vec_dot_type); the products' sums in their own orders
+
+
+@pytest.mark.parametrize("family", F16_FAMILIES)
+def test_f16_twin_agrees_with_b10621(reference_binary, family):
+    """An F16 GGUF at b10621's defaults: mlxcel keeps the file's halves and multiplies them over activations rounded
+    to f16 as ggml does (server/native/cpu_kernels.c dot_f16); greedy agreement at every decided position (the F32
+    rule, 0.5 nats) and logprobs within F16_BOUND (measured 0.005-0.012 on these four)."""
+    with Pair(f"family_{family}_F16", (), reference_binary, pinned=False) as pair:
+        traces = [trace(pair.reference.base_url, pair.mlxcel.base_url, p, "f32", 32) for p in PROMPTS]
+    assert sum(t.decided for t in traces) >= 32, [t.decided for t in traces]
+    assert [t.disagreements_at_decided for t in traces] == [0] * len(PROMPTS)
+    assert max(t.max_abs_delta_logprob for t in traces) <= F16_BOUND, [t.max_abs_delta_logprob for t in traces]

@@ -146,3 +146,28 @@ def test_a_prompts_rows_are_decode_rows(qtype):
     assert blas.STATE.native.mlxcel_blas_calls() == calls  # no panel went to the BLAS
     alone = np.stack([np.array(layer(mx.array(x[m : m + 1])))[0] for m in range(23)])
     assert np.array_equal(prompt, alone)
+
+
+def test_a_ggufs_f16_layers_keep_their_halves():
+    """keep_quantized(int8=True) (a GGUF's import) keeps an F16 linear layer as its own halves, read by the kernels
+    2 bytes a weight over activations rounded to f16 (ggml's vec_dot_type for F16), each row alone or batched the
+    same; a prompt's product (more than 16 rows) dequantizes panels for the BLAS, within float32's rounding."""
+    rng = np.random.default_rng(5)
+    linear = nn.Linear(K, N, bias=False)
+    linear.weight = mx.array(rng.standard_normal((N, K)).astype(np.float16) * np.float16(0.05))
+    model = nn.Sequential(linear, nn.RMSNorm(N))
+    model.layers[1].weight = model.layers[1].weight.astype(mx.float16)
+    assert quant_layers.keep_quantized(model, int8=True) == 1
+    layer = model.layers[0]
+    assert isinstance(layer, quant_layers.GGMLLinear) and layer.ggml_type == "F16"
+    assert model.layers[1].weight.dtype == mx.float32  # the other float parameters as the native steps read them
+    weights = np.array(linear.weight).astype(np.float64)
+    x = rng.standard_normal((20, K)).astype(np.float32)
+    few = np.array(layer(mx.array(x[:5])))
+    rounded = x[:5].astype(np.float16).astype(np.float64)
+    terms = rounded[:, None, :] * weights[None]
+    assert np.all(np.abs(few - terms.sum(-1)) <= 1e-5 * np.abs(terms).sum(-1))
+    alone = np.stack([np.array(layer(mx.array(x[m : m + 1])))[0] for m in range(5)])
+    assert np.array_equal(alone, few)
+    prompt = np.array(layer(mx.array(x)))
+    assert np.allclose(prompt, x @ weights.T, rtol=1e-4, atol=1e-4)

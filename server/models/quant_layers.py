@@ -23,6 +23,7 @@ from mlx.utils import tree_flatten, tree_unflatten
 from .. import blas
 from .gguf_quants import AFFINE_CONVERTERS, KEPT_BLOCKS
 
+KERNEL_TYPES = {**KEPT_BLOCKS, "F16": 1}  # the GGML layers' types the kernels read (F16: _keep_halves)
 GROUPS = (32, 64)  # the kernels read groups of 32 values, and mlx-community's 64 as two of them
 BITS = (4, 8)
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
@@ -234,13 +235,14 @@ def keep_quantized(model: nn.Module, int8: bool = False) -> int:
     native = blas.STATE.native
     if native is None or not hasattr(native, "mlxcel_quant_register_virtual"):
         return 0
+    halves = _keep_halves(model) if int8 else 0
     layers = [m for _, m in model.named_modules() if _kernel_readable(m)]
     for layer in layers:
         layer.scales, layer.biases = layer.scales.astype(mx.float32), layer.biases.astype(mx.float32)
     floats = [  # (a quantized model's own: a float checkpoint keeps its type)
         (k, v.astype(mx.float32))
         for k, v in tree_flatten(model.parameters())
-        if layers and v.dtype in (mx.float16, mx.bfloat16) and not k.endswith((".scales", ".biases"))
+        if (layers or halves) and v.dtype in (mx.float16, mx.bfloat16) and not k.endswith((".scales", ".biases"))
     ]
     if floats:
         model.update(tree_unflatten(floats))
@@ -258,6 +260,28 @@ def keep_quantized(model: nn.Module, int8: bool = False) -> int:
         if not _register_ggml(layer):
             raise ValueError(f"{layer.ggml_type} blocks of a {layer.in_dims}-wide row: not a shape the kernels read")
     return switched + len(blocks)
+
+
+def _keep_halves(model: nn.Module) -> int:
+    """A GGUF's F16 linear layers and embedding as GGML layers over their own halves (GGML type F16: the kernels read
+    2 bytes a weight, as ggml does, where MLX's CPU ran float16 products op by op ~15x slower than b10621, and a
+    float32 copy would double what a decode step reads). Returns how many."""
+    replacements = []
+    for path, layer in model.named_modules():
+        if type(layer) not in (nn.Linear, nn.Embedding) or layer.weight.dtype != mx.float16:
+            continue
+        rows, dims = layer.weight.shape
+        if isinstance(layer, nn.Embedding):
+            new: GGMLLinear = GGMLEmbedding("F16", dims, rows, 2 * dims)
+        else:
+            new = GGMLLinear("F16", dims, rows, 2 * dims, bias="bias" in layer)
+            if "bias" in layer:
+                new.bias = layer.bias.astype(mx.float32)
+        new.ggml = mx.contiguous(layer.weight).view(mx.uint8)
+        replacements.append((path, new))
+    if replacements:
+        model.update_modules(tree_unflatten(replacements))
+    return len(replacements)
 
 
 def _unregister(native, keys: list[int], _keep: list) -> None:
@@ -356,7 +380,7 @@ def _register_ggml(layer: GGMLLinear) -> bool:
         layer.in_dims,
         layer.out_dims,
         ctypes.c_void_p(key),
-        KEPT_BLOCKS[layer.ggml_type],
+        KERNEL_TYPES[layer.ggml_type],
     )
     if status != 0:
         return False

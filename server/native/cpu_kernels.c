@@ -262,7 +262,7 @@ int mlxcel_bind(void *handle, const char *prefix, int kernels) {
     if (!kernels) return real_sgemm != 0;
 #if X86
     __builtin_cpu_init();
-    have_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    have_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 #endif
     if (real_sgemm && pool.n == 1) pool_start();
     return real_sgemm != 0;
@@ -280,7 +280,7 @@ static inline float finish(float acc, float alpha, float beta, const float *c) {
 }
 
 #if X86
-#define AVX2 __attribute__((target("avx2,fma")))
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
 
 /* ---- C = A B, B is K x N (row-major). The k range is cut into NN_PARTS fixed parts, each summed in k order
  * by one thread streaming its rows of B front to back (contiguous reads, what memory serves fastest); the
@@ -549,7 +549,7 @@ int mlxcel_quant_int8(const float *key, int on) {
             struct quant_weight *w = &quant_table[s];
             const struct int8_weight iw = {(const uint8_t *)w->q, w->scales, w->biases, w->K, w->N, w->bits,
                                            w->group, w->ggml, w->ggml ? w->row_bytes : (long)w->K * w->bits / 8};
-            if (w->bits != PANEL_BITS && mlxcel_int8_reads(&iw)) w->int8 = on != 0, status = 0;
+            if (w->bits != PANEL_BITS && (mlxcel_int8_reads(&iw) || w->ggml == GGML_F16)) w->int8 = on != 0, status = 0;
             break;
         }
     pthread_mutex_unlock(&quant_lock);
@@ -809,9 +809,35 @@ AVX2 static float dot_lanes(const float *x, const float *w, int K) {
     return s;
 }
 
+/* an F16 weight row's dot product with x: converted 8 halves at a time (F16C) into 4 chains of 8 lanes (ggml's
+ * vec_dot_f16 keeps 4 too), the row prefetched 2 KiB ahead (a decode step streams it from memory once) */
+AVX2 static float dot_f16(const uint8_t *w, const float *x, int K) {
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    int k = 0;
+    for (; k + 32 <= K; k += 32) {
+        _mm_prefetch((const char *)w + 2 * k + 2048, _MM_HINT_T0);
+        for (int i = 0; i < 4; i++) {
+            const __m256 v = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 2 * (k + 8 * i))));
+            acc[i] = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 8 * i), v, acc[i]);
+        }
+    }
+    float s = hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    for (; k < K; k++) s = fmaf(x[k], _cvtsh_ss((unsigned short)(w[2 * k] | w[2 * k + 1] << 8)), s);
+    return s;
+}
+
 AVX2 static void ggml_task(void *ctx, int task) {
     struct quant_args *t = ctx;
     const struct quant_weight *w = t->w;
+    if (w->ggml == GGML_F16) {
+        for (int j = task * t->per_task; j < w->N && j < (task + 1) * t->per_task; j++)
+            for (int r = 0; r < t->M; r++) {
+                float *cr = t->c + (size_t)r * t->ldc + j;
+                const uint8_t *row = (const uint8_t *)w->q + (size_t)j * w->row_bytes;
+                *cr = finish(dot_f16(row, t->a + (size_t)r * t->lda, w->K), t->alpha, t->beta, cr);
+            }
+        return;
+    }
     float *row = mlxcel_thread_floats(BUFFER_DEQUANT, (size_t)w->K);
     if (!row) return; /* (checked by small_ggml on the caller's thread first) */
     for (int j = task * t->per_task; j < w->N && j < (task + 1) * t->per_task; j++) {
@@ -823,10 +849,25 @@ AVX2 static void ggml_task(void *ctx, int task) {
     }
 }
 
-/* C = A W over a weight kept as ggml blocks: each row dequantized once, then its dot with every row of A */
+/* C = A W over a weight kept as ggml blocks: each row dequantized once, then its dot with every row of A. A
+ * GGUF's F16 weight (int8 set: ggml's arithmetic) meets activations rounded to f16 first, as ggml's vec_dot_type
+ * for F16 rounds them. */
 AVX2 static int small_ggml(const struct quant_weight *w, int M, float alpha, const float *a, int lda, float beta,
                            float *c, int ldc) {
     if (!mlxcel_thread_floats(BUFFER_DEQUANT, (size_t)w->K)) return 0;
+    if (w->ggml == GGML_F16 && w->int8) {
+        float *rounded = mlxcel_thread_floats(BUFFER_ACTS, (size_t)M * w->K);
+        if (!rounded) return 0;
+        for (int m = 0; m < M; m++) {
+            const float *x = a + (size_t)m * lda;
+            float *r = rounded + (size_t)m * w->K;
+            int k = 0;
+            for (; k + 8 <= w->K; k += 8)
+                _mm256_storeu_ps(r + k, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + k), _MM_FROUND_TO_NEAREST_INT)));
+            for (; k < w->K; k++) r[k] = _cvtsh_ss(_cvtss_sh(x[k], _MM_FROUND_TO_NEAREST_INT));
+        }
+        a = rounded, lda = w->K;
+    }
     int tasks = 4 * pool_width() < w->N ? 4 * pool_width() : w->N;
     struct quant_args t = {w, M, (w->N + tasks - 1) / tasks, a, NULL, lda, ldc, alpha, beta, c};
     pool_run(ggml_task, &t, tasks, (long)w->N * w->K >= PARALLEL_WORK);
@@ -1013,7 +1054,7 @@ void cblas_sgemm(int order, int trans_a, int trans_b, int m, int n, int k, float
          * each the same function of its row as it is there. (Affine groups have no tile kernel: one row at a time
          * their integer path ran at half the BLAS's float rate, so a prompt's stay float.) */
         struct quant_weight w;
-        if (quant_find(b, trans_b == TRANS, k, n, ldb, &w) && w.int8 && w.ggml &&
+        if (quant_find(b, trans_b == TRANS, k, n, ldb, &w) && w.int8 && w.ggml && w.ggml != GGML_F16 &&
             small_quant(&w, m, alpha, a, lda, beta, c, ldc)) {
             quant_calls++;
             return;

@@ -100,6 +100,8 @@ int mlxcel_is_virtual(const float *key);
 
 /* ggml's K-quant types (GGML_TYPE_* numbers), kept as a GGUF stores them (ggml_blocks.c) */
 enum { GGML_Q2_K = 10, GGML_Q3_K = 11, GGML_Q4_K = 12, GGML_Q5_K = 13, GGML_Q6_K = 14 };
+/* a GGUF's F16 weights kept as the file's halves, read through the same table (a row is 2 K bytes) */
+enum { GGML_F16 = 1 };
 HIDDEN long mlxcel_ggml_row_bytes(int type, int K);
 HIDDEN void mlxcel_ggml_row(int type, const uint8_t *x, float *y, int K);
 HIDDEN float mlxcel_half(uint16_t h); /* ggml_compute_fp16_to_fp32 */

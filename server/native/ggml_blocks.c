@@ -161,8 +161,37 @@ ROW_CLONES static void row_q2_k(const uint8_t *x, float *y, int K) {
 
 HIDDEN float mlxcel_half(uint16_t h) { return half(h); }
 
+/* F16: each half as a float (F16C's conversion where the CPU has it: the same value, exactly) */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#include <immintrin.h>
+__attribute__((target("avx2,f16c"))) static void row_f16_fast(const uint8_t *x, float *y, int K) {
+    int k = 0;
+    for (; k + 8 <= K; k += 8) _mm256_storeu_ps(y + k, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + 2 * k))));
+    for (; k < K; k++) y[k] = half(read16(x + 2 * k));
+}
+static int f16c(void) {
+    static int known = -1;
+    if (known < 0) known = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2");
+    return known;
+}
+#else
+static void row_f16_fast(const uint8_t *x, float *y, int K) {
+    for (int k = 0; k < K; k++) y[k] = half(read16(x + 2 * k));
+}
+static int f16c(void) { return 1; }
+#endif
+
+static void row_f16(const uint8_t *x, float *y, int K) {
+    if (f16c()) {
+        row_f16_fast(x, y, K);
+        return;
+    }
+    for (int k = 0; k < K; k++) y[k] = half(read16(x + 2 * k));
+}
+
 /* bytes of one row of K values in a ggml type (GGML_TYPE_* numbers), or 0 for a type not kept so */
 HIDDEN long mlxcel_ggml_row_bytes(int type, int K) {
+    if (type == GGML_F16) return K > 0 ? 2L * K : 0;
     if (K % QK_K) return 0;
     switch (type) {
     case GGML_Q2_K: return (long)K / QK_K * 84;
@@ -181,6 +210,7 @@ HIDDEN void mlxcel_ggml_row(int type, const uint8_t *x, float *y, int K) {
     case GGML_Q4_K: row_q4_k(x, y, K); break;
     case GGML_Q5_K: row_q5_k(x, y, K); break;
     case GGML_Q6_K: row_q6_k(x, y, K); break;
+    case GGML_F16: row_f16(x, y, K); break;
     default: memset(y, 0, sizeof(float) * (size_t)K);
     }
 }
