@@ -26,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -212,6 +213,32 @@ def ratios(mine: dict, theirs: dict) -> dict:
     return out
 
 
+def in_turn(
+    servers: dict[str, ServerProcess], reps: int, one: Callable[[str, int], dict], label: str = "", timeout: float = 300
+) -> dict[str, list[dict]]:
+    """Start every server, then per repetition measure each (one(url, rep)) in turn, alternating who goes first so
+    drift of the machine hits both; each repetition's figures get the server's peak RSS, read at the end. The
+    servers are stopped whatever happens."""
+    samples: dict[str, list[dict]] = {name: [] for name in servers}
+    try:
+        for proc in servers.values():
+            proc.start(timeout=timeout)
+        for rep in range(reps):
+            order = list(servers) if rep % 2 == 0 else list(reversed(servers))
+            for name in order:
+                samples[name].append(one(servers[name].base_url, rep))
+                shown = ", ".join(f"{k} {v:.3g}" for k, v in list(samples[name][-1].items())[:2])
+                print(f"{label}rep {rep + 1}/{reps} {name}: {shown}", flush=True)
+        for name, proc in servers.items():
+            rss = peak_rss_mib(proc)
+            for s in samples[name]:
+                s["peak_rss_mib"] = rss
+    finally:
+        for proc in servers.values():
+            proc.cleanup()
+    return samples
+
+
 def run(
     twin_kind: str, n_predict: int, reps: int, anchor: bool = True, groups: tuple[str, ...] = FIGURE_GROUPS
 ) -> dict:
@@ -225,7 +252,6 @@ def run(
         "reference": reference_server(build_reference(), t.gguf, args),
         "mlxcel": mlxcel_server(t.mlx_model, args),
     }
-    samples: dict[str, list[dict]] = {name: [] for name in servers}
     results: dict = {
         "twin": twin_kind,
         "n_predict": n_predict,
@@ -233,25 +259,7 @@ def run(
         "args": args,
         "figures": list(groups),
     }
-    try:
-        for proc in servers.values():
-            proc.start()
-        for rep in range(reps):  # alternate who goes first, so drift of the machine hits both
-            order = list(servers) if rep % 2 == 0 else list(reversed(servers))
-            for name in order:
-                samples[name].append(asyncio.run(measure(servers[name].base_url, n_predict, rep, groups)))
-                print(
-                    f"rep {rep + 1}/{reps} {name}: "
-                    + ", ".join(f"{k} {v:.3g}" for k, v in list(samples[name][-1].items())[:2]),
-                    flush=True,
-                )
-        for name, proc in servers.items():
-            rss = peak_rss_mib(proc)
-            for s in samples[name]:
-                s["peak_rss_mib"] = rss
-    finally:
-        for proc in servers.values():
-            proc.cleanup()
+    samples = in_turn(servers, reps, lambda url, rep: asyncio.run(measure(url, n_predict, rep, groups)))
     for name in servers:
         results[name] = {
             k: summarize([s[k] for s in samples[name] if s.get(k) is not None])

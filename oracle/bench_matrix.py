@@ -22,14 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .bench import (
-    LOWER_IS_BETTER,
-    measure,
-    peak_rss_mib,
-    provenance,
-    ratios,
-    summarize,
-)
+from .bench import in_turn, measure, provenance, ratios, summarize
 from .processes import mlxcel_server, reference_server
 
 STREAMS = (8, 16)
@@ -37,7 +30,6 @@ PROMPT_LENGTHS = (512, 2048)
 GROUPS = ("decode", "aggregate", "prompt", "ttft")
 PARALLEL = 16
 SLOT_CTX = 2560  # a slot holds the 2048-token prompt and its answer
-assert "ttft_s" in LOWER_IS_BETTER and "peak_rss_mib" in LOWER_IS_BETTER
 
 
 def stream_bandwidth_gbs(mib: int = 1024, threads: int = 2, reps: int = 5) -> float:
@@ -85,23 +77,13 @@ def run_cell(shape: str, fmt: str, reps: int, n_predict: int, binary: Path) -> d
     gguf = speed_gguf(shape, fmt)
     args = ["--parallel", str(PARALLEL), "-c", str(PARALLEL * SLOT_CTX)]
     servers = {"reference": reference_server(binary, gguf, args), "mlxcel": mlxcel_server(str(gguf), args)}
-    samples: dict[str, list[dict]] = {name: [] for name in servers}
-    try:
-        for proc in servers.values():
-            proc.start(timeout=1800)  # (mlxcel's first start converts the GGUF into its cache)
-        for rep in range(reps):
-            order = list(servers) if rep % 2 == 0 else list(reversed(servers))
-            for name in order:
-                figures = asyncio.run(measure(servers[name].base_url, n_predict, rep, GROUPS, STREAMS, PROMPT_LENGTHS))
-                samples[name].append(figures)
-                print(f"{shape} {fmt} rep {rep + 1}/{reps} {name}: decode {figures['decode_tps_1']:.3g}", flush=True)
-        for name, proc in servers.items():
-            rss = peak_rss_mib(proc)
-            for s in samples[name]:
-                s["peak_rss_mib"] = rss
-    finally:
-        for proc in servers.values():
-            proc.cleanup()
+    samples = in_turn(
+        servers,
+        reps,
+        lambda url, rep: asyncio.run(measure(url, n_predict, rep, GROUPS, STREAMS, PROMPT_LENGTHS)),
+        f"{shape} {fmt} ",
+        timeout=1800,  # (mlxcel's first start converts the GGUF into its cache)
+    )
     out: dict = {"shape": shape, "format": fmt, "args": args, "sizes": weight_bytes(gguf), "samples": samples}
     for name in servers:
         out[name] = {k: summarize([s[k] for s in samples[name] if s.get(k) is not None]) for k in samples[name][0]}

@@ -8,7 +8,7 @@ import argparse
 import json
 from pathlib import Path
 
-from .bench_table import _num, compare, rewrite
+from .bench_table import MARK, _num, compare, rewrite, verdicts
 
 BEGIN, END = "<!-- matrix-table:begin (python -m oracle.bench_matrix_table) -->", "<!-- matrix-table:end -->"
 DOC = Path("docs/speed-matrix.md")
@@ -21,7 +21,6 @@ FIGURES = (  # (key, label, the bound's key or None)
     ("ttft_s", "time to first token (s)", None),
     ("peak_rss_mib", "peak RSS (MiB)", None),
 )
-MARK = {"parity": "=", "mlxcel better": "+", "reference better": "-", "one reading": "(one reading)"}
 
 
 def table(run: dict) -> str:
@@ -40,7 +39,7 @@ def table(run: dict) -> str:
         "| twin | format | figure | reference | mlxcel | ratio (band) | bound |",
         "|---|---|---|---|---|---|---|",
     ]
-    counts: dict[str, int] = {}
+    seen: list[str] = []
     for cell in run["cells"]:
         samples = cell["samples"]
         for key, label, bound in FIGURES:
@@ -49,20 +48,14 @@ def table(run: dict) -> str:
             if not (ref and mine):
                 continue
             c = compare(key, ref, mine)
-            counts[c.verdict] = counts.get(c.verdict, 0) + 1
+            seen.append(c.verdict)
             band = "" if c.single else f" ({c.low:.2f}-{c.high:.2f})"
             limit = _num(cell["bounds"][bound]) if bound else ""
             lines.append(
                 f"| {cell['shape']} | {cell['format']} | {label} | {_num(c.reference)} | {_num(c.mlxcel)} | "
                 f"{c.ratio:.2f}{band} **{MARK[c.verdict]}** | {limit} |"
             )
-    lines += [
-        "",
-        "Verdicts: "
-        + ", ".join(f"{counts.get(v, 0)} {v}" for v in ("parity", "mlxcel better", "reference better"))
-        + ".",
-    ]
-    return "\n".join(lines)
+    return "\n".join([*lines, "", verdicts(seen)])
 
 
 def main(argv: list[str] | None = None) -> None:

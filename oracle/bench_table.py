@@ -18,7 +18,13 @@ from pathlib import Path
 BEGIN, END = "<!-- bench-table:begin (python -m oracle.bench_table) -->", "<!-- bench-table:end -->"
 DOC = Path("docs/cpu-speed.md")
 LOWER_IS_BETTER = {"ttft_s", "cache_hit_ttft_over_cold", "peak_rss_mib"}
-SINGLE_READING = {"peak_rss_mib"}  # read once per run: no spread, the ratio is one reading
+SINGLE_READING = {"peak_rss_mib"}
+MARK = {
+    "parity": "=",
+    "mlxcel better": "+",
+    "reference better": "-",
+    "one reading": "(one reading)",
+}  # read once per run: no spread, the ratio is one reading
 # (key, label) in table order; a figure the run lacks is left out
 FIGURES = (
     ("decode_tps_1", "decode, 1 stream, greedy (tokens/s)"),
@@ -98,7 +104,7 @@ def table(run: dict) -> str:
         head,
         "|---|" + "---|---|---|" * len(kinds),
     ]
-    mark = {"parity": "=", "mlxcel better": "+", "reference better": "-", "one reading": "(one reading)"}
+
     for key, label in FIGURES:
         if key not in rows:
             continue
@@ -109,19 +115,16 @@ def table(run: dict) -> str:
                 cells.append(" | | |")
                 continue
             band = "" if c.single else f" ({c.low:.2f}-{c.high:.2f})"
-            cells.append(f" {_num(c.reference)} | {_num(c.mlxcel)} | {c.ratio:.2f}{band} **{mark[c.verdict]}** |")
+            cells.append(f" {_num(c.reference)} | {_num(c.mlxcel)} | {c.ratio:.2f}{band} **{MARK[c.verdict]}** |")
         lines.append(f"| {label} |" + "".join(cells))
-    counts = {}
-    for per_kind in rows.values():
-        for c in per_kind.values():
-            counts[c.verdict] = counts.get(c.verdict, 0) + 1
-    lines += [
-        "",
-        "Verdicts: "
-        + ", ".join(f"{counts.get(v, 0)} {v}" for v in ("parity", "mlxcel better", "reference better"))
-        + ".",
-    ]
-    return "\n".join(lines)
+    return "\n".join([*lines, "", verdicts([c.verdict for per_kind in rows.values() for c in per_kind.values()])])
+
+
+def verdicts(seen: list[str]) -> str:
+    """The closing line: how many figures came out each way."""
+    return (
+        "Verdicts: " + ", ".join(f"{seen.count(v)} {v}" for v in ("parity", "mlxcel better", "reference better")) + "."
+    )
 
 
 def rewrite(doc: Path, block: str, source: str, begin: str = BEGIN, end: str = END) -> None:

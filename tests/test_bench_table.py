@@ -78,3 +78,32 @@ def test_a_document_without_the_markers_is_an_error(tmp_path):
     with pytest.raises(SystemExit):
         bench_table.main([str(source), "--doc", str(doc)])
     assert doc.read_text() == "no markers\n"
+
+
+def test_the_matrix_table_puts_each_figure_beside_its_bound():
+    """oracle/bench_matrix_table.py: a row per twin, format and figure, the band's verdict, and the bound the run
+    measured (decode: bandwidth over the bytes a token reads; prompt: GEMM peak over 2 FLOPs a parameter)."""
+    from oracle import bench_matrix, bench_matrix_table
+
+    sizes = {"bytes_per_token": 800e6, "matmul_params": 1.2e9}
+    bounds = bench_matrix.bounds(sizes, bandwidth_gbs=32.0, gflops=300.0)
+    assert bounds == {"decode_tps_1": 40.0, "prompt_tps": 125.0}
+    samples = {
+        "reference": [{"decode_tps_1": r, "prompt_tps_512": 80.0, "peak_rss_mib": 3000.0} for r in (16.0, 17.0)],
+        "mlxcel": [{"decode_tps_1": m, "prompt_tps_512": 79.0, "peak_rss_mib": 1700.0} for m in (24.0, 25.0)],
+    }
+    run = {
+        "commit": "abc123",
+        "date": "2026-12-05T13:00:00Z",
+        "cores": 2,
+        "cpu": "Xeon",
+        "machine": {"stream_bandwidth_gbs": 32.0, "gemm_gflops": 300.0},
+        "repetitions": 2,
+        "n_predict": 32,
+        "cells": [{"shape": "llama-3.2-1b", "format": "Q4_K_M", "samples": samples, "bounds": bounds}],
+    }
+    text = bench_matrix_table.table(run)
+    assert "| llama-3.2-1b | Q4_K_M | decode, 1 stream (tokens/s) | 16.5 | 24.5 | 1.48 (1.41-1.56) **+** | 40 |" in text
+    assert "| llama-3.2-1b | Q4_K_M | prompt, 512 tokens (tokens/s) | 80 | 79 | 0.99 (0.99-0.99) **-** | 125 |" in text
+    assert "peak RSS (MiB) | 3000 | 1700 | 1.76 **(one reading)** |  |" in text
+    assert text.endswith("Verdicts: 0 parity, 1 mlxcel better, 1 reference better.")
