@@ -171,3 +171,21 @@ def test_a_ggufs_f16_layers_keep_their_halves():
     assert np.array_equal(alone, few)
     prompt = np.array(layer(mx.array(x)))
     assert np.allclose(prompt, x @ weights.T, rtol=1e-4, atol=1e-4)
+
+
+def test_an_odd_count_of_4_bit_chunks_ends_alone():
+    """A row of 3 chunks of 32 (4-bit weights pair chunks for the byte products; the last one goes alone)."""
+    rng = np.random.default_rng(13)
+    k, n = 96, 8
+    linear = nn.Linear(k, n, bias=False)
+    linear.weight = mx.array(rng.standard_normal((n, k)).astype(np.float32) * 0.05)
+    model = nn.Sequential(linear)
+    nn.quantize(model, group_size=32, bits=4)
+    assert quant_layers.keep_quantized(model, int8=True) == 1
+    layer = model.layers[0]
+    values = np.array(mx.dequantize(layer.weight, layer.scales, layer.biases, group_size=32, bits=4))
+    x = rng.standard_normal((1, k)).astype(np.float32)
+    d, xq = q8_0(x[0])
+    terms = values.reshape(n, -1, 32).astype(np.float64) * (d[:, None] * xq)[None]
+    got = np.array(layer(mx.array(x)))[0]
+    assert np.all(np.abs(got - terms.sum(axis=(1, 2))) <= 1e-5 * np.abs(terms).sum(axis=(1, 2)))
