@@ -230,11 +230,12 @@ def test_a_model_url_downloads_into_m_then_keeps_it_while_its_etag_holds(repos, 
 
 
 def test_a_model_url_that_cannot_be_had_fails_in_b10621s_words(repos, reference_binary):
-    want, got = _pair(
-        repos, reference_binary, ["-m", "{cache}/none.gguf", "-mu", "{hub}/acme/none/resolve/main/x.gguf"]
-    )
-    _record("model-url-missing", ["--model-url"], want, got, ("served", "cache"))
     line = "failed to download model: Download '"
+    args = ["-m", "{cache}/none.gguf", "-mu", "{hub}/acme/none/resolve/main/x.gguf"]
+    want, got = _pair(repos, reference_binary, args)
+    if line not in want["log"]:  # b10621's logger writes from a thread: exit(1) can cut its last lines (once in CI)
+        want, got = _pair(repos, reference_binary, args)
+    _record("model-url-missing", ["--model-url"], want, got, ("served", "cache"))
     assert not want["served"] and not got["served"] and got["exit"] == want["exit"] == 1
     assert line in want["log"] and line in got["log"] and "failed with status code: 404" in got["log"]
     assert (got["requests"], got["cache"]) == (want["requests"], want["cache"])
