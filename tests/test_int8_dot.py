@@ -38,6 +38,15 @@ def random_blocks(qtype: str, rng) -> np.ndarray:
     return blocks.reshape(N, -1)
 
 
+def int8_layer(qtype: str, blocks: np.ndarray) -> quant_layers.GGMLLinear:
+    """A GGUF's K-quant layer over `blocks`, registered with the kernels' integer path (as a GGUF import is)."""
+    layer = quant_layers.GGMLLinear(qtype, K, N, blocks.shape[1])
+    layer.ggml = mx.array(blocks)
+    object.__setattr__(layer, "int8", True)
+    assert quant_layers.register_blocks(layer)
+    return layer
+
+
 def q8_k(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """quantize_row_q8_K_ref: per 256 values (d, int8 values)."""
     blocks = x.reshape(-1, 256).astype(np.float32)
@@ -72,10 +81,7 @@ def expected_k(weights: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarr
 def test_k_quant_products_are_ggml_sums(qtype):
     rng = np.random.default_rng(7)
     blocks = random_blocks(qtype, rng)
-    layer = quant_layers.GGMLLinear(qtype, K, N, blocks.shape[1])
-    layer.ggml = mx.array(blocks)
-    object.__setattr__(layer, "int8", True)
-    assert quant_layers.register_blocks(layer)
+    layer = int8_layer(qtype, blocks)
     weights = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType[qtype]).reshape(N, K)
     x = rng.standard_normal((3, K)).astype(np.float32)
     got = np.array(layer(mx.array(x)))
@@ -136,10 +142,7 @@ def test_a_prompts_rows_are_decode_rows(qtype):
     and a cold run agree."""
     rng = np.random.default_rng(11)
     blocks = random_blocks(qtype, rng)
-    layer = quant_layers.GGMLLinear(qtype, K, N, blocks.shape[1])
-    layer.ggml = mx.array(blocks)
-    object.__setattr__(layer, "int8", True)
-    assert quant_layers.register_blocks(layer)
+    layer = int8_layer(qtype, blocks)
     calls = blas.STATE.native.mlxcel_blas_calls()
     x = rng.standard_normal((23, K)).astype(np.float32)
     prompt = np.array(layer(mx.array(x)))
