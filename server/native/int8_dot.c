@@ -15,6 +15,7 @@
  * over blocks are in mlxcel's order (ggml's AVX2 vec_dot or its repacked GEMV may round them otherwise). */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu_kernels.h"
@@ -24,6 +25,9 @@
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 
 enum { QK = 32, QK_K = 256, Q8_0_BYTES = 34 };
+/* an activation block for the K-quants: block_q8_K (d, 16 sums of 16, 256 values), then the 8 sums of 32 the
+ * mins take (summed once here, not once per weight row) */
+enum { ACT_K_SUMS32 = 4 + 32 + QK_K, ACT_K = ACT_K_SUMS32 + 16 };
 enum { PARALLEL_WORK = 1 << 15 }; /* as cpu_kernels.c: a smaller product runs on one thread */
 
 /* ---- the activations ------------------------------------------------------------------------------------------
@@ -72,7 +76,7 @@ static void quantize_chunks(const float *x, const struct acts *a, int m, int bit
 static void quantize_k(const float *x, const struct acts *a, int m) {
     uint8_t *row = a->base + (size_t)m * a->stride;
     for (int b = 0; b < a->blocks; b++, x += QK_K) {
-        uint8_t *blk = row + (size_t)b * (4 + 32 + QK_K);
+        uint8_t *blk = row + (size_t)b * ACT_K;
         int16_t *bsums = (int16_t *)(blk + 4);
         int8_t *qs = (int8_t *)(blk + 36);
         float max = 0.0f, amax = 0.0f;
@@ -97,6 +101,8 @@ static void quantize_k(const float *x, const struct acts *a, int m) {
             for (int i = 0; i < 16; i++) sum += qs[16 * j + i];
             bsums[j] = (int16_t)sum;
         }
+        int16_t *sums32 = (int16_t *)(blk + ACT_K_SUMS32);
+        for (int j = 0; j < QK_K / 32; j++) sums32[j] = (int16_t)(bsums[2 * j] + bsums[2 * j + 1]);
         memcpy(blk, &d, 4);
     }
 }
@@ -206,7 +212,7 @@ AVX2 static float dot_q45_k(const uint8_t *w, const uint8_t *act, int blocks, in
     __m256 acc = _mm256_setzero_ps();
     __m128 acc_m = _mm_setzero_ps();
     const int bytes = five ? 176 : 144;
-    for (int b = 0; b < blocks; b++, w += bytes, act += 4 + 32 + QK_K) {
+    for (int b = 0; b < blocks; b++, w += bytes, act += ACT_K) {
         prefetch_ahead(w, bytes);
         const float dx = act_d(act);
         const int8_t *xq = (const int8_t *)(act + 36);
@@ -214,8 +220,7 @@ AVX2 static float dot_q45_k(const uint8_t *w, const uint8_t *act, int blocks, in
         scales_mins_k4(w + 4, sm);
         const __m256i scales_mins = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)sm));
         /* the mins against the activations' sums of 32 (pairs of their sums of 16) */
-        const __m256i bsums = _mm256_loadu_si256((const __m256i *)(act + 4));
-        const __m128i sums32 = _mm_hadd_epi16(_mm256_castsi256_si128(bsums), _mm256_extracti128_si256(bsums, 1));
+        const __m128i sums32 = _mm_loadu_si128((const __m128i *)(act + ACT_K_SUMS32));
         const __m128i mins = _mm_madd_epi16(_mm256_extracti128_si256(scales_mins, 1), sums32);
         acc_m = _mm_fmadd_ps(_mm_set1_ps(dx * f16(w + 2)), _mm_cvtepi32_ps(mins), acc_m);
         const uint8_t *sc = (const uint8_t *)sm, *qs = w + (five ? 48 : 16);
@@ -246,7 +251,7 @@ AVX2 static float dot_q45_k(const uint8_t *w, const uint8_t *act, int blocks, in
 AVX2 static float dot_q6_k(const uint8_t *w, const uint8_t *act, int blocks) {
     const __m256i low = _mm256_set1_epi8(0x0F), three = _mm256_set1_epi8(3);
     __m256 acc = _mm256_setzero_ps();
-    for (int b = 0; b < blocks; b++, w += 210, act += 4 + 32 + QK_K) {
+    for (int b = 0; b < blocks; b++, w += 210, act += ACT_K) {
         prefetch_ahead(w, 210);
         const float dx = act_d(act);
         const int8_t *xq = (const int8_t *)(act + 36), *sc = (const int8_t *)(w + 192);
@@ -292,7 +297,7 @@ AVX2 static void dot_q45_k_tile(const uint8_t *w, const uint8_t *act, long strid
     __m256 acc[TILE];
     __m128 acc_m[TILE];
     for (int r = 0; r < TILE; r++) acc[r] = _mm256_setzero_ps(), acc_m[r] = _mm_setzero_ps();
-    for (int b = 0; b < blocks; b++, w += bytes, act += 4 + 32 + QK_K) {
+    for (int b = 0; b < blocks; b++, w += bytes, act += ACT_K) {
         prefetch_ahead(w, bytes);
         uint32_t sm[4];
         scales_mins_k4(w + 4, sm);
@@ -315,9 +320,7 @@ AVX2 static void dot_q45_k_tile(const uint8_t *w, const uint8_t *act, long strid
             const uint8_t *ar = act + (size_t)r * stride;
             const float dx = act_d(ar);
             const int8_t *xq = (const int8_t *)(ar + 36);
-            const __m256i bsums = _mm256_loadu_si256((const __m256i *)(ar + 4));
-            const __m128i sums32 =
-                _mm_hadd_epi16(_mm256_castsi256_si128(bsums), _mm256_extracti128_si256(bsums, 1));
+            const __m128i sums32 = _mm_loadu_si128((const __m128i *)(ar + ACT_K_SUMS32));
             acc_m[r] = _mm_fmadd_ps(_mm_set1_ps(dx * dmin), _mm_cvtepi32_ps(_mm_madd_epi16(mins16, sums32)), acc_m[r]);
             __m256i sumi = _mm256_setzero_si256();
             for (int j = 0; j < 4; j++) {
@@ -341,7 +344,7 @@ AVX2 static void dot_q6_k_tile(const uint8_t *w, const uint8_t *act, long stride
     const __m256i low = _mm256_set1_epi8(0x0F), three = _mm256_set1_epi8(3);
     __m256 acc[TILE];
     for (int r = 0; r < TILE; r++) acc[r] = _mm256_setzero_ps();
-    for (int b = 0; b < blocks; b++, w += 210, act += 4 + 32 + QK_K) {
+    for (int b = 0; b < blocks; b++, w += 210, act += ACT_K) {
         prefetch_ahead(w, 210);
         const int8_t *sc = (const int8_t *)(w + 192);
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
@@ -380,6 +383,124 @@ AVX2 static void dot_q6_k_tile(const uint8_t *w, const uint8_t *act, long stride
     for (int r = 0; r < TILE; r++) out[r] = hsum8(acc[r]);
 }
 
+/* ---- the same tiles in 512-bit registers with AVX-512 VNNI, where the CPU has it -----------------------------
+ * A register holds two of the 256-bit kernels' products side by side (a sub-block's low and high nibbles; two
+ * consecutive Q6_K value vectors), and vpdpwssd adds the scaled pairs (madd then add, in one, without saturating).
+ * The two halves are added before the sums turn to floats, so each of the eight int32 lanes holds exactly the
+ * integer the 256-bit kernels hold: integer sums do not depend on their order, and the float steps are the same
+ * ones, so a row's result is bitwise the AVX2 kernels' (tests/test_int8_dot.py: a prompt's rows are decode rows). */
+#define VNNI __attribute__((target("avx512f,avx512bw,avx512vnni,avx2,fma,f16c")))
+
+VNNI static inline __m512i halves16(int16_t low, int16_t high) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(low)), _mm256_set1_epi16(high), 1);
+}
+
+VNNI static inline __m256i fold(__m512i v) {
+    return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+}
+
+VNNI static void dot_q45_k_tile512(const uint8_t *w, const uint8_t *act, long stride, int blocks, int five,
+                                   float out[TILE]) {
+    const __m512i low = _mm512_set1_epi8(0x0F), one = _mm512_set1_epi8(1), nibble = halves16(0, 4);
+    const int bytes = five ? 176 : 144;
+    __m256 acc[TILE];
+    __m128 acc_m[TILE];
+    for (int r = 0; r < TILE; r++) acc[r] = _mm256_setzero_ps(), acc_m[r] = _mm_setzero_ps();
+    for (int b = 0; b < blocks; b++, w += bytes, act += ACT_K) {
+        prefetch_ahead(w, bytes);
+        /* (the words into a register, not through memory: four 4-byte stores read back as one load stall the
+         * store forwarding, a third of the kernel's time) */
+        uint32_t sm[4];
+        scales_mins_k4(w + 4, sm);
+        const __m128i packed = _mm_set_epi32((int)sm[3], (int)sm[2], (int)sm[1], (int)sm[0]);
+        const __m128i mins16 = _mm_cvtepu8_epi16(_mm_srli_si128(packed, 8));
+        const __m512i scales16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(packed));
+        const uint8_t *qs = w + (five ? 48 : 16);
+        const __m512i qh = five ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(w + 16)))
+                                : _mm512_setzero_si512();
+        __m512i q[4], scale[4]; /* sub-block 2j in the low half, 2j + 1 in the high half */
+        for (int j = 0; j < 4; j++) {
+            const __m512i bits = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * j)));
+            q[j] = _mm512_and_si512(_mm512_srlv_epi16(bits, nibble), low);
+            if (five) {
+                const __m512i hb = _mm512_srlv_epi16(qh, halves16((int16_t)(2 * j), (int16_t)(2 * j + 1)));
+                q[j] = _mm512_or_si512(q[j], _mm512_slli_epi16(_mm512_and_si512(hb, one), 4));
+            }
+            scale[j] = _mm512_permutexvar_epi16(halves16((int16_t)(2 * j), (int16_t)(2 * j + 1)), scales16);
+        }
+        const float d = f16(w), dmin = f16(w + 2);
+        for (int r = 0; r < TILE; r++) {
+            const uint8_t *ar = act + (size_t)r * stride;
+            const float dx = act_d(ar);
+            const int8_t *xq = (const int8_t *)(ar + 36);
+            const __m128i sums32 = _mm_loadu_si128((const __m128i *)(ar + ACT_K_SUMS32));
+            acc_m[r] = _mm_fmadd_ps(_mm_set1_ps(dx * dmin), _mm_cvtepi32_ps(_mm_madd_epi16(mins16, sums32)), acc_m[r]);
+            __m512i sumi = _mm512_setzero_si512();
+            for (int j = 0; j < 4; j++) {
+                const __m512i p = _mm512_maddubs_epi16(q[j], _mm512_loadu_si512((const void *)(xq + 64 * j)));
+                sumi = _mm512_dpwssd_epi32(sumi, p, scale[j]);
+            }
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dx * d), _mm256_cvtepi32_ps(fold(sumi)), acc[r]);
+        }
+    }
+    for (int r = 0; r < TILE; r++) {
+        __m128 m = _mm_add_ps(acc_m[r], _mm_movehl_ps(acc_m[r], acc_m[r]));
+        m = _mm_add_ss(m, _mm_movehdup_ps(m));
+        out[r] = hsum8(acc[r]) - _mm_cvtss_f32(m);
+    }
+}
+
+VNNI static void dot_q6_k_tile512(const uint8_t *w, const uint8_t *act, long stride, int blocks, float out[TILE]) {
+    const __m512i low = _mm512_set1_epi8(0x0F), three = _mm512_set1_epi8(3), pairs = halves16(0, 2);
+    __m256 acc[TILE];
+    for (int r = 0; r < TILE; r++) acc[r] = _mm256_setzero_ps();
+    for (int b = 0; b < blocks; b++, w += 210, act += ACT_K) {
+        prefetch_ahead(w, 210);
+        const int8_t *sc = (const int8_t *)(w + 192);
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+        __m512i v[4], scale[4]; /* the 256-bit kernel's value vectors 2i and 2i + 1, side by side */
+        for (int half = 0; half < 2; half++) {
+            const __m512i l = _mm512_loadu_si512((const void *)(w + 64 * half));
+            const __m512i qh =
+                _mm512_srlv_epi16(_mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(w + 128 + 32 * half))),
+                                  pairs);
+            v[2 * half] = _mm512_or_si512(_mm512_and_si512(l, low), _mm512_slli_epi16(_mm512_and_si512(qh, three), 4));
+            v[2 * half + 1] =
+                _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), low),
+                                _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 4), three), 4));
+        }
+        for (int i = 0; i < 4; i++) { /* 16 values a scale: four scales a register */
+            const int8_t *s = sc + 4 * i;
+            scale[i] = _mm512_inserti64x4(
+                _mm512_castsi256_si512(_mm256_set_m128i(_mm_set1_epi16(s[1]), _mm_set1_epi16(s[0]))),
+                _mm256_set_m128i(_mm_set1_epi16(s[3]), _mm_set1_epi16(s[2])), 1);
+        }
+        const float d = f16(w + 208);
+        for (int r = 0; r < TILE; r++) {
+            const uint8_t *ar = act + (size_t)r * stride;
+            const float dx = act_d(ar);
+            const int8_t *xq = (const int8_t *)(ar + 36);
+            const __m256i offset = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)(ar + 4)));
+            __m512i sumi = _mm512_setzero_si512();
+            for (int i = 0; i < 4; i++) {
+                const __m512i p = _mm512_maddubs_epi16(v[i], _mm512_loadu_si512((const void *)(xq + 64 * i)));
+                sumi = _mm512_dpwssd_epi32(sumi, p, scale[i]);
+            }
+            const __m256i sum = _mm256_sub_epi32(fold(sumi), _mm256_slli_epi32(offset, 5));
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dx * d), _mm256_cvtepi32_ps(sum), acc[r]);
+        }
+    }
+    for (int r = 0; r < TILE; r++) out[r] = hsum8(acc[r]);
+}
+
+static int have_vnni(void) {
+    static int ok = -1;
+    if (ok < 0)
+        ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vnni") && !getenv("MLXCEL_NO_AVX512"); /* (a bench's A/B switch) */
+    return ok;
+}
+
 /* ---- the product ------------------------------------------------------------------------------------------- */
 
 struct int8_args {
@@ -414,6 +535,7 @@ enum { PANEL_ROWS = 16 };
 AVX2 static void int8_task(void *ctx, int task) {
     const struct int8_args *t = ctx;
     const struct int8_weight *w = t->w;
+    const int vnni = have_vnni();
     const int j0 = task * t->per_task, j1 = (task + 1) * t->per_task < w->N ? (task + 1) * t->per_task : w->N;
     for (int jb = j0; jb < j1; jb += PANEL_ROWS) {
         const int je = jb + PANEL_ROWS < j1 ? jb + PANEL_ROWS : j1;
@@ -424,8 +546,10 @@ AVX2 static void int8_task(void *ctx, int task) {
                     float s[TILE];
                     const uint8_t *row = w->q + (size_t)j * w->row_bytes;
                     const uint8_t *act = t->a.base + (size_t)m * t->a.stride;
-                    if (w->ggml == GGML_Q6_K) dot_q6_k_tile(row, act, t->a.stride, t->a.blocks, s);
-                    else dot_q45_k_tile(row, act, t->a.stride, t->a.blocks, w->ggml == GGML_Q5_K, s);
+                    const int five = w->ggml == GGML_Q5_K;
+                    if (w->ggml == GGML_Q6_K)
+                        (vnni ? dot_q6_k_tile512 : dot_q6_k_tile)(row, act, t->a.stride, t->a.blocks, s);
+                    else (vnni ? dot_q45_k_tile512 : dot_q45_k_tile)(row, act, t->a.stride, t->a.blocks, five, s);
                     for (int r = 0; r < TILE; r++) put(t, m + r, j, s[r]);
                 }
         for (; m < t->M; m++)
@@ -459,7 +583,7 @@ HIDDEN int mlxcel_int8_gemm(const struct int8_weight *w, int M, float alpha, con
                             float *c, int ldc, int threads) {
     if (!mlxcel_int8_reads(w)) return 0;
     struct acts a = {w->K, w->K / QK, w->K / QK_K, 0, NULL};
-    a.stride = w->ggml ? (long)a.blocks * (4 + 32 + QK_K) : (long)a.chunks * (8 + QK);
+    a.stride = w->ggml ? (long)a.blocks * ACT_K : (long)a.chunks * (8 + QK);
     a.base = (uint8_t *)mlxcel_thread_floats(BUFFER_ACTS, ((size_t)M * a.stride + 3) / 4);
     if (!a.base) return 0;
     struct quantize_args q = {w, &a, x, ldx, M};
