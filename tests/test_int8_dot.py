@@ -135,20 +135,21 @@ def test_mlx_checkpoint_layers_stay_in_float():
     assert np.allclose(np.array(layer(mx.array(x))), x @ values.T, rtol=0, atol=1e-4)
 
 
+@pytest.mark.parametrize("rows", [9, 23])
 @pytest.mark.parametrize("qtype", sorted(BLOCK_BYTES))
-def test_a_prompts_rows_are_decode_rows(qtype):
-    """Over K-quant blocks a prompt's product (more rows than the few-row kernels take: four-row tiles against
-    panels of weight rows) gives every row bitwise what that row gets alone, as a decode step: a cached prefix
-    and a cold run agree. Where the CPU has AVX-512 VNNI the tiles are its 512-bit ones and a lone row AVX2's, so
-    this also shows the two kernels' sums are the same integers turned to floats in the same steps."""
+def test_a_prompts_rows_are_decode_rows(qtype, rows):
+    """Over K-quant blocks a batch's product gives every row bitwise what that row gets alone, as a decode step: a
+    cached prefix and a cold run agree. 9 rows: two four-row tiles and a row alone; 23: with AVX-512 VNNI, panels
+    of 16 weight rows unpacked once (other instructions summing the same integers), and on N = 40 a last panel
+    of 8 rows."""
     rng = np.random.default_rng(11)
     blocks = random_blocks(qtype, rng)
     layer = int8_layer(qtype, blocks)
     calls = blas.STATE.native.mlxcel_blas_calls()
-    x = rng.standard_normal((23, K)).astype(np.float32)
+    x = rng.standard_normal((rows, K)).astype(np.float32)
     prompt = np.array(layer(mx.array(x)))
     assert blas.STATE.native.mlxcel_blas_calls() == calls  # no panel went to the BLAS
-    alone = np.stack([np.array(layer(mx.array(x[m : m + 1])))[0] for m in range(23)])
+    alone = np.stack([np.array(layer(mx.array(x[m : m + 1])))[0] for m in range(rows)])
     assert np.array_equal(prompt, alone)
 
 
@@ -193,3 +194,40 @@ def test_an_odd_count_of_4_bit_chunks_ends_alone():
     terms = values.reshape(n, -1, 32).astype(np.float64) * (d[:, None] * xq)[None]
     got = np.array(layer(mx.array(x)))[0]
     assert np.all(np.abs(got - terms.sum(axis=(1, 2))) <= 1e-5 * np.abs(terms).sum(axis=(1, 2)))
+
+
+_PRODUCTS = """
+import sys
+sys.path[:0] = [{root!r}, {tests!r}]
+from server import blas
+blas.activate()
+import test_int8_dot as t
+sys.stdout.write(t.prompt_products().hex())
+"""
+
+
+def prompt_products() -> bytes:
+    """A 23-row product over random blocks of each K-quant type, as bytes."""
+    out = b""
+    for qtype in sorted(BLOCK_BYTES):
+        rng = np.random.default_rng(17)
+        layer = int8_layer(qtype, random_blocks(qtype, rng))
+        out += np.array(layer(mx.array(rng.standard_normal((23, K)).astype(np.float32)))).tobytes()
+    return out
+
+
+def test_avx512_and_avx2_products_are_the_same_floats():
+    """The same prompt products with AVX-512 VNNI's panels (this process) and with AVX2's tiles only (a process
+    with MLXCEL_NO_AVX512): bitwise equal, so a model answers the same on either kind of CPU."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if not blas.STATE.native.mlxcel_int8_vnni():
+        pytest.skip("a CPU with AVX-512 VNNI")
+    tests = Path(__file__).parent
+    code = _PRODUCTS.format(root=str(tests.parent), tests=str(tests))
+    env = {**os.environ, "MLXCEL_NO_AVX512": "1"}
+    avx2 = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert avx2 == prompt_products().hex()

@@ -84,7 +84,7 @@ HIDDEN void mlxcel_pool_run(mlxcel_task_fn fn, void *ctx, int tasks, int paralle
 HIDDEN int mlxcel_pool_batch(int on);
 
 /* a thread's own scratch floats, kept between calls: one buffer per use that can be live at once */
-enum { BUFFER_SUMS, BUFFER_SCORES, BUFFER_PREFILL, BUFFER_DEQUANT, BUFFER_ACTS, THREAD_BUFFERS };
+enum { BUFFER_SUMS, BUFFER_SCORES, BUFFER_PREFILL, BUFFER_DEQUANT, BUFFER_ACTS, BUFFER_PANEL, THREAD_BUFFERS };
 HIDDEN float *mlxcel_thread_floats(int which, size_t floats);
 
 /* rope's cos and sin at a position for pairs 0..half-1, as ggml's rope_yarn computes them; yarn: NULL, or

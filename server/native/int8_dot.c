@@ -206,291 +206,360 @@ static inline float act_d(const uint8_t *blk) {
 }
 
 /* Q4_K (144 bytes: d, dmin, 12 bytes of scales and mins, 128 of nibbles) and Q5_K (176: the same and 32 bytes of
- * high bits before the nibbles): sum over sub-blocks j of d sc_j sum(q xq) - dmin m_j sum(xq) */
-AVX2 static float dot_q45_k(const uint8_t *w, const uint8_t *act, int blocks, int five) {
+ * high bits before the nibbles): sum over sub-blocks j of d sc_j sum(q xq) - dmin m_j sum(xq).
+ *
+ * A block's two integer totals (the scaled products, the mins against the activations' sums) are exact, however
+ * they are summed; each turns to a float once a block: acc = fmaf(dx d, total, acc), and the same for the mins.
+ * Every kernel below (one row, four-row tiles, 16-row panels) takes those float steps and no others, so a row's
+ * result is bitwise the same whichever kernel, register width or batch computed it. */
+
+/* a Q4_K / Q5_K block's 256 values as four vectors of 32 bytes: sub-blocks 2j (low nibbles) and 2j + 1 (high) */
+AVX2 static inline void values_q45_k(const uint8_t *w, int five, int j, __m256i *lo, __m256i *hi) {
     const __m256i low = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
-    __m256 acc = _mm256_setzero_ps();
-    __m128 acc_m = _mm_setzero_ps();
+    const __m256i bits = _mm256_loadu_si256((const __m256i *)(w + (five ? 48 : 16) + 32 * j));
+    *lo = _mm256_and_si256(bits, low), *hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), low);
+    if (five) {
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(w + 16));
+        const __m128i s0 = _mm_cvtsi32_si128(2 * j), s1 = _mm_cvtsi32_si128(2 * j + 1);
+        *lo = _mm256_or_si256(*lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, s0), one), 4));
+        *hi = _mm256_or_si256(*hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, s1), one), 4));
+    }
+}
+
+/* the eight scales then the eight mins of a block, as 16-bit integers (the words into a register, not through
+ * memory: four 4-byte stores read back as one load stall the store forwarding) */
+AVX2 static inline __m256i scales_mins16(const uint8_t *w) {
+    uint32_t sm[4];
+    scales_mins_k4(w + 4, sm);
+    return _mm256_cvtepu8_epi16(_mm_set_epi32((int)sm[3], (int)sm[2], (int)sm[1], (int)sm[0]));
+}
+
+AVX2 static inline int hsum_i32x8(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1)));
+}
+
+AVX2 static inline int hsum_i32x4(__m128i s) {
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1)));
+}
+
+AVX2 static float dot_q45_k(const uint8_t *w, const uint8_t *act, int blocks, int five) {
+    float acc = 0.0f, acc_m = 0.0f;
     const int bytes = five ? 176 : 144;
     for (int b = 0; b < blocks; b++, w += bytes, act += ACT_K) {
         prefetch_ahead(w, bytes);
         const float dx = act_d(act);
         const int8_t *xq = (const int8_t *)(act + 36);
-        uint32_t sm[4];
-        scales_mins_k4(w + 4, sm);
-        const __m256i scales_mins = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)sm));
-        /* the mins against the activations' sums of 32 (pairs of their sums of 16) */
+        const __m256i scales_mins = scales_mins16(w);
         const __m128i sums32 = _mm_loadu_si128((const __m128i *)(act + ACT_K_SUMS32));
-        const __m128i mins = _mm_madd_epi16(_mm256_extracti128_si256(scales_mins, 1), sums32);
-        acc_m = _mm_fmadd_ps(_mm_set1_ps(dx * f16(w + 2)), _mm_cvtepi32_ps(mins), acc_m);
-        const uint8_t *sc = (const uint8_t *)sm, *qs = w + (five ? 48 : 16);
-        const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(w + 16)) : _mm256_setzero_si256();
+        const int mins = hsum_i32x4(_mm_madd_epi16(_mm256_extracti128_si256(scales_mins, 1), sums32));
+        const __m128i sc = _mm256_castsi256_si128(scales_mins);
         __m256i sumi = _mm256_setzero_si256();
         for (int j = 0; j < 4; j++) {
-            const __m256i bits = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
-            __m256i lo = _mm256_and_si256(bits, low), hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), low);
-            if (five) {
-                const __m128i s0 = _mm_cvtsi32_si128(2 * j), s1 = _mm_cvtsi32_si128(2 * j + 1);
-                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, s0), one), 4));
-                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, s1), one), 4));
-            }
+            __m256i lo, hi;
+            values_q45_k(w, five, j, &lo, &hi);
             const __m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(xq + 64 * j)));
             const __m256i ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(xq + 64 * j + 32)));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(pl, _mm256_set1_epi16(sc[2 * j])));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(ph, _mm256_set1_epi16(sc[2 * j + 1])));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(pl, _mm256_set1_epi16((short)_mm_extract_epi16(sc, 2 * j))));
+            sumi = _mm256_add_epi32(sumi,
+                                    _mm256_madd_epi16(ph, _mm256_set1_epi16((short)_mm_extract_epi16(sc, 2 * j + 1))));
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(dx * f16(w)), _mm256_cvtepi32_ps(sumi), acc);
+        acc = fmaf(dx * f16(w), (float)hsum_i32x8(sumi), acc);
+        acc_m = fmaf(dx * f16(w + 2), (float)mins, acc_m);
     }
-    acc_m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
-    acc_m = _mm_add_ss(acc_m, _mm_movehdup_ps(acc_m));
-    return hsum8(acc) - _mm_cvtss_f32(acc_m);
+    return acc - acc_m;
 }
 
 /* Q6_K (210 bytes: 128 of low nibbles, 64 of high bit pairs, 16 int8 scales, d): values q - 32, the 32 taken
- * from the block's integer sum through the activations' sums of 16 */
-AVX2 static float dot_q6_k(const uint8_t *w, const uint8_t *act, int blocks) {
+ * from the block's integer total through the activations' sums of 16; the total turns to a float once a block, as
+ * the Q4_K total does */
+
+/* a Q6_K block's 256 values as eight vectors of 32 (values 32n to 32n + 31; 16 values a scale) */
+AVX2 static inline void values_q6_k(const uint8_t *w, __m256i v[8]) {
     const __m256i low = _mm256_set1_epi8(0x0F), three = _mm256_set1_epi8(3);
-    __m256 acc = _mm256_setzero_ps();
+    for (int half = 0; half < 2; half++) {
+        const uint8_t *ql = w + 64 * half, *qhp = w + 128 + 32 * half;
+        const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
+        const __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)qhp);
+        __m256i *vh = v + 4 * half;
+        vh[0] = _mm256_or_si256(_mm256_and_si256(l0, low), _mm256_slli_epi16(_mm256_and_si256(qh, three), 4));
+        vh[1] = _mm256_or_si256(_mm256_and_si256(l1, low),
+                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), three), 4));
+        vh[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low),
+                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), three), 4));
+        vh[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low),
+                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), three), 4));
+    }
+}
+
+/* vector n's two scales, each over 16 bytes' pairs */
+AVX2 static inline void scales_q6_k(const uint8_t *w, __m256i scale[8]) {
+    const int8_t *sc = (const int8_t *)(w + 192);
+    for (int n = 0; n < 8; n++) scale[n] = _mm256_set_m128i(_mm_set1_epi16(sc[2 * n + 1]), _mm_set1_epi16(sc[2 * n]));
+}
+
+/* one row's eight lanes of a block's total: sum(sc_i q xq) - 32 sum(sc_i bsum_i) */
+AVX2 static inline __m256i lanes_q6_k(const __m256i v[8], const __m256i scale[8], __m256i sc16, const uint8_t *ar) {
+    const int8_t *xq = (const int8_t *)(ar + 36);
+    const __m256i offset = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)(ar + 4)));
+    __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(offset, 5));
+    for (int n = 0; n < 8; n++) {
+        const __m256i p = _mm256_maddubs_epi16(v[n], _mm256_loadu_si256((const __m256i *)(xq + 32 * n)));
+        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale[n]));
+    }
+    return sumi;
+}
+
+AVX2 static float dot_q6_k(const uint8_t *w, const uint8_t *act, int blocks) {
+    float acc = 0.0f;
     for (int b = 0; b < blocks; b++, w += 210, act += ACT_K) {
         prefetch_ahead(w, 210);
-        const float dx = act_d(act);
-        const int8_t *xq = (const int8_t *)(act + 36), *sc = (const int8_t *)(w + 192);
-        /* 32 sum(sc_i xq) over the block, from the activations' sums of 16 */
-        const __m256i offset = _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc)),
-                                                 _mm256_loadu_si256((const __m256i *)(act + 4)));
-        __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(offset, 5));
-        for (int half = 0; half < 2; half++) {
-            const uint8_t *ql = w + 64 * half, *qhp = w + 128 + 32 * half;
-            const int8_t *s = sc + 8 * half, *x = xq + 128 * half;
-            const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
-            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
-            const __m256i qh = _mm256_loadu_si256((const __m256i *)qhp);
-            const __m256i v[4] = {
-                _mm256_or_si256(_mm256_and_si256(l0, low), _mm256_slli_epi16(_mm256_and_si256(qh, three), 4)),
-                _mm256_or_si256(_mm256_and_si256(l1, low),
-                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), three), 4)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low),
-                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), three), 4)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low),
-                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), three), 4)),
-            };
-            for (int k = 0; k < 4; k++) {
-                const __m256i p = _mm256_maddubs_epi16(v[k], _mm256_loadu_si256((const __m256i *)(x + 32 * k)));
-                const __m256i scale = _mm256_set_m128i(_mm_set1_epi16(s[2 * k + 1]), _mm_set1_epi16(s[2 * k]));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale));
-            }
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(dx * f16(w + 208)), _mm256_cvtepi32_ps(sumi), acc);
+        __m256i v[8], scale[8];
+        values_q6_k(w, v);
+        scales_q6_k(w, scale);
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w + 192)));
+        acc = fmaf(act_d(act) * f16(w + 208), (float)hsum_i32x8(lanes_q6_k(v, scale, sc16, act)), acc);
     }
-    return hsum8(acc);
+    return acc;
 }
 
 /* ---- four activation rows at a time (a prompt's products): each block's weights unpacked once for the four, and
  * every row's sums taken in the very order dot_q45_k / dot_q6_k take them, so a row's result is bitwise the one
  * it gets alone ---------------------------------------------------------------------------------------------- */
-enum { TILE = 4 };
+enum { TILE = 4, PANEL_ROWS = 16 };
+
+/* four rows' block totals (each row's eight int32 lanes summed; the mins' four) turned to floats as dot_q45_k
+ * turns one row's: lane r of acc is row r's acc */
+AVX2 static inline void block_totals4(const __m256i sumi[TILE], const __m128i mins[TILE], __m128 dx, float d,
+                                      float dmin, __m128 *acc, __m128 *acc_m) {
+    const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(sumi[0], sumi[1]), _mm256_hadd_epi32(sumi[2], sumi[3]));
+    const __m128i totals = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    const __m128i m = _mm_hadd_epi32(_mm_hadd_epi32(mins[0], mins[1]), _mm_hadd_epi32(mins[2], mins[3]));
+    *acc = _mm_fmadd_ps(_mm_mul_ps(dx, _mm_set1_ps(d)), _mm_cvtepi32_ps(totals), *acc);
+    *acc_m = _mm_fmadd_ps(_mm_mul_ps(dx, _mm_set1_ps(dmin)), _mm_cvtepi32_ps(m), *acc_m);
+}
+
+static inline __m128 act_d4(const uint8_t *act, long stride) {
+    return _mm_set_ps(act_d(act + 3 * stride), act_d(act + 2 * stride), act_d(act + stride), act_d(act));
+}
 
 AVX2 static void dot_q45_k_tile(const uint8_t *w, const uint8_t *act, long stride, int blocks, int five,
                                 float out[TILE]) {
-    const __m256i low = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
     const int bytes = five ? 176 : 144;
-    __m256 acc[TILE];
-    __m128 acc_m[TILE];
-    for (int r = 0; r < TILE; r++) acc[r] = _mm256_setzero_ps(), acc_m[r] = _mm_setzero_ps();
+    __m128 acc = _mm_setzero_ps(), acc_m = _mm_setzero_ps();
     for (int b = 0; b < blocks; b++, w += bytes, act += ACT_K) {
         prefetch_ahead(w, bytes);
-        uint32_t sm[4];
-        scales_mins_k4(w + 4, sm);
-        const __m256i scales_mins = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)sm));
-        const __m128i mins16 = _mm256_extracti128_si256(scales_mins, 1);
-        const uint8_t *sc = (const uint8_t *)sm, *qs = w + (five ? 48 : 16);
-        const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(w + 16)) : _mm256_setzero_si256();
-        __m256i lo[4], hi[4];
+        const __m256i scales_mins = scales_mins16(w);
+        const __m128i mins16 = _mm256_extracti128_si256(scales_mins, 1), sc = _mm256_castsi256_si128(scales_mins);
+        __m256i lo[4], hi[4], slo[4], shi[4];
         for (int j = 0; j < 4; j++) {
-            const __m256i bits = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
-            lo[j] = _mm256_and_si256(bits, low), hi[j] = _mm256_and_si256(_mm256_srli_epi16(bits, 4), low);
-            if (five) {
-                const __m128i s0 = _mm_cvtsi32_si128(2 * j), s1 = _mm_cvtsi32_si128(2 * j + 1);
-                lo[j] = _mm256_or_si256(lo[j], _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, s0), one), 4));
-                hi[j] = _mm256_or_si256(hi[j], _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, s1), one), 4));
-            }
+            values_q45_k(w, five, j, &lo[j], &hi[j]);
+            slo[j] = _mm256_set1_epi16((short)_mm_extract_epi16(sc, 2 * j));
+            shi[j] = _mm256_set1_epi16((short)_mm_extract_epi16(sc, 2 * j + 1));
         }
-        const float d = f16(w), dmin = f16(w + 2);
+        __m256i sumi[TILE];
+        __m128i mins[TILE];
         for (int r = 0; r < TILE; r++) {
             const uint8_t *ar = act + (size_t)r * stride;
-            const float dx = act_d(ar);
             const int8_t *xq = (const int8_t *)(ar + 36);
-            const __m128i sums32 = _mm_loadu_si128((const __m128i *)(ar + ACT_K_SUMS32));
-            acc_m[r] = _mm_fmadd_ps(_mm_set1_ps(dx * dmin), _mm_cvtepi32_ps(_mm_madd_epi16(mins16, sums32)), acc_m[r]);
-            __m256i sumi = _mm256_setzero_si256();
+            mins[r] = _mm_madd_epi16(mins16, _mm_loadu_si128((const __m128i *)(ar + ACT_K_SUMS32)));
+            sumi[r] = _mm256_setzero_si256();
             for (int j = 0; j < 4; j++) {
                 const __m256i pl = _mm256_maddubs_epi16(lo[j], _mm256_loadu_si256((const __m256i *)(xq + 64 * j)));
                 const __m256i ph =
                     _mm256_maddubs_epi16(hi[j], _mm256_loadu_si256((const __m256i *)(xq + 64 * j + 32)));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(pl, _mm256_set1_epi16(sc[2 * j])));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(ph, _mm256_set1_epi16(sc[2 * j + 1])));
+                sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(pl, slo[j]));
+                sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(ph, shi[j]));
             }
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dx * d), _mm256_cvtepi32_ps(sumi), acc[r]);
         }
+        block_totals4(sumi, mins, act_d4(act, stride), f16(w), f16(w + 2), &acc, &acc_m);
     }
-    for (int r = 0; r < TILE; r++) {
-        __m128 m = _mm_add_ps(acc_m[r], _mm_movehl_ps(acc_m[r], acc_m[r]));
-        m = _mm_add_ss(m, _mm_movehdup_ps(m));
-        out[r] = hsum8(acc[r]) - _mm_cvtss_f32(m);
-    }
+    _mm_storeu_ps(out, _mm_sub_ps(acc, acc_m));
 }
 
 AVX2 static void dot_q6_k_tile(const uint8_t *w, const uint8_t *act, long stride, int blocks, float out[TILE]) {
-    const __m256i low = _mm256_set1_epi8(0x0F), three = _mm256_set1_epi8(3);
-    __m256 acc[TILE];
-    for (int r = 0; r < TILE; r++) acc[r] = _mm256_setzero_ps();
+    __m128 acc = _mm_setzero_ps();
     for (int b = 0; b < blocks; b++, w += 210, act += ACT_K) {
         prefetch_ahead(w, 210);
-        const int8_t *sc = (const int8_t *)(w + 192);
-        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
-        __m256i v[8], scale[8];
-        for (int half = 0; half < 2; half++) {
-            const uint8_t *ql = w + 64 * half, *qhp = w + 128 + 32 * half;
-            const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
-            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
-            const __m256i qh = _mm256_loadu_si256((const __m256i *)qhp);
-            __m256i *vh = v + 4 * half;
-            vh[0] = _mm256_or_si256(_mm256_and_si256(l0, low), _mm256_slli_epi16(_mm256_and_si256(qh, three), 4));
-            vh[1] = _mm256_or_si256(_mm256_and_si256(l1, low),
-                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), three), 4));
-            vh[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low),
-                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), three), 4));
-            vh[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low),
-                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), three), 4));
-            const int8_t *s = sc + 8 * half;
-            for (int k = 0; k < 4; k++)
-                scale[4 * half + k] = _mm256_set_m128i(_mm_set1_epi16(s[2 * k + 1]), _mm_set1_epi16(s[2 * k]));
-        }
-        const float d = f16(w + 208);
-        for (int r = 0; r < TILE; r++) {
-            const uint8_t *ar = act + (size_t)r * stride;
-            const float dx = act_d(ar);
-            const int8_t *xq = (const int8_t *)(ar + 36);
-            const __m256i offset = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)(ar + 4)));
-            __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(offset, 5));
-            for (int k = 0; k < 8; k++) {
-                const __m256i p = _mm256_maddubs_epi16(v[k], _mm256_loadu_si256((const __m256i *)(xq + 32 * k)));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale[k]));
-            }
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dx * d), _mm256_cvtepi32_ps(sumi), acc[r]);
-        }
+        __m256i v[8], scale[8], sumi[TILE];
+        values_q6_k(w, v);
+        scales_q6_k(w, scale);
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w + 192)));
+        for (int r = 0; r < TILE; r++) sumi[r] = lanes_q6_k(v, scale, sc16, act + (size_t)r * stride);
+        const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(sumi[0], sumi[1]), _mm256_hadd_epi32(sumi[2], sumi[3]));
+        const __m128i totals = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+        acc = _mm_fmadd_ps(_mm_mul_ps(act_d4(act, stride), _mm_set1_ps(f16(w + 208))), _mm_cvtepi32_ps(totals), acc);
     }
-    for (int r = 0; r < TILE; r++) out[r] = hsum8(acc[r]);
+    _mm_storeu_ps(out, acc);
 }
 
-/* ---- the same tiles in 512-bit registers with AVX-512 VNNI, where the CPU has it -----------------------------
- * A register holds two of the 256-bit kernels' products side by side (a sub-block's low and high nibbles; two
- * consecutive Q6_K value vectors), and vpdpwssd adds the scaled pairs (madd then add, in one, without saturating).
- * The two halves are added before the sums turn to floats, so each of the eight int32 lanes holds exactly the
- * integer the 256-bit kernels hold: integer sums do not depend on their order, and the float steps are the same
- * ones, so a row's result is bitwise the AVX2 kernels' (tests/test_int8_dot.py: a prompt's rows are decode rows). */
+/* ---- with AVX-512 VNNI, where the CPU has it: 16 weight rows at a time --------------------------------------
+ * The blocks' integer totals are exact whichever instructions sum them, and the float steps below are the ones
+ * dot_q45_k / dot_q6_k take (lane by lane), so a row's result is bitwise the AVX2 kernels' (tests/test_int8_dot.py:
+ * a prompt's rows are decode rows). */
 #define VNNI __attribute__((target("avx512f,avx512bw,avx512vnni,avx2,fma,f16c")))
 
-VNNI static inline __m512i halves16(int16_t low, int16_t high) {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(low)), _mm256_set1_epi16(high), 1);
-}
+/* 16 weight rows at a time for a prompt: the rows' blocks unpacked once into a panel where each 64 bytes hold four
+ * consecutive values of each of the 16 rows (ggml's repacked layouts interleave rows the same way), so one
+ * vpdpbusd multiplies four values of 16 rows by four activations broadcast, and a block's float steps are taken
+ * for the 16 rows at once. The panel per block: 64 such steps, the eight sub-blocks' scales as int32 per row, the
+ * mins in pairs of int16 per row, d and dmin per row. */
+enum { PANEL_VALUES = 64 * 64, PANEL_SCALES = PANEL_VALUES, PANEL_MINS = PANEL_SCALES + 8 * 64 };
+enum { PANEL_D = PANEL_MINS + 4 * 64, PANEL_DMIN = PANEL_D + 64, PANEL_BLOCK = PANEL_DMIN + 64 };
 
-VNNI static inline __m256i fold(__m512i v) {
-    return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
-}
-
-VNNI static void dot_q45_k_tile512(const uint8_t *w, const uint8_t *act, long stride, int blocks, int five,
-                                   float out[TILE]) {
-    const __m512i low = _mm512_set1_epi8(0x0F), one = _mm512_set1_epi8(1), nibble = halves16(0, 4);
+VNNI static void panel_q45_k(const uint8_t *w, size_t row_bytes, int rows, int blocks, int five, uint8_t *panel) {
+    _Alignas(64) uint8_t values[PANEL_ROWS][QK_K];
+    const __m512i from = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                            _mm512_set1_epi32(QK_K));
     const int bytes = five ? 176 : 144;
-    __m256 acc[TILE];
-    __m128 acc_m[TILE];
-    for (int r = 0; r < TILE; r++) acc[r] = _mm256_setzero_ps(), acc_m[r] = _mm_setzero_ps();
-    for (int b = 0; b < blocks; b++, w += bytes, act += ACT_K) {
-        prefetch_ahead(w, bytes);
-        /* (the words into a register, not through memory: four 4-byte stores read back as one load stall the
-         * store forwarding, a third of the kernel's time) */
-        uint32_t sm[4];
-        scales_mins_k4(w + 4, sm);
-        const __m128i packed = _mm_set_epi32((int)sm[3], (int)sm[2], (int)sm[1], (int)sm[0]);
-        const __m128i mins16 = _mm_cvtepu8_epi16(_mm_srli_si128(packed, 8));
-        const __m512i scales16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(packed));
-        const uint8_t *qs = w + (five ? 48 : 16);
-        const __m512i qh = five ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(w + 16)))
-                                : _mm512_setzero_si512();
-        __m512i q[4], scale[4]; /* sub-block 2j in the low half, 2j + 1 in the high half */
-        for (int j = 0; j < 4; j++) {
-            const __m512i bits = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * j)));
-            q[j] = _mm512_and_si512(_mm512_srlv_epi16(bits, nibble), low);
-            if (five) {
-                const __m512i hb = _mm512_srlv_epi16(qh, halves16((int16_t)(2 * j), (int16_t)(2 * j + 1)));
-                q[j] = _mm512_or_si512(q[j], _mm512_slli_epi16(_mm512_and_si512(hb, one), 4));
+    for (int b = 0; b < blocks; b++) {
+        uint8_t *pb = panel + (size_t)b * PANEL_BLOCK;
+        int32_t *scales = (int32_t *)(pb + PANEL_SCALES);
+        int16_t *mins = (int16_t *)(pb + PANEL_MINS);
+        float *d = (float *)(pb + PANEL_D), *dmin = (float *)(pb + PANEL_DMIN);
+        for (int r = 0; r < PANEL_ROWS; r++) {
+            if (r >= rows) { /* a last panel's missing rows: zeros, their outputs never stored */
+                memset(values[r], 0, QK_K);
+                for (int j = 0; j < 8; j++) scales[16 * j + r] = 0, mins[2 * (16 * (j / 2) + r) + j % 2] = 0;
+                d[r] = dmin[r] = 0.0f;
+                continue;
             }
-            scale[j] = _mm512_permutexvar_epi16(halves16((int16_t)(2 * j), (int16_t)(2 * j + 1)), scales16);
-        }
-        const float d = f16(w), dmin = f16(w + 2);
-        for (int r = 0; r < TILE; r++) {
-            const uint8_t *ar = act + (size_t)r * stride;
-            const float dx = act_d(ar);
-            const int8_t *xq = (const int8_t *)(ar + 36);
-            const __m128i sums32 = _mm_loadu_si128((const __m128i *)(ar + ACT_K_SUMS32));
-            acc_m[r] = _mm_fmadd_ps(_mm_set1_ps(dx * dmin), _mm_cvtepi32_ps(_mm_madd_epi16(mins16, sums32)), acc_m[r]);
-            __m512i sumi = _mm512_setzero_si512();
+            const uint8_t *blk = w + (size_t)r * row_bytes + (size_t)b * bytes;
+            uint32_t sm[4];
+            scales_mins_k4(blk + 4, sm);
+            const uint8_t *sc = (const uint8_t *)sm;
+            for (int j = 0; j < 8; j++) scales[16 * j + r] = sc[j], mins[2 * (16 * (j / 2) + r) + j % 2] = sc[8 + j];
+            d[r] = f16(blk), dmin[r] = f16(blk + 2);
             for (int j = 0; j < 4; j++) {
-                const __m512i p = _mm512_maddubs_epi16(q[j], _mm512_loadu_si512((const void *)(xq + 64 * j)));
-                sumi = _mm512_dpwssd_epi32(sumi, p, scale[j]);
+                __m256i lo, hi;
+                values_q45_k(blk, five, j, &lo, &hi);
+                _mm256_store_si256((__m256i *)(values[r] + 64 * j), lo);
+                _mm256_store_si256((__m256i *)(values[r] + 64 * j + 32), hi);
             }
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dx * d), _mm256_cvtepi32_ps(fold(sumi)), acc[r]);
         }
-    }
-    for (int r = 0; r < TILE; r++) {
-        __m128 m = _mm_add_ps(acc_m[r], _mm_movehl_ps(acc_m[r], acc_m[r]));
-        m = _mm_add_ss(m, _mm_movehdup_ps(m));
-        out[r] = hsum8(acc[r]) - _mm_cvtss_f32(m);
+        for (int step = 0; step < 64; step++)
+            _mm512_store_si512((void *)(pb + 64 * step), _mm512_i32gather_epi32(from, values[0] + 4 * step, 1));
     }
 }
 
-VNNI static void dot_q6_k_tile512(const uint8_t *w, const uint8_t *act, long stride, int blocks, float out[TILE]) {
-    const __m512i low = _mm512_set1_epi8(0x0F), three = _mm512_set1_epi8(3), pairs = halves16(0, 2);
-    __m256 acc[TILE];
-    for (int r = 0; r < TILE; r++) acc[r] = _mm256_setzero_ps();
-    for (int b = 0; b < blocks; b++, w += 210, act += ACT_K) {
-        prefetch_ahead(w, 210);
-        const int8_t *sc = (const int8_t *)(w + 192);
-        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
-        __m512i v[4], scale[4]; /* the 256-bit kernel's value vectors 2i and 2i + 1, side by side */
-        for (int half = 0; half < 2; half++) {
-            const __m512i l = _mm512_loadu_si512((const void *)(w + 64 * half));
-            const __m512i qh =
-                _mm512_srlv_epi16(_mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(w + 128 + 32 * half))),
-                                  pairs);
-            v[2 * half] = _mm512_or_si512(_mm512_and_si512(l, low), _mm512_slli_epi16(_mm512_and_si512(qh, three), 4));
-            v[2 * half + 1] =
-                _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), low),
-                                _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 4), three), 4));
-        }
-        for (int i = 0; i < 4; i++) { /* 16 values a scale: four scales a register */
-            const int8_t *s = sc + 4 * i;
-            scale[i] = _mm512_inserti64x4(
-                _mm512_castsi256_si512(_mm256_set_m128i(_mm_set1_epi16(s[1]), _mm_set1_epi16(s[0]))),
-                _mm256_set_m128i(_mm_set1_epi16(s[3]), _mm_set1_epi16(s[2])), 1);
-        }
-        const float d = f16(w + 208);
-        for (int r = 0; r < TILE; r++) {
-            const uint8_t *ar = act + (size_t)r * stride;
-            const float dx = act_d(ar);
-            const int8_t *xq = (const int8_t *)(ar + 36);
-            const __m256i offset = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)(ar + 4)));
-            __m512i sumi = _mm512_setzero_si512();
-            for (int i = 0; i < 4; i++) {
-                const __m512i p = _mm512_maddubs_epi16(v[i], _mm512_loadu_si512((const void *)(xq + 64 * i)));
-                sumi = _mm512_dpwssd_epi32(sumi, p, scale[i]);
+static inline int32_t four_bytes(const uint8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* TILE activation rows against a panel: out[r] holds the 16 rows' outputs of activation row r */
+VNNI static void dot_q45_k_panel(const uint8_t *panel, const uint8_t *act, long stride, int blocks,
+                                 float out[TILE][PANEL_ROWS]) {
+    __m512 acc[TILE], acc_m[TILE];
+    for (int r = 0; r < TILE; r++) acc[r] = acc_m[r] = _mm512_setzero_ps();
+    for (int b = 0; b < blocks; b++, act += ACT_K) {
+        const uint8_t *pb = panel + (size_t)b * PANEL_BLOCK;
+        __m512i total[TILE], mins[TILE];
+        for (int r = 0; r < TILE; r++) total[r] = mins[r] = _mm512_setzero_si512();
+        for (int j = 0; j < 8; j++) {
+            __m512i sub[TILE];
+            for (int r = 0; r < TILE; r++) sub[r] = _mm512_setzero_si512();
+            for (int step = 0; step < 8; step++) {
+                const __m512i v = _mm512_load_si512((const void *)(pb + 64 * (8 * j + step)));
+                for (int r = 0; r < TILE; r++) {
+                    const uint8_t *x = act + (size_t)r * stride + 36 + 32 * j + 4 * step;
+                    sub[r] = _mm512_dpbusd_epi32(sub[r], v, _mm512_set1_epi32(four_bytes(x)));
+                }
             }
-            const __m256i sum = _mm256_sub_epi32(fold(sumi), _mm256_slli_epi32(offset, 5));
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dx * d), _mm256_cvtepi32_ps(sum), acc[r]);
+            const __m512i scale = _mm512_load_si512((const void *)(pb + PANEL_SCALES + 64 * j));
+            for (int r = 0; r < TILE; r++) total[r] = _mm512_add_epi32(total[r], _mm512_mullo_epi32(sub[r], scale));
+        }
+        for (int i = 0; i < 4; i++) {
+            const __m512i m = _mm512_load_si512((const void *)(pb + PANEL_MINS + 64 * i));
+            for (int r = 0; r < TILE; r++) {
+                const uint8_t *sums = act + (size_t)r * stride + ACT_K_SUMS32 + 4 * i;
+                mins[r] = _mm512_dpwssd_epi32(mins[r], m, _mm512_set1_epi32(four_bytes(sums)));
+            }
+        }
+        const __m512 d = _mm512_load_ps(pb + PANEL_D), dmin = _mm512_load_ps(pb + PANEL_DMIN);
+        for (int r = 0; r < TILE; r++) {
+            const __m512 dx = _mm512_set1_ps(act_d(act + (size_t)r * stride));
+            acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dx, d), _mm512_cvtepi32_ps(total[r]), acc[r]);
+            acc_m[r] = _mm512_fmadd_ps(_mm512_mul_ps(dx, dmin), _mm512_cvtepi32_ps(mins[r]), acc_m[r]);
         }
     }
-    for (int r = 0; r < TILE; r++) out[r] = hsum8(acc[r]);
+    for (int r = 0; r < TILE; r++) _mm512_storeu_ps(out[r], _mm512_sub_ps(acc[r], acc_m[r]));
+}
+
+/* Q6_K panels: 16 scales a block (one per 16 values) as int32 per row, the offset's scales in pairs of int16 per
+ * row (against the activations' sums of 16), d per row */
+enum { PANEL6_SCALES = PANEL_VALUES, PANEL6_PAIRS = PANEL6_SCALES + 16 * 64, PANEL6_D = PANEL6_PAIRS + 8 * 64 };
+enum { PANEL6_BLOCK = PANEL6_D + 64 };
+
+VNNI static void panel_q6_k(const uint8_t *w, size_t row_bytes, int rows, int blocks, uint8_t *panel) {
+    _Alignas(64) uint8_t values[PANEL_ROWS][QK_K];
+    const __m512i from = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                            _mm512_set1_epi32(QK_K));
+    for (int b = 0; b < blocks; b++) {
+        uint8_t *pb = panel + (size_t)b * PANEL6_BLOCK;
+        int32_t *scales = (int32_t *)(pb + PANEL6_SCALES);
+        int16_t *pairs = (int16_t *)(pb + PANEL6_PAIRS);
+        float *d = (float *)(pb + PANEL6_D);
+        for (int r = 0; r < PANEL_ROWS; r++) {
+            if (r >= rows) {
+                memset(values[r], 0, QK_K);
+                for (int i = 0; i < 16; i++) scales[16 * i + r] = 0, pairs[2 * (16 * (i / 2) + r) + i % 2] = 0;
+                d[r] = 0.0f;
+                continue;
+            }
+            const uint8_t *blk = w + (size_t)r * row_bytes + (size_t)b * 210;
+            const int8_t *sc = (const int8_t *)(blk + 192);
+            for (int i = 0; i < 16; i++) scales[16 * i + r] = sc[i], pairs[2 * (16 * (i / 2) + r) + i % 2] = sc[i];
+            d[r] = f16(blk + 208);
+            __m256i v[8];
+            values_q6_k(blk, v);
+            for (int n = 0; n < 8; n++) _mm256_store_si256((__m256i *)(values[r] + 32 * n), v[n]);
+        }
+        for (int step = 0; step < 64; step++)
+            _mm512_store_si512((void *)(pb + 64 * step), _mm512_i32gather_epi32(from, values[0] + 4 * step, 1));
+    }
+}
+
+VNNI static void dot_q6_k_panel(const uint8_t *panel, const uint8_t *act, long stride, int blocks,
+                                float out[TILE][PANEL_ROWS]) {
+    __m512 acc[TILE];
+    for (int r = 0; r < TILE; r++) acc[r] = _mm512_setzero_ps();
+    for (int b = 0; b < blocks; b++, act += ACT_K) {
+        const uint8_t *pb = panel + (size_t)b * PANEL6_BLOCK;
+        __m512i total[TILE], offset[TILE];
+        for (int r = 0; r < TILE; r++) total[r] = offset[r] = _mm512_setzero_si512();
+        for (int i = 0; i < 16; i++) {
+            __m512i sub[TILE];
+            for (int r = 0; r < TILE; r++) sub[r] = _mm512_setzero_si512();
+            for (int step = 0; step < 4; step++) {
+                const __m512i v = _mm512_load_si512((const void *)(pb + 64 * (4 * i + step)));
+                for (int r = 0; r < TILE; r++) {
+                    const uint8_t *x = act + (size_t)r * stride + 36 + 16 * i + 4 * step;
+                    sub[r] = _mm512_dpbusd_epi32(sub[r], v, _mm512_set1_epi32(four_bytes(x)));
+                }
+            }
+            const __m512i scale = _mm512_load_si512((const void *)(pb + PANEL6_SCALES + 64 * i));
+            for (int r = 0; r < TILE; r++) total[r] = _mm512_add_epi32(total[r], _mm512_mullo_epi32(sub[r], scale));
+        }
+        for (int i = 0; i < 8; i++) {
+            const __m512i pair = _mm512_load_si512((const void *)(pb + PANEL6_PAIRS + 64 * i));
+            for (int r = 0; r < TILE; r++) {
+                const uint8_t *sums = act + (size_t)r * stride + 4 + 4 * i;
+                offset[r] = _mm512_dpwssd_epi32(offset[r], pair, _mm512_set1_epi32(four_bytes(sums)));
+            }
+        }
+        const __m512 d = _mm512_load_ps(pb + PANEL6_D);
+        for (int r = 0; r < TILE; r++) {
+            const __m512 dx = _mm512_set1_ps(act_d(act + (size_t)r * stride));
+            const __m512i t = _mm512_sub_epi32(total[r], _mm512_slli_epi32(offset[r], 5));
+            acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dx, d), _mm512_cvtepi32_ps(t), acc[r]);
+        }
+    }
+    for (int r = 0; r < TILE; r++) _mm512_storeu_ps(out[r], acc[r]);
 }
 
 static int have_vnni(void) {
@@ -500,6 +569,9 @@ static int have_vnni(void) {
              __builtin_cpu_supports("avx512vnni") && !getenv("MLXCEL_NO_AVX512"); /* (a bench's A/B switch) */
     return ok;
 }
+
+/* whether prompts take the AVX-512 VNNI panels (tests compare them with AVX2's tiles) */
+int mlxcel_int8_vnni(void) { return have_vnni(); }
 
 /* ---- the product ------------------------------------------------------------------------------------------- */
 
@@ -529,8 +601,9 @@ static inline void put(const struct int8_args *t, int m, int j, float s) {
 
 /* The task's weight rows, PANEL_ROWS at a time (a panel stays in L1 while the activation rows pass over it, four
  * at a time where the format has a tile kernel, so the activations are read from L2 once a panel, not once a
- * weight row). The loops' order changes no output: each is one function of its two rows. */
-enum { PANEL_ROWS = 16 };
+ * weight row; with AVX-512 VNNI and PANEL_MIN_ROWS rows or more, a Q4_K / Q5_K panel is unpacked once for all of
+ * them, dot_q45_k_panel). The loops' order changes no output: each is one function of its two rows. */
+enum { PANEL_MIN_ROWS = 16 };
 
 AVX2 static void int8_task(void *ctx, int task) {
     const struct int8_args *t = ctx;
@@ -540,16 +613,31 @@ AVX2 static void int8_task(void *ctx, int task) {
     for (int jb = j0; jb < j1; jb += PANEL_ROWS) {
         const int je = jb + PANEL_ROWS < j1 ? jb + PANEL_ROWS : j1;
         int m = 0;
-        if (w->ggml)
+        const int five = w->ggml == GGML_Q5_K;
+        const int six = w->ggml == GGML_Q6_K;
+        uint8_t *panel = vnni && w->ggml && t->M >= PANEL_MIN_ROWS
+                             ? (uint8_t *)mlxcel_thread_floats(BUFFER_PANEL, (size_t)t->a.blocks * PANEL6_BLOCK / 4)
+                             : NULL;
+        if (panel) {
+            const uint8_t *rows = w->q + (size_t)jb * w->row_bytes;
+            if (six) panel_q6_k(rows, w->row_bytes, je - jb, t->a.blocks, panel);
+            else panel_q45_k(rows, w->row_bytes, je - jb, t->a.blocks, five, panel);
+            for (; m + TILE <= t->M; m += TILE) {
+                float s[TILE][PANEL_ROWS];
+                const uint8_t *act = t->a.base + (size_t)m * t->a.stride;
+                if (six) dot_q6_k_panel(panel, act, t->a.stride, t->a.blocks, s);
+                else dot_q45_k_panel(panel, act, t->a.stride, t->a.blocks, s);
+                for (int r = 0; r < TILE; r++)
+                    for (int j = jb; j < je; j++) put(t, m + r, j, s[r][j - jb]);
+            }
+        } else if (w->ggml)
             for (; m + TILE <= t->M; m += TILE)
                 for (int j = jb; j < je; j++) {
                     float s[TILE];
                     const uint8_t *row = w->q + (size_t)j * w->row_bytes;
                     const uint8_t *act = t->a.base + (size_t)m * t->a.stride;
-                    const int five = w->ggml == GGML_Q5_K;
-                    if (w->ggml == GGML_Q6_K)
-                        (vnni ? dot_q6_k_tile512 : dot_q6_k_tile)(row, act, t->a.stride, t->a.blocks, s);
-                    else (vnni ? dot_q45_k_tile512 : dot_q45_k_tile)(row, act, t->a.stride, t->a.blocks, five, s);
+                    if (six) dot_q6_k_tile(row, act, t->a.stride, t->a.blocks, s);
+                    else dot_q45_k_tile(row, act, t->a.stride, t->a.blocks, five, s);
                     for (int r = 0; r < TILE; r++) put(t, m + r, j, s[r]);
                 }
         for (; m < t->M; m++)
@@ -594,6 +682,7 @@ HIDDEN int mlxcel_int8_gemm(const struct int8_weight *w, int M, float alpha, con
     return 1;
 }
 #else
+int mlxcel_int8_vnni(void) { return 0; }
 HIDDEN int mlxcel_int8_reads(const struct int8_weight *w) { (void)w; return 0; }
 HIDDEN int mlxcel_int8_gemm(const struct int8_weight *w, int M, float alpha, const float *x, int ldx, float beta,
                             float *c, int ldc, int threads) {
