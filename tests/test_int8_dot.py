@@ -139,9 +139,9 @@ def test_mlx_checkpoint_layers_stay_in_float():
 @pytest.mark.parametrize("qtype", sorted(BLOCK_BYTES))
 def test_a_prompts_rows_are_decode_rows(qtype, rows):
     """Over K-quant blocks a batch's product gives every row bitwise what that row gets alone, as a decode step: a
-    cached prefix and a cold run agree. 9 rows: two four-row tiles and a row alone; 23: with AVX-512 VNNI, panels
-    of 16 weight rows unpacked once (other instructions summing the same integers), and on N = 40 a last panel
-    of 8 rows."""
+    cached prefix and a cold run agree: four rows at a time against panels of 16 weight rows unpacked once (with
+    AVX-512 VNNI; AVX2's four-row tiles otherwise: other instructions summing the same integers), the rows left
+    over alone, and on N = 40 a last panel of 8 weight rows."""
     rng = np.random.default_rng(11)
     blocks = random_blocks(qtype, rng)
     layer = int8_layer(qtype, blocks)
