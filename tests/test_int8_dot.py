@@ -100,13 +100,7 @@ def test_affine_products_are_ggml_sums(bits, group):
     """MLX's affine groups (a GGUF's Q4_0 / Q4_1 / Q8_0 / IQ4_NL as imported): scale dx (q . xq) + bias dx sum(xq)
     per 32 values, the activations as ggml's q8_0."""
     rng = np.random.default_rng(bits + group)
-    w = mx.array(rng.standard_normal((N, K)).astype(np.float32) * 0.05)
-    linear = nn.Linear(K, N, bias=False)
-    linear.weight = w
-    model = nn.Sequential(linear)
-    nn.quantize(model, group_size=group, bits=bits)
-    assert quant_layers.keep_quantized(model, int8=True) == 1
-    layer = model.layers[0]
+    layer = affine_layer(bits, group, K, N, rng)
     q, scales, biases = (np.array(getattr(layer, n)) for n in ("weight", "scales", "biases"))
     values = np.array(mx.dequantize(layer.weight, layer.scales, layer.biases, group_size=group, bits=bits))
     x = rng.standard_normal((5, K)).astype(np.float32)
@@ -119,6 +113,22 @@ def test_affine_products_are_ggml_sums(bits, group):
     assert q.dtype == np.uint32 and scales.shape == biases.shape == (N, K // group)
     alone = np.stack([np.array(layer(mx.array(x[m : m + 1])))[0] for m in range(5)])
     assert np.array_equal(alone, got)
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_affine_prompts_rows_are_decode_rows_with_vnni(bits):
+    """With AVX-512 VNNI an affine prompt (more than 16 rows) is multiplied on the integer panels, not the BLAS: each
+    row bitwise what it gets alone."""
+    if not blas.STATE.native.mlxcel_int8_vnni():
+        pytest.skip("a CPU with AVX-512 VNNI")
+    rng = np.random.default_rng(bits)
+    layer = affine_layer(bits, 32, K, N, rng)
+    calls = blas.STATE.native.mlxcel_blas_calls()
+    x = rng.standard_normal((21, K)).astype(np.float32)
+    prompt = np.array(layer(mx.array(x)))
+    assert blas.STATE.native.mlxcel_blas_calls() == calls
+    alone = np.stack([np.array(layer(mx.array(x[m : m + 1])))[0] for m in range(21)])
+    assert np.array_equal(prompt, alone)
 
 
 def test_mlx_checkpoint_layers_stay_in_float():
@@ -182,18 +192,17 @@ def test_an_odd_count_of_4_bit_chunks_ends_alone():
     """A row of 3 chunks of 32 (4-bit weights pair chunks for the byte products; the last one goes alone)."""
     rng = np.random.default_rng(13)
     k, n = 96, 8
-    linear = nn.Linear(k, n, bias=False)
-    linear.weight = mx.array(rng.standard_normal((n, k)).astype(np.float32) * 0.05)
-    model = nn.Sequential(linear)
-    nn.quantize(model, group_size=32, bits=4)
-    assert quant_layers.keep_quantized(model, int8=True) == 1
-    layer = model.layers[0]
+    layer = affine_layer(4, 32, k, n, rng)
     values = np.array(mx.dequantize(layer.weight, layer.scales, layer.biases, group_size=32, bits=4))
-    x = rng.standard_normal((1, k)).astype(np.float32)
+    x = rng.standard_normal((5, k)).astype(np.float32)
     d, xq = q8_0(x[0])
     terms = values.reshape(n, -1, 32).astype(np.float64) * (d[:, None] * xq)[None]
-    got = np.array(layer(mx.array(x)))[0]
+    got = np.array(layer(mx.array(x[:1])))[0]
     assert np.all(np.abs(got - terms.sum(axis=(1, 2))) <= 1e-5 * np.abs(terms).sum(axis=(1, 2)))
+    batched = np.array(layer(mx.array(x)))  # (a panel's four rows, then one alone)
+    assert np.array_equal(batched[0], got)
+    alone = np.stack([np.array(layer(mx.array(x[m : m + 1])))[0] for m in range(5)])
+    assert np.array_equal(batched, alone)
 
 
 _PRODUCTS = """
@@ -206,13 +215,28 @@ sys.stdout.write(t.prompt_products().hex())
 """
 
 
+def affine_layer(bits: int, group: int, k: int, n: int, rng) -> nn.Module:
+    """An MLX affine layer (a GGUF's Q4_0 / Q4_1 / Q8_0 as imported) on the kernels' integer path."""
+    linear = nn.Linear(k, n, bias=False)
+    linear.weight = mx.array(rng.standard_normal((n, k)).astype(np.float32) * 0.05)
+    model = nn.Sequential(linear)
+    nn.quantize(model, group_size=group, bits=bits)
+    assert quant_layers.keep_quantized(model, int8=True) == 1
+    return model.layers[0]
+
+
 def prompt_products() -> bytes:
-    """A 23-row product over random blocks of each K-quant type, as bytes."""
+    """A 23-row product over random blocks of each K-quant type and a 9-row one over random affine weights (AVX2
+    multiplies an affine prompt of more than 16 rows in float, through the BLAS), as bytes."""
     out = b""
     for qtype in sorted(BLOCK_BYTES):
         rng = np.random.default_rng(17)
         layer = int8_layer(qtype, random_blocks(qtype, rng))
         out += np.array(layer(mx.array(rng.standard_normal((23, K)).astype(np.float32)))).tobytes()
+    for bits, group in ((4, 32), (8, 64)):
+        rng = np.random.default_rng(bits)
+        layer = affine_layer(bits, group, K, N, rng)
+        out += np.array(layer(mx.array(rng.standard_normal((9, K)).astype(np.float32)))).tobytes()
     return out
 
 

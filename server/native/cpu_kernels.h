@@ -117,6 +117,8 @@ struct int8_weight {
 /* whether int8_dot.c reads the weight; C = alpha A W^T + beta C for M rows of A, the activations quantized to 8
  * bits as ggml's vec_dot_type, over `threads` of the pool: 1, or 0 where it does not apply */
 HIDDEN int mlxcel_int8_reads(const struct int8_weight *w);
+/* whether a prompt's products take int8_dot.c's AVX-512 VNNI panels (the affine groups' too) */
+int mlxcel_int8_vnni(void);
 HIDDEN int mlxcel_int8_gemm(const struct int8_weight *w, int M, float alpha, const float *x, int ldx, float beta,
                             float *c, int ldc, int threads);
 

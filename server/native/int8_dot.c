@@ -31,8 +31,8 @@ enum { ACT_K_SUMS32 = 4 + 32 + QK_K, ACT_K = ACT_K_SUMS32 + 16 };
 enum { PARALLEL_WORK = 1 << 15 }; /* as cpu_kernels.c: a smaller product runs on one thread */
 
 /* ---- the activations ------------------------------------------------------------------------------------------
- * Affine weights: per 32-value chunk c of a row, its scale dx (ggml's f16 d, as a float), xs = dx * sum(xq), and
- * the 32 xq; for 4-bit weights a chunk's xq are held even positions first, then odd ones, in pairs of chunks
+ * Affine weights: per 32-value chunk c of a row, its scale dx (ggml's f16 d, as a float), xs = dx * sum(xq),
+ * sum(xq) itself, and the 32 xq; for 4-bit weights a chunk's xq are held even positions first, then odd ones, in pairs of chunks
  * ([c even][c+1 even][c odd][c+1 odd]), the order a byte's two nibbles come out in. K-quants: per 256 block, d,
  * the sums of each 16 xq and the 256 xq (block_q8_K). */
 struct acts {
@@ -43,8 +43,9 @@ struct acts {
 
 static inline float *act_scales(const struct acts *a, int m) { return (float *)(a->base + (size_t)m * a->stride); }
 static inline float *act_sums(const struct acts *a, int m) { return act_scales(a, m) + a->chunks; }
+static inline int32_t *act_isums(const struct acts *a, int m) { return (int32_t *)(act_sums(a, m) + a->chunks); }
 static inline int8_t *act_q(const struct acts *a, int m) {
-    return (int8_t *)(a->base + (size_t)m * a->stride + 8 * (size_t)a->chunks);
+    return (int8_t *)(a->base + (size_t)m * a->stride + 12 * (size_t)a->chunks);
 }
 
 /* a row into 32-value chunks (q8_0 of ggml's AVX2 build), laid out for weights of `bits` */
@@ -61,6 +62,7 @@ static void quantize_chunks(const float *x, const struct acts *a, int m, int bit
         for (int i = 0; i < QK; i++) sum += qs[i];
         d[c] = mlxcel_half(h);
         xs[c] = d[c] * (float)sum;
+        act_isums(a, m)[c] = sum;
         if (bits == 4) { /* the pair's layout (a last odd chunk alone: [even][odd]) */
             const int pair = c & ~1, alone = pair + 1 >= a->chunks, slot = c & 1;
             int8_t *even = q + (size_t)pair * QK + (alone ? 0 : 16 * slot);
@@ -123,7 +125,23 @@ static inline void prefetch_ahead(const uint8_t *w, int bytes) {
     for (int at = 0; at < bytes; at += 64) _mm_prefetch((const char *)w + PREFETCH_BYTES + at, _MM_HINT_T0);
 }
 
+AVX2 static inline int hsum_i32x8(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1)));
+}
+
+AVX2 static inline int hsum_i32x4(__m128i s) {
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1)));
+}
+
 /* ---- affine weights --------------------------------------------------------------------------------------- */
+
+/* An affine row's sum: per chunk c its integer total t_c (sum q xq; for 8 bits sum (q - 128) xq, the bias then
+ * bias + 128 scale: zero for a Q8_0 import, so nothing cancels) turned to a float once,
+ * acc = fmaf(scale dx_c, t_c, acc), and the bias's term bias = fmaf(bias, xs_c, bias); the result acc + bias. The
+ * panels below take these float steps for 16 weight rows at once, so a row's result is the same either way. */
 
 /* one output: weight row (4-bit, `groups` scales and biases) against one activation row */
 AVX2 static float dot_affine4(const uint8_t *w, const float *sc, const float *bi, int per, const struct acts *a,
@@ -131,8 +149,7 @@ AVX2 static float dot_affine4(const uint8_t *w, const float *sc, const float *bi
     const float *dx = act_scales(a, m), *xs = act_sums(a, m);
     const int8_t *x = act_q(a, m);
     const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-    __m256 acc = _mm256_setzero_ps();
-    float bias = 0.0f;
+    float acc = 0.0f, bias = 0.0f;
     int c = 0;
     for (; c + 2 <= a->chunks; c += 2) {
         _mm_prefetch((const char *)w + (size_t)c * 16 + PREFETCH_BYTES, _MM_HINT_T0);
@@ -141,48 +158,41 @@ AVX2 static float dot_affine4(const uint8_t *w, const float *sc, const float *bi
         const __m256i xe = _mm256_loadu_si256((const __m256i *)(x + (size_t)c * QK));
         const __m256i xo = _mm256_loadu_si256((const __m256i *)(x + (size_t)c * QK + 32));
         const __m256i p16 = _mm256_add_epi16(_mm256_maddubs_epi16(even, xe), _mm256_maddubs_epi16(odd, xo));
-        const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
-        const float s0 = sc[c / per] * dx[c], s1 = sc[(c + 1) / per] * dx[c + 1];
-        acc = _mm256_fmadd_ps(p, _mm256_set_m128(_mm_set1_ps(s1), _mm_set1_ps(s0)), acc);
+        const __m256i p = _mm256_madd_epi16(p16, ones); /* chunk c in the low half, c + 1 in the high */
+        acc = fmaf(sc[c / per] * dx[c], (float)hsum_i32x4(_mm256_castsi256_si128(p)), acc);
         bias = fmaf(bi[c / per], xs[c], bias);
+        acc = fmaf(sc[(c + 1) / per] * dx[c + 1], (float)hsum_i32x4(_mm256_extracti128_si256(p, 1)), acc);
         bias = fmaf(bi[(c + 1) / per], xs[c + 1], bias);
     }
-    float tail = 0.0f;
     if (c < a->chunks) { /* a last chunk alone: 16 bytes, [even][odd] activations */
         const __m128i bytes = _mm_loadu_si128((const __m128i *)(w + (size_t)c * 16)), l = _mm_set1_epi8(0x0F);
         const __m128i even = _mm_and_si128(bytes, l), odd = _mm_and_si128(_mm_srli_epi16(bytes, 4), l);
         const __m128i xe = _mm_loadu_si128((const __m128i *)(x + (size_t)c * QK));
         const __m128i xo = _mm_loadu_si128((const __m128i *)(x + (size_t)c * QK + 16));
         const __m128i p16 = _mm_add_epi16(_mm_maddubs_epi16(even, xe), _mm_maddubs_epi16(odd, xo));
-        const __m128i p32 = _mm_madd_epi16(p16, _mm_set1_epi16(1));
-        int lanes[4];
-        _mm_storeu_si128((__m128i *)lanes, p32);
-        tail = sc[c / per] * dx[c] * (float)(lanes[0] + lanes[1] + lanes[2] + lanes[3]);
+        acc = fmaf(sc[c / per] * dx[c], (float)hsum_i32x4(_mm_madd_epi16(p16, _mm_set1_epi16(1))), acc);
         bias = fmaf(bi[c / per], xs[c], bias);
     }
-    return hsum8(acc) + tail + bias;
+    return acc + bias;
 }
 
-/* 8-bit: q - 128 is a signed byte, so sum(q xq) = sum((q - 128) xq) + 128 sum(xq): the bias term takes
- * bias + 128 scale (zero for a Q8_0 import) */
+/* 8-bit: q - 128 is a signed byte, so sum(q xq) = sum((q - 128) xq) + 128 sum(xq) */
 AVX2 static float dot_affine8(const uint8_t *w, const float *sc, const float *bi, int per, const struct acts *a,
                               int m) {
     const float *dx = act_scales(a, m), *xs = act_sums(a, m);
     const int8_t *x = act_q(a, m);
     const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
-    __m256 acc = _mm256_setzero_ps();
-    float bias = 0.0f;
+    float acc = 0.0f, bias = 0.0f;
     for (int c = 0; c < a->chunks; c++) {
         if (c % 2 == 0) _mm_prefetch((const char *)w + (size_t)c * QK + PREFETCH_BYTES, _MM_HINT_T0);
         const __m256i q = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(w + (size_t)c * QK)), flip);
         const __m256i xq = _mm256_loadu_si256((const __m256i *)(x + (size_t)c * QK));
         const __m256i p16 = _mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(xq, q));
-        const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
         const float s = sc[c / per];
-        acc = _mm256_fmadd_ps(p, _mm256_set1_ps(s * dx[c]), acc);
+        acc = fmaf(s * dx[c], (float)hsum_i32x8(_mm256_madd_epi16(p16, ones)), acc);
         bias = fmaf(fmaf(128.0f, s, bi[c / per]), xs[c], bias);
     }
-    return hsum8(acc) + bias;
+    return acc + bias;
 }
 
 /* ---- K-quants (block layouts: ggml_blocks.c) ---------------------------------------------------------------- */
@@ -232,17 +242,6 @@ AVX2 static inline __m256i scales_mins16(const uint8_t *w) {
     uint32_t sm[4];
     scales_mins_k4(w + 4, sm);
     return _mm256_cvtepu8_epi16(_mm_set_epi32((int)sm[3], (int)sm[2], (int)sm[1], (int)sm[0]));
-}
-
-AVX2 static inline int hsum_i32x8(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
-    return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1)));
-}
-
-AVX2 static inline int hsum_i32x4(__m128i s) {
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
-    return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1)));
 }
 
 AVX2 static float dot_q45_k(const uint8_t *w, const uint8_t *act, int blocks, int five) {
@@ -562,6 +561,75 @@ VNNI static void dot_q6_k_panel(const uint8_t *panel, const uint8_t *act, long s
     for (int r = 0; r < TILE; r++) _mm512_storeu_ps(out[r], acc[r]);
 }
 
+/* Affine panels: per 32-value chunk, 8 steps of four values of the 16 rows (a 4-bit chunk's values in the order
+ * its activations are held: the even ones, then the odd ones), the rows' scales, and their bias terms */
+enum { PANELA_SCALES = 8 * 64, PANELA_BIAS = PANELA_SCALES + 64, PANELA_CHUNK = PANELA_BIAS + 64 };
+
+VNNI static void panel_affine(const struct int8_weight *w, int j0, int rows, int chunks, uint8_t *panel) {
+    _Alignas(64) uint8_t values[PANEL_ROWS][QK];
+    const __m512i from = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                            _mm512_set1_epi32(QK));
+    const int groups = w->K / w->group, per = w->group / QK;
+    for (int c = 0; c < chunks; c++) {
+        uint8_t *pc = panel + (size_t)c * PANELA_CHUNK;
+        float *scale = (float *)(pc + PANELA_SCALES), *bias = (float *)(pc + PANELA_BIAS);
+        for (int r = 0; r < PANEL_ROWS; r++) {
+            if (r >= rows) {
+                memset(values[r], 0, QK);
+                scale[r] = bias[r] = 0.0f;
+                continue;
+            }
+            const int j = j0 + r;
+            const float s = w->scales[(size_t)j * groups + c / per], b = w->biases[(size_t)j * groups + c / per];
+            scale[r] = s, bias[r] = w->bits == 8 ? fmaf(128.0f, s, b) : b;
+            const uint8_t *row = w->q + (size_t)j * w->row_bytes;
+            if (w->bits == 8) {
+                memcpy(values[r], row + (size_t)c * QK, QK);
+            } else {
+                const __m128i bytes = _mm_loadu_si128((const __m128i *)(row + (size_t)c * 16)), l = _mm_set1_epi8(0x0F);
+                _mm_store_si128((__m128i *)values[r], _mm_and_si128(bytes, l));
+                _mm_store_si128((__m128i *)(values[r] + 16), _mm_and_si128(_mm_srli_epi16(bytes, 4), l));
+            }
+        }
+        for (int step = 0; step < 8; step++)
+            _mm512_store_si512((void *)(pc + 64 * step), _mm512_i32gather_epi32(from, values[0] + 4 * step, 1));
+    }
+}
+
+/* where a chunk's step of four activations lies in a row's xq (4-bit: the pairs' layout of quantize_chunks) */
+static inline int act_step(int bits, int chunks, int c, int step) {
+    if (bits == 8) return c * QK + 4 * step;
+    const int pair = c & ~1, alone = pair + 1 >= chunks, slot = c & 1;
+    if (alone) return c * QK + 4 * step;
+    return pair * QK + (step < 4 ? 16 * slot + 4 * step : 32 + 16 * slot + 4 * (step - 4));
+}
+
+VNNI static void dot_affine_panel(const uint8_t *panel, const struct acts *a, int m, int bits,
+                                  float out[TILE][PANEL_ROWS]) {
+    __m512 acc[TILE], bias[TILE];
+    for (int r = 0; r < TILE; r++) acc[r] = bias[r] = _mm512_setzero_ps();
+    for (int c = 0; c < a->chunks; c++) {
+        const uint8_t *pc = panel + (size_t)c * PANELA_CHUNK;
+        __m512i sub[TILE];
+        for (int r = 0; r < TILE; r++) sub[r] = _mm512_setzero_si512();
+        for (int step = 0; step < 8; step++) {
+            const __m512i v = _mm512_load_si512((const void *)(pc + 64 * step));
+            const int at = act_step(bits, a->chunks, c, step);
+            for (int r = 0; r < TILE; r++)
+                sub[r] = _mm512_dpbusd_epi32(sub[r], v, _mm512_set1_epi32(four_bytes((const uint8_t *)act_q(a, m + r) + at)));
+        }
+        const __m512 scale = _mm512_load_ps(pc + PANELA_SCALES), b = _mm512_load_ps(pc + PANELA_BIAS);
+        for (int r = 0; r < TILE; r++) {
+            __m512i total = sub[r];
+            if (bits == 8) total = _mm512_sub_epi32(total, _mm512_set1_epi32(128 * act_isums(a, m + r)[c]));
+            acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(scale, _mm512_set1_ps(act_scales(a, m + r)[c])),
+                                     _mm512_cvtepi32_ps(total), acc[r]);
+            bias[r] = _mm512_fmadd_ps(b, _mm512_set1_ps(act_sums(a, m + r)[c]), bias[r]);
+        }
+    }
+    for (int r = 0; r < TILE; r++) _mm512_storeu_ps(out[r], _mm512_add_ps(acc[r], bias[r]));
+}
+
 static int have_vnni(void) {
     static int ok = -1;
     if (ok < 0)
@@ -616,10 +684,19 @@ AVX2 static void int8_task(void *ctx, int task) {
         int m = 0;
         const int five = w->ggml == GGML_Q5_K;
         const int six = w->ggml == GGML_Q6_K;
-        uint8_t *panel = vnni && w->ggml && t->M >= PANEL_MIN_ROWS
-                             ? (uint8_t *)mlxcel_thread_floats(BUFFER_PANEL, (size_t)t->a.blocks * PANEL6_BLOCK / 4)
-                             : NULL;
-        if (panel) {
+        const size_t panel_bytes =
+            w->ggml ? (size_t)t->a.blocks * PANEL6_BLOCK : (size_t)t->a.chunks * PANELA_CHUNK;
+        uint8_t *panel = vnni && t->M >= PANEL_MIN_ROWS ? (uint8_t *)mlxcel_thread_floats(BUFFER_PANEL, panel_bytes / 4)
+                                                        : NULL;
+        if (panel && !w->ggml) {
+            panel_affine(w, jb, je - jb, t->a.chunks, panel);
+            for (; m + TILE <= t->M; m += TILE) {
+                float s[TILE][PANEL_ROWS];
+                dot_affine_panel(panel, &t->a, m, w->bits, s);
+                for (int r = 0; r < TILE; r++)
+                    for (int j = jb; j < je; j++) put(t, m + r, j, s[r][j - jb]);
+            }
+        } else if (panel) {
             const uint8_t *rows = w->q + (size_t)jb * w->row_bytes;
             if (six) panel_q6_k(rows, w->row_bytes, je - jb, t->a.blocks, panel);
             else panel_q45_k(rows, w->row_bytes, je - jb, t->a.blocks, five, panel);
@@ -672,7 +749,7 @@ HIDDEN int mlxcel_int8_gemm(const struct int8_weight *w, int M, float alpha, con
                             float *c, int ldc, int threads) {
     if (!mlxcel_int8_reads(w)) return 0;
     struct acts a = {w->K, w->K / QK, w->K / QK_K, 0, NULL};
-    a.stride = w->ggml ? (long)a.blocks * ACT_K : (long)a.chunks * (8 + QK);
+    a.stride = w->ggml ? (long)a.blocks * ACT_K : (long)a.chunks * (12 + QK);
     a.base = (uint8_t *)mlxcel_thread_floats(BUFFER_ACTS, ((size_t)M * a.stride + 3) / 4);
     if (!a.base) return 0;
     struct quantize_args q = {w, &a, x, ldx, M};
