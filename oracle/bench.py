@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import platform
@@ -26,7 +27,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
@@ -147,29 +148,134 @@ async def measure(
     return out
 
 
-async def measure_openai(url: str, n_predict: int) -> dict:
-    """The anchor's figures through its OpenAI /v1/completions (it has no native route or ignore_eos)."""
-    body = {"prompt": PROMPT, "max_tokens": n_predict, "temperature": 0}
-    out: dict = {}
+WORDS = "the quiet harbour town kept its lamps lit through the long winter nights while".split()
+
+
+def unseen_prompt(n_words: int, salt: str) -> str:
+    """Ordinary words, about one token each, led by a salt no other request used (no prompt cache hit): a text
+    prompt of about n_words tokens, for a server that takes no token ids."""
+    return " ".join([salt, *(WORDS * (n_words // len(WORDS) + 1))[: n_words - 1]])
+
+
+async def _openai(client: httpx.AsyncClient, url: str, body: dict) -> tuple[dict, float]:
+    """One /v1/completions request, streamed (a client that leaves stops the generation: mlx_lm.server ends it at
+    its next token), read to the end: its usage and the seconds to its first frame."""
+    body = {**body, "stream": True, "stream_options": {"include_usage": True}}
+    start = time.perf_counter()
+    first, usage = None, None
+    async with client.stream("POST", url + "/v1/completions", json=body, timeout=900) as r:
+        r.raise_for_status()
+        async for line in r.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue  # (mlx_lm.server's ": keepalive" lines while it reads a long prompt)
+            if first is None:
+                first = time.perf_counter() - start
+            usage = json.loads(line[len("data: ") :]).get("usage") or usage
+    if usage is None or first is None:
+        raise RuntimeError("no usage frame")
+    return usage, first
+
+
+async def measure_openai(
+    url: str,
+    n_predict: int,
+    rep: int = 0,
+    groups: tuple[str, ...] = ("decode", "aggregate"),
+    streams: tuple[int, ...] = STREAMS,
+    prompt_lengths: tuple[int, ...] = (),
+    timeout: float | None = None,
+    skip: frozenset[str] = frozenset(),
+) -> dict:
+    """measure's figures (decode, aggregate, prompt, ttft; not the sampled or cache ones) on a server with only the
+    OpenAI /v1/completions (mlx_lm.server: no native route, no ignore_eos, text prompts; a generation that ends early
+    counts the tokens it made), every prompt unseen (`rep` and a counter salt them: no prompt-cache hit), the
+    cheapest figure first. Prompt tokens/s: the usage's prompt_tokens over a one-token completion's time, on a text
+    of about n tokens; time to first token: the first streamed frame (mlx_lm.server sends one once a token's text is
+    not empty). A figure that takes longer than `timeout` seconds (None: no limit) is recorded as `<key>_error`
+    "timed out after N s", the figures that hold its work and more (_costlier) as "not tried", and the measuring stops
+    there, the server perhaps still busy with it (a long prompt is read to its end): the caller restarts it and
+    measures the rest, `skip` naming the figures it has or gave up on. A figure the server refuses (its HTTP server
+    may drop concurrent connections) is `<key>_error` with the error, and the next one is measured."""
+    salts = iter(range(1_000_000))
+
+    def body(n_words: int, max_tokens: int) -> dict:
+        prompt = unseen_prompt(n_words, f"r{rep}n{next(salts)}") if n_words else f"r{rep}n{next(salts)} {PROMPT}"
+        return {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0}
+
     async with httpx.AsyncClient(limits=httpx.Limits(max_keepalive_connections=0)) as client:
 
-        async def one() -> int:
-            r = await client.post(url + "/v1/completions", json=body, timeout=900)
-            r.raise_for_status()
-            return r.json()["usage"]["completion_tokens"]
-
-        await one()
-        start = time.perf_counter()
-        out["decode_tps_1"] = await one() / (time.perf_counter() - start)
-        for streams in STREAMS:
+        async def decode() -> float:
+            await _openai(client, url, body(0, 4))  # warm up
             start = time.perf_counter()
-            try:
-                counts = await asyncio.gather(*(one() for _ in range(streams)))
-            except httpx.HTTPError as exc:  # its HTTP server may drop concurrent connections: say so
-                out[f"aggregate_tps_{streams}_error"] = f"{type(exc).__name__}: {exc}"[:200]
-                continue
-            out[f"aggregate_tps_{streams}"] = sum(counts) / (time.perf_counter() - start)
+            usage, _ = await _openai(client, url, body(0, n_predict))
+            return usage["completion_tokens"] / (time.perf_counter() - start)
+
+        async def aggregate(n_streams: int) -> float:
+            start = time.perf_counter()
+            done = await asyncio.gather(*(_openai(client, url, body(0, n_predict)) for _ in range(n_streams)))
+            return sum(usage["completion_tokens"] for usage, _ in done) / (time.perf_counter() - start)
+
+        async def prompt(n: int) -> float:
+            start = time.perf_counter()
+            usage, _ = await _openai(client, url, body(n, 1))
+            return usage["prompt_tokens"] / (time.perf_counter() - start)
+
+        async def ttft() -> float:
+            return min([(await _openai(client, url, body(0, 2)))[1] for _ in range(3)])
+
+        figures: list[tuple[str, Callable[[], Awaitable[float]]]] = []
+        if "ttft" in groups:
+            figures.append(("ttft_s", ttft))
+        if "decode" in groups:
+            figures.append(("decode_tps_1", decode))
+        for n_streams in sorted(streams) if "aggregate" in groups else ():
+            figures.append((f"aggregate_tps_{n_streams}", functools.partial(aggregate, n_streams)))
+        for n in sorted(prompt_lengths) if "prompt" in groups else ():
+            figures.append((f"prompt_tps_{n}", functools.partial(prompt, n)))
+        return await _in_order(figures, timeout, skip)
+
+
+async def _in_order(
+    figures: list[tuple[str, Callable[[], Awaitable[float]]]], timeout: float | None, skip: frozenset[str]
+) -> dict:
+    """measure_openai's figures measured one after the other, up to the first that times out."""
+    out: dict = {}
+    for key, figure in figures:
+        if key in skip:
+            continue
+        try:
+            out[key] = await asyncio.wait_for(figure(), timeout)
+        except asyncio.TimeoutError:
+            out[f"{key}_error"] = f"timed out after {timeout:.0f} s"
+            for k in _costlier(key, [k for k, _ in figures]):
+                if k not in skip:
+                    out[f"{k}_error"] = f"not tried: {key} timed out after {timeout:.0f} s"
+            break
+        except (httpx.HTTPError, RuntimeError, ValueError, KeyError) as exc:
+            out[f"{key}_error"] = f"{type(exc).__name__}: {exc}"[:200]
     return out
+
+
+def _costlier(key: str, keys: list[str]) -> list[str]:
+    """The figures of keys whose requests hold `key`'s work and more: every other one holds the short prompt's
+    prefill and first tokens that time to first token waits for; the aggregates hold decode's generation, 8 streams
+    less than 16; 512 prompt tokens less than 2048."""
+    if key == "ttft_s":
+        return [k for k in keys if k != key]
+    if key == "decode_tps_1":
+        return [k for k in keys if k.startswith("aggregate_tps_")]
+    kind, _, n = key.rpartition("_")
+    if kind in ("aggregate_tps", "prompt_tps"):
+        return [k for k in keys if k.rpartition("_")[0] == kind and int(k.rpartition("_")[2]) > int(n)]
+    return []
+
+
+def anchor_summary(runs: list[dict]) -> tuple[dict, list[str]]:
+    """An anchor's repetitions (measure_openai's) as summaries per figure, and its errors, each once."""
+    keys = [k for k in dict.fromkeys(k for r in runs for k in r) if not k.endswith("_error")]
+    summary = {k: summarize([r[k] for r in runs if r.get(k) is not None]) for k in keys}
+    errors = sorted({f"{k.removesuffix('_error')}: {v}" for r in runs for k, v in r.items() if k.endswith("_error")})
+    return summary, errors
 
 
 def peak_rss_mib(proc: ServerProcess) -> float | None:
@@ -272,11 +378,8 @@ def run(
         proc = mlx_lm_anchor(t.mlx_dir)
         try:
             proc.start()
-            runs = [asyncio.run(measure_openai(proc.base_url, n_predict)) for _ in range(reps)]
-            results["mlx_lm_server"] = {
-                k: summarize([r[k] for r in runs if k in r]) for k in runs[0] if not k.endswith("_error")
-            }
-            results["mlx_lm_server_errors"] = sorted({v for r in runs for k, v in r.items() if k.endswith("_error")})
+            runs = [asyncio.run(measure_openai(proc.base_url, n_predict, rep)) for rep in range(reps)]
+            results["mlx_lm_server"], results["mlx_lm_server_errors"] = anchor_summary(runs)
             results["ratio_mlxcel_over_mlx_lm_server"] = ratios(results["mlxcel"], results["mlx_lm_server"])
         except Exception as exc:  # an anchor that cannot start is reported, not fatal
             results["mlx_lm_server"] = {"error": f"{type(exc).__name__}: {exc}"[:500]}

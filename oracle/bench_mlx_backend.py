@@ -19,20 +19,14 @@ from pathlib import Path
 
 import httpx
 
-from .bench import default_out, mlx_lm_anchor, provenance, summarize
+from .bench import default_out, mlx_lm_anchor, provenance, summarize, unseen_prompt
 from .processes import mlxcel_server
 
-WORDS = "the quiet harbour town kept its lamps lit through the long winter nights while".split()
 PROMPT = "Once upon a time, in a small village by the sea, there lived"
 PROMPT_LENGTHS = (128, 512)
 # both servers without mlxcel's kernels: its BLAS shim's few-row GEMV (server/blas.py) would otherwise speed up
 # mlx_lm.server's decode and not mlxcel's (the runs before 2026-12-04 compared so: F32 decode read 0.69x)
 KERNELS_OFF = {"MLXCEL_CPU_KERNELS": "0"}
-
-
-def unseen_prompt(n_words: int, salt: str) -> str:
-    """Ordinary words, about one token each, led by a salt no other request used (no prompt cache hit)."""
-    return " ".join([salt, *(WORDS * (n_words // len(WORDS) + 1))[: n_words - 1]])
 
 
 async def _complete(client: httpx.AsyncClient, url: str, prompt: str, max_tokens: int) -> tuple[float, dict]:

@@ -81,7 +81,8 @@ def test_a_document_without_the_markers_is_an_error(tmp_path):
 
 
 def test_the_matrix_table_puts_each_figure_beside_its_bound():
-    """oracle/bench_matrix_table.py: a row per twin, format and figure, the band's verdict, and the bound the run
+    """oracle/bench_matrix_table.py: a row per twin, format and figure, the band's verdict, mlx_lm.server's median
+    and mlxcel's ratio over it (its error where a figure timed out, empty in a run without it), and the bound the run
     measured (decode: bandwidth over the bytes a token reads; prompt: GEMM peak over 2 FLOPs a parameter)."""
     from oracle import bench_matrix, bench_matrix_table
 
@@ -102,8 +103,46 @@ def test_the_matrix_table_puts_each_figure_beside_its_bound():
         "n_predict": 32,
         "cells": [{"shape": "llama-3.2-1b", "format": "Q4_K_M", "samples": samples, "bounds": bounds}],
     }
+    # a run before the anchor: its columns empty
     text = bench_matrix_table.table(run)
-    assert "| llama-3.2-1b | Q4_K_M | decode, 1 stream (tokens/s) | 16.5 | 24.5 | 1.48 (1.41-1.56) **+** | 40 |" in text
-    assert "| llama-3.2-1b | Q4_K_M | prompt, 512 tokens (tokens/s) | 80 | 79 | 0.99 (0.99-0.99) **-** | 125 |" in text
-    assert "peak RSS (MiB) | 3000 | 1700 | 1.76 **(one reading)** |  |" in text
+    assert (
+        "| llama-3.2-1b | Q4_K_M | decode, 1 stream (tokens/s) | 16.5 | 24.5 | 1.48 (1.41-1.56) **+** |  |  | 40 |"
+        in text
+    )
+    assert (
+        "| llama-3.2-1b | Q4_K_M | prompt, 512 tokens (tokens/s) | 80 | 79 | 0.99 (0.99-0.99) **-** |  |  | 125 |"
+        in text
+    )
+    assert "peak RSS (MiB) | 3000 | 1700 | 1.76 **(one reading)** |  |  |  |" in text
     assert text.endswith("Verdicts: 0 parity, 1 mlxcel better, 1 reference better.")
+    # with mlx_lm.server: its median and mlxcel over it; a figure that timed out shows the error
+    samples["mlx_lm_server"] = [{"decode_tps_1": a, "peak_rss_mib": 2000.0} for a in (5.0, 6.0)]
+    run["cells"][0]["mlx_lm_server_errors"] = ["prompt_tps_512: timed out after 180 s"]
+    text = bench_matrix_table.table(run)
+    assert "| 16.5 | 24.5 | 1.48 (1.41-1.56) **+** | 5.5 | 4.45 (4.00-5.00) **+** | 40 |" in text
+    assert "| 80 | 79 | 0.99 (0.99-0.99) **-** | timed out after 180 s |  | 125 |" in text
+    assert "peak RSS (MiB) | 3000 | 1700 | 1.76 **(one reading)** | 2000 | 1.18 **(one reading)** |  |" in text
+    assert text.endswith(
+        "Verdicts: 0 parity, 1 mlxcel better, 1 reference better. "
+        "Against mlx_lm.server: 0 parity, 1 mlxcel better, 0 mlx_lm.server better."
+    )
+
+
+def test_an_anchor_figure_past_its_time_gives_up_the_ones_that_hold_its_work():
+    """oracle/bench.py: a figure of mlx_lm.server that times out takes the costlier ones with it (not tried), and
+    the repetitions' errors are kept once each, named by their figure."""
+    from oracle.bench import _costlier, anchor_summary
+
+    keys = ["ttft_s", "decode_tps_1", "aggregate_tps_8", "aggregate_tps_16", "prompt_tps_512", "prompt_tps_2048"]
+    assert _costlier("ttft_s", keys) == keys[1:]
+    assert _costlier("decode_tps_1", keys) == ["aggregate_tps_8", "aggregate_tps_16"]
+    assert _costlier("aggregate_tps_8", keys) == ["aggregate_tps_16"]
+    assert _costlier("prompt_tps_512", keys) == ["prompt_tps_2048"]
+    assert _costlier("prompt_tps_2048", keys) == []
+    runs = [
+        {"decode_tps_1": 2.0, "prompt_tps_512_error": "timed out after 180 s"},
+        {"decode_tps_1": 4.0, "prompt_tps_512_error": "timed out after 180 s"},
+    ]
+    summary, errors = anchor_summary(runs)
+    assert summary == {"decode_tps_1": {"min": 2.0, "median": 3.0, "max": 4.0}}
+    assert errors == ["prompt_tps_512: timed out after 180 s"]
