@@ -203,6 +203,9 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m oracle.bench_matrix", description=__doc__.splitlines()[0])
     p.add_argument("--shapes", nargs="+", choices=sorted(SHAPES), default=sorted(SHAPES))
     p.add_argument("--formats", nargs="+", choices=FORMATS, default=list(FORMATS))
+    p.add_argument(
+        "--cells", nargs="+", metavar="SHAPE:FORMAT", help="these twins and formats only, in place of shapes x formats"
+    )
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--n-predict", type=int, default=32)
     p.add_argument("--no-anchor", action="store_true", help="leave out mlx_lm.server on the MLX checkpoints")
@@ -223,15 +226,17 @@ def main(argv: list[str] | None = None) -> None:
     machine = {"stream_bandwidth_gbs": stream_bandwidth_gbs(), "gemm_gflops": gemm_gflops()}
     print(f"machine: {machine}", flush=True)
     cells = []
-    for shape in args.shapes:
-        for fmt in args.formats:
-            cell = run_cell(shape, fmt, args.reps, args.n_predict, binary, not args.no_anchor, args.anchor_timeout)
-            cell["bounds"] = bounds(cell["sizes"], machine["stream_bandwidth_gbs"], machine["gemm_gflops"])
-            cells.append(cell)
-            # written after every cell: a long run interrupted keeps what it measured
-            meta["wall_s"] = round(time.perf_counter() - started, 1)
-            doc = {**meta, "machine": machine, "repetitions": args.reps, "n_predict": args.n_predict, "cells": cells}
-            out.write_text(json.dumps(doc, indent=1) + "\n")
+    chosen = [tuple(c.split(":", 1)) for c in args.cells] if args.cells else None
+    for shape, fmt in chosen or [(shape, fmt) for shape in args.shapes for fmt in args.formats]:
+        if shape not in SHAPES or fmt not in FORMATS:
+            raise SystemExit(f"unknown cell {shape}:{fmt} (shapes: {', '.join(SHAPES)}; formats: {', '.join(FORMATS)})")
+        cell = run_cell(shape, fmt, args.reps, args.n_predict, binary, not args.no_anchor, args.anchor_timeout)
+        cell["bounds"] = bounds(cell["sizes"], machine["stream_bandwidth_gbs"], machine["gemm_gflops"])
+        cells.append(cell)
+        # written after every cell: a long run interrupted keeps what it measured
+        meta["wall_s"] = round(time.perf_counter() - started, 1)
+        doc = {**meta, "machine": machine, "repetitions": args.reps, "n_predict": args.n_predict, "cells": cells}
+        out.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"written: {out} ({time.perf_counter() - started:.0f} s)")
     if args.table:
         from .bench_matrix_table import main as table_main
