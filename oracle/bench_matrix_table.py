@@ -25,6 +25,23 @@ FIGURES = (  # (key, label, the bound's key or None)
 )
 
 
+def merge(runs: list[dict]) -> dict:
+    """Several matrix runs as one: a later run's cell replaces the same twin and format's, and says which run it
+    came from (a cell re-measured after a change, the rest of the matrix standing)."""
+    out = {**runs[0], "cells": list(runs[0]["cells"])}
+    for run in runs[1:]:
+        for cell in run["cells"]:
+            cell = {**cell, "run": {"commit": run["commit"], "date": run["date"], "machine": run["machine"]}}
+            same = [
+                i for i, c in enumerate(out["cells"]) if (c["shape"], c["format"]) == (cell["shape"], cell["format"])
+            ]
+            if same:
+                out["cells"][same[0]] = cell
+            else:
+                out["cells"].append(cell)
+    return out
+
+
 def table(run: dict) -> str:
     m = run["machine"]
     when = run["date"][:16].replace("T", " ")
@@ -64,6 +81,13 @@ def table(run: dict) -> str:
                 f"{c.ratio:.2f}{band} **{MARK[c.verdict]}** | {anchor} | {limit} |"
             )
     closing = [verdicts(seen)]
+    for cell in run["cells"]:
+        if "run" in cell:
+            r = cell["run"]
+            closing.append(
+                f"The {cell['shape']} {cell['format']} rows are from a later run, {r['date'][:16].replace('T', ' ')} "
+                f"UTC at {r['commit']} (stream bandwidth {r['machine']['stream_bandwidth_gbs']:.1f} GB/s)."
+            )
     if seen_anchor:
         counts = ", ".join(
             f"{seen_anchor.count(v)} {v.replace('reference', 'mlx_lm.server')}"
@@ -87,16 +111,19 @@ def _anchor(cell: dict, key: str, mine: list[float]) -> tuple[str, str | None]:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m oracle.bench_matrix_table", description=__doc__.splitlines()[0])
-    p.add_argument("json", help="a matrix run (reports/bench/<date>-<commit>-matrix.json)")
+    p.add_argument(
+        "json", nargs="+", help="matrix runs (reports/bench/<date>-<commit>-matrix.json); a later one's cells replace"
+    )
     p.add_argument("--doc", default=str(DOC))
     p.add_argument("--print", action="store_true", help="print the block instead of rewriting the document")
     args = p.parse_args(argv)
-    block = table(json.loads(Path(args.json).read_text()))
+    block = table(merge([json.loads(Path(j).read_text()) for j in args.json]))
     if args.print:
         print(block)
         return
-    rewrite(Path(args.doc), block, args.json, BEGIN, END)
-    print(f"{args.doc}: matrix table rewritten from {args.json}")
+    sources = " and ".join(args.json)
+    rewrite(Path(args.doc), block, sources, BEGIN, END)
+    print(f"{args.doc}: matrix table rewritten from {sources}")
 
 
 if __name__ == "__main__":

@@ -128,6 +128,31 @@ def test_the_matrix_table_puts_each_figure_beside_its_bound():
     )
 
 
+def test_a_later_matrix_run_replaces_its_cells_and_says_so():
+    """bench_matrix_table.merge: a cell re-measured in a later run replaces the same twin and format's; the table
+    names that run under its rows, and keeps the first run's other cells."""
+    from oracle import bench_matrix_table
+
+    def run(commit: str, decode: float, shapes: tuple[str, ...]) -> dict:
+        samples = {"reference": [{"decode_tps_1": 10.0}], "mlxcel": [{"decode_tps_1": decode}]}
+        cells = [{"shape": s, "format": "Q4_K_M", "samples": samples, "bounds": {"decode_tps_1": 40.0}} for s in shapes]
+        machine = {"stream_bandwidth_gbs": 31.0, "gemm_gflops": 300.0}
+        return {"commit": commit, "date": "2026-12-05T16:00:00Z", "machine": machine, "repetitions": 1,
+                "n_predict": 32, "cells": cells}  # fmt: skip
+
+    merged = bench_matrix_table.merge(
+        [run("aaa", 12.0, ("llama-3.2-1b", "gemma-3-1b")), run("bbb", 20.0, ("gemma-3-1b",))]
+    )
+    assert [(c["shape"], c["samples"]["mlxcel"][0]["decode_tps_1"]) for c in merged["cells"]] == [
+        ("llama-3.2-1b", 12.0),
+        ("gemma-3-1b", 20.0),
+    ]
+    text = bench_matrix_table.table(merged)
+    assert "| gemma-3-1b | Q4_K_M | decode, 1 stream (tokens/s) | 10 | 20 | 2.00 (2.00-2.00) **+** |" in text
+    assert "The gemma-3-1b Q4_K_M rows are from a later run, 2026-12-05 16:00 UTC at bbb" in text
+    assert "llama-3.2-1b Q4_K_M rows are from" not in text
+
+
 def test_an_anchor_figure_past_its_time_gives_up_the_ones_that_hold_its_work():
     """oracle/bench.py: a figure of mlx_lm.server that times out takes the costlier ones with it (not tried), and
     the repetitions' errors are kept once each, named by their figure."""

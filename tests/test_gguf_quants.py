@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.models.gguf_quants import AFFINE_CONVERTERS, permute_rows
+from server.models.gguf_quants import AFFINE_CONVERTERS, WIDENED_CONVERTERS, permute_rows
 
 BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q5_0": 22, "Q5_1": 24, "Q8_0": 34, "Q4_K": 144, "Q5_K": 176, "IQ4_NL": 18}
 TWO_HALVES = {"Q4_1", "Q5_1", "Q4_K", "Q5_K"}  # d and m (dmin) lead the block
@@ -25,16 +25,21 @@ def _random_blocks(qtype: str, rows: int, blocks: int, seed: int) -> np.ndarray:
     return raw.reshape(rows, blocks * BLOCK_BYTES[qtype])
 
 
+# the server's own cache's widened forms too ("Q5_0 widened": 8 bits for the integer kernels)
+CONVERTERS = {**AFFINE_CONVERTERS, **{f"{k} widened": v for k, v in WIDENED_CONVERTERS.items()}}
+
+
 @settings(max_examples=25, deadline=None)
 @given(
-    qtype=st.sampled_from(sorted(AFFINE_CONVERTERS)),
+    name=st.sampled_from(sorted(CONVERTERS)),
     rows=st.integers(1, 6),
     blocks=st.integers(1, 5),
     seed=st.integers(0, 2**32 - 1),
 )
-def test_affine_dequantization_equals_gguf_dequantization_exactly(qtype, rows, blocks, seed):
+def test_affine_dequantization_equals_gguf_dequantization_exactly(name, rows, blocks, seed):
+    qtype = name.split()[0]
     raw = _random_blocks(qtype, rows, blocks, seed)
-    q = AFFINE_CONVERTERS[qtype](raw)
+    q = CONVERTERS[name](raw)
     assert q.scales.dtype == np.float32 and q.biases.dtype == np.float32
     got = np.array(
         mx.dequantize(mx.array(q.weight), mx.array(q.scales), mx.array(q.biases), group_size=32, bits=q.bits)

@@ -131,6 +131,30 @@ def test_affine_prompts_rows_are_decode_rows_with_vnni(bits):
     assert np.array_equal(prompt, alone)
 
 
+def test_q5_0_widened_to_8_bits_multiplies_ggmls_integers():
+    """A GGUF's Q5_0 (the server's cache widens it to 8 bits, q + 112 with bias -128 d): its products are
+    sum d dx (q - 16) xq as ggml's vec_dot_q5_0_q8_0 takes them, the bias term exactly zero."""
+    from server.models.gguf_quants import q5_0_to_affine8
+
+    rng = np.random.default_rng(21)
+    raw = rng.integers(0, 256, (N, K // 32, 22), dtype=np.uint8)
+    raw[..., 0:2] = _f16(rng.uniform(0.001, 0.01, (N, K // 32)))
+    raw = raw.reshape(N, -1)
+    q = q5_0_to_affine8(raw)
+    layer = nn.QuantizedLinear(K, N, bias=False, group_size=32, bits=8)
+    layer.weight, layer.scales, layer.biases = (mx.array(a) for a in (q.weight, q.scales, q.biases))
+    model = nn.Sequential(layer)
+    assert quant_layers.keep_quantized(model, int8=True) == 1
+    values = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType.Q5_0).reshape(N, K).astype(np.float64)
+    x = rng.standard_normal((6, K)).astype(np.float32)
+    got = np.array(model.layers[0](mx.array(x)))
+    for m in range(6):
+        d, xq = q8_0(x[m])
+        terms = values.reshape(N, -1, 32) * (d[:, None] * xq)[None]
+        assert np.all(np.abs(got[m] - terms.sum(axis=(1, 2))) <= 1e-5 * np.abs(terms).sum(axis=(1, 2)))
+    assert np.all(q.scales * 128 + q.biases == 0)
+
+
 def test_mlx_checkpoint_layers_stay_in_float():
     """An MLX checkpoint's layers (int8 off) are multiplied in float32, as mlx-lm multiplies them."""
     rng = np.random.default_rng(3)

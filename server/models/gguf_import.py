@@ -19,7 +19,15 @@ import numpy as np
 from . import kv_override
 from .gguf_arch import ROPE_FREQS, ArchSpec, HParams, ImportRefused, spec_of
 from .gguf_check import DamagedGGUF, check_gguf
-from .gguf_quants import AFFINE_CONVERTERS, FLOAT32_HELD, GROUP_SIZE, KEPT_BLOCKS, KEPT_KEY, permute_rows
+from .gguf_quants import (
+    AFFINE_CONVERTERS,
+    FLOAT32_HELD,
+    GROUP_SIZE,
+    KEPT_BLOCKS,
+    KEPT_KEY,
+    WIDENED_CONVERTERS,
+    permute_rows,
+)
 from .gguf_reader import FastGGUFReader
 from .rope_factors import CONFIG_KEY as ROPE_FACTORS_KEY
 from .vocab_rules import default_add_bos
@@ -116,7 +124,8 @@ def _converted_tensor(
         )
     elif qtype in AFFINE_CONVERTERS and dtype != "f32":
         rows = data.reshape(-1, data.shape[-1])  # a stack of experts' matrices converts row by row
-        q = AFFINE_CONVERTERS[qtype](permute_rows(rows, n_head) if n_head is not None else rows)
+        convert = (WIDENED_CONVERTERS if blocks else AFFINE_CONVERTERS).get(qtype, AFFINE_CONVERTERS[qtype])
+        q = convert(permute_rows(rows, n_head) if n_head is not None else rows)
         base = name.removesuffix(".weight")
         lead = data.shape[:-1]
         yield f"{base}.weight", q.weight.reshape(*lead, -1), q.bits

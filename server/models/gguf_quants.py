@@ -92,6 +92,21 @@ def q5_0_to_affine(raw: np.ndarray) -> AffineQuantized:
     return AffineQuantized(_pack(_low_high(b[..., 6:22], bits).reshape(rows, -1), 5), d, -16.0 * d, 5)
 
 
+def q5_0_to_affine8(raw: np.ndarray) -> AffineQuantized:
+    """Q5_0 widened to 8 bits, for the server's own cache: q + 112 with scale d and bias -128 d. Then q - 128 is
+    ggml's q - 16 and the bias term the integer kernels add (bias + 128 scale) is exactly zero, so
+    server/native/int8_dot.c's 8-bit path multiplies ggml's own integers (MLX's 5-bit layers have no integer path:
+    Gemma-3-1B's Q4_K_M is two fifths Q5_0, llama-quantize's type where a row of 1152 takes no K-quant). Exact:
+    (q + 112) d and 128 d need at most 19 significant bits, and their difference is (q - 16) d."""
+    b = _blocks(raw, 22)
+    d = _half(b, 0)
+    qh = b[..., 2:6].copy().view(np.uint32)
+    bits = ((qh >> np.arange(32, dtype=np.uint32)) & 1).astype(np.uint8)
+    rows = raw.shape[0]
+    q = _low_high(b[..., 6:22], bits).astype(np.int16) + 112
+    return AffineQuantized(_pack(q.reshape(rows, -1), 8), d, -128.0 * d, 8)
+
+
 def q5_1_to_affine(raw: np.ndarray) -> AffineQuantized:
     """Q5_1: f16 d, f16 m, 32 high bits, 16 bytes of nibbles; x = d * q + m."""
     b = _blocks(raw, 24)
@@ -163,6 +178,8 @@ AFFINE_CONVERTERS = {
     "Q5_K": q5_k_to_affine,
     "IQ4_NL": iq4_nl_to_affine,
 }
+# the server's own import (blocks): types widened for its integer kernels
+WIDENED_CONVERTERS = {"Q5_0": q5_0_to_affine8}
 # Types no affine group of 32 holds (scales per 16 elements): held as float32, which holds every value exactly
 # (d * sc * q needs at most 24 significant bits), at float32's size.
 FLOAT32_HELD = ("Q2_K", "Q3_K", "Q6_K")
