@@ -103,7 +103,11 @@ def run_anchor(shape: str, fmt: str, reps: int, n_predict: int, timeout: float |
     runs: list[dict] = []
     given_up: set[str] = set()
     rss: list[float | None] = []
-    proc = mlx_lm_anchor(speed_mlx(shape, fmt))
+    try:  # (a checkpoint that cannot be built is the anchor's error, as a server that cannot start is)
+        model_dir = speed_mlx(shape, fmt)
+    except Exception as exc:
+        return {"samples": [], "errors": [f"the MLX checkpoint: {type(exc).__name__}: {exc}"[:500]]}
+    proc = mlx_lm_anchor(model_dir)
     try:
         proc.start(timeout=600)
         for rep in range(reps):
