@@ -450,6 +450,35 @@ static inline int32_t four_bytes(const uint8_t *p) {
     return v;
 }
 
+/* A panel block's sub-block totals for TILE activation rows: per sub-block `steps` vpdpbusd (four values of 16 rows
+ * against four activations broadcast), times the sub-block's scale per row; exact int32 */
+VNNI static inline void scaled_totals(const uint8_t *values, const uint8_t *scales, int subblocks, int steps,
+                                      const uint8_t *xq, long stride, __m512i total[TILE]) {
+    for (int r = 0; r < TILE; r++) total[r] = _mm512_setzero_si512();
+    for (int i = 0; i < subblocks; i++) {
+        __m512i sub[TILE];
+        for (int r = 0; r < TILE; r++) sub[r] = _mm512_setzero_si512();
+        for (int step = 0; step < steps; step++) {
+            const int at = steps * i + step;
+            const __m512i v = _mm512_load_si512((const void *)(values + 64 * at));
+            for (int r = 0; r < TILE; r++)
+                sub[r] = _mm512_dpbusd_epi32(sub[r], v, _mm512_set1_epi32(four_bytes(xq + r * stride + 4 * at)));
+        }
+        const __m512i scale = _mm512_load_si512((const void *)(scales + 64 * i));
+        for (int r = 0; r < TILE; r++) total[r] = _mm512_add_epi32(total[r], _mm512_mullo_epi32(sub[r], scale));
+    }
+}
+
+/* pairs of int16 per row (mins, or Q6_K's scales) against pairs of the activations' int16 sums, broadcast */
+VNNI static inline void paired_sums(const uint8_t *pairs, int n, const uint8_t *sums, long stride, __m512i out[TILE]) {
+    for (int r = 0; r < TILE; r++) out[r] = _mm512_setzero_si512();
+    for (int i = 0; i < n; i++) {
+        const __m512i p = _mm512_load_si512((const void *)(pairs + 64 * i));
+        for (int r = 0; r < TILE; r++)
+            out[r] = _mm512_dpwssd_epi32(out[r], p, _mm512_set1_epi32(four_bytes(sums + r * stride + 4 * i)));
+    }
+}
+
 /* TILE activation rows against a panel: out[r] holds the 16 rows' outputs of activation row r */
 VNNI static void dot_q45_k_panel(const uint8_t *panel, const uint8_t *act, long stride, int blocks,
                                  float out[TILE][PANEL_ROWS]) {
@@ -458,27 +487,8 @@ VNNI static void dot_q45_k_panel(const uint8_t *panel, const uint8_t *act, long 
     for (int b = 0; b < blocks; b++, act += ACT_K) {
         const uint8_t *pb = panel + (size_t)b * PANEL_BLOCK;
         __m512i total[TILE], mins[TILE];
-        for (int r = 0; r < TILE; r++) total[r] = mins[r] = _mm512_setzero_si512();
-        for (int j = 0; j < 8; j++) {
-            __m512i sub[TILE];
-            for (int r = 0; r < TILE; r++) sub[r] = _mm512_setzero_si512();
-            for (int step = 0; step < 8; step++) {
-                const __m512i v = _mm512_load_si512((const void *)(pb + 64 * (8 * j + step)));
-                for (int r = 0; r < TILE; r++) {
-                    const uint8_t *x = act + (size_t)r * stride + 36 + 32 * j + 4 * step;
-                    sub[r] = _mm512_dpbusd_epi32(sub[r], v, _mm512_set1_epi32(four_bytes(x)));
-                }
-            }
-            const __m512i scale = _mm512_load_si512((const void *)(pb + PANEL_SCALES + 64 * j));
-            for (int r = 0; r < TILE; r++) total[r] = _mm512_add_epi32(total[r], _mm512_mullo_epi32(sub[r], scale));
-        }
-        for (int i = 0; i < 4; i++) {
-            const __m512i m = _mm512_load_si512((const void *)(pb + PANEL_MINS + 64 * i));
-            for (int r = 0; r < TILE; r++) {
-                const uint8_t *sums = act + (size_t)r * stride + ACT_K_SUMS32 + 4 * i;
-                mins[r] = _mm512_dpwssd_epi32(mins[r], m, _mm512_set1_epi32(four_bytes(sums)));
-            }
-        }
+        scaled_totals(pb, pb + PANEL_SCALES, 8, 8, act + 36, stride, total);
+        paired_sums(pb + PANEL_MINS, 4, act + ACT_K_SUMS32, stride, mins);
         const __m512 d = _mm512_load_ps(pb + PANEL_D), dmin = _mm512_load_ps(pb + PANEL_DMIN);
         for (int r = 0; r < TILE; r++) {
             const __m512 dx = _mm512_set1_ps(act_d(act + (size_t)r * stride));
@@ -530,27 +540,8 @@ VNNI static void dot_q6_k_panel(const uint8_t *panel, const uint8_t *act, long s
     for (int b = 0; b < blocks; b++, act += ACT_K) {
         const uint8_t *pb = panel + (size_t)b * PANEL6_BLOCK;
         __m512i total[TILE], offset[TILE];
-        for (int r = 0; r < TILE; r++) total[r] = offset[r] = _mm512_setzero_si512();
-        for (int i = 0; i < 16; i++) {
-            __m512i sub[TILE];
-            for (int r = 0; r < TILE; r++) sub[r] = _mm512_setzero_si512();
-            for (int step = 0; step < 4; step++) {
-                const __m512i v = _mm512_load_si512((const void *)(pb + 64 * (4 * i + step)));
-                for (int r = 0; r < TILE; r++) {
-                    const uint8_t *x = act + (size_t)r * stride + 36 + 16 * i + 4 * step;
-                    sub[r] = _mm512_dpbusd_epi32(sub[r], v, _mm512_set1_epi32(four_bytes(x)));
-                }
-            }
-            const __m512i scale = _mm512_load_si512((const void *)(pb + PANEL6_SCALES + 64 * i));
-            for (int r = 0; r < TILE; r++) total[r] = _mm512_add_epi32(total[r], _mm512_mullo_epi32(sub[r], scale));
-        }
-        for (int i = 0; i < 8; i++) {
-            const __m512i pair = _mm512_load_si512((const void *)(pb + PANEL6_PAIRS + 64 * i));
-            for (int r = 0; r < TILE; r++) {
-                const uint8_t *sums = act + (size_t)r * stride + 4 + 4 * i;
-                offset[r] = _mm512_dpwssd_epi32(offset[r], pair, _mm512_set1_epi32(four_bytes(sums)));
-            }
-        }
+        scaled_totals(pb, pb + PANEL6_SCALES, 16, 4, act + 36, stride, total);
+        paired_sums(pb + PANEL6_PAIRS, 8, act + 4, stride, offset);
         const __m512 d = _mm512_load_ps(pb + PANEL6_D);
         for (int r = 0; r < TILE; r++) {
             const __m512 dx = _mm512_set1_ps(act_d(act + (size_t)r * stride));
