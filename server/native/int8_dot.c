@@ -409,10 +409,17 @@ AVX2 static void dot_q6_k_tile(const uint8_t *w, const uint8_t *act, long stride
 enum { PANEL_VALUES = 64 * 64, PANEL_SCALES = PANEL_VALUES, PANEL_MINS = PANEL_SCALES + 8 * 64 };
 enum { PANEL_D = PANEL_MINS + 4 * 64, PANEL_DMIN = PANEL_D + 64, PANEL_BLOCK = PANEL_DMIN + 64 };
 
+/* the 16 rows' values (`row_bytes` apart) interleaved: each 64 bytes of out hold four consecutive values of every
+ * row, `steps` such groups */
+VNNI static inline void interleave_rows(const uint8_t *values, int row_bytes, int steps, uint8_t *out) {
+    const __m512i from = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                            _mm512_set1_epi32(row_bytes));
+    for (int step = 0; step < steps; step++)
+        _mm512_store_si512((void *)(out + 64 * step), _mm512_i32gather_epi32(from, values + 4 * step, 1));
+}
+
 VNNI static void panel_q45_k(const uint8_t *w, size_t row_bytes, int rows, int blocks, int five, uint8_t *panel) {
     _Alignas(64) uint8_t values[PANEL_ROWS][QK_K];
-    const __m512i from = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                            _mm512_set1_epi32(QK_K));
     const int bytes = five ? 176 : 144;
     for (int b = 0; b < blocks; b++) {
         uint8_t *pb = panel + (size_t)b * PANEL_BLOCK;
@@ -439,8 +446,7 @@ VNNI static void panel_q45_k(const uint8_t *w, size_t row_bytes, int rows, int b
                 _mm256_store_si256((__m256i *)(values[r] + 64 * j + 32), hi);
             }
         }
-        for (int step = 0; step < 64; step++)
-            _mm512_store_si512((void *)(pb + 64 * step), _mm512_i32gather_epi32(from, values[0] + 4 * step, 1));
+        interleave_rows(values[0], QK_K, 64, pb);
     }
 }
 
@@ -506,8 +512,6 @@ enum { PANEL6_BLOCK = PANEL6_D + 64 };
 
 VNNI static void panel_q6_k(const uint8_t *w, size_t row_bytes, int rows, int blocks, uint8_t *panel) {
     _Alignas(64) uint8_t values[PANEL_ROWS][QK_K];
-    const __m512i from = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                            _mm512_set1_epi32(QK_K));
     for (int b = 0; b < blocks; b++) {
         uint8_t *pb = panel + (size_t)b * PANEL6_BLOCK;
         int32_t *scales = (int32_t *)(pb + PANEL6_SCALES);
@@ -528,8 +532,7 @@ VNNI static void panel_q6_k(const uint8_t *w, size_t row_bytes, int rows, int bl
             values_q6_k(blk, v);
             for (int n = 0; n < 8; n++) _mm256_store_si256((__m256i *)(values[r] + 32 * n), v[n]);
         }
-        for (int step = 0; step < 64; step++)
-            _mm512_store_si512((void *)(pb + 64 * step), _mm512_i32gather_epi32(from, values[0] + 4 * step, 1));
+        interleave_rows(values[0], QK_K, 64, pb);
     }
 }
 
@@ -558,8 +561,6 @@ enum { PANELA_SCALES = 8 * 64, PANELA_BIAS = PANELA_SCALES + 64, PANELA_CHUNK = 
 
 VNNI static void panel_affine(const struct int8_weight *w, int j0, int rows, int chunks, uint8_t *panel) {
     _Alignas(64) uint8_t values[PANEL_ROWS][QK];
-    const __m512i from = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                            _mm512_set1_epi32(QK));
     const int groups = w->K / w->group, per = w->group / QK;
     for (int c = 0; c < chunks; c++) {
         uint8_t *pc = panel + (size_t)c * PANELA_CHUNK;
@@ -582,8 +583,7 @@ VNNI static void panel_affine(const struct int8_weight *w, int j0, int rows, int
                 _mm_store_si128((__m128i *)(values[r] + 16), _mm_and_si128(_mm_srli_epi16(bytes, 4), l));
             }
         }
-        for (int step = 0; step < 8; step++)
-            _mm512_store_si512((void *)(pc + 64 * step), _mm512_i32gather_epi32(from, values[0] + 4 * step, 1));
+        interleave_rows(values[0], QK, 8, pc);
     }
 }
 
