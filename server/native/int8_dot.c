@@ -409,44 +409,86 @@ AVX2 static void dot_q6_k_tile(const uint8_t *w, const uint8_t *act, long stride
 enum { PANEL_VALUES = 64 * 64, PANEL_SCALES = PANEL_VALUES, PANEL_MINS = PANEL_SCALES + 8 * 64 };
 enum { PANEL_D = PANEL_MINS + 4 * 64, PANEL_DMIN = PANEL_D + 64, PANEL_BLOCK = PANEL_DMIN + 64 };
 
-/* the 16 rows' values (`row_bytes` apart) interleaved: each 64 bytes of out hold four consecutive values of every
- * row, `steps` such groups */
-VNNI static inline void interleave_rows(const uint8_t *values, int row_bytes, int steps, uint8_t *out) {
-    const __m512i from = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                            _mm512_set1_epi32(row_bytes));
-    for (int step = 0; step < steps; step++)
-        _mm512_store_si512((void *)(out + 64 * step), _mm512_i32gather_epi32(from, values + 4 * step, 1));
+/* the panels are built from the rows' bytes as the file holds them: 16 bytes of each of the 16 rows transposed into
+ * four vectors (vector s: bytes 4s..4s+3 of every row, row r in dword r), four 4x4 transposes of dwords, one per
+ * 128-bit lane; a 4-bit byte's two nibbles then give two steps. (Unpacking each row first and gathering the panel
+ * cost a prompt of 8 rows more than its products did.) */
+VNNI static inline void transpose16(const uint8_t *const rows[PANEL_ROWS], int at, __m512i out[4]) {
+    __m512i s[4];
+    for (int i = 0; i < 4; i++) {
+        __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(rows[i] + at)));
+        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(rows[4 + i] + at)), 1);
+        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(rows[8 + i] + at)), 2);
+        s[i] = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(rows[12 + i] + at)), 3);
+    }
+    const __m512i t0 = _mm512_unpacklo_epi32(s[0], s[1]), t1 = _mm512_unpackhi_epi32(s[0], s[1]);
+    const __m512i t2 = _mm512_unpacklo_epi32(s[2], s[3]), t3 = _mm512_unpackhi_epi32(s[2], s[3]);
+    out[0] = _mm512_unpacklo_epi64(t0, t2), out[1] = _mm512_unpackhi_epi64(t0, t2);
+    out[2] = _mm512_unpacklo_epi64(t1, t3), out[3] = _mm512_unpackhi_epi64(t1, t3);
 }
 
+/* `bytes` (a multiple of 16) of each row from `at`, transposed: out[k] holds bytes 4k..4k+3 of every row */
+VNNI static inline void transpose_rows(const uint8_t *const rows[PANEL_ROWS], int at, int bytes, __m512i *out) {
+    for (int g = 0; g < bytes / 16; g++) transpose16(rows, at + 16 * g, out + 4 * g);
+}
+
+/* a last panel's missing rows read zeros (their outputs are never stored) */
+static const uint8_t ZERO_ROW[256];
+
+VNNI static inline void panel_rows(const uint8_t *first, size_t row_bytes, int rows, const uint8_t *at[PANEL_ROWS]) {
+    for (int r = 0; r < PANEL_ROWS; r++) at[r] = r < rows ? first + (size_t)r * row_bytes : ZERO_ROW;
+}
+
+VNNI static inline void store(uint8_t *to, __m512i v) { _mm512_store_si512((void *)to, v); }
+
+/* byte k of every dword, zero-extended to 32 bits */
+VNNI static inline __m512i byte_u32(__m512i v, int k) {
+    return _mm512_and_si512(_mm512_srli_epi32(v, 8 * k), _mm512_set1_epi32(0xFF));
+}
+
+/* the low 16 bits of every dword as an f16, to a float */
+VNNI static inline __m512 low_f16(__m512i v) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v)); }
+
 VNNI static void panel_q45_k(const uint8_t *w, size_t row_bytes, int rows, int blocks, int five, uint8_t *panel) {
-    _Alignas(64) uint8_t values[PANEL_ROWS][QK_K];
-    const int bytes = five ? 176 : 144;
+    const int bytes = five ? 176 : 144, qs = five ? 48 : 16;
+    const __m512i low = _mm512_set1_epi8(0x0F), one = _mm512_set1_epi8(1);
+    const __m512i k1 = _mm512_set1_epi32(0x3f3f3f3f), k2 = _mm512_set1_epi32(0x0f0f0f0f);
+    const __m512i k3 = _mm512_set1_epi32(0x03030303);
     for (int b = 0; b < blocks; b++) {
         uint8_t *pb = panel + (size_t)b * PANEL_BLOCK;
-        int32_t *scales = (int32_t *)(pb + PANEL_SCALES);
-        int16_t *mins = (int16_t *)(pb + PANEL_MINS);
-        float *d = (float *)(pb + PANEL_D), *dmin = (float *)(pb + PANEL_DMIN);
-        for (int r = 0; r < PANEL_ROWS; r++) {
-            if (r >= rows) { /* a last panel's missing rows: zeros, their outputs never stored */
-                memset(values[r], 0, QK_K);
-                for (int j = 0; j < 8; j++) scales[16 * j + r] = 0, mins[2 * (16 * (j / 2) + r) + j % 2] = 0;
-                d[r] = dmin[r] = 0.0f;
-                continue;
-            }
-            const uint8_t *blk = w + (size_t)r * row_bytes + (size_t)b * bytes;
-            uint32_t sm[4];
-            scales_mins_k4(blk + 4, sm);
-            const uint8_t *sc = (const uint8_t *)sm;
-            for (int j = 0; j < 8; j++) scales[16 * j + r] = sc[j], mins[2 * (16 * (j / 2) + r) + j % 2] = sc[8 + j];
-            d[r] = f16(blk), dmin[r] = f16(blk + 2);
-            for (int j = 0; j < 4; j++) {
-                __m256i lo, hi;
-                values_q45_k(blk, five, j, &lo, &hi);
-                _mm256_store_si256((__m256i *)(values[r] + 64 * j), lo);
-                _mm256_store_si256((__m256i *)(values[r] + 64 * j + 32), hi);
+        const uint8_t *at[PANEL_ROWS];
+        panel_rows(w + (size_t)b * bytes, row_bytes, rows, at);
+        __m512i head[4], sm[4];
+        transpose16(at, 0, head); /* d and dmin, then the twelve bytes of scales and mins */
+        /* get_scale_min_k4 (scales_mins_k4) on every row at once: sm[0..1] the eight scales, sm[2..3] the mins */
+        sm[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(head[3], 4), k2),
+                                _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(head[2], 6), k3), 4));
+        sm[2] = _mm512_and_si512(head[2], k1);
+        sm[1] = _mm512_or_si512(_mm512_and_si512(head[3], k2),
+                                _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(head[1], 6), k3), 4));
+        sm[0] = _mm512_and_si512(head[1], k1);
+        for (int j = 0; j < 8; j++) store(pb + PANEL_SCALES + 64 * j, byte_u32(sm[j / 4], j % 4));
+        for (int p = 0; p < 4; p++) /* mins 2p and 2p + 1 as a pair of int16 */
+            store(pb + PANEL_MINS + 64 * p,
+                  _mm512_cvtepu8_epi16(_mm512_cvtepi32_epi16(_mm512_srli_epi32(sm[2 + p / 2], 16 * (p % 2)))));
+        _mm512_store_ps(pb + PANEL_D, low_f16(head[0]));
+        _mm512_store_ps(pb + PANEL_DMIN, low_f16(_mm512_srli_epi32(head[0], 16)));
+        __m512i qh[8];
+        if (five) transpose_rows(at, 16, 32, qh);
+        for (int j = 0; j < 4; j++) { /* 32 bytes: sub-block 2j in the low nibbles (steps 16j..), 2j + 1 high */
+            __m512i t[8];
+            transpose_rows(at, qs + 32 * j, 32, t);
+            for (int k = 0; k < 8; k++) {
+                __m512i lo = _mm512_and_si512(t[k], low), hi = _mm512_and_si512(_mm512_srli_epi16(t[k], 4), low);
+                if (five) {
+                    lo = _mm512_or_si512(lo, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh[k], 2 * j), one), 4));
+                    hi = _mm512_or_si512(hi, _mm512_slli_epi16(
+                                                 _mm512_and_si512(_mm512_srli_epi16(qh[k], 2 * j + 1), one), 4));
+                }
+                store(pb + 64 * (16 * j + k), lo);
+                store(pb + 64 * (16 * j + 8 + k), hi);
             }
         }
-        interleave_rows(values[0], QK_K, 64, pb);
     }
 }
 
@@ -511,28 +553,37 @@ enum { PANEL6_SCALES = PANEL_VALUES, PANEL6_PAIRS = PANEL6_SCALES + 16 * 64, PAN
 enum { PANEL6_BLOCK = PANEL6_D + 64 };
 
 VNNI static void panel_q6_k(const uint8_t *w, size_t row_bytes, int rows, int blocks, uint8_t *panel) {
-    _Alignas(64) uint8_t values[PANEL_ROWS][QK_K];
+    const __m512i low = _mm512_set1_epi8(0x0F), three = _mm512_set1_epi8(3);
     for (int b = 0; b < blocks; b++) {
         uint8_t *pb = panel + (size_t)b * PANEL6_BLOCK;
-        int32_t *scales = (int32_t *)(pb + PANEL6_SCALES);
-        int16_t *pairs = (int16_t *)(pb + PANEL6_PAIRS);
+        const uint8_t *at[PANEL_ROWS];
+        panel_rows(w + (size_t)b * 210, row_bytes, rows, at);
+        __m512i sc[4];
+        transpose16(at, 192, sc); /* the 16 int8 scales */
+        for (int i = 0; i < 16; i++)
+            store(pb + PANEL6_SCALES + 64 * i, _mm512_srai_epi32(_mm512_slli_epi32(sc[i / 4], 24 - 8 * (i % 4)), 24));
+        for (int p = 0; p < 8; p++) /* scales 2p and 2p + 1 as a pair of int16 */
+            store(pb + PANEL6_PAIRS + 64 * p,
+                  _mm512_cvtepi8_epi16(_mm512_cvtepi32_epi16(_mm512_srli_epi32(sc[p / 2], 16 * (p % 2)))));
         float *d = (float *)(pb + PANEL6_D);
-        for (int r = 0; r < PANEL_ROWS; r++) {
-            if (r >= rows) {
-                memset(values[r], 0, QK_K);
-                for (int i = 0; i < 16; i++) scales[16 * i + r] = 0, pairs[2 * (16 * (i / 2) + r) + i % 2] = 0;
-                d[r] = 0.0f;
-                continue;
+        for (int r = 0; r < PANEL_ROWS; r++) d[r] = r < rows ? f16(at[r] + 208) : 0.0f;
+        /* values_q6_k's order: per half, values 32n + 4k (n = 0..3) from the low bytes' nibbles and the high bits'
+         * pairs */
+        for (int half = 0; half < 2; half++) {
+            __m512i l0[8], l1[8], qh[8];
+            transpose_rows(at, 64 * half, 32, l0);
+            transpose_rows(at, 64 * half + 32, 32, l1);
+            transpose_rows(at, 128 + 32 * half, 32, qh);
+            for (int k = 0; k < 8; k++) {
+                const __m512i l[4] = {_mm512_and_si512(l0[k], low), _mm512_and_si512(l1[k], low),
+                                      _mm512_and_si512(_mm512_srli_epi16(l0[k], 4), low),
+                                      _mm512_and_si512(_mm512_srli_epi16(l1[k], 4), low)};
+                for (int n = 0; n < 4; n++)
+                    store(pb + 64 * (32 * half + 8 * n + k),
+                          _mm512_or_si512(l[n], _mm512_slli_epi16(
+                                                    _mm512_and_si512(_mm512_srli_epi16(qh[k], 2 * n), three), 4)));
             }
-            const uint8_t *blk = w + (size_t)r * row_bytes + (size_t)b * 210;
-            const int8_t *sc = (const int8_t *)(blk + 192);
-            for (int i = 0; i < 16; i++) scales[16 * i + r] = sc[i], pairs[2 * (16 * (i / 2) + r) + i % 2] = sc[i];
-            d[r] = f16(blk + 208);
-            __m256i v[8];
-            values_q6_k(blk, v);
-            for (int n = 0; n < 8; n++) _mm256_store_si256((__m256i *)(values[r] + 32 * n), v[n]);
         }
-        interleave_rows(values[0], QK_K, 64, pb);
     }
 }
 
@@ -560,30 +611,30 @@ VNNI static void dot_q6_k_panel(const uint8_t *panel, const uint8_t *act, long s
 enum { PANELA_SCALES = 8 * 64, PANELA_BIAS = PANELA_SCALES + 64, PANELA_CHUNK = PANELA_BIAS + 64 };
 
 VNNI static void panel_affine(const struct int8_weight *w, int j0, int rows, int chunks, uint8_t *panel) {
-    _Alignas(64) uint8_t values[PANEL_ROWS][QK];
-    const int groups = w->K / w->group, per = w->group / QK;
+    const int groups = w->K / w->group, per = w->group / QK, chunk_bytes = w->bits == 8 ? QK : QK / 2;
+    const __m512i low = _mm512_set1_epi8(0x0F);
+    const __m512i group_at = _mm512_mullo_epi32(
+        _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi32(groups));
+    const __mmask16 present = (__mmask16)((1u << rows) - 1);
+    const float *sc = w->scales + (size_t)j0 * groups, *bi = w->biases + (size_t)j0 * groups;
     for (int c = 0; c < chunks; c++) {
         uint8_t *pc = panel + (size_t)c * PANELA_CHUNK;
-        float *scale = (float *)(pc + PANELA_SCALES), *bias = (float *)(pc + PANELA_BIAS);
-        for (int r = 0; r < PANEL_ROWS; r++) {
-            if (r >= rows) {
-                memset(values[r], 0, QK);
-                scale[r] = bias[r] = 0.0f;
-                continue;
+        const uint8_t *at[PANEL_ROWS];
+        panel_rows(w->q + (size_t)j0 * w->row_bytes + (size_t)c * chunk_bytes, (size_t)w->row_bytes, rows, at);
+        const __m512i g = _mm512_add_epi32(group_at, _mm512_set1_epi32(c / per));
+        const __m512 s = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), present, g, sc, 4);
+        const __m512 b = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), present, g, bi, 4);
+        _mm512_store_ps(pc + PANELA_SCALES, s);
+        _mm512_store_ps(pc + PANELA_BIAS, w->bits == 8 ? _mm512_fmadd_ps(_mm512_set1_ps(128.0f), s, b) : b);
+        __m512i t[8];
+        transpose_rows(at, 0, chunk_bytes, t);
+        if (w->bits == 8)
+            for (int k = 0; k < 8; k++) store(pc + 64 * k, t[k]);
+        else /* a 4-bit chunk: its even values (low nibbles) then its odd ones */
+            for (int k = 0; k < 4; k++) {
+                store(pc + 64 * k, _mm512_and_si512(t[k], low));
+                store(pc + 64 * (4 + k), _mm512_and_si512(_mm512_srli_epi16(t[k], 4), low));
             }
-            const int j = j0 + r;
-            const float s = w->scales[(size_t)j * groups + c / per], b = w->biases[(size_t)j * groups + c / per];
-            scale[r] = s, bias[r] = w->bits == 8 ? fmaf(128.0f, s, b) : b;
-            const uint8_t *row = w->q + (size_t)j * w->row_bytes;
-            if (w->bits == 8) {
-                memcpy(values[r], row + (size_t)c * QK, QK);
-            } else {
-                const __m128i bytes = _mm_loadu_si128((const __m128i *)(row + (size_t)c * 16)), l = _mm_set1_epi8(0x0F);
-                _mm_store_si128((__m128i *)values[r], _mm_and_si128(bytes, l));
-                _mm_store_si128((__m128i *)(values[r] + 16), _mm_and_si128(_mm_srli_epi16(bytes, 4), l));
-            }
-        }
-        interleave_rows(values[0], QK, 8, pc);
     }
 }
 
