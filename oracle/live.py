@@ -2,8 +2,12 @@
 
 mlxcel always runs live: every case compares mlxcel's answer of this commit against the reference's answer.
 What a replayed case skips is the reference process, whose recorded answer (fixtures/transcripts/) stands in.
-The recordings are bound to the binary that made them (fixtures/transcripts/BINARY.json, its SHA-256): under
-any other binary every case runs live. Under the bound binary, MLXCEL_LIVE_SHARE says which cases run live:
+The recordings are bound to the reference that made them (fixtures/transcripts/BINARY.json): its build recipe
+(the pinned sdist, cmake flags, target) and the C++ compiler that built it, not the binary's bytes: two builds of
+one recipe are not bit-identical (the embedded web UI is rebuilt with npm each time), so a binding to one build's
+SHA-256 held on that machine only and every CI machine ran every case live (~60 minutes). Under any other reference
+(another recipe or compiler, or a binary given by MLXCEL_REFERENCE_BINARY, known by its SHA-256) every case runs
+live. Under the bound one, MLXCEL_LIVE_SHARE says which cases run live:
 
 - "all" (the default: a developer's run): every case, each live answer checked against its recording (drift
   fails the case) and recorded where none is;
@@ -78,28 +82,53 @@ def binary_sha256(binary: Path) -> str:
     return sha256_file(binary)
 
 
-def bound_sha256() -> str | None:
+def compiler() -> str:
+    """The first line of `c++ --version` (the compiler cmake builds the reference with), or "none"."""
+    import shutil
+    import subprocess
+
+    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    if not cxx:
+        return "none"
+    out = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30).stdout
+    return (out.splitlines() or ["unknown"])[0].strip()
+
+
+def identity(binary: Path) -> dict:
+    """What a binding names: the recipe oracle/reference.py built `binary` from (its build record beside it, whose
+    file hash the binary still matches) and the compiler; a binary without such a record, by its SHA-256."""
+    from fixtures.twins import STAMP
+
+    digest = binary_sha256(binary)
     try:
-        return json.loads(BINDING.read_text(encoding="utf-8"))["reference_sha256"]
+        record = json.loads((binary.parent / STAMP).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        record = {}
+    if record.get("files", {}).get(binary.name) != digest or "recipe" not in record:
+        return {"sha256": digest}
+    return {"recipe": record["recipe"], "compiler": compiler()}
+
+
+def bound_identity() -> dict | None:
+    try:
+        return json.loads(BINDING.read_text(encoding="utf-8"))["reference"]
     except (OSError, ValueError, KeyError):
         return None
 
 
-def bind(binary: Path) -> str:
-    """Record that the committed transcripts are this binary's answers (after a full live run agreed)."""
-    digest = binary_sha256(binary)
-    BINDING.write_text(
-        json.dumps({"reference_sha256": digest, "binary": binary.name}, indent=1) + "\n", encoding="utf-8"
-    )
-    return digest
+def bind(binary: Path) -> dict:
+    """Record that the committed transcripts are this reference's answers (after a full live run agreed)."""
+    ident = identity(binary)
+    BINDING.write_text(json.dumps({"reference": ident, "binary": binary.name}, indent=1) + "\n", encoding="utf-8")
+    return ident
 
 
 @lru_cache(maxsize=1)
 def binding_holds() -> bool:
-    """Whether the binary this run uses is the one the recordings were bound to (hashed once per process)."""
+    """Whether the reference this run uses is the one the recordings were bound to (checked once per process)."""
     from .reference import build_reference
 
-    return bound_sha256() == binary_sha256(build_reference())
+    return bound_identity() == identity(build_reference())
 
 
 def live(key: str, recorded: bool) -> bool:

@@ -115,8 +115,8 @@ def build_reference(jobs: int | None = None, log=sys.stderr) -> Path:
 
 def quantize_binary(jobs: int | None = None, log=sys.stderr) -> Path:
     """The reference's llama-quantize (what makes the quantized twins, fixtures/families.py), built on first use
-    in a build of its own: adding it to llama-server's would change that binary's recipe, and a rebuilt server is
-    not bit-identical, which would unbind the recordings (oracle/live.py)."""
+    in a build of its own: adding it to llama-server's would change that binary's recipe, which would unbind the
+    recordings (oracle/live.py)."""
     return _built("llama-quantize", cache_root() / "reference" / f"quantize-{SDIST_SHA256[:12]}", jobs, log)
 
 

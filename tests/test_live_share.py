@@ -50,16 +50,54 @@ def test_who_runs_live(monkeypatch):
     assert not live.live(key, recorded=False)
 
 
-def test_the_binding_follows_the_binary(monkeypatch, tmp_path):
-    live.binding_holds.cache_clear()
+def _built(binary, content: bytes, recipe: dict) -> None:
+    """A build as oracle/reference.py leaves it: the binary and its record (recipe, file hash) beside it."""
+    import json
+
+    from fixtures.twins import STAMP, sha256_file
+
+    binary.write_bytes(content)
+    record = {"recipe": recipe, "files": {binary.name: sha256_file(binary)}}
+    (binary.parent / STAMP).write_text(json.dumps(record), encoding="utf-8")
+
+
+def test_the_binding_follows_the_recipe_not_the_bytes_of_one_build(monkeypatch, tmp_path):
     binary = tmp_path / "llama-server"
+    monkeypatch.setattr(live, "BINDING", tmp_path / "BINARY.json")
+    monkeypatch.setattr("oracle.reference.build_reference", lambda: binary)
+    monkeypatch.setattr(live, "compiler", lambda: "c++ (Debian 12.2.0-14+deb12u1) 12.2.0")
+    recipe = {"sdist_sha256": "ab" * 32, "cmake_flags": ["-DGGML_NATIVE=OFF"], "target": "llama-server"}
+    _built(binary, b"one build", recipe)
+    live.binding_holds.cache_clear()
+    live.bind(binary)
+    assert live.binding_holds()
+    _built(binary, b"the same recipe built again, its web UI bundled anew", recipe)
+    live.binding_holds.cache_clear()
+    assert live.binding_holds()  # the rebuild on a CI machine replays the recordings
+    _built(binary, b"another build", {**recipe, "cmake_flags": ["-DGGML_NATIVE=ON"]})
+    live.binding_holds.cache_clear()
+    assert not live.binding_holds()  # another recipe: every case live
+    _built(binary, b"one build", recipe)
+    monkeypatch.setattr(live, "compiler", lambda: "clang version 19.1.7")
+    live.binding_holds.cache_clear()
+    assert not live.binding_holds()  # another compiler
+    live.binding_holds.cache_clear()
+
+
+def test_a_binary_without_its_build_record_is_bound_by_its_bytes(monkeypatch, tmp_path):
+    binary = tmp_path / "llama-server"  # MLXCEL_REFERENCE_BINARY's: nothing says how it was built
     binary.write_bytes(b"one build")
     monkeypatch.setattr(live, "BINDING", tmp_path / "BINARY.json")
     monkeypatch.setattr("oracle.reference.build_reference", lambda: binary)
-    live.bind(binary)
-    assert live.binding_holds()
     live.binding_holds.cache_clear()
+    assert live.bind(binary) == {"sha256": live.binary_sha256(binary)}
+    assert live.binding_holds()
+    (tmp_path / "mlxcel-build.json").write_text('{"recipe": {}, "files": {"llama-server": "0"}}')
+    live.binding_holds.cache_clear()
+    assert live.identity(binary) == {"sha256": live.binary_sha256(binary)}  # a stale record names nothing
+    assert live.binding_holds()
     binary.write_bytes(b"another build")
+    live.binding_holds.cache_clear()
     assert not live.binding_holds()
     live.binding_holds.cache_clear()
 
