@@ -400,6 +400,8 @@ AVX2 static void dot_q6_k_tile(const uint8_t *w, const uint8_t *act, long stride
  * dot_q45_k / dot_q6_k take (lane by lane), so a row's result is bitwise the AVX2 kernels' (tests/test_int8_dot.py:
  * a prompt's rows are decode rows). */
 #define VNNI __attribute__((target("avx512f,avx512bw,avx512vnni,avx2,fma,f16c")))
+/* the panels' dot products take the row count as a constant: one copy each for 1 to TILE rows (panel_dot) */
+#define INLINE static inline __attribute__((always_inline))
 
 /* 16 weight rows at a time for a prompt: the rows' blocks unpacked once into a panel where each 64 bytes hold four
  * consecutive values of each of the 16 rows (ggml's repacked layouts interleave rows the same way), so one
@@ -498,53 +500,53 @@ static inline int32_t four_bytes(const uint8_t *p) {
     return v;
 }
 
-/* A panel block's sub-block totals for TILE activation rows: per sub-block `steps` vpdpbusd (four values of 16 rows
+/* A panel block's sub-block totals for nr activation rows: per sub-block `steps` vpdpbusd (four values of 16 rows
  * against four activations broadcast), times the sub-block's scale per row; exact int32 */
-VNNI static inline void scaled_totals(const uint8_t *values, const uint8_t *scales, int subblocks, int steps,
+VNNI INLINE void scaled_totals(int nr, const uint8_t *values, const uint8_t *scales, int subblocks, int steps,
                                       const uint8_t *xq, long stride, __m512i total[TILE]) {
-    for (int r = 0; r < TILE; r++) total[r] = _mm512_setzero_si512();
+    for (int r = 0; r < nr; r++) total[r] = _mm512_setzero_si512();
     for (int i = 0; i < subblocks; i++) {
         __m512i sub[TILE];
-        for (int r = 0; r < TILE; r++) sub[r] = _mm512_setzero_si512();
+        for (int r = 0; r < nr; r++) sub[r] = _mm512_setzero_si512();
         for (int step = 0; step < steps; step++) {
             const int at = steps * i + step;
             const __m512i v = _mm512_load_si512((const void *)(values + 64 * at));
-            for (int r = 0; r < TILE; r++)
+            for (int r = 0; r < nr; r++)
                 sub[r] = _mm512_dpbusd_epi32(sub[r], v, _mm512_set1_epi32(four_bytes(xq + r * stride + 4 * at)));
         }
         const __m512i scale = _mm512_load_si512((const void *)(scales + 64 * i));
-        for (int r = 0; r < TILE; r++) total[r] = _mm512_add_epi32(total[r], _mm512_mullo_epi32(sub[r], scale));
+        for (int r = 0; r < nr; r++) total[r] = _mm512_add_epi32(total[r], _mm512_mullo_epi32(sub[r], scale));
     }
 }
 
 /* pairs of int16 per row (mins, or Q6_K's scales) against pairs of the activations' int16 sums, broadcast */
-VNNI static inline void paired_sums(const uint8_t *pairs, int n, const uint8_t *sums, long stride, __m512i out[TILE]) {
-    for (int r = 0; r < TILE; r++) out[r] = _mm512_setzero_si512();
+VNNI INLINE void paired_sums(int nr, const uint8_t *pairs, int n, const uint8_t *sums, long stride, __m512i out[TILE]) {
+    for (int r = 0; r < nr; r++) out[r] = _mm512_setzero_si512();
     for (int i = 0; i < n; i++) {
         const __m512i p = _mm512_load_si512((const void *)(pairs + 64 * i));
-        for (int r = 0; r < TILE; r++)
+        for (int r = 0; r < nr; r++)
             out[r] = _mm512_dpwssd_epi32(out[r], p, _mm512_set1_epi32(four_bytes(sums + r * stride + 4 * i)));
     }
 }
 
-/* TILE activation rows against a panel: out[r] holds the 16 rows' outputs of activation row r */
-VNNI static void dot_q45_k_panel(const uint8_t *panel, const uint8_t *act, long stride, int blocks,
+/* nr (up to TILE) activation rows against a panel: out[r] holds the 16 rows' outputs of activation row r */
+VNNI INLINE void dot_q45_k_panel(int nr, const uint8_t *panel, const uint8_t *act, long stride, int blocks,
                                  float out[TILE][PANEL_ROWS]) {
     __m512 acc[TILE], acc_m[TILE];
-    for (int r = 0; r < TILE; r++) acc[r] = acc_m[r] = _mm512_setzero_ps();
+    for (int r = 0; r < nr; r++) acc[r] = acc_m[r] = _mm512_setzero_ps();
     for (int b = 0; b < blocks; b++, act += ACT_K) {
         const uint8_t *pb = panel + (size_t)b * PANEL_BLOCK;
         __m512i total[TILE], mins[TILE];
-        scaled_totals(pb, pb + PANEL_SCALES, 8, 8, act + 36, stride, total);
-        paired_sums(pb + PANEL_MINS, 4, act + ACT_K_SUMS32, stride, mins);
+        scaled_totals(nr, pb, pb + PANEL_SCALES, 8, 8, act + 36, stride, total);
+        paired_sums(nr, pb + PANEL_MINS, 4, act + ACT_K_SUMS32, stride, mins);
         const __m512 d = _mm512_load_ps(pb + PANEL_D), dmin = _mm512_load_ps(pb + PANEL_DMIN);
-        for (int r = 0; r < TILE; r++) {
+        for (int r = 0; r < nr; r++) {
             const __m512 dx = _mm512_set1_ps(act_d(act + (size_t)r * stride));
             acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dx, d), _mm512_cvtepi32_ps(total[r]), acc[r]);
             acc_m[r] = _mm512_fmadd_ps(_mm512_mul_ps(dx, dmin), _mm512_cvtepi32_ps(mins[r]), acc_m[r]);
         }
     }
-    for (int r = 0; r < TILE; r++) _mm512_storeu_ps(out[r], _mm512_sub_ps(acc[r], acc_m[r]));
+    for (int r = 0; r < nr; r++) _mm512_storeu_ps(out[r], _mm512_sub_ps(acc[r], acc_m[r]));
 }
 
 /* Q6_K panels: 16 scales a block (one per 16 values) as int32 per row, the offset's scales in pairs of int16 per
@@ -587,23 +589,23 @@ VNNI static void panel_q6_k(const uint8_t *w, size_t row_bytes, int rows, int bl
     }
 }
 
-VNNI static void dot_q6_k_panel(const uint8_t *panel, const uint8_t *act, long stride, int blocks,
+VNNI INLINE void dot_q6_k_panel(int nr, const uint8_t *panel, const uint8_t *act, long stride, int blocks,
                                 float out[TILE][PANEL_ROWS]) {
     __m512 acc[TILE];
-    for (int r = 0; r < TILE; r++) acc[r] = _mm512_setzero_ps();
+    for (int r = 0; r < nr; r++) acc[r] = _mm512_setzero_ps();
     for (int b = 0; b < blocks; b++, act += ACT_K) {
         const uint8_t *pb = panel + (size_t)b * PANEL6_BLOCK;
         __m512i total[TILE], offset[TILE];
-        scaled_totals(pb, pb + PANEL6_SCALES, 16, 4, act + 36, stride, total);
-        paired_sums(pb + PANEL6_PAIRS, 8, act + 4, stride, offset);
+        scaled_totals(nr, pb, pb + PANEL6_SCALES, 16, 4, act + 36, stride, total);
+        paired_sums(nr, pb + PANEL6_PAIRS, 8, act + 4, stride, offset);
         const __m512 d = _mm512_load_ps(pb + PANEL6_D);
-        for (int r = 0; r < TILE; r++) {
+        for (int r = 0; r < nr; r++) {
             const __m512 dx = _mm512_set1_ps(act_d(act + (size_t)r * stride));
             const __m512i t = _mm512_sub_epi32(total[r], _mm512_slli_epi32(offset[r], 5));
             acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dx, d), _mm512_cvtepi32_ps(t), acc[r]);
         }
     }
-    for (int r = 0; r < TILE; r++) _mm512_storeu_ps(out[r], acc[r]);
+    for (int r = 0; r < nr; r++) _mm512_storeu_ps(out[r], acc[r]);
 }
 
 /* Affine panels: per 32-value chunk, 8 steps of four values of the 16 rows (a 4-bit chunk's values in the order
@@ -646,22 +648,22 @@ static inline int act_step(int bits, int chunks, int c, int step) {
     return pair * QK + (step < 4 ? 16 * slot + 4 * step : 32 + 16 * slot + 4 * (step - 4));
 }
 
-VNNI static void dot_affine_panel(const uint8_t *panel, const struct acts *a, int m, int bits,
+VNNI INLINE void dot_affine_panel(int nr, const uint8_t *panel, const struct acts *a, int m, int bits,
                                   float out[TILE][PANEL_ROWS]) {
     __m512 acc[TILE], bias[TILE];
-    for (int r = 0; r < TILE; r++) acc[r] = bias[r] = _mm512_setzero_ps();
+    for (int r = 0; r < nr; r++) acc[r] = bias[r] = _mm512_setzero_ps();
     for (int c = 0; c < a->chunks; c++) {
         const uint8_t *pc = panel + (size_t)c * PANELA_CHUNK;
         __m512i sub[TILE];
-        for (int r = 0; r < TILE; r++) sub[r] = _mm512_setzero_si512();
+        for (int r = 0; r < nr; r++) sub[r] = _mm512_setzero_si512();
         for (int step = 0; step < 8; step++) {
             const __m512i v = _mm512_load_si512((const void *)(pc + 64 * step));
             const int at = act_step(bits, a->chunks, c, step);
-            for (int r = 0; r < TILE; r++)
+            for (int r = 0; r < nr; r++)
                 sub[r] = _mm512_dpbusd_epi32(sub[r], v, _mm512_set1_epi32(four_bytes((const uint8_t *)act_q(a, m + r) + at)));
         }
         const __m512 scale = _mm512_load_ps(pc + PANELA_SCALES), b = _mm512_load_ps(pc + PANELA_BIAS);
-        for (int r = 0; r < TILE; r++) {
+        for (int r = 0; r < nr; r++) {
             __m512i total = sub[r];
             if (bits == 8) total = _mm512_sub_epi32(total, _mm512_set1_epi32(128 * act_isums(a, m + r)[c]));
             acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(scale, _mm512_set1_ps(act_scales(a, m + r)[c])),
@@ -669,7 +671,7 @@ VNNI static void dot_affine_panel(const uint8_t *panel, const struct acts *a, in
             bias[r] = _mm512_fmadd_ps(b, _mm512_set1_ps(act_sums(a, m + r)[c]), bias[r]);
         }
     }
-    for (int r = 0; r < TILE; r++) _mm512_storeu_ps(out[r], _mm512_add_ps(acc[r], bias[r]));
+    for (int r = 0; r < nr; r++) _mm512_storeu_ps(out[r], _mm512_add_ps(acc[r], bias[r]));
 }
 
 static int have_vnni(void) {
@@ -709,48 +711,56 @@ static inline void put(const struct int8_args *t, int m, int j, float s) {
     *out = t->beta == 0.0f ? t->alpha * s : t->alpha * s + t->beta * *out;
 }
 
-/* The task's weight rows, PANEL_ROWS at a time (a panel stays in L1 while the activation rows pass over it, four
- * at a time where the format has a tile kernel, so the activations are read from L2 once a panel, not once a
- * weight row; with AVX-512 VNNI a K-quant panel is unpacked once for all of them: from 4 rows on that beats the
- * tiles, 1.2 against 1.9 ms for 8 rows on a 2048 x 8192 Q4_K weight). The loops' order changes no output: each is
- * one function of its two rows. */
-enum { PANEL_MIN_ROWS = 4 };
+/* nr activation rows (up to TILE) from row m against a panel */
+VNNI INLINE void panel_dot_rows(const struct int8_args *t, const uint8_t *panel, int m, int nr,
+                                float s[TILE][PANEL_ROWS]) {
+    const struct int8_weight *w = t->w;
+    const uint8_t *act = t->a.base + (size_t)m * t->a.stride;
+    if (!w->ggml) dot_affine_panel(nr, panel, &t->a, m, w->bits, s);
+    else if (w->ggml == GGML_Q6_K) dot_q6_k_panel(nr, panel, act, t->a.stride, t->a.blocks, s);
+    else dot_q45_k_panel(nr, panel, act, t->a.stride, t->a.blocks, s);
+}
 
+/* every activation row against the panel of weight rows jb..je: TILE at a time, the last one to three together */
+VNNI static void panel_dot(const struct int8_args *t, const uint8_t *panel, int jb, int je) {
+    for (int m = 0; m < t->M; m += TILE) {
+        const int nr = t->M - m < TILE ? t->M - m : TILE;
+        float s[TILE][PANEL_ROWS];
+        switch (nr) {
+        case 1: panel_dot_rows(t, panel, m, 1, s); break;
+        case 2: panel_dot_rows(t, panel, m, 2, s); break;
+        case 3: panel_dot_rows(t, panel, m, 3, s); break;
+        default: panel_dot_rows(t, panel, m, TILE, s); break;
+        }
+        for (int r = 0; r < nr; r++)
+            for (int j = jb; j < je; j++) put(t, m + r, j, s[r][j - jb]);
+    }
+}
+
+/* The task's weight rows, PANEL_ROWS at a time. With AVX-512 VNNI a panel of 16 rows is built from their bytes
+ * once for all the activation rows, a decode step's one row included (16 rows' float steps in one register
+ * each, where one row's are a chain of dependent FMAs); without it, K-quant batches take four-row tiles (the
+ * activations read from L2 once a weight row, not once per activation row) and the rest one row at a time. The
+ * loops' order changes no output: each is one function of its two rows. */
 AVX2 static void int8_task(void *ctx, int task) {
     const struct int8_args *t = ctx;
     const struct int8_weight *w = t->w;
     const int vnni = have_vnni();
+    const int five = w->ggml == GGML_Q5_K, six = w->ggml == GGML_Q6_K;
     const int j0 = task * t->per_task, j1 = (task + 1) * t->per_task < w->N ? (task + 1) * t->per_task : w->N;
+    const size_t panel_bytes = w->ggml ? (size_t)t->a.blocks * PANEL6_BLOCK : (size_t)t->a.chunks * PANELA_CHUNK;
+    uint8_t *panel = vnni ? (uint8_t *)mlxcel_thread_floats(BUFFER_PANEL, panel_bytes / 4) : NULL;
     for (int jb = j0; jb < j1; jb += PANEL_ROWS) {
         const int je = jb + PANEL_ROWS < j1 ? jb + PANEL_ROWS : j1;
+        if (panel) {
+            if (!w->ggml) panel_affine(w, jb, je - jb, t->a.chunks, panel);
+            else if (six) panel_q6_k(w->q + (size_t)jb * w->row_bytes, w->row_bytes, je - jb, t->a.blocks, panel);
+            else panel_q45_k(w->q + (size_t)jb * w->row_bytes, w->row_bytes, je - jb, t->a.blocks, five, panel);
+            panel_dot(t, panel, jb, je);
+            continue;
+        }
         int m = 0;
-        const int five = w->ggml == GGML_Q5_K;
-        const int six = w->ggml == GGML_Q6_K;
-        const size_t panel_bytes =
-            w->ggml ? (size_t)t->a.blocks * PANEL6_BLOCK : (size_t)t->a.chunks * PANELA_CHUNK;
-        uint8_t *panel = vnni && t->M >= PANEL_MIN_ROWS ? (uint8_t *)mlxcel_thread_floats(BUFFER_PANEL, panel_bytes / 4)
-                                                        : NULL;
-        if (panel && !w->ggml) {
-            panel_affine(w, jb, je - jb, t->a.chunks, panel);
-            for (; m + TILE <= t->M; m += TILE) {
-                float s[TILE][PANEL_ROWS];
-                dot_affine_panel(panel, &t->a, m, w->bits, s);
-                for (int r = 0; r < TILE; r++)
-                    for (int j = jb; j < je; j++) put(t, m + r, j, s[r][j - jb]);
-            }
-        } else if (panel) {
-            const uint8_t *rows = w->q + (size_t)jb * w->row_bytes;
-            if (six) panel_q6_k(rows, w->row_bytes, je - jb, t->a.blocks, panel);
-            else panel_q45_k(rows, w->row_bytes, je - jb, t->a.blocks, five, panel);
-            for (; m + TILE <= t->M; m += TILE) {
-                float s[TILE][PANEL_ROWS];
-                const uint8_t *act = t->a.base + (size_t)m * t->a.stride;
-                if (six) dot_q6_k_panel(panel, act, t->a.stride, t->a.blocks, s);
-                else dot_q45_k_panel(panel, act, t->a.stride, t->a.blocks, s);
-                for (int r = 0; r < TILE; r++)
-                    for (int j = jb; j < je; j++) put(t, m + r, j, s[r][j - jb]);
-            }
-        } else if (w->ggml)
+        if (w->ggml)
             for (; m + TILE <= t->M; m += TILE)
                 for (int j = jb; j < je; j++) {
                     float s[TILE];
