@@ -115,8 +115,9 @@ def test_affine_products_are_ggml_sums(bits, group):
     assert np.array_equal(alone, got)
 
 
+@pytest.mark.parametrize("rows", [21, 22, 23])  # the last one, two or three rows in a panel product of their own
 @pytest.mark.parametrize("bits", [4, 8])
-def test_affine_prompts_rows_are_decode_rows_with_vnni(bits):
+def test_affine_prompts_rows_are_decode_rows_with_vnni(bits, rows):
     """With AVX-512 VNNI an affine prompt (more than 16 rows) is multiplied on the integer panels, not the BLAS: each
     row bitwise what it gets alone."""
     if not blas.STATE.native.mlxcel_int8_vnni():
@@ -124,10 +125,10 @@ def test_affine_prompts_rows_are_decode_rows_with_vnni(bits):
     rng = np.random.default_rng(bits)
     layer = affine_layer(bits, 32, K, N, rng)
     calls = blas.STATE.native.mlxcel_blas_calls()
-    x = rng.standard_normal((21, K)).astype(np.float32)
+    x = rng.standard_normal((rows, K)).astype(np.float32)
     prompt = np.array(layer(mx.array(x)))
     assert blas.STATE.native.mlxcel_blas_calls() == calls
-    alone = np.stack([np.array(layer(mx.array(x[m : m + 1])))[0] for m in range(21)])
+    alone = np.stack([np.array(layer(mx.array(x[m : m + 1])))[0] for m in range(rows)])
     assert np.array_equal(prompt, alone)
 
 
@@ -169,13 +170,14 @@ def test_mlx_checkpoint_layers_stay_in_float():
     assert np.allclose(np.array(layer(mx.array(x))), x @ values.T, rtol=0, atol=1e-4)
 
 
-@pytest.mark.parametrize("rows", [9, 23])
+@pytest.mark.parametrize("rows", [2, 6, 9, 23])  # the last 2, 2, 1 and 3 rows in a panel product of their own
 @pytest.mark.parametrize("qtype", sorted(BLOCK_BYTES))
 def test_a_prompts_rows_are_decode_rows(qtype, rows):
     """Over K-quant blocks a batch's product gives every row bitwise what that row gets alone, as a decode step: a
     cached prefix and a cold run agree: four rows at a time against panels of 16 weight rows unpacked once (with
-    AVX-512 VNNI; AVX2's four-row tiles otherwise: other instructions summing the same integers), the rows left
-    over alone, and on N = 40 a last panel of 8 weight rows."""
+    AVX-512 VNNI; AVX2's four-row tiles otherwise: other instructions summing the same integers), the one to three
+    rows left over together (VNNI; alone on AVX2), one row alone on the one-row kernel, and on N = 40 a last panel
+    of 8 weight rows."""
     rng = np.random.default_rng(11)
     blocks = random_blocks(qtype, rng)
     layer = int8_layer(qtype, blocks)
