@@ -23,6 +23,8 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
+/* kernels that take a row count as a constant argument: one copy for each count they are called with */
+#define INLINE static inline __attribute__((always_inline))
 
 enum { QK = 32, QK_K = 256, Q8_0_BYTES = 34 };
 /* an activation block for the K-quants: block_q8_K (d, 16 sums of 16, 256 values), then the 8 sums of 32 the
@@ -143,51 +145,49 @@ AVX2 static inline int hsum_i32x4(__m128i s) {
  * acc = fmaf(scale dx_c, t_c, acc), and the bias's term bias = fmaf(bias, xs_c, bias); the result acc + bias. The
  * panels below take these float steps for 16 weight rows at once, so a row's result is the same either way. */
 
-/* R outputs (R = 1 or 2): weight rows w + r * row_bytes (4-bit; scales and biases `groups` apart) against one
- * activation row, each row's float steps in its own order; two rows' chains of dependent FMAs in flight at once
- * where one row's alone leave the FMA unit waiting on the last one (a decode step of a small model) */
-#define AFFINE4_ROWS(R)                                                                                          \
-    AVX2 static void dot_affine4_##R(const uint8_t *w, long row_bytes, const float *sc, const float *bi,         \
-                                     int groups, int per, const struct acts *a, int m, float out[R]) {           \
-        const float *dx = act_scales(a, m), *xs = act_sums(a, m);                                               \
-        const int8_t *x = act_q(a, m);                                                                           \
-        const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);                                 \
-        float acc[R], bias[R];                                                                                   \
-        for (int r = 0; r < R; r++) acc[r] = bias[r] = 0.0f;                                                     \
-        int c = 0;                                                                                               \
-        for (; c + 2 <= a->chunks; c += 2) {                                                                     \
-            const __m256i xe = _mm256_loadu_si256((const __m256i *)(x + (size_t)c * QK));                        \
-            const __m256i xo = _mm256_loadu_si256((const __m256i *)(x + (size_t)c * QK + 32));                   \
-            for (int r = 0; r < R; r++) {                                                                        \
-                const uint8_t *wr = w + r * row_bytes;                                                           \
-                const float *s = sc + r * groups, *b = bi + r * groups;                                          \
-                _mm_prefetch((const char *)wr + (size_t)c * 16 + PREFETCH_BYTES, _MM_HINT_T0);                   \
-                const __m256i bytes = _mm256_loadu_si256((const __m256i *)(wr + (size_t)c * 16));                \
-                const __m256i even = _mm256_and_si256(bytes, low);                                               \
-                const __m256i odd = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low);                          \
-                const __m256i p16 = _mm256_add_epi16(_mm256_maddubs_epi16(even, xe), _mm256_maddubs_epi16(odd, xo)); \
-                const __m256i p = _mm256_madd_epi16(p16, ones); /* chunk c in the low half, c + 1 in the high */ \
-                acc[r] = fmaf(s[c / per] * dx[c], (float)hsum_i32x4(_mm256_castsi256_si128(p)), acc[r]);        \
-                bias[r] = fmaf(b[c / per], xs[c], bias[r]);                                                      \
-                acc[r] = fmaf(s[(c + 1) / per] * dx[c + 1], (float)hsum_i32x4(_mm256_extracti128_si256(p, 1)), acc[r]); \
-                bias[r] = fmaf(b[(c + 1) / per], xs[c + 1], bias[r]);                                            \
-            }                                                                                                    \
-        }                                                                                                        \
-        for (int r = 0; r < R && c < a->chunks; r++) { /* a last chunk alone: 16 bytes, [even][odd] activations */ \
-            const __m128i bytes = _mm_loadu_si128((const __m128i *)(w + r * row_bytes + (size_t)c * 16));        \
-            const __m128i l = _mm_set1_epi8(0x0F);                                                               \
-            const __m128i even = _mm_and_si128(bytes, l), odd = _mm_and_si128(_mm_srli_epi16(bytes, 4), l);      \
-            const __m128i xe = _mm_loadu_si128((const __m128i *)(x + (size_t)c * QK));                           \
-            const __m128i xo = _mm_loadu_si128((const __m128i *)(x + (size_t)c * QK + 16));                      \
-            const __m128i p16 = _mm_add_epi16(_mm_maddubs_epi16(even, xe), _mm_maddubs_epi16(odd, xo));          \
-            acc[r] = fmaf(sc[r * groups + c / per] * dx[c], (float)hsum_i32x4(_mm_madd_epi16(p16, _mm_set1_epi16(1))), \
-                          acc[r]);                                                                               \
-            bias[r] = fmaf(bi[r * groups + c / per], xs[c], bias[r]);                                            \
-        }                                                                                                        \
-        for (int r = 0; r < R; r++) out[r] = acc[r] + bias[r];                                                   \
+/* R outputs (R = 1 or 2, a constant at each call): weight rows w + r * row_bytes (4-bit; scales and biases
+ * `groups` apart) against one activation row, each row's float steps in its own order; two rows' chains of
+ * dependent FMAs in flight at once where one row's alone leave the FMA unit waiting on the last one (a decode step
+ * of a small model) */
+AVX2 INLINE void dot_affine4(int R, const uint8_t *w, long row_bytes, const float *sc, const float *bi,
+                             int groups, int per, const struct acts *a, int m, float out[2]) {
+    const float *dx = act_scales(a, m), *xs = act_sums(a, m);
+    const int8_t *x = act_q(a, m);
+    const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    float acc[2], bias[2];
+    for (int r = 0; r < R; r++) acc[r] = bias[r] = 0.0f;
+    int c = 0;
+    for (; c + 2 <= a->chunks; c += 2) {
+        const __m256i xe = _mm256_loadu_si256((const __m256i *)(x + (size_t)c * QK));
+        const __m256i xo = _mm256_loadu_si256((const __m256i *)(x + (size_t)c * QK + 32));
+        for (int r = 0; r < R; r++) {
+            const uint8_t *wr = w + r * row_bytes;
+            const float *s = sc + r * groups, *b = bi + r * groups;
+            _mm_prefetch((const char *)wr + (size_t)c * 16 + PREFETCH_BYTES, _MM_HINT_T0);
+            const __m256i bytes = _mm256_loadu_si256((const __m256i *)(wr + (size_t)c * 16));
+            const __m256i even = _mm256_and_si256(bytes, low);
+            const __m256i odd = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low);
+            const __m256i p16 = _mm256_add_epi16(_mm256_maddubs_epi16(even, xe), _mm256_maddubs_epi16(odd, xo));
+            const __m256i p = _mm256_madd_epi16(p16, ones); /* chunk c in the low half, c + 1 in the high */
+            acc[r] = fmaf(s[c / per] * dx[c], (float)hsum_i32x4(_mm256_castsi256_si128(p)), acc[r]);
+            bias[r] = fmaf(b[c / per], xs[c], bias[r]);
+            acc[r] = fmaf(s[(c + 1) / per] * dx[c + 1], (float)hsum_i32x4(_mm256_extracti128_si256(p, 1)), acc[r]);
+            bias[r] = fmaf(b[(c + 1) / per], xs[c + 1], bias[r]);
+        }
     }
-AFFINE4_ROWS(1)
-AFFINE4_ROWS(2)
+    for (int r = 0; r < R && c < a->chunks; r++) { /* a last chunk alone: 16 bytes, [even][odd] activations */
+        const __m128i bytes = _mm_loadu_si128((const __m128i *)(w + r * row_bytes + (size_t)c * 16));
+        const __m128i l = _mm_set1_epi8(0x0F);
+        const __m128i even = _mm_and_si128(bytes, l), odd = _mm_and_si128(_mm_srli_epi16(bytes, 4), l);
+        const __m128i xe = _mm_loadu_si128((const __m128i *)(x + (size_t)c * QK));
+        const __m128i xo = _mm_loadu_si128((const __m128i *)(x + (size_t)c * QK + 16));
+        const __m128i p16 = _mm_add_epi16(_mm_maddubs_epi16(even, xe), _mm_maddubs_epi16(odd, xo));
+        acc[r] = fmaf(sc[r * groups + c / per] * dx[c], (float)hsum_i32x4(_mm_madd_epi16(p16, _mm_set1_epi16(1))),
+                      acc[r]);
+        bias[r] = fmaf(bi[r * groups + c / per], xs[c], bias[r]);
+    }
+    for (int r = 0; r < R; r++) out[r] = acc[r] + bias[r];
+}
 
 /* 8-bit: q - 128 is a signed byte, so sum(q xq) = sum((q - 128) xq) + 128 sum(xq) */
 AVX2 static float dot_affine8(const uint8_t *w, const float *sc, const float *bi, int per, const struct acts *a,
@@ -413,8 +413,6 @@ AVX2 static void dot_q6_k_tile(const uint8_t *w, const uint8_t *act, long stride
  * dot_q45_k / dot_q6_k take (lane by lane), so a row's result is bitwise the AVX2 kernels' (tests/test_int8_dot.py:
  * a prompt's rows are decode rows). */
 #define VNNI __attribute__((target("avx512f,avx512bw,avx512vnni,avx2,fma,f16c")))
-/* the panels' dot products take the row count as a constant: one copy each for 1 to TILE rows (panel_dot) */
-#define INLINE static inline __attribute__((always_inline))
 
 /* 16 weight rows at a time for a prompt: the rows' blocks unpacked once into a panel where each 64 bytes hold four
  * consecutive values of each of the 16 rows (ggml's repacked layouts interleave rows the same way), so one
@@ -496,9 +494,10 @@ VNNI static void panel_q45_k(const uint8_t *w, size_t row_bytes, int rows, int b
             for (int k = 0; k < 8; k++) {
                 __m512i lo = _mm512_and_si512(t[k], low), hi = _mm512_and_si512(_mm512_srli_epi16(t[k], 4), low);
                 if (five) {
-                    lo = _mm512_or_si512(lo, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh[k], 2 * j), one), 4));
-                    hi = _mm512_or_si512(hi, _mm512_slli_epi16(
-                                                 _mm512_and_si512(_mm512_srli_epi16(qh[k], 2 * j + 1), one), 4));
+                    const __m512i bl = _mm512_and_si512(_mm512_srli_epi16(qh[k], 2 * j), one);
+                    const __m512i bh = _mm512_and_si512(_mm512_srli_epi16(qh[k], 2 * j + 1), one);
+                    lo = _mm512_or_si512(lo, _mm512_slli_epi16(bl, 4));
+                    hi = _mm512_or_si512(hi, _mm512_slli_epi16(bh, 4));
                 }
                 store(pb + 64 * (16 * j + k), lo);
                 store(pb + 64 * (16 * j + 8 + k), hi);
@@ -717,8 +716,8 @@ AVX2 static inline float dot_one(const struct int8_args *t, const uint8_t *row, 
     const int groups = w->K / w->group, per = w->group / QK;
     const float *sc = w->scales + (size_t)j * groups, *bi = w->biases + (size_t)j * groups;
     if (w->bits == 8) return dot_affine8(row, sc, bi, per, &t->a, m);
-    float out[1];
-    dot_affine4_1(row, w->row_bytes, sc, bi, groups, per, &t->a, m, out);
+    float out[2];
+    dot_affine4(1, row, w->row_bytes, sc, bi, groups, per, &t->a, m, out);
     return out[0];
 }
 
@@ -792,11 +791,11 @@ AVX2 static void int8_task(void *ctx, int task) {
                 }
         for (; m < t->M; m++) {
             int j = jb;
-            if (!w->ggml && w->bits == 4) /* two rows' float chains at once (dot_affine4_2) */
+            if (!w->ggml && w->bits == 4) /* two rows' float chains at once */
                 for (const int groups = w->K / w->group; j + 2 <= je; j += 2) {
                     float s[2];
-                    dot_affine4_2(w->q + (size_t)j * w->row_bytes, w->row_bytes, w->scales + (size_t)j * groups,
-                                  w->biases + (size_t)j * groups, groups, w->group / QK, &t->a, m, s);
+                    dot_affine4(2, w->q + (size_t)j * w->row_bytes, w->row_bytes, w->scales + (size_t)j * groups,
+                                w->biases + (size_t)j * groups, groups, w->group / QK, &t->a, m, s);
                     put(t, m, j, s[0]), put(t, m, j + 1, s[1]);
                 }
             for (; j < je; j++) put(t, m, j, dot_one(t, w->q + (size_t)j * w->row_bytes, j, m));
