@@ -11,10 +11,12 @@ nox.options.default_venv_backend = "venv"
 
 # How many shares the reference's live comparisons rotate through in CI (oracle/live.py): each run compares
 # one share of the recorded cases live, and every case whose recording is missing or stale; every case meets
-# the live binary at least once in LIVE_SHARES landings in a row. mlxcel itself runs live on every case. 12 (was 8):
-# the 30-minute budget (a share with the heaviest live groups measured 30m26s at 8), and a multiple of the family
-# rotation's 3 (fixtures/families.py ROTATION), so consecutive landings cover every family in turn.
-LIVE_SHARES = 12
+# the live binary at least once in LIVE_SHARES landings in a row. mlxcel itself runs live on every case. 24 (was 12,
+# 8 before): the 30-minute budget (the suite measured 33m40s serial at 12 on a CI-like machine, ~2 minutes of it the
+# reference's live share), and a multiple of the family rotation's 3 (fixtures/families.py ROTATION), so
+# consecutive landings cover every family in turn. Two pytest-xdist workers were tried instead and were slower
+# (35m13s): on two cores both workers' servers spin their thread pools against each other (embeddings 6x slower).
+LIVE_SHARES = 24
 UNIT = ("tests", "-m", "not reference and not heavy", "--ignore=tests/reliability")
 
 

@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from fixtures.families import in_turn
+from oracle import loopback
 from oracle.evidence import write_record
 from oracle.processes import Pair
 
@@ -192,8 +193,8 @@ CALLS = [  # (name, tool, params, headers beyond x-tool-cwd, stream)
 
 def test_the_tool_list_is_b10621s(setup):
     pair, dirs = setup
-    ours = _said(httpx.get(pair.mlxcel.base_url + "/tools"), dirs[1])
-    theirs = _said(httpx.get(pair.reference.base_url + "/tools"), dirs[0])
+    ours = _said(loopback.get(pair.mlxcel.base_url + "/tools"), dirs[1])
+    theirs = _said(loopback.get(pair.reference.base_url + "/tools"), dirs[0])
     _record("list", "GET", ours == theirs)
     assert ours == theirs
     assert [t["tool"] for t in ours["body"]] == [
@@ -232,7 +233,7 @@ def _call_both(pair, dirs: list[Path], tool: str, params: dict, headers: dict, s
     answers = []
     for base, root in ((pair.reference.base_url, dirs[0]), (pair.mlxcel.base_url, dirs[1])):
         body = {"tool": tool, "params": params, **({"stream": True} if stream else {})}
-        r = httpx.post(base + "/tools", json=body, headers={"x-tool-cwd": str(root), **headers}, timeout=60)
+        r = loopback.post(base + "/tools", json=body, headers={"x-tool-cwd": str(root), **headers}, timeout=60)
         said = _said(r, root)
         if stream and said["status"] == 200:
             events = [json.loads(e[len("data: ") :]) for e in said["body"].split("\n\n") if e]
@@ -256,7 +257,8 @@ def test_requests_b10621_refuses_are_refused_alike(setup):
     pair, _ = setup
     for raw in (b"{not json", b'{"params": {}}', b'{"tool": 7}'):
         said = [
-            httpx.post(b + "/tools", content=raw, timeout=30) for b in (pair.reference.base_url, pair.mlxcel.base_url)
+            loopback.post(b + "/tools", content=raw, timeout=30)
+            for b in (pair.reference.base_url, pair.mlxcel.base_url)
         ]
         assert [r.status_code for r in said] == [400, 400], raw
         assert said[0].json()["type"] == said[1].json()["type"] == "invalid_request_error"
@@ -268,7 +270,7 @@ def test_tools_make_the_default_cors_origin_localhost(setup):
     pair, _ = setup
     for origin, echoed in (("http://localhost:5173", True), ("https://evil.example", False)):
         said = [
-            httpx.get(b + "/health", headers={"Origin": origin}).headers.get("access-control-allow-origin")
+            loopback.get(b + "/health", headers={"Origin": origin}).headers.get("access-control-allow-origin")
             for b in (pair.reference.base_url, pair.mlxcel.base_url)
         ]
         assert said[0] == said[1] == (origin if echoed else None)

@@ -3,10 +3,10 @@ along the reference's path has no disagreement at a decided position."""
 
 from __future__ import annotations
 
-import httpx
 import pytest
 
 from conformance.recorded import reference_answers
+from oracle import loopback
 
 PROMPTS = [
     "The capital of France is",
@@ -33,7 +33,7 @@ COMPARED = (
 
 def _complete(server, prompt: str) -> dict:
     body = {"prompt": prompt, "n_predict": 32, "temperature": 0, "return_tokens": True}
-    r = httpx.post(server.base_url + "/completion", json=body, timeout=300)
+    r = loopback.post(server.base_url + "/completion", json=body, timeout=300)
     assert r.status_code == 200, r.text
     return {k: r.json()[k] for k in COMPARED}
 

@@ -15,6 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
+from oracle import loopback
 from oracle.evidence import write_record
 from oracle.processes import Pair
 
@@ -134,7 +135,7 @@ def test_the_proxy_forwards_and_answers_as_b10621s(pair, target, case):
     params = {"url": url} if url else {}
 
     def ask(base: str) -> dict:
-        r = httpx.request(method, base + "/cors-proxy", params=params, headers=headers, content=body, timeout=60)
+        r = loopback.request(method, base + "/cors-proxy", params=params, headers=headers, content=body, timeout=60)
         return _seen(r)
 
     theirs, ours = ask(pair.reference.base_url), ask(pair.mlxcel.base_url)
@@ -162,6 +163,6 @@ def test_the_proxy_forwards_and_answers_as_b10621s(pair, target, case):
 
 
 def test_props_says_the_proxy_is_on(pair):
-    mine = httpx.get(pair.mlxcel.base_url + "/props").json()
-    theirs = httpx.get(pair.reference.base_url + "/props").json()
+    mine = loopback.get(pair.mlxcel.base_url + "/props").json()
+    theirs = loopback.get(pair.reference.base_url + "/props").json()
     assert mine["cors_proxy_enabled"] is theirs["cors_proxy_enabled"] is True

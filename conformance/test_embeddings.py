@@ -18,11 +18,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import httpx
 import numpy as np
 import pytest
 
 from conftest import oracle_offline, require
+from oracle import loopback
 from oracle.processes import (
     COMMON_ARGS,
     F32_NUMERICS,
@@ -75,7 +75,7 @@ def pair_for(request):
 
 
 def _post(url: str, path: str, body: dict):
-    r = httpx.post(url + path, json=body, timeout=600)
+    r = loopback.post(url + path, json=body, timeout=600)
     assert r.status_code == 200, r.text
     return r.json()
 

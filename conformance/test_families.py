@@ -18,6 +18,7 @@ import pytest
 
 from fixtures.chat.capture_templates import TOOLS  # the template gallery's tool
 from fixtures.families import FAMILIES, in_turn, this_landing
+from oracle import loopback
 from oracle.normalize import normalize
 from oracle.processes import Pair, server_pair, start_together
 from oracle.trace import THRESHOLDS, compare, mlxcel_scores, reference_path, trace
@@ -42,7 +43,7 @@ TRACE_BOUND = 1e-4  # issue 29: F32 with f32 KV (and within it at b10621's defau
 
 
 def _post(base: str, path: str, body: dict) -> httpx.Response:
-    return httpx.post(base + path, json=body, timeout=300)
+    return loopback.post(base + path, json=body, timeout=300)
 
 
 def _chat(base: str, tools: bool) -> tuple[int, object]:

@@ -9,12 +9,12 @@ the reference's; the share that is identical is reported.
 
 from __future__ import annotations
 
-import httpx
 import pytest
 
 from conformance.grammar_check import Recognizer
 from fixtures.grammar_corpus import VERDICTS
 from fixtures.grammar_corpus import grammar_source as _source
+from oracle import loopback
 from server.grammar.gbnf import TOKEN, TOKEN_NOT, parse_gbnf
 
 _identical: list[bool] = []
@@ -31,7 +31,7 @@ def tokenizer(twin_f32):
 def test_grammar_verdict_and_output_match_b10621(key, mlxcel_f32, tokenizer):
     source, verdict = _source(key), VERDICTS[key]
     body = {"prompt": "Answer:", "grammar": source, "n_predict": 8, "temperature": 0, "return_tokens": True}
-    r = httpx.post(f"{mlxcel_f32.base_url}/completion", json=body, timeout=120)
+    r = loopback.post(f"{mlxcel_f32.base_url}/completion", json=body, timeout=120)
     assert r.status_code == verdict["status"], r.text
     if r.status_code == 400:
         assert r.json()["error"]["message"] == verdict["error"]

@@ -10,10 +10,10 @@ import os
 import tempfile
 from pathlib import Path
 
-import httpx
 import pytest
 
 from fixtures.families import quantized_gguf
+from oracle import loopback
 from oracle.evidence import write_record
 from oracle.processes import ServerStartError, mlxcel_server, reference_server
 from tests.fake_hub import FakeHub
@@ -70,12 +70,12 @@ class Side:
             try:
                 sp.start(timeout=120)
                 served = True
-                props = httpx.get(sp.base_url + "/props", timeout=30).json()
+                props = loopback.get(sp.base_url + "/props", timeout=30).json()
                 alias = props["model_alias"].replace(str(self.cache), "{cache}")
                 name = (alias, props["default_generation_settings"]["n_ctx"], props["total_slots"])
                 ids = [
                     m["id"].replace(str(self.cache), "{cache}")
-                    for m in httpx.get(sp.base_url + "/v1/models", timeout=30).json()["data"]
+                    for m in loopback.get(sp.base_url + "/v1/models", timeout=30).json()["data"]
                 ]
             except ServerStartError:
                 served, name, ids = False, None, None

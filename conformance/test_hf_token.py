@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import time
 
-import httpx
 import pytest
 
+from oracle import loopback
 from oracle.evidence import write_record
 from oracle.processes import mlxcel_server, reference_server, start_together
 from tests.fake_hub import FakeHub
@@ -27,7 +27,7 @@ def test_hf_token_goes_to_the_hub_as_a_bearer_on_both(reference_binary):
         try:
             start_together(ref, mine)
             for sp in (ref, mine):
-                r = httpx.post(sp.base_url + "/models", json={"model": "acme/tiny"}, timeout=60)
+                r = loopback.post(sp.base_url + "/models", json={"model": "acme/tiny"}, timeout=60)
                 assert r.status_code == 200, (sp.name, r.text)
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline and not (hub_ref.requests and hub_mine.requests):

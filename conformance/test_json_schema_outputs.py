@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 
-import httpx
 import jsonschema
 import pytest
+
+from oracle import loopback
 
 NAME = {"type": "string", "maxLength": 12}
 SCHEMAS = {
@@ -62,7 +63,7 @@ DRAWS = {"greedy": {"temperature": 0}, "seeded": {"temperature": 0.8, "seed": 3}
 
 def _answer(base_url: str, schema: dict, draw: dict) -> dict:
     body = {"prompt": "Here is the answer as JSON:\n", "json_schema": schema, "n_predict": 160, **draw}
-    r = httpx.post(f"{base_url}/completion", json=body, timeout=300)
+    r = loopback.post(f"{base_url}/completion", json=body, timeout=300)
     assert r.status_code == 200, r.text
     return r.json()
 

@@ -18,12 +18,12 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-import httpx
 import numpy as np
 import pytest
 
 from fixtures.families import in_turn
 from fixtures.twins import twin
+from oracle import loopback
 from oracle.evidence import write_record
 from oracle.processes import COMMON_ARGS, Pair, reference_server
 from oracle.trace import trace
@@ -74,9 +74,11 @@ def _reference_rows(binary, flags: tuple[str, ...], prompt: str, saves: Path) ->
     ref = reference_server(binary, twin("f32").gguf, [*COMMON_ARGS, *flags, "--slot-save-path", str(saves), "-np", "1"])
     with ref:
         body = {"prompt": prompt, "n_predict": 1, "id_slot": 0, "cache_prompt": True, "temperature": 0}
-        httpx.post(ref.base_url + "/completion", json=body, timeout=120).raise_for_status()
-        tokens = httpx.post(ref.base_url + "/tokenize", json={"content": prompt, "add_special": True}).json()["tokens"]
-        saved = httpx.post(ref.base_url + "/slots/0?action=save", json={"filename": "s.bin"}, timeout=120).json()
+        loopback.post(ref.base_url + "/completion", json=body, timeout=120).raise_for_status()
+        tokens = loopback.post(ref.base_url + "/tokenize", json={"content": prompt, "add_special": True}).json()[
+            "tokens"
+        ]
+        saved = loopback.post(ref.base_url + "/slots/0?action=save", json={"filename": "s.bin"}, timeout=120).json()
         data = (saves / "s.bin").read_bytes()
     assert saved["n_saved"] == len(tokens)
     return tokens, data
@@ -159,8 +161,8 @@ def test_a_context_shift_over_q8_0_keys_writes_b10621s_text(reference_binary):
     prompt = "The history of the city is long and full of stories. " * 18
     body = {"prompt": prompt, "n_predict": 96, "temperature": 0, "ignore_eos": True, "return_tokens": True}
     with Pair("f32", flags, reference_binary, pinned=False) as pair:
-        theirs = httpx.post(pair.reference.base_url + "/completion", json=body, timeout=600).json()
-        ours = httpx.post(pair.mlxcel.base_url + "/completion", json=body, timeout=600).json()
+        theirs = loopback.post(pair.reference.base_url + "/completion", json=body, timeout=600).json()
+        ours = loopback.post(pair.mlxcel.base_url + "/completion", json=body, timeout=600).json()
     assert theirs["tokens_predicted"] == 96
     shifted = theirs["tokens_evaluated"] + 96 > 256  # the context filled: b10621 shifted it
     _record(

@@ -9,9 +9,9 @@ import json
 import sys
 from pathlib import Path
 
-import httpx
 import pytest
 
+from oracle import loopback
 from oracle.evidence import write_record
 from oracle.processes import Pair
 
@@ -43,7 +43,7 @@ def pair(reference_binary):
 def _both(pair, method: str, path: str, body: dict | None = None) -> list[dict]:
     out = []
     for base in (pair.reference.base_url, pair.mlxcel.base_url):
-        r = httpx.request(method, base + path, json=body, timeout=60)
+        r = loopback.request(method, base + path, json=body, timeout=60)
         out.append({"status": r.status_code, "body": r.json()})
     return out
 

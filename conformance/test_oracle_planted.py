@@ -7,7 +7,6 @@ import socket
 import threading
 import time
 
-import httpx
 import pytest
 import uvicorn
 from starlette.applications import Starlette
@@ -17,6 +16,7 @@ from starlette.routing import Route
 
 from compat.claims import load_entries
 from conftest import oracle_offline
+from oracle import loopback
 from oracle.corpus import CORPUS_DIR, load_case
 from oracle.evidence import load_records, verify
 from oracle.report import build_report, to_markdown
@@ -27,7 +27,7 @@ def _perturbing_proxy(upstream: str):
     """Forwards to mlxcel, but answers /health with {"status":"OK"}: one field, one byte class."""
 
     async def forward(request: Request) -> Response:
-        r = httpx.request(
+        r = loopback.request(
             request.method,
             upstream + request.url.path,
             content=await request.body(),

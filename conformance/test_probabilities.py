@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 import math
 
-import httpx
 import pytest
 
+from oracle import loopback
 from oracle.corpus import load_corpus
 from oracle.transcripts import transcript_path
 
@@ -40,7 +40,7 @@ def test_probabilities_agree_within_1e_3(case, mlxcel_f32):
     recorded = json.loads(transcript_path(case.name).read_text())["reference"]
     stream = bool((case.request.body or {}).get("stream"))
     ref = _values(_probs(recorded["body"]["text"], stream))
-    r = httpx.post(mlxcel_f32.base_url + case.request.path, json=case.request.body, timeout=300)
+    r = loopback.post(mlxcel_f32.base_url + case.request.path, json=case.request.body, timeout=300)
     mine = _values(_probs(r.text, stream))
     assert ref and [i for i, _ in mine] == [i for i, _ in ref]
     worst = max(abs(a - b) for (_, a), (_, b) in zip(mine, ref, strict=False))

@@ -11,13 +11,14 @@ import time
 
 import httpx
 
+from oracle import loopback
 from oracle.evidence import write_record
 from oracle.processes import server_pair
 
 
 def _listen(base: str, into: list, ready: threading.Event) -> None:
     try:
-        with httpx.stream("GET", base + "/models/sse", timeout=None) as r:
+        with loopback.stream("GET", base + "/models/sse", timeout=None) as r:
             ready.set()
             for line in r.iter_lines():
                 if line.startswith("data: "):
@@ -51,13 +52,15 @@ def test_model_events_match_b10621(reference_binary):
             assert ready.wait(30)
         for proc in (ref, mine):
             base = proc.base_url
-            assert httpx.post(base + "/models/load", json={"model": "smollm2-f32"}).status_code == 200
+            assert loopback.post(base + "/models/load", json={"model": "smollm2-f32"}).status_code == 200
             for model in ("smollm2-f32", "smollm2-q4-1"):  # the second evicts the first (--models-max 1)
-                r = httpx.post(base + "/completion", json={"model": model, "prompt": "Hi", "n_predict": 1}, timeout=300)
+                r = loopback.post(
+                    base + "/completion", json={"model": model, "prompt": "Hi", "n_predict": 1}, timeout=300
+                )
                 assert r.status_code == 200, r.text
-            assert httpx.post(base + "/models/unload", json={"model": "smollm2-q4-1"}).status_code == 200
+            assert loopback.post(base + "/models/unload", json={"model": "smollm2-q4-1"}).status_code == 200
             time.sleep(2)  # b10621's child takes a moment to exit
-            assert httpx.get(base + "/models?reload=1").status_code == 200
+            assert loopback.get(base + "/models?reload=1").status_code == 200
         time.sleep(2)
     got, want = _per_model(events["mlxcel"]), _per_model(events["reference"])
     assert set(want) == {"smollm2-f32", "smollm2-q4-1", "*"}

@@ -5,18 +5,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conformance.recorded import reference_answers
+from oracle import loopback
 
 CORPUS = json.loads((Path(__file__).parent.parent / "fixtures" / "corpora" / "tokenize.json").read_text("utf-8"))
 
 
 def _tokenize(server, body: dict) -> list:
-    r = httpx.post(server.base_url + "/tokenize", json=body, timeout=60)
+    r = loopback.post(server.base_url + "/tokenize", json=body, timeout=60)
     return [r.status_code, r.json()]
 
 

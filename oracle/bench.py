@@ -32,6 +32,7 @@ from pathlib import Path
 
 import httpx
 
+from . import loopback
 from .processes import COMMON_ARGS, ServerProcess, free_port, mlxcel_server, reference_server
 
 PROMPT = "Once upon a time, in a small village by the sea, there lived"
@@ -104,7 +105,7 @@ async def measure(
     gen = {"prompt": PROMPT, "n_predict": n_predict, "temperature": 0, "ignore_eos": True, "cache_prompt": False}
     out: dict = {}
     # no keep-alive: cpp-httplib closes idle connections after 5 s, racing a pooled reuse
-    async with httpx.AsyncClient(limits=httpx.Limits(max_keepalive_connections=0)) as client:
+    async with loopback.AsyncClient(limits=httpx.Limits(max_keepalive_connections=0)) as client:
         await _one(client, url, {**gen, "n_predict": 4})  # warm up
         if "decode" in groups:
             start = time.perf_counter()
@@ -202,7 +203,7 @@ async def measure_openai(
         prompt = unseen_prompt(n_words, f"r{rep}n{next(salts)}") if n_words else f"r{rep}n{next(salts)} {PROMPT}"
         return {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0}
 
-    async with httpx.AsyncClient(limits=httpx.Limits(max_keepalive_connections=0)) as client:
+    async with loopback.AsyncClient(limits=httpx.Limits(max_keepalive_connections=0)) as client:
 
         async def decode() -> float:
             await _openai(client, url, body(0, 4))  # warm up
@@ -395,7 +396,7 @@ SPEC_ARGS = ["-md", "{draft_q4_1}", "--spec-type", "draft-simple"]  # {draft_q4_
 async def measure_decode(url: str, n_predict: int) -> dict:
     """One-stream greedy decode tokens/s over three prompts, and the draft counts the server reports."""
     out: dict = {"decode_tps_1": [], "draft_acceptance": []}
-    async with httpx.AsyncClient(limits=httpx.Limits(max_keepalive_connections=0)) as client:
+    async with loopback.AsyncClient(limits=httpx.Limits(max_keepalive_connections=0)) as client:
         await _one(client, url, {"prompt": PROMPT, "n_predict": 4, "temperature": 0})  # warm up
         for prompt in (PROMPT, "def fibonacci(n):", "The history of the Roman Empire begins with"):
             body = {

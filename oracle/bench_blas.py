@@ -16,6 +16,7 @@ import statistics
 
 import httpx
 
+from . import loopback
 from .bench import PROMPT, _one
 from .processes import mlxcel_server
 
@@ -24,7 +25,7 @@ SIDES = {"scipy-openblas": "scipy-openblas", "system": "system"}  # side -> MLXC
 
 async def _decode(url: str, n_predict: int) -> float:
     body = {"prompt": PROMPT, "n_predict": n_predict, "temperature": 0, "ignore_eos": True, "cache_prompt": False}
-    async with httpx.AsyncClient(limits=httpx.Limits(max_keepalive_connections=0)) as client:
+    async with loopback.AsyncClient(limits=httpx.Limits(max_keepalive_connections=0)) as client:
         await _one(client, url, {**body, "n_predict": 4})  # warm up
         answer = await _one(client, url, body)
     return answer["timings"]["predicted_per_second"]

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import httpx
 
+from . import loopback
 from .bench import default_out, mlx_lm_anchor, provenance, summarize, unseen_prompt
 from .processes import mlxcel_server
 
@@ -39,7 +40,7 @@ async def _complete(client: httpx.AsyncClient, url: str, prompt: str, max_tokens
 
 async def measure(url: str, n_predict: int, rep: int) -> dict:
     out: dict = {}
-    async with httpx.AsyncClient(limits=httpx.Limits(max_keepalive_connections=0)) as client:
+    async with loopback.AsyncClient(limits=httpx.Limits(max_keepalive_connections=0)) as client:
         await _complete(client, url, PROMPT, 4)  # warm up
         first, _ = await _complete(client, url, unseen_prompt(12, f"r{rep}a"), 1)
         whole, usage = await _complete(client, url, unseen_prompt(12, f"r{rep}b"), n_predict)

@@ -12,7 +12,7 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+from . import loopback
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,7 @@ def split_sse(body: bytes) -> tuple[bytes, ...]:
 def send(base_url: str, request: OracleRequest, timeout: float = 300.0) -> Exchange:
     headers = {"Content-Type": "application/json"} if request.body_bytes() is not None else {}
     headers.update(request.headers)
-    r = httpx.request(
+    r = loopback.request(
         request.method, base_url + request.path, content=request.body_bytes(), headers=headers, timeout=timeout
     )
     hdrs = {k.lower(): v for k, v in r.headers.items()}

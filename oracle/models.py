@@ -18,6 +18,7 @@ from pathlib import Path
 
 import httpx
 
+from . import loopback
 from .processes import Pair, ServerProcess, ServerStartError
 from .trace import trace
 
@@ -49,7 +50,7 @@ def resident_mib(proc: ServerProcess) -> float | None:
 
 
 def _post(base: str, path: str, body: dict) -> httpx.Response:
-    return httpx.post(base + path, json=body, timeout=300)
+    return loopback.post(base + path, json=body, timeout=300)
 
 
 def _greedy(base: str, prompt: str) -> list[int]:

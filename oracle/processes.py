@@ -15,6 +15,8 @@ from pathlib import Path
 
 import httpx
 
+from . import loopback
+
 # Numerics pinned to F32 on both servers for content comparisons on the F32 twins: the tight configuration
 # (see ARCHITECTURE.md, oracle rules). Without it both run b10621's defaults (f16 KV, flash attention auto),
 # which the logit traces compare (oracle/trace.py).
@@ -97,7 +99,7 @@ class ServerProcess:
             try:
                 # loaded once /health stops answering 503 (under --api-prefix the bare /health is a 404,
                 # and a key check may answer 401 first: both only come after the loading gate)
-                if httpx.get(self.base_url + "/health", timeout=2.0).status_code != 503:
+                if loopback.get(self.base_url + "/health", timeout=2.0).status_code != 503:
                     return self
             except httpx.HTTPError:
                 pass
@@ -254,9 +256,9 @@ def shared_args() -> tuple[str, ...]:
 
 def erase_slots(base_url: str) -> None:
     """Erase every slot of a server (POST /slots/{id}?action=erase): a shared case's starting state."""
-    n = httpx.get(base_url + "/props", timeout=60).json()["total_slots"]
+    n = loopback.get(base_url + "/props", timeout=60).json()["total_slots"]
     for i in range(n):
-        httpx.post(f"{base_url}/slots/{i}?action=erase", timeout=60).raise_for_status()
+        loopback.post(f"{base_url}/slots/{i}?action=erase", timeout=60).raise_for_status()
 
 
 class Pair:

@@ -34,6 +34,7 @@ from typing import Any
 
 import httpx
 
+from . import loopback
 from .corpus import REPO_ROOT
 from .diff import DiffReport, Divergence, diff_exchanges, diff_values
 from .exchange import Exchange, OracleRequest
@@ -181,7 +182,7 @@ def _substitute(text: str, values: dict[str, str]) -> str:
 def _client(url: str, timeout: float) -> tuple[httpx.Client, str]:
     if url.startswith("unix://"):
         return httpx.Client(transport=httpx.HTTPTransport(uds=url[len("unix://") :]), timeout=timeout), "http://local"
-    verify: Any = True
+    verify: Any = loopback.tls_context()  # plain http: httpx's own would load the CA bundle each case
     if url.startswith("https://"):
         verify = ssl.create_default_context()
         verify.check_hostname = False

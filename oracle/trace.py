@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-import httpx
+from . import loopback
 
 THRESHOLDS = {"q4_1": 2.0, "f32": 0.5}
 
@@ -48,14 +48,14 @@ def reference_path(base_url: str, prompt: str, n_predict: int, n_probs: int) -> 
         "return_tokens": True,
         "ignore_eos": True,
     }
-    r = httpx.post(base_url + "/completion", json=body, timeout=600)
+    r = loopback.post(base_url + "/completion", json=body, timeout=600)
     r.raise_for_status()
     data = r.json()
     return data["tokens"], data["completion_probabilities"]
 
 
 def mlxcel_scores(base_url: str, prompt: str, tokens: list[int], n_probs: int) -> list[dict]:
-    r = httpx.post(
+    r = loopback.post(
         base_url + "/mlxcel/score", json={"prompt": prompt, "tokens": tokens, "n_probs": n_probs}, timeout=600
     )
     r.raise_for_status()

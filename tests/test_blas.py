@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from oracle import loopback
 from server import blas
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the interposition is Linux-only")
@@ -134,12 +135,10 @@ def test_props_build_info_names_the_cpu_backend_verified_at_startup(twin_q4_1):
     """GET /props's build_info: b10621's b<build>-<commit>, then what the CPU really runs on."""
     import os
 
-    import httpx
-
     from oracle.processes import mlxcel_server
 
     with mlxcel_server(str(twin_q4_1.mlx_dir)) as server:
-        info = httpx.get(server.base_url + "/props", timeout=30).json()["build_info"]
+        info = loopback.get(server.base_url + "/props", timeout=30).json()["build_info"]
     assert info.startswith("b10621-mlxcel-")
     assert f"CPU: {os.path.basename(blas.STATE.library)}" in info and "GFLOP/s" in info and "SLOW" not in info
     assert info.endswith("mlxcel kernels on)")

@@ -13,6 +13,7 @@ import numpy as np
 import openai
 import pytest
 
+from oracle import loopback
 from oracle.processes import mlxcel_server
 from server.cli.parse import Given
 from server.encoder.normalize import embd_normalize
@@ -194,22 +195,20 @@ def test_openai_client_embeddings(embedding_server):
 
 
 def test_generation_routes_answer_501_naming_the_flag(embedding_server):
-    import httpx
 
     for path in ("/completion", "/v1/chat/completions", "/infill", "/v1/messages"):
-        r = httpx.post(embedding_server.base_url + path, json={"prompt": "x"}, timeout=30)
+        r = loopback.post(embedding_server.base_url + path, json={"prompt": "x"}, timeout=30)
         assert r.status_code == 501, path
         assert r.json()["error"]["message"] == (
             "This server does not support completions. Start it without `--embeddings`"
         )
-    assert httpx.get(embedding_server.base_url + "/health", timeout=30).json() == {"status": "ok"}
+    assert loopback.get(embedding_server.base_url + "/health", timeout=30).json() == {"status": "ok"}
 
 
 def test_props_of_an_encoder_server_carry_no_drafter(embedding_server):
     # the encoder's config has no drafter fields: GET /props answered 500 when it read them as the engine's
-    import httpx
 
-    r = httpx.get(embedding_server.base_url + "/props", timeout=30)
+    r = loopback.get(embedding_server.base_url + "/props", timeout=30)
     assert r.status_code == 200, r.text
     body = r.json()
     assert "speculative" not in body and body["total_slots"] >= 1 and body["model_alias"] == "minilm"

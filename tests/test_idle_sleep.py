@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import time
 
-import httpx
 import pytest
 
+from oracle import loopback
 from oracle.processes import mlxcel_server
 
 BODY = {"prompt": "The three primary colours are", "n_predict": 6, "temperature": 0}
 
 
 def _asleep(url: str) -> bool:
-    return httpx.get(url + "/props", timeout=30).json()["is_sleeping"]
+    return loopback.get(url + "/props", timeout=30).json()["is_sleeping"]
 
 
 def _wait_asleep(url: str, timeout: float = 30.0) -> None:
@@ -41,24 +41,24 @@ def _rss_bytes(proc) -> int:
 
 
 def _scrape(url: str) -> str:
-    r = httpx.get(url + "/metrics", timeout=30)
+    r = loopback.get(url + "/metrics", timeout=30)
     assert r.status_code == 200 and r.headers["Process-Start-Time-Unix"]
     return r.text
 
 
 def test_sleep_frees_memory_and_a_request_wakes_it_unchanged(sleepy):
     url = sleepy.base_url
-    awake = httpx.post(url + "/completion", json=BODY, timeout=120).json()
+    awake = loopback.post(url + "/completion", json=BODY, timeout=120).json()
     _scrape(url)  # the first scrape resets the throughput buckets: the next reads what sleep will keep
     metrics_awake = _scrape(url)
     held = _rss_bytes(sleepy)
     _wait_asleep(url)
     assert _rss_bytes(sleepy) < held - 80 * 2**20  # the weights (~110 MB, kept 4-bit) and caches are gone
-    assert httpx.get(url + "/health", timeout=30).json() == {"status": "ok"}
+    assert loopback.get(url + "/health", timeout=30).json() == {"status": "ok"}
     # b10621 serves the snapshot it took on entering sleep: the same text as the last scrape awake
     assert _scrape(url) == metrics_awake and "llamacpp:tokens_predicted_total 6" in metrics_awake
     assert _asleep(url)  # none of those woke it
-    woken = httpx.post(url + "/completion", json=BODY, timeout=300).json()
+    woken = loopback.post(url + "/completion", json=BODY, timeout=300).json()
     assert woken["content"] == awake["content"] and woken["tokens_predicted"] == awake["tokens_predicted"]
     assert not _asleep(url)
 
@@ -67,14 +67,14 @@ def test_tokenize_wakes_it(sleepy):
     """b10621 wakes the server for every route that may need the model, tokenize included."""
     url = sleepy.base_url
     _wait_asleep(url)
-    r = httpx.post(url + "/tokenize", json={"content": "Hello"}, timeout=300)
+    r = loopback.post(url + "/tokenize", json={"content": "Hello"}, timeout=300)
     assert r.status_code == 200 and r.json()["tokens"]
     assert not _asleep(url)
 
 
 def test_a_generation_longer_than_the_window_is_not_interrupted(sleepy):
     url = sleepy.base_url
-    r = httpx.post(
+    r = loopback.post(
         url + "/completion",
         json={"prompt": "Count slowly:", "n_predict": 160, "temperature": 0, "ignore_eos": True},
         timeout=300,

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from fixtures.lora import lora_gguf, lora_peft, pairs
+from oracle import loopback
 from server.engine.types import FinalEvent, GenerationRequest, TokenEvent
 from server.models import lora
 from tests.engines import running_engine
@@ -175,21 +176,20 @@ async def test_lora_fuse_bakes_the_scales_into_the_weights_and_fixes_them(peft_d
 
 
 def test_lora_fuse_refuses_new_scales_over_http(peft_dir):
-    import httpx
 
     from oracle.processes import mlxcel_server
     from server.errors import LORA_FUSED
 
     with mlxcel_server("smollm2-135m-instruct-f32", ["--lora-scaled", f"{peft_dir}:0.5", "--lora-fuse"]) as srv:
         base = srv.base_url
-        r = httpx.post(base + "/lora-adapters", json=[{"id": 0, "scale": 1.0}])
+        r = loopback.post(base + "/lora-adapters", json=[{"id": 0, "scale": 1.0}])
         assert (r.status_code, r.json()["error"]["message"]) == (400, LORA_FUSED)
         body = {"prompt": "Hi", "n_predict": 2, "temperature": 0}
-        r = httpx.post(base + "/completion", json={**body, "lora": [{"id": 0, "scale": 1.0}]}, timeout=120)
+        r = loopback.post(base + "/completion", json={**body, "lora": [{"id": 0, "scale": 1.0}]}, timeout=120)
         assert (r.status_code, r.json()["error"]["message"]) == (400, LORA_FUSED)
-        same = httpx.post(base + "/completion", json={**body, "lora": [{"id": 0, "scale": 0.5}]}, timeout=120)
+        same = loopback.post(base + "/completion", json={**body, "lora": [{"id": 0, "scale": 0.5}]}, timeout=120)
         assert same.status_code == 200
-        assert httpx.get(base + "/lora-adapters").json()[0]["scale"] == 0.5
+        assert loopback.get(base + "/lora-adapters").json()[0]["scale"] == 0.5
 
 
 def test_an_activated_lora_is_refused_rather_than_applied_everywhere(tmp_path):

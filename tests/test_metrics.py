@@ -3,10 +3,10 @@ config written for llama-server reads), the buckets reset per scrape, and a live
 
 from __future__ import annotations
 
-import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from oracle import loopback
 from oracle.processes import mlxcel_server
 from server.api.prometheus import render
 from server.engine.metrics import ServerMetrics
@@ -86,9 +86,9 @@ def metrics_server():
 def test_a_live_scrape_after_requests(metrics_server):
     url = metrics_server.base_url
     for prompt in ("Hello there", "Count to three:"):
-        r = httpx.post(url + "/completion", json={"prompt": prompt, "n_predict": 4, "temperature": 0}, timeout=120)
+        r = loopback.post(url + "/completion", json={"prompt": prompt, "n_predict": 4, "temperature": 0}, timeout=120)
         assert r.status_code == 200
-    r = httpx.get(url + "/metrics", timeout=30)
+    r = loopback.get(url + "/metrics", timeout=30)
     assert r.status_code == 200 and r.headers["content-type"] == "text/plain; version=0.0.4"
     assert int(r.headers["Process-Start-Time-Unix"]) > 0
     got = _families(r.text)
@@ -104,7 +104,7 @@ def test_disabled_metrics_answer_501():
     proc = mlxcel_server("smollm2-135m-instruct-q4_1", [])
     proc.start()
     try:
-        r = httpx.get(proc.base_url + "/metrics", timeout=30)
+        r = loopback.get(proc.base_url + "/metrics", timeout=30)
         assert r.status_code == 501
         assert r.json()["error"]["message"] == (
             "This server does not support metrics endpoint. Start it with `--metrics`"

@@ -4,6 +4,7 @@ the evidence gate and the decided-position rule."""
 from __future__ import annotations
 
 import json
+import ssl
 import sys
 
 from oracle.diff import diff_exchanges
@@ -242,3 +243,45 @@ def test_a_case_reading_what_earlier_cases_left_is_caught():
     cached = {"status": 200, "body": {"text": '{"timings":{"cache_n":6,"prompt_n":1}}'}}
     assert [p.split(":")[0] for p in unstated_states([first, second], lambda c: cached)] == [second.name]
     assert unstated_states([first, case("POST", "/completion?b", setup=[completion])], lambda c: cached) == []
+
+
+def test_loopback_calls_share_one_tls_context_and_reach_the_server(monkeypatch):
+    """oracle/loopback.py: every call hands httpx the same context (httpx would build and load a new one per call,
+    ~50 ms of CPU each), a caller's own `verify` wins, and the answer is the server's."""
+    import http.server
+    import threading
+
+    import httpx
+
+    from oracle import loopback
+
+    class Hello(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"hello " + self.path.encode())
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hello)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    seen = []
+    real = httpx.Client.__init__
+
+    def spy(self, *args, **kw):
+        seen.append(kw.get("verify"))
+        real(self, *args, **kw)
+
+    monkeypatch.setattr(httpx.Client, "__init__", spy)
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        assert loopback.get(url + "/a").text == "hello /a"
+        assert loopback.post(url + "/b").status_code == 501  # (the handler has no POST: the server's own answer)
+        with loopback.Client() as client:
+            assert client.get(url + "/c").text == "hello /c"
+        loopback.get(url + "/d", verify=False)
+    finally:
+        server.shutdown()
+    assert seen[:3] == [loopback.tls_context()] * 3 and isinstance(seen[0], ssl.SSLContext)
+    assert seen[3] is False

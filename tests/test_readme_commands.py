@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 
+from oracle import loopback
 from oracle.processes import free_port
 from server.models.bundled import DEFAULT_MODEL
 
@@ -36,13 +37,13 @@ def test_server_without_model_starts_a_router_offering_the_store(tmp_path):
         while True:
             assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read().decode()
             try:
-                props = httpx.get(base + "/props", timeout=2)
+                props = loopback.get(base + "/props", timeout=2)
                 break
             except httpx.HTTPError:
                 time.sleep(0.2)
         assert props.json()["role"] == "router"
         DEFAULT_MODEL.materialize()
-        models = {m["id"]: m for m in httpx.get(base + "/models?reload=1", timeout=30).json()["data"]}
+        models = {m["id"]: m for m in loopback.get(base + "/models?reload=1", timeout=30).json()["data"]}
         assert models[DEFAULT_MODEL.name]["source"] == "cache"
         assert models[DEFAULT_MODEL.name]["status"]["value"] == "unloaded"
     finally:
@@ -63,12 +64,14 @@ def test_default_model_serves_health_and_completion():
         while time.monotonic() < deadline:
             assert proc.poll() is None, proc.stdout.read().decode()
             try:
-                if httpx.get(base + "/health", timeout=2).status_code == 200:
+                if loopback.get(base + "/health", timeout=2).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
             time.sleep(0.3)
-        r = httpx.post(base + "/completion", json={"prompt": "The capital of France is", "n_predict": 8}, timeout=120)
+        r = loopback.post(
+            base + "/completion", json={"prompt": "The capital of France is", "n_predict": 8}, timeout=120
+        )
         assert r.status_code == 200
         assert 1 <= r.json()["tokens_predicted"] <= 8  # sampled at the default temperature: it may end early
     finally:

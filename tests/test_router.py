@@ -14,6 +14,7 @@ import time
 import httpx
 import pytest
 
+from oracle import loopback
 from oracle.processes import free_port
 from server.router import presets
 from server.router.catalog import load_catalog
@@ -51,14 +52,14 @@ def test_post_models_downloads_into_the_store_and_delete_removes_it(tmp_path, ti
         base = f"http://127.0.0.1:{port}"
         try:
             _wait(lambda: _up(base))
-            assert httpx.get(base + "/models").json()["data"] == []
-            r = httpx.post(base + "/models", json={"model": "acme/smol"})
+            assert loopback.get(base + "/models").json()["data"] == []
+            r = loopback.post(base + "/models", json={"model": "acme/smol"})
             assert r.json() == {"success": True}
-            again = httpx.post(base + "/models", json={"model": "acme/smol"})
+            again = loopback.post(base + "/models", json={"model": "acme/smol"})
             assert again.status_code == 400 and "already exists" in again.text
 
             def listed():
-                data = httpx.get(base + "/models").json()["data"]
+                data = loopback.get(base + "/models").json()["data"]
                 return data and data[0]["status"]["value"] == "unloaded" and data
 
             _wait(listed, 120)
@@ -69,19 +70,19 @@ def test_post_models_downloads_into_the_store_and_delete_removes_it(tmp_path, ti
                 "api",
                 f"Bearer {TOKEN}",
             ) in hub_server.auth
-            done = httpx.post(
+            done = loopback.post(
                 base + "/completion",
                 json={"model": "acme/smol", "prompt": "The capital of France is", "n_predict": 4, "temperature": 0},
                 timeout=300,
             )
             assert done.status_code == 200 and done.json()["content"].startswith(" Paris")
-            assert httpx.delete(base + "/models", params={"model": "acme/smol"}).json() == {"success": True}
+            assert loopback.delete(base + "/models", params={"model": "acme/smol"}).json() == {"success": True}
             assert not (store / "acme" / "smol").exists()
-            assert httpx.get(base + "/models").json()["data"] == []
+            assert loopback.get(base + "/models").json()["data"] == []
             for bad in ("../etc", "acme/../../x"):
-                r = httpx.delete(base + "/models", params={"model": bad})
+                r = loopback.delete(base + "/models", params={"model": bad})
                 assert r.status_code == 500 and "is not found" in r.json()["error"]["message"]
-            r = httpx.post(base + "/models", json={"model": "../escape"})
+            r = loopback.post(base + "/models", json={"model": "../escape"})
             assert r.status_code == 400
         finally:
             proc.terminate()
@@ -90,7 +91,7 @@ def test_post_models_downloads_into_the_store_and_delete_removes_it(tmp_path, ti
 
 def _up(base: str) -> bool:
     try:
-        return httpx.get(base + "/health", timeout=2).status_code == 200
+        return loopback.get(base + "/health", timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
 

@@ -7,9 +7,9 @@ import json
 import os
 from pathlib import Path
 
-import httpx
 import pytest
 
+from oracle import loopback
 from oracle.processes import mlxcel_server
 from server.engine import slot_files
 from server.engine.slot_files import Identity, SlotFileError, confined, valid_filename
@@ -78,7 +78,7 @@ def _serve(directory: Path):
 
 
 def _complete(url: str, prompt, n: int = 8, slot: int = 0) -> dict:
-    r = httpx.post(
+    r = loopback.post(
         url + "/completion",
         json={"prompt": prompt, "n_predict": n, "temperature": 0, "id_slot": slot, "return_tokens": True},
         timeout=300,
@@ -98,7 +98,7 @@ def test_every_bad_name_is_refused_and_leaves_no_file(tmp_path):
         for name in [*NAMES["refused"], *NAMES["symlinks"]]:
             for action in ("save", "restore"):
                 body = json.dumps({"filename": name})  # ASCII escapes: a lone surrogate travels as \udc80
-                r = httpx.post(f"{proc.base_url}/slots/0?action={action}", content=body, timeout=60)
+                r = loopback.post(f"{proc.base_url}/slots/0?action={action}", content=body, timeout=60)
                 assert r.status_code == 400 and r.json()["error"]["message"] == "Invalid filename", (name, r.text)
     finally:
         proc.cleanup()
@@ -113,16 +113,16 @@ def test_save_restart_restore_continues_the_same(tmp_path):
     try:
         first = _complete(proc.base_url, PROMPT)
         held = first["tokens_evaluated"] + first["tokens_predicted"] - 1  # the last token is drawn, not fed
-        r = httpx.post(f"{proc.base_url}/slots/0?action=save", json={"filename": "paris.slot"}, timeout=60)
+        r = loopback.post(f"{proc.base_url}/slots/0?action=save", json={"filename": "paris.slot"}, timeout=60)
         assert r.status_code == 200 and r.json()["n_saved"] == held
         assert (root / "paris.slot").is_file()
     finally:
         proc.cleanup()
     proc = _serve(root)  # a new process: nothing of the first is in memory
     try:
-        r = httpx.post(f"{proc.base_url}/slots/1?action=restore", json={"filename": "paris.slot"}, timeout=300)
+        r = loopback.post(f"{proc.base_url}/slots/1?action=restore", json={"filename": "paris.slot"}, timeout=300)
         assert r.status_code == 200 and r.json()["n_restored"] == held
-        slots = httpx.get(proc.base_url + "/slots", timeout=30).json()
+        slots = loopback.get(proc.base_url + "/slots", timeout=30).json()
         assert slots[1]["id"] == 1
         follow = [*_tokenize(proc.base_url, PROMPT), *first["tokens"]]
         resumed = _complete(proc.base_url, follow, slot=1)
@@ -139,4 +139,4 @@ def test_save_restart_restore_continues_the_same(tmp_path):
 
 
 def _tokenize(url: str, text: str) -> list[int]:
-    return httpx.post(url + "/tokenize", json={"content": text, "add_special": True}, timeout=60).json()["tokens"]
+    return loopback.post(url + "/tokenize", json={"content": text, "add_special": True}, timeout=60).json()["tokens"]

@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 import time
 
-import httpx
 import openai
 import pytest
 
+from oracle import loopback
 from oracle.processes import mlxcel_server
 
 KEYS = ("key-one", "key-two")
@@ -30,7 +30,7 @@ def _auth(key: str) -> dict:
 
 def _wait_done(url: str, conv: str, key: str) -> dict:
     for _ in range(300):
-        found = httpx.post(url + "/v1/streams/lookup", json={"conversation_ids": [conv]}, headers=_auth(key)).json()
+        found = loopback.post(url + "/v1/streams/lookup", json={"conversation_ids": [conv]}, headers=_auth(key)).json()
         if found and found[0]["is_done"]:
             return found[0]
         time.sleep(0.1)
@@ -41,7 +41,7 @@ def test_a_dropped_client_resumes_byte_exactly(server):
     url, conv = server.base_url, "conv-drop"
     body = {"prompt": "Once upon a time", "n_predict": 48, "temperature": 0, "stream": True, "ignore_eos": True}
     got = b""
-    with httpx.Client(timeout=60) as client:
+    with loopback.Client(timeout=60) as client:
         with client.stream(
             "POST", url + "/completion", json=body, headers={**_auth(KEYS[0]), "X-Conversation-Id": conv}
         ) as r:
@@ -50,12 +50,12 @@ def test_a_dropped_client_resumes_byte_exactly(server):
                 if len(got) > 300:
                     break  # the connection closes here, mid-stream
     info = _wait_done(url, conv, KEYS[0])  # the generation went on without its client
-    replay = httpx.get(
+    replay = loopback.get(
         url + "/v1/stream", params={"conv_id": conv, "from": 0}, headers=_auth(KEYS[0]), timeout=60
     ).content
     assert info["total_bytes"] == len(replay) > len(got)
     assert replay.startswith(got)
-    rest = httpx.get(
+    rest = loopback.get(
         url + "/v1/stream", params={"conv_id": conv, "from": len(got)}, headers=_auth(KEYS[0]), timeout=60
     ).content
     assert got + rest == replay
@@ -81,7 +81,7 @@ def test_the_openai_client_drops_and_the_replay_completes_it(server):
             break
     stream.close()
     _wait_done(url, conv, KEYS[0])
-    replay = httpx.get(url + "/v1/stream", params={"conv_id": conv}, headers=_auth(KEYS[0]), timeout=60).text
+    replay = loopback.get(url + "/v1/stream", params={"conv_id": conv}, headers=_auth(KEYS[0]), timeout=60).text
     frames = [json.loads(line[6:]) for line in replay.split("\n\n") if line.startswith("data: {")]
     full = "".join(f["choices"][0]["delta"].get("content") or "" for f in frames if f.get("choices"))
     assert full.startswith(seen) and len(full) > len(seen)
@@ -91,24 +91,25 @@ def test_the_openai_client_drops_and_the_replay_completes_it(server):
 def test_sessions_belong_to_their_key_and_delete_stops_them(server):
     url, conv = server.base_url, "conv-key"
     body = {"prompt": "Count:", "n_predict": 400, "temperature": 0, "stream": True, "ignore_eos": True}
-    with httpx.Client(timeout=60) as client:
+    with loopback.Client(timeout=60) as client:
         with client.stream(
             "POST", url + "/completion", json=body, headers={**_auth(KEYS[0]), "X-Conversation-Id": conv}
         ) as r:
             next(r.iter_raw())
     other = _auth(KEYS[1])
-    assert httpx.post(url + "/v1/streams/lookup", json={"conversation_ids": [conv]}, headers=other).json() == []
-    assert httpx.get(url + "/v1/stream", params={"conv_id": conv}, headers=other).status_code == 404
-    assert httpx.delete(url + "/v1/stream", params={"conv_id": conv}, headers=other).status_code == 204
-    mine = httpx.post(url + "/v1/streams/lookup", json={"conversation_ids": [conv]}, headers=_auth(KEYS[0])).json()
+    assert loopback.post(url + "/v1/streams/lookup", json={"conversation_ids": [conv]}, headers=other).json() == []
+    assert loopback.get(url + "/v1/stream", params={"conv_id": conv}, headers=other).status_code == 404
+    assert loopback.delete(url + "/v1/stream", params={"conv_id": conv}, headers=other).status_code == 204
+    mine = loopback.post(url + "/v1/streams/lookup", json={"conversation_ids": [conv]}, headers=_auth(KEYS[0])).json()
     assert mine and not mine[0]["is_done"]  # another key's DELETE touched nothing
-    assert httpx.delete(url + "/v1/stream", params={"conv_id": conv}, headers=_auth(KEYS[0])).status_code == 204
+    assert loopback.delete(url + "/v1/stream", params={"conv_id": conv}, headers=_auth(KEYS[0])).status_code == 204
     assert (
-        httpx.post(url + "/v1/streams/lookup", json={"conversation_ids": [conv]}, headers=_auth(KEYS[0])).json() == []
+        loopback.post(url + "/v1/streams/lookup", json={"conversation_ids": [conv]}, headers=_auth(KEYS[0])).json()
+        == []
     )
-    slots = httpx.get(url + "/slots", headers=_auth(KEYS[0])).json()
+    slots = loopback.get(url + "/slots", headers=_auth(KEYS[0])).json()
     deadline = time.monotonic() + 30
     while any(s["is_processing"] for s in slots):  # the stopped generation frees its slot
         assert time.monotonic() < deadline
         time.sleep(0.2)
-        slots = httpx.get(url + "/slots", headers=_auth(KEYS[0])).json()
+        slots = loopback.get(url + "/slots", headers=_auth(KEYS[0])).json()

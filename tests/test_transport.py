@@ -24,6 +24,7 @@ import httpx
 import pytest
 
 from conftest import require
+from oracle import loopback
 from server.api.app import create_app
 from server.api.auth import AuthConfig
 from server.api.state import ServerSettings
@@ -110,7 +111,7 @@ def test_port_zero_binds_an_ephemeral_port_and_logs_it(caplog):
     caplog.set_level(logging.INFO, logger="mlxcel.http")
     with running(ServeConfig(port=0)) as server:
         assert server.port > 0
-        r = httpx.get(f"http://127.0.0.1:{server.port}/health")
+        r = loopback.get(f"http://127.0.0.1:{server.port}/health")
         assert r.status_code == 200 and r.content == b'{"status":"ok"}'
         # cpp-httplib's default header, and no Date (b10621 sends Server: llama.cpp and nothing else of its own)
         assert r.headers["server"] == "llama.cpp" and "date" not in r.headers
@@ -185,9 +186,9 @@ def test_api_prefix_over_the_wire():
     # b10621 with --api-prefix /pfx: routes only under the prefix
     with running(ServeConfig(port=0), api_prefix="/pfx", auth=AuthConfig(("k1",))) as server:
         base = f"http://127.0.0.1:{server.port}"
-        assert httpx.get(base + "/pfx/health", headers={"Authorization": "Bearer k1"}).status_code == 200
-        assert httpx.get(base + "/pfx/health").status_code == 401
-        assert httpx.get(base + "/health").status_code == 404
+        assert loopback.get(base + "/pfx/health", headers={"Authorization": "Bearer k1"}).status_code == 200
+        assert loopback.get(base + "/pfx/health").status_code == 401
+        assert loopback.get(base + "/health").status_code == 404
 
 
 # --- Unix socket ----------------------------------------------------------------------------------------------
@@ -226,7 +227,7 @@ def test_tls_over_tcp(cert):
         r = httpx.get(f"https://127.0.0.1:{server.port}/health", verify=ctx)
         assert r.status_code == 200 and r.content == b'{"status":"ok"}'
         with pytest.raises(httpx.HTTPError):  # plain HTTP is not served on a TLS socket
-            httpx.get(f"http://127.0.0.1:{server.port}/health", timeout=5)
+            loopback.get(f"http://127.0.0.1:{server.port}/health", timeout=5)
 
 
 def test_tls_over_a_unix_socket(cert, short_dir):

@@ -12,10 +12,10 @@ import json
 import shutil
 from pathlib import Path
 
-import httpx
 import pytest
 
 from conftest import require
+from oracle import loopback
 from oracle.processes import mlxcel_server
 
 ALIAS = "tiny-twin"
@@ -82,7 +82,7 @@ def test_a_chat_in_the_browser_streams_the_servers_answer_with_the_settings_it_w
             answer = sent.value.response()
             assert answer is not None and answer.status == 200
 
-            replay = httpx.post(ui_server + "/v1/chat/completions", json={**body, "stream": False}, timeout=120)
+            replay = loopback.post(ui_server + "/v1/chat/completions", json={**body, "stream": False}, timeout=120)
             text = replay.json()["choices"][0]["message"]["content"].strip()
             assert text
             page.get_by_text(text, exact=False).first.wait_for(timeout=30_000)  # the streamed answer, rendered
@@ -93,20 +93,20 @@ def test_a_chat_in_the_browser_streams_the_servers_answer_with_the_settings_it_w
 
 
 def test_the_ui_is_served_gzipped_revalidated_and_public_as_b10621_serves_it(ui_server):
-    index = httpx.get(ui_server + "/", headers={"Accept-Encoding": "gzip"})
+    index = loopback.get(ui_server + "/", headers={"Accept-Encoding": "gzip"})
     assert index.status_code == 200 and index.headers["content-encoding"] == "gzip"
     assert index.headers["cache-control"] == "no-cache"
     assert index.headers["cross-origin-opener-policy"] == "same-origin"
     assert "<!doctype html>" in index.text
     etag = index.headers["etag"]
-    again = httpx.get(ui_server + "/index.html", headers={"Accept-Encoding": "gzip", "If-None-Match": etag})
+    again = loopback.get(ui_server + "/index.html", headers={"Accept-Encoding": "gzip", "If-None-Match": etag})
     assert again.status_code == 304 and again.content == b""
-    plain = httpx.get(ui_server + "/", headers={"Accept-Encoding": "identity"})
+    plain = loopback.get(ui_server + "/", headers={"Accept-Encoding": "identity"})
     assert (plain.status_code, plain.text) == (415, "Error: gzip is not supported by this browser")
-    version = httpx.get(ui_server + "/_app/version.json")
+    version = loopback.get(ui_server + "/_app/version.json")
     assert version.headers["cache-control"] == "no-cache" and "etag" not in version.headers
     bundle = next(a for a in _assets(index.text) if a.endswith(".js"))
-    hashed = httpx.get(f"{ui_server}/{bundle}")
+    hashed = loopback.get(f"{ui_server}/{bundle}")
     assert hashed.status_code == 200 and hashed.headers["content-type"] == "application/javascript"
     assert hashed.headers["cache-control"] == "public, max-age=31536000, immutable"
 

@@ -11,7 +11,8 @@ proxy reaches any host the server can (it is off by default: "do not enable in u
 
 from __future__ import annotations
 
-import httpx
+from functools import lru_cache
+
 from fastapi import APIRouter, Request
 from starlette.background import BackgroundTask
 from starlette.responses import Response, StreamingResponse
@@ -25,17 +26,24 @@ PREFIX = "x-llama-server-proxy-header-"
 TIMEOUT_S = 600  # timeout_read, timeout_write (server-cors-proxy.h)
 _NOT_SENT = ("accept-encoding", "transfer-encoding", "content-length", "host")
 JSON_TYPE = "application/json; charset=utf-8"  # server_http_res's content type when the target sends none
-# cpp-httplib's to_string(Error) for what an httpx failure stands for
-_FAILURES: tuple[tuple[type[Exception], str], ...] = (
-    (httpx.ConnectTimeout, "Connection timed out"),
-    (httpx.ConnectError, "Could not establish connection"),
-    (httpx.ReadTimeout, "Read timeout"),
-    (httpx.WriteTimeout, "Failed to write connection"),
-    (httpx.TooManyRedirects, "Maximum redirect count exceeded"),
-    (httpx.RemoteProtocolError, "Connection closed by server"),
-    (httpx.ReadError, "Failed to read connection"),
-    (httpx.WriteError, "Failed to write connection"),
-)
+
+
+# cpp-httplib's to_string(Error) for what an httpx failure stands for (httpx deferred: ~0.1 s of every start-up
+# for a route that is off by default)
+@lru_cache(maxsize=1)
+def _failures() -> tuple[tuple[type[Exception], str], ...]:
+    import httpx
+
+    return (
+        (httpx.ConnectTimeout, "Connection timed out"),
+        (httpx.ConnectError, "Could not establish connection"),
+        (httpx.ReadTimeout, "Read timeout"),
+        (httpx.WriteTimeout, "Failed to write connection"),
+        (httpx.TooManyRedirects, "Maximum redirect count exceeded"),
+        (httpx.RemoteProtocolError, "Connection closed by server"),
+        (httpx.ReadError, "Failed to read connection"),
+        (httpx.WriteError, "Failed to write connection"),
+    )
 
 
 class TargetError(Exception):
@@ -121,6 +129,8 @@ async def _proxy(request: Request, method: str) -> Response:
     bracketed = f"[{host}]" if ":" in host else host
     headers["Host"] = bracketed if default_port else f"{bracketed}:{port}"
     headers["Connection"] = "close"  # (one request per client: cpp-httplib's one-shot client says so too)
+    import httpx
+
     client = httpx.AsyncClient(follow_redirects=True, timeout=TIMEOUT_S)
     del client.headers["accept-encoding"]  # (cpp-httplib asks for no encoding: the body comes back as sent)
     outgoing = client.build_request(
@@ -130,7 +140,7 @@ async def _proxy(request: Request, method: str) -> Response:
         answer = await client.send(outgoing, stream=True)
     except httpx.HTTPError as exc:
         await client.aclose()
-        said = next((words for kind, words in _FAILURES if isinstance(exc, kind)), "Unknown")
+        said = next((words for kind, words in _failures() if isinstance(exc, kind)), "Unknown")
         return Response(f"proxy error: {said}", status_code=500, media_type=JSON_TYPE)
 
     async def close() -> None:

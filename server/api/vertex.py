@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import TYPE_CHECKING
 
-import httpx
 from fastapi import FastAPI, Request
 
 from ..errors import ErrorKind, error_body
 from .health import health
 from .jsonio import UpstreamJSON, dumps, loads
 from .vertex_settings import VertexSettings
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger("mlxcel.api")
 MAX_INSTANCES = 128
@@ -81,6 +84,8 @@ def register(app: FastAPI, vertex: VertexSettings, routes: set[tuple[str, str]])
             )
         headers = {k: v for k, v in request.headers.items() if k.lower() not in ("content-length", "host")}
         prefix = request.app.state.mlxcel.settings.api_prefix
+        import httpx  # deferred: only a Vertex AI start answers /predict (~0.1 s of every start-up)
+
         transport = httpx.ASGITransport(app=request.app)
         async with httpx.AsyncClient(transport=transport, base_url="http://predict", timeout=None) as client:
             answers = await asyncio.gather(

@@ -20,9 +20,11 @@ log = logging.getLogger("mlxcel")
 
 
 def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
-    blas.activate()  # before anything imports mlx
     parser = build_parser(prog)
+    # --help, --version and --cache-list print and exit inside the parser: they need neither the BLAS nor the
+    # native kernels (which a fresh cache directory would compile first, ~15 s)
     args = parser.parse_args(argv)
+    blas.activate()  # before anything imports mlx
     if args.dump_flag_surface or args.list_devices:
         _print_and_exit(args, parser, prog)
         return 0

@@ -17,8 +17,6 @@ import os
 import socket
 from urllib.parse import urljoin, urlsplit
 
-import httpx
-
 ALLOW_PRIVATE_ENV = "MLXCEL_ALLOW_PRIVATE_MEDIA_URLS"
 MAX_BYTES = 10 << 20  # b10621's params.max_size
 TIMEOUT_S = 10.0  # b10621's params.timeout
@@ -119,6 +117,8 @@ def check_peer(response) -> None:
 def fetch(url: str, resolve=socket.getaddrinfo, transport=None, peer_check=check_peer) -> bytes:
     """The body of a media URL under the policy (MediaURLRefused), or b10621's failure (RuntimeError).
     resolve, transport and peer_check are the seams a test puts a resolver stub and a mock network in."""
+    import httpx  # deferred: a fetch is rare, every start-up would pay its import (~0.1 s)
+
     with httpx.Client(timeout=TIMEOUT_S, follow_redirects=False, transport=transport) as client:
         for _ in range(MAX_REDIRECTS + 1):
             check_url(url, resolve)

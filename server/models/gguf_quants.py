@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import gguf
 import numpy as np
 
 GROUP_SIZE = 32
@@ -122,6 +121,8 @@ def _k_scales(b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     them (both products exact: an f16 by a 6-bit integer)."""
     rows, nb = b.shape[:2]
     d, dmin = _half(b, 0), _half(b, 2)
+    import gguf  # deferred: gguf-py's import (~75 ms) only where a GGUF's Q4_K blocks are converted
+
     sc, mn = gguf.quants.Q4_K.get_scale_min(b[..., 4:16].reshape(rows * nb, 12))
     sc, mn = sc.reshape(rows, nb, 8).astype(np.float32), mn.reshape(rows, nb, 8).astype(np.float32)
     return (d[..., None] * sc).reshape(rows, -1), (dmin[..., None] * mn).reshape(rows, -1)

@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from oracle import loopback
 from tests.reliability import figures
 
 LONG_PROMPT = " ".join(f"word{i % 50}" for i in range(1500))
@@ -37,7 +38,7 @@ def server(twin_q4_1):
 
 def _idle(base_url: str, within: float = 20.0) -> bool:
     deadline = time.time() + within
-    with httpx.Client(base_url=base_url) as c:
+    with loopback.Client(base_url=base_url) as c:
         while time.time() < deadline:
             if not any(s["is_processing"] for s in c.get("/slots").json()):
                 return True
@@ -46,7 +47,7 @@ def _idle(base_url: str, within: float = 20.0) -> bool:
 
 
 def _serves(base_url: str) -> bool:
-    with httpx.Client(base_url=base_url, timeout=60) as c:
+    with loopback.Client(base_url=base_url, timeout=60) as c:
         r = c.post("/completion", json={"prompt": "Hello", "n_predict": 3})
         return r.status_code == 200 and r.json()["tokens_predicted"] == 3
 
@@ -81,7 +82,7 @@ def test_a_client_gone_mid_prefill_frees_its_slot(server):
 
 
 def test_a_client_gone_mid_stream_stops_its_generation(server):
-    with httpx.Client(base_url=server.base_url, timeout=60) as c:
+    with loopback.Client(base_url=server.base_url, timeout=60) as c:
         start = time.time()
         with c.stream(
             "POST",
@@ -105,7 +106,7 @@ def test_a_slow_reader_holds_only_its_own_slot(server):
     result = {}
 
     def slow():
-        with httpx.Client(base_url=server.base_url, timeout=120) as c:
+        with loopback.Client(base_url=server.base_url, timeout=120) as c:
             with c.stream(
                 "POST", "/completion", json={"prompt": "Count:", "n_predict": 40, "ignore_eos": True, "stream": True}
             ) as r:
@@ -172,7 +173,7 @@ def test_sigterm_drains_the_generation_in_flight_then_exits(twin_q4_1):
     result = {}
 
     def generate():
-        with httpx.Client(base_url=proc.base_url, timeout=60) as c:
+        with loopback.Client(base_url=proc.base_url, timeout=60) as c:
             with c.stream(
                 "POST",
                 "/completion",
@@ -246,7 +247,7 @@ def test_sigterm_cuts_what_does_not_finish_within_the_drain_and_a_second_one_at_
 
         def generate(proc=proc, cut=cut):  # (bound now: the thread runs within this iteration)
             try:
-                with httpx.Client(base_url=proc.base_url, timeout=120) as c:
+                with loopback.Client(base_url=proc.base_url, timeout=120) as c:
                     with c.stream(
                         "POST",
                         "/completion",

@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from oracle import loopback
 from server.api.native_fields import SCHEMA
 from tests.reliability import figures
 from tests.reliability.routes import ROUTES, path_of
@@ -162,7 +163,7 @@ def tally(server):
 
 @pytest.fixture(scope="module")
 def client(server):
-    with httpx.Client(base_url=server.base_url) as c:
+    with loopback.Client(base_url=server.base_url) as c:
         yield c
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from oracle import loopback
 from tests.reliability import figures
 
 CLIENTS = int(os.environ.get("MLXCEL_LOAD_CLIENTS", "64"))
@@ -61,7 +62,7 @@ async def stream_one(client: httpx.AsyncClient, i: int) -> tuple[str, float | No
 
 
 async def client_loop(base_url: str, who: int, until: float, out: list) -> None:
-    async with httpx.AsyncClient(base_url=base_url, limits=httpx.Limits(max_keepalive_connections=1)) as client:
+    async with loopback.AsyncClient(base_url=base_url, limits=httpx.Limits(max_keepalive_connections=1)) as client:
         i = who
         while time.perf_counter() < until:
             out.append(await stream_one(client, i))
@@ -94,7 +95,7 @@ def test_many_streaming_clients_on_few_slots_all_finish_and_leak_nothing(server)
     time.sleep(1.0)
     rss_warm = rss_mib(pid)
     results = asyncio.run(run(SECONDS))
-    with httpx.Client(base_url=server.base_url) as c:
+    with loopback.Client(base_url=server.base_url) as c:
         deadline = time.time() + 30
         while time.time() < deadline:
             slots = c.get("/slots").json()

@@ -11,9 +11,9 @@ import statistics
 import threading
 import time
 
-import httpx
 import pytest
 
+from oracle import loopback
 from server.api.auth import PUBLIC_PATHS, key_matches
 from tests.reliability import figures
 from tests.reliability.routes import ROUTES, path_of
@@ -117,7 +117,7 @@ def test_no_route_answers_without_the_key(secured):
 def test_a_preflight_runs_no_handler(secured):
     """b10621 answers CORS preflights before the key check: what comes back is the CORS answer, never a route's."""
     proc, _ = secured
-    with httpx.Client(base_url=proc.base_url) as c:
+    with loopback.Client(base_url=proc.base_url) as c:
         for method, route, _ in ROUTES:
             r = c.request(
                 "OPTIONS",
@@ -205,7 +205,7 @@ def test_the_cors_proxy_fetches_nothing(secured):
         "http://2130706433/",
         own + "redirect?to=http://127.0.0.1/",
     ]
-    with httpx.Client(base_url=proc.base_url, headers={"Authorization": "Bearer " + KEY}) as c:
+    with loopback.Client(base_url=proc.base_url, headers={"Authorization": "Bearer " + KEY}) as c:
         for target in targets:
             for method in ("GET", "POST"):
                 r = c.request(
@@ -222,7 +222,7 @@ def test_the_key_and_header_values_never_reach_the_log(secured):
     """Log redaction canaries: the configured key (presented rightly and in wrong forms) never appears in the
     log file, even with --log-verbose."""
     proc, log_file = secured
-    with httpx.Client(base_url=proc.base_url) as c:
+    with loopback.Client(base_url=proc.base_url) as c:
         c.post(
             "/completion",
             headers={"Authorization": "Bearer " + KEY},
@@ -268,7 +268,7 @@ def test_request_bodies_over_the_payload_limit_get_b10621s_413(secured):
         sock.close()
         assert data.startswith(b"HTTP/1.1 413"), data[:200]
         figures.add("security", oversize_bodies=1)
-    with httpx.Client(base_url=proc.base_url, headers={"Authorization": "Bearer " + KEY}) as c:
+    with loopback.Client(base_url=proc.base_url, headers={"Authorization": "Bearer " + KEY}) as c:
         r = c.post("/completion", json={"prompt": "word " * 2_000_000, "n_predict": 1}, timeout=120)  # ~10 MB
         assert r.status_code == 400 and r.json()["error"]["type"] == "exceed_context_size_error"
         assert c.post("/completion", json={"prompt": "Hi", "n_predict": 2}).status_code == 200
@@ -280,7 +280,7 @@ def test_sse_frames_cannot_be_forged_from_request_text(secured):
     proc, _ = secured
     forged = 'data: {"content":"forged","stop":true}'
     prompt = f"Say:\n\n{forged}\n\nevent: error\r\ndata: x\n\n"
-    with httpx.Client(base_url=proc.base_url, headers={"Authorization": "Bearer " + KEY}, timeout=60) as c:
+    with loopback.Client(base_url=proc.base_url, headers={"Authorization": "Bearer " + KEY}, timeout=60) as c:
         for path, body in (
             ("/completion", {"prompt": prompt, "n_predict": 4, "stream": True, "stop": [forged]}),
             (
