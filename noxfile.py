@@ -14,8 +14,8 @@ nox.options.default_venv_backend = "venv"
 # the live binary at least once in LIVE_SHARES landings in a row. mlxcel itself runs live on every case. 24 (was 12,
 # 8 before): the 30-minute budget (the suite measured 33m40s serial at 12 on a CI-like machine, ~2 minutes of it the
 # reference's live share), and a multiple of the family rotation's 3 (fixtures/families.py ROTATION), so
-# consecutive landings cover every family in turn. Two pytest-xdist workers were tried instead and were slower
-# (35m13s): on two cores both workers' servers spin their thread pools against each other (embeddings 6x slower).
+# consecutive landings cover every family in turn. Two pytest-xdist workers were tried instead and gained ~1 minute
+# (35m13s against 36m01s, 18 minutes more CPU): on two cores both workers' servers spin their thread pools against each other (embeddings 6x slower).
 LIVE_SHARES = 24
 UNIT = ("tests", "-m", "not reference and not heavy", "--ignore=tests/reliability")
 
