@@ -32,7 +32,7 @@ JSON_TYPE = "application/json; charset=utf-8"  # server_http_res's content type 
 # for a route that is off by default)
 @lru_cache(maxsize=1)
 def _failures() -> tuple[tuple[type[Exception], str], ...]:
-    import httpx
+    import httpx  # deferred: a proxied request's failure only (every start-up would pay the import)
 
     return (
         (httpx.ConnectTimeout, "Connection timed out"),
@@ -129,7 +129,7 @@ async def _proxy(request: Request, method: str) -> Response:
     bracketed = f"[{host}]" if ":" in host else host
     headers["Host"] = bracketed if default_port else f"{bracketed}:{port}"
     headers["Connection"] = "close"  # (one request per client: cpp-httplib's one-shot client says so too)
-    import httpx
+    import httpx  # deferred: the proxy is off by default (every start-up would pay the import, ~0.1 s)
 
     client = httpx.AsyncClient(follow_redirects=True, timeout=TIMEOUT_S)
     del client.headers["accept-encoding"]  # (cpp-httplib asks for no encoding: the body comes back as sent)
