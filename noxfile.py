@@ -9,6 +9,26 @@ LINTED = ("server", "oracle", "compat", "conformance", "tests", "fixtures", "nox
 nox.options.default_venv_backend = "venv"
 
 
+def _cache_root() -> str:
+    """server/cachedir.py's cache_root(), loaded by its path: the server package imports mlx, which the Python
+    that runs nox lacks."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("_mlxcel_cachedir", Path(__file__).parent / "server" / "cachedir.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return str(module.cache_root())
+
+
+# The sessions' virtual environments live in the cache beside the reference build and are reused from run to run:
+# a CI checkout is fresh each time, and `pip install -e .[test]` into a new one took 76 s of the 30-minute budget
+# (9 s into a reused one; the install still runs every time, so a changed dependency or checkout is picked up).
+nox.options.envdir = f"{_cache_root()}/nox"
+nox.options.reuse_venv = "yes"
+
+
 # How many shares the reference's live comparisons rotate through in CI (oracle/live.py): each run compares
 # one share of the recorded cases live, and every case whose recording is missing or stale; every case meets
 # the live binary at least once in LIVE_SHARES landings in a row. mlxcel itself runs live on every case. 24 (was 12,
