@@ -121,16 +121,19 @@ def test_family_twin_agrees_with_the_reference(reference_binary, family):
 # fused ones, Qwen3-MoE's stacked experts, Gemma's shifted norms); MLXCEL_ALL_TWINS=1 adds the rest, and
 # `mlxcel-oracle models` measures every family in every format for docs/models.md
 Q4_K_M_FAMILIES = sorted(FAMILIES) if os.environ.get("MLXCEL_ALL_TWINS") else ["gemma3", "llama3", "phi3", "qwen3-moe"]
+# and Q5_0, llama-quantize's type for the rows no K-quant fits (two fifths of Gemma-3-1B's Q4_K_M: 1152-wide rows),
+# which mlxcel keeps as the file's blocks (server/native/int8_dot.c dot_q5_0, panel_q5_0)
+QUANTIZED_PAIRS = [(family, "Q4_K_M") for family in Q4_K_M_FAMILIES] + [("gemma3", "Q5_0")]
 
 
-@pytest.mark.parametrize("family", Q4_K_M_FAMILIES)
-def test_q4_k_m_twin_agrees_at_decided_positions(reference_binary, family):
+@pytest.mark.parametrize(("family", "qtype"), QUANTIZED_PAIRS)
+def test_quantized_twin_agrees_at_decided_positions(reference_binary, family, qtype):
     """The most downloaded quantization, from the reference's own llama-quantize, both servers at b10621's
     defaults on the same GGUF: mlxcel holds its weights value-exact (tests/test_family_import.py) and multiplies
     them over 8-bit activations as ggml does (server/native/int8_dot.c), its float sums over blocks in its own
     order, so agreement is asked where the reference's top-1 leads by more than 2 nats (oracle/trace.py
     THRESHOLDS)."""
-    with Pair(f"family_{family}_Q4_K_M", (), reference_binary, pinned=False) as pair:
+    with Pair(f"family_{family}_{qtype}", (), reference_binary, pinned=False) as pair:
         ref, mine = pair.reference.base_url, pair.mlxcel.base_url
         body = {"content": TEXTS[2], "add_special": True, "parse_special": True}
         assert _post(mine, "/tokenize", body).json() == _post(ref, "/tokenize", body).json()

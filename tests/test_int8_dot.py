@@ -19,7 +19,9 @@ pytestmark = pytest.mark.skipif(  # (conftest activated the BLAS and the kernels
 )
 
 K, N = 512, 40
-BLOCK_BYTES = {"Q4_K": 144, "Q5_K": 176, "Q6_K": 210}
+BLOCK_BYTES = {"Q4_K": 144, "Q5_K": 176, "Q6_K": 210, "Q5_0": 22}
+BLOCK_VALUES = {"Q5_0": 32}  # (the K-quants' blocks: 256 values)
+K_QUANTS = sorted(set(BLOCK_BYTES) - set(BLOCK_VALUES))
 
 
 def _f16(values: np.ndarray) -> np.ndarray:
@@ -27,12 +29,14 @@ def _f16(values: np.ndarray) -> np.ndarray:
 
 
 def random_blocks(qtype: str, rng) -> np.ndarray:
-    """N rows of random K-quant blocks (any bytes are a block) with sane f16 scales."""
-    size = BLOCK_BYTES[qtype]
-    blocks = rng.integers(0, 256, (N, K // 256, size), dtype=np.uint8)
-    scale = _f16(rng.uniform(0.001, 0.01, (N, K // 256)))
+    """N rows of random blocks (any bytes are a block) with sane f16 scales."""
+    size, per = BLOCK_BYTES[qtype], BLOCK_VALUES.get(qtype, 256)
+    blocks = rng.integers(0, 256, (N, K // per, size), dtype=np.uint8)
+    scale = _f16(rng.uniform(0.001, 0.01, (N, K // per)))
     if qtype == "Q6_K":
         blocks[..., 208:210] = scale
+    elif qtype == "Q5_0":
+        blocks[..., 0:2] = scale
     else:
         blocks[..., 0:2], blocks[..., 2:4] = scale, _f16(rng.uniform(0.0005, 0.005, (N, K // 256)))
     return blocks.reshape(N, -1)
@@ -77,7 +81,7 @@ def expected_k(weights: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return terms.sum(axis=(1, 2)), np.abs(terms).sum(axis=(1, 2))
 
 
-@pytest.mark.parametrize("qtype", sorted(BLOCK_BYTES))
+@pytest.mark.parametrize("qtype", K_QUANTS)
 def test_k_quant_products_are_ggml_sums(qtype):
     rng = np.random.default_rng(7)
     blocks = random_blocks(qtype, rng)
@@ -132,28 +136,45 @@ def test_affine_prompts_rows_are_decode_rows_with_vnni(bits, rows):
     assert np.array_equal(prompt, alone)
 
 
-def test_q5_0_widened_to_8_bits_multiplies_ggmls_integers():
-    """A GGUF's Q5_0 (the server's cache widens it to 8 bits, q + 112 with bias -128 d): its products are
-    sum d dx (q - 16) xq as ggml's vec_dot_q5_0_q8_0 takes them, the bias term exactly zero."""
+def test_q5_0_blocks_multiply_ggmls_integers():
+    """A GGUF's Q5_0 kept as the file's blocks (5.5 bits a weight): its products are sum d dx (q - 16) xq as ggml's
+    vec_dot_q5_0_q8_0 takes them, its rows dequantize as gguf-py's, and a row's outputs are bitwise the same alone,
+    batched or in a prompt."""
+    rng = np.random.default_rng(21)
+    blocks = random_blocks("Q5_0", rng)
+    layer = int8_layer("Q5_0", blocks)
+    values = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType.Q5_0).reshape(N, K)
+    assert np.array_equal(quant_layers.rows_of(layer, np.arange(N)), values)
+    x = rng.standard_normal((23, K)).astype(np.float32)
+    got = np.array(layer(mx.array(x)))
+    for m in range(23):
+        d, xq = q8_0(x[m])
+        terms = values.reshape(N, -1, 32).astype(np.float64) * (d[:, None] * xq)[None]
+        assert np.all(np.abs(got[m] - terms.sum(axis=(1, 2))) <= 1e-5 * np.abs(terms).sum(axis=(1, 2))), m
+    assert np.abs(got - x @ values.T).max() > 1e-4  # the activations' rounding shows: the integer path ran
+    alone = np.stack([np.array(layer(mx.array(x[m : m + 1])))[0] for m in range(23)])
+    assert np.array_equal(alone, got)
+
+
+def test_q5_0_blocks_give_the_widened_8_bit_layers_outputs():
+    """Before the cache kept Q5_0 as blocks it held it widened to 8 bits (q + 112, bias -128 d, still what a stack of
+    experts' matrices is converted to): the same float steps, so bitwise the same outputs at about half the bytes."""
     from server.models.gguf_quants import q5_0_to_affine8
 
-    rng = np.random.default_rng(21)
-    raw = rng.integers(0, 256, (N, K // 32, 22), dtype=np.uint8)
-    raw[..., 0:2] = _f16(rng.uniform(0.001, 0.01, (N, K // 32)))
-    raw = raw.reshape(N, -1)
-    q = q5_0_to_affine8(raw)
-    layer = nn.QuantizedLinear(K, N, bias=False, group_size=32, bits=8)
-    layer.weight, layer.scales, layer.biases = (mx.array(a) for a in (q.weight, q.scales, q.biases))
-    model = nn.Sequential(layer)
-    assert quant_layers.keep_quantized(model, int8=True) == 1
-    values = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType.Q5_0).reshape(N, K).astype(np.float64)
-    x = rng.standard_normal((6, K)).astype(np.float32)
-    got = np.array(model.layers[0](mx.array(x)))
-    for m in range(6):
-        d, xq = q8_0(x[m])
-        terms = values.reshape(N, -1, 32) * (d[:, None] * xq)[None]
-        assert np.all(np.abs(got[m] - terms.sum(axis=(1, 2))) <= 1e-5 * np.abs(terms).sum(axis=(1, 2)))
+    rng = np.random.default_rng(22)
+    blocks = random_blocks("Q5_0", rng)
+    q = q5_0_to_affine8(blocks)
     assert np.all(q.scales * 128 + q.biases == 0)
+    widened = nn.QuantizedLinear(K, N, bias=False, group_size=32, bits=8)
+    widened.weight, widened.scales, widened.biases = (mx.array(a) for a in (q.weight, q.scales, q.biases))
+    model = nn.Sequential(widened)
+    assert quant_layers.keep_quantized(model, int8=True) == 1
+    kept = int8_layer("Q5_0", blocks)
+    vnni = blas.STATE.native.mlxcel_int8_vnni()  # (without it an affine prompt goes to the BLAS in float)
+    for rows in (1, 3, 23) if vnni else (1, 3):
+        x = mx.array(rng.standard_normal((rows, K)).astype(np.float32))
+        assert np.array_equal(np.array(kept(x)), np.array(model.layers[0](x))), rows
+    assert blocks.nbytes * 1.8 < q.weight.nbytes + q.scales.nbytes + q.biases.nbytes
 
 
 def test_mlx_checkpoint_layers_stay_in_float():

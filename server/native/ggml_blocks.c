@@ -1,4 +1,5 @@
-/* ggml's K-quant blocks as a GGUF stores them, dequantized a row at a time (cpu_kernels.c reads weights kept so).
+/* ggml's K-quant blocks (and Q5_0's) as a GGUF stores them, dequantized a row at a time (cpu_kernels.c reads
+ * weights kept so).
  *
  * A K-quant's scales change every 16 (Q6_K, Q3_K, Q2_K) or 32 (Q4_K, Q5_K) values and are themselves quantized:
  * MLX's affine groups hold them exactly only at a float copy of the scales (Q4_K: 6 bits a weight for 4.5) or
@@ -159,6 +160,21 @@ ROW_CLONES static void row_q2_k(const uint8_t *x, float *y, int K) {
     }
 }
 
+/* block_q5_0: d (f16), qh (one high bit a value), qs[16] (values 0-15 in the low nibbles, 16-31 in the high);
+ * (q - 16) * d as ggml's dequantize_row_q5_0 */
+ROW_CLONES static void row_q5_0(const uint8_t *x, float *y, int K) {
+    for (int b = 0; b < K / 32; b++, x += 22, y += 32) {
+        const float d = half(read16(x));
+        uint32_t qh;
+        memcpy(&qh, x + 2, 4);
+        for (int j = 0; j < 16; j++) {
+            const int x0 = (int)((x[6 + j] & 0x0F) | (((qh >> j) & 1) << 4)) - 16;
+            const int x1 = (int)((x[6 + j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - 16;
+            y[j] = (float)x0 * d, y[j + 16] = (float)x1 * d;
+        }
+    }
+}
+
 HIDDEN float mlxcel_half(uint16_t h) { return half(h); }
 
 /* F16: each half as a float (F16C's conversion where the CPU has it: the same value, exactly) */
@@ -192,6 +208,7 @@ static void row_f16(const uint8_t *x, float *y, int K) {
 /* bytes of one row of K values in a ggml type (GGML_TYPE_* numbers), or 0 for a type not kept so */
 HIDDEN long mlxcel_ggml_row_bytes(int type, int K) {
     if (type == GGML_F16) return K > 0 ? 2L * K : 0;
+    if (type == GGML_Q5_0) return K > 0 && K % 32 == 0 ? (long)K / 32 * 22 : 0;
     if (K % QK_K) return 0;
     switch (type) {
     case GGML_Q2_K: return (long)K / QK_K * 84;
@@ -210,6 +227,7 @@ HIDDEN void mlxcel_ggml_row(int type, const uint8_t *x, float *y, int K) {
     case GGML_Q4_K: row_q4_k(x, y, K); break;
     case GGML_Q5_K: row_q5_k(x, y, K); break;
     case GGML_Q6_K: row_q6_k(x, y, K); break;
+    case GGML_Q5_0: row_q5_0(x, y, K); break;
     case GGML_F16: row_f16(x, y, K); break;
     default: memset(y, 0, sizeof(float) * (size_t)K);
     }

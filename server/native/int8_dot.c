@@ -5,8 +5,8 @@
  * on each, not a dequantization and a float FMA.
  *
  * The weights are read as mlxcel keeps them (cpu_kernels.c's table): MLX's affine groups (q * scale + bias,
- * 4 or 8 bits, groups of 32 or 64: a GGUF's Q4_0 / Q4_1 / Q8_0 / IQ4_NL as imported) and a GGUF's Q4_K, Q5_K
- * and Q6_K blocks as the file stores them. An affine group's sum is scale * dx * sum(q xq) + bias * dx * sum(xq)
+ * 4 or 8 bits, groups of 32 or 64: a GGUF's Q4_0 / Q4_1 / Q8_0 / IQ4_NL as imported) and a GGUF's Q4_K, Q5_K,
+ * Q6_K and Q5_0 blocks as the file stores them. An affine group's sum is scale * dx * sum(q xq) + bias * dx * sum(xq)
  * (ggml's Q4_0 and Q8_0 have no bias term: theirs is zero here, exactly, as the import writes -8 d and -128 d).
  *
  * Each output is a function of its weight row and its activation row alone, summed in one order: a row's result
@@ -206,6 +206,42 @@ AVX2 static float dot_affine8(const uint8_t *w, const float *sc, const float *bi
         bias = fmaf(fmaf(128.0f, s, bi[c / per]), xs[c], bias);
     }
     return acc + bias;
+}
+
+/* Q5_0 blocks (22 bytes: d, 32 high bits, 16 bytes of nibbles: values 0-15 low, 16-31 high), against q8_0
+ * activations as ggml's vec_dot_q5_0_q8_0 takes them: per block the total sum((q - 16) xq) = sum(q xq) - 16 sum(xq)
+ * turned to a float once, acc = fmaf(d dx, total, acc). These are the float steps of an 8-bit affine row whose
+ * bias term is zero (the server's cache held Q5_0 widened so before: the same outputs at 5.5 bits a weight, not 10),
+ * and the panels below take them too. */
+
+/* a block's 32 values q (0-31) as bytes: the nibbles, and 16 where the value's high bit is set (each byte of qh
+ * spread over 8 bytes, one bit tested a byte) */
+AVX2 static inline __m256i values_q5_0(const uint8_t *blk) {
+    const __m128i qs = _mm_loadu_si128((const __m128i *)(blk + 6)), low = _mm_set1_epi8(0x0F);
+    const __m256i v = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), low), _mm_and_si128(qs, low));
+    uint32_t qh;
+    memcpy(&qh, blk + 2, 4);
+    const __m256i spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32((int)qh), _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
+    const __m256i set = _mm256_cmpeq_epi8(_mm256_or_si256(spread, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe)),
+                                          _mm256_set1_epi64x(-1));
+    return _mm256_or_si256(v, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
+}
+
+AVX2 static float dot_q5_0(const uint8_t *w, const struct acts *a, int m) {
+    const float *dx = act_scales(a, m);
+    const int32_t *isum = act_isums(a, m);
+    const int8_t *x = act_q(a, m);
+    const __m256i ones = _mm256_set1_epi16(1);
+    float acc = 0.0f;
+    for (int c = 0; c < a->chunks; c++, w += 22) {
+        _mm_prefetch((const char *)w + PREFETCH_BYTES, _MM_HINT_T0);
+        const __m256i xq = _mm256_loadu_si256((const __m256i *)(x + (size_t)c * QK));
+        const __m256i p16 = _mm256_maddubs_epi16(values_q5_0(w), xq); /* (31 * 127 * 2: no saturation) */
+        const int total = hsum_i32x8(_mm256_madd_epi16(p16, ones)) - 16 * isum[c];
+        acc = fmaf(f16(w) * dx[c], (float)total, acc);
+    }
+    return acc;
 }
 
 /* ---- K-quants (block layouts: ggml_blocks.c) ---------------------------------------------------------------- */
@@ -652,6 +688,32 @@ VNNI static void panel_affine(const struct int8_weight *w, int j0, int rows, int
     }
 }
 
+/* Q5_0 panels, in the affine panels' layout: per block 8 steps of four values (q, 0-31) of the 16 rows, d as the
+ * scale, a zero bias term */
+VNNI static void panel_q5_0(const uint8_t *w, size_t row_bytes, int rows, int chunks, uint8_t *panel) {
+    const __m512i low = _mm512_set1_epi8(0x0F), nibble = _mm512_set1_epi32(0x0F);
+    /* four bits of a dword spread to its four bytes' bit 0: (n * 0x00204081) & 0x01010101 (no carries) */
+    const __m512i spread = _mm512_set1_epi32(0x00204081), bit0 = _mm512_set1_epi32(0x01010101);
+    for (int c = 0; c < chunks; c++) {
+        uint8_t *pc = panel + (size_t)c * PANELA_CHUNK;
+        const uint8_t *at[PANEL_ROWS];
+        panel_rows(w + (size_t)c * 22, row_bytes, rows, at);
+        __m512i head[4], t[4];
+        transpose16(at, 0, head); /* d, the high bits (bytes 2-5), ... */
+        transpose16(at, 6, t);    /* the 16 bytes of nibbles */
+        const __m512i qh = _mm512_or_si512(_mm512_srli_epi32(head[0], 16), _mm512_slli_epi32(head[1], 16));
+        _mm512_store_ps(pc + PANELA_SCALES, low_f16(head[0]));
+        _mm512_store_ps(pc + PANELA_BIAS, _mm512_setzero_ps());
+        for (int k = 0; k < 8; k++) { /* values 4k..4k+3: the low nibbles of t[k] (k < 4), else the high of t[k - 4] */
+            const __m512i n = k < 4 ? _mm512_and_si512(t[k], low)
+                                    : _mm512_and_si512(_mm512_srli_epi16(t[k - 4], 4), low);
+            const __m512i bits = _mm512_and_si512(_mm512_srli_epi32(qh, 4 * k), nibble);
+            const __m512i high = _mm512_slli_epi32(_mm512_and_si512(_mm512_mullo_epi32(bits, spread), bit0), 4);
+            store(pc + 64 * k, _mm512_or_si512(n, high));
+        }
+    }
+}
+
 /* where a chunk's step of four activations lies in a row's xq (4-bit: the pairs' layout of quantize_chunks) */
 static inline int act_step(int bits, int chunks, int c, int step) {
     if (bits == 8) return c * QK + 4 * step;
@@ -660,7 +722,9 @@ static inline int act_step(int bits, int chunks, int c, int step) {
     return pair * QK + (step < 4 ? 16 * slot + 4 * step : 32 + 16 * slot + 4 * (step - 4));
 }
 
-VNNI INLINE void dot_affine_panel(int nr, const uint8_t *panel, const struct acts *a, int m, int bits,
+/* offset: what the panel's unsigned values exceed the weights' integers by (8 bits: 128; Q5_0: 16), taken off
+ * each chunk's total through the activations' integer sums */
+VNNI INLINE void dot_affine_panel(int nr, const uint8_t *panel, const struct acts *a, int m, int bits, int offset,
                                   float out[TILE][PANEL_ROWS]) {
     __m512 acc[TILE], bias[TILE];
     for (int r = 0; r < nr; r++) acc[r] = bias[r] = _mm512_setzero_ps();
@@ -677,7 +741,7 @@ VNNI INLINE void dot_affine_panel(int nr, const uint8_t *panel, const struct act
         const __m512 scale = _mm512_load_ps(pc + PANELA_SCALES), b = _mm512_load_ps(pc + PANELA_BIAS);
         for (int r = 0; r < nr; r++) {
             __m512i total = sub[r];
-            if (bits == 8) total = _mm512_sub_epi32(total, _mm512_set1_epi32(128 * act_isums(a, m + r)[c]));
+            if (offset) total = _mm512_sub_epi32(total, _mm512_set1_epi32(offset * act_isums(a, m + r)[c]));
             acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(scale, _mm512_set1_ps(act_scales(a, m + r)[c])),
                                      _mm512_cvtepi32_ps(total), acc[r]);
             bias[r] = _mm512_fmadd_ps(b, _mm512_set1_ps(act_sums(a, m + r)[c]), bias[r]);
@@ -699,6 +763,9 @@ int mlxcel_int8_vnni(void) { return have_vnni(); }
 
 /* ---- the product ------------------------------------------------------------------------------------------- */
 
+/* whether a weight's activations are q8_K blocks of 256 (the K-quants), not q8_0 chunks of 32 */
+static inline int k_blocks(const struct int8_weight *w) { return w->ggml && w->ggml != GGML_Q5_0; }
+
 struct int8_args {
     const struct int8_weight *w;
     struct acts a;
@@ -711,6 +778,7 @@ struct int8_args {
 AVX2 static inline float dot_one(const struct int8_args *t, const uint8_t *row, int j, int m) {
     const struct int8_weight *w = t->w;
     const uint8_t *act = t->a.base + (size_t)m * t->a.stride;
+    if (w->ggml == GGML_Q5_0) return dot_q5_0(row, &t->a, m);
     if (w->ggml == GGML_Q6_K) return dot_q6_k(row, act, t->a.blocks);
     if (w->ggml) return dot_q45_k(row, act, t->a.blocks, w->ggml == GGML_Q5_K);
     const int groups = w->K / w->group, per = w->group / QK;
@@ -731,7 +799,8 @@ VNNI INLINE void panel_dot_rows(const struct int8_args *t, const uint8_t *panel,
                                 float s[TILE][PANEL_ROWS]) {
     const struct int8_weight *w = t->w;
     const uint8_t *act = t->a.base + (size_t)m * t->a.stride;
-    if (!w->ggml) dot_affine_panel(nr, panel, &t->a, m, w->bits, s);
+    if (!w->ggml) dot_affine_panel(nr, panel, &t->a, m, w->bits, w->bits == 8 ? 128 : 0, s);
+    else if (w->ggml == GGML_Q5_0) dot_affine_panel(nr, panel, &t->a, m, 8, 16, s);
     else if (w->ggml == GGML_Q6_K) dot_q6_k_panel(nr, panel, act, t->a.stride, t->a.blocks, s);
     else dot_q45_k_panel(nr, panel, act, t->a.stride, t->a.blocks, s);
 }
@@ -766,20 +835,23 @@ AVX2 static void int8_task(void *ctx, int task) {
     const int vnni = have_vnni();
     const int five = w->ggml == GGML_Q5_K, six = w->ggml == GGML_Q6_K;
     const int j0 = task * t->per_task, j1 = (task + 1) * t->per_task < w->N ? (task + 1) * t->per_task : w->N;
-    const size_t panel_bytes = w->ggml ? (size_t)t->a.blocks * PANEL6_BLOCK : (size_t)t->a.chunks * PANELA_CHUNK;
+    const size_t panel_bytes =
+        k_blocks(w) ? (size_t)t->a.blocks * PANEL6_BLOCK : (size_t)t->a.chunks * PANELA_CHUNK;
     uint8_t *panel = vnni && t->M >= PANEL_MIN_ROWS ? (uint8_t *)mlxcel_thread_floats(BUFFER_PANEL, panel_bytes / 4)
                                                   : NULL;
     for (int jb = j0; jb < j1; jb += PANEL_ROWS) {
         const int je = jb + PANEL_ROWS < j1 ? jb + PANEL_ROWS : j1;
         if (panel) {
             if (!w->ggml) panel_affine(w, jb, je - jb, t->a.chunks, panel);
+            else if (w->ggml == GGML_Q5_0)
+                panel_q5_0(w->q + (size_t)jb * w->row_bytes, w->row_bytes, je - jb, t->a.chunks, panel);
             else if (six) panel_q6_k(w->q + (size_t)jb * w->row_bytes, w->row_bytes, je - jb, t->a.blocks, panel);
             else panel_q45_k(w->q + (size_t)jb * w->row_bytes, w->row_bytes, je - jb, t->a.blocks, five, panel);
             panel_dot(t, panel, jb, je);
             continue;
         }
         int m = 0;
-        if (w->ggml)
+        if (k_blocks(w))
             for (; m + TILE <= t->M; m += TILE)
                 for (int j = jb; j < je; j++) {
                     float s[TILE];
@@ -815,12 +887,13 @@ struct quantize_args {
 static void quantize_task(void *ctx, int task) {
     const struct quantize_args *q = ctx;
     for (int m = task * QUANTIZE_ROWS; m < q->M && m < (task + 1) * QUANTIZE_ROWS; m++) {
-        if (q->w->ggml) quantize_k(q->x + (size_t)m * q->ldx, q->a, m);
-        else quantize_chunks(q->x + (size_t)m * q->ldx, q->a, m, q->w->bits);
+        if (k_blocks(q->w)) quantize_k(q->x + (size_t)m * q->ldx, q->a, m);
+        else quantize_chunks(q->x + (size_t)m * q->ldx, q->a, m, q->w->ggml ? 8 : q->w->bits);
     }
 }
 
 HIDDEN int mlxcel_int8_reads(const struct int8_weight *w) {
+    if (w->ggml == GGML_Q5_0) return w->K % QK == 0;
     if (w->ggml) return (w->ggml == GGML_Q4_K || w->ggml == GGML_Q5_K || w->ggml == GGML_Q6_K) && w->K % QK_K == 0;
     return (w->bits == 4 || w->bits == 8) && w->K % QK == 0 && (w->group == QK || w->group == 2 * QK);
 }
@@ -829,7 +902,7 @@ HIDDEN int mlxcel_int8_gemm(const struct int8_weight *w, int M, float alpha, con
                             float *c, int ldc, int threads) {
     if (!mlxcel_int8_reads(w)) return 0;
     struct acts a = {w->K, w->K / QK, w->K / QK_K, 0, NULL};
-    a.stride = w->ggml ? (long)a.blocks * ACT_K : (long)a.chunks * (12 + QK);
+    a.stride = k_blocks(w) ? (long)a.blocks * ACT_K : (long)a.chunks * (12 + QK);
     a.base = (uint8_t *)mlxcel_thread_floats(BUFFER_ACTS, ((size_t)M * a.stride + 3) / 4);
     if (!a.base) return 0;
     struct quantize_args q = {w, &a, x, ldx, M};
