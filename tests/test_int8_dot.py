@@ -19,9 +19,9 @@ pytestmark = pytest.mark.skipif(  # (conftest activated the BLAS and the kernels
 )
 
 K, N = 512, 40
-BLOCK_BYTES = {"Q4_K": 144, "Q5_K": 176, "Q6_K": 210, "Q5_0": 22}
-BLOCK_VALUES = {"Q5_0": 32}  # (the K-quants' blocks: 256 values)
-K_QUANTS = sorted(set(BLOCK_BYTES) - set(BLOCK_VALUES))
+LEGACY_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q5_0": 22, "Q5_1": 24, "Q8_0": 34}  # blocks of 32 values
+K_QUANTS = ["Q4_K", "Q5_K", "Q6_K"]  # blocks of 256
+BLOCK_BYTES = {"Q4_K": 144, "Q5_K": 176, "Q6_K": 210, **LEGACY_BYTES}
 
 
 def _f16(values: np.ndarray) -> np.ndarray:
@@ -30,13 +30,15 @@ def _f16(values: np.ndarray) -> np.ndarray:
 
 def random_blocks(qtype: str, rng) -> np.ndarray:
     """N rows of random blocks (any bytes are a block) with sane f16 scales."""
-    size, per = BLOCK_BYTES[qtype], BLOCK_VALUES.get(qtype, 256)
+    size, per = BLOCK_BYTES[qtype], 32 if qtype in LEGACY_BYTES else 256
     blocks = rng.integers(0, 256, (N, K // per, size), dtype=np.uint8)
     scale = _f16(rng.uniform(0.001, 0.01, (N, K // per)))
     if qtype == "Q6_K":
         blocks[..., 208:210] = scale
-    elif qtype == "Q5_0":
+    elif qtype in LEGACY_BYTES:
         blocks[..., 0:2] = scale
+        if qtype in ("Q4_1", "Q5_1"):  # and the minimum
+            blocks[..., 2:4] = _f16(rng.uniform(-0.05, 0.0, (N, K // per)))
     else:
         blocks[..., 0:2], blocks[..., 2:4] = scale, _f16(rng.uniform(0.0005, 0.005, (N, K // 256)))
     return blocks.reshape(N, -1)
@@ -136,14 +138,15 @@ def test_affine_prompts_rows_are_decode_rows_with_vnni(bits, rows):
     assert np.array_equal(prompt, alone)
 
 
-def test_q5_0_blocks_multiply_ggmls_integers():
-    """A GGUF's Q5_0 kept as the file's blocks (5.5 bits a weight): its products are sum d dx (q - 16) xq as ggml's
-    vec_dot_q5_0_q8_0 takes them, its rows dequantize as gguf-py's, and a row's outputs are bitwise the same alone,
-    batched or in a prompt."""
+@pytest.mark.parametrize("qtype", sorted(LEGACY_BYTES))
+def test_legacy_blocks_multiply_ggmls_integers(qtype):
+    """A GGUF's legacy blocks kept as the file's (4.5-8.5 bits a weight): the products are sums over blocks of
+    d dx (q . xq) (and m dx sum(xq)) as ggml's vec_dot_*_q8_0 take them, the rows dequantize as gguf-py's, and a row's
+    outputs are bitwise the same alone, batched or in a prompt."""
     rng = np.random.default_rng(21)
-    blocks = random_blocks("Q5_0", rng)
-    layer = int8_layer("Q5_0", blocks)
-    values = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType.Q5_0).reshape(N, K)
+    blocks = random_blocks(qtype, rng)
+    layer = int8_layer(qtype, blocks)
+    values = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType[qtype]).reshape(N, K)
     assert np.array_equal(quant_layers.rows_of(layer, np.arange(N)), values)
     x = rng.standard_normal((23, K)).astype(np.float32)
     got = np.array(layer(mx.array(x)))
@@ -156,25 +159,26 @@ def test_q5_0_blocks_multiply_ggmls_integers():
     assert np.array_equal(alone, got)
 
 
-def test_q5_0_blocks_give_the_widened_8_bit_layers_outputs():
-    """Before the cache kept Q5_0 as blocks it held it widened to 8 bits (q + 112, bias -128 d, still what a stack of
-    experts' matrices is converted to): the same float steps, so bitwise the same outputs at about half the bytes."""
-    from server.models.gguf_quants import q5_0_to_affine8
+@pytest.mark.parametrize("qtype", ["Q4_0", "Q4_1", "Q5_0", "Q8_0"])
+def test_legacy_blocks_give_the_affine_layers_outputs(qtype):
+    """Before the cache kept the legacy types as blocks it held them as MLX affine layers (Q4_0 and Q4_1 4 bits, bias
+    -8 d or m; Q8_0 8 bits; Q5_0 widened to 8 bits, q + 112 with bias -128 d: still what a stack of experts'
+    matrices is converted to): the same float steps, so bitwise the same outputs, at fewer bytes."""
+    from server.models.gguf_quants import AFFINE_CONVERTERS, WIDENED_CONVERTERS
 
     rng = np.random.default_rng(22)
-    blocks = random_blocks("Q5_0", rng)
-    q = q5_0_to_affine8(blocks)
-    assert np.all(q.scales * 128 + q.biases == 0)
-    widened = nn.QuantizedLinear(K, N, bias=False, group_size=32, bits=8)
+    blocks = random_blocks(qtype, rng)
+    q = {**AFFINE_CONVERTERS, **WIDENED_CONVERTERS}[qtype](blocks)
+    widened = nn.QuantizedLinear(K, N, bias=False, group_size=32, bits=q.bits)
     widened.weight, widened.scales, widened.biases = (mx.array(a) for a in (q.weight, q.scales, q.biases))
     model = nn.Sequential(widened)
     assert quant_layers.keep_quantized(model, int8=True) == 1
-    kept = int8_layer("Q5_0", blocks)
+    kept = int8_layer(qtype, blocks)
     vnni = blas.STATE.native.mlxcel_int8_vnni()  # (without it an affine prompt goes to the BLAS in float)
     for rows in (1, 3, 23) if vnni else (1, 3):
         x = mx.array(rng.standard_normal((rows, K)).astype(np.float32))
         assert np.array_equal(np.array(kept(x)), np.array(model.layers[0](x))), rows
-    assert blocks.nbytes * 1.8 < q.weight.nbytes + q.scales.nbytes + q.biases.nbytes
+    assert blocks.nbytes * 1.15 < q.weight.nbytes + q.scales.nbytes + q.biases.nbytes
 
 
 def test_mlx_checkpoint_layers_stay_in_float():
@@ -198,7 +202,10 @@ def test_a_prompts_rows_are_decode_rows(qtype, rows):
     cached prefix and a cold run agree: four rows at a time against panels of 16 weight rows unpacked once (with
     AVX-512 VNNI; AVX2's four-row tiles otherwise: other instructions summing the same integers), the one to three
     rows left over together (VNNI; alone on AVX2), one row alone on the one-row kernel, and on N = 40 a last panel
-    of 8 weight rows."""
+    of 8 weight rows. (The legacy blocks' prompts of more than 16 rows take the panels with VNNI only: AVX2 has no
+    tile kernel for them, and they go to the BLAS in float.)"""
+    if qtype in LEGACY_BYTES and rows > 16 and not blas.STATE.native.mlxcel_int8_vnni():
+        pytest.skip("a CPU with AVX-512 VNNI")
     rng = np.random.default_rng(11)
     blocks = random_blocks(qtype, rng)
     layer = int8_layer(qtype, blocks)
@@ -273,13 +280,14 @@ def affine_layer(bits: int, group: int, k: int, n: int, rng) -> nn.Module:
 
 
 def prompt_products() -> bytes:
-    """A 23-row product over random blocks of each K-quant type and a 9-row one over random affine weights (AVX2
-    multiplies an affine prompt of more than 16 rows in float, through the BLAS), as bytes."""
+    """A 23-row product over random blocks of each K-quant type and a 9-row one over random legacy blocks and
+    affine weights (AVX2 multiplies their prompts of more than 16 rows in float, through the BLAS), as bytes."""
     out = b""
     for qtype in sorted(BLOCK_BYTES):
         rng = np.random.default_rng(17)
         layer = int8_layer(qtype, random_blocks(qtype, rng))
-        out += np.array(layer(mx.array(rng.standard_normal((23, K)).astype(np.float32)))).tobytes()
+        rows = 9 if qtype in LEGACY_BYTES else 23
+        out += np.array(layer(mx.array(rng.standard_normal((rows, K)).astype(np.float32)))).tobytes()
     for bits, group in ((4, 32), (8, 64)):
         rng = np.random.default_rng(bits)
         layer = affine_layer(bits, group, K, N, rng)

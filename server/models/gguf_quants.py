@@ -185,10 +185,11 @@ WIDENED_CONVERTERS = {"Q5_0": q5_0_to_affine8}
 # Types no affine group of 32 holds (scales per 16 elements): held as float32, which holds every value exactly
 # (d * sc * q needs at most 24 significant bits), at float32's size.
 FLOAT32_HELD = ("Q2_K", "Q3_K", "Q6_K")
-# the K-quants (and Q5_0) the server's own import keeps as the file's blocks (server/native/ggml_blocks.c
+# the K-quants and legacy types the server's own import keeps as the file's blocks (server/native/ggml_blocks.c
 # dequantizes them exactly on the CPU, int8_dot.c multiplies them in integers; another device converts them at
 # load: affine where AFFINE_CONVERTERS has them, else float32)
-KEPT_BLOCKS = {"Q5_0": 6, "Q2_K": 10, "Q3_K": 11, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14}  # name -> GGML_TYPE_*
+KEPT_BLOCKS = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8}  # name -> GGML_TYPE_*: the legacy blocks
+KEPT_BLOCKS |= {"Q2_K": 10, "Q3_K": 11, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14}
 KEPT_KEY = "ggml_blocks"  # config["mlxcel"][KEPT_KEY]: {module path: type name}
 PASSTHROUGH_TYPES = {"F32": np.float32, "F16": np.float16, "BF16": None}
 
