@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(  # (conftest activated the BLAS and the kernels
 )
 
 K, N = 512, 40
-LEGACY_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q5_0": 22, "Q5_1": 24, "Q8_0": 34}  # blocks of 32 values
+LEGACY_BYTES = {"Q5_0": 22, "Q5_1": 24, "Q8_0": 34}  # blocks of 32 values (the legacy types kept as blocks)
 K_QUANTS = ["Q4_K", "Q5_K", "Q6_K"]  # blocks of 256
 BLOCK_BYTES = {"Q4_K": 144, "Q5_K": 176, "Q6_K": 210, **LEGACY_BYTES}
 
@@ -37,7 +37,7 @@ def random_blocks(qtype: str, rng) -> np.ndarray:
         blocks[..., 208:210] = scale
     elif qtype in LEGACY_BYTES:
         blocks[..., 0:2] = scale
-        if qtype in ("Q4_1", "Q5_1"):  # and the minimum
+        if qtype == "Q5_1":  # and the minimum
             blocks[..., 2:4] = _f16(rng.uniform(-0.05, 0.0, (N, K // per)))
     else:
         blocks[..., 0:2], blocks[..., 2:4] = scale, _f16(rng.uniform(0.0005, 0.005, (N, K // 256)))
@@ -140,7 +140,7 @@ def test_affine_prompts_rows_are_decode_rows_with_vnni(bits, rows):
 
 @pytest.mark.parametrize("qtype", sorted(LEGACY_BYTES))
 def test_legacy_blocks_multiply_ggmls_integers(qtype):
-    """A GGUF's legacy blocks kept as the file's (4.5-8.5 bits a weight): the products are sums over blocks of
+    """A GGUF's legacy blocks kept as the file's (5.5-8.5 bits a weight): the products are sums over blocks of
     d dx (q . xq) (and m dx sum(xq)) as ggml's vec_dot_*_q8_0 take them, the rows dequantize as gguf-py's, and a row's
     outputs are bitwise the same alone, batched or in a prompt."""
     rng = np.random.default_rng(21)
@@ -159,11 +159,11 @@ def test_legacy_blocks_multiply_ggmls_integers(qtype):
     assert np.array_equal(alone, got)
 
 
-@pytest.mark.parametrize("qtype", ["Q4_0", "Q4_1", "Q5_0", "Q8_0"])
+@pytest.mark.parametrize("qtype", ["Q5_0", "Q8_0"])
 def test_legacy_blocks_give_the_affine_layers_outputs(qtype):
-    """Before the cache kept the legacy types as blocks it held them as MLX affine layers (Q4_0 and Q4_1 4 bits, bias
-    -8 d or m; Q8_0 8 bits; Q5_0 widened to 8 bits, q + 112 with bias -128 d: still what a stack of experts'
-    matrices is converted to): the same float steps, so bitwise the same outputs, at fewer bytes."""
+    """Before the cache kept Q5_0 and Q8_0 as blocks it held them as MLX affine layers of 8 bits (Q5_0 widened, q + 112
+    with bias -128 d: still what a stack of experts' matrices is converted to): the same float steps, so bitwise
+    the same outputs, at fewer bytes."""
     from server.models.gguf_quants import AFFINE_CONVERTERS, WIDENED_CONVERTERS
 
     rng = np.random.default_rng(22)

@@ -36,8 +36,8 @@ MINILM_WEIGHTS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4f
 MINILM_NAME = "all-minilm-l6-v2"
 CONVERTER_VERSION = 8  # 2: FIM tokens are end-of-generation; 3: model_ftype recorded; 4: FIM token ids;
 # 5: n_params and size recorded; 6: qwen2/qwen3, rope_freqs, add_bos defaulted as llama-vocab.cpp does;
-# 7: the server's cache holds Q5_0 widened to 8 bits (gguf_quants.WIDENED_CONVERTERS); 8: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 kept as the
-# file's blocks
+# 7: the server's cache holds Q5_0 widened to 8 bits (gguf_quants.WIDENED_CONVERTERS); 8: Q5_0, Q5_1, Q8_0 kept as the file's
+# blocks
 
 
 log = logging.getLogger("mlxcel.models")

@@ -188,8 +188,12 @@ FLOAT32_HELD = ("Q2_K", "Q3_K", "Q6_K")
 # the K-quants and legacy types the server's own import keeps as the file's blocks (server/native/ggml_blocks.c
 # dequantizes them exactly on the CPU, int8_dot.c multiplies them in integers; another device converts them at
 # load: affine where AFFINE_CONVERTERS has them, else float32)
-KEPT_BLOCKS = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8}  # name -> GGML_TYPE_*: the legacy blocks
+KEPT_BLOCKS = {"Q5_0": 6, "Q5_1": 7, "Q8_0": 8}  # name -> GGML_TYPE_*: the legacy blocks
 KEPT_BLOCKS |= {"Q2_K": 10, "Q3_K": 11, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14}
+# Q4_0 and Q4_1 stay affine groups of 32 (6 bits a weight for 4.5 and 5): kept as blocks and read by int8_dot.c's
+# dot_legacy (tried 2026-12-06), a decode step over them ran 1.15-1.4x slower than over the affine layers
+# (dot_affine4 takes two chunks a load; 16 layers of 2048 x 8192, streamed: Q4_0 15.2 ms against 11.0, Q4_1 16.3
+# against 11.2), where Q8_0's blocks ran as fast (16.2 against 16.6) at 8.5 bits a weight for 10
 KEPT_KEY = "ggml_blocks"  # config["mlxcel"][KEPT_KEY]: {module path: type name}
 PASSTHROUGH_TYPES = {"F32": np.float32, "F16": np.float16, "BF16": None}
 

@@ -100,8 +100,8 @@ int mlxcel_is_virtual(const float *key);
 
 /* ggml's K-quant types (GGML_TYPE_* numbers), kept as a GGUF stores them (ggml_blocks.c) */
 enum { GGML_Q2_K = 10, GGML_Q3_K = 11, GGML_Q4_K = 12, GGML_Q5_K = 13, GGML_Q6_K = 14 };
-/* the legacy block types (32 values a block), kept as the file's blocks too (int8_dot.c dot_legacy) */
-enum { GGML_Q4_0 = 2, GGML_Q4_1 = 3, GGML_Q5_0 = 6, GGML_Q5_1 = 7, GGML_Q8_0 = 8 };
+/* legacy block types (32 values a block) kept as the file's blocks too (int8_dot.c dot_legacy) */
+enum { GGML_Q5_0 = 6, GGML_Q5_1 = 7, GGML_Q8_0 = 8 };
 /* a GGUF's F16 weights kept as the file's halves, read through the same table (a row is 2 K bytes) */
 enum { GGML_F16 = 1 };
 HIDDEN long mlxcel_ggml_row_bytes(int type, int K);

@@ -160,22 +160,21 @@ ROW_CLONES static void row_q2_k(const uint8_t *x, float *y, int K) {
     }
 }
 
-/* the legacy blocks of 32: d (f16), then Q4_1 / Q5_1's m (f16), Q5_0 / Q5_1's 32 high bits, 16 bytes of nibbles
- * (values 0-15 in the low nibbles, 16-31 in the high) or Q8_0's 32 int8; as ggml's dequantize_row_*: (q - 8) d,
- * q d + m, (q - 16) d, q d + m, q d (each product of an f16 and a small integer exact) */
+/* the legacy blocks of 32 kept: d (f16), then Q5_1's m (f16), Q5_0 / Q5_1's 32 high bits and 16 bytes of nibbles
+ * (values 0-15 in the low nibbles, 16-31 in the high), or Q8_0's 32 int8; as ggml's dequantize_row_*: (q - 16) d,
+ * q d + m, q d (each product of an f16 and a small integer exact) */
 ROW_CLONES static void row_legacy(int type, const uint8_t *x, float *y, int K) {
     const int bytes = (int)mlxcel_ggml_row_bytes(type, 32);
-    const int with_m = type == GGML_Q4_1 || type == GGML_Q5_1, with_h = type == GGML_Q5_0 || type == GGML_Q5_1;
-    const int less = type == GGML_Q4_0 ? 8 : type == GGML_Q5_0 ? 16 : 0;
+    const int with_m = type == GGML_Q5_1, less = type == GGML_Q5_0 ? 16 : 0;
     for (int b = 0; b < K / 32; b++, x += bytes, y += 32) {
         const float d = half(read16(x)), m = with_m ? half(read16(x + 2)) : 0.0f;
         if (type == GGML_Q8_0) {
             for (int j = 0; j < 32; j++) y[j] = (float)(int8_t)x[2 + j] * d;
             continue;
         }
-        uint32_t qh = 0;
-        if (with_h) memcpy(&qh, x + 2 + 2 * with_m, 4);
-        const uint8_t *qs = x + 2 + 2 * with_m + 4 * with_h;
+        uint32_t qh;
+        memcpy(&qh, x + 2 + 2 * with_m, 4);
+        const uint8_t *qs = x + 6 + 2 * with_m;
         for (int j = 0; j < 16; j++) {
             const int x0 = (int)((qs[j] & 0x0F) | (((qh >> j) & 1) << 4)) - less;
             const int x1 = (int)((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - less;
@@ -219,8 +218,6 @@ HIDDEN long mlxcel_ggml_row_bytes(int type, int K) {
     if (type == GGML_F16) return K > 0 ? 2L * K : 0;
     if (K > 0 && K % 32 == 0)
         switch (type) {
-        case GGML_Q4_0: return (long)K / 32 * 18;
-        case GGML_Q4_1: return (long)K / 32 * 20;
         case GGML_Q5_0: return (long)K / 32 * 22;
         case GGML_Q5_1: return (long)K / 32 * 24;
         case GGML_Q8_0: return (long)K / 32 * 34;
@@ -244,7 +241,7 @@ HIDDEN void mlxcel_ggml_row(int type, const uint8_t *x, float *y, int K) {
     case GGML_Q4_K: row_q4_k(x, y, K); break;
     case GGML_Q5_K: row_q5_k(x, y, K); break;
     case GGML_Q6_K: row_q6_k(x, y, K); break;
-    case GGML_Q4_0: case GGML_Q4_1: case GGML_Q5_0: case GGML_Q5_1: case GGML_Q8_0: row_legacy(type, x, y, K); break;
+    case GGML_Q5_0: case GGML_Q5_1: case GGML_Q8_0: row_legacy(type, x, y, K); break;
     case GGML_F16: row_f16(x, y, K); break;
     default: memset(y, 0, sizeof(float) * (size_t)K);
     }

@@ -6,7 +6,7 @@
  *
  * The weights are read as mlxcel keeps them (cpu_kernels.c's table): MLX's affine groups (q * scale + bias,
  * 4 or 8 bits, groups of 32 or 64: an MLX checkpoint's, a GGUF's IQ4_NL as imported), a GGUF's Q4_K, Q5_K and
- * Q6_K blocks and its legacy blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) as the file stores them. An affine group's
+ * Q6_K blocks and its Q5_0, Q5_1 and Q8_0 blocks as the file stores them. An affine group's
  * sum is scale * dx * sum(q xq) + bias * dx * sum(xq).
  *
  * Each output is a function of its weight row and its activation row alone, summed in one order: a row's result
@@ -208,21 +208,19 @@ AVX2 static float dot_affine8(const uint8_t *w, const float *sc, const float *bi
     return acc + bias;
 }
 
-/* ggml's blocks of 32 (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) kept as the file stores them, against q8_0 activations as
- * ggml's vec_dot_*_q8_0 take them: per block an integer total (sum(q xq), q the stored unsigned value; Q5_0's
- * less 16 sum(xq), Q8_0's values signed) turned to a float once, acc = fmaf(d dx, total, acc), and for a block
- * with an offset (Q4_0: -8 d; Q4_1, Q5_1: m) bias = fmaf(offset, dx sum(xq), bias); the result acc + bias. These
- * are the float steps of the affine layers the cache held them as before (4 bits with bias -8 d or m; Q5_0 and
- * Q8_0 widened to 8 bits with a zero bias term), so the outputs are those, at the file's 4.5-8.5 bits a weight
- * where the affine layers took 6-10; the panels below take the same steps. */
+/* ggml's blocks of 32 Q5_0, Q5_1 and Q8_0 kept as the file stores them, against q8_0 activations as ggml's
+ * vec_dot_*_q8_0 take them: per block an integer total (sum(q xq), q the stored unsigned value; Q5_0's less
+ * 16 sum(xq), Q8_0's values signed) turned to a float once, acc = fmaf(d dx, total, acc), and for Q5_1
+ * bias = fmaf(m, dx sum(xq), bias); the result acc + bias. For Q5_0 and Q8_0 these are the float steps of the 8-bit
+ * affine layers the cache held them as before (a zero bias term), so the outputs are those, at 5.5 and 8.5 bits a
+ * weight where those took 10; the panels below take the same steps. (Q4_0 and Q4_1 stay affine groups:
+ * gguf_quants.py KEPT_BLOCKS says why.) */
 struct legacy_layout {
     int bytes, qs, qh, m; /* a block's size, where its values, high bits and minimum lie (-1: none) */
 };
 
 static inline struct legacy_layout legacy(int type) {
     switch (type) {
-    case GGML_Q4_0: return (struct legacy_layout){18, 2, -1, -1};
-    case GGML_Q4_1: return (struct legacy_layout){20, 4, -1, 2};
     case GGML_Q5_0: return (struct legacy_layout){22, 6, 2, -1};
     case GGML_Q5_1: return (struct legacy_layout){24, 8, 4, 2};
     default: return (struct legacy_layout){34, 2, -1, -1}; /* GGML_Q8_0 */
@@ -230,7 +228,7 @@ static inline struct legacy_layout legacy(int type) {
 }
 
 static inline int is_legacy(int type) {
-    return type == GGML_Q4_0 || type == GGML_Q4_1 || type == GGML_Q5_0 || type == GGML_Q5_1 || type == GGML_Q8_0;
+    return type == GGML_Q5_0 || type == GGML_Q5_1 || type == GGML_Q8_0;
 }
 
 /* what the stored values exceed the weights' integers by, taken off a total through sum(xq) (the panels hold
@@ -239,13 +237,12 @@ static inline int legacy_excess(int type, int panel) {
     return type == GGML_Q5_0 ? 16 : type == GGML_Q8_0 && panel ? 128 : 0;
 }
 
-/* a block's 32 values in element order: the nibbles (values 0-15 low, 16-31 high), and 16 where a value's high
+/* a block's 32 values in element order: the nibbles (values 0-15 low, 16-31 high) and 16 where a value's high
  * bit is set (each byte of qh spread over 8 bytes, one bit tested a byte); Q8_0's signed bytes */
 AVX2 static inline __m256i legacy_values(int type, const uint8_t *blk, struct legacy_layout l) {
     if (type == GGML_Q8_0) return _mm256_loadu_si256((const __m256i *)(blk + 2));
     const __m128i qs = _mm_loadu_si128((const __m128i *)(blk + l.qs)), low = _mm_set1_epi8(0x0F);
     const __m256i v = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), low), _mm_and_si128(qs, low));
-    if (l.qh < 0) return v;
     uint32_t qh;
     memcpy(&qh, blk + l.qh, 4);
     const __m256i spread = _mm256_shuffle_epi8(
@@ -255,34 +252,28 @@ AVX2 static inline __m256i legacy_values(int type, const uint8_t *blk, struct le
     return _mm256_or_si256(v, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
 }
 
-/* R outputs (R = 1 or 2, a constant at each call): weight rows w + r * row_bytes against one activation row, each
- * row's float steps in its own order (two rows' chains of dependent FMAs in flight at once: dot_affine4's reason) */
-AVX2 INLINE void dot_legacy(int R, int type, const uint8_t *w, long row_bytes, const struct acts *a, int m,
-                            float out[2]) {
+/* one row's product (a second row's chain beside it, as dot_affine4 takes them, made the blocks' stream slower:
+ * its prefetches fell in the row being read beside it) */
+AVX2 static float dot_legacy(int type, const uint8_t *w, const struct acts *a, int m) {
     const struct legacy_layout l = legacy(type);
     const float *dx = act_scales(a, m), *xs = act_sums(a, m);
     const int32_t *isum = act_isums(a, m);
     const int8_t *x = act_q(a, m);
     const int excess = legacy_excess(type, 0);
     const __m256i ones = _mm256_set1_epi16(1);
-    float acc[2], bias[2];
-    for (int r = 0; r < R; r++) acc[r] = bias[r] = 0.0f;
-    for (int c = 0; c < a->chunks; c++) {
+    float acc = 0.0f, bias = 0.0f;
+    for (int c = 0; c < a->chunks; c++, w += l.bytes) {
+        _mm_prefetch((const char *)w + PREFETCH_BYTES, _MM_HINT_T0);
         const __m256i xq = _mm256_loadu_si256((const __m256i *)(x + (size_t)c * QK));
-        for (int r = 0; r < R; r++) {
-            const uint8_t *blk = w + r * row_bytes + (size_t)c * l.bytes;
-            _mm_prefetch((const char *)blk + PREFETCH_BYTES, _MM_HINT_T0);
-            const __m256i v = legacy_values(type, blk, l);
-            const __m256i p16 = type == GGML_Q8_0 ? _mm256_maddubs_epi16(_mm256_abs_epi8(v), _mm256_sign_epi8(xq, v))
-                                                  : _mm256_maddubs_epi16(v, xq); /* (31 * 127 * 2: no saturation) */
-            const int total = hsum_i32x8(_mm256_madd_epi16(p16, ones)) - excess * isum[c];
-            const float d = f16(blk);
-            acc[r] = fmaf(d * dx[c], (float)total, acc[r]);
-            if (type == GGML_Q4_0) bias[r] = fmaf(-8.0f * d, xs[c], bias[r]);
-            else if (l.m >= 0) bias[r] = fmaf(f16(blk + l.m), xs[c], bias[r]);
-        }
+        const __m256i v = legacy_values(type, w, l);
+        const __m256i p16 = type == GGML_Q8_0 ? _mm256_maddubs_epi16(_mm256_abs_epi8(v), _mm256_sign_epi8(xq, v))
+                                              : _mm256_maddubs_epi16(v, xq); /* (31 * 127 * 2: no saturation) */
+        const int total = hsum_i32x8(_mm256_madd_epi16(p16, ones)) - excess * isum[c];
+        const float d = f16(w);
+        acc = fmaf(d * dx[c], (float)total, acc);
+        if (l.m >= 0) bias = fmaf(f16(w + l.m), xs[c], bias);
     }
-    for (int r = 0; r < R; r++) out[r] = acc[r] + bias[r];
+    return acc + bias;
 }
 
 /* ---- K-quants (block layouts: ggml_blocks.c) ---------------------------------------------------------------- */
@@ -730,7 +721,7 @@ VNNI static void panel_affine(const struct int8_weight *w, int j0, int rows, int
 }
 
 /* legacy blocks' panels, in the affine panels' layout: per block 8 steps of four values (as unsigned bytes) of
- * the 16 rows, d as the scale, the block's offset as the bias term (Q4_0: -8 d; Q4_1, Q5_1: m; else 0) */
+ * the 16 rows, d as the scale, Q5_1's m as the bias term (else 0) */
 VNNI static void panel_legacy(int type, const uint8_t *w, size_t row_bytes, int rows, int chunks, uint8_t *panel) {
     const struct legacy_layout l = legacy(type);
     const __m512i low = _mm512_set1_epi8(0x0F), nibble = _mm512_set1_epi32(0x0F), flip = _mm512_set1_epi8((char)0x80);
@@ -744,9 +735,7 @@ VNNI static void panel_legacy(int type, const uint8_t *w, size_t row_bytes, int 
         transpose16(at, 0, head); /* d, then m or the high bits */
         const __m512 d = low_f16(head[0]);
         _mm512_store_ps(pc + PANELA_SCALES, d);
-        _mm512_store_ps(pc + PANELA_BIAS, type == GGML_Q4_0 ? _mm512_mul_ps(_mm512_set1_ps(-8.0f), d)
-                                          : l.m >= 0       ? low_f16(_mm512_srli_epi32(head[0], 16))
-                                                           : _mm512_setzero_ps());
+        _mm512_store_ps(pc + PANELA_BIAS, l.m >= 0 ? low_f16(_mm512_srli_epi32(head[0], 16)) : _mm512_setzero_ps());
         if (type == GGML_Q8_0) {
             transpose_rows(at, 2, 32, t);
             for (int k = 0; k < 8; k++) store(pc + 64 * k, _mm512_xor_si512(t[k], flip));
@@ -757,10 +746,8 @@ VNNI static void panel_legacy(int type, const uint8_t *w, size_t row_bytes, int 
                                      : _mm512_or_si512(_mm512_srli_epi32(head[0], 16), _mm512_slli_epi32(head[1], 16));
         for (int k = 0; k < 8; k++) { /* values 4k..4k+3: the low nibbles of t[k] (k < 4), else the high of t[k - 4] */
             __m512i v = k < 4 ? _mm512_and_si512(t[k], low) : _mm512_and_si512(_mm512_srli_epi16(t[k - 4], 4), low);
-            if (l.qh >= 0) {
-                const __m512i bits = _mm512_and_si512(_mm512_srli_epi32(qh, 4 * k), nibble);
-                v = _mm512_or_si512(v, _mm512_slli_epi32(_mm512_and_si512(_mm512_mullo_epi32(bits, spread), bit0), 4));
-            }
+            const __m512i bits = _mm512_and_si512(_mm512_srli_epi32(qh, 4 * k), nibble);
+            v = _mm512_or_si512(v, _mm512_slli_epi32(_mm512_and_si512(_mm512_mullo_epi32(bits, spread), bit0), 4));
             store(pc + 64 * k, v);
         }
     }
@@ -830,11 +817,7 @@ struct int8_args {
 AVX2 static inline float dot_one(const struct int8_args *t, const uint8_t *row, int j, int m) {
     const struct int8_weight *w = t->w;
     const uint8_t *act = t->a.base + (size_t)m * t->a.stride;
-    if (is_legacy(w->ggml)) {
-        float out[2];
-        dot_legacy(1, w->ggml, row, w->row_bytes, &t->a, m, out);
-        return out[0];
-    }
+    if (is_legacy(w->ggml)) return dot_legacy(w->ggml, row, &t->a, m);
     if (w->ggml == GGML_Q6_K) return dot_q6_k(row, act, t->a.blocks);
     if (w->ggml) return dot_q45_k(row, act, t->a.blocks, w->ggml == GGML_Q5_K);
     const int groups = w->K / w->group, per = w->group / QK;
@@ -919,12 +902,6 @@ AVX2 static void int8_task(void *ctx, int task) {
                 }
         for (; m < t->M; m++) {
             int j = jb;
-            if (is_legacy(w->ggml)) /* two rows' float chains at once */
-                for (; j + 2 <= je; j += 2) {
-                    float s[2];
-                    dot_legacy(2, w->ggml, w->q + (size_t)j * w->row_bytes, w->row_bytes, &t->a, m, s);
-                    put(t, m, j, s[0]), put(t, m, j + 1, s[1]);
-                }
             if (!w->ggml && w->bits == 4) /* two rows' float chains at once */
                 for (const int groups = w->K / w->group; j + 2 <= je; j += 2) {
                     float s[2];
