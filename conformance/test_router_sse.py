@@ -40,6 +40,28 @@ def _per_model(events: list[dict]) -> dict[str, list]:
     return out
 
 
+def _unloaded(events: list, model: str, timeout: float = 30) -> None:
+    """Until the server has reported `model` unloaded (b10621's router reports it when the child has exited)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(e.get("model") == model and (e.get("data") or {}).get("status") == "unloaded" for e in list(events)):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"no unloaded event for {model} in {timeout} s")
+
+
+def _settled(*lists: list, quiet: float = 1.0, timeout: float = 10) -> None:
+    """Until no new event has arrived on any of the lists for `quiet` seconds (the last ones in flight)."""
+    deadline, seen, since = time.monotonic() + timeout, None, time.monotonic()
+    while time.monotonic() < deadline:
+        now = [len(x) for x in lists]
+        if now != seen:
+            seen, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet:
+            return
+        time.sleep(0.05)
+
+
 def test_model_events_match_b10621(reference_binary):
     ref, mine = server_pair(
         "router", ("--models-dir", "{models_dir}", "-fa", "off", "--models-max", "1"), reference_binary
@@ -50,7 +72,7 @@ def test_model_events_match_b10621(reference_binary):
             ready = threading.Event()
             threading.Thread(target=_listen, args=(proc.base_url, events[name], ready), daemon=True).start()
             assert ready.wait(30)
-        for proc in (ref, mine):
+        for name, proc in (("reference", ref), ("mlxcel", mine)):
             base = proc.base_url
             assert loopback.post(base + "/models/load", json={"model": "smollm2-f32"}).status_code == 200
             for model in ("smollm2-f32", "smollm2-q4-1"):  # the second evicts the first (--models-max 1)
@@ -59,9 +81,9 @@ def test_model_events_match_b10621(reference_binary):
                 )
                 assert r.status_code == 200, r.text
             assert loopback.post(base + "/models/unload", json={"model": "smollm2-q4-1"}).status_code == 200
-            time.sleep(2)  # b10621's child takes a moment to exit
+            _unloaded(events[name], "smollm2-q4-1")  # b10621's child takes a moment to exit
             assert loopback.get(base + "/models?reload=1").status_code == 200
-        time.sleep(2)
+        _settled(events["reference"], events["mlxcel"])
     got, want = _per_model(events["mlxcel"]), _per_model(events["reference"])
     assert set(want) == {"smollm2-f32", "smollm2-q4-1", "*"}
     differing = sorted(m for m in set(got) | set(want) if got.get(m) != want.get(m))

@@ -157,3 +157,13 @@ def test_an_mlx_community_checkpoint_is_served_quantized(bits):
     for a, b in zip(runner.__dict__["_last"], plain.__dict__["_last"], strict=True):
         assert mx.argmax(a).item() == mx.argmax(b).item()
         assert mx.abs(a - b).max().item() < 1e-3 * mx.abs(b).max().item()
+
+
+def test_a_checkpoint_keeping_blocks_the_kernels_do_not_read_is_refused_in_one_line():
+    """A cache written by another converter version (Q4_1 kept as blocks, which this one holds as affine groups):
+    refused naming the type and the layer, not a KeyError."""
+    from server.models.quant_layers import install_blocks
+
+    model = nn.Sequential(nn.Linear(64, 8, bias=False))
+    with pytest.raises(ValueError, match=r"keeps Q4_1 blocks for 'layers\.0', which mlxcel's kernels do not read"):
+        install_blocks(model, {"layers.0": "Q4_1"}, {"layers.0.ggml": mx.zeros((8, 40), mx.uint8)})

@@ -399,6 +399,8 @@ def install_blocks(model: nn.Module, kept: dict[str, str], weights: dict[str, mx
         blocks = weights.get(f"{path}.ggml")
         if old is None or blocks is None:
             raise ValueError(f"the checkpoint keeps blocks for '{path}', which the model has no layer for")
+        if qtype not in KERNEL_TYPES:
+            raise ValueError(f"the checkpoint keeps {qtype} blocks for '{path}', which mlxcel's kernels do not read")
         if isinstance(old, nn.Embedding):
             vocab, dims = old.weight.shape
             new: GGMLLinear = GGMLEmbedding(qtype, dims, vocab, int(blocks.shape[1]))
