@@ -160,29 +160,6 @@ ROW_CLONES static void row_q2_k(const uint8_t *x, float *y, int K) {
     }
 }
 
-/* the legacy blocks of 32 kept: d (f16), then Q5_1's m (f16), Q5_0 / Q5_1's 32 high bits and 16 bytes of nibbles
- * (values 0-15 in the low nibbles, 16-31 in the high), or Q8_0's 32 int8; as ggml's dequantize_row_*: (q - 16) d,
- * q d + m, q d (each product of an f16 and a small integer exact) */
-ROW_CLONES static void row_legacy(int type, const uint8_t *x, float *y, int K) {
-    const int bytes = (int)mlxcel_ggml_row_bytes(type, 32);
-    const int with_m = type == GGML_Q5_1, less = type == GGML_Q5_0 ? 16 : 0;
-    for (int b = 0; b < K / 32; b++, x += bytes, y += 32) {
-        const float d = half(read16(x)), m = with_m ? half(read16(x + 2)) : 0.0f;
-        if (type == GGML_Q8_0) {
-            for (int j = 0; j < 32; j++) y[j] = (float)(int8_t)x[2 + j] * d;
-            continue;
-        }
-        uint32_t qh;
-        memcpy(&qh, x + 2 + 2 * with_m, 4);
-        const uint8_t *qs = x + 6 + 2 * with_m;
-        for (int j = 0; j < 16; j++) {
-            const int x0 = (int)((qs[j] & 0x0F) | (((qh >> j) & 1) << 4)) - less;
-            const int x1 = (int)((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - less;
-            y[j] = (float)x0 * d + m, y[j + 16] = (float)x1 * d + m;
-        }
-    }
-}
-
 HIDDEN float mlxcel_half(uint16_t h) { return half(h); }
 
 /* F16: each half as a float (F16C's conversion where the CPU has it: the same value, exactly) */
@@ -241,7 +218,10 @@ HIDDEN void mlxcel_ggml_row(int type, const uint8_t *x, float *y, int K) {
     case GGML_Q4_K: row_q4_k(x, y, K); break;
     case GGML_Q5_K: row_q5_k(x, y, K); break;
     case GGML_Q6_K: row_q6_k(x, y, K); break;
-    case GGML_Q5_0: case GGML_Q5_1: case GGML_Q8_0: row_legacy(type, x, y, K); break;
+    /* the legacy blocks: the KV cache's types' dequantize_row_* (kv_quant.c), the same block layouts */
+    case GGML_Q5_0: mlxcel_kv_dequantize_row(KV_Q5_0, x, y, K); break;
+    case GGML_Q5_1: mlxcel_kv_dequantize_row(KV_Q5_1, x, y, K); break;
+    case GGML_Q8_0: mlxcel_kv_dequantize_row(KV_Q8_0, x, y, K); break;
     case GGML_F16: row_f16(x, y, K); break;
     default: memset(y, 0, sizeof(float) * (size_t)K);
     }
