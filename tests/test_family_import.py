@@ -157,9 +157,12 @@ def test_every_tensor_of_a_quantized_twin_imports_value_exact(reference_binary, 
 
 
 def _dequantized_by_the_kernels(blocks: mx.array, qtype: str) -> np.ndarray:
-    """Every row of a kept K-quant weight as mlxcel's kernels dequantize it (the rows a product reads)."""
+    """Every row of a kept K-quant weight as mlxcel's kernels dequantize it (the rows a product reads; a stack of
+    experts' matrices row after row)."""
     from server.models.quant_layers import GGMLLinear, register_blocks, rows_of
 
+    if blocks.ndim == 3:
+        return _dequantized_by_the_kernels(blocks.reshape(-1, blocks.shape[2]), qtype).reshape(*blocks.shape[:2], -1)
     rows, row_bytes = blocks.shape
     block_bytes = {"Q2_K": 84, "Q3_K": 110, "Q4_K": 144, "Q5_K": 176, "Q6_K": 210}[qtype]  # ggml-common.h
     layer = GGMLLinear(qtype, row_bytes // block_bytes * 256, rows, row_bytes)

@@ -32,7 +32,7 @@ from .. import blas, cpu_kernels
 from . import batch_cache, gemma_step, kv_numerics
 from .cpu_layers import SOURCE, KernelAttention, KernelMLP, llama_shaped
 from .loader import TransposedLinear
-from .quant_layers import GGMLEmbedding, KernelQuantEmbedding
+from .quant_layers import GGMLEmbedding, GGMLSwitchLinear, KernelQuantEmbedding
 from .quantized_twins import drop_panels, pointer
 from .rope_factors import FactorRoPE
 from .step_operands import PRODUCTS, ggml_order_on, in_out, operand
@@ -45,28 +45,27 @@ _VOID_P = ctypes.c_void_p
 
 def _moe(mlp) -> list | None:
     """A Qwen3-MoE block as the step takes it (mlxcel_step_layer_moe): the router out x in, the experts' gate,
-    up and down (experts, out, in) and its counts; None for a block of another kind or not in float32."""
+    up and down (experts, out, in: float32, or a GGUF's blocks, GGMLSwitchLinear) and its counts, then the bytes
+    from one expert's blocks to the next's (gate, up, down; none for float32); None for a block of another kind."""
     if type(mlp) is not qwen3_moe.Qwen3MoeSparseMoeBlock or type(mlp.gate) is not TransposedLinear:
         return None
     glu = mlp.switch_mlp
     projections = (glu.gate_proj, glu.up_proj, glu.down_proj)
-    if type(glu) is not SwitchGLU or not all(type(x) is SwitchLinear and "bias" not in x for x in projections):
+    kinds = {type(x) for x in projections}
+    if type(glu) is not SwitchGLU or len(kinds) != 1 or any("bias" in x for x in projections) or "bias" in mlp.gate:
         return None
-    if "bias" in mlp.gate or any(x.weight.dtype != mx.float32 for x in projections):
+    if kinds == {GGMLSwitchLinear}:
+        weights = [x.ggml for x in projections]
+        strides = [x.out_dims * int(x.ggml.shape[2]) for x in projections]
+        experts, ff = glu.gate_proj.num_experts, glu.gate_proj.out_dims
+    elif kinds == {SwitchLinear} and all(x.weight.dtype == mx.float32 for x in projections):
+        weights, strides = [x.weight for x in projections], []
+        experts, ff, _ = glu.gate_proj.weight.shape
+    else:
         return None
     router = mlp.gate.__dict__.get(SOURCE)
     router = mx.contiguous(mlp.gate.weight_t.T if router is None else router)
-    experts, ff, _ = glu.gate_proj.weight.shape
-    return [
-        router,
-        glu.gate_proj.weight,
-        glu.up_proj.weight,
-        glu.down_proj.weight,
-        experts,
-        mlp.top_k,
-        ff,
-        int(bool(mlp.norm_topk_prob)),
-    ]
+    return [router, *weights, experts, mlp.top_k, ff, int(bool(mlp.norm_topk_prob)), *strides]
 
 
 def _layer_weights(layer) -> tuple[list[mx.array | None], list[mx.array] | None, list | None] | None:
@@ -280,7 +279,7 @@ class DecodeStep:
             return None
         mx.eval(arrays, [w for ws in extras for w in ws if w is not None])
         order = _ggml_order_weights(native, model, layer_weights, dims, [m is not None for m in moes])
-        if order is None and any(moes):  # (the experts are summed in ggml's order only)
+        if order is None and any(m is not None and len(m) == 8 for m in moes):  # (float32 experts: ggml's order only)
             return None
         dims.append(int(order is not None))
         step = cls(dims, [eps, base, scale, attn_scale, *yarn], weights + (order or []))
@@ -294,9 +293,12 @@ class DecodeStep:
         native = self.native
         native.mlxcel_step_layer_moe.argtypes = [_VOID_P, ctypes.c_int] + [_VOID_P] * 4 + [ctypes.c_int] * 4
         self._moe = moes  # (the arrays stay alive with the step)
+        native.mlxcel_step_layer_moe_blocks.argtypes = [_VOID_P, ctypes.c_int] + [ctypes.c_long] * 3
         for layer, moe in enumerate(moes):
             if moe is not None:
-                status = native.mlxcel_step_layer_moe(self.handle, layer, *(pointer(w) for w in moe[:4]), *moe[4:])
+                status = native.mlxcel_step_layer_moe(self.handle, layer, *(pointer(w) for w in moe[:4]), *moe[4:8])
+                if status == 0 and len(moe) > 8:  # (the experts kept as blocks: each one's key, stride bytes on)
+                    status = native.mlxcel_step_layer_moe_blocks(self.handle, layer, *moe[8:])
                 if status != 0:
                     raise ValueError("a mixture of experts the native step does not take")
 

@@ -25,7 +25,6 @@ from .gguf_quants import (
     GROUP_SIZE,
     KEPT_BLOCKS,
     KEPT_KEY,
-    WIDENED_CONVERTERS,
     permute_rows,
 )
 from .gguf_reader import FastGGUFReader
@@ -115,8 +114,9 @@ def _converted_tensor(
     qtype = t.tensor_type.name
     data = np.asarray(t.data)
     shape = tuple(int(x) for x in reversed(t.shape))
-    if blocks and qtype in KEPT_BLOCKS and dtype != "f32" and data.ndim == 2 and name.endswith(".weight"):
-        # the file's blocks, a row of them per output row (quant_layers.GGMLLinear reads them)
+    if blocks and qtype in KEPT_BLOCKS and dtype != "f32" and data.ndim in (2, 3) and name.endswith(".weight"):
+        # the file's blocks, a row of them per output row (quant_layers.GGMLLinear reads them; a stack of experts'
+        # matrices, experts x rows: quant_layers.GGMLSwitchLinear)
         yield (
             f"{name.removesuffix('.weight')}.ggml",
             (permute_rows(data, n_head) if n_head is not None else data),
@@ -124,8 +124,7 @@ def _converted_tensor(
         )
     elif qtype in AFFINE_CONVERTERS and dtype != "f32":
         rows = data.reshape(-1, data.shape[-1])  # a stack of experts' matrices converts row by row
-        convert = (WIDENED_CONVERTERS if blocks else AFFINE_CONVERTERS).get(qtype, AFFINE_CONVERTERS[qtype])
-        q = convert(permute_rows(rows, n_head) if n_head is not None else rows)
+        q = AFFINE_CONVERTERS[qtype](permute_rows(rows, n_head) if n_head is not None else rows)
         base = name.removesuffix(".weight")
         lead = data.shape[:-1]
         yield f"{base}.weight", q.weight.reshape(*lead, -1), q.bits

@@ -179,8 +179,8 @@ AFFINE_CONVERTERS = {
     "Q5_K": q5_k_to_affine,
     "IQ4_NL": iq4_nl_to_affine,
 }
-# the server's own import (blocks), where a tensor is not kept as blocks (a stack of experts' matrices): types
-# widened for its integer kernels
+# the 8-bit affine groups the server's import held Q5_0 as before its blocks were kept (CONVERTER_VERSION 7; the
+# kept blocks' products are checked against them, tests/test_int8_dot.py)
 WIDENED_CONVERTERS = {"Q5_0": q5_0_to_affine8}
 # Types no affine group of 32 holds (scales per 16 elements): held as float32, which holds every value exactly
 # (d * sc * q needs at most 24 significant bits), at float32's size.

@@ -248,18 +248,27 @@ def keep_quantized(model: nn.Module, int8: bool = False) -> int:
         model.update(tree_unflatten(floats))
     mx.eval([(m.weight, m.scales, m.biases) for m in layers], [v for _, v in floats])
     blocks = [m for _, m in model.named_modules() if isinstance(m, GGMLLinear)]
-    for layer in [*layers, *blocks]:
+    stacks = [m for _, m in model.named_modules() if isinstance(m, GGMLSwitchLinear)]
+    for layer in [*layers, *blocks, *stacks]:
         object.__setattr__(layer, "int8", int8)
     switched = 0
     for layer in layers:
         if _register(layer):
             layer.__class__ = KernelQuantEmbedding if isinstance(layer, nn.QuantizedEmbedding) else KernelQuantLinear
             switched += 1
-    mx.eval([m.ggml for m in blocks])
+    _register_all_blocks(blocks, stacks)
+    return switched + len(blocks) + len(stacks)
+
+
+def _register_all_blocks(blocks: list[GGMLLinear], stacks: list[GGMLSwitchLinear]) -> None:
+    """Register the GGML layers' and the experts' stacks' blocks; a shape the kernels do not read is refused."""
+    mx.eval([m.ggml for m in [*blocks, *stacks]])
     for layer in blocks:
         if not _register_ggml(layer):
             raise ValueError(f"{layer.ggml_type} blocks of a {layer.in_dims}-wide row: not a shape the kernels read")
-    return switched + len(blocks)
+    for stack in stacks:
+        if not _register_switch(stack):
+            raise ValueError(f"{stack.ggml_type} experts of {stack.in_dims}-wide rows: not registered with the kernels")
 
 
 def _keep_halves(model: nn.Module) -> int:
@@ -347,6 +356,78 @@ class GGMLEmbedding(GGMLLinear):
         return mx.array(_product(self.key, _rows(x), self.out_dims, trans=True)).reshape(*x.shape[:-1], self.out_dims)
 
 
+class GGMLSwitchLinear(nn.Module):
+    """A stack of experts' linear layers (mlx-lm's SwitchLinear: x through the experts `indices` names) kept as a
+    GGUF's blocks (`ggml`: experts x out rows of the file's bytes), each expert's rows a virtual twin of its own
+    (key: where its rows start), multiplied as GGMLLinear multiplies (int8_dot.c over activations quantized to 8
+    bits, as ggml's mul_mat_id): the experts at the file's size, where MLX's gather_qmm held 4-bit groups or
+    float32 (Q6_K's scales of 16) and ran op by op."""
+
+    def __init__(self, ggml_type: str, in_dims: int, out_dims: int, num_experts: int, row_bytes: int, bias: bool):
+        super().__init__()
+        self.ggml_type, self.in_dims, self.out_dims, self.num_experts = ggml_type, in_dims, out_dims, num_experts
+        self.ggml = mx.zeros((num_experts, out_dims, row_bytes), mx.uint8)  # (the checkpoint's bytes replace it)
+        if bias:
+            self.bias = mx.zeros((num_experts, out_dims))
+        self.freeze()
+
+    @property
+    def input_dims(self) -> int:  # (SwitchLinear's names)
+        return self.in_dims
+
+    @property
+    def output_dims(self) -> int:
+        return self.out_dims
+
+    def keys(self) -> list[int]:
+        """Each expert's key: the address of its first row's blocks."""
+        base, stride = pointer(self.ggml), self.out_dims * int(self.ggml.shape[2])
+        return [base + e * stride for e in range(self.num_experts)]
+
+    def __call__(self, x: mx.array, indices: mx.array, sorted_indices: bool = False) -> mx.array:
+        """x (..., r, in) through the experts indices (...) names, as gather_qmm(transpose=True): (..., r, out).
+        Each expert's rows go through one product (sorted_indices only says they already come in order)."""
+        lead = tuple(indices.shape)
+        r = int(x.shape[-2])
+        rows = _rows(mx.broadcast_to(x, (*lead, r, int(x.shape[-1]))))
+        experts = np.repeat(np.array(indices, copy=False).reshape(-1).astype(np.int64), r)
+        if experts.size and (experts.min() < 0 or experts.max() >= self.num_experts):
+            raise IndexError("expert index out of the stack's range")
+        y = np.empty((rows.shape[0], self.out_dims), np.float32)
+        keys = self.keys()
+        order = np.argsort(experts, kind="stable")
+        bounds = np.flatnonzero(np.diff(experts[order])) + 1
+        for group in np.split(order, bounds) if order.size else []:
+            y[group] = _product(keys[int(experts[group[0]])], np.ascontiguousarray(rows[group]), self.out_dims, False)
+        out = mx.array(y).reshape(*lead, r, self.out_dims)
+        return out + mx.expand_dims(self.bias[indices], -2) if "bias" in self else out
+
+    def dequantized(self) -> np.ndarray:
+        """The experts' weights (experts x out x in) as float32, exactly."""
+        import gguf  # deferred: as GGMLLinear.dequantized's
+
+        qtype = gguf.GGMLQuantizationType[self.ggml_type]
+        raw = np.array(self.ggml).reshape(-1, self.ggml.shape[2])
+        return gguf.quants.dequantize(raw, qtype).reshape(self.num_experts, self.out_dims, self.in_dims)
+
+
+def _register_switch(layer: GGMLSwitchLinear) -> bool:
+    """Register each expert's blocks of a GGMLSwitchLinear as a virtual twin, for the layer's life."""
+    native = blas.STATE.native
+    keys = layer.keys()
+    for n, key in enumerate(keys):
+        status = native.mlxcel_ggml_register(
+            ctypes.c_void_p(key), 0, layer.in_dims, layer.out_dims, ctypes.c_void_p(key), KERNEL_TYPES[layer.ggml_type]
+        )
+        if status != 0:
+            _unregister(native, keys[:n], [])
+            return False
+    weakref.finalize(layer, _unregister, native, keys, [layer.ggml])
+    for key in keys:
+        _int8(native, layer, key)
+    return True
+
+
 def _embedding_rows(key: int, ids: mx.array, dims: int) -> mx.array:
     flat = np.ascontiguousarray(np.array(ids, copy=False).reshape(-1), dtype=np.int32)
     out = np.empty((flat.size, dims), np.float32)
@@ -393,7 +474,7 @@ def install_blocks(model: nn.Module, kept: dict[str, str], weights: dict[str, mx
     """Put a GGMLLinear (GGMLEmbedding) where the checkpoint keeps a layer's K-quant blocks (config["mlxcel"]
     ["ggml_blocks"]: {module path: type}), before its weights are loaded."""
     modules = dict(model.named_modules())
-    replacements = []
+    replacements: list[tuple[str, nn.Module]] = []
     for path, qtype in kept.items():
         old = modules.get(path)
         blocks = weights.get(f"{path}.ggml")
@@ -401,6 +482,12 @@ def install_blocks(model: nn.Module, kept: dict[str, str], weights: dict[str, mx
             raise ValueError(f"the checkpoint keeps blocks for '{path}', which the model has no layer for")
         if qtype not in KERNEL_TYPES:
             raise ValueError(f"the checkpoint keeps {qtype} blocks for '{path}', which mlxcel's kernels do not read")
+        if blocks.ndim == 3:  # a stack of experts (mlx-lm's SwitchLinear, or its quantized kin)
+            switch = GGMLSwitchLinear(
+                qtype, old.input_dims, old.output_dims, old.num_experts, int(blocks.shape[2]), "bias" in old
+            )
+            replacements.append((path, switch))
+            continue
         if isinstance(old, nn.Embedding):
             vocab, dims = old.weight.shape
             new: GGMLLinear = GGMLEmbedding(qtype, dims, vocab, int(blocks.shape[1]))
@@ -414,8 +501,11 @@ def install_blocks(model: nn.Module, kept: dict[str, str], weights: dict[str, mx
 def unkeep_blocks(model: nn.Module) -> int:
     """Where mlxcel's kernels do not run (another device, kernels off): each GGML layer as MLX computes it, an
     affine QuantizedLinear where the type converts exactly (gguf_quants.AFFINE_CONVERTERS), else float32."""
-    replacements = []
+    replacements: list[tuple[str, nn.Module]] = []
     for path, layer in model.named_modules():
+        if isinstance(layer, GGMLSwitchLinear):
+            replacements.append((path, _unkept_switch(layer)))
+            continue
         if not isinstance(layer, GGMLLinear):
             continue
         raw = np.array(layer.ggml)
@@ -444,3 +534,29 @@ def unkeep_blocks(model: nn.Module) -> int:
     if replacements:
         model.update_modules(tree_unflatten(replacements))
     return len(replacements)
+
+
+def _unkept_switch(layer: GGMLSwitchLinear) -> nn.Module:
+    """A GGMLSwitchLinear as mlx-lm computes a stack of experts: QuantizedSwitchLinear's affine groups where the type
+    converts exactly, else SwitchLinear over float32."""
+    from mlx_lm.models.switch_layers import QuantizedSwitchLinear, SwitchLinear  # deferred: as architectures'
+
+    experts, out_dims, row_bytes = (int(d) for d in layer.ggml.shape)
+    convert = AFFINE_CONVERTERS.get(layer.ggml_type)
+    new: nn.Module
+    if convert is not None:
+        q = convert(np.array(layer.ggml).reshape(-1, row_bytes))
+        new = nn.Module.__new__(QuantizedSwitchLinear)
+        nn.Module.__init__(new)
+        new.group_size, new.bits, new.mode = 32, q.bits, "affine"
+        new.weight = mx.array(q.weight.reshape(experts, out_dims, -1))
+        new.scales = mx.array(q.scales.reshape(experts, out_dims, -1))
+        new.biases = mx.array(q.biases.reshape(experts, out_dims, -1))
+        new.global_scale = None
+    else:
+        new = SwitchLinear(layer.in_dims, out_dims, experts, bias=False)
+        new.weight = mx.array(layer.dequantized())
+    if "bias" in layer:
+        new.bias = layer.bias
+    new.freeze()
+    return new

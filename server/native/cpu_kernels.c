@@ -473,7 +473,8 @@ AVX2 static void small_nt(int M, int N, int K, float alpha, const float *a, int 
  * bias[j][g] * (sum over k in g of x[m][k]). Each output is summed in the same order whatever M: a row decoded
  * alone or batched gets bitwise the same result. A product of more rows over a virtual twin dequantizes the
  * weight a panel of rows at a time (exactly: q * scale + bias) and hands each panel to the BLAS. */
-enum { QGROUP = 32, QUANT_SLOTS = 4096, PANEL_BITS = 32, PANEL = 24, PANEL_VECTORS = PANEL / 8 };
+/* QUANT_SLOTS: a twin per layer, and per expert of a mixture (Qwen3-30B-A3B: 48 layers x 128 experts x 3) */
+enum { QGROUP = 32, QUANT_SLOTS = 65536, PANEL_BITS = 32, PANEL = 24, PANEL_VECTORS = PANEL / 8 };
 enum { DEQUANT_ROWS = 256 }; /* at most the rows of a virtual twin dequantized for one BLAS call */
 
 struct quant_weight {

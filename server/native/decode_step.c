@@ -82,6 +82,19 @@ int mlxcel_step_layer_moe(void *model, int layer, const float *router, const flo
     return 0;
 }
 
+/* The layer's experts (mlxcel_step_layer_moe, after it) kept as a GGUF's blocks: gate, up and down the keys of
+ * their first experts' virtual twins, each next expert's `stride` bytes on (cpu_kernels.c mlxcel_ggml_register).
+ * 0, or -1 for a layer without experts. */
+int mlxcel_step_layer_moe_blocks(void *model, int layer, long gate_stride, long up_stride, long down_stride) {
+    struct step_model *m = model;
+    if (layer < 0 || layer >= m->layers || !m->layer[layer].router || gate_stride <= 0 || up_stride <= 0 ||
+        down_stride <= 0)
+        return -1;
+    struct step_layer *w = &m->layer[layer];
+    w->exp_stride[0] = gate_stride, w->exp_stride[1] = up_stride, w->exp_stride[2] = down_stride;
+    return 0;
+}
+
 /* Separate q, k, v (and gate, up) weights' out x in copies, for products in ggml's order (NULL: none kept).
  * The weights stay the caller's. Returns 0, or -1 for a layer out of range. */
 int mlxcel_step_layer_split_t(void *model, int layer, const float *wq_t, const float *wk_t, const float *wv_t,

@@ -24,6 +24,9 @@ struct step_layer {
      * moe_ff (out x in, as ggml holds them: moe_ggml.c) */
     const float *router, *exp_gate, *exp_up, *exp_down;
     int n_expert, n_used, moe_ff, norm_topk;
+    /* experts kept as a GGUF's blocks (mlxcel_step_layer_moe_blocks): the bytes from one expert's gate, up and down
+     * to the next's, each expert a virtual twin keyed at its first row (0: float32 experts, as above) */
+    long exp_stride[3];
     /* Gemma (mlxcel_step_layer_gemma): the norms of the attention's and the feed-forward's outputs before each
      * residual add (NULL: none), and whether the layer attends through the sliding window with the SWA rope */
     const float *post_attn_norm, *post_ffn_norm;
