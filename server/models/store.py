@@ -62,7 +62,9 @@ def converted_gguf(path: Path, overrides: tuple = ()) -> Path:
     for o in overrides:  # (b10621 logs them as its loader takes them)
         log.info("%s", o.shown())
     recipe = {"gguf": str(real), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "converter": CONVERTER_VERSION}
-    recipe["blocks"] = True  # K-quants kept as the file's blocks (quant_layers.GGMLLinear)
+    # the file's blocks kept (quant_layers.GGMLLinear); 2: stacks of experts' matrices too (GGMLSwitchLinear): only
+    # the server's own conversions change, so only they are redone (CONVERTER_VERSION would redo every cache)
+    recipe["blocks"] = 2
     if overrides:  # (--override-kv: a conversion of its own)
         recipe["overrides"] = [[o.key, o.kind, o.value] for o in overrides]
     named = str(real) + (json.dumps(recipe["overrides"]) if overrides else "")
