@@ -13,7 +13,7 @@ import pytest
 from server.api.app import create_app
 from server.api.auth import AuthConfig
 from server.api.state import ServerSettings
-from server.api.webui import WebUI
+from server.api.webui_settings import WebUI
 from server.cli.webui_build import fnv1a64, gzip_tree
 
 FILES = {

@@ -12,7 +12,7 @@ from .auth import AuthConfig
 from .cors import CorsConfig
 from .task_params import TaskParams
 from .vertex_settings import VertexSettings
-from .webui import WebUI
+from .webui_settings import WebUI
 
 
 @dataclass(frozen=True)

@@ -17,13 +17,10 @@ import threading
 from pathlib import Path
 
 from .. import blas
-from ..api.app import create_app
 from ..api.auth import AuthConfig
-from ..api.models import model_info
 from ..api.state import AppState, ServerSettings
 from ..api.task_params import SAMPLER_CHARS, SAMPLER_NAMES, TaskParams, f32
-from ..api.vertex import RouteConflict
-from ..api.webui import WebUI
+from ..api.webui_settings import WebUI
 from ..chat.autoparser import template_supports_thinking
 from ..chat.formats import REASONING_FORMATS
 from ..chat.legacy import (
@@ -50,7 +47,6 @@ from ..models.store import ModelNotFound, resolve_model
 from ..models.tokenizer import ModelTokenizer
 from ..models.yarn import YarnFlags
 from ..router.pool import Loaded
-from ..router.serve import serve_router
 from ..textparse import parse_csv_row, stof, stoi
 from ..tools import mcp
 from ..tools.builtin import select as select_tools
@@ -308,6 +304,10 @@ def serve_model(args, prog: str, serve_config, auth, cors, vertex) -> int:
         print(exc.text, file=sys.stderr)
         return 1
     engine = state.engine  # started: the model loads on the engine's thread while the HTTP layer is built here
+    # deferred: FastAPI and the routes (~0.35 s of imports) load while the engine loads the model
+    from ..api.app import create_app
+    from ..api.vertex import RouteConflict
+
     try:
         app = create_app(state)
     except RouteConflict as exc:  # AIP_PREDICT_ROUTE naming one of the server's own routes: b10621 exits
@@ -347,6 +347,8 @@ def serve_models(args, argv: list[str], prog: str, serve_config, auth, cors) -> 
         print(exc.text, file=sys.stderr)
         return 1
     cors = tools_cors(args, cors, tools_on)
+    from ..router.serve import serve_router  # deferred: as serve_model's HTTP layer
+
     return serve_router(
         args,
         argv,
@@ -377,6 +379,9 @@ def router_model(entry, model_argv: list[str], prog: str) -> Loaded:
     except StartupRefusal as exc:
         raise RuntimeError(exc.text) from None
     state.settings = dataclasses.replace(state.settings, api_prefix="")
+    from ..api.app import create_app  # deferred: as serve_model's
+    from ..api.models import model_info
+
     app = create_app(state)
     engine = state.engine  # started by build_state
     engine.ready.wait()

@@ -19,7 +19,7 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
-from ..api.webui import ASSETS, GZIP_DIR  # the tree the server reads: laid out in one place
+from ..api.webui_settings import ASSETS, GZIP_DIR  # the tree the server reads: laid out in one place
 from ..cachedir import build_once, cache_root, sha256_file, stamp_matches
 
 BUILD_NUMBER = "0"  # what the reference's sdist build passes as LLAMA_BUILD_NUMBER (its build.json: version "0")

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable
 
 from ..api.state import ServerSettings
-from ..api.webui import WebUI
+from ..api.webui_settings import WebUI
 from ..logs import uvicorn_log_settings
 from ..models import hub
 from ..textparse import TRUTHY

@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from fixtures.families import in_turn
 from oracle import loopback
 from server.api.auth import PUBLIC_PATHS, key_matches
 from tests.reliability import figures
@@ -85,7 +86,7 @@ def _raw(base_url: str, method: str, target: str, headers: dict, body: bytes) ->
 def test_no_route_answers_without_the_key(secured):
     """Every route, every spelling, every wrong credential, a valid body and a broken one: 401 (b10621's), except
     the public paths b10621 leaves open. With the key, no route answers 401."""
-    from server.api.webui import WebUI
+    from server.api.webui_settings import WebUI
     from server.cli.webui_build import built_dist
 
     proc, _ = secured
@@ -325,7 +326,9 @@ FILE_OPTIONS = [
 ]
 
 
-@pytest.mark.parametrize("option", FILE_OPTIONS)
+# two starts of the server each (~2.7 s): a CI landing takes a third of them in turn (fixtures/families.py in_turn),
+# every option once in three landings; a developer's run takes them all
+@pytest.mark.parametrize("option", in_turn(FILE_OPTIONS))
 def test_a_file_option_pointed_outside_never_prints_the_file(twin_q4_1, option):
     """Every file-taking option given /etc/passwd, then a climbing relative path: the server reads what it reads
     of it (every file option is read before the socket binds) and stops, at its option check or at the port
