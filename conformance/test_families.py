@@ -122,8 +122,13 @@ def test_family_twin_agrees_with_the_reference(reference_binary, family):
 # `mlxcel-oracle models` measures every family in every format for docs/models.md
 Q4_K_M_FAMILIES = sorted(FAMILIES) if os.environ.get("MLXCEL_ALL_TWINS") else ["gemma3", "llama3", "phi3", "qwen3-moe"]
 # and the legacy types mlxcel keeps as the file's blocks (server/native/int8_dot.c dot_legacy, panel_legacy): Q5_0,
-# llama-quantize's type for the rows no K-quant fits (two fifths of Gemma-3-1B's Q4_K_M: 1152-wide rows), and Q8_0
-QUANTIZED_PAIRS = [(family, "Q4_K_M") for family in Q4_K_M_FAMILIES] + [("gemma3", "Q5_0"), ("llama3", "Q8_0")]
+# llama-quantize's type for the rows no K-quant fits (two fifths of Gemma-3-1B's Q4_K_M: 1152-wide rows), and Q8_0;
+# and Q2_K (its file holds Q2_K and Q3_K rows: int8_dot.c dot_q2_k, dot_q3_k)
+QUANTIZED_PAIRS = [(family, "Q4_K_M") for family in Q4_K_M_FAMILIES] + [
+    ("gemma3", "Q5_0"),
+    ("llama3", "Q8_0"),
+    ("mistral", "Q2_K"),
+]
 
 
 @pytest.mark.parametrize(("family", "qtype"), QUANTIZED_PAIRS)

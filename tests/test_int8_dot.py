@@ -20,8 +20,9 @@ pytestmark = pytest.mark.skipif(  # (conftest activated the BLAS and the kernels
 
 K, N = 512, 40
 LEGACY_BYTES = {"Q5_0": 22, "Q5_1": 24, "Q8_0": 34}  # blocks of 32 values (the legacy types kept as blocks)
-K_QUANTS = ["Q4_K", "Q5_K", "Q6_K"]  # blocks of 256
-BLOCK_BYTES = {"Q4_K": 144, "Q5_K": 176, "Q6_K": 210, **LEGACY_BYTES}
+K_QUANTS = ["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]  # blocks of 256
+ONE_ROW_ONLY = ("Q2_K", "Q3_K")  # one-row kernels only: their prompts of more than 16 rows take the BLAS in float
+BLOCK_BYTES = {"Q2_K": 84, "Q3_K": 110, "Q4_K": 144, "Q5_K": 176, "Q6_K": 210, **LEGACY_BYTES}
 
 
 def _f16(values: np.ndarray) -> np.ndarray:
@@ -35,6 +36,10 @@ def random_blocks(qtype: str, rng) -> np.ndarray:
     scale = _f16(rng.uniform(0.001, 0.01, (N, K // per)))
     if qtype == "Q6_K":
         blocks[..., 208:210] = scale
+    elif qtype == "Q3_K":
+        blocks[..., 108:110] = scale
+    elif qtype == "Q2_K":  # d and dmin last
+        blocks[..., 80:82], blocks[..., 82:84] = scale, _f16(rng.uniform(0.0005, 0.005, (N, K // 256)))
     elif qtype in LEGACY_BYTES:
         blocks[..., 0:2] = scale
         if qtype == "Q5_1":  # and the minimum
@@ -206,6 +211,8 @@ def test_a_prompts_rows_are_decode_rows(qtype, rows):
     tile kernel for them, and they go to the BLAS in float.)"""
     if qtype in LEGACY_BYTES and rows > 16 and not blas.STATE.native.mlxcel_int8_vnni():
         pytest.skip("a CPU with AVX-512 VNNI")
+    if qtype in ONE_ROW_ONLY and rows > 16:
+        pytest.skip("Q2_K / Q3_K prompts of more than 16 rows are multiplied in float (int8_dot.c)")
     rng = np.random.default_rng(11)
     blocks = random_blocks(qtype, rng)
     layer = int8_layer(qtype, blocks)
@@ -283,7 +290,7 @@ def prompt_products() -> bytes:
     """A 23-row product over random blocks of each K-quant type and a 9-row one over random legacy blocks and
     affine weights (AVX2 multiplies their prompts of more than 16 rows in float, through the BLAS), as bytes."""
     out = b""
-    for qtype in sorted(BLOCK_BYTES):
+    for qtype in sorted(set(BLOCK_BYTES) - set(ONE_ROW_ONLY)):
         rng = np.random.default_rng(17)
         layer = int8_layer(qtype, random_blocks(qtype, rng))
         rows = 9 if qtype in LEGACY_BYTES else 23

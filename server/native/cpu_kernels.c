@@ -1087,10 +1087,12 @@ void cblas_sgemm(int order, int trans_a, int trans_b, int m, int n, int k, float
         /* a prompt's product over a GGUF's K-quant weight: its rows as a decode step's rows (int8_dot.c's tiles
          * and panels), each the same function of its row as it is there. The legacy blocks (Q4_0, Q8_0, ...) and
          * affine groups too where AVX-512 VNNI's panels take them: AVX2 has no tile kernel for them, and one row
-         * at a time their integer path ran at half the BLAS's float rate, so there a prompt's stay float. */
+         * at a time their integer path ran at half the BLAS's float rate, so there a prompt's stay float; and
+         * Q2_K / Q3_K's always (int8_dot.c has one-row kernels only for them). */
         struct quant_weight w;
         if (quant_find(b, trans_b == TRANS, k, n, ldb, &w) && w.int8 && w.ggml != GGML_F16 &&
-            (w.ggml >= GGML_Q2_K || mlxcel_int8_vnni()) && small_quant(&w, m, alpha, a, lda, beta, c, ldc)) {
+            (w.ggml >= GGML_Q4_K || (w.ggml < GGML_Q2_K && mlxcel_int8_vnni())) &&
+            small_quant(&w, m, alpha, a, lda, beta, c, ldc)) {
             quant_calls++;
             return;
         }

@@ -5,8 +5,8 @@
  * on each, not a dequantization and a float FMA.
  *
  * The weights are read as mlxcel keeps them (cpu_kernels.c's table): MLX's affine groups (q * scale + bias,
- * 4 or 8 bits, groups of 32 or 64: an MLX checkpoint's, a GGUF's IQ4_NL as imported), a GGUF's Q4_K, Q5_K and
- * Q6_K blocks and its Q5_0, Q5_1 and Q8_0 blocks as the file stores them. An affine group's
+ * 4 or 8 bits, groups of 32 or 64: an MLX checkpoint's, a GGUF's IQ4_NL as imported), a GGUF's Q2_K, Q3_K,
+ * Q4_K, Q5_K and Q6_K blocks and its Q5_0, Q5_1 and Q8_0 blocks as the file stores them. An affine group's
  * sum is scale * dx * sum(q xq) + bias * dx * sum(xq).
  *
  * Each output is a function of its weight row and its activation row alone, summed in one order: a row's result
@@ -402,6 +402,89 @@ AVX2 static float dot_q6_k(const uint8_t *w, const uint8_t *act, int blocks) {
         scales_q6_k(w, scale);
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w + 192)));
         acc = fmaf(act_d(act) * f16(w + 208), (float)hsum_i32x8(lanes_q6_k(v, scale, sc16, act)), acc);
+    }
+    return acc;
+}
+
+/* Q2_K (84 bytes: 16 bytes of a 4-bit scale and a 4-bit min per 16 values, 64 bytes of 2-bit values, d, dmin)
+ * and Q3_K (110 bytes: 32 bytes of high bits, 64 of 2-bit low bits, 12 bytes of sixteen 6-bit scales, d): the
+ * values of sub-block i (16 values) are d sc_i q - dmin m_i (Q2_K) and d (sc_i - 32) q with q in [-4, 3] (Q3_K).
+ * As ggml's vec_dot_q2_K_q8_K / vec_dot_q3_K_q8_K: a block's integer total times dx d, the mins' total (Q2_K)
+ * against the activations' sums of 16; each total turns to a float once a block. The 2-bit values of a half
+ * (128 values) are one 32-byte load shifted by 0, 2, 4 and 6: values 32j + l from byte l's bits 2j. Prompts of
+ * more than 16 rows take the BLAS in float (no tile or panel kernel here: one row at a time their integer path
+ * is far slower than a GEMM). */
+
+/* sub-blocks s and s + 1 (the two 16-byte halves of a 32-value vector p of pair sums) scaled and summed */
+AVX2 static inline __m256i scaled_pairs(__m256i p, int lo, int hi) {
+    return _mm256_madd_epi16(p, _mm256_set_m128i(_mm_set1_epi16((short)hi), _mm_set1_epi16((short)lo)));
+}
+
+AVX2 static float dot_q2_k(const uint8_t *w, const uint8_t *act, int blocks) {
+    float acc = 0.0f, acc_m = 0.0f;
+    const __m256i three = _mm256_set1_epi8(3);
+    for (int b = 0; b < blocks; b++, w += 84, act += ACT_K) {
+        prefetch_ahead(w, 84);
+        const int8_t *xq = (const int8_t *)(act + 36);
+        const __m128i sm = _mm_loadu_si128((const __m128i *)w);
+        const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sm, 4), _mm_set1_epi8(0x0F)));
+        const int mins = hsum_i32x8(_mm256_madd_epi16(mins16, _mm256_loadu_si256((const __m256i *)(act + 4))));
+        __m256i sumi = _mm256_setzero_si256();
+        for (int half = 0; half < 2; half++) {
+            const __m256i bits = _mm256_loadu_si256((const __m256i *)(w + 16 + 32 * half));
+            for (int j = 0; j < 4; j++) {
+                const __m256i v = _mm256_and_si256(_mm256_srl_epi16(bits, _mm_cvtsi32_si128(2 * j)), three);
+                const __m256i p = _mm256_maddubs_epi16(v, _mm256_loadu_si256((const __m256i *)(xq + 128 * half + 32 * j)));
+                const int s = 8 * half + 2 * j;
+                sumi = _mm256_add_epi32(sumi, scaled_pairs(p, w[s] & 0x0F, w[s + 1] & 0x0F));
+            }
+        }
+        const float dx = act_d(act);
+        acc = fmaf(dx * f16(w + 80), (float)hsum_i32x8(sumi), acc);
+        acc_m = fmaf(dx * f16(w + 82), (float)mins, acc_m);
+    }
+    return acc - acc_m;
+}
+
+/* a Q3_K block's sixteen scales (less 32), unpacked from 12 bytes as ggml's dequantize_row_q3_K does */
+static inline void scales_q3_k(const uint8_t *packed, int8_t out[16]) {
+    const uint32_t kmask1 = 0x03030303, kmask2 = 0x0f0f0f0f;
+    uint32_t aux[4];
+    memcpy(aux, packed, 12);
+    const uint32_t tmp = aux[2];
+    aux[2] = ((aux[0] >> 4) & kmask2) | (((tmp >> 4) & kmask1) << 4);
+    aux[3] = ((aux[1] >> 4) & kmask2) | (((tmp >> 6) & kmask1) << 4);
+    aux[0] = (aux[0] & kmask2) | (((tmp >> 0) & kmask1) << 4);
+    aux[1] = (aux[1] & kmask2) | (((tmp >> 2) & kmask1) << 4);
+    memcpy(out, aux, 16);
+    for (int i = 0; i < 16; i++) out[i] = (int8_t)(out[i] - 32);
+}
+
+/* sum over sub-blocks of sc_i (q + 4) xq less 4 sc_i bsum_i: q + 4 (the low bits and the high bit) is a byte */
+AVX2 static float dot_q3_k(const uint8_t *w, const uint8_t *act, int blocks) {
+    float acc = 0.0f;
+    const __m256i three = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    for (int b = 0; b < blocks; b++, w += 110, act += ACT_K) {
+        prefetch_ahead(w, 110);
+        const int8_t *xq = (const int8_t *)(act + 36);
+        int8_t sc[16];
+        scales_q3_k(w + 96, sc);
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+        const int offset = hsum_i32x8(_mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)(act + 4))));
+        const __m256i hm = _mm256_loadu_si256((const __m256i *)w);
+        __m256i sumi = _mm256_setzero_si256();
+        for (int half = 0; half < 2; half++) {
+            const __m256i bits = _mm256_loadu_si256((const __m256i *)(w + 32 + 32 * half));
+            for (int j = 0; j < 4; j++) {
+                const int c = 4 * half + j;
+                const __m256i low = _mm256_and_si256(_mm256_srl_epi16(bits, _mm_cvtsi32_si128(2 * j)), three);
+                const __m256i high = _mm256_and_si256(_mm256_srl_epi16(hm, _mm_cvtsi32_si128(c)), one);
+                const __m256i v = _mm256_or_si256(low, _mm256_slli_epi16(high, 2));
+                const __m256i p = _mm256_maddubs_epi16(v, _mm256_loadu_si256((const __m256i *)(xq + 32 * c)));
+                sumi = _mm256_add_epi32(sumi, scaled_pairs(p, sc[2 * c], sc[2 * c + 1]));
+            }
+        }
+        acc = fmaf(act_d(act) * f16(w + 108), (float)(hsum_i32x8(sumi) - 4 * offset), acc);
     }
     return acc;
 }
@@ -805,6 +888,9 @@ int mlxcel_int8_vnni(void) { return have_vnni(); }
 /* whether a weight's activations are q8_K blocks of 256 (the K-quants), not q8_0 chunks of 32 */
 static inline int k_blocks(const struct int8_weight *w) { return w->ggml && !is_legacy(w->ggml); }
 
+/* whether a weight's rows have four-row tiles and VNNI panels (Q2_K and Q3_K: one row at a time) */
+static inline int tiled(const struct int8_weight *w) { return w->ggml != GGML_Q2_K && w->ggml != GGML_Q3_K; }
+
 struct int8_args {
     const struct int8_weight *w;
     struct acts a;
@@ -819,6 +905,8 @@ AVX2 static inline float dot_one(const struct int8_args *t, const uint8_t *row, 
     const uint8_t *act = t->a.base + (size_t)m * t->a.stride;
     if (is_legacy(w->ggml)) return dot_legacy(w->ggml, row, &t->a, m);
     if (w->ggml == GGML_Q6_K) return dot_q6_k(row, act, t->a.blocks);
+    if (w->ggml == GGML_Q2_K) return dot_q2_k(row, act, t->a.blocks);
+    if (w->ggml == GGML_Q3_K) return dot_q3_k(row, act, t->a.blocks);
     if (w->ggml) return dot_q45_k(row, act, t->a.blocks, w->ggml == GGML_Q5_K);
     const int groups = w->K / w->group, per = w->group / QK;
     const float *sc = w->scales + (size_t)j * groups, *bi = w->biases + (size_t)j * groups;
@@ -876,7 +964,7 @@ AVX2 static void int8_task(void *ctx, int task) {
     const int j0 = task * t->per_task, j1 = (task + 1) * t->per_task < w->N ? (task + 1) * t->per_task : w->N;
     const size_t panel_bytes =
         k_blocks(w) ? (size_t)t->a.blocks * PANEL6_BLOCK : (size_t)t->a.chunks * PANELA_CHUNK;
-    uint8_t *panel = vnni && t->M >= PANEL_MIN_ROWS ? (uint8_t *)mlxcel_thread_floats(BUFFER_PANEL, panel_bytes / 4)
+    uint8_t *panel = vnni && t->M >= PANEL_MIN_ROWS && tiled(w) ? (uint8_t *)mlxcel_thread_floats(BUFFER_PANEL, panel_bytes / 4)
                                                   : NULL;
     for (int jb = j0; jb < j1; jb += PANEL_ROWS) {
         const int je = jb + PANEL_ROWS < j1 ? jb + PANEL_ROWS : j1;
@@ -890,7 +978,7 @@ AVX2 static void int8_task(void *ctx, int task) {
             continue;
         }
         int m = 0;
-        if (k_blocks(w))
+        if (k_blocks(w) && tiled(w))
             for (; m + TILE <= t->M; m += TILE)
                 for (int j = jb; j < je; j++) {
                     float s[TILE];
@@ -933,7 +1021,7 @@ static void quantize_task(void *ctx, int task) {
 
 HIDDEN int mlxcel_int8_reads(const struct int8_weight *w) {
     if (is_legacy(w->ggml)) return w->K % QK == 0;
-    if (w->ggml) return (w->ggml == GGML_Q4_K || w->ggml == GGML_Q5_K || w->ggml == GGML_Q6_K) && w->K % QK_K == 0;
+    if (w->ggml) return w->ggml >= GGML_Q2_K && w->ggml <= GGML_Q6_K && w->K % QK_K == 0;
     return (w->bits == 4 || w->bits == 8) && w->K % QK == 0 && (w->group == QK || w->group == 2 * QK);
 }
 
