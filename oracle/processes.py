@@ -68,6 +68,9 @@ class ServerProcess:
     env: dict[str, str]
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="mlxcel-oracle-")))
     proc: subprocess.Popen | None = None
+    # an open pipe never written to, where /dev/null's end of file would be read in a loop (mlx.launch forwards
+    # its stdin to the ranks and, at end of file, polls it without pause: a core of its own)
+    stdin_pipe: bool = False
 
     @property
     def base_url(self) -> str:
@@ -87,7 +90,12 @@ class ServerProcess:
         self.argv = [_fixture_paths(a.replace("{workdir}", str(self.workdir)), self.name) for a in self.argv]
         log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
-            self.argv, stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=self.workdir, stdin=subprocess.DEVNULL
+            self.argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=self.env,
+            cwd=self.workdir,
+            stdin=subprocess.PIPE if self.stdin_pipe else subprocess.DEVNULL,
         )
         return self
 

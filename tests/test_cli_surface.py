@@ -599,7 +599,8 @@ def test_inert_values_start(argv):
 
 GGML_REFUSALS = {  # (--perf: accepted, both change nothing a client sees: startup case perf)
     ("--rpc", "h:1"): "error: --rpc h:1: mlxcel has no GGML backend: MLX runs every tensor of the model on one "
-    "device, its default; there is no RPC backend to offload to; run one mlxcel per machine",
+    "device, its default; there is no RPC backend to offload to; split one model over several machines with "
+    "mlx.launch (docs/scaling-out.md)",
 }
 
 
@@ -841,7 +842,8 @@ def test_a_refusal_exits_1_before_the_model_is_resolved():
     assert proc.stderr.splitlines() == [
         (
             "error: --rpc h:1: mlxcel has no GGML backend: MLX runs every tensor of the model on one device, its "
-            "default; there is no RPC backend to offload to; run one mlxcel per machine"
+            "default; there is no RPC backend to offload to; split one model over several machines with mlx.launch "
+            "(docs/scaling-out.md)"
         ),
         (
             "error: -dio: the load mode this leaves (dio) asks mlxcel to read the weights with direct I/O; mlxcel "

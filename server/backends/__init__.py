@@ -17,12 +17,24 @@ from ..models.decode_step import DecodeStep
 from ..models.kv_numerics import KVNumerics
 from ..models.loader import LoadedModel, load_checkpoint, release_sources
 from ..models.yarn import YarnFlags
+from . import distributed
 from .base import Backend, BackendRefusal, Capabilities
+from .distributed import Ranks
 from .memory import hand_back
 from .mlx_backend import MLXBackend
 from .native_backend import NativeBackend
 
-__all__ = ["Backend", "BackendRefusal", "Capabilities", "hand_back", "load_backend", "open_backend"]
+__all__ = [
+    "Backend",
+    "BackendRefusal",
+    "Capabilities",
+    "Ranks",
+    "hand_back",
+    "load_backend",
+    "load_sharded",
+    "open_backend",
+    "sharded_fingerprint",
+]
 
 
 def open_backend(loaded: LoadedModel, n_batch: int = 2048, kv: KVNumerics | None = None) -> Backend:
@@ -67,7 +79,40 @@ def load_backend(
     fuse: Callable[[Any], set[str]] | None = None,
     rope: tuple = (None, None),
     yarn: YarnFlags | None = None,
+    ranks: Ranks | None = None,
 ) -> Backend:
-    """A checkpoint loaded (models/loader.py) and opened on its backend."""
+    """A checkpoint loaded (models/loader.py) and opened on its backend; with ranks, split over them (rank 0's
+    backend then leads the others', which run distributed.follow)."""
+    if ranks is not None:
+        return load_sharded(checkpoint, ranks, n_batch=n_batch, kv=kv, rope=rope, yarn=yarn)
     loaded = load_checkpoint(checkpoint, fuse=fuse, rope=rope, yarn=yarn, panels=False)
     return open_backend(loaded, n_batch=n_batch, kv=kv)
+
+
+def sharded_fingerprint(
+    checkpoint: Path, n_batch: int, kv: KVNumerics | None, rope: tuple, yarn: YarnFlags | None
+) -> str:
+    """What every rank must agree on before serving (distributed.fingerprint)."""
+    return distributed.fingerprint(checkpoint, {"n_batch": n_batch, "kv": kv, "rope": rope, "yarn": yarn})
+
+
+def load_sharded(
+    checkpoint: Path,
+    ranks: Ranks,
+    *,
+    n_batch: int = 2048,
+    kv: KVNumerics | None = None,
+    rope: tuple = (None, None),
+    yarn: YarnFlags | None = None,
+) -> Backend:
+    """The model split over the ranks (mlx-lm's tensor-parallel shard, MLX's own passes: mlxcel's native steps
+    run one process), as the MLX backend; on rank 0 a Leader, once every rank has shown the same fingerprint."""
+    loaded = load_checkpoint(checkpoint, kernels=False, transpose=False, rope=rope, yarn=yarn)
+    distributed.shard(loaded.model, ranks)
+    mx.eval(loaded.model.parameters())
+    backend = MLXBackend(loaded, n_batch=n_batch, kv=kv)
+    if ranks.rank != 0:
+        return backend
+    channel = distributed.Channel(ranks)
+    distributed.handshake_leader(channel, sharded_fingerprint(checkpoint, n_batch, kv, rope, yarn))
+    return cast(Backend, distributed.Leader(backend, channel))

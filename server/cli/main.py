@@ -71,14 +71,9 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
     if not _model_source(args, hub):
         return 1
     # deferred: mlx, FastAPI and the model's modules (~0.7 s), once every setting above was accepted
-    from .startup import serve_model, serve_models
+    from .startup import serve_launched
 
-    # without a model, b10621's router mode: models served on demand from the store, --models-dir, presets
-    return (
-        serve_model(args, prog, serve_config, auth, cors, vertex)
-        if args.model
-        else serve_models(args, argv, prog, serve_config, auth, cors)
-    )
+    return serve_launched(args, argv, prog, serve_config, auth, cors, vertex)
 
 
 def _model_source(args, hub) -> bool:

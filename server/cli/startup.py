@@ -70,7 +70,7 @@ class StartupRefusal(Exception):
         self.text = text
 
 
-def build_state(args, prog: str, auth, cors, vertex):  # noqa: C901
+def build_state(args, prog: str, auth, cors, vertex, ranks=None):  # noqa: C901
     """Everything one model is served with, from a parsed command line: the checkpoint, tokenizer, engine, chat
     settings and the request defaults. The engine starts (its model loading on its own thread) as soon as it
     exists, while the rest is read; a later refusal stops it. Raises StartupRefusal."""
@@ -157,6 +157,7 @@ def build_state(args, prog: str, auth, cors, vertex):  # noqa: C901
                 draft=draft,
                 ngram_simple=ngram_simple,
                 kv=kv,
+                ranks=ranks,
             ),
             eog_ids=tokenizer.eog_ids,
             piece=tokenizer.piece,
@@ -293,13 +294,78 @@ def _settled_state(args, prog, auth, cors, vertex, checkpoint, tokenizer, engine
     return state
 
 
-def serve_model(args, prog: str, serve_config, auth, cors, vertex) -> int:
-    """Serve the model -m names until the server stops; the exit status."""
+# what mlxcel does not serve across ranks (backends/distributed.py): refused on every rank before anything loads
+NOT_ACROSS_RANKS = {
+    "--lora": "LoRA adapters",
+    "--lora-scaled": "LoRA adapters",
+    "--control-vector": "control vectors",
+    "--control-vector-scaled": "control vectors",
+    "--spec-draft-model": "a draft model",
+    "--slot-save-path": "slot files (each rank holds its own part of a slot's cache)",
+    "--embedding": "embeddings",
+    "--rerank": "reranking",
+}
+
+
+def ranks_refusal(args, prog: str) -> str | None:
+    """The one line a launch over several ranks is refused with, or None."""
+    if not args.model:
+        return f"{prog}: error: router mode (no -m) is not served across ranks: give every rank -m MODEL"
+    for g in args.given:
+        if g.option in NOT_ACROSS_RANKS:
+            return f"{prog}: error: {g.source}: {NOT_ACROSS_RANKS[g.option]} are not served across ranks"
+    if args.sleep_idle_seconds > 0:
+        return f"{prog}: error: --sleep-idle-seconds: a model split across ranks is not unloaded while idle"
+    return None
+
+
+def serve_launched(args, argv: list[str], prog: str, serve_config, auth, cors, vertex) -> int:
+    """The server this process is: one model (-m), b10621's router mode (no -m: models served on demand from the
+    store, --models-dir, presets), or, launched by mlx.launch over several ranks, rank 0 serving a model split over
+    them or another rank computing its part (docs/scaling-out.md)."""
+    from ..backends.distributed import world
+
+    ranks = world()
+    if ranks is not None:
+        refused = ranks_refusal(args, prog)
+        if refused:
+            print(refused, file=sys.stderr)
+            return 1
+        if ranks.rank != 0:
+            return serve_rank(args, prog, ranks)
+    if args.model:
+        return serve_model(args, prog, serve_config, auth, cors, vertex, ranks)
+    return serve_models(args, argv, prog, serve_config, auth, cors)
+
+
+def serve_rank(args, prog: str, ranks) -> int:
+    """A rank other than 0 of a launch over several ranks: its part of the model, each pass rank 0 sends it
+    (backends/distributed.py follow), until rank 0 stops; no HTTP here."""
+    from ..backends import load_sharded, sharded_fingerprint
+    from ..backends.distributed import Channel, follow
+
+    try:
+        overrides = kv_override.parse([args.override_kv]) if args.override_kv else ()
+        checkpoint = resolve_model(args.model, overrides)
+    except (ModelNotFound, RuntimeError, ValueError) as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 1
+    kv, rope, yarn = kv_numerics(args), rope_overrides(args), yarn_flags(args)
+    backend = load_sharded(checkpoint, ranks, n_batch=args.batch_size, kv=kv, rope=rope, yarn=yarn)
+    log.info("rank %d of %d: serving rank 0's passes", ranks.rank, ranks.size)
+    status = follow(backend, Channel(ranks), sharded_fingerprint(checkpoint, args.batch_size, kv, rope, yarn))
+    log.info("rank %d of %d: stopped by rank 0", ranks.rank, ranks.size)
+    return status
+
+
+def serve_model(args, prog: str, serve_config, auth, cors, vertex, ranks=None) -> int:
+    """Serve the model -m names until the server stops; the exit status. ranks: launched by mlx.launch, rank 0
+    of them (the model split over every rank)."""
     blas.verify()
     # a reference BLAS (or a failed interposition) makes every request ~50x slower: say it as a warning
     (log.info if blas.STATE.fast else log.warning)(blas.describe())
     try:
-        state = build_state(args, prog, auth, cors, vertex)
+        state = build_state(args, prog, auth, cors, vertex, ranks)
     except StartupRefusal as exc:
         print(exc.text, file=sys.stderr)
         return 1
@@ -333,7 +399,10 @@ def serve_model(args, prog: str, serve_config, auth, cors, vertex) -> int:
     try:
         server.run()
     finally:  # the engine thread ends its step before the interpreter tears down what it computes with
+        leader = engine.backend if ranks is not None else None  # (the other ranks stop with rank 0)
         engine.stop(wait=30)
+        if leader is not None and hasattr(leader, "stop"):
+            leader.stop()
     return 1 if engine.load_error else 0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..backends.distributed import Ranks
 from ..models.kv_numerics import KVNumerics
 from ..models.yarn import YarnFlags
 from .speculative import DraftConfig
@@ -36,6 +37,7 @@ class EngineConfig:
     ngram_simple: tuple[int, int] | None = None  # --spec-type ngram-simple: (size_n, size_m)
     kv: KVNumerics = KVNumerics()  # -ctk, -ctv, -fa; this default a float32 cache (the CLI passes b10621's: f16)
     mlock: bool = False  # --mlock / --load-mode mlock|mmap+mlock: the weights locked in RAM once loaded
+    ranks: Ranks | None = None  # launched by mlx.launch: the model split over these ranks (backends/distributed.py)
 
 
 DEFAULT_CONFIG = EngineConfig()

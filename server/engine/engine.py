@@ -205,7 +205,7 @@ class Engine:
     def _load_checkpoint(self, adapters: Adapters) -> Backend:
         c = self.config
         return load_backend(
-            self.checkpoint, n_batch=c.n_batch, kv=c.kv, fuse=adapters.fuser(), rope=c.rope, yarn=c.yarn
+            self.checkpoint, n_batch=c.n_batch, kv=c.kv, fuse=adapters.fuser(), rope=c.rope, yarn=c.yarn, ranks=c.ranks
         )
 
     @property

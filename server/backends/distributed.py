@@ -1,0 +1,385 @@
+"""One model served over several ranks with MLX's own distributed layer (docs/scaling-out.md).
+
+`mlx.launch --backend ring --hosts H1,H2 ... mlxcel-server -m MODEL ...` starts the same command on every rank.
+Rank 0 runs the HTTP layer, the engine and sampling as a one-process server does; its backend is a `Leader`,
+which sends every call that runs a forward pass or changes a cache to the other ranks before making it itself.
+Each other rank runs `follow`: the same call on its own shard of the model, in the same order, so the forward
+passes' collectives (mlx-lm's sharded layers: attention heads and MLP columns split, `all_sum` after o and down)
+meet. Only rank 0 reads the logits. The calls travel as JSON over the group's own `send` / `recv` (a length, then
+the bytes): token ids, positions and handles, never arrays. Caches, batches and snapshots cross the engine's
+boundary as `Handle`s, each rank holding its own arrays under the same number; a handle the engine drops is
+dropped on every rank with the next call.
+
+Every rank starts from the same command line; before serving, rank 0 compares each rank's `fingerprint` (the
+checkpoint's config and weight files, the flags that change a pass) with its own, and all stop on a mismatch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import threading
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import mlx.core as mx
+import numpy as np
+
+from .base import Backend, BackendRefusal
+
+log = logging.getLogger("mlxcel.distributed")
+
+# the calls a follower repeats (the others read rank 0's own state: length, greedy, to_numpy, state_bytes, ...)
+MIRRORED = frozenset(
+    {
+        "prefill",
+        "decode",
+        "decode_rows",
+        "verify",
+        "score",
+        "new_cache",
+        "snapshot",
+        "restore",
+        "restore_chunks",
+        "trim",
+        "shift",
+        "batch_merge",
+        "batch_keep",
+        "batch_extend",
+        "batch_extract",
+    }
+)
+# the calls whose result is a cache, a batch or a snapshot (held under a handle on every rank)
+HANDED_OUT = frozenset({"new_cache", "snapshot", "restore", "restore_chunks", "batch_merge", "batch_extract"})
+STOP, HELLO = "stop", "hello"
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """The group mlx.launch started this process in."""
+
+    group: Any  # mx.distributed.Group
+
+    @property
+    def rank(self) -> int:
+        return int(self.group.rank())
+
+    @property
+    def size(self) -> int:
+        return int(self.group.size())
+
+
+def world() -> Ranks | None:
+    """The ranks of a launch by mlx.launch (MLX_RANK and a host file in the environment), or None: one process."""
+    if "MLX_RANK" not in os.environ or not os.environ.get("MLX_HOSTFILE"):
+        return None
+    _stop_with_launcher()
+    group = mx.distributed.init(strict=True, backend="ring")
+    return Ranks(group) if group.size() > 1 else None
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _stop_with_launcher() -> None:
+    """SIGTERM to this rank when the process that started it (mlx.launch) goes: a rank blocked in a receive
+    would otherwise outlive its launch (Linux; elsewhere the launcher's own stop is all there is)."""
+    import ctypes
+    import signal
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # (the launcher went before the call above)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _send(payload: bytes, dst: int, group: Any) -> None:
+    """A length, then the bytes: each send evaluated on its own (sends evaluated together go out in any order)."""
+    for x in (mx.array([len(payload)], mx.int32), mx.array(np.frombuffer(payload or b" ", np.uint8))):
+        mx.eval(mx.distributed.send(x, dst, group=group))
+
+
+class Channel:
+    """Rank 0's calls to every other rank, and their answers to it, over the group's send / recv."""
+
+    def __init__(self, ranks: Ranks):
+        self.ranks = ranks
+
+    def broadcast(self, payload: bytes) -> None:
+        """From rank 0 to every other rank."""
+        g = self.ranks.group
+        for dst in range(1, self.ranks.size):
+            _send(payload, dst, g)
+
+    def receive(self, src: int = 0) -> bytes:
+        """One message from src (rank 0 unless rank 0 gathers)."""
+        g = self.ranks.group
+        head = mx.distributed.recv((1,), mx.int32, src, group=g)
+        mx.eval(head)
+        n = int(np.array(head)[0])
+        body = mx.distributed.recv((max(n, 1),), mx.uint8, src, group=g)
+        mx.eval(body)
+        return bytes(np.array(body))[:n]
+
+    def answer(self, payload: bytes) -> None:
+        """From another rank to rank 0."""
+        g = self.ranks.group
+        _send(payload, 0, g)
+
+    def gather(self) -> list[bytes]:
+        """Every other rank's answer, in rank order (rank 0)."""
+        return [self.receive(src) for src in range(1, self.ranks.size)]
+
+
+def fingerprint(checkpoint: Path, flags: dict) -> str:
+    """What every rank must share to compute the same pass: the checkpoint's configuration and weight files (names
+    and sizes) and the flags that change a pass."""
+    h = hashlib.sha256()
+    h.update((checkpoint / "config.json").read_bytes())
+    for f in sorted(checkpoint.glob("*.safetensors")):
+        h.update(f"{f.name}:{f.stat().st_size}".encode())
+    h.update(json.dumps(flags, sort_keys=True, default=str).encode())
+    return h.hexdigest()[:16]
+
+
+def shard(model: Any, ranks: Ranks) -> None:
+    """The model's attention heads and MLP columns split over the ranks (mlx-lm's Model.shard); a model without it,
+    or whose heads the ranks do not divide, is refused in one line."""
+    if not hasattr(model, "shard"):
+        raise BackendRefusal(f"{type(model).__module__}: mlx-lm has no tensor-parallel split for this architecture")
+    args = getattr(model, "args", None)
+    for name in ("num_attention_heads", "num_key_value_heads"):
+        heads = getattr(args, name, None)
+        if heads is not None and heads % ranks.size:
+            raise BackendRefusal(f"{name} {heads} is not a multiple of the {ranks.size} ranks (tensor parallel)")
+    model.shard(ranks.group)
+
+
+class Handle:
+    """A cache, batch or snapshot of rank 0's, known to every rank by its number."""
+
+    __slots__ = ("number", "local", "__weakref__")
+
+    def __init__(self, number: int, local: Any):
+        self.number, self.local = number, local
+
+
+def _settle(*objs: Any) -> None:
+    """Evaluate a call's results and the caches it touched, so its collectives have run before the next call's
+    message goes out on the same connections."""
+    arrays: list[mx.array] = []
+
+    def walk(x: Any) -> None:
+        if isinstance(x, mx.array):
+            arrays.append(x)
+        elif isinstance(x, (list, tuple)):
+            for y in x:
+                walk(y)
+        elif hasattr(x, "state") and not isinstance(x, type):
+            try:
+                walk(x.state)
+            except (AttributeError, TypeError, ValueError):  # (an empty cache has no state yet)
+                pass
+
+    for obj in objs:
+        walk(obj)
+    if arrays:
+        mx.eval(arrays)
+
+
+def _encode(x: Any) -> Any:
+    if isinstance(x, Handle):
+        return {"h": x.number}
+    if isinstance(x, (list, tuple)):
+        return [_encode(y) for y in x]
+    if isinstance(x, frozenset):
+        return sorted(x)
+    return x
+
+
+def _decode(x: Any, handles: dict[int, Any]) -> Any:
+    if isinstance(x, dict) and set(x) == {"h"}:
+        return handles[x["h"]]
+    if isinstance(x, list):
+        return [_decode(y, handles) for y in x]
+    return x
+
+
+def _local(x: Any) -> Any:
+    if isinstance(x, Handle):
+        return x.local
+    if isinstance(x, list):
+        return [_local(y) for y in x]
+    return x
+
+
+class Leader:
+    """Rank 0's backend: the local backend's calls, each sent to the other ranks first (module docstring)."""
+
+    def __init__(self, backend: Backend, channel: Channel):
+        self._backend, self._channel = backend, channel
+        caps = backend.capabilities
+        self.capabilities = type(caps)(**{**caps.__dict__, "adapters": False, "control_vectors": False})
+        self.n_vocab, self.n_ctx_train = backend.n_vocab, backend.n_ctx_train
+        self._numbers = 0
+        self._dropped: list[int] = []  # handles the engine let go since the last call
+        self._lock = threading.Lock()
+        self._stopped = False
+
+    def _handle(self, local: Any) -> Handle:
+        handle = Handle(self._numbers, local)
+        self._numbers += 1
+        weakref.finalize(handle, self._dropped.append, handle.number)  # (list.append: atomic)
+        return handle
+
+    def _call(self, op: str, *args: Any) -> Any:
+        with self._lock:
+            if self._stopped:
+                raise BackendRefusal("the other ranks have stopped")
+            dropped, self._dropped[:] = list(self._dropped), []
+            number = self._numbers if op in HANDED_OUT else None
+            message = {"op": op, "args": _encode(list(args)), "drop": dropped, "new": number}
+            self._channel.broadcast(json.dumps(message).encode())
+            result = getattr(self._backend, op)(*(_local(a) for a in args))
+            _settle(result, *(_local(a) for a in args))
+            if op == "snapshot":
+                return self._handle(result[0]), result[1]
+            return self._handle(result) if op in HANDED_OUT else result
+
+    def stop(self) -> None:
+        """Tell every other rank to stop (once; a rank already gone is not waited for)."""
+        with self._lock:
+            if not self._stopped:
+                self._stopped = True
+                try:
+                    self._channel.broadcast(json.dumps({"op": STOP}).encode())
+                except RuntimeError as exc:
+                    log.warning("the other ranks could not be told to stop: %s", exc)
+
+    # --- mirrored ---
+    def prefill(self, cache: Handle, tokens: list[int]) -> Any:
+        return self._call("prefill", cache, list(tokens))
+
+    def decode(self, cache: Handle, token: int) -> Any:
+        return self._call("decode", cache, int(token))
+
+    def decode_rows(self, batch: Handle, tokens: list[int]) -> Any:
+        return self._call("decode_rows", batch, [int(t) for t in tokens])
+
+    def verify(self, cache: Handle, tokens: list[int]) -> Any:
+        return self._call("verify", cache, list(tokens))
+
+    def score(self, prompt: list[int], continuation: list[int], n_probs: int) -> list[tuple]:
+        return self._call("score", list(prompt), list(continuation), int(n_probs))
+
+    def new_cache(self) -> Handle:
+        return self._call("new_cache")
+
+    def snapshot(self, cache: Handle, n: int, n_stream: int = 1) -> tuple[Handle, int]:
+        return self._call("snapshot", cache, int(n), int(n_stream))
+
+    def restore(self, snap: Handle, n: int) -> Handle:
+        return self._call("restore", snap, int(n))
+
+    def restore_chunks(self, snap: Handle, prefix: int, chunks: list[tuple[int, int, int]]) -> Handle:
+        return self._call("restore_chunks", snap, int(prefix), [list(c) for c in chunks])
+
+    def trim(self, cache: Handle, n: int) -> None:
+        self._call("trim", cache, int(n))
+
+    def shift(self, cache: Handle, n_keep: int, n_discard: int) -> None:
+        self._call("shift", cache, int(n_keep), int(n_discard))
+
+    def batch_merge(self, caches: list[Handle]) -> Handle:
+        return self._call("batch_merge", list(caches))
+
+    def batch_keep(self, batch: Handle, rows: list[int]) -> None:
+        self._call("batch_keep", batch, [int(r) for r in rows])
+
+    def batch_extend(self, batch: Handle, other: Handle) -> None:
+        self._call("batch_extend", batch, other)
+
+    def batch_extract(self, batch: Handle, row: int) -> Handle:
+        return self._call("batch_extract", batch, int(row))
+
+    # --- rank 0's own ---
+    def length(self, cache: Handle) -> int:
+        return self._backend.length(cache.local)
+
+    def can_batch(self, caches: list[Handle]) -> bool:
+        return self._backend.can_batch([c.local for c in caches])
+
+    def state_bytes(self, n: int, n_stream: int = 1) -> int:
+        return self._backend.state_bytes(n, n_stream)
+
+    def kv_report(self, cells: int, n_stream: int, n_seq: int) -> str:
+        return self._backend.kv_report(cells, n_stream, n_seq)
+
+    def weights(self) -> list:
+        return self._backend.weights()
+
+    def greedy(self, logits: Any, banned: frozenset[int] | tuple[int, ...] = ()) -> int:
+        return self._backend.greedy(logits, banned)
+
+    def to_numpy(self, logits: Any) -> Any:
+        return self._backend.to_numpy(logits)
+
+    def attach_adapters(self, lora: Any) -> None:
+        raise BackendRefusal("LoRA adapters (--lora) are not served across ranks")
+
+    def attach_control_vectors(self, specs: tuple[tuple[str, float], ...], layers: tuple[int, int]) -> None:
+        raise BackendRefusal("control vectors are not served across ranks")
+
+
+def handshake_leader(channel: Channel, mine: str) -> None:
+    """Rank 0: every rank's fingerprint against its own; a mismatch stops every rank (BackendRefusal here)."""
+    channel.broadcast(json.dumps({"op": HELLO, "fingerprint": mine}).encode())
+    answers = [json.loads(a) for a in channel.gather()]
+    differ = [i + 1 for i, a in enumerate(answers) if a.get("fingerprint") != mine]
+    if differ:
+        channel.broadcast(json.dumps({"op": STOP}).encode())
+        raise BackendRefusal(
+            f"rank(s) {', '.join(map(str, differ))} started on another model or other flags than rank 0: "
+            "every rank must run the same command line"
+        )
+    channel.broadcast(json.dumps({"op": "serve"}).encode())
+
+
+def follow(backend: Backend, channel: Channel, mine: str, on_call: Callable[[str], None] | None = None) -> int:
+    """A rank other than 0: answer rank 0's handshake, then repeat its calls until it says stop. The exit status:
+    0 on rank 0's stop, 1 when the ranks' fingerprints differ."""
+    hello = json.loads(channel.receive())
+    channel.answer(json.dumps({"fingerprint": mine}).encode())
+    if json.loads(channel.receive()).get("op") != "serve":
+        log.error("rank %d: rank 0 runs %s, this rank %s: not serving", channel.ranks.rank, hello["fingerprint"], mine)
+        return 1
+    handles: dict[int, Any] = {}
+    while True:
+        try:
+            message = json.loads(channel.receive())
+        except RuntimeError as exc:  # rank 0 went without its stop: this rank has nothing left to do
+            log.error("rank %d: rank 0 is gone (%s): stopping", channel.ranks.rank, exc)
+            return 1
+        op = message["op"]
+        if op == STOP:
+            return 0
+        for number in message.get("drop", ()):
+            handles.pop(number, None)
+        if op not in MIRRORED:
+            raise RuntimeError(f"rank 0 sent an unknown call '{op}'")
+        args = _decode(message["args"], handles)
+        result = getattr(backend, op)(*args)
+        _settle(result, *args)
+        if message.get("new") is not None:
+            handles[message["new"]] = result[0] if op == "snapshot" else result
+        if on_call is not None:
+            on_call(op)

@@ -1,0 +1,163 @@
+"""One model served across ranks (server/backends/distributed.py, docs/scaling-out.md): `mlx.launch --backend ring`
+on loopback starting the same mlxcel-server command on 2 and on 3 ranks, rank 0 serving HTTP. Against the same
+model served by one process: greedy paths with no disagreement where the one-rank server's top token leads by
+0.5 nats, logprobs within 1e-3 (the ranks' all_sum adds partial products in another order), and the same
+answers to the generation requests (streamed, chat, grammar, seeded sampling)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sys
+import tempfile
+from pathlib import Path
+
+from oracle import loopback
+from oracle.processes import F32_NUMERICS, ServerProcess, free_port, mlxcel_server, start_together
+from oracle.trace import trace
+
+PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village"]
+LOGPROB_BOUND = 1e-3
+
+
+def launched(model: str, ranks: int, args: list[str]) -> ServerProcess:
+    """mlxcel-server over `ranks` ranks on loopback, through mlx.launch (the documented command)."""
+    launcher = shutil.which("mlx.launch", path=os.path.dirname(sys.executable)) or shutil.which("mlx.launch")
+    assert launcher, "mlx.launch comes with mlx"
+    sp = mlxcel_server(model, args)
+    ring = ["--backend", "ring", "-n", str(ranks), "--hosts", "127.0.0.1", "--starting-port", str(free_port())]
+    sp.argv = [launcher, *ring, "--python", sys.executable, "--", *sp.argv[1:]]  # (argv[0]: this Python)
+    sp.name = f"mlxcel-{ranks}-ranks"
+    sp.stdin_pipe = True
+    return sp
+
+
+def spawned(model: str, ranks: int, args: list[str], per_rank: dict[int, list[str]] | None = None):
+    """The ranks started here with what mlx.launch hands each (MLX_RANK, MLX_HOSTFILE: the ring's addresses), each a
+    process of its own: mlx.launch's forwarding loop polls without pause (a core of this 2-core machine), and a
+    test reads each rank's exit status. Rank 0 first; per_rank: arguments added to a rank's command line."""
+    import json
+
+    hostfile = Path(tempfile.mkdtemp(prefix="mlxcel-ring-")) / "hosts.json"
+    hostfile.write_text(json.dumps([[f"127.0.0.1:{free_port()}"] for _ in range(ranks)]))
+    out = []
+    for rank in range(ranks):
+        sp = mlxcel_server(model, [*args, *(per_rank or {}).get(rank, [])])
+        sp.name = f"rank{rank}"
+        sp.env |= {"MLX_RANK": str(rank), "MLX_HOSTFILE": str(hostfile)}
+        if rank:
+            sp.port = out[0].port  # (the same command line: only rank 0 listens)
+            sp.argv[sp.argv.index("--port") + 1] = str(sp.port)
+        out.append(sp)
+    for sp in out:
+        sp.launch()
+    return out
+
+
+def _post(base: str, path: str, body: dict) -> dict:
+    r = loopback.post(base + path, json=body, timeout=300)
+    assert r.status_code == 200, r.text[:300]
+    return r.json()
+
+
+def _stream_text(base: str, body: dict) -> str:
+    import json
+
+    text = ""
+    with loopback.stream("POST", base + "/completion", json={**body, "stream": True}, timeout=300) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                text += json.loads(line[6:]).get("content", "")
+    return text
+
+
+def _pair(model: str, ranks: int) -> tuple[ServerProcess, ServerProcess]:
+    args = [*F32_NUMERICS, "-np", "2"]
+    one, split = mlxcel_server(model, args), launched(model, ranks, args)
+    start_together(one, split, timeout=300)
+    return one, split
+
+
+def _agree(one: ServerProcess, split: ServerProcess, prompts: list[str], n: int, decided: int) -> None:
+    """Traces of n tokens: at least `decided` positions decided, none disagreeing, logprobs within the bound."""
+    traces = [trace(one.base_url, split.base_url, p, "f32", n) for p in prompts]
+    assert sum(t.decided for t in traces) >= decided, [t.decided for t in traces]
+    assert [t.disagreements_at_decided for t in traces] == [0] * len(prompts)
+    assert 0 < max(t.max_abs_delta_logprob for t in traces) <= LOGPROB_BOUND  # (0: the ranks did not run)
+
+
+def _same(one: ServerProcess, split: ServerProcess, path: str, body: dict) -> dict:
+    got = _post(split.base_url, path, body)
+    want = _post(one.base_url, path, body)
+    pick = (lambda r: r["choices"][0]["message"]["content"]) if "messages" in body else (lambda r: r["content"])
+    assert pick(got) == pick(want), (path, body)
+    return got
+
+
+def test_two_ranks_serve_one_process_answers():
+    """llama3's family twin (4 query and 2 key-value heads: 2 and 1 a rank) over 2 ranks: traces, greedy, streamed,
+    chat, grammar and seeded sampling as one process answers them."""
+    from fixtures.families import family_twin
+
+    one, split = _pair(str(family_twin("llama3").mlx_dir), 2)
+    try:
+        _agree(one, split, PROMPTS, 24, 24)
+        greedy = {"prompt": PROMPTS[1], "n_predict": 24, "temperature": 0}
+        assert _stream_text(split.base_url, greedy) == _same(one, split, "/completion", greedy)["content"]
+        chat = {"messages": [{"role": "user", "content": "Name a color."}], "max_tokens": 16, "temperature": 0}
+        _same(one, split, "/v1/chat/completions", chat)
+        _same(one, split, "/completion", {**greedy, "grammar": 'root ::= "yes" | "no" | [a-z]+'})
+        _same(one, split, "/completion", {"prompt": PROMPTS[2], "n_predict": 16, "temperature": 0.8, "seed": 42})
+        assert loopback.get(split.base_url + "/props", timeout=30).json()["total_slots"] == 2
+    finally:
+        for p in (one, split):
+            p.cleanup()
+
+
+def test_three_ranks_serve_one_process_answers(twin_f32):
+    """SmolLM2's F32 twin (9 query and 3 key-value heads: 3 and 1 a rank) over 3 ranks (three processes on this
+    machine's 2 cores: ~2 tokens/s, each token waiting on 60 all_sums): the one-process greedy path scored by the
+    3 ranks, a greedy answer; then SIGTERM to rank 0 stops every rank, each exiting 0."""
+    args = [*F32_NUMERICS, "-np", "2"]
+    one = mlxcel_server(twin_f32.mlx_model, args)
+    ranks = spawned(twin_f32.mlx_model, 3, args)
+    try:
+        one.launch()
+        for sp in (one, ranks[0]):
+            sp.wait_healthy(300)
+        _agree(one, ranks[0], PROMPTS[:1], 12, 8)
+        _same(one, ranks[0], "/completion", {"prompt": PROMPTS[1], "n_predict": 6, "temperature": 0})
+        ranks[0].proc.send_signal(signal.SIGTERM)
+        assert [sp.proc.wait(timeout=120) for sp in ranks] == [0, 0, 0]
+        assert "stopped by rank 0" in ranks[1].log_path.read_text()
+    finally:
+        for sp in (one, *ranks):
+            sp.cleanup()
+
+
+def test_ranks_on_other_flags_refuse_to_serve(twin_f32):
+    """A rank started with another command line than rank 0's (here -c): every rank stops before serving, rank 0
+    saying which rank differs, in one line, exit 1."""
+    ranks = spawned(twin_f32.mlx_model, 3, [*F32_NUMERICS], per_rank={2: ["-b", "512"]})
+    try:
+        codes = [sp.proc.wait(timeout=300) for sp in ranks]
+        assert codes[0] == 1 and codes[2] == 1, codes
+        assert "rank(s) 2 started on another model or other flags than rank 0" in ranks[0].log_path.read_text()
+    finally:
+        for sp in ranks:
+            sp.cleanup()
+
+
+def test_a_launch_refuses_what_it_does_not_serve_across_ranks(twin_f32):
+    """What mlxcel does not split over ranks is refused on every rank before anything loads: one line, exit 1."""
+    ranks = spawned(twin_f32.mlx_model, 2, ["--slot-save-path", "/tmp"])
+    try:
+        assert [sp.proc.wait(timeout=120) for sp in ranks] == [1, 1]
+        lines = ranks[0].log_path.read_text().strip().splitlines()
+        assert lines[-1].endswith(
+            "--slot-save-path: slot files (each rank holds its own part of a slot's cache) are not served across ranks"
+        )
+    finally:
+        for sp in ranks:
+            sp.cleanup()
