@@ -13,12 +13,15 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
+
 from oracle import loopback
 from oracle.processes import F32_NUMERICS, ServerProcess, free_port, mlxcel_server, start_together
 from oracle.trace import trace
 
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village"]
 LOGPROB_BOUND = 1e-3
+pytestmark = pytest.mark.heavy  # (servers of several processes: the full run's, not the fast tier's)
 
 
 def launched(model: str, ranks: int, args: list[str]) -> ServerProcess:

@@ -16,10 +16,13 @@ checkpoint's config and weight files, the flags that change a pass) with its own
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import logging
 import os
+import signal
+import sys
 import threading
 import weakref
 from dataclasses import dataclass
@@ -88,10 +91,6 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 def _stop_with_launcher() -> None:
     """SIGTERM to this rank when the process that started it (mlx.launch) goes: a rank blocked in a receive
     would otherwise outlive its launch (Linux; elsewhere the launcher's own stop is all there is)."""
-    import ctypes
-    import signal
-    import sys
-
     if not sys.platform.startswith("linux"):
         return
     try:

@@ -294,7 +294,9 @@ RULES: dict[str, Rule] = {
         "measures, in every response's timings and the slot's log lines"
     ),
     "--rpc": _refuse(
-        _NO_GGML + "; there is no RPC backend to offload to", "split one model over several machines with mlx.launch (docs/scaling-out.md)", accumulates=True
+        _NO_GGML + "; there is no RPC backend to offload to",
+        "split one model over several machines with mlx.launch (docs/scaling-out.md)",
+        accumulates=True,
     ),
     # --mlock, --mmap, --direct-io and --load-mode write one field, in command-line order: see load_mode_refusal
     "--mlock": _inert("served: the weights locked in RAM once loaded"),

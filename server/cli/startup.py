@@ -21,6 +21,8 @@ from ..api.auth import AuthConfig
 from ..api.state import AppState, ServerSettings
 from ..api.task_params import SAMPLER_CHARS, SAMPLER_NAMES, TaskParams, f32
 from ..api.webui_settings import WebUI
+from ..backends import load_sharded, sharded_fingerprint
+from ..backends.distributed import Channel, follow, world
 from ..chat.autoparser import template_supports_thinking
 from ..chat.formats import REASONING_FORMATS
 from ..chat.legacy import (
@@ -323,8 +325,6 @@ def serve_launched(args, argv: list[str], prog: str, serve_config, auth, cors, v
     """The server this process is: one model (-m), b10621's router mode (no -m: models served on demand from the
     store, --models-dir, presets), or, launched by mlx.launch over several ranks, rank 0 serving a model split over
     them or another rank computing its part (docs/scaling-out.md)."""
-    from ..backends.distributed import world
-
     ranks = world()
     if ranks is not None:
         refused = ranks_refusal(args, prog)
@@ -341,9 +341,6 @@ def serve_launched(args, argv: list[str], prog: str, serve_config, auth, cors, v
 def serve_rank(args, prog: str, ranks) -> int:
     """A rank other than 0 of a launch over several ranks: its part of the model, each pass rank 0 sends it
     (backends/distributed.py follow), until rank 0 stops; no HTTP here."""
-    from ..backends import load_sharded, sharded_fingerprint
-    from ..backends.distributed import Channel, follow
-
     try:
         overrides = kv_override.parse([args.override_kv]) if args.override_kv else ()
         checkpoint = resolve_model(args.model, overrides)
@@ -449,7 +446,7 @@ def router_model(entry, model_argv: list[str], prog: str) -> Loaded:
         raise RuntimeError(exc.text) from None
     state.settings = dataclasses.replace(state.settings, api_prefix="")
     from ..api.app import create_app  # deferred: as serve_model's
-    from ..api.models import model_info
+    from ..api.models import model_info  # deferred: FastAPI, as create_app
 
     app = create_app(state)
     engine = state.engine  # started by build_state
