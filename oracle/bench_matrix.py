@@ -169,8 +169,10 @@ def run_cell(
     binary: Path,
     anchor: bool = True,
     anchor_timeout: float | None = ANCHOR_TIMEOUT,
+    groups: tuple[str, ...] = GROUPS,
 ) -> dict:
-    """One twin in one format: both servers up at once, measured in turn, alternating; then the anchor alone."""
+    """One twin in one format: both servers up at once, measured in turn, alternating; then the anchor alone.
+    groups: the figures' groups measured (all by default)."""
     from fixtures.speed_twins import speed_gguf, weight_bytes
 
     gguf = speed_gguf(shape, fmt)
@@ -180,7 +182,7 @@ def run_cell(
     samples = in_turn(
         servers,
         reps,
-        lambda url, rep: asyncio.run(measure(url, n_predict, rep, GROUPS, STREAMS, PROMPT_LENGTHS)),
+        lambda url, rep: asyncio.run(measure(url, n_predict, rep, groups, STREAMS, PROMPT_LENGTHS)),
         f"{shape} {fmt} ",
     )
     out: dict = {"shape": shape, "format": fmt, "args": args, "sizes": weight_bytes(gguf), "samples": samples}
@@ -219,9 +221,17 @@ def main(argv: list[str] | None = None) -> None:
         default=ANCHOR_TIMEOUT,
         help=f"seconds one of mlx_lm.server's figures may take in a repetition (default {ANCHOR_TIMEOUT:.0f})",
     )
+    p.add_argument(
+        "--groups",
+        default=",".join(GROUPS),
+        help=f"comma-separated groups of figures (default all: {','.join(GROUPS)}); peak RSS is always read",
+    )
     p.add_argument("--out", help="the JSON written (default reports/bench/<date>-<commit>-matrix.json)")
     p.add_argument("--table", action="store_true", help="then regenerate docs/speed-matrix.md's table from it")
     args = p.parse_args(argv)
+    groups = tuple(g for g in args.groups.split(",") if g)
+    if not groups or set(groups) - set(GROUPS):
+        p.error(f"--groups: a comma-separated subset of {','.join(GROUPS)}")
     meta = provenance()
     out = Path(args.out or f"reports/bench/{meta['date'][:10]}-{meta['commit']}-matrix.json")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -234,7 +244,7 @@ def main(argv: list[str] | None = None) -> None:
     for shape, fmt in chosen or [(shape, fmt) for shape in args.shapes for fmt in args.formats]:
         if shape not in SHAPES or fmt not in FORMATS:
             raise SystemExit(f"unknown cell {shape}:{fmt} (shapes: {', '.join(SHAPES)}; formats: {', '.join(FORMATS)})")
-        cell = run_cell(shape, fmt, args.reps, args.n_predict, binary, not args.no_anchor, args.anchor_timeout)
+        cell = run_cell(shape, fmt, args.reps, args.n_predict, binary, not args.no_anchor, args.anchor_timeout, groups)
         cell["bounds"] = bounds(cell["sizes"], machine["stream_bandwidth_gbs"], machine["gemm_gflops"])
         cells.append(cell)
         # written after every cell: a long run interrupted keeps what it measured
