@@ -41,9 +41,13 @@ STRUCTURE = (
 @needs_sdist
 @pytest.mark.heavy  # builds the family twins (seconds each) on first use
 @pytest.mark.parametrize("name", this_landing(FAMILIES))  # in CI a third of them each landing, in turn
-def test_family_gguf_imports_into_the_checkpoint_it_was_written_from(tmp_path, name):
+def test_family_gguf_imports_into_the_checkpoint_it_was_written_from(name):
+    """The server's own conversion of the family's F32 GGUF (the cache a `-m X.gguf` serves from, shared with
+    conformance/test_families.py's pair) is the MLX checkpoint the GGUF was written from, tensor for tensor."""
+    from server.models.store import converted_gguf
+
     twin = family_twin(name)
-    out = convert_gguf(twin.gguf, tmp_path / "converted")
+    out = converted_gguf(twin.gguf)
     got, want = mx.load(str(out / "model.safetensors")), mx.load(str(twin.mlx_dir / "model.safetensors"))
     assert sorted(got) == sorted(want)
     shift = FAMILIES[name].norm_shift  # Gemma: both compute with 1 + w, which the converter stored (1 + w)

@@ -99,7 +99,7 @@ def test_unkept_a_stack_is_mlx_lms_switch_layer_over_the_same_values(qtype, kind
 
 
 @pytest.mark.reference
-def test_a_ggufs_quantized_experts_stay_blocks_and_step_natively(reference_binary, tmp_path):
+def test_a_ggufs_quantized_experts_stay_blocks_and_step_natively(reference_binary):
     """The Qwen3-MoE twin's Q4_K_M (llama-quantize's: Q4_K and Q6_K experts, Q6_K held as float32 before) through the server's import: its experts stay
     the file's blocks and the native steps run the mixture over them. With products in float over the blocks the
     native prefill is MLX's within float rounding (a wrong expert, weight or order moves logits by units); over
@@ -107,11 +107,11 @@ def test_a_ggufs_quantized_experts_stay_blocks_and_step_natively(reference_binar
     bitwise. (MLX's router rounds its softmax otherwise, which 8-bit activations carry to ~0.5 in logits.)"""
     from fixtures.families import quantized_gguf
     from server.backends import open_backend
-    from server.models.gguf_import import convert_gguf
     from server.models.gguf_quants import KEPT_KEY
     from server.models.loader import load_checkpoint
+    from server.models.store import converted_gguf
 
-    out = convert_gguf(quantized_gguf("qwen3-moe", "Q4_K_M"), tmp_path / "converted", blocks=True)
+    out = converted_gguf(quantized_gguf("qwen3-moe", "Q4_K_M"))  # (the server's own conversion, cached as served)
     kept = json.loads((out / "config.json").read_text())["mlxcel"][KEPT_KEY]
     assert {kept[p] for p in kept if ".switch_mlp." in p} == {"Q4_K", "Q6_K"}  # (Q6_K: some layers' down)
     prompt = [504, 3458, 282, 4649, 314, 7042, 30, 198] * 4
