@@ -16,7 +16,9 @@ checkpoint's config and weight files, the flags that change a pass) with its own
 
 from __future__ import annotations
 
+import collections
 import ctypes
+import dataclasses
 import hashlib
 import json
 import logging
@@ -226,25 +228,24 @@ class Leader:
 
     def __init__(self, backend: Backend, channel: Channel):
         self._backend, self._channel = backend, channel
-        caps = backend.capabilities
-        self.capabilities = type(caps)(**{**caps.__dict__, "adapters": False, "control_vectors": False})
+        self.capabilities = dataclasses.replace(backend.capabilities, adapters=False, control_vectors=False)
         self.n_vocab, self.n_ctx_train = backend.n_vocab, backend.n_ctx_train
         self._numbers = 0
-        self._dropped: list[int] = []  # handles the engine let go since the last call
+        self._dropped: collections.deque[int] = collections.deque()  # handles the engine let go since the last call
         self._lock = threading.Lock()
         self._stopped = False
 
     def _handle(self, local: Any) -> Handle:
         handle = Handle(self._numbers, local)
         self._numbers += 1
-        weakref.finalize(handle, self._dropped.append, handle.number)  # (list.append: atomic)
+        weakref.finalize(handle, self._dropped.append, handle.number)  # (a deque's append and popleft: atomic)
         return handle
 
     def _call(self, op: str, *args: Any) -> Any:
         with self._lock:
             if self._stopped:
                 raise BackendRefusal("the other ranks have stopped")
-            dropped, self._dropped[:] = list(self._dropped), []
+            dropped = [self._dropped.popleft() for _ in range(len(self._dropped))]
             number = self._numbers if op in HANDED_OUT else None
             message = {"op": op, "args": _encode(list(args)), "drop": dropped, "new": number}
             self._channel.broadcast(json.dumps(message).encode())
