@@ -164,3 +164,24 @@ def test_a_launch_refuses_what_it_does_not_serve_across_ranks(twin_f32):
     finally:
         for sp in ranks:
             sp.cleanup()
+
+
+def test_a_rank_lost_makes_rank_0_answer_503_and_exit_1():
+    """A rank killed while the model is served: rank 0's next pass finds its connection gone, answers 503 with why,
+    and stops with status 1 (never a hang); the other rank's own line says rank 0 went, where it outlives it."""
+    from fixtures.families import family_twin
+
+    ranks = spawned(str(family_twin("llama3").mlx_dir), 2, [*F32_NUMERICS])
+    try:
+        ranks[0].wait_healthy(300)
+        body = {"prompt": PROMPTS[0], "n_predict": 4, "temperature": 0}
+        assert loopback.post(ranks[0].base_url + "/completion", json=body, timeout=120).status_code == 200
+        ranks[1].proc.kill()
+        ranks[1].proc.wait(timeout=30)
+        r = loopback.post(ranks[0].base_url + "/completion", json=body, timeout=120)
+        assert r.status_code == 503, r.text[:300]
+        assert "a rank of the model split across ranks was lost" in r.json()["error"]["message"]
+        assert ranks[0].proc.wait(timeout=60) == 1
+    finally:
+        for sp in ranks:
+            sp.cleanup()

@@ -413,7 +413,7 @@ async def _collect(state, t: _Task) -> None:
         elif isinstance(event, FinalEvent):
             t.final = event
         elif isinstance(event, ErrorEvent):
-            raise UpstreamError(event.message, ErrorKind.SERVER)
+            raise _error_of(event)
 
 
 @router.post("/completion")

@@ -18,7 +18,7 @@ from ..models.kv_numerics import KVNumerics
 from ..models.loader import LoadedModel, load_checkpoint, release_sources
 from ..models.yarn import YarnFlags
 from . import distributed
-from .base import Backend, BackendRefusal, Capabilities
+from .base import Backend, BackendLost, BackendRefusal, Capabilities
 from .distributed import Ranks
 from .memory import hand_back
 from .mlx_backend import MLXBackend
@@ -26,6 +26,7 @@ from .native_backend import NativeBackend
 
 __all__ = [
     "Backend",
+    "BackendLost",
     "BackendRefusal",
     "Capabilities",
     "Ranks",

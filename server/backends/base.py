@@ -20,6 +20,11 @@ class BackendRefusal(RuntimeError):
     """The model cannot be served by this backend (said once, at load, in one line)."""
 
 
+class BackendLost(RuntimeError):
+    """The backend can no longer compute (a rank of a model split across ranks is gone): every request from now on
+    is answered 503 with this message, and the server stops with a non-zero status."""
+
+
 @dataclass(frozen=True)
 class Capabilities:
     """What a loaded model's backend can do, declared at load; the engine plans by it, never by a type check."""

@@ -34,7 +34,7 @@ from typing import Any, Callable
 import mlx.core as mx
 import numpy as np
 
-from .base import Backend, BackendRefusal
+from .base import Backend, BackendLost, BackendRefusal
 
 log = logging.getLogger("mlxcel.distributed")
 
@@ -234,6 +234,7 @@ class Leader:
         self._dropped: collections.deque[int] = collections.deque()  # handles the engine let go since the last call
         self._lock = threading.Lock()
         self._stopped = False
+        self.lost = ""  # why the ranks can no longer compute ("": they can)
 
     def _handle(self, local: Any) -> Handle:
         handle = Handle(self._numbers, local)
@@ -243,14 +244,19 @@ class Leader:
 
     def _call(self, op: str, *args: Any) -> Any:
         with self._lock:
-            if self._stopped:
-                raise BackendRefusal("the other ranks have stopped")
+            if self._stopped or self.lost:
+                raise BackendLost(self.lost or "the other ranks have stopped")
             dropped = [self._dropped.popleft() for _ in range(len(self._dropped))]
             number = self._numbers if op in HANDED_OUT else None
             message = {"op": op, "args": _encode(list(args)), "drop": dropped, "new": number}
-            self._channel.broadcast(json.dumps(message).encode())
-            result = getattr(self._backend, op)(*(_local(a) for a in args))
-            _settle(result, *(_local(a) for a in args))
+            try:
+                self._channel.broadcast(json.dumps(message).encode())
+                result = getattr(self._backend, op)(*(_local(a) for a in args))
+                _settle(result, *(_local(a) for a in args))
+            except RuntimeError as exc:  # (MLX's ring: a peer's connection lost in a send or an all_sum)
+                self.lost = f"a rank of the model split across ranks was lost ({exc})"
+                log.error("%s: rank 0 stops", self.lost)
+                raise BackendLost(self.lost) from None
             if op == "snapshot":
                 return self._handle(result[0]), result[1]
             return self._handle(result) if op in HANDED_OUT else result
@@ -258,7 +264,7 @@ class Leader:
     def stop(self) -> None:
         """Tell every other rank to stop (once; a rank already gone is not waited for)."""
         with self._lock:
-            if not self._stopped:
+            if not self._stopped and not self.lost:
                 self._stopped = True
                 try:
                     self._channel.broadcast(json.dumps({"op": STOP}).encode())

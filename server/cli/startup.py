@@ -392,7 +392,13 @@ def serve_model(args, prog: str, serve_config, auth, cors, vertex, ranks=None) -
         else:
             announce_listening(server.address)
 
+    def _exit_on_lost_backend() -> None:  # (a rank of a split model gone: every request 503, then the stop)
+        engine.lost_event.wait()
+        log.error("exiting: %s", engine.lost)
+        server.stop()
+
     threading.Thread(target=_exit_on_load_failure, daemon=True).start()
+    threading.Thread(target=_exit_on_lost_backend, daemon=True).start()
     try:
         server.run()
     finally:  # the engine thread ends its step before the interpreter tears down what it computes with
@@ -400,7 +406,7 @@ def serve_model(args, prog: str, serve_config, auth, cors, vertex, ranks=None) -
         engine.stop(wait=30)
         if leader is not None and hasattr(leader, "stop"):
             leader.stop()
-    return 1 if engine.load_error else 0
+    return 1 if engine.load_error or engine.lost else 0
 
 
 def serve_models(args, argv: list[str], prog: str, serve_config, auth, cors) -> int:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ..backends import Backend, hand_back, load_backend
+from ..backends import Backend, BackendLost, hand_back, load_backend
 from ..grammar.constraint import GrammarVocab
 from ..models import weight_lock
 from . import commands as cmd
@@ -86,6 +86,8 @@ class Engine:
         self.info = EngineInfo(model_path=str(checkpoint), n_slots=config.n_slots)
         self.ready = threading.Event()
         self.load_error: str | None = None
+        self.lost = ""  # the backend can no longer compute (BackendLost): the server stops, status 1
+        self.lost_event = threading.Event()
         self._queue: queue.Queue = queue.Queue()
         self._ids = itertools.count()  # b10621's task ids: one per generation and per slots query
         self.registry = SlotRegistry()
@@ -327,6 +329,12 @@ class Engine:
             self.actions.run(sched)
             try:
                 self._require().step.run(sched)
+            except BackendLost as exc:  # nothing can run any more: 503 to everyone, and the server stops
+                self.lost = str(exc)
+                for seq in sched.everyone():
+                    seq.payload.handle.publish(ErrorEvent(str(exc), "unavailable"))
+                    sched.free(seq)
+                self.lost_event.set()
             except Exception as exc:  # never leave a client hanging
                 log.exception("engine step failed")
                 for seq in sched.everyone():
