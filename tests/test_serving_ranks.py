@@ -185,3 +185,17 @@ def test_a_rank_lost_makes_rank_0_answer_503_and_exit_1():
     finally:
         for sp in ranks:
             sp.cleanup()
+
+
+def test_heads_the_ranks_do_not_divide_are_refused_on_every_rank(twin_f32):
+    """SmolLM2's 9 query heads over 2 ranks: each rank says so in one line and exits 1 (no traceback, no hang)."""
+    ranks = spawned(twin_f32.mlx_model, 2, [*F32_NUMERICS])
+    try:
+        assert [sp.proc.wait(timeout=120) for sp in ranks] == [1, 1]
+        for sp in ranks:
+            text = sp.log_path.read_text()
+            assert "num_attention_heads 9 is not a multiple of the 2 ranks" in text, text[-500:]
+            assert "Traceback" not in text
+    finally:
+        for sp in ranks:
+            sp.cleanup()

@@ -29,7 +29,7 @@ import threading
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import mlx.core as mx
 import numpy as np
@@ -360,21 +360,28 @@ def handshake_leader(channel: Channel, mine: str) -> None:
     channel.broadcast(json.dumps({"op": "serve"}).encode())
 
 
-def follow(backend: Backend, channel: Channel, mine: str, on_call: Callable[[str], None] | None = None) -> int:
+def follow(backend: Backend, channel: Channel, mine: str) -> int:
     """A rank other than 0: answer rank 0's handshake, then repeat its calls until it says stop. The exit status:
-    0 on rank 0's stop, 1 when the ranks' fingerprints differ."""
-    hello = json.loads(channel.receive())
-    channel.answer(json.dumps({"fingerprint": mine}).encode())
-    if json.loads(channel.receive()).get("op") != "serve":
-        log.error("rank %d: rank 0 runs %s, this rank %s: not serving", channel.ranks.rank, hello["fingerprint"], mine)
+    0 on rank 0's stop, 1 when the ranks' fingerprints differ or rank 0 went without its stop."""
+    try:
+        hello = json.loads(channel.receive())
+        channel.answer(json.dumps({"fingerprint": mine}).encode())
+        if json.loads(channel.receive()).get("op") != "serve":
+            log.error(
+                "rank %d: rank 0 runs %s, this rank %s: not serving", channel.ranks.rank, hello["fingerprint"], mine
+            )
+            return 1
+        return _repeat(backend, channel)
+    except RuntimeError as exc:  # (MLX's ring: rank 0's connection lost; it failed to load, or went)
+        log.error("rank %d: rank 0 is gone (%s): stopping", channel.ranks.rank, exc)
         return 1
+
+
+def _repeat(backend: Backend, channel: Channel) -> int:
+    """Rank 0's calls, each made on this rank's shard, until its stop (0)."""
     handles: dict[int, Any] = {}
     while True:
-        try:
-            message = json.loads(channel.receive())
-        except RuntimeError as exc:  # rank 0 went without its stop: this rank has nothing left to do
-            log.error("rank %d: rank 0 is gone (%s): stopping", channel.ranks.rank, exc)
-            return 1
+        message = json.loads(channel.receive())
         op = message["op"]
         if op == STOP:
             return 0
@@ -387,5 +394,3 @@ def follow(backend: Backend, channel: Channel, mine: str, on_call: Callable[[str
         _settle(result, *args)
         if message.get("new") is not None:
             handles[message["new"]] = result[0] if op == "snapshot" else result
-        if on_call is not None:
-            on_call(op)

@@ -21,7 +21,7 @@ from ..api.auth import AuthConfig
 from ..api.state import AppState, ServerSettings
 from ..api.task_params import SAMPLER_CHARS, SAMPLER_NAMES, TaskParams, f32
 from ..api.webui_settings import WebUI
-from ..backends import load_sharded, sharded_fingerprint
+from ..backends import BackendRefusal, load_sharded, sharded_fingerprint
 from ..backends.distributed import Channel, follow, world
 from ..chat.autoparser import template_supports_thinking
 from ..chat.formats import REASONING_FORMATS
@@ -348,10 +348,15 @@ def serve_rank(args, prog: str, ranks) -> int:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 1
     kv, rope, yarn = kv_numerics(args), rope_overrides(args), yarn_flags(args)
-    backend = load_sharded(checkpoint, ranks, n_batch=args.batch_size, kv=kv, rope=rope, yarn=yarn)
+    try:
+        backend = load_sharded(checkpoint, ranks, n_batch=args.batch_size, kv=kv, rope=rope, yarn=yarn)
+    except BackendRefusal as exc:  # (rank 0 refuses the same in its own line)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 1
     log.info("rank %d of %d: serving rank 0's passes", ranks.rank, ranks.size)
     status = follow(backend, Channel(ranks), sharded_fingerprint(checkpoint, args.batch_size, kv, rope, yarn))
-    log.info("rank %d of %d: stopped by rank 0", ranks.rank, ranks.size)
+    if status == 0:
+        log.info("rank %d of %d: stopped by rank 0", ranks.rank, ranks.size)
     return status
 
 
