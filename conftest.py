@@ -168,60 +168,106 @@ def live_reference_f32(request):
     return request.getfixturevalue("reference_f32") if reference_live(request.module.__name__) else None
 
 
-@pytest.fixture(scope="session")
-def corpus_servers(request):
+def _announce_pair(config, started: int, twin_kind: str, args: tuple[str, ...], with_reference: bool) -> None:
+    """Which server state the cases now running need, among how many (past pytest's capture)."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None:
+        return
+    flags = " ".join(args)
+    total = getattr(config, "_mlxcel_pairs", 0)
+    with config.pluginmanager.get_plugin("capturemanager").global_and_fixture_disabled():
+        reporter.write_line(
+            f"[pair {started}/{total}{'' if with_reference else ', recorded reference'}] {twin_kind}: "
+            f"{flags[:90] + '...' if len(flags) > 90 else flags}"
+        )
+
+
+class _CorpusPairs:
     """Servers for corpus cases with flags of their own: one fresh pair per (twin, flags), started on first use.
 
-    Only the current group's pair stays up (the corpus is ordered by group): a pair per group at once would
-    not fit in memory. Returns get(twin, args, with_reference, state) -> (mlxcel url, reference url or None
-    without the reference: oracle/live.py decides per state); `state` (oracle.corpus.server_states) tells apart
-    two pairs of the same flags (a fresh case's own).
-    """
-    from oracle.processes import ROUTER, server_pair, start_together, stop_in_background
+    Only the current group's pair stays up (the corpus is ordered by group), and the next group's pair is
+    launched while this one boots and serves its cases: a pair's start is ~2 s of one core (imports and loading),
+    most corpus states hold one short case, and the machine has a second core. A pair per group at once would not
+    fit in memory."""
 
-    current: dict = {"key": None, "urls": None, "procs": [], "started": 0}
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    reapers: list = []
+    def __init__(self, request):
+        self.request = request
+        self.key: tuple | None = None
+        self.urls: tuple | None = None
+        self.procs: list = []
+        self.started = 0
+        self.reapers: list = []
+        self.ahead: dict = {}  # a state's key -> its pair, launched and not yet waited for
 
-    def stop() -> None:  # the next pair starts while this one shuts down
-        reapers.append(stop_in_background(current["procs"]))
-        current.update(key=None, urls=None, procs=[])
+    def _stop(self) -> None:  # the next pair starts while this one shuts down
+        from oracle.processes import stop_in_background
+
+        self.reapers.append(stop_in_background(self.procs))
+        self.key, self.urls, self.procs = None, None, []
+
+    def _launch(self, twin_kind: str, args: tuple[str, ...], with_reference: bool, store: bool) -> tuple:
+        from oracle.processes import ROUTER, server_pair
+
+        if twin_kind != ROUTER:
+            self.request.getfixturevalue(f"twin_{twin_kind}")  # built once per session
+        binary = self.request.getfixturevalue("reference_binary") if with_reference else None
+        ref, mine = server_pair(twin_kind, args, binary, with_reference=with_reference, store=store)
+        both = [mine] if ref is None else [mine, ref]
+        for p in both:
+            p.launch()
+        return mine, ref, both
+
+    def _launch_ahead(self, following: tuple | None, now: tuple) -> None:
+        if following is None:
+            return
+        twin_kind, args, with_reference, state, store = following
+        key = (state or (twin_kind, args), with_reference)
+        if key != now and key not in self.ahead:
+            self.ahead[key] = self._launch(twin_kind, args, with_reference, store)
 
     def get(
+        self,
         twin_kind: str,
         args: tuple[str, ...],
         with_reference: bool = True,
         state: str | None = None,
         store: bool = False,
+        following: tuple | None = None,
     ):
-        key = (state or (twin_kind, args), with_reference)
-        if current["key"] != key:
-            stop()
-            if twin_kind != ROUTER:
-                request.getfixturevalue(f"twin_{twin_kind}")  # built once per session
-            binary = request.getfixturevalue("reference_binary") if with_reference else None
-            ref, mine = server_pair(twin_kind, args, binary, with_reference=with_reference, store=store)
-            both = [mine] if ref is None else [mine, ref]
-            current["started"] += 1
-            if reporter is not None:  # which server state the cases now running need, among how many
-                flags = " ".join(args)
-                total = getattr(request.config, "_mlxcel_pairs", 0)
-                capture = request.config.pluginmanager.get_plugin("capturemanager")
-                with capture.global_and_fixture_disabled():  # past pytest's capture of the test's output
-                    reporter.write_line(
-                        f"[pair {current['started']}/{total}"
-                        f"{'' if with_reference else ', recorded reference'}] {twin_kind}: "
-                        f"{flags[:90] + '...' if len(flags) > 90 else flags}"
-                    )
-            current["procs"].extend(both)
-            start_together(*both)  # side by side: the pair is up in the time of the slower one
-            current.update(key=key, urls=(mine.base_url, ref.base_url if ref is not None else None))
-        return current["urls"]
+        """(mlxcel url, reference url or None without the reference: oracle/live.py decides per state); `state`
+        (oracle.corpus.server_states) tells apart two pairs of the same flags (a fresh case's own); `following`:
+        the next case's (twin, args, with_reference, state, store), launched ahead."""
+        from oracle.processes import start_together
 
-    yield get
-    stop()
-    for reaper in reapers:
-        reaper.join()
+        key = (state or (twin_kind, args), with_reference)
+        if self.key != key:
+            self._stop()
+            mine, ref, both = self.ahead.pop(key, None) or self._launch(twin_kind, args, with_reference, store)
+            self.started += 1
+            _announce_pair(self.request.config, self.started, twin_kind, args, with_reference)
+            self.procs.extend(both)
+            self._launch_ahead(following, key)
+            start_together(*both)  # side by side: the pair is up in the time of the slower one (launched)
+            self.key = key
+            self.urls = (mine.base_url, ref.base_url if ref is not None else None)
+        return self.urls
+
+    def close(self) -> None:
+        from oracle.processes import stop_in_background
+
+        self._stop()
+        for _, _, both in self.ahead.values():  # launched for a case that did not run (deselected, a failure)
+            self.reapers.append(stop_in_background(both))
+        for reaper in self.reapers:
+            reaper.join()
+
+
+@pytest.fixture(scope="session")
+def corpus_servers(request):
+    """_CorpusPairs.get: the server pair of a corpus case's own state."""
+    pairs = _CorpusPairs(request)
+    yield pairs.get
+    pairs.close()
 
 
 def pytest_terminal_summary(terminalreporter):

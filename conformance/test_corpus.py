@@ -27,13 +27,27 @@ STATE_RECORDED = {key: all(is_current(c.name, c.request) for c in cases) for key
 PARAMS = [pytest.param(c, id=c.name, marks=pytest.mark.own_server if STATE_OF[c.name] != SHARED else ()) for c in CASES]
 
 
+def _following(request) -> tuple | None:
+    """The server state of the corpus case pytest runs next, when it needs a pair of its own: launched ahead."""
+    items = request.session.items
+    at = items.index(request.node)
+    nxt = items[at + 1] if at + 1 < len(items) else None
+    if nxt is None or getattr(nxt, "originalname", None) != "test_corpus_case":
+        return None
+    case = nxt.callspec.params["case"]
+    state = STATE_OF[case.name]
+    if state == SHARED:
+        return None
+    return (case.twin, case.args, reference_live(state, STATE_RECORDED[state]), state, case.store)
+
+
 @pytest.mark.parametrize("case", PARAMS)
 def test_corpus_case(case, request):
     state = STATE_OF[case.name]
     if state != SHARED:  # flags of its own, or fresh: the pair of its server state
         live = reference_live(state, STATE_RECORDED[state])
         mlxcel_url, reference_url = request.getfixturevalue("corpus_servers")(
-            case.twin, case.args, live, state, case.store
+            case.twin, case.args, live, state, case.store, _following(request)
         )
     else:
         mlxcel_url = request.getfixturevalue(f"mlxcel_{case.twin}").base_url

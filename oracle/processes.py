@@ -155,11 +155,12 @@ def stop_in_background(procs: list[ServerProcess]) -> threading.Thread:
 
 
 def start_together(*procs: ServerProcess, timeout: float = 300.0) -> None:
-    """Launch every server, then wait for each: a pair boots in the time of the slower one. If one fails,
-    all are stopped before the error goes on."""
+    """Launch every server (those not launched yet), then wait for each: a pair boots in the time of the slower
+    one. If one fails, all are stopped before the error goes on."""
     try:
         for p in procs:
-            p.launch()
+            if p.proc is None:
+                p.launch()
         for p in procs:
             p.wait_healthy(timeout)
     except BaseException:

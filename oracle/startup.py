@@ -28,6 +28,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -244,38 +245,61 @@ def _file_properties(path: Path, observe: tuple[str, ...]) -> dict[str, Any]:
     return props
 
 
-def observe(case: StartupCase, side: Side, extra: dict[str, str] | None = None) -> Observation:  # noqa: C901
+_FIXTURES = threading.Lock()
+# A startup case is mostly one process starting (~2 s of one core, imports and loading under the GIL), so the
+# next case's mlxcel side starts on the second core while this one runs (observe_ahead): ~1.9x over the suite.
+_AHEAD: dict[str, Future[Observation]] = {}
+_AHEAD_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="startup-ahead")  # this case and the next
+
+
+def observe_ahead(case: StartupCase, extra: dict[str, str] | None = None) -> None:
+    """Start observing the case's mlxcel side now, in the background; run_startup_case takes the result.
+    The observation is the same as in turn: each case has its own port, scratch directory and HOME."""
+    key = case.fingerprint()
+    if key not in _AHEAD:
+        _, mine = sides(case, None)
+        _AHEAD[key] = _AHEAD_POOL.submit(observe, case, mine, extra)
+
+
+def _values(case: StartupCase, side: Side, workdir: Path, extra: dict[str, str] | None) -> dict[str, str]:
+    """The case's placeholders, building the fixtures it names (cached on disk)."""
+    values = {
+        **(extra or {}),
+        "port": str(_free_port()),
+        "tmp": str(workdir),
+        "gguf": str(side.gguf),
+        "repo": str(REPO_ROOT),
+        "sock": str(workdir / "server.sock"),
+    }
+    if any("{lora_gguf}" in a for a in case.args):  # the seeded GGUF LoRA (fixtures/lora.py), read by both
+        from fixtures.lora import lora_gguf
+
+        values["lora_gguf"] = str(lora_gguf())
+    if any("{mmproj}" in a for a in case.args):  # a real projector: b10621 loads it (fixtures/projector.py)
+        from fixtures.projector import projector_gguf
+
+        values["mmproj"] = str(projector_gguf())
+    if any("{control_vector}" in a for a in case.args):
+        from fixtures.control_vector import control_vector_gguf
+
+        values["control_vector"] = str(control_vector_gguf())
+    if any("{damaged}" in a for a in case.args):  # damaged copies of the Q4_1 GGUF (fixtures/damaged_gguf.py)
+        from fixtures.damaged_gguf import damaged_dir
+
+        values["damaged"] = str(damaged_dir())
+    if any("{draft_" in a for a in case.args):  # a twin's GGUF as a draft model, read by both
+        from fixtures.twins import twin
+
+        values |= {"draft_q4_1": str(twin("q4_1").gguf), "draft_f32": str(twin("f32").gguf)}
+    return values
+
+
+def observe(case: StartupCase, side: Side, extra: dict[str, str] | None = None) -> Observation:
     """Run the case's command line on one side and observe it; the process is always stopped."""
     workdir = Path(tempfile.mkdtemp(prefix=f"mlxcel-startup-{side.name}-"))
     try:
-        values = {
-            **(extra or {}),
-            "port": str(_free_port()),
-            "tmp": str(workdir),
-            "gguf": str(side.gguf),
-            "repo": str(REPO_ROOT),
-            "sock": str(workdir / "server.sock"),
-        }
-        if any("{lora_gguf}" in a for a in case.args):  # the seeded GGUF LoRA (fixtures/lora.py), read by both
-            from fixtures.lora import lora_gguf
-
-            values["lora_gguf"] = str(lora_gguf())
-        if any("{mmproj}" in a for a in case.args):  # a real projector: b10621 loads it (fixtures/projector.py)
-            from fixtures.projector import projector_gguf
-
-            values["mmproj"] = str(projector_gguf())
-        if any("{control_vector}" in a for a in case.args):
-            from fixtures.control_vector import control_vector_gguf
-
-            values["control_vector"] = str(control_vector_gguf())
-        if any("{damaged}" in a for a in case.args):  # damaged copies of the Q4_1 GGUF (fixtures/damaged_gguf.py)
-            from fixtures.damaged_gguf import damaged_dir
-
-            values["damaged"] = str(damaged_dir())
-        if any("{draft_" in a for a in case.args):  # a twin's GGUF as a draft model, read by both
-            from fixtures.twins import twin
-
-            values |= {"draft_q4_1": str(twin("q4_1").gguf), "draft_f32": str(twin("f32").gguf)}
+        with _FIXTURES:  # (a case observed ahead builds its fixtures on another thread)
+            values = _values(case, side, workdir, extra)
         argv = [*side.program, *(side.model if case.model else ())]
         if case.listen:
             argv += ["--host", "127.0.0.1", "--port", values["port"]]
@@ -452,7 +476,8 @@ def run_startup_case(
     if ref_side is not None:  # both sides start at once: most of a case is waiting
         thread = threading.Thread(target=lambda: live.append(observe(case, ref_side, extra)))
         thread.start()
-    mine = observe(case, mine_side, extra)
+    ahead = _AHEAD.pop(case.fingerprint(), None)
+    mine = ahead.result() if ahead is not None else observe(case, mine_side, extra)
     if thread is not None:
         thread.join()
     ref, source = reference_live_or_recorded(case, live[0] if live else None)
