@@ -199,3 +199,83 @@ def test_heads_the_ranks_do_not_divide_are_refused_on_every_rank(twin_f32):
     finally:
         for sp in ranks:
             sp.cleanup()
+
+
+def test_two_ranks_in_a_pipeline_serve_one_process_answers():
+    """qwen2.5's family twin with its layers split over 2 ranks (--pp-size 2, mlx-lm's pipeline: rank 1 runs the
+    first half, sends the hidden rows to rank 0, which runs the rest): traces, greedy, streamed, chat and seeded
+    sampling as one process answers them, a slot's cache reused, and n-gram drafts verified across the ranks (the
+    ranks drafting, the one process not: drafting changes no token)."""
+    from fixtures.families import family_twin
+
+    model = str(family_twin("qwen2.5").mlx_dir)
+    # (size-n 1: the random twin's greedy paths repeat single tokens, which the drafter then copies)
+    ngram = ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "1", "--spec-ngram-simple-size-m", "4"]
+    args = [*F32_NUMERICS, "-np", "2"]
+    one = mlxcel_server(model, args)  # plain decoding: the ranks' drafted answers must be its answers
+    ranks = spawned(model, 2, [*args, "--pp-size", "2", *ngram])
+    try:
+        one.launch()
+        for sp in (one, ranks[0]):
+            sp.wait_healthy(300)
+        assert "rank 1 of 2: pipeline parallel" in ranks[1].log_path.read_text()
+        _agree(one, ranks[0], PROMPTS[:2], 12, 12)
+        greedy = {"prompt": PROMPTS[1], "n_predict": 12, "temperature": 0}
+        assert _stream_text(ranks[0].base_url, greedy) == _same(one, ranks[0], "/completion", greedy)["content"]
+        chat = {"messages": [{"role": "user", "content": "Name a color."}], "max_tokens": 8, "temperature": 0}
+        _same(one, ranks[0], "/v1/chat/completions", chat)
+        _same(one, ranks[0], "/completion", {"prompt": PROMPTS[2], "n_predict": 10, "temperature": 0.8, "seed": 7})
+        again = _same(one, ranks[0], "/completion", greedy)  # the slot's cache, kept on every rank, reused
+        assert again["timings"]["cache_n"] > 0, again["timings"]
+        drafted = _same(one, ranks[0], "/completion", {"prompt": PROMPTS[0], "n_predict": 12, "temperature": 0})
+        assert drafted["timings"].get("draft_n", 0) > 0, drafted["timings"]  # drafts verified across the ranks
+    finally:
+        for sp in (one, *ranks):
+            sp.cleanup()
+
+
+def _slowdowns(base: str) -> dict[str, float]:
+    r = loopback.get(base + "/metrics", timeout=120)
+    assert r.status_code == 200, r.text[:300]
+    out = {}
+    for line in r.text.splitlines():
+        if line.startswith("mlxcel:rank_slowdown{"):
+            out[line.split('"')[1]] = float(line.split()[-1])
+    return out
+
+
+def test_a_slow_rank_shows_in_metrics():
+    """Each rank's time for the same probe product is in GET /metrics, and the slowdown against the fastest: rank 1
+    held stopped 3/4 of the time (SIGSTOP/SIGCONT, a stand-in for a busier machine) is the slow one, several times
+    rank 0's figure; running freely again, it is not."""
+    import threading
+    import time
+
+    from fixtures.families import family_twin
+
+    ranks = spawned(str(family_twin("llama3").mlx_dir), 2, [*F32_NUMERICS, "--metrics"])
+    try:
+        ranks[0].wait_healthy(300)
+        done = threading.Event()
+
+        def hold() -> None:
+            while not done.is_set():
+                ranks[1].proc.send_signal(signal.SIGSTOP)
+                time.sleep(0.03)
+                ranks[1].proc.send_signal(signal.SIGCONT)
+                time.sleep(0.01)
+
+        holder = threading.Thread(target=hold, daemon=True)
+        holder.start()
+        try:
+            held = _slowdowns(ranks[0].base_url)
+        finally:
+            done.set()
+            holder.join()
+            ranks[1].proc.send_signal(signal.SIGCONT)
+        assert set(held) == {"0", "1"} and held["0"] == 1.0 and held["1"] >= 2.0, held
+        free = _slowdowns(ranks[0].base_url)
+        assert free["1"] < held["1"] / 1.5, (free, held)
+    finally:
+        for sp in ranks:
+            sp.cleanup()

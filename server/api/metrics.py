@@ -3,11 +3,13 @@ the Process-Start-Time-Unix header; 501 in b10621's words when the endpoint is o
 
 from __future__ import annotations
 
+import asyncio
+
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from ..errors import METRICS_DISABLED, ErrorKind, UpstreamError
-from .prometheus import render_snapshot
+from .prometheus import render_ranks, render_snapshot
 
 router = APIRouter()
 CONTENT_TYPE = "text/plain; version=0.0.4"
@@ -25,7 +27,10 @@ async def get_metrics(request: Request):
     if not state.settings.endpoint_metrics:
         raise UpstreamError(METRICS_DISABLED, ErrorKind.NOT_SUPPORTED)
     engine = state.engine
-    response = MetricsText(render_snapshot(engine.metrics_snapshot()).encode())
+    text = render_snapshot(engine.metrics_snapshot())
+    if getattr(engine, "rank_seconds", None) is not None:  # (the encoder's worker has no ranks)
+        text += render_ranks(await asyncio.to_thread(engine.rank_seconds))  # (waits for the pass in flight)
+    response = MetricsText(text.encode())
     # spelled as b10621 spells it (Starlette lowercases the names it is given): a client reading the headers
     # into a plain dict looks it up by that spelling
     response.raw_headers.insert(0, (b"Process-Start-Time-Unix", str(engine.metrics.t_start).encode()))

@@ -80,3 +80,20 @@ def render_own(snapshot: MetricsSnapshot) -> str:
 
 def render_snapshot(snapshot: MetricsSnapshot) -> str:
     return render(snapshot.counters, snapshot.n_processing, snapshot.n_deferred) + render_own(snapshot)
+
+
+def render_ranks(seconds: list[float]) -> str:
+    """A model split over ranks: each rank's time for the same probe product (distributed.probe_seconds), and that
+    against the fastest rank's; a rank far above 1 holds every pass's collectives (a slower or busier machine)."""
+    if not seconds:
+        return ""
+    fastest = min(seconds) or 1e-9
+    lines = [
+        "# HELP mlxcel:rank_probe_seconds Seconds each rank took for the same product, measured at this scrape",
+        "# TYPE mlxcel:rank_probe_seconds gauge",
+        *(f'mlxcel:rank_probe_seconds{{rank="{r}"}} {_number(s)}' for r, s in enumerate(seconds)),
+        "# HELP mlxcel:rank_slowdown Each rank's probe time over the fastest rank's",
+        "# TYPE mlxcel:rank_slowdown gauge",
+        *(f'mlxcel:rank_slowdown{{rank="{r}"}} {_number(s / fastest)}' for r, s in enumerate(seconds)),
+    ]
+    return "\n".join(lines) + "\n"

@@ -91,10 +91,11 @@ def load_backend(
 
 
 def sharded_fingerprint(
-    checkpoint: Path, n_batch: int, kv: KVNumerics | None, rope: tuple, yarn: YarnFlags | None
+    checkpoint: Path, n_batch: int, kv: KVNumerics | None, rope: tuple, yarn: YarnFlags | None, split: str
 ) -> str:
     """What every rank must agree on before serving (distributed.fingerprint)."""
-    return distributed.fingerprint(checkpoint, {"n_batch": n_batch, "kv": kv, "rope": rope, "yarn": yarn})
+    flags = {"n_batch": n_batch, "kv": kv, "rope": rope, "yarn": yarn, "split": split}
+    return distributed.fingerprint(checkpoint, flags)
 
 
 def load_sharded(
@@ -106,14 +107,18 @@ def load_sharded(
     rope: tuple = (None, None),
     yarn: YarnFlags | None = None,
 ) -> Backend:
-    """The model split over the ranks (mlx-lm's tensor-parallel shard, MLX's own passes: mlxcel's native steps
-    run one process), as the MLX backend; on rank 0 a Leader, once every rank has shown the same fingerprint."""
+    """The model split over the ranks (mlx-lm's tensor-parallel shard or its pipeline, as ranks.split says; MLX's
+    own passes: mlxcel's native steps run one process), as the MLX backend; on rank 0 a Leader, once every rank
+    has shown the same fingerprint."""
     loaded = load_checkpoint(checkpoint, kernels=False, transpose=False, rope=rope, yarn=yarn)
-    distributed.shard(loaded.model, ranks)
+    distributed.split(loaded.model, ranks)
     mx.eval(loaded.model.parameters())
     backend = MLXBackend(loaded, n_batch=n_batch, kv=kv)
+    # never a decode issued ahead (a GPU's greedy path): rank 0 alone would run it, and its collectives would meet
+    # none of the other ranks'
+    backend.pipeline = False
     if ranks.rank != 0:
         return backend
     channel = distributed.Channel(ranks)
-    distributed.handshake_leader(channel, sharded_fingerprint(checkpoint, n_batch, kv, rope, yarn))
+    distributed.handshake_leader(channel, sharded_fingerprint(checkpoint, n_batch, kv, rope, yarn, ranks.split))
     return cast(Backend, distributed.Leader(backend, channel))

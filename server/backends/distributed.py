@@ -26,6 +26,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,14 +61,18 @@ MIRRORED = frozenset(
 )
 # the calls whose result is a cache, a batch or a snapshot (held under a handle on every rank)
 HANDED_OUT = frozenset({"new_cache", "snapshot", "restore", "restore_chunks", "batch_merge", "batch_extract"})
-STOP, HELLO = "stop", "hello"
+STOP, HELLO, PROBE = "stop", "hello", "probe"
+
+
+SPLITS = ("tensor", "pipeline")
 
 
 @dataclass(frozen=True)
 class Ranks:
-    """The group mlx.launch started this process in."""
+    """The group mlx.launch started this process in, and how the model is split over it."""
 
     group: Any  # mx.distributed.Group
+    split: str = "tensor"  # "tensor": heads and MLP columns (mlx-lm's shard); "pipeline": layers (its pipeline)
 
     @property
     def rank(self) -> int:
@@ -150,6 +155,65 @@ def fingerprint(checkpoint: Path, flags: dict) -> str:
         h.update(f"{f.name}:{f.stat().st_size}".encode())
     h.update(json.dumps(flags, sort_keys=True, default=str).encode())
     return h.hexdigest()[:16]
+
+
+def split_refusal(tp: int | None, pp: int | None, size: int) -> str | None:
+    """--tp-size / --pp-size against the ranks launched (size 1: one process): the reason they do not fit, or
+    None. One split at a time: tensor and pipeline parallel together are not served."""
+    given = [(f, n) for f, n in (("--tp-size", tp), ("--pp-size", pp)) if n is not None]
+    for flag, n in given:
+        if n < 1:
+            return f"{flag} {n}: a split is over 1 or more ranks"
+        if size == 1 and n > 1:
+            return f"{flag} {n}: a model is split over the ranks mlx.launch starts (docs/scaling-out.md); this is one"
+    if (tp or 1) > 1 and (pp or 1) > 1:
+        return "--tp-size and --pp-size both above 1: one split at a time (tensor or pipeline parallel)"
+    if size > 1 and given and max(n for _, n in given) != size:
+        flag, n = max(given, key=lambda g: g[1])
+        return f"{flag} {n}: {size} ranks were launched: the split is over all of them"
+    return None
+
+
+def split_of(pp: int | None) -> str:
+    """The split a launch serves (split_refusal passed): pipeline where --pp-size asks for it, else tensor."""
+    return "pipeline" if (pp or 1) > 1 else "tensor"
+
+
+def split(model: Any, ranks: Ranks) -> None:
+    """The model split over the ranks as ranks.split says."""
+    (pipeline if ranks.split == "pipeline" else shard)(model, ranks)
+
+
+def pipeline(model: Any, ranks: Ranks) -> None:
+    """Consecutive layers per rank, rank 0 the last ones (mlx-lm's PipelineMixin.pipeline: each rank receives the
+    hidden rows from the rank before it, runs its layers, sends them on; the last layers' output is gathered on
+    every rank). A model without it, or with fewer layers than ranks, is refused in one line."""
+    inner: Any = getattr(model, "model", None)
+    if not hasattr(inner, "pipeline"):
+        raise BackendRefusal(f"{type(model).__module__}: mlx-lm has no pipeline split for this architecture")
+    n_layers = len(inner.layers)
+    if n_layers < ranks.size:
+        raise BackendRefusal(f"{n_layers} layers over {ranks.size} ranks: a pipeline stage needs one at least")
+    inner.pipeline(ranks.group)
+
+
+def probe_seconds(model: Any, reps: int = 8) -> float:
+    """Seconds this rank takes for a fixed product every rank shares in full (4 rows against the token embedding
+    as the output head uses it: the same shape on every rank whatever the split), `reps` times: the ranks' figures
+    side by side show a slow one (a slower or busier machine holds every rank's collectives)."""
+    embed = getattr(getattr(model, "model", None), "embed_tokens", None)
+    product: Any
+    if embed is not None and hasattr(embed, "as_linear"):
+        x = mx.ones((4, embed.weight.shape[-1] * (32 // embed.bits if hasattr(embed, "bits") else 1)))
+        product = embed.as_linear
+    else:  # (an architecture laid out otherwise: a fixed product, the machine's own speed)
+        x, w = mx.ones((4, 2048)), mx.ones((2048, 8192))
+        product = lambda rows: rows @ w  # noqa: E731
+    mx.eval(product(x))  # (the first product pays for faulting the pages in)
+    start = time.perf_counter()
+    for _ in range(reps):
+        mx.eval(product(x))
+    return time.perf_counter() - start
 
 
 def shard(model: Any, ranks: Ranks) -> None:
@@ -260,6 +324,20 @@ class Leader:
             if op == "snapshot":
                 return self._handle(result[0]), result[1]
             return self._handle(result) if op in HANDED_OUT else result
+
+    def rank_seconds(self) -> list[float]:
+        """Every rank's probe_seconds, rank 0 first (GET /metrics): in turn with the passes, under the same lock."""
+        with self._lock:
+            if self._stopped or self.lost:
+                return []
+            try:
+                self._channel.broadcast(json.dumps({"op": PROBE}).encode())
+                mine = probe_seconds(self._backend.model)  # type: ignore[attr-defined]
+                return [mine, *(float(json.loads(a)["seconds"]) for a in self._channel.gather())]
+            except RuntimeError as exc:
+                self.lost = f"a rank of the model split across ranks was lost ({exc})"
+                log.error("%s: rank 0 stops", self.lost)
+                return []
 
     def stop(self) -> None:
         """Tell every other rank to stop (once; a rank already gone is not waited for)."""
@@ -385,6 +463,9 @@ def _repeat(backend: Backend, channel: Channel) -> int:
         op = message["op"]
         if op == STOP:
             return 0
+        if op == PROBE:
+            channel.answer(json.dumps({"seconds": probe_seconds(backend.model)}).encode())  # type: ignore[attr-defined]
+            continue
         for number in message.get("drop", ()):
             handles.pop(number, None)
         if op not in MIRRORED:

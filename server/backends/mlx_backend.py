@@ -247,7 +247,11 @@ class MLXBackend:
         decode step's round differently, as in b10621: models/kv_numerics.py)."""
         cache = self.new_cache()
         rows = [self.prefill(cache, prompt)]
-        rows += [self.decode(cache, token) for token in continuation[:-1]]
+        for token in continuation[:-1]:
+            rows.append(self.decode(cache, token))
+            # each step evaluated before the next is built: in a pipeline split (distributed.pipeline) every step
+            # sends and gathers, and a graph of several steps may run them on each rank in another order
+            mx.eval(rows[-1])
         logits = mx.concatenate([r.reshape(1, -1) for r in rows], axis=0).astype(mx.float32)
         logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
         k = max(1, min(n_probs, logprobs.shape[-1]))

@@ -658,5 +658,15 @@ def build_parser(prog: str) -> CompatParser:
         help="mlxcel's own: bake the --lora adapters into the weights at their starting scales (no cost "
         "per token; the scales are then fixed: POST /lora-adapters and a request's lora are refused)",
     )
+    for flag, split in (("--tp-size", "tensor"), ("--pp-size", "pipeline")):  # launched by mlx.launch only
+        p.add_argument(
+            flag,
+            dest=flag[2:].replace("-", "_"),
+            type=int,
+            default=None,
+            metavar="N",
+            help=f"mlxcel's own: the model split over N ranks started by mlx.launch, {split} parallel "
+            "(default: tensor parallel over every rank; docs/scaling-out.md)",
+        )
     p.add_argument(DUMP_FLAG, action="store_true", help=argparse.SUPPRESS)
     return p

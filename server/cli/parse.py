@@ -20,7 +20,13 @@ class ArgError(Exception):
 
 
 # mlxcel's own options, beside b10621's: spelling -> (namespace attribute, takes a value)
-MLXCEL_OWN = {"--model-store-root": ("model_store_root", True), "--lora-fuse": ("lora_fuse", False)}
+MLXCEL_OWN = {
+    "--model-store-root": ("model_store_root", True),
+    "--lora-fuse": ("lora_fuse", False),
+    "--tp-size": ("tp_size", True),
+    "--pp-size": ("pp_size", True),
+}
+OWN_WHOLE_NUMBERS = frozenset({"--tp-size", "--pp-size"})
 
 
 class Given(NamedTuple):
@@ -159,7 +165,12 @@ def parse(parser: argparse.ArgumentParser, argv: list[str], environ) -> argparse
             if takes_value:
                 if i + 1 >= len(argv):
                     raise ArgError(f'error while handling argument "{arg}": expected value for argument')
-                setattr(ns, dest, argv[i + 1])
+                value = argv[i + 1]
+                if arg in OWN_WHOLE_NUMBERS:
+                    if not value.lstrip("-").isdigit():
+                        raise ArgError(f'error while handling argument "{arg}": not a whole number: {value}')
+                    value = int(value)
+                setattr(ns, dest, value)
                 i += 2
             else:
                 setattr(ns, dest, True)

@@ -22,7 +22,7 @@ from ..api.state import AppState, ServerSettings
 from ..api.task_params import SAMPLER_CHARS, SAMPLER_NAMES, TaskParams, f32
 from ..api.webui_settings import WebUI
 from ..backends import BackendRefusal, load_sharded, sharded_fingerprint
-from ..backends.distributed import Channel, follow, world
+from ..backends.distributed import Channel, follow, split_of, split_refusal, world
 from ..chat.autoparser import template_supports_thinking
 from ..chat.formats import REASONING_FORMATS
 from ..chat.legacy import (
@@ -326,11 +326,17 @@ def serve_launched(args, argv: list[str], prog: str, serve_config, auth, cors, v
     store, --models-dir, presets), or, launched by mlx.launch over several ranks, rank 0 serving a model split over
     them or another rank computing its part (docs/scaling-out.md)."""
     ranks = world()
+    unfit = split_refusal(args.tp_size, args.pp_size, ranks.size if ranks is not None else 1)
+    if unfit:
+        print(f"{prog}: error: {unfit}", file=sys.stderr)
+        return 1
     if ranks is not None:
         refused = ranks_refusal(args, prog)
         if refused:
             print(refused, file=sys.stderr)
             return 1
+        ranks = dataclasses.replace(ranks, split=split_of(args.pp_size))
+        log.info("rank %d of %d: %s parallel", ranks.rank, ranks.size, ranks.split)
         if ranks.rank != 0:
             return serve_rank(args, prog, ranks)
     if args.model:
@@ -354,7 +360,8 @@ def serve_rank(args, prog: str, ranks) -> int:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 1
     log.info("rank %d of %d: serving rank 0's passes", ranks.rank, ranks.size)
-    status = follow(backend, Channel(ranks), sharded_fingerprint(checkpoint, args.batch_size, kv, rope, yarn))
+    mine = sharded_fingerprint(checkpoint, args.batch_size, kv, rope, yarn, ranks.split)
+    status = follow(backend, Channel(ranks), mine)
     if status == 0:
         log.info("rank %d of %d: stopped by rank 0", ranks.rank, ranks.size)
     return status

@@ -185,6 +185,12 @@ class Engine:
         next(self._ids)
         return self.registry.copy()
 
+    def rank_seconds(self) -> list[float]:
+        """A model split over ranks: each rank's time for the same probe product, rank 0 first (a slow rank shows
+        in GET /metrics); [] in one process. Blocks until the ranks are between passes."""
+        probe = getattr(self.backend, "rank_seconds", None)
+        return probe() if probe is not None else []
+
     def metrics_snapshot(self) -> cmd.MetricsSnapshot:
         """GET /metrics' figures; the throughput buckets then start over. Asleep, b10621 serves what it had on
         entering sleep: its counters cannot move while nothing runs, so only the prompt cache (freed with the
