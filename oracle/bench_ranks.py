@@ -21,16 +21,24 @@ from .processes import free_port
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m oracle.bench_ranks", description=__doc__.splitlines()[0])
     p.add_argument("--ranks", type=int, default=2)
-    p.add_argument("--out", help="default reports/bench/<date>-<commit>-ranks<N>.json")
+    p.add_argument(
+        "--pipeline",
+        action="store_true",
+        help="decode steps through a pipeline split instead: the stages in turn against micro-batches "
+        "(server/backends/pipeline_probe.py)",
+    )
+    p.add_argument("--out", help="default reports/bench/<date>-<commit>-ranks<N>[-pipeline].json")
     args = p.parse_args(argv)
     meta = provenance()
-    out = Path(args.out or f"reports/bench/{meta['date'][:10]}-{meta['commit']}-ranks{args.ranks}.json")
+    kind = "-pipeline" if args.pipeline else ""
+    out = Path(args.out or f"reports/bench/{meta['date'][:10]}-{meta['commit']}-ranks{args.ranks}{kind}.json")
+    program = "server.backends.pipeline_probe" if args.pipeline else "server.backends.ranks_probe"
     hostfile = Path(tempfile.mkdtemp(prefix="mlxcel-ring-")) / "hosts.json"
     hostfile.write_text(json.dumps([[f"127.0.0.1:{free_port()}"] for _ in range(args.ranks)]))
     figures_file = Path(tempfile.mkdtemp()) / "figures.json"
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "server.backends.ranks_probe", str(figures_file)],
+            [sys.executable, "-m", program, str(figures_file)],
             env={**os.environ, "MLX_RANK": str(rank), "MLX_HOSTFILE": str(hostfile)},
         )
         for rank in range(args.ranks)

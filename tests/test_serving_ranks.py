@@ -213,7 +213,7 @@ def test_two_ranks_in_a_pipeline_serve_one_process_answers():
     ngram = ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "1", "--spec-ngram-simple-size-m", "4"]
     args = [*F32_NUMERICS, "-np", "2"]
     one = mlxcel_server(model, args)  # plain decoding: the ranks' drafted answers must be its answers
-    ranks = spawned(model, 2, [*args, "--pp-size", "2", *ngram])
+    ranks = spawned(model, 2, [*args, "--pp-size", "2", "--metrics", *ngram])
     try:
         one.launch()
         for sp in (one, ranks[0]):
@@ -229,9 +229,32 @@ def test_two_ranks_in_a_pipeline_serve_one_process_answers():
         assert again["timings"]["cache_n"] > 0, again["timings"]
         drafted = _same(one, ranks[0], "/completion", {"prompt": PROMPTS[0], "n_predict": 12, "temperature": 0})
         assert drafted["timings"].get("draft_n", 0) > 0, drafted["timings"]  # drafts verified across the ranks
+        _concurrent_rows_agree(one, ranks[0])
     finally:
         for sp in (one, *ranks):
             sp.cleanup()
+
+
+def _concurrent_rows_agree(one: ServerProcess, split: ServerProcess) -> None:
+    """Two greedy requests at once: their rows decode together, in a pipeline as two micro-batches (one a stage,
+    backends/micro_batches.py), each answer the one process's for its prompt."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    bodies = [{"prompt": p, "n_predict": 16, "temperature": 0, "n_probs": 2} for p in PROMPTS[:2]]
+    with ThreadPoolExecutor(2) as pool:
+        got = list(pool.map(lambda b: _post(split.base_url, "/completion", b), bodies))
+    want = [_post(one.base_url, "/completion", b) for b in bodies]
+    assert [g["content"] for g in got] == [w["content"] for w in want]
+    deltas = [
+        abs(a["logprob"] - b["logprob"])
+        for g, w in zip(got, want, strict=True)
+        for a, b in zip(g["completion_probabilities"], w["completion_probabilities"], strict=True)
+        if a["top_logprobs"]  # (a drafted token accepted carries no probabilities, as in b10621)
+    ]
+    assert len(deltas) >= 8 and max(deltas) <= LOGPROB_BOUND, deltas
+    metrics = loopback.get(split.base_url + "/metrics", timeout=60).text
+    busy = next(float(ln.split()[-1]) for ln in metrics.splitlines() if ln.startswith("llamacpp:n_busy_slots_per"))
+    assert busy > 1.0, busy  # (the rows did share passes)
 
 
 def _slowdowns(base: str) -> dict[str, float]:

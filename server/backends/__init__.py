@@ -21,6 +21,7 @@ from . import distributed
 from .base import Backend, BackendLost, BackendRefusal, Capabilities
 from .distributed import Ranks
 from .memory import hand_back
+from .micro_batches import MicroBatched
 from .mlx_backend import MLXBackend
 from .native_backend import NativeBackend
 
@@ -113,12 +114,15 @@ def load_sharded(
     loaded = load_checkpoint(checkpoint, kernels=False, transpose=False, rope=rope, yarn=yarn)
     distributed.split(loaded.model, ranks)
     mx.eval(loaded.model.parameters())
-    backend = MLXBackend(loaded, n_batch=n_batch, kv=kv)
+    mlx_backend = MLXBackend(loaded, n_batch=n_batch, kv=kv)
     # never a decode issued ahead (a GPU's greedy path): rank 0 alone would run it, and its collectives would meet
     # none of the other ranks'
-    backend.pipeline = False
+    mlx_backend.pipeline = False
+    backend: Any = mlx_backend
+    if ranks.split == "pipeline":  # decode rows in micro-batches, so the stages work at once
+        backend = MicroBatched(mlx_backend, ranks)
     if ranks.rank != 0:
-        return backend
+        return cast(Backend, backend)
     channel = distributed.Channel(ranks)
     distributed.handshake_leader(channel, sharded_fingerprint(checkpoint, n_batch, kv, rope, yarn, ranks.split))
     return cast(Backend, distributed.Leader(backend, channel))
