@@ -17,17 +17,25 @@ from .. import blas
 STEPS, REPS, ROWS = 24, 5, (2, 8)
 
 
-def probe(out: str) -> None:
-    blas.activate()
+class _Stage:
+    """What MicroBatched reads of a backend: the model, and merged batches."""
+
+    def __init__(self, model: Any):
+        self.model = model
+
+    def _settle(self) -> None:
+        pass
+
+    def batch_merge(self, caches: list) -> list:
+        from mlx_lm.models import cache as mlx_cache  # deferred: after blas.activate()
+
+        return [mlx_cache.BatchKVCache.merge([c[i] for c in caches]) for i in range(len(caches[0]))]
+
+
+def _model(ranks: Any) -> Any:
     import mlx.core as mx  # deferred: after blas.activate()
-    from mlx_lm.models import cache as mlx_cache  # deferred: as mlx
     from mlx_lm.models import qwen2  # deferred: as mlx
 
-    from .distributed import world  # deferred: it imports mlx
-    from .micro_batches import MicroBatched  # deferred: as mlx
-
-    ranks = world()
-    assert ranks is not None, "started without MLX_RANK / MLX_HOSTFILE"
     mx.random.seed(0)
     args = qwen2.ModelArgs(
         model_type="qwen2",
@@ -44,46 +52,45 @@ def probe(out: str) -> None:
     model = qwen2.Model(args)
     mx.eval(model.parameters())
     model.model.pipeline(ranks.group)
+    return model
 
-    class Stage:  # what MicroBatched reads of a backend
-        def __init__(self) -> None:
-            self.model = model
 
-        def _settle(self) -> None:
-            pass
+def _step_seconds(model: Any, ranks: Any, rows: int, micro: bool) -> float:
+    """One decode step of `rows` rows, averaged over STEPS, after a 4-token prompt a row."""
+    import mlx.core as mx  # deferred: after blas.activate()
+    from mlx_lm.models import cache as mlx_cache  # deferred: as mlx
 
-        def batch_merge(self, caches: list) -> list:
-            return [mlx_cache.BatchKVCache.merge([c[i] for c in caches]) for i in range(len(caches[0]))]
+    from .micro_batches import MicroBatched  # deferred: as mlx
 
-    def caches(rows: int) -> list:
-        out = []
-        for i in range(rows):
-            c = mlx_cache.make_prompt_cache(model)
-            mx.eval(model(mx.array([[1 + i, 2, 3, 4]]), cache=c))
-            out.append(c)
-        return out
-
-    def in_turn(rows: int) -> float:
-        batch: Any = Stage().batch_merge(caches(rows))
-        start = time.perf_counter()
-        for _ in range(STEPS):
-            mx.eval(model(mx.array([[5]] * rows), cache=batch))
-        return (time.perf_counter() - start) / STEPS
-
-    def micro(rows: int) -> float:
-        stage = MicroBatched(Stage(), ranks)
-        batch = stage.batch_merge(caches(rows))
-        start = time.perf_counter()
-        for _ in range(STEPS):
+    caches = []
+    for i in range(rows):
+        c = mlx_cache.make_prompt_cache(model)
+        mx.eval(model(mx.array([[1 + i, 2, 3, 4]]), cache=c))
+        caches.append(c)
+    stage: Any = MicroBatched(_Stage(model), ranks) if micro else _Stage(model)
+    batch = stage.batch_merge(caches)
+    start = time.perf_counter()
+    for _ in range(STEPS):
+        if micro:
             mx.eval(stage.decode_rows(batch, [5] * rows))
-        return (time.perf_counter() - start) / STEPS
+        else:
+            mx.eval(model(mx.array([[5]] * rows), cache=batch))
+    return (time.perf_counter() - start) / STEPS
 
+
+def probe(out: str) -> None:
+    blas.activate()
+    from .distributed import world  # deferred: it imports mlx
+
+    ranks = world()
+    assert ranks is not None, "started without MLX_RANK / MLX_HOSTFILE"
+    model = _model(ranks)
     figures: dict[str, Any] = {"ranks": ranks.size, "steps": STEPS, "reps": REPS, "model": "qwen2 1024x8, MLP 4096"}
     for rows in ROWS:
         a, b = [], []
         for _ in range(REPS):  # alternating, so drift hits both
-            a.append(in_turn(rows))
-            b.append(micro(rows))
+            a.append(_step_seconds(model, ranks, rows, micro=False))
+            b.append(_step_seconds(model, ranks, rows, micro=True))
         figures[f"rows{rows}"] = {
             "in_turn_step_ms": [round(x * 1e3, 2) for x in a],
             "micro_batched_step_ms": [round(x * 1e3, 2) for x in b],
