@@ -60,3 +60,69 @@ def test_b10621_serves_the_llava_twin_and_counts_an_image_as_its_tokens(referenc
         assert abs(first(seen) - first(other)) > 1e-3, (first(seen), first(other), first(plain))
     finally:
         server.cleanup()
+
+
+def _debug_embeddings(log: str) -> dict:
+    """The last MTMD_DEBUG_EMBEDDINGS block b10621 printed (clip.cpp: token 0's first and last 16 values, stats)."""
+    import re
+
+    log = re.sub(r"\d+\.\d{2}\.\d{3}\.\d{3} [IWED] ", "", log)  # (each value is a log call of its own)
+    block = log.rsplit("=== MTMD_DEBUG_EMBEDDINGS ===", 1)[1].split("=== END MTMD_DEBUG_EMBEDDINGS ===", 1)[0]
+    first = re.search(r"Token 0 \(first 16 values\): ([^\n]*)", block).group(1).split()
+    last = re.search(r"Token 0 \(last 16 values\): +([^\n]*)", block).group(1).split()
+    stats = dict(re.findall(r"(mean|std|min|max|sum)=(-?[0-9.]+)", block))
+    shape = re.search(r"Shape: \[(\d+), (\d+)\]", block).groups()
+    return {
+        "first": [float(x) for x in first],
+        "last": [float(x) for x in last],
+        "stats": {k: float(v) for k, v in stats.items()},
+        "shape": tuple(int(x) for x in shape),
+    }
+
+
+@pytest.fixture(scope="module")
+def printed_and_encoded(reference_binary, twin_f32):
+    """b10621's print of the projector's output for one PNG (MTMD_DEBUG_EMBEDDINGS), and mlxcel's encoding of it."""
+    from fixtures.llava_twin import llava_mmproj, png, png_pixels
+    from server.models.clip_llava import LlavaEncoder
+
+    args = ["--mmproj", str(llava_mmproj()), "-np", "1", "-lv", "4"]  # (mtmd's print is at verbosity 4)
+    server = reference_server(reference_binary, twin_f32.gguf, args)
+    server.env["MTMD_DEBUG_EMBEDDINGS"] = "1"
+    try:
+        server.start(300)
+        uri = "data:image/png;base64," + base64.b64encode(png(seed=11)).decode()
+        _chat(server.base_url, [{"type": "image_url", "image_url": {"url": uri}}, {"type": "text", "text": "Hi"}])
+        want = _debug_embeddings(server.log_path.read_text(errors="replace"))
+    finally:
+        server.cleanup()
+    return want, LlavaEncoder.from_gguf(llava_mmproj()).encode(png_pixels(seed=11))
+
+
+def _gap(want: dict, got) -> float:
+    import numpy as np
+
+    return float(
+        max(np.abs(got[0, :16] - np.array(want["first"])).max(), np.abs(got[0, -16:] - np.array(want["last"])).max())
+    )
+
+
+def test_mlxcels_llava_encoder_follows_b10621s_graph(printed_and_encoded):
+    """server/models/clip_llava.py against b10621's own print of the projector's output: the shape, and the first
+    token's first and last 16 values within 1e-3 (another image moves them by ~0.65: the graph, its quirks, the
+    pixels and the weights' layout are b10621's)."""
+    from fixtures.llava_twin import N_IMAGE_TOKENS, N_TEXT_EMBD
+
+    want, got = printed_and_encoded
+    assert want["shape"] == (N_TEXT_EMBD, N_IMAGE_TOKENS) and got.shape == (N_IMAGE_TOKENS, N_TEXT_EMBD)
+    assert _gap(want, got) <= 1e-3, _gap(want, got)
+
+
+@pytest.mark.xfail(strict=True, reason="2.5e-4 apart: a rounding point of b10621's CPU graph not yet reproduced")
+def test_mlxcels_llava_encoder_gives_b10621s_printed_values(printed_and_encoded):
+    """The same values to b10621's printed 6 decimals, and the output's statistics: the bar the image traces need."""
+    want, got = printed_and_encoded
+    assert _gap(want, got) <= 2e-6, _gap(want, got)
+    stats = {"mean": got.mean(), "std": got.std(), "min": got.min(), "max": got.max(), "sum": got.sum()}
+    for key, value in want["stats"].items():
+        assert abs(stats[key] - value) <= 2e-6 + 1e-5 * abs(value), (key, stats[key], value)

@@ -1,0 +1,244 @@
+"""LLaVA-1.5's image encoder (mmproj projector type "mlp") as b10621's mtmd runs it on the CPU.
+
+tools/mtmd/models/llava.cpp's graph, step for step, in numpy float32, with ggml-cpu's rounding points where they
+move a value: the patch convolution's im2col in F16 (pixels and kernel rounded, products summed in float32), the
+tower's flash attention with K and V cast to F16 and its output accumulated in F16 (the one-chunk path, taken
+below 64 query rows), quick-GELU and GELU read from ggml's F16 tables, and the F16 projector matrices rounding
+their input rows to F16. Two quirks of b10621's graph are kept as it has them: the class embedding is appended
+after the patches (position n_patches), and the rows kept for the projector are 1..n_patches, so the first
+patch's row is dropped and the class row is kept.
+
+Images of exactly the encoder's size only, for now (issue 33's first milestone; mtmd then copies the pixels):
+the resampler and padding come next. docs/media-plan.md.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+GELU_QUICK_COEF = np.float32(-1.702)
+SQRT_2_OVER_PI = np.float32(0.79788456080286535587989211986876)
+GELU_COEF_A = np.float32(0.044715)
+
+
+def _f16(x: np.ndarray) -> np.ndarray:
+    return np.asarray(x, dtype=np.float32).astype(np.float16).astype(np.float32)
+
+
+def _table(fn) -> np.ndarray:
+    """ggml's F16 lookup table of a unary function: every F16 value in, F16 out (ggml-cpu.c's init)."""
+    x = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return fn(x).astype(np.float16)
+
+
+def _gelu_quick(x: np.ndarray) -> np.ndarray:
+    return (x * (np.float32(1.0) / (np.float32(1.0) + np.exp(GELU_QUICK_COEF * x)))).astype(np.float32)
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    inner = SQRT_2_OVER_PI * x * (np.float32(1.0) + GELU_COEF_A * x * x)
+    return (np.float32(0.5) * x * (np.float32(1.0) + np.tanh(inner))).astype(np.float32)
+
+
+_TABLES: dict[str, np.ndarray] = {}
+
+
+def _by_table(name: str, fn, x: np.ndarray) -> np.ndarray:
+    table = _TABLES.get(name)
+    if table is None:
+        table = _TABLES[name] = _table(fn)
+    return table[x.astype(np.float16).view(np.uint16)].astype(np.float32)
+
+
+def gelu_quick(x: np.ndarray) -> np.ndarray:
+    """ggml_vec_gelu_quick_f32 (GGML_GELU_QUICK_FP16): the input rounded to F16, the table's F16 answer."""
+    return _by_table("gelu_quick", _gelu_quick, x)
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    """ggml_vec_gelu_f32 (GGML_GELU_FP16): 0 at or below -10, x at or above 10, else the F16 table."""
+    out = _by_table("gelu", _gelu, x)
+    return np.where(x <= -10.0, np.float32(0.0), np.where(x >= 10.0, x, out)).astype(np.float32)
+
+
+def layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
+    """ggml_norm (mean and variance summed in double), then the weight and the bias in float32."""
+    x64 = x.astype(np.float64)
+    mean = x64.mean(axis=-1, keepdims=True)
+    centred = (x64 - mean).astype(np.float32)
+    variance = (centred.astype(np.float64) ** 2).mean(axis=-1, keepdims=True)
+    scale = np.float32(1.0) / np.sqrt((variance + eps).astype(np.float32))
+    return (centred * scale * w + b).astype(np.float32)
+
+
+def _mm(x: np.ndarray, w: np.ndarray, f16: bool) -> np.ndarray:
+    """x @ w.T as ggml's mul_mat: an F16 matrix rounds the input rows to F16 (vec_dot_type F16)."""
+    if f16:
+        x = _f16(x)
+    return (x.astype(np.float64) @ w.astype(np.float64).T).astype(np.float32)
+
+
+def flash_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float) -> np.ndarray:
+    """ggml_compute_forward_flash_attn_ext_f16_one_chunk for one head, no mask: Q and K as F16 dot products,
+    the online softmax in float32, V summed into an F16 accumulator (each scale and multiply-add rounded)."""
+    qh, kh, vh = _f16(q), _f16(k), _f16(v)
+    out = np.empty_like(q)
+    scale32 = np.float32(scale)
+    for i in range(q.shape[0]):
+        acc = np.zeros(v.shape[1], dtype=np.float16)
+        m, s_sum = np.float32(-np.inf), np.float32(0.0)
+        scores = (kh.astype(np.float64) @ qh[i].astype(np.float64)).astype(np.float32) * scale32
+        for j in range(k.shape[0]):
+            s = scores[j]
+            ms, vs = np.float32(1.0), np.float32(1.0)
+            if s > m:
+                m_old, m = m, s
+                ms = np.float32(math.exp(float(m_old - m))) if np.isfinite(m_old) else np.float32(0.0)
+                acc = (acc.astype(np.float32) * ms).astype(np.float16)
+            else:
+                vs = np.float32(math.exp(float(s - m)))
+            # ggml_vec_mad_f16: one fused multiply-add in float32 (a single rounding), stored as F16
+            acc = (acc.astype(np.float64) + vh[j].astype(np.float64) * np.float64(vs)).astype(np.float32)
+            acc = acc.astype(np.float16)
+            s_sum = np.float32(s_sum * ms + vs)
+        out[i] = acc.astype(np.float32) / s_sum
+    return out
+
+
+@dataclass(frozen=True)
+class ClipArgs:
+    image_size: int
+    patch_size: int
+    hidden: int
+    n_head: int
+    n_layer: int  # the blocks run (llava.cpp's max_feature_layer)
+    eps: float
+    mean: tuple[float, float, float]
+    std: tuple[float, float, float]
+    use_gelu: bool
+
+    @property
+    def n_patches(self) -> int:
+        return (self.image_size // self.patch_size) ** 2
+
+
+class LlavaEncoder:
+    """An mmproj GGUF of projector type "mlp": pixels in, one row a image token out (width: the text model's)."""
+
+    def __init__(self, args: ClipArgs, tensors: dict[str, np.ndarray], f16: frozenset[str]):
+        self.args, self.t, self.f16 = args, tensors, f16
+
+    @classmethod
+    def from_gguf(cls, path: Path) -> "LlavaEncoder":
+        import gguf  # deferred: read only when a projector is given
+
+        reader = gguf.GGUFReader(str(path))
+        fields = {f.name: f for f in reader.fields.values()}
+
+        def value(key: str, default=None):
+            f = fields.get(key)
+            if f is None:
+                return default
+            if f.types and f.types[0] == gguf.GGUFValueType.ARRAY:
+                return [f.parts[i][0].item() for i in f.data]
+            if f.types and f.types[0] == gguf.GGUFValueType.STRING:
+                return bytes(f.parts[-1]).decode()
+            return f.parts[-1][0].item()
+
+        projector = value("clip.projector_type", "mlp")
+        if projector != "mlp":
+            raise ValueError(f"projector type '{projector}' is not served yet")
+        block_count = int(value("clip.vision.block_count"))
+        feature = [int(x) for x in value("clip.vision.feature_layer", [])]
+        args = ClipArgs(
+            image_size=int(value("clip.vision.image_size")),
+            patch_size=int(value("clip.vision.patch_size")),
+            hidden=int(value("clip.vision.embedding_length")),
+            n_head=int(value("clip.vision.attention.head_count")),
+            n_layer=max(feature) if feature and max(feature) >= 0 else block_count - 1,
+            eps=float(value("clip.vision.attention.layer_norm_epsilon", 1e-5)),
+            mean=tuple(float(x) for x in value("clip.vision.image_mean")),  # type: ignore[arg-type]
+            std=tuple(float(x) for x in value("clip.vision.image_std")),  # type: ignore[arg-type]
+            use_gelu=bool(value("clip.use_gelu", False)),
+        )
+        tensors, f16 = {}, set()
+        for t in reader.tensors:
+            shape = tuple(int(x) for x in reversed(t.shape))  # numpy order: ggml's ne reversed
+            tensors[t.name] = np.asarray(t.data).astype(np.float32).reshape(shape)
+            if t.tensor_type == gguf.GGMLQuantizationType.F16:
+                f16.add(t.name)
+        return cls(args, tensors, frozenset(f16))
+
+    @property
+    def n_tokens(self) -> int:
+        return self.args.n_patches
+
+    def pixels(self, rgb: np.ndarray) -> np.ndarray:
+        """mtmd's float image (3, H, W): u8 / 255, then (x - mean) / std, in float32."""
+        a = self.args
+        if rgb.shape[:2] != (a.image_size, a.image_size):
+            raise ValueError(
+                f"only {a.image_size}x{a.image_size} images are encoded yet (got {rgb.shape[1]}x{rgb.shape[0]})"
+            )
+        x = rgb.astype(np.float32) / np.float32(255.0)
+        mean, std = np.array(a.mean, np.float32), np.array(a.std, np.float32)
+        return ((x - mean) / std).transpose(2, 0, 1).astype(np.float32)
+
+    def _ffn(self, x: np.ndarray, i: int) -> np.ndarray:
+        """fc1 then the activation then fc2; the converter stores fc1 as ffn_down and fc2 as ffn_up, and clip.cpp
+        takes the one whose output is the wider as the first (its swap by shape)."""
+        t, p = self.t, f"v.blk.{i}."
+        first, second = "ffn_up", "ffn_down"
+        if t[p + "ffn_up.weight"].shape[0] == self.args.hidden:  # (ffn_up maps back to the hidden width)
+            first, second = second, first
+        h = _mm(x, t[p + first + ".weight"], p + first + ".weight" in self.f16) + t[p + first + ".bias"]
+        h = gelu(h) if self.args.use_gelu else gelu_quick(h)
+        return _mm(h, t[p + second + ".weight"], p + second + ".weight" in self.f16) + t[p + second + ".bias"]
+
+    def _block(self, x: np.ndarray, i: int) -> np.ndarray:
+        a, t, p = self.args, self.t, f"v.blk.{i}."
+        h = layer_norm(x, t[p + "ln1.weight"], t[p + "ln1.bias"], a.eps)
+        q, k, v = (_mm(h, t[p + f"attn_{n}.weight"], False) + t[p + f"attn_{n}.bias"] for n in "qkv")
+        d = a.hidden // a.n_head
+        heads = [
+            flash_attention(
+                q[:, j * d : (j + 1) * d], k[:, j * d : (j + 1) * d], v[:, j * d : (j + 1) * d], 1.0 / math.sqrt(d)
+            )
+            for j in range(a.n_head)
+        ]
+        attn = _mm(np.concatenate(heads, axis=1), t[p + "attn_out.weight"], False) + t[p + "attn_out.bias"]
+        x = (attn + x).astype(np.float32)
+        h = layer_norm(x, t[p + "ln2.weight"], t[p + "ln2.bias"], a.eps)
+        return (x + self._ffn(h, i)).astype(np.float32)
+
+    def encode(self, rgb: np.ndarray) -> np.ndarray:
+        """The image's token rows (n_patches x the text model's width), float32."""
+        a, t = self.args, self.t
+        img = _f16(self.pixels(rgb))  # im2col in F16
+        ps, side = a.patch_size, a.image_size // a.patch_size
+        cols = img.reshape(3, side, ps, side, ps).transpose(1, 3, 0, 2, 4).reshape(side * side, 3 * ps * ps)
+        kernel = _f16(t["v.patch_embd.weight"]).reshape(a.hidden, 3 * ps * ps)
+        x = (cols.astype(np.float64) @ kernel.astype(np.float64).T).astype(np.float32)
+        if "v.patch_embd.bias" in t:
+            x = x + t["v.patch_embd.bias"]
+        if "v.class_embd" in t:  # appended after the patches, as llava.cpp's ggml_concat puts it
+            x = np.concatenate([x, t["v.class_embd"][None, :]], axis=0)
+        x = (x + t["v.position_embd.weight"][: x.shape[0]]).astype(np.float32)
+        if "v.pre_ln.weight" in t:
+            x = layer_norm(x, t["v.pre_ln.weight"], t["v.pre_ln.bias"], a.eps)
+        for i in range(a.n_layer):
+            x = self._block(x, i)
+        if "v.post_ln.weight" in t:
+            x = layer_norm(x, t["v.post_ln.weight"], t["v.post_ln.bias"], a.eps)
+        offset = 1 if "v.class_embd" in t else 0
+        x = x[offset : offset + a.n_patches]  # rows 1..n_patches (clip.cpp's "patches" input)
+        x = _mm(x, t["mm.0.weight"], "mm.0.weight" in self.f16) + t["mm.0.bias"]
+        x = gelu(x)
+        if "mm.2.weight" in t:
+            x = _mm(x, t["mm.2.weight"], "mm.2.weight" in self.f16) + t["mm.2.bias"]
+        return x.astype(np.float32)
