@@ -25,7 +25,7 @@ def test_the_gguf_keeps_two_blocks_stores_f16_where_the_converter_does_and_match
     from safetensors.numpy import load_file
 
     d = llava_twin_dir()
-    reader = gguf.GGUFReader(str(d / "mmproj-model-f16.gguf"))
+    reader = gguf.GGUFReader(str(d / "mmproj-model-f32.gguf"))
     fields = {f.name: f for f in reader.fields.values()}
     assert int(fields["clip.vision.block_count"].parts[-1][0]) == 2
     assert bytes(fields["clip.projector_type"].parts[-1]).decode() == "mlp"
