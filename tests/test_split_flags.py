@@ -44,14 +44,15 @@ def test_a_split_that_fits_serves_tensor_unless_pipeline_is_asked(tp, pp, size, 
     assert split_of(pp) == split
 
 
+def _serve_absent(tmp_path, *flags: str) -> subprocess.CompletedProcess:
+    """mlxcel-server on a model path that does not exist: what it says before any model would be read."""
+    argv = [sys.executable, "-m", "server", "-m", str(tmp_path / "absent"), *flags]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120)
+
+
 def test_one_process_given_a_split_exits_1_in_one_line(tmp_path):
     """Without mlx.launch, --pp-size 2 stops before any model is read (the path does not exist)."""
-    r = subprocess.run(
-        [sys.executable, "-m", "server", "-m", str(tmp_path / "absent"), "--pp-size", "2"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    r = _serve_absent(tmp_path, "--pp-size", "2")
     assert r.returncode == 1
     lines = r.stderr.strip().splitlines()
     assert lines[-1].endswith(
@@ -70,11 +71,6 @@ def test_the_ranks_figures_name_each_rank_and_the_slowdown_against_the_fastest()
 
 
 def test_a_split_size_that_is_not_a_number_is_refused_as_a_bad_value(tmp_path):
-    r = subprocess.run(
-        [sys.executable, "-m", "server", "-m", str(tmp_path / "absent"), "--tp-size", "two"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    r = _serve_absent(tmp_path, "--tp-size", "two")
     assert r.returncode != 0 and "Traceback" not in r.stderr
     assert 'error while handling argument "--tp-size": not a whole number: two' in r.stderr, r.stderr[-300:]
