@@ -64,9 +64,6 @@ HANDED_OUT = frozenset({"new_cache", "snapshot", "restore", "restore_chunks", "b
 STOP, HELLO, PROBE = "stop", "hello", "probe"
 
 
-SPLITS = ("tensor", "pipeline")
-
-
 @dataclass(frozen=True)
 class Ranks:
     """The group mlx.launch started this process in, and how the model is split over it."""
