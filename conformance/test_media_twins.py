@@ -83,7 +83,8 @@ def _debug_embeddings(log: str) -> dict:
 @pytest.fixture(scope="module")
 def printed_and_encoded(reference_binary, twin_f32):
     """b10621's print of the projector's output for one PNG (MTMD_DEBUG_EMBEDDINGS), and mlxcel's encoding of it."""
-    from fixtures.llava_twin import llava_mmproj, png, png_pixels
+    from fixtures.llava_twin import llava_mmproj, png
+    from server.media.png import decode_rgb
     from server.models.clip_llava import LlavaEncoder
 
     args = ["--mmproj", str(llava_mmproj()), "-np", "1", "-lv", "4"]  # (mtmd's print is at verbosity 4)
@@ -96,7 +97,7 @@ def printed_and_encoded(reference_binary, twin_f32):
         want = _debug_embeddings(server.log_path.read_text(errors="replace"))
     finally:
         server.cleanup()
-    return want, LlavaEncoder.from_gguf(llava_mmproj()).encode(png_pixels(seed=11))
+    return want, LlavaEncoder.from_gguf(llava_mmproj()).encode(decode_rgb(png(seed=11)))  # the bytes b10621 read
 
 
 def _gap(want: dict, got) -> float:
