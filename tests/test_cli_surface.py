@@ -822,10 +822,10 @@ def test_speculative_tuning_is_inert_and_checked_as_b10621(capsys):
 
 def test_other_issues_surfaces_are_served_or_refuse_with_their_reason():
     assert refused("--lora", "a") == []  # served (#13): a path that does not exist fails when the server starts
-    assert refused("--mmproj", "p")[0] == (
-        "error: --mmproj p: mlxcel attaches no GGUF projector to a model: it serves "
-        "text checkpoints (a multimodal MLX checkpoint would carry its towers "
-        "inside); leave it out"
+    assert refused("--mmproj", "p") == []  # served (#33): LLaVA's projector, checked when the server starts
+    assert refused("--mmproj-url", "http://h/p.gguf")[0] == (
+        "error: --mmproj-url http://h/p.gguf: mlxcel reads a projector from a file only (it fetches none by URL "
+        "yet); download it and pass --mmproj FILE"
     )
     assert refused("--models-dir", "d") == []  # router mode (#13): started without -m
 

@@ -142,3 +142,11 @@ def test_a_requested_slot_is_waited_for_without_holding_up_others():
     s.free(a)
     run_step(s)
     assert b.slot == 1
+
+
+def test_an_images_span_is_its_own_chunk():
+    """Positions 3..6 stand for an image (cuts at its bounds): the text before it, its rows and the text after
+    run as separate chunks, as mtmd decodes an image apart from the text batches around it."""
+    s = Scheduler(n_slots=1, n_batch=100, ubatch=8)
+    s.add(Sequence(0, [1, 2, 3, -9, -9, -9, -9, 4, 5, 6, 7, 8], cuts=(3, 7)))
+    assert [(c.start, c.end) for c in run_step(s).prefill] == [(0, 3), (3, 7), (7, 8), (8, 12)]

@@ -201,6 +201,13 @@ def test_ngram_simple_copies_what_followed_the_latest_earlier_occurrence():
     assert NgramSimple(size_n=2, size_m=8).propose(None, [1, 2, 7, 1, 3, 3, 3, 3, 3, 3, 3, 1], 2, 0) == []  # at 0
     # fewer than size_n tokens after the match: no draft
     assert NgramSimple(size_n=2, size_m=8).propose(None, [5] * 11 + [1, 2, 1], 2, 0) == []
+    # an image's positions (negative placeholder ids) are never drafted: the draft ends before them
+    assert NgramSimple(size_n=2, size_m=8).propose(None, [0, 1, 2, 7, 1, 3, -5, -5, 3, 3, 3, 3, 1], 2, 0) == [
+        7,
+        1,
+        3,
+    ]
+    assert NgramSimple(size_n=2, size_m=8).propose(None, [0, 1, 2, 7, -5, 3, 3, 3, 3, 3, 3, 3, 1], 2, 0) == []
 
 
 def test_the_speculator_takes_the_first_draft_in_priority_order_cut_to_the_bound():

@@ -13,6 +13,7 @@ from ..chat.params import ChatInfo, chat_request
 from ..errors import ErrorKind, UpstreamError
 from .chat import _completion_id, chat_settings, count_input_tokens, final_update, message_states
 from .jsonio import UpstreamJSON, dumps, read_json_object
+from .media_input import MediaRef, read_all
 from .native import Shape, complete
 
 router = APIRouter()
@@ -361,7 +362,10 @@ async def messages(request: Request):
     state = request.app.state.mlxcel
     body = await read_json_object(request)
     native, info = chat_request(to_chat_body(body), chat_settings(state))
-    return await complete(state, native, messages_shape(state, info), ANTHROPIC_FIELDS, route="/v1/messages")
+    files = await read_all(tuple(MediaRef(url) for url in info.media), state.settings.media_path)
+    return await complete(
+        state, native, messages_shape(state, info), ANTHROPIC_FIELDS, route="/v1/messages", files=files
+    )
 
 
 @router.post("/v1/messages/count_tokens")

@@ -19,6 +19,7 @@ from ..engine.commands import ControlOutcome
 from ..engine.types import FinalEvent, TokenEvent
 from ..errors import ErrorKind, UpstreamError
 from .jsonio import UpstreamJSON, json_value, read_json, read_json_object
+from .media_input import MediaRef, read_all
 from .native import Shape, _final_object, _trimmed_probs, complete, progress_extras
 from .native import _timings as _task_timings
 from .task_params import requested_verbose
@@ -250,13 +251,14 @@ async def chat_completions(request: Request):
     state = request.app.state.mlxcel
     body = await read_json_object(request)
     native, info = chat_request(body, chat_settings(state))
+    files = await read_all(tuple(MediaRef(url) for url in info.media), state.settings.media_path)
     shape = chat_shape(
         state,
         verbose=requested_verbose(body, state.settings.base_params),
         include_usage=_include_usage(body),
         info=info,
     )
-    return await complete(state, native, shape, CHAT_FIELDS, route="/v1/chat/completions")
+    return await complete(state, native, shape, CHAT_FIELDS, route="/v1/chat/completions", files=files)
 
 
 @router.post("/apply-template")

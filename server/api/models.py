@@ -37,6 +37,7 @@ def model_info(state) -> dict:
 
 def models_body(state) -> dict:
     name = state.model_name
+    projector = getattr(state.settings, "projector", None) is not None
     return {
         "models": [
             {
@@ -48,7 +49,7 @@ def models_body(state) -> dict:
                 "type": "model",
                 "description": "",
                 "tags": [""],
-                "capabilities": ["completion"],  # "multimodal" only with a projector, which mlxcel has none of
+                "capabilities": ["completion", "multimodal"] if projector else ["completion"],
                 "parameters": "",
                 "details": {
                     "parent_model": "",

@@ -11,6 +11,7 @@ from typing import AsyncIterator, Callable
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
+from ..build import media_marker
 from ..chat.diffs import DiffError, MessageState
 from ..chat.formats import CHAT_FORMATS
 from ..chat.messages import ChatMsg
@@ -25,7 +26,15 @@ from ..engine.types import (
     Timings,
     TokenEvent,
 )
-from ..errors import LORA_FUSED, SAMPLERS_FAILED, ErrorKind, UpstreamError, exceeds_context, json_type_name
+from ..errors import (
+    LORA_FUSED,
+    SAMPLERS_FAILED,
+    ErrorKind,
+    UpstreamError,
+    exceeds_context,
+    json_type_name,
+    type_error,
+)
 from ..grammar.spec import GrammarSpec
 from ..peg import load as load_arena
 from . import prompt_log
@@ -33,6 +42,7 @@ from .budget import reasoning_budget_spec
 from .dry import processed_breakers
 from .grammars import grammar_spec
 from .jsonio import UpstreamJSON, dumps, read_json_object
+from .media_input import media_prompt
 from .probs import token_entry
 from .prompts import input_prompts
 from .schemas import NativeCompletionRequest
@@ -312,6 +322,7 @@ def _generation_request(
     n_predict = p.n_predict if p.n_predict != -1 else base.n_predict
     return GenerationRequest(
         prompt_tokens=tuple(tokens),
+        media=getattr(tokens, "media", ()),
         n_predict=n_predict,
         ignore_eos=p.ignore_eos,
         stop=tuple(p.stop),
@@ -422,6 +433,24 @@ async def completion(request: Request):
     return await complete(request.app.state.mlxcel, await read_json_object(request))
 
 
+def _prompts(state, prompt, files: list[bytes] | None, oai: bool) -> list[list[int]]:
+    """The request's prompts. With a projector loaded, an OpenAI-shaped route's one prompt goes through mtmd's
+    tokenizer with the body's images (process_mtmd_prompt: a string only), and /completion's
+    {"prompt_string", "multimodal_data"} objects take theirs."""
+    projector = state.settings.projector
+    if projector is None:
+        return input_prompts(state.tokenizer, prompt)
+
+    def with_media(text, data: list[bytes]) -> list[int]:
+        if not isinstance(text, str):
+            raise UpstreamError(type_error("string", text), ErrorKind.INVALID_REQUEST)
+        return media_prompt(state.tokenizer, text, data, media_marker(), projector.n_tokens)
+
+    if oai:
+        return [with_media(prompt, files or [])]
+    return input_prompts(state.tokenizer, prompt, with_media)
+
+
 async def complete(
     state,
     body: dict,
@@ -429,13 +458,15 @@ async def complete(
     acted_on: frozenset[str] | None = None,
     route: str = "/completion",
     infill: bool = False,
+    files: list[bytes] | None = None,
 ):
-    """handle_completions_impl(): the answer to a completion body (JSON, or an SSE stream) in `shape`."""
+    """handle_completions_impl(): the answer to a completion body (JSON, or an SSE stream) in `shape`; `files`:
+    the chat body's images, which the prompt's media markers stand for."""
     n_slots = state.engine.info.n_slots
     req = NativeCompletionRequest.parse(body, n_slots, state.tokenizer, state.settings.base_params, acted_on, route)
     if state.settings.prompts_log_dir:  # --log-prompts-dir: the prompt as given, before it is tokenized
         prompt_log.write(state.settings.prompts_log_dir, req.prompt)
-    prompts = input_prompts(state.tokenizer, req.prompt)
+    prompts = _prompts(state, req.prompt, files, oai=route != "/completion" and not infill)
     id_slot = _requested_slot(body, n_slots)
     _check_prompts(state, prompts)
     grammar = await _grammar(state, req.params, prompts)

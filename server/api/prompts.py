@@ -7,6 +7,7 @@ an array holding no integer is several (each element one of the former).
 from __future__ import annotations
 
 from ..errors import BAD_PROMPT, EMPTY_PROMPTS, MULTIMODAL_UNSUPPORTED, ErrorKind, UpstreamError, type_error
+from .media_input import base64_decode
 
 
 def checked_mixed(value) -> str | list:
@@ -28,14 +29,21 @@ def _is_mixed(v) -> bool:
     return isinstance(v, list) and any(isinstance(e, str) for e in v) and any(_is_int(e) for e in v)
 
 
-def subprompt_tokens(tokenizer, prompt) -> list[int]:
+def subprompt_tokens(tokenizer, prompt, media=None) -> list[int]:
+    """One prompt's ids; `media(text, files)`: a projector's tokenizer for {"prompt_string", "multimodal_data"}."""
     if isinstance(prompt, str) or _is_mixed(prompt):
         return tokenizer.tokenize_mixed(prompt, add_special=True, parse_special=True)
     if isinstance(prompt, list) and all(_is_int(e) for e in prompt):
         return list(prompt)
     if isinstance(prompt, dict) and "prompt_string" in prompt:
         if "multimodal_data" in prompt:
-            raise UpstreamError(MULTIMODAL_UNSUPPORTED, ErrorKind.INVALID_REQUEST)
+            if media is None:
+                raise UpstreamError(MULTIMODAL_UNSUPPORTED, ErrorKind.INVALID_REQUEST)
+            data = prompt["multimodal_data"]
+            bad = next((e for e in (data if isinstance(data, list) else [data]) if not isinstance(e, str)), None)
+            if bad is not None or not isinstance(data, list):
+                raise UpstreamError(type_error("string", bad if bad is not None else data), ErrorKind.INVALID_REQUEST)
+            return media(prompt["prompt_string"], [base64_decode(e) for e in data])
         inner = prompt["prompt_string"]
         if not isinstance(inner, (str, list)):
             raise UpstreamError(BAD_PROMPT, ErrorKind.INVALID_REQUEST)
@@ -43,9 +51,9 @@ def subprompt_tokens(tokenizer, prompt) -> list[int]:
     raise UpstreamError(BAD_PROMPT, ErrorKind.INVALID_REQUEST)
 
 
-def input_prompts(tokenizer, prompt) -> list[list[int]]:
+def input_prompts(tokenizer, prompt, media=None) -> list[list[int]]:
     if isinstance(prompt, list) and not any(_is_int(e) for e in prompt):
         if not prompt:
             raise UpstreamError(EMPTY_PROMPTS, ErrorKind.INVALID_REQUEST)
-        return [subprompt_tokens(tokenizer, p) for p in prompt]
-    return [subprompt_tokens(tokenizer, prompt)]
+        return [subprompt_tokens(tokenizer, p, media) for p in prompt]
+    return [subprompt_tokens(tokenizer, prompt, media)]

@@ -47,7 +47,7 @@ def props_body(state) -> dict:
         "model_alias": state.model_name,
         "model_ftype": state.model_ftype,
         "model_path": state.model_path,
-        "modalities": {"vision": False, "video": False, "audio": False},
+        "modalities": {"vision": s.projector is not None, "video": False, "audio": False},
         "media_marker": media_marker(),
         "endpoint_slots": s.endpoint_slots,
         "endpoint_props": s.endpoint_props,

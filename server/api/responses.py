@@ -16,6 +16,7 @@ from ..errors import ErrorKind, UpstreamError
 from .anthropic import _sse
 from .chat import chat_settings, count_input_tokens, final_update, message_states
 from .jsonio import UpstreamJSON, read_json_object
+from .media_input import MediaRef, read_all
 from .native import Shape, complete, progress_extras
 from .native import _timings as _task_timings
 
@@ -416,7 +417,10 @@ async def responses(request: Request):
     state = request.app.state.mlxcel
     body = await read_json_object(request)
     native, info = chat_request(to_chat_body(body), chat_settings(state))
-    return await complete(state, native, responses_shape(state, info), RESPONSES_FIELDS, route="/v1/responses")
+    files = await read_all(tuple(MediaRef(url) for url in info.media), state.settings.media_path)
+    return await complete(
+        state, native, responses_shape(state, info), RESPONSES_FIELDS, route="/v1/responses", files=files
+    )
 
 
 @router.post("/responses/input_tokens")

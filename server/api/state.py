@@ -43,6 +43,8 @@ class ServerSettings:
     tools: tuple = ()  # --tools, MCP servers: the tools GET and POST /tools serve (server/tools/builtin.py's Tool)
     tools_on: bool = False  # /tools served (b10621: tools asked for or MCP servers configured), else its 403
     tools_runtime: object = None  # --tools-runtime: server/tools/host.py's StaticRuntime or ContainerRuntime
+    projector: object = None  # --mmproj: server.models.clip_llava.LlavaEncoder (its n_tokens), else None
+    media_path: str = ""  # --media-path: where file:// media resolve
 
 
 @dataclass

@@ -52,6 +52,11 @@ class Backend(Protocol):
         """Feed tokens at the cache's next positions; the last position's logits (1 x vocab)."""
         ...
 
+    def prefill_rows(self, cache: Cache, rows: Any) -> Logits:
+        """Feed embedding rows (positions x hidden, float32: an image's) at the cache's next positions; the last
+        position's logits (1 x vocab)."""
+        ...
+
     def decode(self, cache: Cache, token: int) -> Logits:
         """One token at the cache's next position; its logits (1 x vocab)."""
         ...

@@ -10,6 +10,7 @@ in one order: tests/test_model_loading.py), and a speculative round's rows are b
 from __future__ import annotations
 
 import mlx.core as mx
+import numpy as np
 
 from ..models import kv_numerics, lora
 from ..models.decode_step import MAX_ROWS, DecodeStep
@@ -87,6 +88,11 @@ class NativeBackend(MLXBackend):
         if self.native_prefill and self._native() and self._step.takes_sequence(cache, len(chunk), None):
             return self._prefill_step(cache, chunk, last)
         return super()._prefill_chunk(cache, chunk, last)
+
+    def _rows_chunk(self, cache: LayerCaches, chunk: np.ndarray, last: bool) -> mx.array | None:
+        if self.native_prefill and self._native() and self._step.takes_sequence(cache, len(chunk), None):
+            return self._prefill_step.rows(cache, chunk, last)
+        return super()._rows_chunk(cache, chunk, last)
 
     def decode(self, cache: LayerCaches, token: int) -> Logits:
         if self.native_decode and self._native() and self._step.takes_rows(cache, 1):

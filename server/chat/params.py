@@ -56,6 +56,8 @@ class ChatSettings:
     reasoning_budget_message: str = ""  # --reasoning-budget-message
     add_bos: bool = False  # the vocabulary adds BOS itself: a rendered leading BOS is dropped
     add_eos: bool = False
+    allow_image: bool = False  # a projector is loaded (--mmproj): image parts become media markers
+    media_marker: str = ""  # the process's marker (build.media_marker())
 
     @property
     def caps(self) -> dict[str, bool]:
@@ -137,6 +139,7 @@ class ChatInfo:
     # continued text out of the streamed deltas unless the body also asks for echo
     is_continuation: bool = False
     echo: bool = False
+    media: tuple[str, ...] = ()  # the image parts' URLs, in the order of the prompt's media markers
 
 
 def continuation_mode(value) -> str:
@@ -188,6 +191,12 @@ def chat_request(body: dict, settings: ChatSettings) -> tuple[dict, ChatInfo]:  
     raw = body["messages"]
     if not isinstance(raw, list):
         raise _bad("Expected 'messages' to be an array")
+    media: list[str] = []  # the image parts' URLs, in order (b10621's out_files)
+    if settings.allow_image:  # (image parts are rewritten: the caller's body stays as it came)
+        raw = [
+            {**m, "content": list(m["content"])} if isinstance(m, dict) and isinstance(m.get("content"), list) else m
+            for m in raw
+        ]
     for m in raw:
         role = _value(m, "role", "") if isinstance(m, dict) else ""
         if role != "assistant" and not (isinstance(m, dict) and "content" in m):
@@ -196,8 +205,13 @@ def chat_request(body: dict, settings: ChatSettings) -> tuple[dict, ChatInfo]:  
             raise _bad("Assistant message must contain either 'content' or 'tool_calls'!")
         content = m.get("content") if isinstance(m, dict) else None
         if isinstance(content, list):
-            for part in content:
+            for i, part in enumerate(content):
                 kind = _value(part, "type", "") if isinstance(part, dict) else ""
+                if kind == "image_url" and settings.allow_image:  # the part becomes the marker; the URL is read
+                    image_url = _value(part, "image_url", {})
+                    media.append(_value(image_url, "url", "") if isinstance(image_url, dict) else "")
+                    content[i] = {"type": "media_marker", "text": settings.media_marker}
+                    continue
                 if kind in ("image_url", "input_audio", "input_video"):
                     what = {"image_url": "image", "input_audio": "audio", "input_video": "video"}[kind]
                     raise _fails(
@@ -322,6 +336,7 @@ def chat_request(body: dict, settings: ChatSettings) -> tuple[dict, ChatInfo]:  
         params.format,
         is_continuation="continue_final_message" in body and bool(continuation_mode(body["continue_final_message"])),
         echo=body.get("echo") is True,
+        media=tuple(media),
     )
 
 

@@ -442,6 +442,12 @@ MLXCEL: dict[str, dict] = {
     ),
     # transport, authentication, logging: parsed here, served by their own modules
     "--metrics": _s("metrics", "enable prometheus compatible metrics endpoint (default: disabled)", False),
+    "--mmproj": _s(
+        "mmproj",
+        "path to a multimodal projector file; mlxcel serves LLaVA's (projector type mlp) beside a text model",
+        "",
+    ),
+    "--media-path": _s("media_path", "directory for loading local media files; file:// URLs resolve under it", ""),
     "--slot-save-path": _s(
         "slot_save_path",
         "path to save slot kv cache (default: disabled); mlxcel saves the "

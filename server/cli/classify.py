@@ -206,7 +206,6 @@ _PLACEMENT = (
     "mlxcel places no tensor on a chosen device or buffer type: every weight and the KV cache live on MLX's "
     "default device"
 )
-_LEAVE = "leave it out"
 _KV_SERVED_TEXT = (
     "every type b10621 accepts, stored as ggml stores it: f32, f16 (the default), bf16 rounded as ggml writes "
     "them; q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1 block-quantized as ggml's from_float (on the native CPU steps)"
@@ -223,10 +222,6 @@ _SPEC = (
 )
 _SPEC_ALT = "pass --spec-type ngram-simple, or draft-simple with --spec-draft-model FILE, or leave it out"
 SERVED_SPEC_TYPES = {"none", "draft-simple", "ngram-simple"}
-_NO_PROJECTOR = (
-    "mlxcel attaches no GGUF projector to a model: it serves text checkpoints (a multimodal MLX "
-    "checkpoint would carry its towers inside)"
-)
 
 
 def _preset(repo: str, mlx: str, flags: str, why: str) -> Rule:
@@ -392,21 +387,17 @@ RULES: dict[str, Rule] = {
     "--cache-type-k": _inert(_KV_SERVED_TEXT, check=_kv_type_check),
     "--cache-type-v": _inert(_KV_SERVED_TEXT, check=_kv_type_check),
     # ----- embeddings, multimodal, observability, router: other issues' surfaces -----
-    "--mmproj": _refuse(_NO_PROJECTOR, _LEAVE),
-    "--mmproj-url": _refuse(_NO_PROJECTOR, _LEAVE),
+    "--mmproj-url": _refuse(
+        "mlxcel reads a projector from a file only (it fetches none by URL yet)", "download it and pass --mmproj FILE"
+    ),
     "--mmproj-auto": _inert(
-        "--mmproj-auto, --no-mmproj(-auto): it only fetches a projector with --hf-repo, which mlxcel refuses"
+        "--mmproj-auto, --no-mmproj(-auto): it only fetches a projector with --hf-repo, which fetches none here"
     ),
-    "--mmproj-offload": _inert("every form: it places a projector, which mlxcel refuses to load"),
-    "--mmproj-device": _inert("every value: it places a projector, which mlxcel refuses to load"),
-    "--image-min-tokens": _inert("every value: it sizes images, which mlxcel refuses to take"),
-    "--image-max-tokens": _inert("every value: it sizes images, which mlxcel refuses to take"),
-    "--mtmd-batch-max-tokens": _inert("every value: it batches images, which mlxcel refuses to take"),
-    "--media-path": _inert(
-        "every existing directory: file:// media resolve under it, confined (server/media/"
-        "paths.py); the models mlxcel serves take no media, so no file is read",
-        check=_directory_check,
-    ),
+    "--mmproj-offload": _inert("every form: the projector runs on the CPU (numpy), as b10621's CPU build runs it"),
+    "--mmproj-device": _inert("every value: the projector runs on the CPU (numpy), as b10621's CPU build runs it"),
+    "--image-min-tokens": _inert("every value: they size dynamic-resolution images; LLaVA's are one fixed size"),
+    "--image-max-tokens": _inert("every value: they size dynamic-resolution images; LLaVA's are one fixed size"),
+    "--mtmd-batch-max-tokens": _inert("every value: LLaVA's tower encodes one image at a time, as b10621's does"),
     "--spec-type": _only(
         lambda v: set(spec_types(v)) <= SERVED_SPEC_TYPES,
         "none, draft-simple",
@@ -545,6 +536,7 @@ ACTED_ON_CHECKS: dict[str, Callable[[object], None]] = {
     "--slot-prompt-similarity": _stof_check,
     "--pooling": _in("--pooling", "none", "mean", "cls", "last", "rank"),
     "--slot-save-path": _directory_check,
+    "--media-path": _directory_check,
     "--ui-config-file": _read_file_check,
     "--sleep-idle-seconds": _sleep_check,
     "--lora-scaled": _pairs_check("lora-scaled"),

@@ -23,6 +23,7 @@ from ..api.task_params import SAMPLER_CHARS, SAMPLER_NAMES, TaskParams, f32
 from ..api.webui_settings import WebUI
 from ..backends import BackendRefusal, load_sharded, sharded_fingerprint
 from ..backends.distributed import Channel, follow, split_of, split_refusal, world
+from ..build import media_marker
 from ..chat.autoparser import template_supports_thinking
 from ..chat.formats import REASONING_FORMATS
 from ..chat.legacy import (
@@ -58,10 +59,16 @@ from ..transport import AT_SHUTDOWN, HttpServer, TransportError, announce_listen
 from . import offload
 from .args import build_parser
 from .classify import load_mode, refusals, spec_types
+from .projector import ProjectorRefused, load_projector
 from .webui_build import built_dist
 
 log = logging.getLogger("mlxcel")
 AUTO_SLOTS = 4  # b10621's --parallel -1 (auto) serves 4 slots
+
+
+def _n_embd(checkpoint) -> int:
+    config = read_config(checkpoint)
+    return int(config.get("hidden_size") or config.get("text_config", {}).get("hidden_size") or 0)
 
 
 class StartupRefusal(Exception):
@@ -117,6 +124,10 @@ def build_state(args, prog: str, auth, cors, vertex, ranks=None):  # noqa: C901
             f"{prog}: error: {'--lora' if lora else '--control-vector'}: adapters and control "
             "vectors steer a generating model; mlxcel serves embeddings and reranking without them"
         )
+    try:
+        projector = None if encoder is not None else load_projector(args, _n_embd(checkpoint), ranks is not None)
+    except ProjectorRefused as exc:
+        raise StartupRefusal(str(exc)) from None
     spec_types, draft = speculative_config(args, tokenizer, prog)
     ngram_simple = ngram_simple_config(args) if "ngram-simple" in spec_types else None
     if encoder is not None:
@@ -164,6 +175,7 @@ def build_state(args, prog: str, auth, cors, vertex, ranks=None):  # noqa: C901
             eog_ids=tokenizer.eog_ids,
             piece=tokenizer.piece,
             end_token=lambda: tokenizer.eos_id if tokenizer.eot_id is None else tokenizer.eot_id,
+            encode_media=None if projector is None else projector.encode,
         )
         if any(g.option in ("--pooling", "--embd-normalize") for g in args.given):
             log.warning(
@@ -171,7 +183,9 @@ def build_state(args, prog: str, auth, cors, vertex, ranks=None):  # noqa: C901
             )
     engine.start()
     try:
-        return _settled_state(args, prog, auth, cors, vertex, checkpoint, tokenizer, engine, encoder, spec_types)
+        return _settled_state(
+            args, prog, auth, cors, vertex, checkpoint, tokenizer, engine, encoder, spec_types, projector
+        )
     except BaseException:
         engine.stop(wait=30)
         raise
@@ -200,7 +214,7 @@ def web_ui(args) -> WebUI:
     return WebUI(enabled=bool(args.ui), dist=dist, settings=settings)
 
 
-def _settled_state(args, prog, auth, cors, vertex, checkpoint, tokenizer, engine, encoder, spec_types):
+def _settled_state(args, prog, auth, cors, vertex, checkpoint, tokenizer, engine, encoder, spec_types, projector):
     """build_state's second half, read while the engine loads the model."""
     try:
         sampling = sampling_defaults(args, tokenizer.eog_ids)
@@ -208,6 +222,8 @@ def _settled_state(args, prog, auth, cors, vertex, checkpoint, tokenizer, engine
         raise StartupRefusal(f"error: {exc}") from None
     try:
         chat = None if encoder is not None else chat_settings(args, tokenizer)
+        if chat is not None and projector is not None:
+            chat = dataclasses.replace(chat, allow_image=True, media_marker=media_marker())
     except UnsupportedTemplate as exc:  # b10621's own sentence, printed as it prints it
         raise StartupRefusal(str(exc)) from None
     except ValueError as exc:
@@ -255,6 +271,8 @@ def _settled_state(args, prog, auth, cors, vertex, checkpoint, tokenizer, engine
         api_prefix=args.api_prefix or "",
         webui=ui,
         static_path=args.path or "",
+        projector=projector,
+        media_path=args.media_path or "",
     )
     features = [
         name

@@ -50,7 +50,8 @@ class Drawer:
         )
         chain = draws.chain = Chain(sampling, self.backend.n_vocab, infill)
         for t in prompt:
-            chain.accept(t)
+            if t >= 0:  # (an image's placeholders are no tokens: b10621 skips them)
+                chain.accept(t)
         if req.grammar is not None:  # the prompt is not fed to it (is_generated = false)
             vocab = self.grammar_vocab()
             if vocab is None:

@@ -19,7 +19,9 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
+
+import numpy as np
 
 from ..backends import Backend, BackendLost, hand_back, load_backend
 from ..grammar.constraint import GrammarVocab
@@ -75,8 +77,10 @@ class Engine:
         grammar_vocab: GrammarVocab | None = None,
         end_token: Callable[[], int | None] = lambda: None,
         open_backend: Callable[[Adapters], Backend] | None = None,
+        encode_media: Callable[[Any], np.ndarray] | None = None,
     ):
         self.checkpoint = checkpoint
+        self.encode_media = encode_media  # an image's rows from the loaded projector (--mmproj), if any
         self.config = config
         self.eog_ids = eog_ids
         self.piece = piece  # (token id, render special tokens) -> the bytes b10621 adds to the generated text
@@ -259,6 +263,7 @@ class Engine:
             c.add_bos,
             self._ctx_shift,
             lambda: next(self._ids),
+            self.encode_media,
         )
         return _Loaded(backend, drafter, step)
 
@@ -402,6 +407,7 @@ class Engine:
                     payload=run,
                     held=i > 0,
                     want_slot=request.id_slot if i == 0 else None,
+                    cuts=tuple(sorted({p for m in request.media for p in (m.start, m.end)})),
                 )
             )
         seqs[0].children = seqs[1:]

@@ -112,6 +112,7 @@ class Running:
     done: bool = False  # released: its cache is never needed again
     generated_ids: list[int] = field(default_factory=list)  # every token drawn, in order
     lora: tuple[float, ...] = ()  # the adapters' scales, fixed when the request was admitted
+    media_rows: dict = field(default_factory=dict)  # each image's encoded rows, by its start position
     clock: Clock = field(default_factory=Clock)
     shifts: Shifts = field(default_factory=Shifts)
     draws: Draws = field(default_factory=Draws)

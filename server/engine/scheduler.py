@@ -29,6 +29,7 @@ class Sequence:
     children: list["Sequence"] = field(default_factory=list)
     held: bool = False
     want_slot: int | None = None  # the request asked for this slot (id_slot): it waits for that one
+    cuts: tuple[int, ...] = ()  # positions a prefill chunk must end at (where an image's rows begin and end)
 
     @property
     def prefilling(self) -> bool:
@@ -140,6 +141,7 @@ class Scheduler:
                     # flight, so every prompt position is always computed in the same chunk shape: that is
                     # what makes a prompt-cache hit bit-identical to a cold run
                     end = min(len(seq.prompt), (start // self.ubatch + 1) * self.ubatch)
+                    end = min((c for c in seq.cuts if start < c < end), default=end)  # (mtmd's chunks apart)
                     if end - start > budget and step.prefill:
                         return step
                     step.prefill.append(PrefillChunk(seq, start, end))

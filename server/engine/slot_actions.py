@@ -25,6 +25,9 @@ from .types import SlotAction, SlotActionError
 log = logging.getLogger("mlxcel.engine")
 
 
+SLOT_HOLDS_IMAGES = "this slot holds an image's positions, which mlxcel's slot files cannot carry (text only)"
+
+
 class SlotActions:
     def __init__(self, n_slots: int, registry: SlotRegistry, states: SlotStates, base_scales: Callable[[], None]):
         self.n_slots, self.registry, self.states = n_slots, registry, states
@@ -64,6 +67,8 @@ class SlotActions:
         if action.path is None or action.identity is None:
             raise SlotActionError(SLOT_INVALID_FILE)  # (the API layer always names one)
         if action.action == "save":
+            if any(t < 0 for t in record.tokens):  # (b10621 serializes its media chunks; mlxcel's files hold ids)
+                raise SlotActionError(SLOT_HOLDS_IMAGES)
             try:
                 n_bytes = slot_files.write(action.path, list(record.tokens), action.identity)
             except OSError:

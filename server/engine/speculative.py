@@ -108,7 +108,11 @@ class NgramSimple:
         if match == 0:
             return []
         count = min(m, cur - (match + n))
-        return [] if count < n else history[match + n : match + n + count]
+        draft = history[match + n : match + n + count]
+        if any(t < 0 for t in draft):  # (an image's positions are no tokens to draft: the draft ends before them)
+            draft = draft[: next(i for i, t in enumerate(draft) if t < 0)]
+            count = len(draft)
+        return [] if count < n else draft
 
 
 class Speculator:

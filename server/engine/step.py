@@ -7,7 +7,9 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
+
+import numpy as np
 
 from ..backends import Backend
 from .adapters import Adapters
@@ -20,6 +22,7 @@ from .running import Running
 from .scheduler import Scheduler, Sequence, Step
 from .sequence_tokens import shift_plan, slot_tokens
 from .slot_registry import SlotRegistry
+from .types import MediaChunk
 
 log = logging.getLogger("mlxcel.engine")
 
@@ -37,6 +40,7 @@ class EngineStep:
     add_bos: bool
     ctx_shift: Callable[[], bool]
     next_task_id: Callable[[], int]
+    encode_media: Callable[[Any], np.ndarray] | None = None  # an image's rows (the projector's), if one is loaded
 
     def run(self, sched: Scheduler) -> None:
         for seq in sched.everyone():
@@ -69,7 +73,12 @@ class EngineStep:
             progressed[chunk.seq.rid] = chunk.seq
             t_chunk = time.perf_counter()
             self.adapters.use(run.lora)
-            run.logits = backend.prefill(run.cache, chunk.seq.prompt[chunk.start : chunk.end])
+            media = next((m for m in run.request.media if m.start <= chunk.start < m.end), None)
+            if media is None:
+                run.logits = backend.prefill(run.cache, chunk.seq.prompt[chunk.start : chunk.end])
+            else:  # an image's rows (the scheduler cut the chunk at its bounds)
+                rows = self._media_rows(run, media)
+                run.logits = backend.prefill_rows(run.cache, rows[chunk.start - media.start : chunk.end - media.start])
             run.clock.prompt_last = time.perf_counter()
             if run.made is not None:
                 run.made.add(chunk.start, chunk.end, chunk_kind(chunk.end - chunk.start, backend.capabilities.few_rows))
@@ -87,6 +96,17 @@ class EngineStep:
                     tokens.sample(seq)
         for seq in progressed.values():  # prompts still being processed: one progress event per step
             tokens.progress(seq)
+
+    def _media_rows(self, run: Running, media: MediaChunk) -> np.ndarray:
+        """The image's rows from the media encoder, once per request (mtmd_encode_chunk, then its decode)."""
+        rows = run.media_rows.get(media.start)
+        if rows is None:
+            if self.encode_media is None:
+                raise RuntimeError("an image in a prompt without a media encoder")
+            rows = run.media_rows[media.start] = self.encode_media(media.image)
+            if len(rows) != media.n_tokens:
+                raise RuntimeError(f"the image gave {len(rows)} rows for its {media.n_tokens} positions")
+        return rows
 
     def _decode(self, step: Step) -> None:
         backend, tokens = self.backend, self.tokens

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..grammar.spec import GrammarSpec
 from .slot_files import Identity
@@ -65,6 +67,43 @@ class ReasoningBudgetSpec:
     prefill: tuple[int, ...] = ()  # the generation prompt's tokens, accepted before the first draw
 
 
+@dataclass(frozen=True, eq=False)
+class MediaChunk:
+    """An image's span in a prompt (b10621's mtmd chunk): positions start .. start + n_tokens - 1 hold its
+    placeholder id, and the engine's media encoder turns `image` into their rows when prefill reaches them."""
+
+    start: int
+    n_tokens: int
+    chunk_id: str  # sha256 of the file's bytes (mtmd's bitmap id: what the prompt cache compares)
+    image: Any  # what the media encoder takes (the decoded pixels)
+
+    @property
+    def end(self) -> int:
+        return self.start + self.n_tokens
+
+    @property
+    def placeholder(self) -> int:
+        return placeholder_id(self.chunk_id)
+
+
+def placeholder_id(chunk_id: str) -> int:
+    """The id an image's positions carry: negative (no vocabulary id), the same for the same file, so a prompt
+    cache compares images as b10621 does, by their id, with the token lists it compares text with."""
+    return -1 - int(hashlib.sha256(chunk_id.encode()).hexdigest()[:15], 16)
+
+
+class PromptTokens(list):
+    """A prompt's ids with the media chunks that some of its positions stand for (placeholders)."""
+
+    media: tuple[MediaChunk, ...] = ()
+
+    @classmethod
+    def with_media(cls, ids: list[int], media: tuple[MediaChunk, ...]) -> "PromptTokens":
+        out = cls(ids)
+        out.media = media
+        return out
+
+
 @dataclass(frozen=True)
 class GenerationRequest:
     prompt_tokens: tuple[int, ...]
@@ -95,6 +134,7 @@ class GenerationRequest:
     # b10621's get_available_slot saves and loads the host-memory prompt cache for completion tasks only, not
     # for infill (server-context.cpp: "cache prompts only for completion tasks")
     completion_task: bool = True
+    media: tuple[MediaChunk, ...] = ()  # the images some prompt positions stand for (their placeholder ids)
 
 
 @dataclass(frozen=True)

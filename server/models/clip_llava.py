@@ -8,8 +8,9 @@ their input rows to F16. Two quirks of b10621's graph are kept as it has them: t
 after the patches (position n_patches), and the rows kept for the projector are 1..n_patches, so the first
 patch's row is dropped and the class row is kept.
 
-Images of exactly the encoder's size only, for now (issue 33's first milestone; mtmd then copies the pixels):
-the resampler and padding come next. docs/media-plan.md.
+Pixels are prepared as mtmd's fixed-size preprocessor does for LLaVA: resized with its Pillow-port bicubic
+filter onto a square canvas of (122, 116, 104), aspect kept (server/media/resample.py), then scaled and
+normalized in float32. docs/media-plan.md.
 """
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
+from ..media import resample
+from .ggml_ops import GgmlOps
+
+LLAVA_PAD = (122, 116, 104)  # clip.cpp's image_pad_color for the llava projectors
 GELU_QUICK_COEF = np.float32(-1.702)
 SQRT_2_OVER_PI = np.float32(0.79788456080286535587989211986876)
 GELU_COEF_A = np.float32(0.044715)
@@ -130,8 +135,41 @@ class ClipArgs:
 class LlavaEncoder:
     """An mmproj GGUF of projector type "mlp": pixels in, one row a image token out (width: the text model's)."""
 
-    def __init__(self, args: ClipArgs, tensors: dict[str, np.ndarray], f16: frozenset[str]):
+    def __init__(self, args: ClipArgs, tensors: dict[str, np.ndarray], f16: frozenset[str], native: bool = True):
         self.args, self.t, self.f16 = args, tensors, f16
+        self.ops = GgmlOps.load() if native else None  # ggml's own sums; None: numpy's (a few ulps apart)
+
+    def _linear(self, x: np.ndarray, name: str) -> np.ndarray:
+        """x @ W.T + b as ggml: an F16 matrix rounds the input rows to F16 (its vec_dot_type) first."""
+        w, f16 = self.t[name + ".weight"], name + ".weight" in self.f16
+        if self.ops is None:
+            y = _mm(x, w, f16)
+        else:
+            y = self.ops.mul_mat(_f16(w) if f16 else w, _f16(x) if f16 else x)
+        bias = self.t.get(name + ".bias")
+        return y if bias is None else (y + bias).astype(np.float32)
+
+    def _norm(self, x: np.ndarray, name: str) -> np.ndarray:
+        w, b, eps = self.t[name + ".weight"], self.t[name + ".bias"], self.args.eps
+        return layer_norm(x, w, b, eps) if self.ops is None else self.ops.norm(x, w, b, eps)
+
+    def _act(self, x: np.ndarray, quick: bool) -> np.ndarray:
+        if self.ops is None:
+            return gelu_quick(x) if quick else gelu(x)
+        return self.ops.gelu_quick(x) if quick else self.ops.gelu(x)
+
+    def _attention(self, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+        a = self.args
+        d = a.hidden // a.n_head
+        if self.ops is not None:
+            return self.ops.attention(q, k, v, a.n_head, 1.0 / math.sqrt(d))
+        heads = [
+            flash_attention(
+                q[:, j * d : (j + 1) * d], k[:, j * d : (j + 1) * d], v[:, j * d : (j + 1) * d], 1.0 / math.sqrt(d)
+            )
+            for j in range(a.n_head)
+        ]
+        return np.concatenate(heads, axis=1)
 
     @classmethod
     def from_gguf(cls, path: Path) -> "LlavaEncoder":
@@ -178,14 +216,17 @@ class LlavaEncoder:
     def n_tokens(self) -> int:
         return self.args.n_patches
 
+    @property
+    def n_embd(self) -> int:
+        """The rows' width: the text model's it must be (clip_n_mmproj_embd)."""
+        last = "mm.2.weight" if "mm.2.weight" in self.t else "mm.0.weight"
+        return int(self.t[last].shape[0])
+
     def pixels(self, rgb: np.ndarray) -> np.ndarray:
-        """mtmd's float image (3, H, W): u8 / 255, then (x - mean) / std, in float32."""
+        """mtmd's float image (3, S, S): the fixed-size square (bicubic, padded), u8 / 255, (x - mean) / std."""
         a = self.args
-        if rgb.shape[:2] != (a.image_size, a.image_size):
-            raise ValueError(
-                f"only {a.image_size}x{a.image_size} images are encoded yet (got {rgb.shape[1]}x{rgb.shape[0]})"
-            )
-        x = rgb.astype(np.float32) / np.float32(255.0)
+        square = resample.resize_padded(rgb, a.image_size, resample.Resize.BICUBIC, LLAVA_PAD)
+        x = square.astype(np.float32) / np.float32(255.0)
         mean, std = np.array(a.mean, np.float32), np.array(a.std, np.float32)
         return ((x - mean) / std).transpose(2, 0, 1).astype(np.float32)
 
@@ -196,24 +237,16 @@ class LlavaEncoder:
         first, second = "ffn_up", "ffn_down"
         if t[p + "ffn_up.weight"].shape[0] == self.args.hidden:  # (ffn_up maps back to the hidden width)
             first, second = second, first
-        h = _mm(x, t[p + first + ".weight"], p + first + ".weight" in self.f16) + t[p + first + ".bias"]
-        h = gelu(h) if self.args.use_gelu else gelu_quick(h)
-        return _mm(h, t[p + second + ".weight"], p + second + ".weight" in self.f16) + t[p + second + ".bias"]
+        h = self._act(self._linear(x, p + first), quick=not self.args.use_gelu)
+        return self._linear(h, p + second)
 
     def _block(self, x: np.ndarray, i: int) -> np.ndarray:
-        a, t, p = self.args, self.t, f"v.blk.{i}."
-        h = layer_norm(x, t[p + "ln1.weight"], t[p + "ln1.bias"], a.eps)
-        q, k, v = (_mm(h, t[p + f"attn_{n}.weight"], False) + t[p + f"attn_{n}.bias"] for n in "qkv")
-        d = a.hidden // a.n_head
-        heads = [
-            flash_attention(
-                q[:, j * d : (j + 1) * d], k[:, j * d : (j + 1) * d], v[:, j * d : (j + 1) * d], 1.0 / math.sqrt(d)
-            )
-            for j in range(a.n_head)
-        ]
-        attn = _mm(np.concatenate(heads, axis=1), t[p + "attn_out.weight"], False) + t[p + "attn_out.bias"]
+        p = f"v.blk.{i}."
+        h = self._norm(x, p + "ln1")
+        q, k, v = (self._linear(h, p + f"attn_{n}") for n in "qkv")
+        attn = self._linear(self._attention(q, k, v), p + "attn_out")
         x = (attn + x).astype(np.float32)
-        h = layer_norm(x, t[p + "ln2.weight"], t[p + "ln2.bias"], a.eps)
+        h = self._norm(x, p + "ln2")
         return (x + self._ffn(h, i)).astype(np.float32)
 
     def encode(self, rgb: np.ndarray) -> np.ndarray:
@@ -223,22 +256,24 @@ class LlavaEncoder:
         ps, side = a.patch_size, a.image_size // a.patch_size
         cols = img.reshape(3, side, ps, side, ps).transpose(1, 3, 0, 2, 4).reshape(side * side, 3 * ps * ps)
         kernel = _f16(t["v.patch_embd.weight"]).reshape(a.hidden, 3 * ps * ps)
-        x = (cols.astype(np.float64) @ kernel.astype(np.float64).T).astype(np.float32)
+        if self.ops is None:
+            x = (cols.astype(np.float64) @ kernel.astype(np.float64).T).astype(np.float32)
+        else:  # ggml_conv_2d: mul_mat(im2col, kernel), the patches as its first operand
+            x = self.ops.mul_mat(cols, kernel).T.copy()
         if "v.patch_embd.bias" in t:
             x = x + t["v.patch_embd.bias"]
         if "v.class_embd" in t:  # appended after the patches, as llava.cpp's ggml_concat puts it
             x = np.concatenate([x, t["v.class_embd"][None, :]], axis=0)
         x = (x + t["v.position_embd.weight"][: x.shape[0]]).astype(np.float32)
         if "v.pre_ln.weight" in t:
-            x = layer_norm(x, t["v.pre_ln.weight"], t["v.pre_ln.bias"], a.eps)
+            x = self._norm(x, "v.pre_ln")
         for i in range(a.n_layer):
             x = self._block(x, i)
         if "v.post_ln.weight" in t:
-            x = layer_norm(x, t["v.post_ln.weight"], t["v.post_ln.bias"], a.eps)
+            x = self._norm(x, "v.post_ln")
         offset = 1 if "v.class_embd" in t else 0
         x = x[offset : offset + a.n_patches]  # rows 1..n_patches (clip.cpp's "patches" input)
-        x = _mm(x, t["mm.0.weight"], "mm.0.weight" in self.f16) + t["mm.0.bias"]
-        x = gelu(x)
+        x = self._act(self._linear(x, "mm.0"), quick=False)
         if "mm.2.weight" in t:
-            x = _mm(x, t["mm.2.weight"], "mm.2.weight" in self.f16) + t["mm.2.bias"]
+            x = self._linear(x, "mm.2")
         return x.astype(np.float32)

@@ -201,6 +201,7 @@ class DecodeStep:
         self.handle = _VOID_P(handle)
         weakref.finalize(self, native.mlxcel_step_model_free, self.handle)
         self.layers, self.kv_heads, self.head_dim, self.vocab = dims[0], dims[3], dims[4], dims[6]
+        self.hidden = dims[1]
         self.ggml_order = bool(dims[13])
         self.interleaved = False  # (set_family: a llama GGUF's heads in their interleaved order)
         # the caches' storage (kv_numerics.storage_dtype): an f16 cache in 16 bits, a block type's rows in bytes
@@ -494,15 +495,19 @@ class DecodeStep:
                 batch_cache.advance(c, offset, index + 1)
         return mx.array(logits)
 
-    def sequence_pass(self, native_fn, caches: list, tokens: list[int], logits: np.ndarray | None, what: str) -> None:
+    def sequence_pass(
+        self, native_fn, caches: list, tokens: list[int] | np.ndarray, logits: np.ndarray | None, what: str
+    ) -> None:
         """A native pass over consecutive tokens of one sequence (verify, prefill): its per-layer KVCaches take
-        their keys and values at the next positions (grown first), then move on; logits (if any) written."""
+        their keys and values at the next positions (grown first), then move on; logits (if any) written.
+        `tokens` may be rows of embeddings instead (a float32 C-contiguous array, one row a position)."""
         rows, index, n = len(tokens), caches[0].offset, len(caches)
         keys, values, strides = self._pointers(caches, index, 1, rows)
+        given = _VOID_P(tokens.ctypes.data) if isinstance(tokens, np.ndarray) else (ctypes.c_int * rows)(*tokens)
         status = native_fn(
             self.handle,
             rows,
-            (ctypes.c_int * rows)(*tokens),
+            given,
             index,
             (_VOID_P * n)(*keys),
             (_VOID_P * n)(*values),

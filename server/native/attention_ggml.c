@@ -524,3 +524,19 @@ int mlxcel_attention_masked(const float *q, long q_seq, long q_head, long q_pos,
     mlxcel_pool_run(kv_head, &a, B * H, 1);
     return a.failed ? -1 : 0;
 }
+
+/* An encoder's self-attention as ggml's flash_attn_ext computes it over F16-cast K and V without a mask (CLIP's
+ * tower: every query sees every key): q, k, v and out are n rows of H heads of D values (row-major, n x H*D).
+ * Each query row is its own one-chunk pass (fewer than 64 rows: GGML_FA_TILE_Q), so the rows go one by one. */
+int mlxcel_encoder_attention(const float *q, const float *k, const float *v, int n, int H, int D, float scale,
+                             float *out) {
+    const long row = (long)H * D;
+    const struct attention_mask none = {0, 0.0f};
+    for (int i = 0; i < n; i++) {
+        const int status = mlxcel_attention_masked(q + i * row, 0, D, row, k, 0, D, row, v, 0, D, row, 1, H, H, 1, n, D,
+                                                   scale, NULL, out + i * row, KV_F32, KV_F32,
+                                                   1 | ATTENTION_GGML_SUMS, n, none);
+        if (status) return status;
+    }
+    return 0;
+}

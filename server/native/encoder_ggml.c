@@ -148,6 +148,42 @@ ENC __attribute__((visibility("hidden"))) void mlxcel_geglu(const float *g, cons
     }
 }
 
+/* ---- quick GELU through ggml's fp16 table (GGML_GELU_QUICK_FP16: every value looked up) ------------------- */
+
+static uint16_t gelu_quick_table[1 << 16];
+static int gelu_quick_ready;
+
+ENC static void gelu_quick_init(void) {
+    if (gelu_quick_ready) return;
+    for (int i = 0; i < (1 << 16); i++) {
+        const float f = _cvtsh_ss((unsigned short)i);
+        gelu_quick_table[i] = _cvtss_sh(f * (1.0f / (1.0f + expf(-1.702f * f))), 0);
+    }
+    gelu_quick_ready = 1;
+}
+
+/* ---- ggml's operations one at a time, for towers composed elsewhere (server/models/clip_llava.py) ---------- */
+
+/* C (n x m, row-major) = B (n x k) times A (m x k) transposed: ggml_mul_mat(A, B) as ggml-cpu sums it. F16
+ * operands are passed as floats already rounded to f16 (tinyBLAS converts them on load: the same sums). */
+ENC void mlxcel_ggml_mul_mat(const float *A, const float *B, float *C, int m, int n, int k) {
+    mul_mat(A, k, B, k, C, m, m, n, k, 1);
+}
+
+ENC void mlxcel_ggml_norm(const float *x, float *y, const float *w, const float *b, int rows, int n, float eps) {
+    layer_norm(x, y, w, b, rows, n, eps);
+}
+
+ENC void mlxcel_ggml_gelu(float *x, long n) {
+    gelu_init();
+    gelu(x, n);
+}
+
+ENC void mlxcel_ggml_gelu_quick(float *x, long n) {
+    gelu_quick_init();
+    for (long i = 0; i < n; i++) x[i] = _cvtsh_ss(gelu_quick_table[_cvtss_sh(x[i], 0)]);
+}
+
 /* ---- the encoder --------------------------------------------------------------------------------------- */
 
 ENC int mlxcel_bert_hidden(const mlxcel_bert *m, const int32_t *tokens, int n, float *out) {

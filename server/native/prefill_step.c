@@ -94,19 +94,29 @@ static void rope_rows(const struct rope_args *a) {
 /* L tokens of one sequence at positions index .. index + L - 1, written to its caches there (keys[l],
  * values[l]: layer l's, kv_heads x capacity x head_dim, strides as mlxcel_step's). logits (vocab floats): the
  * last position's, or NULL when the chunk is not the prompt's last. Returns 0, or -1 when out of memory. */
-static int prefill_rows(const struct step_model *m, int L, const int *tokens, int index, void *const *keys,
-                        void *const *values, const long *strides, float *logits);
+static int prefill_rows(const struct step_model *m, int L, const int *tokens, const float *embd, int index,
+                        void *const *keys, void *const *values, const long *strides, float *logits);
 
 int mlxcel_prefill(const void *model, int L, const int *tokens, int index, void *const *keys,
                    void *const *values, const long *strides, float *logits) {
     const int was = mlxcel_pool_batch(1); /* a prompt's rows: -tb's threads, as b10621's batch threadpool */
-    const int status = prefill_rows(model, L, tokens, index, keys, values, strides, logits);
+    const int status = prefill_rows(model, L, tokens, NULL, index, keys, values, strides, logits);
     mlxcel_pool_batch(was);
     return status;
 }
 
-static int prefill_rows(const struct step_model *m, int L, const int *tokens, int index, void *const *keys,
+/* The same pass over L rows given as embeddings (L x hidden floats, taken as they are: an image's rows from its
+ * projector, which b10621 decodes unscaled whatever the model's token embedding scale). */
+int mlxcel_prefill_embd(const void *model, int L, const float *embd, int index, void *const *keys,
                         void *const *values, const long *strides, float *logits) {
+    const int was = mlxcel_pool_batch(1);
+    const int status = prefill_rows(model, L, NULL, embd, index, keys, values, strides, logits);
+    mlxcel_pool_batch(was);
+    return status;
+}
+
+static int prefill_rows(const struct step_model *m, int L, const int *tokens, const float *embd, int index,
+                        void *const *keys, void *const *values, const long *strides, float *logits) {
     if (L < 1 || index < 0) return -1;
     const int E = m->hidden, H = m->heads, Hkv = m->kv_heads, D = m->head_dim, I = m->inter;
     const int nqkv = (H + 2 * Hkv) * D, half = m->rope_dims / 2, T = index + L;
@@ -117,7 +127,10 @@ static int prefill_rows(const struct step_model *m, int L, const int *tokens, in
     float *att = q + (size_t)L * H * D, *gu = att + (size_t)L * H * D, *act = gu + (size_t)L * 2 * I;
     float *angles = act + (size_t)L * I;
     for (int i = 0; i < L; i++) {
-        embed_scaled(m, tokens[i], x + (size_t)i * E);
+        if (embd)
+            memcpy(x + (size_t)i * E, embd + (size_t)i * E, sizeof(float) * E);
+        else
+            embed_scaled(m, tokens[i], x + (size_t)i * E);
         for (int r = 0; r < ropes; r++) {
             float *c = angles + ((size_t)r * L + i) * 2 * half;
             layer_angles(m, r, index + i, c, c + half);

@@ -1,0 +1,226 @@
+"""Images in chat, differential (issue 33): b10621 and mlxcel on the same command line, the user's
+`-m twin.gguf --mmproj mmproj-model-f32.gguf` (b10621's defaults otherwise: F16 KV cache, flash attention auto),
+the same requests.
+
+Server state: one slot, the LLaVA twin's projector (fixtures/llava_twin.py) beside the SmolLM2 F32 twin's GGUF,
+--media-path at a directory holding a PNG and the sdist's test-1.jpeg; cases run in order on the one pair (the
+prompt-cache case relies on the slot holding the previous request's prompt, as it does on both).
+
+Each answer: the same tokens, every top-5 logprob within 1e-3 (measured: ~6e-6, the text path's own), the same
+prompt token count (an image counts as its 16 tokens). The images move the answer (another image, another
+first-token logprob), so agreement here is the image path's, not the text's.
+"""
+
+from __future__ import annotations
+
+import base64
+import shutil
+
+import pytest
+
+from oracle import loopback
+from oracle.processes import mlxcel_server, reference_server, start_together
+
+pytestmark = pytest.mark.reference
+
+LOGPROB_BOUND = 1e-3
+
+
+@pytest.fixture(scope="module")
+def pair(reference_binary, twin_f32, tmp_path_factory):
+    from fixtures.llava_twin import llava_mmproj, png
+    from oracle.reference import source_tree
+
+    media = tmp_path_factory.mktemp("media")
+    (media / "wide.png").write_bytes(png(40, 24, seed=5))
+    shutil.copyfile(source_tree() / "tools" / "mtmd" / "test-1.jpeg", media / "test-1.jpeg")
+    args = ["--mmproj", str(llava_mmproj()), "-np", "1", "--media-path", str(media)]
+    ref = reference_server(reference_binary, twin_f32.gguf, args)
+    mine = mlxcel_server(str(twin_f32.gguf), args)
+    try:
+        start_together(ref, mine)
+        yield ref.base_url, mine.base_url
+    finally:
+        ref.cleanup()
+        mine.cleanup()
+
+
+def _png_uri(**kw) -> str:
+    from fixtures.llava_twin import png
+
+    return "data:image/png;base64," + base64.b64encode(png(**kw)).decode()
+
+
+def _image(url: str) -> dict:
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def _text(text: str) -> dict:
+    return {"type": "text", "text": text}
+
+
+def _ask(base: str, parts: list[dict], **extra) -> tuple[int, dict]:
+    body = {
+        "messages": [{"role": "user", "content": parts}],
+        "max_tokens": 8,
+        "temperature": 0,
+        "logprobs": True,
+        "top_logprobs": 5,
+        **extra,
+    }
+    r = loopback.post(base + "/v1/chat/completions", json=body, timeout=300)
+    return r.status_code, r.json()
+
+
+def _compare(pair, parts: list[dict]) -> tuple[dict, dict]:
+    (s1, want), (s2, got) = (_ask(base, parts) for base in pair)
+    assert s1 == 200, want
+    assert s2 == 200, got
+    assert got["choices"][0]["message"]["content"] == want["choices"][0]["message"]["content"]
+    assert got["usage"] == want["usage"]
+    worst = 0.0
+    for a, b in zip(want["choices"][0]["logprobs"]["content"], got["choices"][0]["logprobs"]["content"], strict=True):
+        assert a["token"] == b["token"]
+        assert [t["token"] for t in a["top_logprobs"]] == [t["token"] for t in b["top_logprobs"]]
+        worst = max(
+            worst,
+            *(abs(x["logprob"] - y["logprob"]) for x, y in zip(a["top_logprobs"], b["top_logprobs"], strict=True)),
+        )
+    assert worst <= LOGPROB_BOUND, worst
+    return want, got
+
+
+def _first_logprob(answer: dict) -> float:
+    return answer["choices"][0]["logprobs"]["content"][0]["logprob"]
+
+
+def test_props_and_models_report_vision(pair):
+    ref, mine = pair
+    want, got = (loopback.get(b + "/props", timeout=30).json() for b in pair)
+    assert got["modalities"]["vision"] is want["modalities"]["vision"] is True
+    assert got["modalities"]["audio"] is want["modalities"]["audio"] is False
+    # b10621's build decodes video (MTMD_VIDEO, through ffmpeg) wherever it has vision; mlxcel decodes no video
+    # and says so (the divergence in the manifest's /props entry)
+    assert (want["modalities"]["video"], got["modalities"]["video"]) == (True, False)
+    want, got = (loopback.get(b + "/v1/models", timeout=30).json() for b in pair)
+    assert got["models"][0]["capabilities"] == want["models"][0]["capabilities"] == ["completion", "multimodal"]
+
+
+def test_an_image_of_the_towers_size_answers_as_b10621(pair):
+    a, _ = _compare(pair, [_image(_png_uri(seed=3)), _text("What is in this picture?")])
+    b, _ = _compare(pair, [_image(_png_uri(seed=9)), _text("What is in this picture?")])
+    assert abs(_first_logprob(a) - _first_logprob(b)) > 1e-2  # (the image reaches the answer)
+
+
+def test_a_wide_image_is_resized_and_padded_as_b10621_does(pair):
+    """40x24 PNG from --media-path: bicubic to 32x20 on a (122, 116, 104) canvas, then the tower."""
+    _compare(pair, [_text("Describe"), _image("file://wide.png"), _text("briefly.")])
+
+
+def test_a_jpeg_is_decoded_and_downscaled_as_b10621_does(pair):
+    """The sdist's test-1.jpeg (640x488): stb_image's decode, then the resampler's downscale."""
+    _compare(pair, [_image("file://test-1.jpeg"), _text("What is in this picture?")])
+
+
+def test_two_images_in_one_message(pair):
+    _compare(pair, [_image(_png_uri(seed=3)), _text("and"), _image(_png_uri(seed=9)), _text("differ how?")])
+
+
+def test_a_repeated_image_prompt_reuses_the_cache_as_b10621(pair):
+    """The same image prompt twice: the second reuses the slot's cache on both (the image span compared by its
+    bytes' hash), the same count cached, the same answer. Its logprobs: mlxcel's hit is bitwise its cold run (the
+    positions it recomputes take the cold run's chunk shapes, docs/prompt-cache.md), b10621's recomputes its last
+    prompt token alone and drifts from its own cold run by ~1e-3, so the hit is held to the cold answer."""
+    parts = [_image(_png_uri(seed=4)), _text("Again?")]
+    cold, mine_cold = _compare(pair, parts)
+    (s1, want), (s2, got) = (_ask(base, parts) for base in pair)
+    assert s1 == s2 == 200
+    assert got["usage"] == want["usage"]
+    assert want["usage"]["prompt_tokens_details"]["cached_tokens"] > 16  # (the image's span reused)
+    assert got["choices"][0]["message"]["content"] == cold["choices"][0]["message"]["content"]
+    assert got["choices"][0]["logprobs"] == mine_cold["choices"][0]["logprobs"]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "data:text/plain;base64,aGVsbG8=",  # not an image URI
+        "data:image/png,abc",  # not base64
+        "data:image/png;base64," + base64.b64encode(b"not an image at all").decode(),  # no decoder reads it
+        "file://../escape.png",  # outside --media-path
+        "file://missing.png",
+    ],
+)
+def test_bad_images_are_refused_in_b10621s_words(pair, url):
+    (s1, want), (s2, got) = (_ask(base, [_image(url), _text("Hi")]) for base in pair)
+    assert s1 >= 400, want
+    assert (s2, got["error"]["type"]) == (s1, want["error"]["type"])
+    assert got["error"]["message"].startswith(want["error"]["message"].split(" (")[0]), (got, want)
+
+
+def test_an_image_on_the_responses_route_answers_as_b10621(pair):
+    body = {
+        "input": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "input_image", "image_url": _png_uri(seed=3)},
+                    {"type": "input_text", "text": "What is in this picture?"},
+                ],
+            }
+        ],
+        "max_output_tokens": 8,
+        "temperature": 0,
+    }
+    want, got = (loopback.post(b + "/v1/responses", json=body, timeout=300) for b in pair)
+    assert want.status_code == got.status_code == 200, (want.text[:300], got.text[:300])
+    assert got.json()["output"][0]["content"][0]["text"] == want.json()["output"][0]["content"][0]["text"]
+    assert got.json()["usage"] == want.json()["usage"]
+
+
+def test_an_image_on_the_anthropic_route_answers_as_b10621(pair):
+    from fixtures.llava_twin import png
+
+    image = {"type": "base64", "media_type": "image/png", "data": base64.b64encode(png(seed=9)).decode()}
+    body = {
+        "model": "x",
+        "max_tokens": 8,
+        "temperature": 0,
+        "messages": [
+            {"role": "user", "content": [{"type": "image", "source": image}, {"type": "text", "text": "Describe it."}]}
+        ],
+    }
+    want, got = (loopback.post(b + "/v1/messages", json=body, timeout=300) for b in pair)
+    assert want.status_code == got.status_code == 200, (want.text[:300], got.text[:300])
+    assert got.json()["content"] == want.json()["content"]
+    assert got.json()["usage"] == want.json()["usage"]
+
+
+def test_completion_takes_multimodal_data_as_b10621(pair):
+    """/completion's {"prompt_string", "multimodal_data"}: the marker in the string, the image as base64."""
+    from fixtures.llava_twin import png
+    from oracle.processes import MEDIA_MARKER
+
+    body = {
+        "prompt": {
+            "prompt_string": f"<|im_start|>user\n{MEDIA_MARKER}Describe it.<|im_end|>\n<|im_start|>assistant\n",
+            "multimodal_data": [base64.b64encode(png(seed=3)).decode()],
+        },
+        "n_predict": 8,
+        "temperature": 0,
+        "n_probs": 3,
+    }
+    want, got = (loopback.post(b + "/completion", json=body, timeout=300).json() for b in pair)
+    assert got["content"] == want["content"]
+    assert got["tokens_evaluated"] == want["tokens_evaluated"]
+    for a, b in zip(want["completion_probabilities"], got["completion_probabilities"], strict=True):
+        assert a["id"] == b["id"] and abs(a["logprob"] - b["logprob"]) <= LOGPROB_BOUND
+
+
+def test_v1_completions_with_a_token_prompt_is_refused_as_b10621_does(pair):
+    """With a projector loaded, b10621 takes an OpenAI-shaped route's prompt through mtmd's tokenizer, which reads
+    a string only: an array of ids is refused (its JSON type error)."""
+    body = {"prompt": [1, 2, 3], "max_tokens": 2}
+    want, got = (loopback.post(b + "/v1/completions", json=body, timeout=300) for b in pair)
+    assert (got.status_code, got.json()["error"]["type"]) == (want.status_code, want.json()["error"]["type"])
+    assert want.status_code == 400

@@ -1,0 +1,49 @@
+"""--mmproj: the projector loaded beside the text model at startup, as b10621's mtmd_init_from_file checks it (its
+type served, its rows as wide as the model's embeddings), and what a loaded one turns off (context shift and
+cache reuse, with b10621's warnings)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from ..models.clip_llava import LlavaEncoder
+
+log = logging.getLogger("mlxcel")
+
+
+class ProjectorRefused(ValueError):
+    """The projector cannot be served with this model: the line to print."""
+
+
+def load_projector(args, n_embd_text: int, split: bool) -> LlavaEncoder | None:
+    path = args.mmproj
+    if not path:
+        return None
+    if split:
+        raise ProjectorRefused("--mmproj: a model split over ranks takes no images in mlxcel yet; run one process")
+    if getattr(args, "spec_draft_model", None):
+        raise ProjectorRefused(
+            "--mmproj with a draft model (-md): mlxcel's draft model cannot read an image's positions; leave one out"
+        )
+    if not Path(path).is_file():
+        raise ProjectorRefused(f"failed to load multimodal model, '{path}': no such file")
+    try:
+        projector = LlavaEncoder.from_gguf(Path(path))
+    except ValueError as exc:  # (a projector type mlxcel does not run)
+        raise ProjectorRefused(f"failed to load multimodal model, '{path}': {exc}") from None
+    except Exception as exc:  # a damaged file: the reader's error on one line
+        raise ProjectorRefused(f"failed to load multimodal model, '{path}': {exc}".replace("\n", " ")) from None
+    if n_embd_text > 0 and projector.n_embd != n_embd_text:
+        raise ProjectorRefused(
+            f"mismatch between text model (n_embd = {n_embd_text}) and mmproj (n_embd = {projector.n_embd}); "
+            "hint: you may be using wrong mmproj"
+        )
+    log.info("loaded multimodal model, '%s'", path)
+    if args.context_shift:
+        args.context_shift = False
+        log.warning("ctx_shift is not supported by multimodal, it will be disabled")
+    if args.cache_reuse:
+        args.cache_reuse = 0
+        log.warning("cache_reuse is not supported by multimodal, it will be disabled")
+    return projector
