@@ -224,3 +224,24 @@ def test_v1_completions_with_a_token_prompt_is_refused_as_b10621_does(pair):
     want, got = (loopback.post(b + "/v1/completions", json=body, timeout=300) for b in pair)
     assert (got.status_code, got.json()["error"]["type"]) == (want.status_code, want.json()["error"]["type"])
     assert want.status_code == 400
+
+
+@pytest.fixture(scope="module")
+def integrated(pair, tmp_path_factory):
+    """mlxcel on the integrated checkpoint (fixtures/llava_twin.py llava_mlx_dir: one directory, text model and
+    tower, as mlx-lm and HF lay out LLaVA), against the same b10621 (the GGUF and its projector: the same values)."""
+    from fixtures.llava_twin import llava_mlx_dir
+
+    mine = mlxcel_server(str(llava_mlx_dir()), ["-np", "1"])
+    try:
+        start_together(mine)
+        yield pair[0], mine.base_url
+    finally:
+        mine.cleanup()
+
+
+def test_an_integrated_llava_checkpoint_answers_as_the_gguf_pair_on_b10621(integrated):
+    props = loopback.get(integrated[1] + "/props", timeout=30).json()
+    assert props["modalities"]["vision"] is True
+    _compare(integrated, [_image(_png_uri(seed=3)), _text("What is in this picture?")])
+    _compare(integrated, [_text("Describe"), _image(_png_uri(seed=5, width=40, height=24)), _text("briefly.")])

@@ -8,6 +8,7 @@ import logging
 from pathlib import Path
 
 from ..models.clip_llava import LlavaEncoder
+from ..models.loader import vision_config
 
 log = logging.getLogger("mlxcel")
 
@@ -16,24 +17,39 @@ class ProjectorRefused(ValueError):
     """The projector cannot be served with this model: the line to print."""
 
 
-def load_projector(args, n_embd_text: int, split: bool) -> LlavaEncoder | None:
+def load_projector(args, checkpoint: Path, n_embd_text: int, split: bool) -> LlavaEncoder | None:
+    """--mmproj's projector, else an integrated LLaVA checkpoint's own tower, else None (a text model)."""
     path = args.mmproj
-    if not path:
+    integrated = None if path else vision_config(checkpoint)
+    if not path and integrated is None:
         return None
+    if integrated is not None:
+        try:
+            projector = LlavaEncoder.from_hf(checkpoint, integrated)
+        except (OSError, ValueError, KeyError) as exc:
+            raise ProjectorRefused(f"cannot load the checkpoint's vision tower ({checkpoint}): {exc}") from None
+        return _checked(args, projector, n_embd_text, split, str(checkpoint))
+    return _checked(args, _load_file(path), n_embd_text, split, path)
+
+
+def _load_file(path: str) -> LlavaEncoder:
+    if not Path(path).is_file():
+        raise ProjectorRefused(f"failed to load multimodal model, '{path}': no such file")
+    try:
+        return LlavaEncoder.from_gguf(Path(path))
+    except ValueError as exc:  # (a projector type mlxcel does not run)
+        raise ProjectorRefused(f"failed to load multimodal model, '{path}': {exc}") from None
+    except Exception as exc:  # a damaged file: the reader's error on one line
+        raise ProjectorRefused(f"failed to load multimodal model, '{path}': {exc}".replace("\n", " ")) from None
+
+
+def _checked(args, projector: LlavaEncoder, n_embd_text: int, split: bool, path: str) -> LlavaEncoder:
     if split:
         raise ProjectorRefused("--mmproj: a model split over ranks takes no images in mlxcel yet; run one process")
     if getattr(args, "spec_draft_model", None):
         raise ProjectorRefused(
             "--mmproj with a draft model (-md): mlxcel's draft model cannot read an image's positions; leave one out"
         )
-    if not Path(path).is_file():
-        raise ProjectorRefused(f"failed to load multimodal model, '{path}': no such file")
-    try:
-        projector = LlavaEncoder.from_gguf(Path(path))
-    except ValueError as exc:  # (a projector type mlxcel does not run)
-        raise ProjectorRefused(f"failed to load multimodal model, '{path}': {exc}") from None
-    except Exception as exc:  # a damaged file: the reader's error on one line
-        raise ProjectorRefused(f"failed to load multimodal model, '{path}': {exc}".replace("\n", " ")) from None
     if n_embd_text > 0 and projector.n_embd != n_embd_text:
         raise ProjectorRefused(
             f"mismatch between text model (n_embd = {n_embd_text}) and mmproj (n_embd = {projector.n_embd}); "

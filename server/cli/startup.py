@@ -67,8 +67,7 @@ AUTO_SLOTS = 4  # b10621's --parallel -1 (auto) serves 4 slots
 
 
 def _n_embd(checkpoint) -> int:
-    config = read_config(checkpoint)
-    return int(config.get("hidden_size") or config.get("text_config", {}).get("hidden_size") or 0)
+    return int(read_config(checkpoint).get("hidden_size") or 0)
 
 
 class StartupRefusal(Exception):
@@ -125,7 +124,9 @@ def build_state(args, prog: str, auth, cors, vertex, ranks=None):  # noqa: C901
             "vectors steer a generating model; mlxcel serves embeddings and reranking without them"
         )
     try:
-        projector = None if encoder is not None else load_projector(args, _n_embd(checkpoint), ranks is not None)
+        projector = (
+            None if encoder is not None else load_projector(args, checkpoint, _n_embd(checkpoint), ranks is not None)
+        )
     except ProjectorRefused as exc:
         raise StartupRefusal(str(exc)) from None
     spec_types, draft = speculative_config(args, tokenizer, prog)

@@ -15,6 +15,7 @@ normalized in float32. docs/media-plan.md.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,6 +116,31 @@ def flash_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float) -
     return out
 
 
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)  # the legacy converter's defaults (CLIP's)
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+
+
+def hf_tensor_name(hf: str) -> str:
+    """convert_image_encoder_to_gguf.py's get_tensor_name: a CLIP tower's and LLaVA projector's HF names as the
+    GGUF names them (fc1 stored as ffn_down, fc2 as ffn_up: clip.cpp swaps them back by shape)."""
+    if hf.startswith("multi_modal_projector"):
+        return hf.replace("multi_modal_projector", "mm").replace("linear_1", "0").replace("linear_2", "2")
+    for a, b in (
+        ("vision_model", "v"),
+        ("encoder.layers", "blk"),
+        ("embeddings.", ""),
+        ("_proj", ""),
+        ("self_attn.", "attn_"),
+        ("layer_norm", "ln"),
+        ("mlp.fc1", "ffn_down"),
+        ("mlp.fc2", "ffn_up"),
+        ("embedding", "embd"),
+        ("layrnorm", "ln"),
+    ):
+        hf = hf.replace(a, b)
+    return hf
+
+
 @dataclass(frozen=True)
 class ClipArgs:
     image_size: int
@@ -170,6 +196,47 @@ class LlavaEncoder:
             for j in range(a.n_head)
         ]
         return np.concatenate(heads, axis=1)
+
+    @classmethod
+    def from_hf(cls, path: Path, config: dict) -> "LlavaEncoder":
+        """An integrated LLaVA checkpoint's tower and projector (config.json model_type llava; the weights in HF
+        names, vision_tower.* and multi_modal_projector.*, in its safetensors), computed as the projector GGUF
+        b10621's legacy converter would write from it: the patch embedding and the projector's matrices F16."""
+        from safetensors.numpy import load_file  # deferred: read only for an integrated vision checkpoint
+
+        vision = config.get("vision_config") or {}
+        tensors: dict[str, np.ndarray] = {}
+        for file in sorted(path.glob("*.safetensors")):
+            for name, data in load_file(str(file)).items():
+                name = name.removeprefix("model.")
+                if name.startswith(("vision_tower.", "multi_modal_projector.")):
+                    tensors[hf_tensor_name(name.removeprefix("vision_tower."))] = data.astype(np.float32)
+        if "v.patch_embd.weight" not in tensors or "mm.0.weight" not in tensors:
+            raise ValueError("no LLaVA vision tower and projector in its safetensors")
+        kernel = tensors["v.patch_embd.weight"]
+        if kernel.shape[-1] == 3 and kernel.shape[1] != 3:  # (mlx-vlm's layout: out, kh, kw, in)
+            tensors["v.patch_embd.weight"] = np.ascontiguousarray(kernel.transpose(0, 3, 1, 2))
+        n_layer = int(vision.get("num_hidden_layers", 0))
+        feature = config.get("vision_feature_layer", -1)
+        feature = feature[-1] if isinstance(feature, list) else int(feature)
+        preprocessor = {}
+        if (path / "preprocessor_config.json").is_file():
+            preprocessor = json.loads((path / "preprocessor_config.json").read_text())
+        args = ClipArgs(
+            image_size=int(vision.get("image_size", 336)),
+            patch_size=int(vision.get("patch_size", 14)),
+            hidden=int(vision.get("hidden_size", 1024)),
+            n_head=int(vision.get("num_attention_heads", 16)),
+            n_layer=feature if feature >= 0 else n_layer + feature + 1,  # (the legacy converter's feature_layer)
+            eps=float(np.float32(vision.get("layer_norm_eps", 1e-5))),
+            mean=tuple(float(np.float32(x)) for x in preprocessor.get("image_mean", CLIP_MEAN)),  # type: ignore[arg-type]
+            std=tuple(float(np.float32(x)) for x in preprocessor.get("image_std", CLIP_STD)),  # type: ignore[arg-type]
+            use_gelu=vision.get("hidden_act", "quick_gelu") != "quick_gelu",
+        )
+        f16 = frozenset(
+            n for n in tensors if n == "v.patch_embd.weight" or (n.startswith("mm.") and n.endswith("weight"))
+        )
+        return cls(args, tensors, f16)
 
     @classmethod
     def from_gguf(cls, path: Path) -> "LlavaEncoder":

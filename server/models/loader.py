@@ -112,7 +112,28 @@ def read_config(path: Path) -> dict:
         raise ValueError(f"cannot read the model's configuration {file}: {exc}") from None
     if not isinstance(config, dict):
         raise ValueError(f"cannot read the model's configuration {file}: not a JSON object")
-    return config
+    return text_config(config)
+
+
+def text_config(config: dict) -> dict:
+    """An integrated LLaVA checkpoint's text model's configuration (what serves its tokens); others as they are."""
+    if config.get("model_type") != "llava" or not isinstance(config.get("text_config"), dict):
+        return config
+    text = dict(config["text_config"])
+    text.setdefault("model_type", "llama")
+    for key in ("mlxcel", "eos_token_id", "bos_token_id"):
+        if key in config and key not in text:
+            text[key] = config[key]
+    return text
+
+
+def vision_config(path: Path) -> dict | None:
+    """The raw configuration of an integrated LLaVA checkpoint (its tower's), else None."""
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return config if isinstance(config, dict) and config.get("model_type") == "llava" else None
 
 
 def model_ftype(path: Path) -> str:
@@ -204,6 +225,8 @@ def load_checkpoint(
     GGUF's import, whose reference is ggml; an MLX checkpoint's are float, as mlx-lm's)."""
     model, _ = load_model(path)
     config = json.loads((path / "config.json").read_text())
+    if config.get("model_type") == "llava":  # mlx-lm's wrapper (mistral3) around the text model: serve that
+        model, config = model.language_model, text_config(config)
     _install_ropes(model, config, rope, yarn)
     if dequantize is None:
         dequantize = mx.default_device() == mx.cpu
