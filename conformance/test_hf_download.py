@@ -50,6 +50,25 @@ def repos() -> dict[str, dict[str, bytes]]:
     }
 
 
+VISION_REPO = "ggml-org/tiny-vision-GGUF"  # a text model beside two projectors (the LLaVA twin's, F32 and "F16")
+
+
+@pytest.fixture(scope="module")
+def vision_repos(repos) -> dict[str, dict[str, bytes]]:
+    from fixtures.llava_twin import llava_mmproj
+    from fixtures.twins import twin
+
+    projector = llava_mmproj().read_bytes()
+    return {
+        **repos,
+        VISION_REPO: {
+            "tiny-vision-Q4_K_M.gguf": twin("q4_1").gguf.read_bytes(),  # (SmolLM2: the projector's width)
+            "mmproj-tiny-vision-f32.gguf": projector,
+            "mmproj-tiny-vision-f16.gguf": projector,  # nearer the model's 4 bits: b10621 takes this one
+        },
+    }
+
+
 class Side:
     """One server's runs: its cache (kept from run to run) and, per run, a fresh hub and what happened."""
 
@@ -239,3 +258,35 @@ def test_a_model_url_that_cannot_be_had_fails_in_b10621s_words(repos, reference_
     assert not want["served"] and not got["served"] and got["exit"] == want["exit"] == 1
     assert line in want["log"] and line in got["log"] and "failed with status code: 404" in got["log"]
     assert (got["requests"], got["cache"]) == (want["requests"], want["cache"])
+
+
+@pytest.mark.parametrize(("case", "extra"), [("mmproj-auto", []), ("no-mmproj", ["--no-mmproj"])])
+def test_a_repository_with_a_projector_fetches_and_loads_it_as_b10621(vision_repos, reference_binary, case, extra):
+    """-hf on a repository that ships projectors: b10621 fetches the one nearest the model's quant beside the model
+    and loads it (vision on), unless --no-mmproj; mlxcel fetches the same files into the same cache and loads it."""
+    want, got = _pair(vision_repos, reference_binary, ["-hf", VISION_REPO, *extra])
+    _record(case, ["--hf-repo", "--mmproj-auto"], want, got, COMPARED)
+    fetched = [p.rsplit("/", 1)[-1] for p in want["cache"] if p.endswith(".gguf") and "/snapshots/" in p]
+    assert want["served"]
+    assert sorted(fetched) == (
+        ["tiny-vision-Q4_K_M.gguf"] if extra else ["mmproj-tiny-vision-f16.gguf", "tiny-vision-Q4_K_M.gguf"]
+    )
+    assert {k: got[k] for k in COMPARED} == {k: want[k] for k in COMPARED}
+    for side in (want, got):  # (both say so in their logs: b10621's line, which mlxcel prints too)
+        assert ("loaded multimodal model" in side["log"]) is (not extra), side["log"][-2000:]
+
+
+def test_a_projector_url_is_fetched_into_the_cache_and_loaded_as_b10621(vision_repos, reference_binary):
+    """--mmproj-url URL (no --mmproj): fetched into the llama.cpp cache under the URL's file name, its ETag beside
+    it, then loaded beside -m's model; --offline then uses the copy."""
+    from fixtures.twins import twin
+
+    ref, mine = Side("reference", vision_repos), Side("mlxcel", vision_repos)
+    url = f"{{hub}}/{VISION_REPO}/resolve/main/mmproj-tiny-vision-f32.gguf"
+    args = ["-m", str(twin("q4_1").gguf), "--mmproj-url", url]
+    for case, extra in (("fresh", []), ("offline", ["--offline"])):
+        want, got = _pair(vision_repos, reference_binary, args + extra, (ref, mine))
+        _record(f"mmproj-url-{case}", ["--mmproj-url"], want, got, COMPARED)
+        assert want["served"] and want["cache"] == ["mmproj-tiny-vision-f32.gguf", "mmproj-tiny-vision-f32.gguf.etag"]
+        assert {k: got[k] for k in COMPARED} == {k: want[k] for k in COMPARED}, case
+        assert "loaded multimodal model" in want["log"] and "loaded multimodal model" in got["log"]

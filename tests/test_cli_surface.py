@@ -503,7 +503,9 @@ def test_every_refusal_is_one_line_naming_option_value_reason_and_alternative():
         assert len(lines) == 1 and "\n" not in lines[0], option
         assert lines[0].startswith(f"error: {' '.join(argv)}: {rule.reason}"), lines[0]
         assert rule.alternative in lines[0]
-    assert len(checked) >= 10  # (fewer as options become served: 11 at issue 30's --path and --perf)
+    assert (
+        len(checked) >= 9
+    )  # (fewer as options become served: 11 at issue 30's --path and --perf, 9 at #33's projector)
 
 
 INERT = [
@@ -823,10 +825,7 @@ def test_speculative_tuning_is_inert_and_checked_as_b10621(capsys):
 def test_other_issues_surfaces_are_served_or_refuse_with_their_reason():
     assert refused("--lora", "a") == []  # served (#13): a path that does not exist fails when the server starts
     assert refused("--mmproj", "p") == []  # served (#33): LLaVA's projector, checked when the server starts
-    assert refused("--mmproj-url", "http://h/p.gguf")[0] == (
-        "error: --mmproj-url http://h/p.gguf: mlxcel reads a projector from a file only (it fetches none by URL "
-        "yet); download it and pass --mmproj FILE"
-    )
+    assert refused("--mmproj-url", "http://h/p.gguf") == []  # served (#33): fetched as -mu fetches a model
     assert refused("--models-dir", "d") == []  # router mode (#13): started without -m
 
 

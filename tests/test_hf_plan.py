@@ -8,7 +8,7 @@ import pytest
 
 from server.models import hf_cache
 from server.models.hf_cache import HFFile
-from server.models.hf_download import best_model, split_info, split_repo_tag
+from server.models.hf_download import best_model, best_sibling, quant_bits, split_info, split_repo_tag
 
 
 def _files(*paths: str) -> list[HFFile]:
@@ -71,3 +71,20 @@ def test_a_split_model_is_refused_before_anything_is_fetched(monkeypatch):
     with pytest.raises(hf_cache.HFError, match=r"split into 2 GGUF files.*llama-gguf-split --merge"):
         hf_download.resolve("o/r", "", "", offline=False)
     assert fetched == []
+
+
+def test_the_projector_is_the_sibling_b10621_picks():
+    """find_best_sibling: in the model's directory or above it, the deepest first, then the nearest quant bits."""
+    assert [quant_bits(p) for p in ("m-Q4_K_M.gguf", "mmproj-F16.gguf", "x.gguf", "m-bf16-00001-of-00002.gguf")] == [
+        4,
+        16,
+        0,
+        16,
+    ]
+    files = _files("m-Q4_K_M.gguf", "mmproj-m-f32.gguf", "mmproj-m-f16.gguf", "mmproj-m-q8_0.gguf")
+    assert best_sibling(files, "m-Q4_K_M.gguf", "mmproj").path == "mmproj-m-q8_0.gguf"
+    assert best_sibling(files[:3], "m-Q4_K_M.gguf", "mmproj").path == "mmproj-m-f16.gguf"
+    nested = _files("q4/m-Q4_K_M.gguf", "mmproj-f16.gguf", "q4/mmproj-f32.gguf", "other/mmproj-q4.gguf")
+    assert best_sibling(nested, "q4/m-Q4_K_M.gguf", "mmproj").path == "q4/mmproj-f32.gguf"  # deeper beats nearer
+    assert best_sibling(nested, "m-Q4_K_M.gguf", "mmproj").path == "mmproj-f16.gguf"  # (not in a subdirectory)
+    assert best_sibling(_files("m-Q4_K_M.gguf"), "m-Q4_K_M.gguf", "mmproj") is None

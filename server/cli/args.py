@@ -447,6 +447,16 @@ MLXCEL: dict[str, dict] = {
         "path to a multimodal projector file; mlxcel serves LLaVA's (projector type mlp) beside a text model",
         "",
     ),
+    "--mmproj-url": _s(
+        "mmproj_url",
+        "URL to a multimodal projector file, fetched into --mmproj's path (default: the llama.cpp cache directory)",
+        "",
+    ),
+    "--mmproj-auto": _s(
+        "mmproj_auto",
+        "whether to use multimodal projector file (if available), useful when using -hf (default: enabled)",
+        True,
+    ),
     "--media-path": _s("media_path", "directory for loading local media files; file:// URLs resolve under it", ""),
     "--slot-save-path": _s(
         "slot_save_path",

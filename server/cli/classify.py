@@ -387,12 +387,6 @@ RULES: dict[str, Rule] = {
     "--cache-type-k": _inert(_KV_SERVED_TEXT, check=_kv_type_check),
     "--cache-type-v": _inert(_KV_SERVED_TEXT, check=_kv_type_check),
     # ----- embeddings, multimodal, observability, router: other issues' surfaces -----
-    "--mmproj-url": _refuse(
-        "mlxcel reads a projector from a file only (it fetches none by URL yet)", "download it and pass --mmproj FILE"
-    ),
-    "--mmproj-auto": _inert(
-        "--mmproj-auto, --no-mmproj(-auto): it only fetches a projector with --hf-repo, which fetches none here"
-    ),
     "--mmproj-offload": _inert("every form: the projector runs on the CPU (numpy), as b10621's CPU build runs it"),
     "--mmproj-device": _inert("every value: the projector runs on the CPU (numpy), as b10621's CPU build runs it"),
     "--image-min-tokens": _inert("every value: they size dynamic-resolution images; LLaVA's are one fixed size"),

@@ -8,6 +8,7 @@ import argparse
 import logging
 import os
 import sys
+from pathlib import Path
 
 from .. import blas
 from ..cpu_threads import ThreadConfig, apply_numa
@@ -85,7 +86,34 @@ def _model_source(args, hub) -> bool:
         (not args.hf_repo or _resolve_hf(args))
         and (not args.spec_draft_hf or _resolve_hf_draft(args))
         and (not (args.model_url and args.model) or _fetch_url(args))
+        and (not (args.mmproj_url and (args.model or args.hf_repo)) or _fetch_projector_url(args))
     )
+
+
+def _fetch_projector_url(args) -> bool:
+    """--mmproj-url URL: the projector fetched as -mu fetches a model (its ETag kept beside it), into --mmproj's
+    path, else b10621's default (fs_get_cache_file: the llama.cpp cache directory and the URL's file name)."""
+    from ..models import hub, url_download  # deferred: only a start with --mmproj-url reads them
+    from ..models.hf_cache import HFError  # deferred: as above
+
+    if not args.mmproj:
+        name = args.mmproj_url.split("#")[0].split("?")[0].split("/")[-1]
+        args.mmproj = str(llama_cache_dir() / name)
+    try:
+        os.makedirs(os.path.dirname(args.mmproj) or ".", exist_ok=True)
+        url_download.fetch(args.mmproj_url, args.mmproj, hub.token(), hub.offline())
+    except (HFError, OSError) as exc:
+        print(f"mlxcel-server: error: failed to download the multimodal projector: {exc}", file=sys.stderr)
+        return False
+    return True
+
+
+def llama_cache_dir() -> Path:
+    """fs_get_cache_directory: $LLAMA_CACHE, else $XDG_CACHE_HOME/llama.cpp, else ~/.cache/llama.cpp."""
+    if os.environ.get("LLAMA_CACHE"):
+        return Path(os.environ["LLAMA_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "llama.cpp"
 
 
 def _fetch_url(args) -> bool:
@@ -132,7 +160,12 @@ def _resolve_hf(args) -> bool:
 
     log.info("srv    load_model: loading model '%s'", args.hf_repo)
     try:
-        args.model = hf_download.resolve(args.hf_repo, args.hf_file or "", hub.token(), hub.offline())
+        auto = args.mmproj_auto and not args.mmproj and not args.mmproj_url  # (b10621's download_mmproj)
+        args.model, mmproj = hf_download.resolve_with_projector(
+            args.hf_repo, args.hf_file or "", hub.token(), hub.offline(), projector=auto
+        )
+        if mmproj is not None:
+            args.mmproj, args.mmproj_fetched = mmproj, True
     except HFError as exc:
         if str(exc) == hub.BAD_REPO:
             print(str(exc).rstrip("\n"), file=sys.stderr)

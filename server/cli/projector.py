@@ -29,7 +29,15 @@ def load_projector(args, checkpoint: Path, n_embd_text: int, split: bool) -> Lla
         except (OSError, ValueError, KeyError) as exc:
             raise ProjectorRefused(f"cannot load the checkpoint's vision tower ({checkpoint}): {exc}") from None
         return _checked(args, projector, n_embd_text, split, str(checkpoint))
-    return _checked(args, _load_file(path), n_embd_text, split, path)
+    try:
+        projector = _load_file(path)
+    except ProjectorRefused as exc:
+        if not getattr(args, "mmproj_fetched", False):
+            raise
+        # -hf fetched it on its own (b10621's --mmproj-auto): a type mlxcel does not run leaves a text model
+        log.warning("%s; serving the model without it (images are refused)", exc)
+        return None
+    return _checked(args, projector, n_embd_text, split, path)
 
 
 def _load_file(path: str) -> LlavaEncoder:

@@ -59,6 +59,38 @@ def best_model(files: list[HFFile], tag: str) -> HFFile | None:
     return None
 
 
+_TAG = re.compile(r"[-.]([A-Z0-9_]+)$", re.IGNORECASE)
+
+
+def quant_bits(path: str) -> int:
+    """extract_quant_bits: the digits that open the file's quant tag (Q4_K_M 4, F16 16), 0 without one."""
+    prefix = split_info(path)[0]
+    m = _TAG.search(prefix) if prefix else None
+    digits = re.search(r"[0-9]+", m.group(1)) if m else None
+    return int(digits.group(0)) if digits else 0
+
+
+def best_sibling(files: list[HFFile], model: str, keyword: str) -> HFFile | None:
+    """find_best_sibling: the GGUF named with `keyword` in the model's directory or one above it, the deepest
+    shared directory first, then the quant closest to the model's (the first found on a tie)."""
+    model_dirs = model.split("/")[:-1]
+    model_bits = quant_bits(model)
+    best, best_key = None, None
+    for f in files:
+        if not f.path.endswith(".gguf") or keyword not in f.path:
+            continue
+        dirs = f.path.split("/")[:-1]
+        depth = 0
+        while depth < min(len(dirs), len(model_dirs)) and dirs[depth] == model_dirs[depth]:
+            depth += 1
+        if depth != len(dirs):  # (a sibling lies on the model's own path)
+            continue
+        key = (-depth, abs(quant_bits(f.path) - model_bits))
+        if best_key is None or key < best_key:
+            best, best_key = f, key
+    return best
+
+
 def _list_gguf(files: list[HFFile]) -> None:
     log.info("Available GGUF files:")
     for f in files:
@@ -109,7 +141,7 @@ def plan(spec: str, hf_file: str, token: str, offline: bool) -> Plan:
         if count <= 1
         else [f for f in files if split_info(f.path)[0] == prefix and split_info(f.path)[2] == count]
     )
-    out.mmproj = next((f for f in files if f.path.endswith(".gguf") and "mmproj" in f.path), None)
+    out.mmproj = best_sibling(files, primary.path, "mmproj")
     return out
 
 
@@ -188,6 +220,14 @@ def _pull(client, url: str, part: Path, have: int) -> bool:
 
 def resolve(spec: str, hf_file: str, token: str, offline: bool) -> str:
     """The local path of -hf's model GGUF (downloaded when needed); HFError with b10621's words when none."""
+    return resolve_with_projector(spec, hf_file, token, offline, projector=False)[0]
+
+
+def resolve_with_projector(
+    spec: str, hf_file: str, token: str, offline: bool, projector: bool
+) -> tuple[str, str | None]:
+    """-hf's model GGUF and, when `projector` (b10621's download_mmproj: --mmproj-auto, no --mmproj given), the
+    repository's projector beside it, both fetched; (model path, projector path or None)."""
     p = plan(spec, hf_file, token, offline)
     if p.primary is None:
         raise HFError("failed to download model from Hugging Face")
@@ -196,13 +236,9 @@ def resolve(spec: str, hf_file: str, token: str, offline: bool) -> str:
             f"{p.primary.path} is split into {len(p.model_files)} GGUF files, which mlxcel does not load as one "
             "model: merge them (llama-gguf-split --merge) and pass -m FILE.gguf"
         )
-    if p.mmproj is not None:
-        log.warning(
-            "%s ships a multimodal projector (%s): mlxcel serves text models only, so it is not downloaded",
-            spec,
-            p.mmproj.path,
-        )
-    for f in p.model_files:
+    fetched = [*p.model_files, *([p.mmproj] if projector and p.mmproj is not None else [])]
+    for f in fetched:
         fetch(f, token, offline)
-    paths = [hf_cache.finalize(f) for f in p.model_files]
-    return paths[p.model_files.index(p.primary)]
+    paths = [hf_cache.finalize(f) for f in fetched]
+    mmproj = paths[-1] if len(fetched) > len(p.model_files) else None
+    return paths[p.model_files.index(p.primary)], mmproj
