@@ -245,3 +245,22 @@ def test_an_integrated_llava_checkpoint_answers_as_the_gguf_pair_on_b10621(integ
     assert props["modalities"]["vision"] is True
     _compare(integrated, [_image(_png_uri(seed=3)), _text("What is in this picture?")])
     _compare(integrated, [_text("Describe"), _image(_png_uri(seed=5, width=40, height=24)), _text("briefly.")])
+
+
+def test_counted_input_tokens_include_the_images_as_b10621(pair):
+    """The count routes read and decode the images and count their tokens (process_mtmd_prompt as a placeholder)."""
+    from fixtures.llava_twin import png
+
+    chat = {
+        "messages": [{"role": "user", "content": [_image(_png_uri(seed=3)), _text("and"), _image("file://wide.png")]}]
+    }
+    image = {"type": "base64", "media_type": "image/png", "data": base64.b64encode(png(seed=9)).decode()}
+    anthropic = {
+        "model": "x",
+        "messages": [{"role": "user", "content": [{"type": "image", "source": image}, {"type": "text", "text": "Hi"}]}],
+    }
+    for route, body in (("/v1/chat/completions/input_tokens", chat), ("/v1/messages/count_tokens", anthropic)):
+        want, got = (loopback.post(b + route, json=body, timeout=120) for b in pair)
+        assert want.status_code == got.status_code == 200, (route, want.text[:300], got.text[:300])
+        assert got.json() == want.json(), route
+        assert want.json()["input_tokens"] > 16

@@ -372,4 +372,4 @@ async def messages(request: Request):
 async def count_tokens(request: Request):
     state = request.app.state.mlxcel
     body = await read_json_object(request)
-    return UpstreamJSON({"input_tokens": count_input_tokens(state, to_chat_body(body))})
+    return UpstreamJSON({"input_tokens": await count_input_tokens(state, to_chat_body(body))})

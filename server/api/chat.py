@@ -10,7 +10,7 @@ import time
 
 from fastapi import APIRouter, Request
 
-from ..build import build_info
+from ..build import build_info, media_marker
 from ..chat.diffs import MessageState, MsgDiff, Parse, delta_json, is_empty, message_json
 from ..chat.messages import ChatMsg
 from ..chat.params import ChatInfo, ChatSettings, chat_params, chat_request
@@ -19,7 +19,7 @@ from ..engine.commands import ControlOutcome
 from ..engine.types import FinalEvent, TokenEvent
 from ..errors import ErrorKind, UpstreamError
 from .jsonio import UpstreamJSON, json_value, read_json, read_json_object
-from .media_input import MediaRef, read_all
+from .media_input import MediaRef, media_prompt, read_all
 from .native import Shape, _final_object, _trimmed_probs, complete, progress_extras
 from .native import _timings as _task_timings
 from .task_params import requested_verbose
@@ -209,10 +209,16 @@ def combine_choices(results: list[dict]) -> dict:
     return first
 
 
-def count_input_tokens(state, chat_body: dict) -> int:
-    """handle_count_tokens(): the tokens the chat body's rendered prompt prefills."""
-    prompt = chat_params(chat_body, chat_settings(state))["prompt"]
-    return len(state.tokenizer.tokenize(prompt, add_special=True, parse_special=True))
+async def count_input_tokens(state, chat_body: dict) -> int:
+    """handle_count_tokens(): the tokens the chat body's rendered prompt prefills, its images' counted (with a
+    projector loaded, as process_mtmd_prompt counts them: the files read and decoded)."""
+    native, info = chat_request(chat_body, chat_settings(state))
+    prompt = native["prompt"]
+    projector = state.settings.projector
+    if projector is None:
+        return len(state.tokenizer.tokenize(prompt, add_special=True, parse_special=True))
+    files = await read_all(tuple(MediaRef(url) for url in info.media), state.settings.media_path)
+    return len(media_prompt(state.tokenizer, prompt, files, media_marker(), projector.n_tokens))
 
 
 def _include_usage(body: dict) -> bool:
@@ -273,4 +279,4 @@ async def apply_template(request: Request):
 async def chat_input_tokens(request: Request):
     state = request.app.state.mlxcel
     body = await read_json_object(request)
-    return UpstreamJSON({"input_tokens": count_input_tokens(state, body), "object": "response.input_tokens"})
+    return UpstreamJSON({"input_tokens": await count_input_tokens(state, body), "object": "response.input_tokens"})

@@ -428,5 +428,5 @@ async def responses(request: Request):
 async def responses_input_tokens(request: Request):
     state = request.app.state.mlxcel
     body = await read_json_object(request)
-    count = count_input_tokens(state, to_chat_body(body))
+    count = await count_input_tokens(state, to_chat_body(body))
     return UpstreamJSON({"input_tokens": count, "object": "response.input_tokens"})
