@@ -257,7 +257,9 @@ class LlavaEncoder:
 
         projector = value("clip.projector_type", "mlp")
         if projector != "mlp":
-            raise ValueError(f"projector type '{projector}' is not served yet")
+            raise ValueError(f"projector type '{projector}' is not served yet (mlxcel runs LLaVA-1.5's, type mlp)")
+        if value("clip.vision.image_grid_pinpoints", []):  # LLaVA-1.6: tiles (mtmd's llava_uhd preprocessor)
+            raise ValueError("LLaVA-1.6's tiled images (clip.vision.image_grid_pinpoints) are not served yet")
         block_count = int(value("clip.vision.block_count"))
         feature = [int(x) for x in value("clip.vision.feature_layer", [])]
         args = ClipArgs(
