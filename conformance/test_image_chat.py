@@ -227,16 +227,19 @@ def test_v1_completions_with_a_token_prompt_is_refused_as_b10621_does(pair):
 
 
 @pytest.fixture(scope="module")
-def integrated(pair, tmp_path_factory):
+def integrated(reference_binary, twin_f32):
     """mlxcel on the integrated checkpoint (fixtures/llava_twin.py llava_mlx_dir: one directory, text model and
-    tower, as mlx-lm and HF lay out LLaVA), against the same b10621 (the GGUF and its projector: the same values)."""
-    from fixtures.llava_twin import llava_mlx_dir
+    tower, as mlx-lm and HF lay out LLaVA), against b10621 on the GGUF and its projector (the same values); both
+    fresh, one slot."""
+    from fixtures.llava_twin import llava_mlx_dir, llava_mmproj
 
+    ref = reference_server(reference_binary, twin_f32.gguf, ["--mmproj", str(llava_mmproj()), "-np", "1"])
     mine = mlxcel_server(str(llava_mlx_dir()), ["-np", "1"])
     try:
-        start_together(mine)
-        yield pair[0], mine.base_url
+        start_together(ref, mine)
+        yield ref.base_url, mine.base_url
     finally:
+        ref.cleanup()
         mine.cleanup()
 
 

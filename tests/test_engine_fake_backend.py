@@ -201,3 +201,28 @@ def test_metrics_come_back_as_figures(fake):
     snapshot = engine.metrics_snapshot()
     assert snapshot.counters.predict.count == 4 and snapshot.counters.prompt.count == 3
     assert snapshot.prompt_cache_entries is not None and snapshot.n_deferred == 0
+
+
+def test_a_scrape_after_an_answer_sees_its_slot_released(fake, monkeypatch):
+    """GET /metrics reads its figures between two engine steps (b10621's METRICS task): the step that published
+    a request's last event has released its slot by then, however long the release takes (here 0.2 s, held
+    after the final event went out), where a read from the HTTP thread could still count it as processing."""
+    import time
+
+    from server.engine.scheduler import Scheduler
+
+    engine, _ = fake
+    slow_free = Scheduler.free
+
+    def free(self, seq):
+        time.sleep(0.2)
+        slow_free(self, seq)
+
+    monkeypatch.setattr(Scheduler, "free", free)
+
+    async def answer_then_scrape():
+        await _run(engine, _greedy([5, 6, 7]))
+        return await asyncio.wrap_future(engine.metrics_between_steps())
+
+    snapshot = asyncio.run(answer_then_scrape())
+    assert snapshot.n_processing == 0 and snapshot.counters.predict.count == 4

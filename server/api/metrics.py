@@ -27,7 +27,9 @@ async def get_metrics(request: Request):
     if not state.settings.endpoint_metrics:
         raise UpstreamError(METRICS_DISABLED, ErrorKind.NOT_SUPPORTED)
     engine = state.engine
-    text = render_snapshot(engine.metrics_snapshot())
+    between = getattr(engine, "metrics_between_steps", None)  # (the encoder's worker reads its figures at once)
+    snapshot = await asyncio.wrap_future(between()) if between is not None else engine.metrics_snapshot()
+    text = render_snapshot(snapshot)
     if getattr(engine, "rank_seconds", None) is not None:  # (the encoder's worker has no ranks)
         text += render_ranks(await asyncio.to_thread(engine.rank_seconds))  # (waits for the pass in flight)
     response = MetricsText(text.encode())

@@ -54,6 +54,14 @@ class SetLora:
 
 
 @dataclass(frozen=True)
+class Metrics:
+    """GET /metrics' figures, read between two engine steps (b10621's METRICS task): a request answered before
+    the scrape is counted, its slot released."""
+
+    future: Future = field(default_factory=Future)
+
+
+@dataclass(frozen=True)
 class Stop:
     pass
 

@@ -195,6 +195,19 @@ class Engine:
         probe = getattr(self.backend, "rank_seconds", None)
         return probe() if probe is not None else []
 
+    def metrics_between_steps(self) -> Future:
+        """metrics_snapshot() taken on the engine thread between two steps (at once while the model loads or the
+        loop is not running); never wakes a sleeping engine."""
+        command = cmd.Metrics()
+        if self._sched is None or not self._thread_alive():
+            command.future.set_result(self.metrics_snapshot())
+        else:
+            self._queue.put(command)
+        return command.future
+
+    def _thread_alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
     def metrics_snapshot(self) -> cmd.MetricsSnapshot:
         """GET /metrics' figures; the throughput buckets then start over. Asleep, b10621 serves what it had on
         entering sleep: its counters cannot move while nothing runs, so only the prompt cache (freed with the
@@ -370,6 +383,9 @@ class Engine:
             block = False
             if isinstance(command, cmd.Stop):
                 return False
+            if isinstance(command, cmd.Metrics):  # (no activity: the idle clock and a sleeping model stay as they are)
+                command.future.set_result(self.metrics_snapshot())
+                continue
             self._last_task = time.monotonic()
             if self.sleeping:  # a request wakes the server before anything of it runs
                 self._wake(sched)
