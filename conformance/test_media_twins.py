@@ -128,3 +128,38 @@ def test_mlxcels_llava_encoder_gives_b10621s_printed_values(printed_and_encoded)
     stats = {"mean": got.mean(), "std": got.std(), "min": got.min(), "max": got.max(), "sum": got.sum()}
     for key, value in want["stats"].items():
         assert abs(stats[key] - value) <= 2e-6 + 1e-5 * abs(value), (key, stats[key], value)
+
+
+@pytest.fixture(scope="module")
+def gemma3_printed_and_encoded(reference_binary):
+    """b10621's print of the Gemma 3 twin's projector output for one PNG, and mlxcel's encoding of it."""
+    from fixtures.families import family_twin
+    from fixtures.gemma3_vision_twin import gemma3_mmproj, png
+    from server.media.png import decode_rgb
+    from server.models.projectors import load_projector_gguf
+
+    args = ["--mmproj", str(gemma3_mmproj()), "-np", "1", "-lv", "4"]
+    server = reference_server(reference_binary, family_twin("gemma3").gguf, args)
+    server.env["MTMD_DEBUG_EMBEDDINGS"] = "1"
+    try:
+        server.start(300)
+        uri = "data:image/png;base64," + base64.b64encode(png(seed=11)).decode()
+        _chat(server.base_url, [{"type": "image_url", "image_url": {"url": uri}}, {"type": "text", "text": "Hi"}])
+        want = _debug_embeddings(server.log_path.read_text(errors="replace"))
+    finally:
+        server.cleanup()
+    return want, load_projector_gguf(gemma3_mmproj()).encode(decode_rgb(png(seed=11)))
+
+
+def test_mlxcels_gemma3_encoder_gives_b10621s_printed_values(gemma3_printed_and_encoded):
+    """SigLIP, the 2x2 pool, RMSNorm x soft_emb_norm and the F16 projection (server/models/clip_gemma3.py): the
+    shape, token 0's first and last 16 values to b10621's printed 6 decimals, and the statistics."""
+    from fixtures.gemma3_vision_twin import N_IMAGE_TOKENS
+
+    want, got = gemma3_printed_and_encoded
+    assert want["shape"] == (got.shape[1], N_IMAGE_TOKENS) and got.shape[0] == N_IMAGE_TOKENS
+    assert [f"{v:.6f}" for v in got[0, :16]] == [f"{v:.6f}" for v in want["first"]]
+    assert [f"{v:.6f}" for v in got[0, -16:]] == [f"{v:.6f}" for v in want["last"]]
+    stats = {"mean": got.mean(), "std": got.std(), "min": got.min(), "max": got.max(), "sum": got.sum()}
+    for key, value in want["stats"].items():
+        assert abs(stats[key] - value) <= 2e-6 + 1e-5 * abs(value), (key, stats[key], value)

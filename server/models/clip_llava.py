@@ -158,8 +158,38 @@ class ClipArgs:
         return (self.image_size // self.patch_size) ** 2
 
 
+def gguf_fields(path: Path):
+    """An mmproj GGUF's key reader (key, default -> value), its tensors as float32 numpy arrays (numpy order:
+    ggml's ne reversed) and the names stored in F16."""
+    import gguf  # deferred: read only when a projector is given
+
+    reader = gguf.GGUFReader(str(path))
+    fields = {f.name: f for f in reader.fields.values()}
+
+    def value(key: str, default=None):
+        f = fields.get(key)
+        if f is None:
+            return default
+        if f.types and f.types[0] == gguf.GGUFValueType.ARRAY:
+            return [f.parts[i][0].item() for i in f.data]
+        if f.types and f.types[0] == gguf.GGUFValueType.STRING:
+            return bytes(f.parts[-1]).decode()
+        return f.parts[-1][0].item()
+
+    tensors, f16 = {}, set()
+    for t in reader.tensors:
+        shape = tuple(int(x) for x in reversed(t.shape))
+        tensors[t.name] = np.asarray(t.data).astype(np.float32).reshape(shape)
+        if t.tensor_type == gguf.GGMLQuantizationType.F16:
+            f16.add(t.name)
+    return value, tensors, frozenset(f16)
+
+
 class LlavaEncoder:
     """An mmproj GGUF of projector type "mlp": pixels in, one row a image token out (width: the text model's)."""
+
+    begin = end = ""  # LLaVA adds no text around an image
+    non_causal = False
 
     def __init__(self, args: ClipArgs, tensors: dict[str, np.ndarray], f16: frozenset[str], native: bool = True):
         self.args, self.t, self.f16 = args, tensors, f16
@@ -240,21 +270,7 @@ class LlavaEncoder:
 
     @classmethod
     def from_gguf(cls, path: Path) -> "LlavaEncoder":
-        import gguf  # deferred: read only when a projector is given
-
-        reader = gguf.GGUFReader(str(path))
-        fields = {f.name: f for f in reader.fields.values()}
-
-        def value(key: str, default=None):
-            f = fields.get(key)
-            if f is None:
-                return default
-            if f.types and f.types[0] == gguf.GGUFValueType.ARRAY:
-                return [f.parts[i][0].item() for i in f.data]
-            if f.types and f.types[0] == gguf.GGUFValueType.STRING:
-                return bytes(f.parts[-1]).decode()
-            return f.parts[-1][0].item()
-
+        value, tensors, f16 = gguf_fields(path)
         projector = value("clip.projector_type", "mlp")
         if projector != "mlp":
             raise ValueError(f"projector type '{projector}' is not served yet (mlxcel runs LLaVA-1.5's, type mlp)")
@@ -273,13 +289,7 @@ class LlavaEncoder:
             std=tuple(float(x) for x in value("clip.vision.image_std")),  # type: ignore[arg-type]
             use_gelu=bool(value("clip.use_gelu", False)),
         )
-        tensors, f16 = {}, set()
-        for t in reader.tensors:
-            shape = tuple(int(x) for x in reversed(t.shape))  # numpy order: ggml's ne reversed
-            tensors[t.name] = np.asarray(t.data).astype(np.float32).reshape(shape)
-            if t.tensor_type == gguf.GGMLQuantizationType.F16:
-                f16.add(t.name)
-        return cls(args, tensors, frozenset(f16))
+        return cls(args, tensors, f16)
 
     @property
     def n_tokens(self) -> int:

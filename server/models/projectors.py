@@ -1,0 +1,37 @@
+"""An mmproj GGUF's encoder by its projector type (clip.projector_type), for the types mlxcel runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from .clip_gemma3 import Gemma3Encoder
+from .clip_llava import LlavaEncoder, gguf_fields
+
+
+class ImageEncoder(Protocol):
+    begin: str  # text before an image's tokens (mtmd's img_beg), tokenized with special tokens parsed
+    end: str
+    non_causal: bool  # b10621 decodes the image's tokens with causal attention off (Gemma 3)
+
+    @property
+    def n_tokens(self) -> int: ...
+
+    @property
+    def n_embd(self) -> int: ...
+
+    def encode(self, rgb: np.ndarray) -> np.ndarray: ...
+
+
+SERVED = {"mlp": LlavaEncoder.from_gguf, "gemma3": Gemma3Encoder.from_gguf}
+
+
+def load_projector_gguf(path: Path) -> ImageEncoder:
+    """The projector's encoder; ValueError naming its type where mlxcel runs none (LLaVA-1.5's mlp, Gemma 3's)."""
+    value, _, _ = gguf_fields(path)
+    kind = value("clip.projector_type", "mlp")
+    if kind not in SERVED:
+        raise ValueError(f"projector type '{kind}' is not served yet (mlxcel runs LLaVA-1.5's mlp and Gemma 3's)")
+    return SERVED[kind](path)
