@@ -60,12 +60,17 @@ class _Tok:
         return [100 + len(w) for w in text.split()]
 
 
+class _Encoder:
+    def __init__(self, begin: str = "", end: str = "", non_causal: bool = False):
+        self.n_tokens, self.begin, self.end, self.non_causal = 4, begin, end, non_causal
+
+
 def test_the_prompt_is_laid_out_as_mtmd_tokenize_does():
     from fixtures.llava_twin import png
 
     a, b = png(seed=1), png(seed=2)
     prompt = f"say {MARK}then {MARK}{MARK} end"
-    ids = media_input.media_prompt(_Tok(), prompt, [a, b, a], MARK, 4)
+    ids = media_input.media_prompt(_Tok(), prompt, [a, b, a], MARK, _Encoder())
     spans = [(m.start, m.end) for m in ids.media]
     assert spans == [(2, 6), (7, 11), (11, 15)]
     assert ids[:2] == [1, 103] and ids[6] == 104 and ids[15:] == [103]
@@ -78,5 +83,16 @@ def test_markers_and_files_must_pair_up():
     from fixtures.llava_twin import png
 
     with pytest.raises(UpstreamError) as e:
-        media_input.media_prompt(_Tok(), f"one {MARK} two {MARK}", [png()], MARK, 4)
+        media_input.media_prompt(_Tok(), f"one {MARK} two {MARK}", [png()], MARK, _Encoder())
     assert str(e.value) == media_input.FAILED_TOKENIZE
+
+
+def test_an_images_begin_and_end_text_wrap_its_span():
+    """Gemma 3: `<start_of_image>` and `<end_of_image>` tokenized on their own around the span, which decodes
+    non-causally."""
+    from fixtures.llava_twin import png
+
+    ids = media_input.media_prompt(_Tok(), f"a {MARK}b", [png()], MARK, _Encoder("<s_img>", "<e_img> x", True))
+    (chunk,) = ids.media
+    assert ids[:3] == [1, 101, 107] and (chunk.start, chunk.end) == (3, 7) and ids[7:] == [107, 101, 101]
+    assert chunk.non_causal

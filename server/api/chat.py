@@ -218,7 +218,7 @@ async def count_input_tokens(state, chat_body: dict) -> int:
     if projector is None:
         return len(state.tokenizer.tokenize(prompt, add_special=True, parse_special=True))
     files = await read_all(tuple(MediaRef(url) for url in info.media), state.settings.media_path)
-    return len(media_prompt(state.tokenizer, prompt, files, media_marker(), projector.n_tokens))
+    return len(media_prompt(state.tokenizer, prompt, files, media_marker(), projector))
 
 
 def _include_usage(body: dict) -> bool:

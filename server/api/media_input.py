@@ -116,8 +116,13 @@ def _split(text: str, marker: str) -> list[str | None]:
     return out
 
 
-def media_prompt(tokenizer, prompt: str, files: list[bytes], marker: str, n_tokens: int) -> PromptTokens:
-    """mtmd_tokenize(): the prompt's ids with each image's span (n_tokens positions of its placeholder id)."""
+def media_prompt(tokenizer, prompt: str, files: list[bytes], marker: str, encoder) -> PromptTokens:
+    """mtmd_tokenize(): the prompt's ids with each image's span (the encoder's n_tokens positions of its placeholder
+    id, between its begin and end text, each tokenized on its own)."""
+    n_tokens = encoder.n_tokens
+    around = [
+        tokenizer.tokenize(t, add_special=False, parse_special=True) if t else [] for t in (encoder.begin, encoder.end)
+    ]
     images = [decode_image(data) for data in files]  # (every file is read before the markers are counted)
     pieces = _split(prompt, marker)
     if sum(p is None for p in pieces) != len(images):
@@ -130,9 +135,11 @@ def media_prompt(tokenizer, prompt: str, files: list[bytes], marker: str, n_toke
     for piece in pieces:
         if piece is None:
             data, rgb = next(taken)
-            chunk = MediaChunk(len(ids), n_tokens, hashlib.sha256(data).hexdigest(), rgb)
+            ids.extend(around[0])
+            chunk = MediaChunk(len(ids), n_tokens, hashlib.sha256(data).hexdigest(), rgb, encoder.non_causal)
             media.append(chunk)
             ids.extend([placeholder_id(chunk.chunk_id)] * n_tokens)
+            ids.extend(around[1])
         else:
             ids.extend(tokenizer.tokenize(piece, add_special=False, parse_special=True))
     if tokenizer.add_eos and tokenizer.eos_id is not None:

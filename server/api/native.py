@@ -444,7 +444,7 @@ def _prompts(state, prompt, files: list[bytes] | None, oai: bool) -> list[list[i
     def with_media(text, data: list[bytes]) -> list[int]:
         if not isinstance(text, str):
             raise UpstreamError(type_error("string", text), ErrorKind.INVALID_REQUEST)
-        return media_prompt(state.tokenizer, text, data, media_marker(), projector.n_tokens)
+        return media_prompt(state.tokenizer, text, data, media_marker(), projector)
 
     if oai:
         return [with_media(prompt, files or [])]

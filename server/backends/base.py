@@ -52,9 +52,9 @@ class Backend(Protocol):
         """Feed tokens at the cache's next positions; the last position's logits (1 x vocab)."""
         ...
 
-    def prefill_rows(self, cache: Cache, rows: Any) -> Logits:
+    def prefill_rows(self, cache: Cache, rows: Any, non_causal: bool = False) -> Logits:
         """Feed embedding rows (positions x hidden, float32: an image's) at the cache's next positions; the last
-        position's logits (1 x vocab)."""
+        position's logits (1 x vocab). non_causal: each row also sees the later rows of the chunk."""
         ...
 
     def decode(self, cache: Cache, token: int) -> Logits:

@@ -183,20 +183,24 @@ class MLXBackend:
         assert logits is not None, "an empty prompt"
         return logits.astype(mx.float32)
 
-    def prefill_rows(self, cache: LayerCaches, rows: np.ndarray) -> Logits:
+    def prefill_rows(self, cache: LayerCaches, rows: np.ndarray, non_causal: bool = False) -> Logits:
         """Embedding rows in chunks of n_batch (an image's rows are one chunk when it fits, as mtmd decodes it)."""
         self._settle()
         logits = None
         for start in range(0, len(rows), self.n_batch):
             chunk = rows[start : start + self.n_batch]
-            logits = self._rows_chunk(cache, chunk, start + self.n_batch >= len(rows))
+            logits = self._rows_chunk(cache, chunk, start + self.n_batch >= len(rows), non_causal)
             cache.n += len(chunk)
         assert logits is not None, "no rows"
         return logits.astype(mx.float32)
 
-    def _rows_chunk(self, cache: LayerCaches, chunk: np.ndarray, last: bool) -> mx.array | None:
+    def _rows_chunk(
+        self, cache: LayerCaches, chunk: np.ndarray, last: bool, non_causal: bool = False
+    ) -> mx.array | None:
         if self._split is None:
             raise BackendRefusal("this model takes no embedding rows (an image's) in mlxcel yet")
+        if non_causal:
+            raise BackendRefusal("an image decoded non-causally (Gemma 3's) runs on the native steps only")
         trunk, head = self._split
         hidden = trunk(None, cache=cache, input_embeddings=mx.array(chunk)[None])
         if not last:

@@ -89,10 +89,12 @@ class NativeBackend(MLXBackend):
             return self._prefill_step(cache, chunk, last)
         return super()._prefill_chunk(cache, chunk, last)
 
-    def _rows_chunk(self, cache: LayerCaches, chunk: np.ndarray, last: bool) -> mx.array | None:
+    def _rows_chunk(
+        self, cache: LayerCaches, chunk: np.ndarray, last: bool, non_causal: bool = False
+    ) -> mx.array | None:
         if self.native_prefill and self._native() and self._step.takes_sequence(cache, len(chunk), None):
-            return self._prefill_step.rows(cache, chunk, last)
-        return super()._rows_chunk(cache, chunk, last)
+            return self._prefill_step.rows(cache, chunk, last, non_causal)
+        return super()._rows_chunk(cache, chunk, last, non_causal)
 
     def decode(self, cache: LayerCaches, token: int) -> Logits:
         if self.native_decode and self._native() and self._step.takes_rows(cache, 1):

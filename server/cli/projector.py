@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..models.clip_llava import LlavaEncoder
 from ..models.loader import vision_config
+from ..models.projectors import ImageEncoder, load_projector_gguf
 
 log = logging.getLogger("mlxcel")
 
@@ -17,7 +18,7 @@ class ProjectorRefused(ValueError):
     """The projector cannot be served with this model: the line to print."""
 
 
-def load_projector(args, checkpoint: Path, n_embd_text: int, split: bool) -> LlavaEncoder | None:
+def load_projector(args, checkpoint: Path, n_embd_text: int, split: bool) -> ImageEncoder | None:
     """--mmproj's projector, else an integrated LLaVA checkpoint's own tower, else None (a text model)."""
     path = args.mmproj
     integrated = None if path else vision_config(checkpoint)
@@ -40,18 +41,18 @@ def load_projector(args, checkpoint: Path, n_embd_text: int, split: bool) -> Lla
     return _checked(args, projector, n_embd_text, split, path)
 
 
-def _load_file(path: str) -> LlavaEncoder:
+def _load_file(path: str) -> ImageEncoder:
     if not Path(path).is_file():
         raise ProjectorRefused(f"failed to load multimodal model, '{path}': no such file")
     try:
-        return LlavaEncoder.from_gguf(Path(path))
+        return load_projector_gguf(Path(path))
     except ValueError as exc:  # (a projector type mlxcel does not run)
         raise ProjectorRefused(f"failed to load multimodal model, '{path}': {exc}") from None
     except Exception as exc:  # a damaged file: the reader's error on one line
         raise ProjectorRefused(f"failed to load multimodal model, '{path}': {exc}".replace("\n", " ")) from None
 
 
-def _checked(args, projector: LlavaEncoder, n_embd_text: int, split: bool, path: str) -> LlavaEncoder:
+def _checked(args, projector: ImageEncoder, n_embd_text: int, split: bool, path: str) -> ImageEncoder:
     if split:
         raise ProjectorRefused("--mmproj: a model split over ranks takes no images in mlxcel yet; run one process")
     if getattr(args, "spec_draft_model", None):

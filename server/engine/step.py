@@ -78,7 +78,8 @@ class EngineStep:
                 run.logits = backend.prefill(run.cache, chunk.seq.prompt[chunk.start : chunk.end])
             else:  # an image's rows (the scheduler cut the chunk at its bounds)
                 rows = self._media_rows(run, media)
-                run.logits = backend.prefill_rows(run.cache, rows[chunk.start - media.start : chunk.end - media.start])
+                part = rows[chunk.start - media.start : chunk.end - media.start]
+                run.logits = backend.prefill_rows(run.cache, part, media.non_causal)
             run.clock.prompt_last = time.perf_counter()
             if run.made is not None:
                 run.made.add(chunk.start, chunk.end, chunk_kind(chunk.end - chunk.start, backend.capabilities.few_rows))

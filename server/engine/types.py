@@ -76,6 +76,7 @@ class MediaChunk:
     n_tokens: int
     chunk_id: str  # sha256 of the file's bytes (mtmd's bitmap id: what the prompt cache compares)
     image: Any  # what the media encoder takes (the decoded pixels)
+    non_causal: bool = False  # its rows attend to each other both ways (b10621's Gemma 3 images)
 
     @property
     def end(self) -> int:

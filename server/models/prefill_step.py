@@ -40,11 +40,17 @@ class PrefillStep:
         self._step.sequence_pass(self._native.mlxcel_prefill, caches, tokens, logits, "prefill step")
         return None if logits is None else mx.array(logits)
 
-    def rows(self, caches: list, embd: np.ndarray, want_logits: bool) -> mx.array | None:
-        """The same over embedding rows (positions x hidden, float32: an image's), taken unscaled."""
+    def rows(self, caches: list, embd: np.ndarray, want_logits: bool, non_causal: bool = False) -> mx.array | None:
+        """The same over embedding rows (positions x hidden, float32: an image's), taken unscaled; non_causal:
+        each row sees the chunk's later rows too (b10621's causal attention off for a Gemma 3 image)."""
         if embd.ndim != 2 or embd.shape[1] != self._step.hidden:
             raise ValueError(f"embedding rows of width {embd.shape[-1]}, the model's is {self._step.hidden}")
         logits = np.empty((1, self._step.vocab), np.float32) if want_logits else None
         rows = np.ascontiguousarray(embd, np.float32)
-        self._step.sequence_pass(self._native.mlxcel_prefill_embd, caches, rows, logits, "prefill step")
+        native = self._native.mlxcel_prefill_embd
+
+        def call(handle, n, given, index, *rest):
+            return native(handle, n, given, int(non_causal), index, *rest)
+
+        self._step.sequence_pass(call, caches, rows, logits, "prefill step")
         return None if logits is None else mx.array(logits)

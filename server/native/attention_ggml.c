@@ -146,6 +146,7 @@ struct kv_args {
     int acc32;      /* flash attention's sums in f32 whatever V's type (the tiled path's, a ubatch of 64 rows or more) */
     int window;     /* a query at position p sees keys p - window + 1 .. p (0: all before it) */
     float softcap;  /* scores capped softcap tanh(s / softcap) (Gemma 2's attention; 0: none) */
+    int noncausal;  /* a query also sees the keys after it up to T (the window still bounds it from below) */
     float scale;
     const int *first;
     float *out;
@@ -362,9 +363,10 @@ F16C static int ggml_plain_head(const struct kv_args *a, int b, int h, struct kv
     const float cap = a->softcap;
     for (int i = 0; i < a->L; i++) {
         float *o = a->out + (((size_t)b * a->L + i) * a->H + h) * D;
-        const int seen = a->T - a->L + i + 1 - first;
-        if (seen <= 0) { memset(o, 0, sizeof(float) * (size_t)D); continue; } /* a padding query: zeros */
-        const int lo = a->window && seen > a->window ? seen - a->window : 0;
+        const int causal = a->T - a->L + i + 1 - first;
+        const int seen = a->noncausal ? keys : causal;
+        if (causal <= 0) { memset(o, 0, sizeof(float) * (size_t)D); continue; } /* a padding query: zeros */
+        const int lo = a->window && causal > a->window ? causal - a->window : 0;
         memcpy(qr, a->q + b * a->q_seq + h * a->q_head + i * a->q_pos, sizeof(float) * (size_t)D);
         mlxcel_round_kv(qr, D, a->k_type); /* Q converted to K's vec_dot type */
         if (kh.block) { /* (block keys: quantized in their own element order, rotated as the queries are) */
@@ -429,10 +431,11 @@ static void kv_head(void *ctx, int task) {
     float *qr = scratch, *acc = scratch + D, *qg = acc + 4 * D, *p = qg + D, *qq = p + (keys > 0 ? keys : 1);
     for (int i = 0; i < a->L; i++) {
         float *o = a->out + (((size_t)b * a->L + i) * a->H + h) * D;
-        int seen = a->T - a->L + i + 1 - first;
-        if (seen <= 0) { memset(o, 0, sizeof(float) * (size_t)D); continue; } /* a padding query: zeros */
+        const int causal = a->T - a->L + i + 1 - first; /* the keys up to the query's own position */
+        int seen = a->noncausal ? a->T - first : causal;
+        if (causal <= 0) { memset(o, 0, sizeof(float) * (size_t)D); continue; } /* a padding query: zeros */
         /* a sliding window: the keys before it are masked, which ggml skips (flash) or weighs 0 (no flash) */
-        const int lo = a->window && seen > a->window ? seen - a->window : 0;
+        const int lo = a->window && causal > a->window ? causal - a->window : 0;
         seen -= lo;
         memcpy(qr, a->q + b * a->q_seq + h * a->q_head + i * a->q_pos, sizeof(float) * (size_t)D);
         mlxcel_round_kv(qr, D, a->k_type); /* Q converted to K's vec_dot type */
@@ -481,7 +484,7 @@ int mlxcel_attention_masked(const float *q, long q_seq, long q_head, long q_pos,
                             long k_head, long k_pos, const void *v, long v_seq, long v_head, long v_pos, int B, int H,
                             int Hkv, int L, int T, int D, float scale, const int *first, float *out, int k_type,
                             int v_type, int flash, int ubatch, struct attention_mask mask) {
-    const int masked = mask.window > 0 || mask.softcap != 0.0f;
+    const int masked = mask.window > 0 || mask.softcap != 0.0f || mask.noncausal;
     const int ggml_dims = (flash & ATTENTION_GGML_DIMS) && D % 2 == 0;
     const int ggml_sums = ggml_dims || (flash & ATTENTION_GGML_SUMS);
     const int k_half = (flash & ATTENTION_K_F16) != 0, v_half = (flash & ATTENTION_V_F16) != 0;
@@ -520,7 +523,7 @@ int mlxcel_attention_masked(const float *q, long q_seq, long q_head, long q_pos,
     struct kv_args a = {q, k, v, q_seq, q_head, q_pos, k_seq, k_head, k_pos, v_seq, v_head, v_pos,
                         H, Hkv, L, T, D, k_type, v_type, flash, cast, ggml_dims, ggml_sums, k_half, v_half,
                         k_block, v_block, k_ggml_order, k_rot, v_rot, ggml_plain, ubatch, tiled, mask.window,
-                        mask.softcap, scale, first, out, 0};
+                        mask.softcap, mask.noncausal, scale, first, out, 0};
     mlxcel_pool_run(kv_head, &a, B * H, 1);
     return a.failed ? -1 : 0;
 }

@@ -70,6 +70,7 @@ int mlxcel_attention_kv(const float *q, long q_seq, long q_head, long q_pos, con
 struct attention_mask {
     int window;
     float softcap;
+    int noncausal; /* every query sees the chunk's later keys too (b10621 decodes a Gemma 3 image so); 0: causal */
 };
 int mlxcel_attention_masked(const float *q, long q_seq, long q_head, long q_pos, const void *k, long k_seq,
                             long k_head, long k_pos, const void *v, long v_seq, long v_head, long v_pos, int B, int H,

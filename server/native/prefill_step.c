@@ -94,29 +94,30 @@ static void rope_rows(const struct rope_args *a) {
 /* L tokens of one sequence at positions index .. index + L - 1, written to its caches there (keys[l],
  * values[l]: layer l's, kv_heads x capacity x head_dim, strides as mlxcel_step's). logits (vocab floats): the
  * last position's, or NULL when the chunk is not the prompt's last. Returns 0, or -1 when out of memory. */
-static int prefill_rows(const struct step_model *m, int L, const int *tokens, const float *embd, int index,
-                        void *const *keys, void *const *values, const long *strides, float *logits);
+static int prefill_rows(const struct step_model *m, int L, const int *tokens, const float *embd, int noncausal,
+                        int index, void *const *keys, void *const *values, const long *strides, float *logits);
 
 int mlxcel_prefill(const void *model, int L, const int *tokens, int index, void *const *keys,
                    void *const *values, const long *strides, float *logits) {
     const int was = mlxcel_pool_batch(1); /* a prompt's rows: -tb's threads, as b10621's batch threadpool */
-    const int status = prefill_rows(model, L, tokens, NULL, index, keys, values, strides, logits);
+    const int status = prefill_rows(model, L, tokens, NULL, 0, index, keys, values, strides, logits);
     mlxcel_pool_batch(was);
     return status;
 }
 
 /* The same pass over L rows given as embeddings (L x hidden floats, taken as they are: an image's rows from its
- * projector, which b10621 decodes unscaled whatever the model's token embedding scale). */
-int mlxcel_prefill_embd(const void *model, int L, const float *embd, int index, void *const *keys,
+ * projector, which b10621 decodes unscaled whatever the model's token embedding scale); noncausal: each row
+ * attends to the chunk's later rows too (b10621's causal attention off for a Gemma 3 image). */
+int mlxcel_prefill_embd(const void *model, int L, const float *embd, int noncausal, int index, void *const *keys,
                         void *const *values, const long *strides, float *logits) {
     const int was = mlxcel_pool_batch(1);
-    const int status = prefill_rows(model, L, NULL, embd, index, keys, values, strides, logits);
+    const int status = prefill_rows(model, L, NULL, embd, noncausal, index, keys, values, strides, logits);
     mlxcel_pool_batch(was);
     return status;
 }
 
-static int prefill_rows(const struct step_model *m, int L, const int *tokens, const float *embd, int index,
-                        void *const *keys, void *const *values, const long *strides, float *logits) {
+static int prefill_rows(const struct step_model *m, int L, const int *tokens, const float *embd, int noncausal,
+                        int index, void *const *keys, void *const *values, const long *strides, float *logits) {
     if (L < 1 || index < 0) return -1;
     const int E = m->hidden, H = m->heads, Hkv = m->kv_heads, D = m->head_dim, I = m->inter;
     const int nqkv = (H + 2 * Hkv) * D, half = m->rope_dims / 2, T = index + L;
@@ -157,9 +158,11 @@ static int prefill_rows(const struct step_model *m, int L, const int *tokens, co
         }
         rope_rows(&r);
         const int rows = last ? 1 : L, r0 = L - rows; /* the rows the rest of the layer computes */
+        struct attention_mask mask = layer_mask(m, w);
+        mask.noncausal = noncausal;
         if (mlxcel_attention_masked(q, 0, D, (long)H * D, keys[l], st[0], st[1], st[2], values[l], st[3], st[4],
                                     st[5], 1, H, Hkv, rows, T, D, attention_scale(m), NULL, att, m->k_type, m->v_type,
-                                    attention_flags(m), L, layer_mask(m, w)) != 0)
+                                    attention_flags(m), L, mask) != 0)
             return -1; /* (the chunk is the ubatch: the last layer's one row came in L) */
         float *xr = x + (size_t)r0 * E, *hr = h + (size_t)r0 * E;
         if (w->post_attn_norm) { /* Gemma: the output normed before the residual add */

@@ -1,0 +1,89 @@
+"""Gemma 3 images, differential (issue 33's second family): b10621 and mlxcel on the same command line,
+`-m gemma3.F32.gguf --mmproj mmproj-gemma3-twin-f32.gguf` (b10621's defaults otherwise), the same requests.
+
+Server state: one slot, the gemma3 family twin's F32 GGUF and the Gemma 3 vision twin's projector
+(fixtures/gemma3_vision_twin.py); every request with cache_prompt off, so each is a cold prompt.
+
+An image here is `<start_of_image>`, 9 tokens decoded non-causally (each sees the whole image: decoded causally
+instead, the first logprobs move by more than 1), `<end_of_image>`. Through /completion's multimodal_data the
+answers are b10621's: the same tokens, the top-5 logprobs within 1e-3 (measured ~1e-5), the same counts.
+"""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from oracle import loopback
+from oracle.processes import MEDIA_MARKER, mlxcel_server, reference_server, start_together
+
+pytestmark = pytest.mark.reference
+
+LOGPROB_BOUND = 1e-3
+PROMPT = f"<start_of_turn>user\n{MEDIA_MARKER}Describe this picture in detail.<end_of_turn>\n<start_of_turn>model\n"
+
+
+@pytest.fixture(scope="module")
+def pair(reference_binary):
+    from fixtures.families import family_twin
+    from fixtures.gemma3_vision_twin import gemma3_mmproj
+
+    gguf = family_twin("gemma3").gguf
+    args = ["--mmproj", str(gemma3_mmproj()), "-np", "1"]
+    ref, mine = reference_server(reference_binary, gguf, args), mlxcel_server(str(gguf), args)
+    try:
+        start_together(ref, mine)
+        yield ref.base_url, mine.base_url
+    finally:
+        ref.cleanup()
+        mine.cleanup()
+
+
+def _complete(pair, image: bytes, prompt: str = PROMPT) -> tuple[dict, dict]:
+    body = {
+        "prompt": {"prompt_string": prompt, "multimodal_data": [base64.b64encode(image).decode()]},
+        "n_predict": 8,
+        "temperature": 0,
+        "n_probs": 5,
+        "cache_prompt": False,
+    }
+    want, got = (loopback.post(b + "/completion", json=body, timeout=300).json() for b in pair)
+    assert "error" not in want and "error" not in got, (want, got)
+    assert got["content"] == want["content"]
+    assert got["tokens_evaluated"] == want["tokens_evaluated"]
+    worst = 0.0
+    for a, b in zip(want["completion_probabilities"], got["completion_probabilities"], strict=True):
+        assert a["id"] == b["id"] and [t["id"] for t in a["top_logprobs"]] == [t["id"] for t in b["top_logprobs"]]
+        worst = max(worst, *(abs(x["logprob"] - y["logprob"]) for x, y in zip(a["top_logprobs"], b["top_logprobs"])))
+    assert worst <= LOGPROB_BOUND, worst
+    return want, got
+
+
+def test_props_report_vision(pair):
+    want, got = (loopback.get(b + "/props", timeout=30).json() for b in pair)
+    assert got["modalities"]["vision"] is want["modalities"]["vision"] is True
+
+
+def test_an_image_of_the_towers_size_answers_as_b10621(pair):
+    from fixtures.gemma3_vision_twin import N_IMAGE_TOKENS, png
+
+    a, _ = _complete(pair, png(seed=11))
+    b, _ = _complete(pair, png(seed=12))
+    assert a["completion_probabilities"][0]["logprob"] != b["completion_probabilities"][0]["logprob"]
+    plain = loopback.post(
+        pair[0] + "/completion", json={"prompt": PROMPT.replace(MEDIA_MARKER, ""), "n_predict": 0}, timeout=60
+    ).json()
+    assert a["tokens_evaluated"] - plain["tokens_evaluated"] > N_IMAGE_TOKENS  # (its tokens and the text around)
+
+
+def test_a_wide_image_is_resized_bilinearly_on_black_as_b10621_does(pair):
+    from fixtures.gemma3_vision_twin import png
+
+    _complete(pair, png(seed=5, width=64, height=30))
+
+
+def test_a_jpeg_answers_as_b10621(pair):
+    from oracle.reference import source_tree
+
+    _complete(pair, (source_tree() / "tools" / "mtmd" / "test-1.jpeg").read_bytes())
