@@ -55,7 +55,10 @@ def _complete(pair, image: bytes, prompt: str = PROMPT) -> tuple[dict, dict]:
     worst = 0.0
     for a, b in zip(want["completion_probabilities"], got["completion_probabilities"], strict=True):
         assert a["id"] == b["id"] and [t["id"] for t in a["top_logprobs"]] == [t["id"] for t in b["top_logprobs"]]
-        worst = max(worst, *(abs(x["logprob"] - y["logprob"]) for x, y in zip(a["top_logprobs"], b["top_logprobs"])))
+        worst = max(
+            worst,
+            *(abs(x["logprob"] - y["logprob"]) for x, y in zip(a["top_logprobs"], b["top_logprobs"], strict=True)),
+        )
     assert worst <= LOGPROB_BOUND, worst
     return want, got
 
