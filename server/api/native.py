@@ -43,6 +43,7 @@ from .dry import processed_breakers
 from .grammars import grammar_spec
 from .jsonio import UpstreamJSON, dumps, read_json_object
 from .media_input import media_prompt
+from .message_spans import user_starts
 from .probs import token_entry
 from .prompts import input_prompts
 from .schemas import NativeCompletionRequest
@@ -384,6 +385,7 @@ def _start_tasks(
     grammar: GrammarSpec | None = None,
     cmpl_id: str = "",
     infill: bool = False,
+    delimiters=None,
 ) -> list[_Task]:
     _check_prompts(state, prompts)
     _check_lora(state, p)
@@ -400,6 +402,9 @@ def _start_tasks(
                 for t in group
             ]
             requests[0] = dataclasses.replace(requests[0], id_slot=id_slot)  # children cannot choose their slot
+            starts, last = user_starts(state.tokenizer, delimiters, tokens, getattr(tokens, "media", ()))
+            if starts:
+                requests = [dataclasses.replace(r, user_starts=starts, last_user=last) for r in requests]
             handles = state.engine.submit_group(requests)
             for t, h in zip(group, handles, strict=False):
                 t.handle = h
@@ -472,7 +477,8 @@ async def complete(
     grammar = await _grammar(state, req.params, prompts)
     if req.params.chat_parser and shape is NATIVE:
         shape = _with_chat_parser(shape, req.params)
-    tasks = _start_tasks(state, req.params, prompts, id_slot, grammar, shape.cmpl_id, infill)
+    delimiters = body.get("message_delimiters")
+    tasks = _start_tasks(state, req.params, prompts, id_slot, grammar, shape.cmpl_id, infill, delimiters)
     if req.params.stream:
         return await _start_stream(state, req.params, tasks, shape)
     try:

@@ -315,6 +315,8 @@ def chat_request(body: dict, settings: ChatSettings) -> tuple[dict, ChatInfo]:  
     out["grammar_triggers"] = [{"type": kind, "value": value} for kind, value in params.grammar_triggers]
     out["preserved_tokens"] = list(params.preserved_tokens)
     out["generation_prompt"] = params.generation_prompt
+    delimiters = getattr(params, "message_delimiters", None) or {}
+    out["message_delimiters"] = [{"role": role, "delimiter": text} for role, text in delimiters.items()]
     out["stop"] = list(out["stop"]) + list(params.additional_stops) if params.additional_stops else out["stop"]
     if tool_list and tool_choice != "none":
         out["parse_tool_calls"] = True

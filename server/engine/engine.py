@@ -28,6 +28,7 @@ from ..grammar.constraint import GrammarVocab
 from ..models import weight_lock
 from . import commands as cmd
 from .adapters import Adapters
+from .checkpoints import prompt_batches
 from .config import DEFAULT_CONFIG, EngineConfig
 from .decode_batch import DecodeBatch
 from .drafting import Speculation, draft_state_bytes, load_drafters
@@ -65,6 +66,18 @@ class _Loaded:
     backend: Backend
     drafter: Speculator | None
     step: EngineStep
+    sliding: bool = False  # a sliding-window model: b10621 batches its prompts for context checkpoints
+
+
+SLIDING_FAMILIES = ("gemma2", "gemma3", "gemma3_text")  # b10621's n_swa > 0 among the families mlxcel serves
+
+
+def sliding_window(backend: Backend) -> int:
+    """The model's attention window where b10621 keeps a sliding-window cache (its n_swa), else 0."""
+    config = getattr(getattr(backend, "loaded", None), "config", None) or {}
+    if config.get("model_type") not in SLIDING_FAMILIES:
+        return 0
+    return int(config.get("sliding_window") or 0)
 
 
 class Engine:
@@ -278,7 +291,7 @@ class Engine:
             lambda: next(self._ids),
             self.encode_media,
         )
-        return _Loaded(backend, drafter, step)
+        return _Loaded(backend, drafter, step, sliding_window(backend) > 0)
 
     def _sleep(self) -> None:
         """b10621's sleeping state: the model and everything computed with it freed until the next request."""
@@ -438,6 +451,19 @@ class Engine:
         busy = [s is not None for s in sched.slots]
         self.metrics.add_prompt_cached(self.states.launch(seq, busy))
         self.registry.idle_hold(self.states.slots, [s is not None for s in sched.slots])
+        if self._loaded is not None and self._loaded.sliding:  # b10621 batches such a prompt for checkpoints
+            req: GenerationRequest = seq.payload.request
+            seq.batch_ends = tuple(
+                prompt_batches(
+                    len(seq.prompt),
+                    seq.n_prefilled,
+                    req.user_starts,
+                    req.last_user,
+                    {m.start: m.end for m in req.media},
+                    self.config.n_batch,
+                    self.config.ubatch,
+                )
+            )
 
     def _control(self, sched: Scheduler, cmpl_id: str, action: str) -> cmd.ControlOutcome:
         run = next((s.payload for s in sched.running if cmpl_id and s.payload.request.cmpl_id == cmpl_id), None)

@@ -30,6 +30,7 @@ class Sequence:
     held: bool = False
     want_slot: int | None = None  # the request asked for this slot (id_slot): it waits for that one
     cuts: tuple[int, ...] = ()  # positions a prefill chunk must end at (where an image's rows begin and end)
+    batch_ends: tuple[int, ...] = ()  # where every chunk ends instead (b10621's batches on a sliding-window model)
 
     @property
     def prefilling(self) -> bool:
@@ -140,8 +141,11 @@ class Scheduler:
                     # chunks end on multiples of ubatch counted from position 0, whatever else is in
                     # flight, so every prompt position is always computed in the same chunk shape: that is
                     # what makes a prompt-cache hit bit-identical to a cold run
-                    end = min(len(seq.prompt), (start // self.ubatch + 1) * self.ubatch)
-                    end = min((c for c in seq.cuts if start < c < end), default=end)  # (mtmd's chunks apart)
+                    if seq.batch_ends:
+                        end = min((e for e in seq.batch_ends if e > start), default=len(seq.prompt))
+                    else:
+                        end = min(len(seq.prompt), (start // self.ubatch + 1) * self.ubatch)
+                        end = min((c for c in seq.cuts if start < c < end), default=end)  # (mtmd's chunks apart)
                     if end - start > budget and step.prefill:
                         return step
                     step.prefill.append(PrefillChunk(seq, start, end))

@@ -136,6 +136,10 @@ class GenerationRequest:
     # for infill (server-context.cpp: "cache prompts only for completion tasks")
     completion_task: bool = True
     media: tuple[MediaChunk, ...] = ()  # the images some prompt positions stand for (their placeholder ids)
+    # where the template's user messages start in the prompt (b10621's message spans), and the last of them: a
+    # sliding-window model's prompt batches end there (engine/checkpoints.py)
+    user_starts: frozenset[int] = frozenset()
+    last_user: int = -1
 
 
 @dataclass(frozen=True)
