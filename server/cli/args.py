@@ -265,6 +265,24 @@ MLXCEL: dict[str, dict] = {
         "prompt caching to be enabled (default: 0)",
         0,
     ),
+    "--swa-full": _s(
+        "swa_full",
+        "use full-size SWA cache (default: false); mlxcel's sliding-window layers always keep every position, and "
+        "with it a prompt is computed in plain batches, as b10621 then takes no checkpoints",
+        False,
+    ),
+    "--ctx-checkpoints": _s(
+        "ctx_checkpoints",
+        "max number of context checkpoints to create per slot (default: 32); mlxcel keeps none, and computes a "
+        "sliding-window model's prompt in the batches b10621's checkpoints give it (none with 0)",
+        32,
+    ),
+    "--checkpoint-min-step": _s(
+        "checkpoint_min_step",
+        "minimum spacing between context checkpoints in tokens (default: 8192, 0 = no minimum): where b10621's "
+        "prompt batches end on a sliding-window model",
+        8192,
+    ),
     "--cache-ram": _s(
         "cache_ram", "set the maximum cache size in MiB (default: 8192, -1 - no limit, 0 - disable)", 8192
     ),

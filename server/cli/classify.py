@@ -370,19 +370,6 @@ RULES: dict[str, Rule] = {
         "to every batch it runs, this flag or not (POST /lora-adapters sets them)"
     ),
     # ----- runtime and context -----
-    "--swa-full": _inert(
-        "mlxcel's sliding-window layers always keep every position (a full-size SWA cache): what it asks for"
-    ),
-    # context checkpoints and idle-slot caching decide only what a later prompt can reuse, never a result: mlxcel's
-    # prompt cache keeps whole-prefix snapshots of its own (the reuse itself is --cache-prompt's recorded divergence)
-    "--ctx-checkpoints": _inert(
-        "every value: mlxcel keeps no context checkpoints; its prompt cache stores prefix "
-        "snapshots, and reuse never changes a result"
-    ),
-    "--checkpoint-min-step": _inert(
-        "every value: mlxcel keeps no context checkpoints (see --ctx-checkpoints)",
-        check=_range(0, None, "checkpoint-min-step must be non-negative"),
-    ),
     "--warmup": _inert("--warmup, --no-warmup: mlxcel runs no warm-up pass, and one never changes a result"),
     "--cache-type-k": _inert(_KV_SERVED_TEXT, check=_kv_type_check),
     "--cache-type-v": _inert(_KV_SERVED_TEXT, check=_kv_type_check),
@@ -531,6 +518,7 @@ ACTED_ON_CHECKS: dict[str, Callable[[object], None]] = {
     "--pooling": _in("--pooling", "none", "mean", "cls", "last", "rank"),
     "--slot-save-path": _directory_check,
     "--media-path": _directory_check,
+    "--checkpoint-min-step": _range(0, None, "checkpoint-min-step must be non-negative"),
     "--ui-config-file": _read_file_check,
     "--sleep-idle-seconds": _sleep_check,
     "--lora-scaled": _pairs_check("lora-scaled"),

@@ -37,6 +37,11 @@ class EngineConfig:
     ngram_simple: tuple[int, int] | None = None  # --spec-type ngram-simple: (size_n, size_m)
     kv: KVNumerics = KVNumerics()  # -ctk, -ctv, -fa; this default a float32 cache (the CLI passes b10621's: f16)
     mlock: bool = False  # --mlock / --load-mode mlock|mmap+mlock: the weights locked in RAM once loaded
+    # b10621's context checkpoints (-ctxcp, --checkpoint-min-step, --swa-full): where a sliding-window model's
+    # prompt batches end (engine/checkpoints.py); mlxcel keeps no checkpoint itself
+    ctx_checkpoints: int = 32
+    checkpoint_min_step: int = 8192
+    swa_full: bool = False
     ranks: Ranks | None = None  # launched by mlx.launch: the model split over these ranks (backends/distributed.py)
 
 

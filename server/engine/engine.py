@@ -291,7 +291,8 @@ class Engine:
             lambda: next(self._ids),
             self.encode_media,
         )
-        return _Loaded(backend, drafter, step, sliding_window(backend) > 0)
+        checkpoints = c.ctx_checkpoints > 0 and not c.swa_full  # (b10621's do_checkpoint: n_swa > 0 and these)
+        return _Loaded(backend, drafter, step, checkpoints and sliding_window(backend) > 0)
 
     def _sleep(self) -> None:
         """b10621's sleeping state: the model and everything computed with it freed until the next request."""
@@ -462,6 +463,7 @@ class Engine:
                     {m.start: m.end for m in req.media},
                     self.config.n_batch,
                     self.config.ubatch,
+                    self.config.checkpoint_min_step,
                 )
             )
 
