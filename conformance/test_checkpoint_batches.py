@@ -48,3 +48,52 @@ def test_a_chat_prompt_is_computed_in_b10621s_batches(reference_binary, flags):
         for x, y in zip(a["top_logprobs"], b["top_logprobs"], strict=True)
     )
     assert worst <= 1e-3, worst
+
+
+def test_a_resumed_prompt_reuses_what_each_server_keeps(reference_binary):
+    """The divergence -ctxcp and -cms record (by_design): on a second prompt sharing the first's prefix, b10621
+    resumes from its last context checkpoint, mlxcel from its own prefix snapshot; the answer's tokens agree, the
+    cached counts do not (an evidence record pins it)."""
+    from fixtures.families import family_twin
+    from oracle.evidence import write_record
+
+    gguf = family_twin("gemma3").gguf
+    ref, mine = reference_server(reference_binary, gguf, ["-np", "1"]), mlxcel_server(str(gguf), ["-np", "1"])
+    answers = []
+    try:
+        start_together(ref, mine)
+        for content in ("Hi there, tell me a story about a cat.", "Hi there, tell me a story about a dog."):
+            body = {"messages": [{"role": "user", "content": content}], "max_tokens": 4, "temperature": 0}
+            answers.append(
+                [loopback.post(s.base_url + "/v1/chat/completions", json=body, timeout=120).json() for s in (ref, mine)]
+            )
+    finally:
+        ref.cleanup()
+        mine.cleanup()
+    (cold_want, cold_got), (want, got) = answers
+    assert cold_want["usage"] == cold_got["usage"] and cold_want["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    cached = [a["usage"]["prompt_tokens_details"]["cached_tokens"] for a in (want, got)]
+    assert cached[0] > 0 and cached[1] > 0 and cached[0] != cached[1], cached  # (b10621: its checkpoint's count)
+    write_record(
+        {
+            "case": "checkpoint-resumed-prompt-gemma3",
+            "entries": ["--ctx-checkpoints", "--checkpoint-min-step"],
+            "twin": "gemma3-gguf",
+            "request": {"method": "POST", "path": "/v1/chat/completions (a second prompt)", "sha256": None},
+            "reference_sha256": None,
+            "mlxcel_sha256": None,
+            "reference_source": "live",
+            "identical": False,
+            "bytes_identical": False,
+            "normalizations_fired": [],
+            "divergences": [
+                {
+                    "path": "$.usage.prompt_tokens_details.cached_tokens",
+                    "kind": "value",
+                    "reference": cached[0],
+                    "mlxcel": cached[1],
+                }
+            ],
+            "reproduce": "pytest conformance/test_checkpoint_batches.py -k resumed",
+        }
+    )

@@ -24,6 +24,7 @@ from oracle.processes import mlxcel_server, reference_server, start_together
 pytestmark = pytest.mark.reference
 
 LOGPROB_BOUND = 1e-3
+MEDIA: dict = {}  # the pair's --media-path (one directory, both servers)
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +32,7 @@ def pair(reference_binary, twin_f32, tmp_path_factory):
     from fixtures.llava_twin import llava_mmproj, png
     from oracle.reference import source_tree
 
-    media = tmp_path_factory.mktemp("media")
+    media = MEDIA["root"] = tmp_path_factory.mktemp("media")
     (media / "wide.png").write_bytes(png(40, 24, seed=5))
     shutil.copyfile(source_tree() / "tools" / "mtmd" / "test-1.jpeg", media / "test-1.jpeg")
     args = ["--mmproj", str(llava_mmproj()), "-np", "1", "--media-path", str(media)]
@@ -267,3 +268,37 @@ def test_counted_input_tokens_include_the_images_as_b10621(pair):
         assert want.status_code == got.status_code == 200, (route, want.text[:300], got.text[:300])
         assert got.json() == want.json(), route
         assert want.json()["input_tokens"] > 16
+
+
+def test_a_symlink_out_of_the_media_path_is_read_by_b10621_and_refused_by_mlxcel(pair, tmp_path):
+    """The divergence --media-path records (by_design): b10621 checks the path's spelling only and reads a file a
+    symlink in the root points outside it; mlxcel resolves the path and refuses it (an evidence record pins it)."""
+    import os
+
+    from fixtures.llava_twin import png
+    from oracle.evidence import write_record
+
+    outside = tmp_path / "outside.png"
+    outside.write_bytes(png(seed=3))
+    link = MEDIA["root"] / "link.png"
+    if not os.path.lexists(link):
+        os.symlink(outside, link)
+    (s1, want), (s2, got) = (_ask(base, [_image("file://link.png"), _text("Hi")]) for base in pair)
+    assert s1 == 200 and "choices" in want, want
+    assert s2 == 400 and got["error"]["message"] == "file path escapes the --media-path root: link.png", got
+    write_record(
+        {
+            "case": "media-path-symlink-escape",
+            "entries": ["--media-path"],
+            "twin": "f32-gguf+llava",
+            "request": {"method": "POST", "path": "/v1/chat/completions (file://link.png)", "sha256": None},
+            "reference_sha256": None,
+            "mlxcel_sha256": None,
+            "reference_source": "live",
+            "identical": False,
+            "bytes_identical": False,
+            "normalizations_fired": [],
+            "divergences": [{"path": "$.status", "kind": "value", "reference": s1, "mlxcel": s2}],
+            "reproduce": "pytest conformance/test_image_chat.py -k symlink",
+        }
+    )
