@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from oracle import loopback
-from oracle.processes import mlxcel_server, reference_server, start_together
+from oracle.processes import mlxcel_server, reference_server, started
 
 pytestmark = pytest.mark.reference
 
@@ -25,21 +25,15 @@ def test_a_chat_prompt_is_computed_in_b10621s_batches(reference_binary, flags):
         reference_server(reference_binary, gguf, ["-np", "1", *flags]),
         mlxcel_server(str(gguf), ["-np", "1", *flags]),
     )
-    try:
-        start_together(ref, mine)
-        body = {
-            "messages": [{"role": "user", "content": "Hi there"}],
-            "max_tokens": 8,
-            "temperature": 0,
-            "logprobs": True,
-            "top_logprobs": 5,
-        }
-        want, got = (
-            loopback.post(s.base_url + "/v1/chat/completions", json=body, timeout=120).json() for s in (ref, mine)
-        )
-    finally:
-        ref.cleanup()
-        mine.cleanup()
+    body = {
+        "messages": [{"role": "user", "content": "Hi there"}],
+        "max_tokens": 8,
+        "temperature": 0,
+        "logprobs": True,
+        "top_logprobs": 5,
+    }
+    with started(ref, mine) as urls:
+        want, got = (loopback.post(u + "/v1/chat/completions", json=body, timeout=120).json() for u in urls)
     assert got["choices"][0]["message"]["content"] == want["choices"][0]["message"]["content"]
     rows = zip(want["choices"][0]["logprobs"]["content"], got["choices"][0]["logprobs"]["content"], strict=True)
     worst = max(
@@ -55,45 +49,31 @@ def test_a_resumed_prompt_reuses_what_each_server_keeps(reference_binary):
     resumes from its last context checkpoint, mlxcel from its own prefix snapshot; the answer's tokens agree, the
     cached counts do not (an evidence record pins it)."""
     from fixtures.families import family_twin
-    from oracle.evidence import write_record
+    from oracle.evidence import divergence_record
 
     gguf = family_twin("gemma3").gguf
     ref, mine = reference_server(reference_binary, gguf, ["-np", "1"]), mlxcel_server(str(gguf), ["-np", "1"])
     answers = []
-    try:
-        start_together(ref, mine)
+    with started(ref, mine) as urls:
         for content in ("Hi there, tell me a story about a cat.", "Hi there, tell me a story about a dog."):
             body = {"messages": [{"role": "user", "content": content}], "max_tokens": 4, "temperature": 0}
-            answers.append(
-                [loopback.post(s.base_url + "/v1/chat/completions", json=body, timeout=120).json() for s in (ref, mine)]
-            )
-    finally:
-        ref.cleanup()
-        mine.cleanup()
+            answers.append([loopback.post(u + "/v1/chat/completions", json=body, timeout=120).json() for u in urls])
     (cold_want, cold_got), (want, got) = answers
     assert cold_want["usage"] == cold_got["usage"] and cold_want["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
     cached = [a["usage"]["prompt_tokens_details"]["cached_tokens"] for a in (want, got)]
     assert cached[0] > 0 and cached[1] > 0 and cached[0] != cached[1], cached  # (b10621: its checkpoint's count)
-    write_record(
-        {
-            "case": "checkpoint-resumed-prompt-gemma3",
-            "entries": ["--ctx-checkpoints", "--checkpoint-min-step"],
-            "twin": "gemma3-gguf",
-            "request": {"method": "POST", "path": "/v1/chat/completions (a second prompt)", "sha256": None},
-            "reference_sha256": None,
-            "mlxcel_sha256": None,
-            "reference_source": "live",
-            "identical": False,
-            "bytes_identical": False,
-            "normalizations_fired": [],
-            "divergences": [
-                {
-                    "path": "$.usage.prompt_tokens_details.cached_tokens",
-                    "kind": "value",
-                    "reference": cached[0],
-                    "mlxcel": cached[1],
-                }
-            ],
-            "reproduce": "pytest conformance/test_checkpoint_batches.py -k resumed",
-        }
+    divergence_record(
+        "checkpoint-resumed-prompt-gemma3",
+        ["--ctx-checkpoints", "--checkpoint-min-step"],
+        "gemma3-gguf",
+        "/v1/chat/completions (a second prompt)",
+        [
+            {
+                "path": "$.usage.prompt_tokens_details.cached_tokens",
+                "kind": "value",
+                "reference": cached[0],
+                "mlxcel": cached[1],
+            }
+        ],
+        "pytest conformance/test_checkpoint_batches.py -k resumed",
     )

@@ -19,7 +19,7 @@ import shutil
 import pytest
 
 from oracle import loopback
-from oracle.processes import mlxcel_server, reference_server, start_together
+from oracle.processes import mlxcel_server, reference_server, started
 
 pytestmark = pytest.mark.reference
 
@@ -36,14 +36,10 @@ def pair(reference_binary, twin_f32, tmp_path_factory):
     (media / "wide.png").write_bytes(png(40, 24, seed=5))
     shutil.copyfile(source_tree() / "tools" / "mtmd" / "test-1.jpeg", media / "test-1.jpeg")
     args = ["--mmproj", str(llava_mmproj()), "-np", "1", "--media-path", str(media)]
-    ref = reference_server(reference_binary, twin_f32.gguf, args)
-    mine = mlxcel_server(str(twin_f32.gguf), args)
-    try:
-        start_together(ref, mine)
-        yield ref.base_url, mine.base_url
-    finally:
-        ref.cleanup()
-        mine.cleanup()
+    with started(
+        reference_server(reference_binary, twin_f32.gguf, args), mlxcel_server(str(twin_f32.gguf), args)
+    ) as urls:
+        yield urls
 
 
 def _png_uri(**kw) -> str:
@@ -235,13 +231,8 @@ def integrated(reference_binary, twin_f32):
     from fixtures.llava_twin import llava_mlx_dir, llava_mmproj
 
     ref = reference_server(reference_binary, twin_f32.gguf, ["--mmproj", str(llava_mmproj()), "-np", "1"])
-    mine = mlxcel_server(str(llava_mlx_dir()), ["-np", "1"])
-    try:
-        start_together(ref, mine)
-        yield ref.base_url, mine.base_url
-    finally:
-        ref.cleanup()
-        mine.cleanup()
+    with started(ref, mlxcel_server(str(llava_mlx_dir()), ["-np", "1"])) as urls:
+        yield urls
 
 
 def test_an_integrated_llava_checkpoint_answers_as_the_gguf_pair_on_b10621(integrated):
@@ -276,7 +267,7 @@ def test_a_symlink_out_of_the_media_path_is_read_by_b10621_and_refused_by_mlxcel
     import os
 
     from fixtures.llava_twin import png
-    from oracle.evidence import write_record
+    from oracle.evidence import divergence_record
 
     outside = tmp_path / "outside.png"
     outside.write_bytes(png(seed=3))
@@ -286,19 +277,11 @@ def test_a_symlink_out_of_the_media_path_is_read_by_b10621_and_refused_by_mlxcel
     (s1, want), (s2, got) = (_ask(base, [_image("file://link.png"), _text("Hi")]) for base in pair)
     assert s1 == 200 and "choices" in want, want
     assert s2 == 400 and got["error"]["message"] == "file path escapes the --media-path root: link.png", got
-    write_record(
-        {
-            "case": "media-path-symlink-escape",
-            "entries": ["--media-path"],
-            "twin": "f32-gguf+llava",
-            "request": {"method": "POST", "path": "/v1/chat/completions (file://link.png)", "sha256": None},
-            "reference_sha256": None,
-            "mlxcel_sha256": None,
-            "reference_source": "live",
-            "identical": False,
-            "bytes_identical": False,
-            "normalizations_fired": [],
-            "divergences": [{"path": "$.status", "kind": "value", "reference": s1, "mlxcel": s2}],
-            "reproduce": "pytest conformance/test_image_chat.py -k symlink",
-        }
+    divergence_record(
+        "media-path-symlink-escape",
+        ["--media-path"],
+        "f32-gguf+llava",
+        "/v1/chat/completions (file://link.png)",
+        [{"path": "$.status", "kind": "value", "reference": s1, "mlxcel": s2}],
+        "pytest conformance/test_image_chat.py -k symlink",
     )

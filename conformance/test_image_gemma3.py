@@ -16,7 +16,7 @@ import base64
 import pytest
 
 from oracle import loopback
-from oracle.processes import MEDIA_MARKER, mlxcel_server, reference_server, start_together
+from oracle.processes import MEDIA_MARKER, mlxcel_server, reference_server, started
 
 pytestmark = pytest.mark.reference
 
@@ -31,13 +31,8 @@ def pair(reference_binary):
 
     gguf = family_twin("gemma3").gguf
     args = ["--mmproj", str(gemma3_mmproj()), "-np", "1"]
-    ref, mine = reference_server(reference_binary, gguf, args), mlxcel_server(str(gguf), args)
-    try:
-        start_together(ref, mine)
-        yield ref.base_url, mine.base_url
-    finally:
-        ref.cleanup()
-        mine.cleanup()
+    with started(reference_server(reference_binary, gguf, args), mlxcel_server(str(gguf), args)) as urls:
+        yield urls
 
 
 def _complete(pair, image: bytes, prompt: str = PROMPT) -> tuple[dict, dict]:

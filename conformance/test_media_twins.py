@@ -80,6 +80,19 @@ def _debug_embeddings(log: str) -> dict:
     }
 
 
+def _printed(reference_binary, gguf, mmproj, image: bytes) -> dict:
+    """b10621's MTMD_DEBUG_EMBEDDINGS print for one image (mtmd prints at verbosity 4)."""
+    server = reference_server(reference_binary, gguf, ["--mmproj", str(mmproj), "-np", "1", "-lv", "4"])
+    server.env["MTMD_DEBUG_EMBEDDINGS"] = "1"
+    try:
+        server.start(300)
+        uri = "data:image/png;base64," + base64.b64encode(image).decode()
+        _chat(server.base_url, [{"type": "image_url", "image_url": {"url": uri}}, {"type": "text", "text": "Hi"}])
+        return _debug_embeddings(server.log_path.read_text(errors="replace"))
+    finally:
+        server.cleanup()
+
+
 @pytest.fixture(scope="module")
 def printed_and_encoded(reference_binary, twin_f32):
     """b10621's print of the projector's output for one PNG (MTMD_DEBUG_EMBEDDINGS), and mlxcel's encoding of it."""
@@ -87,16 +100,7 @@ def printed_and_encoded(reference_binary, twin_f32):
     from server.media.png import decode_rgb
     from server.models.clip_llava import LlavaEncoder
 
-    args = ["--mmproj", str(llava_mmproj()), "-np", "1", "-lv", "4"]  # (mtmd's print is at verbosity 4)
-    server = reference_server(reference_binary, twin_f32.gguf, args)
-    server.env["MTMD_DEBUG_EMBEDDINGS"] = "1"
-    try:
-        server.start(300)
-        uri = "data:image/png;base64," + base64.b64encode(png(seed=11)).decode()
-        _chat(server.base_url, [{"type": "image_url", "image_url": {"url": uri}}, {"type": "text", "text": "Hi"}])
-        want = _debug_embeddings(server.log_path.read_text(errors="replace"))
-    finally:
-        server.cleanup()
+    want = _printed(reference_binary, twin_f32.gguf, llava_mmproj(), png(seed=11))
     return want, LlavaEncoder.from_gguf(llava_mmproj()).encode(decode_rgb(png(seed=11)))  # the bytes b10621 read
 
 
@@ -138,16 +142,7 @@ def gemma3_printed_and_encoded(reference_binary):
     from server.media.png import decode_rgb
     from server.models.projectors import load_projector_gguf
 
-    args = ["--mmproj", str(gemma3_mmproj()), "-np", "1", "-lv", "4"]
-    server = reference_server(reference_binary, family_twin("gemma3").gguf, args)
-    server.env["MTMD_DEBUG_EMBEDDINGS"] = "1"
-    try:
-        server.start(300)
-        uri = "data:image/png;base64," + base64.b64encode(png(seed=11)).decode()
-        _chat(server.base_url, [{"type": "image_url", "image_url": {"url": uri}}, {"type": "text", "text": "Hi"}])
-        want = _debug_embeddings(server.log_path.read_text(errors="replace"))
-    finally:
-        server.cleanup()
+    want = _printed(reference_binary, family_twin("gemma3").gguf, gemma3_mmproj(), png(seed=11))
     return want, load_projector_gguf(gemma3_mmproj()).encode(decode_rgb(png(seed=11)))
 
 

@@ -43,6 +43,29 @@ def make_record(case, ref, mine, report, source: str) -> dict:
     }
 
 
+def divergence_record(
+    case: str, entries: list[str], twin: str, request: str, divergences: list[dict], reproduce: str
+) -> Path:
+    """A record a conformance test writes for a divergence it pins (a by_design entry's evidence): the exchange
+    was compared in the test itself, live."""
+    return write_record(
+        {
+            "case": case,
+            "entries": entries,
+            "twin": twin,
+            "request": {"method": "POST", "path": request, "sha256": None},
+            "reference_sha256": None,
+            "mlxcel_sha256": None,
+            "reference_source": "live",
+            "identical": False,
+            "bytes_identical": False,
+            "normalizations_fired": [],
+            "divergences": divergences,
+            "reproduce": reproduce,
+        }
+    )
+
+
 def load_records(directory: Path | None = None) -> list[dict]:
     d = directory or evidence_dir()
     return [json.loads(p.read_text(encoding="utf-8")) for p in sorted(d.glob("*.json"))] if d.is_dir() else []

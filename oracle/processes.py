@@ -10,8 +10,10 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import httpx
 
@@ -171,6 +173,17 @@ def start_together(*procs: ServerProcess, timeout: float = 300.0) -> None:
 
 # b10621 draws its media marker at random unless this pins it; both servers get the same one
 MEDIA_MARKER = "<__media_mlxcel_oracle__>"
+
+
+@contextmanager
+def started(*procs: ServerProcess, timeout: float = 300.0) -> Iterator[tuple[str, ...]]:
+    """The servers started together, their base URLs; each cleaned up afterwards, whatever happened."""
+    try:
+        start_together(*procs, timeout=timeout)
+        yield tuple(p.base_url for p in procs)
+    finally:
+        for p in procs:
+            p.cleanup()
 
 
 def _clean_env(home: Path) -> dict[str, str]:

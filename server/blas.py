@@ -27,14 +27,12 @@ import importlib.util
 import json
 import os
 import platform
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 
-from .cachedir import cache_root
+from .cachedir import NoCompiler, cache_root, shared_object
 
 BLAS_ENV = "MLXCEL_BLAS"  # a library path, "scipy-openblas" or "system" (only those), "reference" (the wheel's own)
 CORETYPE_ENV = "OPENBLAS_CORETYPE"  # OpenBLAS's own (the scipy-openblas build's too): which CPU's kernels, at load
@@ -299,24 +297,12 @@ def _choose_core(path: str, prefix: str = "") -> None:
 
 def _build_kernels() -> str:
     """The kernels' shared object in the cache, compiled from their sources once (keyed by their hash)."""
-    digest = hashlib.sha256(" ".join(KERNELS_FLAGS).encode())  # the flags change the code too
-    for name in KERNELS_SOURCES + KERNELS_HEADERS:
-        with open(os.path.join(KERNELS_DIR, name), "rb") as f:
-            digest.update(f.read())
-    out = cache_root() / "native" / f"cpu_kernels-{digest.hexdigest()[:16]}.so"
-    if out.is_file():
-        return str(out)
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if not compiler:
-        raise OSError("no C compiler (cc) to build it")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
-        target = os.path.join(tmp, out.name)
-        sources = [os.path.join(KERNELS_DIR, name) for name in KERNELS_SOURCES]
-        command = [compiler, *KERNELS_FLAGS, "-o", target, *sources, "-ldl", "-lm", "-lpthread"]
-        subprocess.run(command, check=True, capture_output=True, timeout=120)
-        os.replace(target, out)
-    return str(out)
+    try:
+        return shared_object(
+            "cpu_kernels", KERNELS_DIR, KERNELS_SOURCES, KERNELS_HEADERS, KERNELS_FLAGS, ("-ldl", "-lm", "-lpthread")
+        )
+    except NoCompiler as exc:
+        raise OSError(str(exc)) from None
 
 
 def _load_kernels(blas: ctypes.CDLL, prefix: str, path: str | None, error: str, on: bool) -> bool:

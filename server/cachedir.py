@@ -93,3 +93,38 @@ def verify_build(target: Path) -> list[str]:
     """Names of files in a built target whose SHA-256 no longer matches its stamp."""
     data = json.loads((target / STAMP).read_text())
     return [n for n, h in data["files"].items() if sha256_file(target / n) != h]
+
+
+class NoCompiler(OSError):
+    """No C compiler to build a shared object with."""
+
+
+def shared_object(
+    name: str,
+    directory: str,
+    sources: tuple[str, ...],
+    headers: tuple[str, ...],
+    flags: tuple[str, ...],
+    libs: tuple[str, ...] = (),
+) -> str:
+    """A shared object compiled from C sources once into the cache, its name keyed by the flags' and files' hash
+    (`name`-<hash>.so under native/); NoCompiler without cc, CalledProcessError when the compile fails."""
+    import subprocess  # deferred: only a build runs it
+
+    digest = hashlib.sha256(" ".join(flags).encode())
+    for file in sources + headers:
+        with open(os.path.join(directory, file), "rb") as f:
+            digest.update(f.read())
+    out = cache_root() / "native" / f"{name}-{digest.hexdigest()[:16]}.so"
+    if out.is_file():
+        return str(out)
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not compiler:
+        raise NoCompiler("no C compiler (cc) to build it")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+        target = os.path.join(tmp, out.name)
+        command = [compiler, *flags, "-o", target, *(os.path.join(directory, s) for s in sources), *libs]
+        subprocess.run(command, check=True, capture_output=True, timeout=300)
+        os.replace(target, out)
+    return str(out)

@@ -9,16 +9,13 @@ Without a C compiler every format but PNG (server/media/png.py, lossless, exact 
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
-import shutil
 import subprocess
-import tempfile
 from functools import cache
 
 import numpy as np
 
-from ..cachedir import cache_root
+from ..cachedir import NoCompiler, shared_object
 
 _DIR = os.path.join(os.path.dirname(__file__), os.pardir, "native")
 _SOURCES = ("image_decode.c", "stb_image.h")
@@ -30,23 +27,10 @@ class ImageDecodeUnavailable(OSError):
 
 
 def _build() -> str:
-    digest = hashlib.sha256(" ".join(_FLAGS).encode())
-    for name in _SOURCES:
-        with open(os.path.join(_DIR, name), "rb") as f:
-            digest.update(f.read())
-    out = cache_root() / "native" / f"image_decode-{digest.hexdigest()[:16]}.so"
-    if out.is_file():
-        return str(out)
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if not compiler:
-        raise ImageDecodeUnavailable("no C compiler (cc) to build stb_image")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
-        target = os.path.join(tmp, out.name)
-        command = [compiler, *_FLAGS, "-o", target, os.path.join(_DIR, "image_decode.c"), "-lm"]
-        subprocess.run(command, check=True, capture_output=True, timeout=300)
-        os.replace(target, out)
-    return str(out)
+    try:
+        return shared_object("image_decode", _DIR, ("image_decode.c",), ("stb_image.h",), _FLAGS, ("-lm",))
+    except NoCompiler as exc:
+        raise ImageDecodeUnavailable(f"{exc}: stb_image is not built") from None
 
 
 @cache
