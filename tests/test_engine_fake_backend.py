@@ -226,3 +226,25 @@ def test_a_scrape_after_an_answer_sees_its_slot_released(fake, monkeypatch):
 
     snapshot = asyncio.run(answer_then_scrape())
     assert snapshot.n_processing == 0 and snapshot.counters.predict.count == 4
+
+
+def test_a_scrape_while_asleep_answers_without_waking_or_failing(caplog):
+    """A sleeping engine reads its figures between steps too, without loading the model again and without running
+    a step over the freed model."""
+    import logging
+    import time
+
+    backend = FakeBackend()
+    engine = _engine(backend, n_slots=1, sleep_idle_seconds=0)
+    try:
+        deadline = time.monotonic() + 10
+        while not engine.sleeping and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert engine.sleeping
+        with caplog.at_level(logging.ERROR, logger="mlxcel.engine"):
+            for _ in range(3):
+                snapshot = engine.metrics_between_steps().result(timeout=10)
+        assert engine.sleeping and snapshot.n_processing == 0
+        assert "engine step failed" not in caplog.text
+    finally:
+        engine.stop(wait=10)

@@ -362,6 +362,8 @@ class Engine:
             if drained is None:  # idle for --sleep-idle-seconds with nothing submitted
                 self._sleep()
                 continue
+            if self.sleeping:  # (only what a sleeping server answers came in: a metrics scrape)
+                continue
             if not idle:
                 self._last_task = time.monotonic()  # a busy engine is not idle
             self.actions.run(sched)
