@@ -45,7 +45,8 @@ def test_three_ranks_on_loopback_match_one_process(twin_f32, tmp_path):
         env=env,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert sum("of 3: done" in line for line in proc.stdout.splitlines()) == 3
+    # (counted over the whole output: mlx.launch relays the ranks' streams in chunks, two lines can share one)
+    assert proc.stdout.count("of 3: done") == 3, proc.stdout[-2000:]
     sharded = np.load(out)
     model = load_checkpoint(twin_f32.mlx_dir, transpose=False).model
     whole = model(mx.array([TOKENS]))[0].astype(mx.float32)
