@@ -120,3 +120,20 @@ def test_chat_batches_the_prompt_as_b10621_does_on_a_sliding_window_model(pair):
         "image_url": {"url": "data:image/png;base64," + base64.b64encode(png(seed=11)).decode()},
     }
     _chat(pair, [{"role": "user", "content": [image, {"type": "text", "text": "Describe this picture in detail."}]}])
+
+
+def test_an_image_of_gemma3s_real_token_count_answers_as_b10621(reference_binary):
+    """Gemma 3's own image size in tokens (256): the same tower over 256-pixel images, 1024 patches pooled to 256
+    tokens. b10621 attends in 64-row tiles there, in the tower (1024 rows, no mask) and in the text model (256
+    image rows decoded non-causally, then the text): server/native/attention_ggml.c tiled_rows. Measured ~8e-6;
+    with the rows summed one by one as a one-chunk pass the tiled path's answers were 1e-2 apart (text alone)."""
+    from fixtures.families import family_twin
+    from fixtures.gemma3_vision_twin import gemma3_mmproj, png
+
+    gguf = family_twin("gemma3").gguf
+    args = ["--mmproj", str(gemma3_mmproj(256)), "-np", "1"]
+    with started(reference_server(reference_binary, gguf, args), mlxcel_server(str(gguf), args)) as urls:
+        want, _ = _complete(urls, png(seed=11, width=256, height=256))
+        _complete(urls, png(seed=12, width=640, height=488))
+    plain = len(PROMPT.replace(MEDIA_MARKER, ""))  # (characters: an upper bound on the text's tokens)
+    assert want["tokens_evaluated"] >= 256 + 2 and want["tokens_evaluated"] < 256 + plain

@@ -164,6 +164,8 @@ def apply(config: ThreadConfig) -> int:
         max(d.threads, 0), max(b.threads, 0), mask, GGML_MAX_N_THREADS if d.mask else 0, d.strict, d.prio, d.poll
     )
     blas.set_threads(b.threads if b.threads > 0 else n)
+    if hasattr(native, "mlxcel_attention_split"):  # a one-row step's keys split as b10621's -t threads split them
+        native.mlxcel_attention_split(config.decode.threads if config.decode.threads > 0 else physical_cores())
     log.info(
         "CPU threads: %d for generation, %d for prompts (a pool of %d)%s",
         d.threads if 0 < d.threads < n else n,
@@ -175,6 +177,23 @@ def apply(config: ThreadConfig) -> int:
 
 
 NODES = "/sys/devices/system/node"
+CPUS = "/sys/devices/system/cpu"
+
+
+def physical_cores(root: str = CPUS) -> int:
+    """b10621's default -t (common_cpu_get_num_physical_cores on Linux): the distinct thread-sibling sets of
+    cpu0, cpu1, ... up to the first missing one; the logical count where none is readable. (Its hybrid-CPU count,
+    performance cores only, is not reproduced.)"""
+    siblings: set[str] = set()
+    cpu = 0
+    while True:
+        try:
+            with open(f"{root}/cpu{cpu}/topology/thread_siblings") as f:
+                siblings.add(f.readline().rstrip("\n"))
+        except OSError:
+            break
+        cpu += 1
+    return len(siblings) or (os.cpu_count() or 1)
 
 
 def _cpulist(text: str) -> set[int]:

@@ -110,3 +110,44 @@ def test_numa_places_the_pools_workers_as_ggml_places_its_threads():
     finally:
         apply_numa("numactl", [everything, set()])  # (numactl's CPUs: the process's, every one here)
     assert {1} not in _allowed_cpus() or everything == {1}
+
+
+def test_b10621s_default_generation_threads_are_the_distinct_sibling_sets(tmp_path):
+    from server.cpu_threads import physical_cores
+
+    for cpu, siblings in enumerate(["3", "3", "c", "c", "10"]):  # two cores of two threads, one of one
+        (tmp_path / f"cpu{cpu}" / "topology").mkdir(parents=True)
+        (tmp_path / f"cpu{cpu}" / "topology" / "thread_siblings").write_text(siblings + "\n")
+    (tmp_path / "cpu6" / "topology").mkdir(parents=True)  # (cpu5 missing: the count stops there)
+    (tmp_path / "cpu6" / "topology" / "thread_siblings").write_text("40\n")
+    assert physical_cores(str(tmp_path)) == 3
+    assert physical_cores(str(tmp_path / "none")) >= 1  # nothing readable: the logical count
+
+
+def test_t_sets_the_parts_a_one_row_step_splits_its_keys_into_past_256_cells(twin_f32):
+    """b10621's flash attention splits a one-row step's keys over its -t threads once n_kv reaches 512 (past 256
+    positions): the decode numbers then depend on -t as b10621's do (the oracle: conformance/test_long_prompts.py);
+    below 256 positions they do not."""
+    import mlx.core as mx
+
+    from server.backends import open_backend
+    from server.models.kv_numerics import KVNumerics
+    from server.models.loader import load_checkpoint
+
+    runner = open_backend(load_checkpoint(twin_f32.mlx_dir), kv=KVNumerics.from_flags(None, None, None))
+    tokens = [504, 3458, 282, 4649, 314, 7042, 30, 198] * 40
+
+    def step(n: int, threads: str) -> mx.array:
+        apply(_config("-t", threads))
+        cache = runner.new_cache()
+        runner.prefill(cache, tokens[:n])
+        out = runner.decode(cache, tokens[n])
+        mx.eval(out)
+        return out
+
+    try:
+        assert mx.array_equal(step(200, "1"), step(200, "3")).item()
+        assert not mx.array_equal(step(300, "1"), step(300, "3")).item()
+        assert mx.array_equal(step(300, "3"), step(300, "3")).item()
+    finally:
+        apply(_config())

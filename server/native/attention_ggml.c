@@ -7,13 +7,14 @@
  *   bf16 cache: flash_attn_ext_f16_one_chunk. Q rounded to K's type, each score the f32 dot product scaled,
  *   an online softmax over the visible keys in order, and with an f16 V the sums kept in f16 (VKQ16: every
  *   multiply-add and every rescale rounded to f16); with another V, in f32.
- * - flash attention over an f16 or f32 cache, 64 rows or more: the tiled path, f32 math on the cached values:
- *   mlxcel_attention's.
+ * - flash attention over an f16 or f32 cache, 64 rows or more: the tiled path (tiled_rows: the query in f32,
+ *   64-cell key tiles, FMA chains, a tile's softmax through ggml_v_expf) where the model sums in ggml's order;
+ *   else f32 math on the cached values, mlxcel_attention's.
  * - no flash attention: mul_mat(K, Q) with Q converted to K's vec_dot type, softmax in f32, then mul_mat(V, P)
  *   with the probabilities converted to V's type.
  * Over an f32 cache without flash attention: f32 math, mlxcel_attention's; with it b10621 casts K and V to
- * f16 first, and so do these loops as they read them. (Past 512 keys a decode step of b10621 splits
- * the keys over its threads and adds the parts in f32; here the keys stay in one part.)
+ * f16 first, and so do these loops as they read them. Past 256 positions (n_kv padded to 512) a one-row step of
+ * b10621 splits the keys over its -t threads and combines the parts' sums (flash_split_row: the same parts).
  * Block-quantized caches (kv_quant.c; rows of bytes, strides in bytes) always take the one-chunk loops, as ggml-cpu
  * dispatches them: a query is put in the keys' element order and Hadamard rotation (attn_rot_k), quantized to the
  * key type's vec_dot type and dotted with each key block by block; values are read with to_float and summed in
@@ -147,6 +148,7 @@ struct kv_args {
     int window;     /* a query at position p sees keys p - window + 1 .. p (0: all before it) */
     float softcap;  /* scores capped softcap tanh(s / softcap) (Gemma 2's attention; 0: none) */
     int noncausal;  /* a query also sees the keys after it up to T (the window still bounds it from below) */
+    int split;      /* the row is its ubatch's only one: b10621 splits its keys over threads (flash_split_row) */
     float scale;
     const int *first;
     float *out;
@@ -257,9 +259,10 @@ static void to_ggml_dims(const float *x, float *out, int D) {
     for (int i = 0; i < half; i++) out[2 * i] = x[i], out[2 * i + 1] = x[i + half];
 }
 
-/* one query row of one head: flash_attn_ext_f16_one_chunk over keys [0, n) */
-static void flash_row(const struct kv_args *a, const float *q, const void *qq, struct kv_rows k, struct kv_rows v, int n,
-                      float *acc, float *o) {
+/* one query row of one head: flash_attn_ext_f16_one_chunk's sums over keys [0, n): the values' weighted sum in acc
+ * (f16 values where its accumulator is), the running max in *Mo and the weights' sum in *So */
+static void flash_sums(const struct kv_args *a, const float *q, const void *qq, struct kv_rows k, struct kv_rows v,
+                       int n, float *acc, float *Mo, float *So) {
     const int D = a->D, vec = vector_ok(), f16_v = a->v_type == KV_F16 && !a->acc32;
     /* ggml divides the scale by the cap once, then caps each scaled score: softcap tanhf(s) */
     const float scale = a->softcap != 0.0f ? a->scale / a->softcap : a->scale;
@@ -304,8 +307,45 @@ static void flash_row(const struct kv_args *a, const float *q, const void *qq, s
             mad_scalar(acc, vj, ms, rescale, vs, D, f16_v);
         S = fmaf(S, ms, vs); /* (b10621's build contracts S*ms + vs into one fused multiply-add) */
     }
+    *Mo = M, *So = S;
+}
+
+/* one query row of one head: flash_attn_ext_f16_one_chunk over keys [0, n) */
+static void flash_row(const struct kv_args *a, const float *q, const void *qq, struct kv_rows k, struct kv_rows v, int n,
+                      float *acc, float *o) {
+    float M, S;
+    flash_sums(a, q, qq, k, v, n, acc, &M, &S);
     const float inv = S == 0.0f ? 0.0f : 1.0f / S;
-    for (int d = 0; d < D; d++) o[d] = acc[d] * inv;
+    for (int d = 0; d < a->D; d++) o[d] = acc[d] * inv;
+}
+
+/* b10621's generation threads (mlxcel_attention_split): a one-row step over 512 cells or more splits its keys */
+static int split_parts;
+
+void mlxcel_attention_split(int parts) { split_parts = parts > 0 ? parts : 0; }
+
+/* A one-row step's query over keys [lo, hi) of a cache whose cells hold positions in order, as b10621 computes it
+ * past 512 cells (use_split_kv_path): the n_kv cells (the visible ones padded to 256) cut into split_parts equal
+ * parts, each part's sums as one chunk's, then the parts combined in order, each VKQ' = fma(VKQ, so, part sn) and
+ * S' = fma(S, so, part S sn) as b10621's build compiles ggml_flash_attn_ext_reduce_partials (so = expf(M - M'),
+ * sn = expf(M_part - M')). acc: 6 D floats. */
+static void flash_split_row(const struct kv_args *a, const float *q, const void *qq, struct kv_rows k,
+                            struct kv_rows v, int lo, int hi, float *acc, float *o) {
+    const int D = a->D, n_kv = hi <= 256 ? 256 : (hi + 255) / 256 * 256, part = (n_kv + split_parts - 1) / split_parts;
+    float *total = acc + 4 * D, Mt = -INFINITY, St = 0.0f;
+    memset(total, 0, sizeof(float) * (size_t)D);
+    for (int c = 0; c < split_parts; c++) {
+        const int from = c * part > lo ? c * part : lo, to = (c + 1) * part < hi ? (c + 1) * part : hi;
+        if (from >= to) continue; /* (a part with no visible key: S 0, left out) */
+        float M, S;
+        flash_sums(a, q, qq, rows_from(k, from), rows_from(v, from), to - from, acc, &M, &S);
+        const float Mn = M > Mt ? M : Mt, so = expf(Mt - Mn), sn = expf(M - Mn);
+        for (int d = 0; d < D; d++) total[d] = fmaf(total[d], so, acc[d] * sn);
+        St = fmaf(St, so, S * sn);
+        Mt = Mn;
+    }
+    const float inv = St == 0.0f ? 0.0f : 1.0f / St;
+    for (int d = 0; d < D; d++) o[d] = total[d] * inv;
 }
 
 /* one query row of one head without flash attention: scores, softmax (ggml_soft_max's, sums in double), the
@@ -396,6 +436,100 @@ F16C static int ggml_plain_head(const struct kv_args *a, int b, int h, struct kv
     }
     return 0;
 }
+
+enum { FA_TILE_KV = 64 }; /* ggml-cpu's GGML_FA_TILE_KV: the tiled path's key tiles, from cell 0 */
+
+/* Rows [r0, r0 + rows) of one head as ggml_compute_forward_flash_attn_ext_tiled computes them (a ubatch of 64 rows
+ * or more over an f16 or f32 cache of one type, flash attention on): the query in f32 (not rounded to K's type),
+ * the keys in 64-cell tiles, each score an FMA chain over the head's elements in order (simd_gemm), scaled,
+ * capped, masked; per tile an online softmax (max over the tile, ggml_v_expf in 8-lane groups summed in double
+ * into an f32 total) and the values added as FMA chains over the tile's keys (simd_gemm again). A row's sums do
+ * not depend on the rows tiled with it, so any grouping of rows gives ggml's values; a masked key or a skipped
+ * tile adds exact zeros there, and is left out here. buf: 64 * (3 D + 64 + 2) + 2 D floats. */
+F16C static void tiled_rows(const struct kv_args *a, int b, int h, struct kv_rows kh, struct kv_rows vh, int first,
+                            int r0, int rows, float *buf) {
+    const int D = a->D, keys = a->T - first;
+    float *Q = buf, *Kt = Q + FA_TILE_Q * D, *V = Kt + FA_TILE_KV * D, *KQ = V + FA_TILE_KV * D;
+    float *VKQ = KQ + FA_TILE_Q * FA_TILE_KV, *M = VKQ + FA_TILE_Q * D, *S = M + FA_TILE_Q, *row = S + FA_TILE_Q;
+    int lo[FA_TILE_Q], hi[FA_TILE_Q]; /* each row's visible keys */
+    const float cap = a->softcap, scale = cap != 0.0f ? a->scale / cap : a->scale;
+    for (int i = 0; i < rows; i++) {
+        const int causal = a->T - a->L + r0 + i + 1 - first;
+        hi[i] = causal <= 0 ? 0 : a->noncausal ? keys : causal; /* a padding query sees nothing: zeros */
+        lo[i] = a->window && causal > a->window ? causal - a->window : 0;
+        float *q = Q + (size_t)i * D;
+        memcpy(q, a->q + b * a->q_seq + h * a->q_head + (r0 + i) * a->q_pos, sizeof(float) * (size_t)D);
+        if (a->ggml_dims) { to_ggml_dims(q, row, D); memcpy(q, row, sizeof(float) * (size_t)D); }
+        M[i] = -INFINITY, S[i] = 0.0f;
+    }
+    memset(VKQ, 0, sizeof(float) * (size_t)rows * D);
+    for (int ic = 0; ic < keys; ic += FA_TILE_KV) {
+        const int n = keys - ic < FA_TILE_KV ? keys - ic : FA_TILE_KV;
+        int any = 0;
+        for (int i = 0; i < rows; i++) any |= lo[i] < ic + n && hi[i] > ic;
+        if (!any) continue; /* every row masked over the tile: ggml skips it */
+        for (int t = 0; t < FA_TILE_KV; t++) { /* K transposed (zero past the keys), V as rows */
+            if (t >= n) {
+                for (int d = 0; d < D; d++) Kt[(size_t)d * FA_TILE_KV + t] = 0.0f;
+                continue;
+            }
+            const float *kj = kv_row(kh, ic + t, row, D);
+            if (a->cast & 1) { memmove(row, kj, sizeof(float) * (size_t)D); mlxcel_round_kv(row, D, KV_F16); kj = row; }
+            if (a->ggml_dims) { to_ggml_dims(kj, row + D, D); kj = row + D; }
+            for (int d = 0; d < D; d++) Kt[(size_t)d * FA_TILE_KV + t] = kj[d];
+            const float *vj = kv_row(vh, ic + t, row, D);
+            if (vj != V + (size_t)t * D) memcpy(V + (size_t)t * D, vj, sizeof(float) * (size_t)D);
+            if (a->cast & 2) mlxcel_round_kv(V + (size_t)t * D, D, KV_F16);
+        }
+        for (int i = 0; i < rows; i++) {
+            const int from = lo[i] > ic ? lo[i] - ic : 0, to = hi[i] - ic < n ? hi[i] - ic : n;
+            if (from >= to) continue; /* the row's max over the tile is -inf: skipped */
+            float *kq = KQ + (size_t)i * FA_TILE_KV;
+            const float *q = Q + (size_t)i * D;
+            __m256 acc[FA_TILE_KV / 8];
+            for (int j = 0; j < FA_TILE_KV / 8; j++) acc[j] = _mm256_setzero_ps();
+            for (int d = 0; d < D; d++) {
+                const __m256 p = _mm256_set1_ps(q[d]);
+                for (int j = 0; j < FA_TILE_KV / 8; j++)
+                    acc[j] = _mm256_fmadd_ps(_mm256_loadu_ps(Kt + (size_t)d * FA_TILE_KV + 8 * j), p, acc[j]);
+            }
+            for (int j = 0; j < FA_TILE_KV / 8; j++) _mm256_storeu_ps(kq + 8 * j, acc[j]);
+            float mx = -INFINITY;
+            for (int t = 0; t < FA_TILE_KV; t++) {
+                float s = kq[t] * scale;
+                if (cap != 0.0f) s = tanhf(s) * cap;
+                kq[t] = t >= from && t < to ? s : -INFINITY;
+                mx = kq[t] > mx ? kq[t] : mx;
+            }
+            const float Mnew = mx > M[i] ? mx : M[i];
+            float *o = VKQ + (size_t)i * D;
+            if (Mnew > M[i]) {
+                const float ms = expf(M[i] - Mnew);
+                for (int d = 0; d < D; d++) o[d] *= ms;
+                S[i] *= ms;
+            }
+            M[i] = Mnew;
+            double sum = 0.0;
+            for (int t = 0; t < FA_TILE_KV; t += 8) {
+                const __m256 e = ggml_expf8(_mm256_sub_ps(_mm256_loadu_ps(kq + t), _mm256_set1_ps(Mnew)));
+                _mm256_storeu_ps(kq + t, e);
+                sum += (double)ggml_hsum8(e);
+            }
+            S[i] = (float)((double)S[i] + sum);
+            for (int d = 0; d < D; d += 8) {
+                __m256 v = _mm256_loadu_ps(o + d);
+                for (int t = from; t < to; t++)
+                    v = _mm256_fmadd_ps(_mm256_loadu_ps(V + (size_t)t * D + d), _mm256_set1_ps(kq[t]), v);
+                _mm256_storeu_ps(o + d, v);
+            }
+        }
+    }
+    for (int i = 0; i < rows; i++) {
+        float *o = a->out + (((size_t)b * a->L + r0 + i) * a->H + h) * D;
+        const float inv = S[i] == 0.0f ? 0.0f : 1.0f / S[i];
+        for (int d = 0; d < D; d++) o[d] = VKQ[(size_t)i * D + d] * inv;
+    }
+}
 #endif
 
 static void kv_head(void *ctx, int task) {
@@ -423,12 +557,22 @@ static void kv_head(void *ctx, int task) {
         float *p = vt + padded * D, *kbuf = p + padded, *qr = kbuf + 2 * D, *qq = qr + D;
         if (ggml_plain_head(a, b, h, kr, vr, first, vt, p, kbuf, qr, qq) == 0) return;
     }
+    if (a->acc32 && vector_ok() && a->ggml_sums && D % 8 == 0) { /* the tiled path */
+        float *buf = mlxcel_thread_floats(BUFFER_SCORES, (size_t)FA_TILE_Q * (4 * D + FA_TILE_KV + 2) + 2 * (size_t)D);
+        if (!buf) { a->failed = 1; return; }
+        for (int r0 = 0; r0 < a->L; r0 += FA_TILE_Q)
+            tiled_rows(a, b, h, kr, vr, first, r0, a->L - r0 < FA_TILE_Q ? a->L - r0 : FA_TILE_Q, buf);
+        return;
+    }
 #endif
-    float *scratch = mlxcel_thread_floats(BUFFER_SCORES, (size_t)6 * D + (size_t)(keys > 0 ? keys : 1) + qq_floats);
+    float *scratch = mlxcel_thread_floats(BUFFER_SCORES, (size_t)7 * D + (size_t)(keys > 0 ? keys : 1) + qq_floats);
     if (!scratch) { a->failed = 1; return; }
-    /* acc: the sums, then flash_row's cast key, value and reordered key; qg: a query in ggml's order; qq: the
-     * query quantized for block keys */
-    float *qr = scratch, *acc = scratch + D, *qg = acc + 4 * D, *p = qg + D, *qq = p + (keys > 0 ? keys : 1);
+    /* acc: the sums, then flash_row's cast key, value and reordered key, and a split row's total; qg: a query in
+     * ggml's order; qq: the query quantized for block keys */
+    float *qr = scratch, *acc = scratch + D, *qg = acc + 5 * D, *p = qg + D, *qq = p + (keys > 0 ? keys : 1);
+    /* b10621's split over the keys: one row in the ubatch, an f16 cache (f32 ones are cast), 512 cells or more */
+    const int split = a->split && split_parts > 0 && a->flash && a->L == 1 && !a->k_block && !a->v_block &&
+                      a->k_type == KV_F16 && a->v_type == KV_F16 && a->T - first > 256;
     for (int i = 0; i < a->L; i++) {
         float *o = a->out + (((size_t)b * a->L + i) * a->H + h) * D;
         const int causal = a->T - a->L + i + 1 - first; /* the keys up to the query's own position */
@@ -448,7 +592,8 @@ static void kv_head(void *ctx, int task) {
             memcpy(qr, qg, sizeof(float) * (size_t)D);
         }
         const struct kv_rows kw = rows_from(kr, lo), vw = rows_from(vr, lo);
-        if (a->flash) flash_row(a, qr, qq, kw, vw, seen, acc, o);
+        if (split) flash_split_row(a, qr, qq, kr, vr, lo, lo + seen, acc, o);
+        else if (a->flash) flash_row(a, qr, qq, kw, vw, seen, acc, o);
         else plain_row(a, qr, qq, kw, vw, seen, p, acc + D, o);
         mlxcel_kv_rotate(o, D, a->v_rot); /* the values' rotation undone on the output (H H = I) */
     }
@@ -477,9 +622,11 @@ int mlxcel_attention_kv(const float *q, long q_seq, long q_head, long q_pos, con
                                    L, T, D, scale, first, out, k_type, v_type, flash, ubatch, none);
 }
 
-/* mlxcel_attention_kv with a sliding window and capped scores (Gemma 2 and 3: mask.window, mask.softcap). These
- * run in the per-row loops whatever the cache's types: the tiled path of 64 rows or more as the one-chunk path
- * with its sums in f32, and f32 math without flash attention as plain_row computes it. */
+/* mlxcel_attention_kv with a sliding window and capped scores (Gemma 2 and 3: mask.window, mask.softcap), image rows
+ * that see each other (mask.noncausal) and a one-row ubatch's key split (mask.split). These run in the per-row
+ * loops whatever the cache's types (the tiled path of 64 rows or more in tiled_rows where the sums are ggml's,
+ * else as the one-chunk path with its sums in f32), and f32 math without flash attention as plain_row computes
+ * it. */
 int mlxcel_attention_masked(const float *q, long q_seq, long q_head, long q_pos, const void *k, long k_seq,
                             long k_head, long k_pos, const void *v, long v_seq, long v_head, long v_pos, int B, int H,
                             int Hkv, int L, int T, int D, float scale, const int *first, float *out, int k_type,
@@ -503,7 +650,9 @@ int mlxcel_attention_masked(const float *q, long q_seq, long q_head, long q_pos,
     const int tiled = flash && k_type == v_type && k_type != KV_BF16 && !k_block && ubatch >= FA_TILE_Q;
     /* without flash attention, a step in ggml's order over an f32 or f16 cache: every sum as b10621's */
     const int ggml_plain = !flash && ggml_sums && vector_ok() && k_type != KV_BF16 && v_type != KV_BF16 && !v_block;
-    if ((f32 || tiled) && !masked && !ggml_plain) {
+    /* the tiled path in ggml's order where the model's sums are (tiled_rows); else BLAS's f32 sums */
+    const int tiled_exact = tiled && ggml_sums && vector_ok() && D % 8 == 0;
+    if ((f32 || tiled) && !masked && !ggml_plain && !tiled_exact) {
         if (!k_half && !v_half)
             return mlxcel_attention(q, q_seq, q_head, q_pos, k, k_seq, k_head, k_pos, v, v_seq, v_head, v_pos, B, H,
                                     Hkv, L, T, D, scale, first, out);
@@ -523,14 +672,15 @@ int mlxcel_attention_masked(const float *q, long q_seq, long q_head, long q_pos,
     struct kv_args a = {q, k, v, q_seq, q_head, q_pos, k_seq, k_head, k_pos, v_seq, v_head, v_pos,
                         H, Hkv, L, T, D, k_type, v_type, flash, cast, ggml_dims, ggml_sums, k_half, v_half,
                         k_block, v_block, k_ggml_order, k_rot, v_rot, ggml_plain, ubatch, tiled, mask.window,
-                        mask.softcap, mask.noncausal, scale, first, out, 0};
+                        mask.softcap, mask.noncausal, mask.split, scale, first, out, 0};
     mlxcel_pool_run(kv_head, &a, B * H, 1);
     return a.failed ? -1 : 0;
 }
 
 /* An encoder's self-attention as ggml's flash_attn_ext computes it over F16-cast K and V without a mask (CLIP's
  * tower: every query sees every key): q, k, v and out are n rows of H heads of D values (row-major, n x H*D).
- * Each query row is its own one-chunk pass (fewer than 64 rows: GGML_FA_TILE_Q), so the rows go one by one. */
+ * The rows go one by one: a row's sums are its own, one-chunk below 64 rows (GGML_FA_TILE_Q), tiled from 64 on
+ * (tiled_rows, given the tower's row count as the ubatch). */
 int mlxcel_encoder_attention(const float *q, const float *k, const float *v, int n, int H, int D, float scale,
                              float *out) {
     const long row = (long)H * D;

@@ -71,7 +71,10 @@ struct attention_mask {
     int window;
     float softcap;
     int noncausal; /* every query sees the chunk's later keys too (b10621 decodes a Gemma 3 image so); 0: causal */
+    int split;     /* a one-row ubatch: past 512 cells b10621 splits the keys over its threads (mlxcel_attention_split) */
 };
+/* b10621's generation thread count, over which a one-row step's flash attention splits its keys (0: no split) */
+void mlxcel_attention_split(int parts);
 int mlxcel_attention_masked(const float *q, long q_seq, long q_head, long q_pos, const void *k, long k_seq,
                             long k_head, long k_pos, const void *v, long v_seq, long v_head, long v_pos, int B, int H,
                             int Hkv, int L, int T, int D, float scale, const int *first, float *out, int k_type,

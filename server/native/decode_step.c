@@ -185,18 +185,20 @@ static int run_rows(const struct step_model *m, int B, const int *tokens, const 
                 store_value(m, values[l], vb + i * st[4] + at * st[5], row + (H + Hkv + i) * D);
             }
         }
+        struct attention_mask mask = layer_mask(m, w);
+        mask.split = B == 1; /* a ubatch of one row: b10621 may split its keys */
         if (one_seq)
             for (int b = 0; b < B && status == 0; b++)
                 status = mlxcel_attention_masked(q + (size_t)b * H * D, (long)H * D, D, D, keys[l], st[0], st[1],
                                                  st[2], values[l], st[3], st[4], st[5], 1, H, Hkv, 1, pos[b] + 1, D,
                                                  attention_scale(m), NULL, att + (size_t)b * H * D, m->k_type,
-                                                 m->v_type, attention_flags(m), 1, layer_mask(m, w));
+                                                 m->v_type, attention_flags(m), 1, mask);
         else /* each row's attention summed as a lone decode step's (b10621 decodes sequences together in one
               * ubatch, over one cache whose cells interleave them: no order to match there; a row's logits are
               * then bitwise the same alone, batched or verified) */
             status = mlxcel_attention_masked(q, (long)H * D, D, D, keys[l], st[0], st[1], st[2], values[l], st[3],
                                              st[4], st[5], B, H, Hkv, 1, T, D, attention_scale(m), first, att,
-                                             m->k_type, m->v_type, attention_flags(m), 1, layer_mask(m, w));
+                                             m->k_type, m->v_type, attention_flags(m), 1, mask);
         product(m, B, E, H * D, att, w->wo, w->wo_t, t, 1);
         residual_add(m, w->post_attn_norm, t, x, B);
         for (int b = 0; b < B; b++) rms_norm(x + (size_t)b * E, w->mlp_norm, h + (size_t)b * E, E, m->eps);
