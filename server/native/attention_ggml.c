@@ -481,19 +481,29 @@ F16C static void tiled_rows(const struct kv_args *a, int b, int h, struct kv_row
             if (vj != V + (size_t)t * D) memcpy(V + (size_t)t * D, vj, sizeof(float) * (size_t)D);
             if (a->cast & 2) mlxcel_round_kv(V + (size_t)t * D, D, KV_F16);
         }
+        for (int i = 0; i < rows; i += 2) /* the scores, two rows at a time over each half of the tile */
+            for (int half = 0; half < FA_TILE_KV; half += FA_TILE_KV / 2) {
+                const float *q0 = Q + (size_t)i * D, *q1 = i + 1 < rows ? q0 + D : q0;
+                __m256 a0[4], a1[4];
+                for (int j = 0; j < 4; j++) a0[j] = a1[j] = _mm256_setzero_ps();
+                for (int d = 0; d < D; d++) {
+                    const __m256 p0 = _mm256_set1_ps(q0[d]), p1 = _mm256_set1_ps(q1[d]);
+                    const float *kt = Kt + (size_t)d * FA_TILE_KV + half;
+                    for (int j = 0; j < 4; j++) {
+                        const __m256 kv = _mm256_loadu_ps(kt + 8 * j);
+                        a0[j] = _mm256_fmadd_ps(kv, p0, a0[j]);
+                        a1[j] = _mm256_fmadd_ps(kv, p1, a1[j]);
+                    }
+                }
+                for (int j = 0; j < 4; j++) {
+                    _mm256_storeu_ps(KQ + (size_t)i * FA_TILE_KV + half + 8 * j, a0[j]);
+                    if (i + 1 < rows) _mm256_storeu_ps(KQ + (size_t)(i + 1) * FA_TILE_KV + half + 8 * j, a1[j]);
+                }
+            }
         for (int i = 0; i < rows; i++) {
             const int from = lo[i] > ic ? lo[i] - ic : 0, to = hi[i] - ic < n ? hi[i] - ic : n;
             if (from >= to) continue; /* the row's max over the tile is -inf: skipped */
             float *kq = KQ + (size_t)i * FA_TILE_KV;
-            const float *q = Q + (size_t)i * D;
-            __m256 acc[FA_TILE_KV / 8];
-            for (int j = 0; j < FA_TILE_KV / 8; j++) acc[j] = _mm256_setzero_ps();
-            for (int d = 0; d < D; d++) {
-                const __m256 p = _mm256_set1_ps(q[d]);
-                for (int j = 0; j < FA_TILE_KV / 8; j++)
-                    acc[j] = _mm256_fmadd_ps(_mm256_loadu_ps(Kt + (size_t)d * FA_TILE_KV + 8 * j), p, acc[j]);
-            }
-            for (int j = 0; j < FA_TILE_KV / 8; j++) _mm256_storeu_ps(kq + 8 * j, acc[j]);
             float mx = -INFINITY;
             for (int t = 0; t < FA_TILE_KV; t++) {
                 float s = kq[t] * scale;
@@ -516,11 +526,16 @@ F16C static void tiled_rows(const struct kv_args *a, int b, int h, struct kv_row
                 sum += (double)ggml_hsum8(e);
             }
             S[i] = (float)((double)S[i] + sum);
-            for (int d = 0; d < D; d += 8) {
-                __m256 v = _mm256_loadu_ps(o + d);
-                for (int t = from; t < to; t++)
-                    v = _mm256_fmadd_ps(_mm256_loadu_ps(V + (size_t)t * D + d), _mm256_set1_ps(kq[t]), v);
-                _mm256_storeu_ps(o + d, v);
+            for (int d0 = 0; d0 < D; d0 += 64) { /* 64 outputs held in registers over the tile's keys */
+                const int nv = D - d0 < 64 ? (D - d0) / 8 : 8;
+                __m256 acc[8];
+                for (int j = 0; j < nv; j++) acc[j] = _mm256_loadu_ps(o + d0 + 8 * j);
+                for (int t = from; t < to; t++) {
+                    const __m256 p = _mm256_set1_ps(kq[t]);
+                    const float *vt = V + (size_t)t * D + d0;
+                    for (int j = 0; j < nv; j++) acc[j] = _mm256_fmadd_ps(_mm256_loadu_ps(vt + 8 * j), p, acc[j]);
+                }
+                for (int j = 0; j < nv; j++) _mm256_storeu_ps(o + d0 + 8 * j, acc[j]);
             }
         }
     }
@@ -532,20 +547,44 @@ F16C static void tiled_rows(const struct kv_args *a, int b, int h, struct kv_row
 }
 #endif
 
-static void kv_head(void *ctx, int task) {
-    struct kv_args *a = ctx;
-    const int b = task / a->H, h = task % a->H, group = a->H / a->Hkv, D = a->D;
-    const int first = a->first ? a->first[b] : 0;
+/* batch row b's keys and values for query head h, from the sequence's first cell */
+static void head_rows(const struct kv_args *a, int b, int h, int first, struct kv_rows *kr, struct kv_rows *vr) {
+    const int group = a->H / a->Hkv;
     const long ko = b * a->k_seq + (h / group) * a->k_head + first * a->k_pos;
     const long vo = b * a->v_seq + (h / group) * a->v_head + first * a->v_pos;
-    const struct kv_rows kr = {a->k_block  ? (const void *)((const uint8_t *)a->k + ko)
-                               : a->k_half ? (const void *)((const uint16_t *)a->k + ko)
-                                           : (const void *)((const float *)a->k + ko),
-                               a->k_pos, a->k_half, a->k_block ? a->k_type : 0};
-    const struct kv_rows vr = {a->v_block  ? (const void *)((const uint8_t *)a->v + vo)
-                               : a->v_half ? (const void *)((const uint16_t *)a->v + vo)
-                                           : (const void *)((const float *)a->v + vo),
-                               a->v_pos, a->v_half, a->v_block ? a->v_type : 0};
+    *kr = (struct kv_rows){a->k_block  ? (const void *)((const uint8_t *)a->k + ko)
+                           : a->k_half ? (const void *)((const uint16_t *)a->k + ko)
+                                       : (const void *)((const float *)a->k + ko),
+                           a->k_pos, a->k_half, a->k_block ? a->k_type : 0};
+    *vr = (struct kv_rows){a->v_block  ? (const void *)((const uint8_t *)a->v + vo)
+                           : a->v_half ? (const void *)((const uint16_t *)a->v + vo)
+                                       : (const void *)((const float *)a->v + vo),
+                           a->v_pos, a->v_half, a->v_block ? a->v_type : 0};
+}
+
+/* whether the tiled path runs in ggml's order (tiled_rows) */
+static int tiles_exact(const struct kv_args *a) { return a->acc32 && vector_ok() && a->ggml_sums && a->D % 8 == 0; }
+
+#if KV_X86
+/* one 64-row tile of one head (tasks: batch rows x heads x tiles, spread as ggml spreads rows and heads) */
+static void kv_tile(void *ctx, int task) {
+    struct kv_args *a = ctx;
+    const int tiles = (a->L + FA_TILE_Q - 1) / FA_TILE_Q, bh = task / tiles, r0 = task % tiles * FA_TILE_Q;
+    const int b = bh / a->H, h = bh % a->H, first = a->first ? a->first[b] : 0, D = a->D;
+    struct kv_rows kr, vr;
+    head_rows(a, b, h, first, &kr, &vr);
+    float *buf = mlxcel_thread_floats(BUFFER_SCORES, (size_t)FA_TILE_Q * (4 * D + FA_TILE_KV + 2) + 2 * (size_t)D);
+    if (!buf) { a->failed = 1; return; }
+    tiled_rows(a, b, h, kr, vr, first, r0, a->L - r0 < FA_TILE_Q ? a->L - r0 : FA_TILE_Q, buf);
+}
+#endif
+
+static void kv_head(void *ctx, int task) {
+    struct kv_args *a = ctx;
+    const int b = task / a->H, h = task % a->H, D = a->D;
+    const int first = a->first ? a->first[b] : 0;
+    struct kv_rows kr, vr;
+    head_rows(a, b, h, first, &kr, &vr);
     const int keys = a->T - first;
     /* a query quantized to block keys' vec_dot type: 36 bytes per 32 values at most (q8_1), in floats */
     const size_t qq_floats = a->k_block ? (size_t)(D / 32 * 36 + 3) / 4 + 1 : 0;
@@ -556,13 +595,6 @@ static void kv_head(void *ctx, int task) {
         if (!vt) { a->failed = 1; return; }
         float *p = vt + padded * D, *kbuf = p + padded, *qr = kbuf + 2 * D, *qq = qr + D;
         if (ggml_plain_head(a, b, h, kr, vr, first, vt, p, kbuf, qr, qq) == 0) return;
-    }
-    if (a->acc32 && vector_ok() && a->ggml_sums && D % 8 == 0) { /* the tiled path */
-        float *buf = mlxcel_thread_floats(BUFFER_SCORES, (size_t)FA_TILE_Q * (4 * D + FA_TILE_KV + 2) + 2 * (size_t)D);
-        if (!buf) { a->failed = 1; return; }
-        for (int r0 = 0; r0 < a->L; r0 += FA_TILE_Q)
-            tiled_rows(a, b, h, kr, vr, first, r0, a->L - r0 < FA_TILE_Q ? a->L - r0 : FA_TILE_Q, buf);
-        return;
     }
 #endif
     float *scratch = mlxcel_thread_floats(BUFFER_SCORES, (size_t)7 * D + (size_t)(keys > 0 ? keys : 1) + qq_floats);
@@ -651,7 +683,7 @@ int mlxcel_attention_masked(const float *q, long q_seq, long q_head, long q_pos,
     /* without flash attention, a step in ggml's order over an f32 or f16 cache: every sum as b10621's */
     const int ggml_plain = !flash && ggml_sums && vector_ok() && k_type != KV_BF16 && v_type != KV_BF16 && !v_block;
     /* the tiled path in ggml's order where the model's sums are (tiled_rows); else BLAS's f32 sums */
-    const int tiled_exact = tiled && ggml_sums && vector_ok() && D % 8 == 0;
+    const int tiled_exact = tiled && ggml_sums && vector_ok() && D % 8 == 0; /* (tiles_exact's test) */
     if ((f32 || tiled) && !masked && !ggml_plain && !tiled_exact) {
         if (!k_half && !v_half)
             return mlxcel_attention(q, q_seq, q_head, q_pos, k, k_seq, k_head, k_pos, v, v_seq, v_head, v_pos, B, H,
@@ -673,6 +705,12 @@ int mlxcel_attention_masked(const float *q, long q_seq, long q_head, long q_pos,
                         H, Hkv, L, T, D, k_type, v_type, flash, cast, ggml_dims, ggml_sums, k_half, v_half,
                         k_block, v_block, k_ggml_order, k_rot, v_rot, ggml_plain, ubatch, tiled, mask.window,
                         mask.softcap, mask.noncausal, mask.split, scale, first, out, 0};
+#if KV_X86
+    if (tiles_exact(&a)) {
+        mlxcel_pool_run(kv_tile, &a, B * H * ((L + FA_TILE_Q - 1) / FA_TILE_Q), 1);
+        return a.failed ? -1 : 0;
+    }
+#endif
     mlxcel_pool_run(kv_head, &a, B * H, 1);
     return a.failed ? -1 : 0;
 }
