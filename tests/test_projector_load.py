@@ -57,7 +57,7 @@ def test_a_llava_projector_loads_and_turns_off_context_shift_and_cache_reuse(tmp
         (
             "qwen2.5vl_merger",
             None,
-            "projector type 'qwen2.5vl_merger' is not served yet (mlxcel runs LLaVA-1.5's mlp and Gemma 3's)",
+            "projector type 'qwen2.5vl_merger' is not served yet (mlxcel runs LLaVA-1.5's mlp, Gemma 3's and Qwen2-Audio's qwen2a)",
         ),
         ("mlp", [336, 672, 672, 336], "LLaVA-1.6's tiled images (clip.vision.image_grid_pinpoints) are not served yet"),
     ],

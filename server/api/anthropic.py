@@ -362,7 +362,7 @@ async def messages(request: Request):
     state = request.app.state.mlxcel
     body = await read_json_object(request)
     native, info = chat_request(to_chat_body(body), chat_settings(state))
-    files = await read_all(tuple(MediaRef(url) for url in info.media), state.settings.media_path)
+    files = await read_all(tuple(MediaRef(url, uri) for url, uri in info.media), state.settings.media_path)
     return await complete(
         state, native, messages_shape(state, info), ANTHROPIC_FIELDS, route="/v1/messages", files=files
     )

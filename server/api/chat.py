@@ -217,7 +217,7 @@ async def count_input_tokens(state, chat_body: dict) -> int:
     projector = state.settings.projector
     if projector is None:
         return len(state.tokenizer.tokenize(prompt, add_special=True, parse_special=True))
-    files = await read_all(tuple(MediaRef(url) for url in info.media), state.settings.media_path)
+    files = await read_all(tuple(MediaRef(url, uri) for url, uri in info.media), state.settings.media_path)
     return len(media_prompt(state.tokenizer, prompt, files, media_marker(), projector))
 
 
@@ -257,7 +257,7 @@ async def chat_completions(request: Request):
     state = request.app.state.mlxcel
     body = await read_json_object(request)
     native, info = chat_request(body, chat_settings(state))
-    files = await read_all(tuple(MediaRef(url) for url in info.media), state.settings.media_path)
+    files = await read_all(tuple(MediaRef(url, uri) for url, uri in info.media), state.settings.media_path)
     shape = chat_shape(
         state,
         verbose=requested_verbose(body, state.settings.base_params),

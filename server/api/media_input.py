@@ -1,4 +1,4 @@
-"""Images in a request, as b10621 takes them: handle_media's URL kinds and sentences (http(s) under mlxcel's SSRF
+"""Images and audio in a request, as b10621 takes them: handle_media's URL kinds and sentences (http(s) under mlxcel's SSRF
 policy, file:// under --media-path, data: URIs, bare base64), mtmd's decode (stb_image, 3 channels), and the
 prompt's tokens with each image's span (mtmd_tokenize: the text split at the media markers, each piece tokenized
 with special tokens parsed and none added, BOS before the first chunk, EOS after the last when the vocabulary
@@ -16,7 +16,7 @@ import numpy as np
 
 from ..engine.types import MediaChunk, PromptTokens, placeholder_id
 from ..errors import ErrorKind, UpstreamError
-from ..media import paths, png, stb, urls
+from ..media import mel, miniaudio, paths, png, stb, urls
 
 FAILED_LOAD = "Failed to load image or audio file"  # process_mtmd_prompt, for bytes no decoder reads
 FAILED_TOKENIZE = "Failed to tokenize prompt"  # mtmd_tokenize failed (markers and files do not pair up)
@@ -105,6 +105,44 @@ def decode_image(data: bytes) -> np.ndarray:
     return rgb
 
 
+SAMPLE_RATE = 16000  # the whisper preprocessor's (clip.cpp's audio_sample_rate)
+
+
+def is_audio(data: bytes) -> bool:
+    """mtmd-helper's is_audio_file: RIFF/WAVE, an ID3 tag or an MPEG sync word, fLaC (12 bytes at least)."""
+    if len(data) < 12:
+        return False
+    return (
+        (data[:4] == b"RIFF" and data[8:12] == b"WAVE")
+        or data[:3] == b"ID3"
+        or (data[0] == 0xFF and data[1] & 0xE0 == 0xE0)
+        or data[:4] == b"fLaC"
+    )
+
+
+def decode_audio(data: bytes, n_mel: int) -> list[np.ndarray]:
+    """An audio file's 30-second log-mel chunks as mtmd makes them (miniaudio to 16 kHz mono float32, then the
+    whisper preprocessor); b10621's sentence where the file is not audio or does not decode."""
+    if not is_audio(data):
+        raise _bad(FAILED_LOAD)
+    try:
+        pcm = miniaudio.decode(data, SAMPLE_RATE)
+        return mel.log_mel_chunks(pcm, n_mel)
+    except miniaudio.AudioDecodeError:
+        raise _bad(FAILED_LOAD) from None
+    except (miniaudio.AudioDecodeUnavailable, mel.MelUnavailable):
+        raise _bad(f"{FAILED_LOAD}: audio is not read here (no C compiler to build miniaudio)") from None
+
+
+def _payloads(data: bytes, encoder) -> list:
+    """What the encoder takes for one file: an image's pixels, or an audio file's mel chunks (one span each)."""
+    if getattr(encoder, "modality", "image") == "audio":
+        return decode_audio(data, encoder.args.n_mel)
+    if is_audio(data):  # (b10621 reads audio bytes as audio: a vision model has no audio encoder)
+        raise _bad(FAILED_LOAD)
+    return [decode_image(data)]
+
+
 def _split(text: str, marker: str) -> list[str | None]:
     """The prompt's pieces in order, None where a marker stood."""
     out: list[str | None] = []
@@ -117,28 +155,30 @@ def _split(text: str, marker: str) -> list[str | None]:
 
 
 def media_prompt(tokenizer, prompt: str, files: list[bytes], marker: str, encoder) -> PromptTokens:
-    """mtmd_tokenize(): the prompt's ids with each image's span (the encoder's n_tokens positions of its placeholder
-    id, between its begin and end text, each tokenized on its own)."""
+    """mtmd_tokenize(): the prompt's ids with each file's spans (its begin text, then per image or 30-second audio
+    chunk the encoder's n_tokens positions of its placeholder id, then its end text; each text tokenized on its
+    own)."""
     n_tokens = encoder.n_tokens
     around = [
         tokenizer.tokenize(t, add_special=False, parse_special=True) if t else [] for t in (encoder.begin, encoder.end)
     ]
-    images = [decode_image(data) for data in files]  # (every file is read before the markers are counted)
+    decoded = [_payloads(data, encoder) for data in files]  # (every file is read before the markers are counted)
     pieces = _split(prompt, marker)
-    if sum(p is None for p in pieces) != len(images):
+    if sum(p is None for p in pieces) != len(decoded):
         raise _bad(FAILED_TOKENIZE)
     ids: list[int] = []
     if tokenizer.add_bos and tokenizer.bos_id is not None:
         ids.append(tokenizer.bos_id)
     media: list[MediaChunk] = []
-    taken = iter(zip(files, images, strict=True))
+    taken = iter(zip(files, decoded, strict=True))
     for piece in pieces:
         if piece is None:
-            data, rgb = next(taken)
+            data, payloads = next(taken)
             ids.extend(around[0])
-            chunk = MediaChunk(len(ids), n_tokens, hashlib.sha256(data).hexdigest(), rgb, encoder.non_causal)
-            media.append(chunk)
-            ids.extend([placeholder_id(chunk.chunk_id)] * n_tokens)
+            for payload in payloads:  # (an audio file's chunks share its id, as mtmd's do)
+                chunk = MediaChunk(len(ids), n_tokens, hashlib.sha256(data).hexdigest(), payload, encoder.non_causal)
+                media.append(chunk)
+                ids.extend([placeholder_id(chunk.chunk_id)] * n_tokens)
             ids.extend(around[1])
         else:
             ids.extend(tokenizer.tokenize(piece, add_special=False, parse_special=True))

@@ -21,6 +21,11 @@ def _token_text(tok, token_id: int | None) -> str:
     return "" if token_id is None else tok.piece(token_id, special=True).decode("utf-8", "replace")
 
 
+def _modality(projector) -> str | None:
+    """What the loaded projector reads: "image", "audio", or None without one."""
+    return None if projector is None else getattr(projector, "modality", "image")
+
+
 def props_body(state) -> dict:
     s, tok = state.settings, state.tokenizer
     # an encoder server has no chat settings: b10621 reports the template it would fall back to (chatml)
@@ -47,7 +52,11 @@ def props_body(state) -> dict:
         "model_alias": state.model_name,
         "model_ftype": state.model_ftype,
         "model_path": state.model_path,
-        "modalities": {"vision": s.projector is not None, "video": False, "audio": False},
+        "modalities": {
+            "vision": _modality(s.projector) == "image",
+            "video": False,
+            "audio": _modality(s.projector) == "audio",
+        },
         "media_marker": media_marker(),
         "endpoint_slots": s.endpoint_slots,
         "endpoint_props": s.endpoint_props,

@@ -57,6 +57,7 @@ class ChatSettings:
     add_bos: bool = False  # the vocabulary adds BOS itself: a rendered leading BOS is dropped
     add_eos: bool = False
     allow_image: bool = False  # a projector is loaded (--mmproj): image parts become media markers
+    allow_audio: bool = False  # an audio projector is loaded: input_audio parts become media markers
     media_marker: str = ""  # the process's marker (build.media_marker())
 
     @property
@@ -139,7 +140,9 @@ class ChatInfo:
     # continued text out of the streamed deltas unless the body also asks for echo
     is_continuation: bool = False
     echo: bool = False
-    media: tuple[str, ...] = ()  # the image parts' URLs, in the order of the prompt's media markers
+    # the media parts' URLs, in the order of the prompt's media markers, each with whether a data: URI is taken
+    # (handle_media's accept_base64_uri: image parts yes, audio parts no: their data is bare base64)
+    media: tuple[tuple[str, bool], ...] = ()
 
 
 def continuation_mode(value) -> str:
@@ -191,8 +194,8 @@ def chat_request(body: dict, settings: ChatSettings) -> tuple[dict, ChatInfo]:  
     raw = body["messages"]
     if not isinstance(raw, list):
         raise _bad("Expected 'messages' to be an array")
-    media: list[str] = []  # the image parts' URLs, in order (b10621's out_files)
-    if settings.allow_image:  # (image parts are rewritten: the caller's body stays as it came)
+    media: list[tuple[str, bool]] = []  # the media parts' URLs, in order (b10621's out_files)
+    if settings.allow_image or settings.allow_audio:  # (parts are rewritten: the caller's body stays as it came)
         raw = [
             {**m, "content": list(m["content"])} if isinstance(m, dict) and isinstance(m.get("content"), list) else m
             for m in raw
@@ -209,7 +212,13 @@ def chat_request(body: dict, settings: ChatSettings) -> tuple[dict, ChatInfo]:  
                 kind = _value(part, "type", "") if isinstance(part, dict) else ""
                 if kind == "image_url" and settings.allow_image:  # the part becomes the marker; the URL is read
                     image_url = _value(part, "image_url", {})
-                    media.append(_value(image_url, "url", "") if isinstance(image_url, dict) else "")
+                    media.append((_value(image_url, "url", "") if isinstance(image_url, dict) else "", True))
+                    content[i] = {"type": "media_marker", "text": settings.media_marker}
+                    continue
+                if kind == "input_audio" and settings.allow_audio:  # its data (or url), bare base64 or a URL
+                    audio = _value(part, "input_audio", {})
+                    audio = audio if isinstance(audio, dict) else {}
+                    media.append((_value(audio, "data", _value(audio, "url", "")), False))
                     content[i] = {"type": "media_marker", "text": settings.media_marker}
                     continue
                 if kind in ("image_url", "input_audio", "input_video"):

@@ -227,7 +227,8 @@ def _settled_state(args, prog, auth, cors, vertex, checkpoint, tokenizer, engine
     try:
         chat = None if encoder is not None else chat_settings(args, tokenizer)
         if chat is not None and projector is not None:
-            chat = dataclasses.replace(chat, allow_image=True, media_marker=media_marker())
+            audio = getattr(projector, "modality", "image") == "audio"
+            chat = dataclasses.replace(chat, allow_image=not audio, allow_audio=audio, media_marker=media_marker())
     except UnsupportedTemplate as exc:  # b10621's own sentence, printed as it prints it
         raise StartupRefusal(str(exc)) from None
     except ValueError as exc:

@@ -1,6 +1,6 @@
 """ggml-cpu's operations one at a time, bit for bit (server/native/encoder_ggml.c, attention_ggml.c), for towers
-composed in Python: a product as ggml_mul_mat sums it (tinyBLAS or vec_dot), ggml_norm, the F16-table GELUs and
-an encoder's unmasked flash attention over F16-cast keys and values. None where the kernels are not loaded (no
+composed in Python: a product as ggml_mul_mat sums it (tinyBLAS or vec_dot), ggml_norm, the F16-table GELUs, the
+erf GELU and an encoder's unmasked flash attention over F16-cast keys and values. None where the kernels are not loaded (no
 C compiler, another machine): callers then use their numpy forms, a few float32 ulps apart."""
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ class GgmlOps:
         native.mlxcel_ggml_norm.argtypes = [_P, _P, _P, _P, ctypes.c_int, ctypes.c_int, ctypes.c_float]
         native.mlxcel_ggml_gelu.argtypes = [_P, ctypes.c_long]
         native.mlxcel_ggml_gelu_quick.argtypes = [_P, ctypes.c_long]
+        native.mlxcel_ggml_gelu_erf.argtypes = [_P, ctypes.c_long]
         native.mlxcel_encoder_attention.argtypes = [_P, _P, _P, ctypes.c_int, ctypes.c_int, ctypes.c_int]
         native.mlxcel_encoder_attention.argtypes += [ctypes.c_float, _P]
 
@@ -54,6 +55,11 @@ class GgmlOps:
     def gelu(self, x: np.ndarray) -> np.ndarray:
         out = np.array(x, np.float32, order="C")
         self.n.mlxcel_ggml_gelu(_ptr(out), out.size)
+        return out
+
+    def gelu_erf(self, x: np.ndarray) -> np.ndarray:
+        out = np.array(x, np.float32, order="C")
+        self.n.mlxcel_ggml_gelu_erf(_ptr(out), out.size)
         return out
 
     def gelu_quick(self, x: np.ndarray) -> np.ndarray:

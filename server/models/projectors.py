@@ -9,9 +9,13 @@ import numpy as np
 
 from .clip_gemma3 import Gemma3Encoder
 from .clip_llava import LlavaEncoder, gguf_fields
+from .whisper_audio import Qwen2AudioEncoder
 
 
 class ImageEncoder(Protocol):
+    """A projector's encoder: an image's pixels (or, where `modality` is "audio", a 30-second log-mel chunk) in,
+    n_tokens rows of the text model's width out."""
+
     begin: str  # text before an image's tokens (mtmd's img_beg), tokenized with special tokens parsed
     end: str
     non_causal: bool  # b10621 decodes the image's tokens with causal attention off (Gemma 3)
@@ -25,13 +29,16 @@ class ImageEncoder(Protocol):
     def encode(self, rgb: np.ndarray) -> np.ndarray: ...
 
 
-SERVED = {"mlp": LlavaEncoder.from_gguf, "gemma3": Gemma3Encoder.from_gguf}
+SERVED = {"mlp": LlavaEncoder.from_gguf, "gemma3": Gemma3Encoder.from_gguf, "qwen2a": Qwen2AudioEncoder.from_gguf}
 
 
 def load_projector_gguf(path: Path) -> ImageEncoder:
-    """The projector's encoder; ValueError naming its type where mlxcel runs none (LLaVA-1.5's mlp, Gemma 3's)."""
+    """The projector's encoder; ValueError naming its type where mlxcel runs none (LLaVA-1.5's mlp, Gemma 3's,
+    Qwen2-Audio's qwen2a)."""
     value, _, _ = gguf_fields(path)
     kind = value("clip.projector_type", "mlp")
     if kind not in SERVED:
-        raise ValueError(f"projector type '{kind}' is not served yet (mlxcel runs LLaVA-1.5's mlp and Gemma 3's)")
+        raise ValueError(
+            f"projector type '{kind}' is not served yet (mlxcel runs LLaVA-1.5's mlp, Gemma 3's and Qwen2-Audio's qwen2a)"
+        )
     return SERVED[kind](path)

@@ -717,17 +717,12 @@ int mlxcel_attention_masked(const float *q, long q_seq, long q_head, long q_pos,
 
 /* An encoder's self-attention as ggml's flash_attn_ext computes it over F16-cast K and V without a mask (CLIP's
  * tower: every query sees every key): q, k, v and out are n rows of H heads of D values (row-major, n x H*D).
- * The rows go one by one: a row's sums are its own, one-chunk below 64 rows (GGML_FA_TILE_Q), tiled from 64 on
- * (tiled_rows, given the tower's row count as the ubatch). */
+ * A row's sums are its own: one-chunk below 64 rows (GGML_FA_TILE_Q), tiled from 64 on (tiled_rows; ggml without
+ * a mask adds nothing where mlxcel's non-causal mask adds zeros). */
 int mlxcel_encoder_attention(const float *q, const float *k, const float *v, int n, int H, int D, float scale,
                              float *out) {
     const long row = (long)H * D;
-    const struct attention_mask none = {0, 0.0f};
-    for (int i = 0; i < n; i++) {
-        const int status = mlxcel_attention_masked(q + i * row, 0, D, row, k, 0, D, row, v, 0, D, row, 1, H, H, 1, n, D,
-                                                   scale, NULL, out + i * row, KV_F32, KV_F32,
-                                                   1 | ATTENTION_GGML_SUMS, n, none);
-        if (status) return status;
-    }
-    return 0;
+    const struct attention_mask all = {0, 0.0f, 1, 0}; /* every row sees every row */
+    return mlxcel_attention_masked(q, 0, D, row, k, 0, D, row, v, 0, D, row, 1, H, H, n, n, D, scale, NULL, out,
+                                   KV_F32, KV_F32, 1 | ATTENTION_GGML_SUMS, n, all);
 }

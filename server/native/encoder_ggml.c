@@ -179,6 +179,15 @@ ENC void mlxcel_ggml_gelu(float *x, long n) {
     gelu(x, n);
 }
 
+/* ggml_gelu_erf over f32 (ggml_vec_gelu_erf_f32: libm's erff, no table) */
+void mlxcel_ggml_gelu_erf(float *x, long n) {
+    const float sqrt_2_inv = 0.70710678118654752440084436210484f;
+    for (long i = 0; i < n; i++) {
+        const float xi = x[i];
+        x[i] = 0.5f * xi * (1.0f + erff(xi * sqrt_2_inv));
+    }
+}
+
 ENC void mlxcel_ggml_gelu_quick(float *x, long n) {
     gelu_quick_init();
     for (long i = 0; i < n; i++) x[i] = _cvtsh_ss(gelu_quick_table[_cvtss_sh(x[i], 0)]);
