@@ -158,3 +158,39 @@ def test_mlxcels_gemma3_encoder_gives_b10621s_printed_values(gemma3_printed_and_
     stats = {"mean": got.mean(), "std": got.std(), "min": got.min(), "max": got.max(), "sum": got.sum()}
     for key, value in want["stats"].items():
         assert abs(stats[key] - value) <= 2e-6 + 1e-5 * abs(value), (key, stats[key], value)
+
+
+def test_mlxcels_audio_encoder_gives_b10621s_printed_values(reference_binary, twin_f32):
+    """The Qwen2-Audio twin's projector output for the sdist's test-2.mp3 (one 30-second chunk, 750 tokens) against
+    b10621's MTMD_DEBUG_EMBEDDINGS print: the shape, the first token's first and last 16 values to the print's 6
+    decimals, the output's statistics. Through mlxcel's own decode (miniaudio), mel (the whisper preprocessor) and
+    tower (server/models/whisper_audio.py)."""
+    import numpy as np
+
+    from fixtures.audio_twin import N_AUDIO_TOKENS, audio_mmproj
+    from oracle.processes import MEDIA_MARKER
+    from oracle.reference import source_tree
+    from server.api.media_input import decode_audio
+    from server.models.whisper_audio import Qwen2AudioEncoder
+
+    clip = (source_tree() / "tools" / "mtmd" / "test-2.mp3").read_bytes()
+    server = reference_server(
+        reference_binary, twin_f32.gguf, ["--mmproj", str(audio_mmproj()), "-np", "1", "-lv", "4"]
+    )
+    server.env["MTMD_DEBUG_EMBEDDINGS"] = "1"
+    try:
+        server.start(300)
+        body = {"prompt": {"prompt_string": "Hi " + MEDIA_MARKER, "multimodal_data": [base64.b64encode(clip).decode()]}}
+        loopback.post(server.base_url + "/completion", json={**body, "n_predict": 1}, timeout=300)
+        want = _debug_embeddings(server.log_path.read_text(errors="replace"))
+    finally:
+        server.cleanup()
+    encoder = Qwen2AudioEncoder.from_gguf(audio_mmproj())
+    chunks = decode_audio(clip, encoder.args.n_mel)
+    got = encoder.encode(chunks[0])
+    assert len(chunks) == 1 and want["shape"] == (encoder.n_embd, N_AUDIO_TOKENS) == got.shape[::-1]
+    assert _gap(want, got) <= 2e-6, _gap(want, got)
+    stats = {"mean": got.mean(), "min": got.min(), "max": got.max()}  # (b10621's std: its own float sums)
+    for key, value in stats.items():
+        assert abs(value - want["stats"][key]) <= 2e-6 + 1e-5 * abs(value), (key, value, want["stats"][key])
+    assert float(np.abs(got).max()) > 0.1  # (not a vacuous zero output)

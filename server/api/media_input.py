@@ -137,6 +137,9 @@ def decode_audio(data: bytes, n_mel: int) -> list[np.ndarray]:
 def _payloads(data: bytes, encoder) -> list:
     """What the encoder takes for one file: an image's pixels, or an audio file's mel chunks (one span each)."""
     if getattr(encoder, "modality", "image") == "audio":
+        if not is_audio(data):  # read as an image, which the audio model's mtmd_tokenize then fails
+            decode_image(data)
+            raise _bad(FAILED_TOKENIZE)
         return decode_audio(data, encoder.args.n_mel)
     if is_audio(data):  # (b10621 reads audio bytes as audio: a vision model has no audio encoder)
         raise _bad(FAILED_LOAD)
