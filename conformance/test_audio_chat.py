@@ -120,10 +120,30 @@ def test_refusals_are_b10621s(pair, case):
     assert want.status_code >= 400  # (a refusal: each case fails on both, in the same words)
 
 
-def test_the_transcription_route_says_it_is_not_served_yet_with_an_audio_model(pair):
-    """b10621 translates the form into a chat request; mlxcel does not yet and says so in one line (a divergence
-    the manifest records), never b10621's no-audio refusal while an audio model is loaded."""
+def test_a_transcription_answers_as_b10621(pair):
+    """The transcription route with the audio model loaded: the multipart form translated into a chat request
+    (the ASR preset prompt, the language hint, max_tokens and temperature from strings) and answered as
+    transcript.text.done: the whole body equal to b10621's (text and token usage; no ids or clocks in it)."""
     files = {"file": ("clip.mp3", _mp3(), "audio/mpeg")}
-    want, got = (loopback.post(b + "/v1/audio/transcriptions", files=files, timeout=300) for b in pair)
-    assert want.status_code == 200 and want.json()["type"] == "transcript.text.done"
+    form = {"max_tokens": "6", "temperature": "0", "language": "en"}
+    want, got = (loopback.post(b + "/v1/audio/transcriptions", files=files, data=form, timeout=300) for b in pair)
+    assert want.status_code == got.status_code == 200
+    assert got.json() == want.json()
+    assert want.json()["type"] == "transcript.text.done" and want.json()["usage"]["input_tokens"] > 750
+
+
+@pytest.mark.parametrize("case", ["json-body-without-a-file", "response-format-text"])
+def test_transcription_refusals_are_b10621s(pair, case):
+    if case == "json-body-without-a-file":
+        kw: dict = {"json": {"max_tokens": "6"}}
+    else:
+        kw = {"files": {"file": ("clip.mp3", _mp3(), "audio/mpeg")}, "data": {"response_format": "text"}}
+    want, got = (loopback.post(b + "/audio/transcriptions", timeout=120, **kw) for b in pair)
+    assert want.status_code >= 400 and (got.status_code, got.json()) == (want.status_code, want.json())
+
+
+def test_a_streamed_transcription_says_it_is_not_served_yet(pair):
+    """b10621 streams the transcription; mlxcel does not yet and says so in one line (the manifest's divergence)."""
+    files = {"file": ("clip.mp3", _mp3(), "audio/mpeg")}
+    got = loopback.post(pair[1] + "/v1/audio/transcriptions", files=files, data={"stream": "true"}, timeout=120)
     assert got.status_code == 501 and "not served yet" in got.json()["error"]["message"]
