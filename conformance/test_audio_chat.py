@@ -16,6 +16,7 @@ import base64
 import pytest
 
 from oracle import loopback
+from oracle.logprobs import top_logprob_gap
 from oracle.processes import MEDIA_MARKER, mlxcel_server, reference_server, started
 
 pytestmark = pytest.mark.reference
@@ -39,15 +40,6 @@ def _mp3() -> bytes:
     return (source_tree() / "tools" / "mtmd" / "test-2.mp3").read_bytes()
 
 
-def _worst(want: list, got: list) -> float:
-    worst = 0.0
-    for a, b in zip(want, got, strict=True):
-        assert a["id"] == b["id"] and [t["id"] for t in a["top_logprobs"]] == [t["id"] for t in b["top_logprobs"]]
-        pairs = zip(a["top_logprobs"], b["top_logprobs"], strict=True)
-        worst = max(worst, *(abs(x["logprob"] - y["logprob"]) for x, y in pairs))
-    return worst
-
-
 def _complete(pair, clip: bytes) -> dict:
     body = {
         "prompt": {"prompt_string": PROMPT, "multimodal_data": [base64.b64encode(clip).decode()]},
@@ -59,7 +51,7 @@ def _complete(pair, clip: bytes) -> dict:
     want, got = (loopback.post(b + "/completion", json=body, timeout=300).json() for b in pair)
     assert "error" not in want and "error" not in got, (want, got)
     assert got["content"] == want["content"] and got["tokens_evaluated"] == want["tokens_evaluated"]
-    assert _worst(want["completion_probabilities"], got["completion_probabilities"]) <= LOGPROB_BOUND
+    assert top_logprob_gap(want["completion_probabilities"], got["completion_probabilities"]) <= LOGPROB_BOUND
     return want
 
 
@@ -72,10 +64,9 @@ def test_a_wav_and_the_sdists_mp3_answer_as_b10621(pair):
     from fixtures.audio_twin import N_AUDIO_TOKENS, tone_wav
 
     a = _complete(pair, tone_wav(seed=5))
-    b = _complete(pair, tone_wav(seed=6))
-    c = _complete(pair, _mp3())
-    firsts = {r["completion_probabilities"][0]["logprob"] for r in (a, b, c)}
-    assert len(firsts) == 3  # each clip moves the answer
+    b = _complete(pair, _mp3())
+    assert a["completion_probabilities"][0]["logprob"] != b["completion_probabilities"][0]["logprob"]  # (the clip
+    # moves the answer: the case is not vacuous)
     assert a["tokens_evaluated"] > N_AUDIO_TOKENS  # (its tokens, the markers' text and the prompt)
 
 
@@ -100,7 +91,7 @@ def test_chat_input_audio_answers_as_b10621(pair):
     want, got = (loopback.post(b + "/v1/chat/completions", json=body, timeout=300).json() for b in pair)
     assert got["choices"][0]["message"]["content"] == want["choices"][0]["message"]["content"]
     assert got["usage"] == want["usage"]
-    assert _worst(want["choices"][0]["logprobs"]["content"], got["choices"][0]["logprobs"]["content"]) <= 1e-3
+    assert top_logprob_gap(want["choices"][0]["logprobs"]["content"], got["choices"][0]["logprobs"]["content"]) <= 1e-3
 
 
 @pytest.mark.parametrize("case", ["png-to-an-audio-model", "image-part-to-an-audio-model", "not-audio-bytes"])

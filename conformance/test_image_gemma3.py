@@ -16,6 +16,7 @@ import base64
 import pytest
 
 from oracle import loopback
+from oracle.logprobs import top_logprob_gap
 from oracle.processes import MEDIA_MARKER, mlxcel_server, reference_server, started
 
 pytestmark = pytest.mark.reference
@@ -47,13 +48,7 @@ def _complete(pair, image: bytes, prompt: str = PROMPT) -> tuple[dict, dict]:
     assert "error" not in want and "error" not in got, (want, got)
     assert got["content"] == want["content"]
     assert got["tokens_evaluated"] == want["tokens_evaluated"]
-    worst = 0.0
-    for a, b in zip(want["completion_probabilities"], got["completion_probabilities"], strict=True):
-        assert a["id"] == b["id"] and [t["id"] for t in a["top_logprobs"]] == [t["id"] for t in b["top_logprobs"]]
-        worst = max(
-            worst,
-            *(abs(x["logprob"] - y["logprob"]) for x, y in zip(a["top_logprobs"], b["top_logprobs"], strict=True)),
-        )
+    worst = top_logprob_gap(want["completion_probabilities"], got["completion_probabilities"])
     assert worst <= LOGPROB_BOUND, worst
     return want, got
 

@@ -7,15 +7,12 @@ served audio model. Built once into the cache (keyed by the code's, the header's
 
 from __future__ import annotations
 
-import hashlib
-import os
 import subprocess
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from tests.mtmd_resize import _cut
+from tests.mtmd_resize import _cut, build_program
 
 _FLAGS = ("-O3", "-DNDEBUG", "-std=gnu++17")  # CMAKE_BUILD_TYPE=Release, cxx_std_17 (extensions on)
 
@@ -53,19 +50,8 @@ def program(source: Path, cache: Path) -> Path:
         "}",
         _MAIN,
     ]
-    code = "\n".join(parts)
-    digest = hashlib.sha256(code.encode() + header.read_bytes() + " ".join(_FLAGS).encode()).hexdigest()[:16]
-    exe = cache / f"mtmd-audio-{digest}"
-    if not exe.exists():
-        cache.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=cache) as tmp:
-            src = Path(tmp) / "mtmd-audio.cpp"
-            src.write_text(code)
-            built = Path(tmp) / exe.name
-            command = ["c++", *_FLAGS, "-I", str(source / "vendor"), "-o", str(built), str(src), "-lm", "-lpthread"]
-            subprocess.run(command, check=True, capture_output=True, timeout=600)
-            os.replace(built, exe)
-    return exe
+    tail = ("-I", str(source / "vendor"), "-lm", "-lpthread")
+    return build_program("mtmd-audio", "\n".join(parts), cache, list(_FLAGS), header.read_bytes(), tail)
 
 
 def decode(exe: Path, data: bytes, rate: int) -> np.ndarray | None:

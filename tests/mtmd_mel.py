@@ -8,13 +8,12 @@ instructions; -ffp-contract=off keeps that true on any host)."""
 
 from __future__ import annotations
 
-import hashlib
 import subprocess
 from pathlib import Path
 
 import numpy as np
 
-from tests.mtmd_resize import _cut
+from tests.mtmd_resize import _cut, build_program
 
 _PRELUDE = r"""
 #define _USE_MATH_DEFINES
@@ -96,16 +95,7 @@ def program(source: Path, cache: Path) -> Path:
         _cut(audio, "bool mtmd_audio_preprocessor_whisper::preprocess("),
         _MAIN,
     ]
-    code = "\n".join(parts)
-    digest = hashlib.sha256(code.encode()).hexdigest()[:16]
-    exe = cache / f"mtmd-mel-{digest}"
-    if not exe.exists():
-        cache.mkdir(parents=True, exist_ok=True)
-        src = cache / f"mtmd-mel-{digest}.cpp"
-        src.write_text(code)
-        flags = ["-O3", "-std=c++17", "-ffp-contract=off", "-pthread"]
-        subprocess.run(["c++", *flags, "-o", str(exe), str(src)], check=True, capture_output=True)
-    return exe
+    return build_program("mtmd-mel", "\n".join(parts), cache, ["-O3", "-std=c++17", "-ffp-contract=off", "-pthread"])
 
 
 def log_mel_chunks(

@@ -6,7 +6,9 @@ server/media/resample.py, without Pillow and without a served model."""
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -68,14 +70,23 @@ def program(source: Path, cache: Path) -> Path:
         "};",
         _MAIN,
     ]
-    code = "\n".join(parts)
-    digest = hashlib.sha256(code.encode()).hexdigest()[:16]
-    exe = cache / f"mtmd-resize-{digest}"
+    return build_program("mtmd-resize", "\n".join(parts), cache, ["-O1", "-std=c++17"])
+
+
+def build_program(name: str, code: str, cache: Path, flags: list[str], extra: bytes = b"", tail: tuple = ()) -> Path:
+    """b10621's code cut out of the sdist, compiled once into the cache (keyed by the code, the flags and `extra`,
+    say a header it includes), written aside and moved into place; `tail`: arguments after the source (-I, -l)."""
+    key = code.encode() + extra + " ".join([*flags, *tail]).encode()
+    exe = cache / f"{name}-{hashlib.sha256(key).hexdigest()[:16]}"
     if not exe.exists():
         cache.mkdir(parents=True, exist_ok=True)
-        src = cache / f"mtmd-resize-{digest}.cpp"
-        src.write_text(code)
-        subprocess.run(["c++", "-O1", "-std=c++17", "-o", str(exe), str(src)], check=True, capture_output=True)
+        with tempfile.TemporaryDirectory(dir=cache) as tmp:
+            src, built = Path(tmp) / f"{name}.cpp", Path(tmp) / exe.name
+            src.write_text(code)
+            subprocess.run(
+                ["c++", *flags, "-o", str(built), str(src), *tail], check=True, capture_output=True, timeout=600
+            )
+            os.replace(built, exe)
     return exe
 
 
