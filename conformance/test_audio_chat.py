@@ -16,6 +16,7 @@ import base64
 import pytest
 
 from oracle import loopback
+from oracle.evidence import write_record
 from oracle.logprobs import top_logprob_gap
 from oracle.processes import MEDIA_MARKER, mlxcel_server, reference_server, started
 
@@ -111,6 +112,27 @@ def test_refusals_are_b10621s(pair, case):
     assert want.status_code >= 400  # (a refusal: each case fails on both, in the same words)
 
 
+def _record(case: str, path: str, identical: bool) -> None:
+    """The evidence behind the transcription routes' entries (mlxcel-oracle verify): a served transcription
+    compared, not only the refusal both give a text model."""
+    write_record(
+        {
+            "case": case,
+            "entries": ["POST /v1/audio/transcriptions", "POST /audio/transcriptions"],
+            "twin": "f32",
+            "request": {"method": "POST", "path": path, "sha256": None},
+            "reference_sha256": None,
+            "mlxcel_sha256": None,
+            "reference_source": "live",
+            "identical": identical,
+            "bytes_identical": identical,
+            "normalizations_fired": [],
+            "divergences": [] if identical else [{"path": "$", "kind": "value"}],
+            "reproduce": f"pytest conformance/test_audio_chat.py -k {case.replace('-', '_')}",
+        }
+    )
+
+
 def test_a_transcription_answers_as_b10621(pair):
     """The transcription route with the audio model loaded: the multipart form translated into a chat request
     (the ASR preset prompt, the language hint, max_tokens and temperature from strings) and answered as
@@ -119,6 +141,7 @@ def test_a_transcription_answers_as_b10621(pair):
     form = {"max_tokens": "6", "temperature": "0", "language": "en"}
     want, got = (loopback.post(b + "/v1/audio/transcriptions", files=files, data=form, timeout=300) for b in pair)
     assert want.status_code == got.status_code == 200
+    _record("transcription-qwen2audio-mp3", "/v1/audio/transcriptions", got.json() == want.json())
     assert got.json() == want.json()
     assert want.json()["type"] == "transcript.text.done" and want.json()["usage"]["input_tokens"] > 750
 
@@ -133,8 +156,14 @@ def test_transcription_refusals_are_b10621s(pair, case):
     assert want.status_code >= 400 and (got.status_code, got.json()) == (want.status_code, want.json())
 
 
-def test_a_streamed_transcription_says_it_is_not_served_yet(pair):
-    """b10621 streams the transcription; mlxcel does not yet and says so in one line (the manifest's divergence)."""
+def test_a_streamed_transcription_answers_as_b10621(pair):
+    """stream=true: each generated piece a transcript.text.delta event, then transcript.text.done, then [DONE]:
+    the same events in the same order as b10621's."""
     files = {"file": ("clip.mp3", _mp3(), "audio/mpeg")}
-    got = loopback.post(pair[1] + "/v1/audio/transcriptions", files=files, data={"stream": "true"}, timeout=120)
-    assert got.status_code == 501 and "not served yet" in got.json()["error"]["message"]
+    form = {"max_tokens": "6", "temperature": "0", "stream": "true"}
+    want, got = (loopback.post(b + "/v1/audio/transcriptions", files=files, data=form, timeout=300) for b in pair)
+    events = [[line for line in r.text.split("\n") if line.startswith("data: ")] for r in (want, got)]
+    assert want.status_code == got.status_code == 200
+    _record("transcription-qwen2audio-mp3-stream", "/v1/audio/transcriptions", events[1] == events[0])
+    assert events[1] == events[0]
+    assert events[0][-1] == "data: [DONE]" and len(events[0]) >= 3  # (deltas, the done event, [DONE])

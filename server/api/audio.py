@@ -6,8 +6,8 @@ refusal, in upstream's words and status, whatever its form carries. With one (Qw
 is translated as convert_transcriptions_to_chatcmpl translates it: the multipart text fields become the JSON body
 (strings; a repeated field an array), the `file` part the one media file, the user message the prompt (or the
 ASR preset's "Transcribe audio to text"), " (language: X)" where given, then the media marker; the answer is
-transcript.text.done with token usage. Streamed transcriptions are not served yet (one line says so). The clip
-checks (magic-byte container, header bounds) live in server/media/audio.py.
+transcript.text.done with token usage; streamed, each piece a transcript.text.delta, then the done event and
+[DONE]. The clip checks (magic-byte container, header bounds) live in server/media/audio.py.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ router = APIRouter()
 NO_AUDIO = "The current model does not support audio input."
 NO_FILE = "No input file found for transcription"
 ONLY_JSON = "Only 'json' response_format is supported for transcription"
-NO_STREAM = "mlxcel: streamed transcriptions are not served yet (issue 33); send stream=false"
 ASR_USER = "Transcribe audio to text"  # common_chat_get_asr_prompt's preset (LFM2's templates aside)
 
 
@@ -118,7 +117,17 @@ def _asr_shape(state, info):
             },
         }
 
-    return dataclasses.replace(shape, final=final)
+    def delta(text: str) -> dict:  # a partial result's to_json_oaicompat_asr: the piece as generated
+        return {"type": "transcript.text.delta", "delta": text}
+
+    return dataclasses.replace(
+        shape,
+        final=final,
+        stream_partial=lambda state, t, event, entry: [delta(event.text.decode("utf-8", "replace"))],
+        stream_progress=lambda state, t, event: [delta("")],
+        stream_final=lambda state, t: [final(state, t)],
+        done=b"data: [DONE]\n\n",
+    )
 
 
 @router.post("/v1/audio/transcriptions")
@@ -142,8 +151,6 @@ async def transcriptions(request: Request):
     if "file" not in files:
         raise _bad(NO_FILE)
     body = chat_body(fields, settings.template)
-    if body["stream"]:
-        raise UpstreamError(NO_STREAM, ErrorKind.NOT_SUPPORTED)
     native, info = chat_request(body, settings)
     shape = _asr_shape(state, info)
     return await complete(state, native, shape, CHAT_FIELDS, route="/v1/audio/transcriptions", files=[files["file"]])
