@@ -167,3 +167,19 @@ def test_a_streamed_transcription_answers_as_b10621(pair):
     _record("transcription-qwen2audio-mp3-stream", "/v1/audio/transcriptions", events[1] == events[0])
     assert events[1] == events[0]
     assert events[0][-1] == "data: [DONE]" and len(events[0]) >= 3  # (deltas, the done event, [DONE])
+
+
+def test_models_and_counted_tokens_include_the_audio_as_b10621(pair):
+    """/v1/models reports the model multimodal; the count route decodes the clips and counts each 30-second chunk's
+    750 tokens: a 31-second WAV is two chunks (b10621's preprocessor pads 30 s of silence and keeps the full
+    chunks), here beside test-2.mp3 (one)."""
+    from fixtures.audio_twin import N_AUDIO_TOKENS, tone_wav
+
+    want, got = (loopback.get(b + "/v1/models", timeout=30).json() for b in pair)
+    assert got["models"][0]["capabilities"] == want["models"][0]["capabilities"]
+    clips = [base64.b64encode(tone_wav(seconds=31.0)).decode(), base64.b64encode(_mp3()).decode()]
+    content = [{"type": "input_audio", "input_audio": {"data": c, "format": "wav"}} for c in clips]
+    body = {"messages": [{"role": "user", "content": [*content, {"type": "text", "text": "Both?"}]}]}
+    want, got = (loopback.post(b + "/v1/chat/completions/input_tokens", json=body, timeout=120) for b in pair)
+    assert want.status_code == got.status_code == 200 and got.json() == want.json()
+    assert want.json()["input_tokens"] > 3 * N_AUDIO_TOKENS
