@@ -40,8 +40,9 @@ def _gguf(family: str):
 
 @pytest.mark.parametrize(
     "family,args",
-    [("smollm2", []), ("llama3", []), ("gemma3", []), ("gemma2", []), ("llama3", ["-t", "3"])],
-    ids=["smollm2", "llama3", "gemma3-sliding", "gemma2-capped", "llama3-t3"],
+    # (Llama 3 at -t 3 only: SmolLM2 is the llama graph at the default -t; measured at both, ~1e-5)
+    [("smollm2", []), ("gemma3", []), ("gemma2", []), ("llama3", ["-t", "3"])],
+    ids=["smollm2", "gemma3-sliding", "gemma2-capped", "llama3-t3"],
 )
 def test_a_long_prompt_answers_as_b10621_at_its_defaults(reference_binary, family, args):
     gguf = _gguf(family)
