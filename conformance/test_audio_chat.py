@@ -16,7 +16,7 @@ import base64
 import pytest
 
 from oracle import loopback
-from oracle.evidence import write_record
+from oracle.evidence import live_record
 from oracle.logprobs import top_logprob_gap
 from oracle.processes import MEDIA_MARKER, mlxcel_server, reference_server, started
 
@@ -115,21 +115,16 @@ def test_refusals_are_b10621s(pair, case):
 def _record(case: str, path: str, identical: bool) -> None:
     """The evidence behind the transcription routes' entries (mlxcel-oracle verify): a served transcription
     compared, not only the refusal both give a text model."""
-    write_record(
-        {
-            "case": case,
-            "entries": ["POST /v1/audio/transcriptions", "POST /audio/transcriptions"],
-            "twin": "f32",
-            "request": {"method": "POST", "path": path, "sha256": None},
-            "reference_sha256": None,
-            "mlxcel_sha256": None,
-            "reference_source": "live",
-            "identical": identical,
-            "bytes_identical": identical,
-            "normalizations_fired": [],
-            "divergences": [] if identical else [{"path": "$", "kind": "value"}],
-            "reproduce": f"pytest conformance/test_audio_chat.py -k {case.replace('-', '_')}",
-        }
+    entries = ["POST /v1/audio/transcriptions", "POST /audio/transcriptions"]
+    divergences = [] if identical else [{"path": "$", "kind": "value"}]
+    live_record(
+        case,
+        entries,
+        "f32",
+        path,
+        identical,
+        divergences,
+        f"pytest conformance/test_audio_chat.py -k {case.replace('-', '_')}",
     )
 
 

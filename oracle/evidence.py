@@ -43,11 +43,10 @@ def make_record(case, ref, mine, report, source: str) -> dict:
     }
 
 
-def divergence_record(
-    case: str, entries: list[str], twin: str, request: str, divergences: list[dict], reproduce: str
+def live_record(
+    case: str, entries: list[str], twin: str, request: str, identical: bool, divergences: list[dict], reproduce: str
 ) -> Path:
-    """A record a conformance test writes for a divergence it pins (a by_design entry's evidence): the exchange
-    was compared in the test itself, live."""
+    """A record a conformance test writes for an exchange it compared itself, live (POST `request`)."""
     return write_record(
         {
             "case": case,
@@ -57,13 +56,21 @@ def divergence_record(
             "reference_sha256": None,
             "mlxcel_sha256": None,
             "reference_source": "live",
-            "identical": False,
-            "bytes_identical": False,
+            "identical": identical,
+            "bytes_identical": identical,
             "normalizations_fired": [],
             "divergences": divergences,
             "reproduce": reproduce,
         }
     )
+
+
+def divergence_record(
+    case: str, entries: list[str], twin: str, request: str, divergences: list[dict], reproduce: str
+) -> Path:
+    """A record a conformance test writes for a divergence it pins (a by_design entry's evidence): the exchange
+    was compared in the test itself, live."""
+    return live_record(case, entries, twin, request, False, divergences, reproduce)
 
 
 def load_records(directory: Path | None = None) -> list[dict]:
