@@ -132,3 +132,34 @@ def test_an_image_of_gemma3s_real_token_count_answers_as_b10621(reference_binary
         _complete(urls, png(seed=12, width=640, height=488))
     plain = len(PROMPT.replace(MEDIA_MARKER, ""))  # (characters: an upper bound on the text's tokens)
     assert want["tokens_evaluated"] >= 256 + 2 and want["tokens_evaluated"] < 256 + plain
+
+
+@pytest.fixture(scope="module")
+def integrated(reference_binary):
+    """mlxcel on the integrated checkpoint (fixtures/gemma3_vision_twin.py gemma3_mlx_dir: one directory, the
+    text model, tower and projector as HF's Gemma3ForConditionalGeneration holds them), against b10621 on the GGUF
+    and the projector its converter writes from the same values; both fresh, one slot."""
+    from fixtures.families import family_twin
+    from fixtures.gemma3_vision_twin import gemma3_mlx_dir, gemma3_mmproj
+
+    ref = reference_server(reference_binary, family_twin("gemma3").gguf, ["--mmproj", str(gemma3_mmproj()), "-np", "1"])
+    with started(ref, mlxcel_server(str(gemma3_mlx_dir()), ["-np", "1"])) as urls:
+        yield urls
+
+
+def test_an_integrated_gemma3_checkpoint_answers_as_the_gguf_pair_on_b10621(integrated):
+    """The second family served from one MLX/HF directory: its tower read from the checkpoint's safetensors as the
+    converter would write it (soft_emb_norm + 1, the projection F16, the merge from image_seq_length), the text
+    model from its language_model.* weights; chat (the template's own image turn) and /completion agree."""
+    from fixtures.gemma3_vision_twin import png
+
+    props = loopback.get(integrated[1] + "/props", timeout=30).json()
+    assert props["modalities"]["vision"] is True
+    a, _ = _complete(integrated, png(seed=11))
+    b, _ = _complete(integrated, png(seed=12, width=64, height=30))
+    assert a["completion_probabilities"][0]["logprob"] != b["completion_probabilities"][0]["logprob"]
+    image = {
+        "type": "image_url",
+        "image_url": {"url": "data:image/png;base64," + base64.b64encode(png(seed=5)).decode()},
+    }
+    _chat(integrated, [{"role": "user", "content": [image, {"type": "text", "text": "Describe this picture."}]}])

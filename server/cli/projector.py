@@ -7,9 +7,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from ..models.clip_llava import LlavaEncoder
 from ..models.loader import vision_config
-from ..models.projectors import ImageEncoder, load_projector_gguf
+from ..models.projectors import ImageEncoder, load_integrated_tower, load_projector_gguf
 
 log = logging.getLogger("mlxcel")
 
@@ -19,14 +18,14 @@ class ProjectorRefused(ValueError):
 
 
 def load_projector(args, checkpoint: Path, n_embd_text: int, split: bool) -> ImageEncoder | None:
-    """--mmproj's projector, else an integrated LLaVA checkpoint's own tower, else None (a text model)."""
+    """--mmproj's projector, else an integrated checkpoint's own tower (LLaVA, Gemma 3), else None (a text model)."""
     path = args.mmproj
     integrated = None if path else vision_config(checkpoint)
     if not path and integrated is None:
         return None
     if integrated is not None:
         try:
-            projector = LlavaEncoder.from_hf(checkpoint, integrated)
+            projector = load_integrated_tower(checkpoint, integrated)
         except (OSError, ValueError, KeyError) as exc:
             raise ProjectorRefused(f"cannot load the checkpoint's vision tower ({checkpoint}): {exc}") from None
         return _checked(args, projector, n_embd_text, split, str(checkpoint))

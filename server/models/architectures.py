@@ -73,6 +73,42 @@ OWN_MODELS = {
 }
 
 
+# integrated vision-language checkpoints (HF's *ForConditionalGeneration, as mlx-lm and mlx-vlm lay them out):
+# model_type -> the text model's, where text_config leaves it out. mlxcel serves their text model as a model of
+# its own (OWN_MODELS apply) and their tower through server/models/projectors.py.
+INTEGRATED = {"llava": "llama", "gemma3": "gemma3_text"}
+_TOP_KEYS = ("mlxcel", "eos_token_id", "bos_token_id", "quantization", "quantization_config", "vocab_size")
+
+
+def integrated_text_config(config: dict) -> dict | None:
+    """An integrated checkpoint's text model's configuration (the keys that describe the whole checkpoint, its
+    quantization among them, carried over), else None."""
+    kind = config.get("model_type")
+    if kind not in INTEGRATED or not isinstance(config.get("text_config"), dict):
+        return None
+    text = dict(config["text_config"])
+    text.setdefault("model_type", INTEGRATED[kind])
+    for key in _TOP_KEYS:
+        if key in config and key not in text:
+            text[key] = config[key]
+    return text
+
+
+def integrated_text_weights(weights: dict) -> dict:
+    """The text model's weights of an integrated checkpoint under the text model's own names: mlx-lm's and older
+    HF layouts (language_model.model.*, language_model.lm_head.*) and newer HF's (model.language_model.*,
+    lm_head.*); the tower's and the projector's left out."""
+    out = {}
+    for name, value in weights.items():
+        if name.startswith("language_model."):
+            out[name.removeprefix("language_model.")] = value
+        elif name.startswith("model.language_model."):
+            out["model." + name.removeprefix("model.language_model.")] = value
+        elif name.startswith("lm_head."):
+            out[name] = value
+    return out
+
+
 def model_classes(config: dict) -> tuple[type, type]:
     """(Model, ModelArgs) of a config's architecture, as mlx-lm's `_get_classes` picks them (OWN_MODELS
     excepted)."""
@@ -131,6 +167,9 @@ def load_model(path: Path):
     weights: dict = {}
     for f in files:
         weights.update(mx.load(f))
+    text = integrated_text_config(config)
+    if text is not None:  # an integrated vision-language checkpoint: its text model
+        config, weights = text, integrated_text_weights(weights)
     if any(k.endswith(".scales") and v.dtype == mx.uint8 for k, v in weights.items()):
         return _mlx_lm_load_model(path)  # a float mode (mxfp4, nvfp4, ...): mlx-lm infers which
     model_class, args_class = model_classes(config)

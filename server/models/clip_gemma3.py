@@ -46,6 +46,53 @@ def avg_pool(x: np.ndarray, side: int, k: int) -> np.ndarray:
     return (acc / np.float32(k * k)).reshape(out_side * out_side, -1).astype(np.float32)
 
 
+_SIGLIP_NAMES = (
+    ("embeddings.patch_embedding", "v.patch_embd"),
+    ("embeddings.position_embedding", "v.position_embd"),
+    ("post_layernorm", "v.post_ln"),
+    ("encoder.layers.", "v.blk."),
+    ("self_attn.q_proj", "attn_q"),
+    ("self_attn.k_proj", "attn_k"),
+    ("self_attn.v_proj", "attn_v"),
+    ("self_attn.out_proj", "attn_out"),
+    ("layer_norm1", "ln1"),
+    ("layer_norm2", "ln2"),
+    ("mlp.fc1", "ffn_up"),
+    ("mlp.fc2", "ffn_down"),
+)
+
+
+def gguf_tensor_name(hf: str) -> str:
+    """Gemma3ForConditionalGeneration's tower and projector names as convert_hf_to_gguf.py --mmproj names them
+    (gguf-py's MODEL_TENSOR.V_* map)."""
+    if hf.startswith("multi_modal_projector."):
+        return "mm." + hf.removeprefix("multi_modal_projector.").removeprefix("mm_").replace("_weight", ".weight")
+    name = hf.removeprefix("vision_tower.vision_model.")
+    for a, b in _SIGLIP_NAMES:
+        name = name.replace(a, b)
+    return name
+
+
+def _hf_tensors(path: Path) -> dict[str, np.ndarray]:
+    """The tower's and projector's tensors of an integrated checkpoint's safetensors, under their GGUF names and
+    as the converter stores them (soft_emb_norm as 1 + w, the input projection F16)."""
+    from safetensors.numpy import load_file  # deferred: read only for an integrated vision checkpoint
+
+    out: dict[str, np.ndarray] = {}
+    for file in sorted(path.glob("*.safetensors")):
+        for name, data in load_file(str(file)).items():
+            name = name.removeprefix("model.")  # (newer HF layouts: model.vision_tower.*)
+            if not name.startswith(("vision_tower.", "multi_modal_projector.")) or "vision_model.head." in name:
+                continue
+            data = np.asarray(data, np.float32)
+            if name.endswith("soft_emb_norm.weight"):
+                data = data + np.float32(1.0)  # Gemma3VisionModel.modify_tensors
+            if "input_projection" in name:
+                data = _f16(data)  # tensor_force_quant: F16
+            out[gguf_tensor_name(name)] = data
+    return out
+
+
 class Gemma3Encoder:
     """An mmproj GGUF of projector type "gemma3": pixels in, one row an image token out (the text model's width)."""
 
@@ -71,6 +118,34 @@ class Gemma3Encoder:
             use_gelu=bool(value("clip.use_gelu", True)),
         )
         return cls(args, tensors, int(value("clip.vision.projector.scale_factor", 4)))
+
+    @classmethod
+    def from_hf(cls, path: Path, config: dict) -> "Gemma3Encoder":
+        """An integrated Gemma 3 checkpoint's tower and projector (config.json model_type gemma3), computed as the
+        projector GGUF `convert_hf_to_gguf.py --mmproj` writes from it (Gemma3VisionModel: its defaults, its
+        scale factor from preprocessor_config's image_seq_length)."""
+        import json
+
+        vision = config.get("vision_config") or {}
+        file = path / "preprocessor_config.json"
+        pre = json.loads(file.read_text()) if file.is_file() else {}
+        tensors = _hf_tensors(path)
+        if "v.patch_embd.weight" not in tensors or "mm.input_projection.weight" not in tensors:
+            raise ValueError("no Gemma 3 vision tower and projector in its safetensors")
+        image, patch = int(vision.get("image_size", 896)), int(vision.get("patch_size", 14))
+        args = ClipArgs(
+            image_size=image,
+            patch_size=patch,
+            hidden=int(vision.get("hidden_size", 1152)),
+            n_head=int(vision.get("num_attention_heads", 16)),
+            n_layer=int(vision.get("num_hidden_layers", 27)),
+            eps=float(np.float32(vision.get("layer_norm_eps", 1e-6))),
+            mean=tuple(float(np.float32(x)) for x in pre.get("image_mean", (0.5, 0.5, 0.5))),  # type: ignore[arg-type]
+            std=tuple(float(np.float32(x)) for x in pre.get("image_std", (0.5, 0.5, 0.5))),  # type: ignore[arg-type]
+            use_gelu=True,
+        )
+        merge = (image // patch) // int(int(pre.get("image_seq_length", 256)) ** 0.5)
+        return cls(args, tensors, merge if merge > 0 else 4)
 
     @property
     def side(self) -> int:

@@ -14,7 +14,7 @@ from mlx.utils import tree_unflatten
 from .. import cpu_kernels
 from . import cpu_layers, gemma2_swa, gemma3_window, ggml_gelu, quant_layers, quantized_twins, rope_factors
 from . import yarn as yarn_rope
-from .architectures import load_model
+from .architectures import integrated_text_config, load_model
 
 
 @dataclass
@@ -116,24 +116,18 @@ def read_config(path: Path) -> dict:
 
 
 def text_config(config: dict) -> dict:
-    """An integrated LLaVA checkpoint's text model's configuration (what serves its tokens); others as they are."""
-    if config.get("model_type") != "llava" or not isinstance(config.get("text_config"), dict):
-        return config
-    text = dict(config["text_config"])
-    text.setdefault("model_type", "llama")
-    for key in ("mlxcel", "eos_token_id", "bos_token_id"):
-        if key in config and key not in text:
-            text[key] = config[key]
-    return text
+    """An integrated vision-language checkpoint's text model's configuration (what serves its tokens); others as
+    they are."""
+    return integrated_text_config(config) or config
 
 
 def vision_config(path: Path) -> dict | None:
-    """The raw configuration of an integrated LLaVA checkpoint (its tower's), else None."""
+    """The raw configuration of an integrated vision-language checkpoint (LLaVA, Gemma 3), else None."""
     try:
         config = json.loads((path / "config.json").read_text())
     except (OSError, UnicodeDecodeError, ValueError):
         return None
-    return config if isinstance(config, dict) and config.get("model_type") == "llava" else None
+    return config if isinstance(config, dict) and integrated_text_config(config) is not None else None
 
 
 def model_ftype(path: Path) -> str:
@@ -224,9 +218,10 @@ def load_checkpoint(
     the kept layers' few-row products over activations quantized to 8 bits, as ggml multiplies (None: for a
     GGUF's import, whose reference is ggml; an MLX checkpoint's are float, as mlx-lm's)."""
     model, _ = load_model(path)
-    config = json.loads((path / "config.json").read_text())
-    if config.get("model_type") == "llava":  # mlx-lm's wrapper (mistral3) around the text model: serve that
-        model, config = model.language_model, text_config(config)
+    raw = json.loads((path / "config.json").read_text())
+    config = text_config(raw)
+    if config is not raw and hasattr(model, "language_model"):  # (mlx-lm's own loader: its integrated wrapper)
+        model = model.language_model
     _install_ropes(model, config, rope, yarn)
     if dequantize is None:
         dequantize = mx.default_device() == mx.cpu

@@ -30,6 +30,8 @@ class ImageEncoder(Protocol):
 
 
 SERVED = {"mlp": LlavaEncoder.from_gguf, "gemma3": Gemma3Encoder.from_gguf, "qwen2a": Qwen2AudioEncoder.from_gguf}
+# integrated checkpoints (config.json model_type, server/models/architectures.py INTEGRATED): their tower
+INTEGRATED_TOWERS = {"llava": LlavaEncoder.from_hf, "gemma3": Gemma3Encoder.from_hf}
 
 
 def load_projector_gguf(path: Path) -> ImageEncoder:
@@ -42,3 +44,9 @@ def load_projector_gguf(path: Path) -> ImageEncoder:
             f"projector type '{kind}' is not served yet (mlxcel runs LLaVA-1.5's mlp, Gemma 3's and Qwen2-Audio's qwen2a)"
         )
     return SERVED[kind](path)
+
+
+def load_integrated_tower(path: Path, config: dict) -> ImageEncoder:
+    """An integrated checkpoint's own tower and projector, computed as the projector GGUF b10621's converter writes
+    from it; ValueError where its safetensors hold none."""
+    return INTEGRATED_TOWERS[config["model_type"]](path, config)
