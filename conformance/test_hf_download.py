@@ -51,16 +51,22 @@ def repos() -> dict[str, dict[str, bytes]]:
 
 
 VISION_REPO = "ggml-org/tiny-vision-GGUF"  # a text model beside two projectors (the LLaVA twin's, F32 and "F16")
+SMOLVLM_REPO = "ggml-org/tiny-smolvlm-GGUF"  # a text model beside a projector of a type mlxcel refuses (idefics3)
 
 
 @pytest.fixture(scope="module")
 def vision_repos(repos) -> dict[str, dict[str, bytes]]:
     from fixtures.llava_twin import llava_mmproj
+    from fixtures.projector import projector_gguf
     from fixtures.twins import twin
 
     projector = llava_mmproj().read_bytes()
     return {
         **repos,
+        SMOLVLM_REPO: {
+            "tiny-smolvlm-Q4_K_M.gguf": twin("q4_1").gguf.read_bytes(),
+            "mmproj-tiny-smolvlm-f16.gguf": projector_gguf("idefics3").read_bytes(),
+        },
         VISION_REPO: {
             "tiny-vision-Q4_K_M.gguf": twin("q4_1").gguf.read_bytes(),  # (SmolLM2: the projector's width)
             "mmproj-tiny-vision-f32.gguf": projector,
@@ -91,13 +97,14 @@ class Side:
                 served = True
                 props = loopback.get(sp.base_url + "/props", timeout=30).json()
                 alias = props["model_alias"].replace(str(self.cache), "{cache}")
+                vision = bool((props.get("modalities") or {}).get("vision"))
                 name = (alias, props["default_generation_settings"]["n_ctx"], props["total_slots"])
                 ids = [
                     m["id"].replace(str(self.cache), "{cache}")
                     for m in loopback.get(sp.base_url + "/v1/models", timeout=30).json()["data"]
                 ]
             except ServerStartError:
-                served, name, ids = False, None, None
+                served, name, ids, vision = False, None, None, None
             log = sp.log_path.read_text(errors="replace") if sp.log_path.is_file() else ""
             sp.cleanup()
             # (sorted: b10621 fetches a plan's files side by side, std::async, in no fixed order)
@@ -107,6 +114,7 @@ class Side:
             "exit": sp.proc.returncode if sp.proc is not None else None,
             "model": name,
             "ids": ids,
+            "vision": vision,
             "requests": requests,
             "ranges": ranges,
             "cache": sorted(
@@ -290,3 +298,22 @@ def test_a_projector_url_is_fetched_into_the_cache_and_loaded_as_b10621(vision_r
         assert want["served"] and want["cache"] == ["mmproj-tiny-vision-f32.gguf", "mmproj-tiny-vision-f32.gguf.etag"]
         assert {k: got[k] for k in COMPARED} == {k: want[k] for k in COMPARED}, case
         assert "loaded multimodal model" in want["log"] and "loaded multimodal model" in got["log"]
+
+
+def test_a_projector_of_a_type_mlxcel_refuses_is_fetched_and_then_left_out_or_refused(vision_repos, reference_binary):
+    """SmolVLM's projector type (idefics3), which b10621 loads and mlxcel does not run: with -hf both fetch the same
+    files, b10621 serves images, mlxcel warns and serves the text model alone (the by_design divergence of
+    --mmproj-auto); with --mmproj-url b10621 serves and mlxcel stops at startup in one line (--mmproj-url's)."""
+    from fixtures.twins import twin
+
+    want, got = _pair(vision_repos, reference_binary, ["-hf", SMOLVLM_REPO])
+    _record("mmproj-auto-type-refused", ["--mmproj-auto"], want, got, (*COMPARED, "vision"))
+    assert (want["served"], want["vision"], got["served"], got["vision"]) == (True, True, True, False)
+    assert {k: got[k] for k in COMPARED} == {k: want[k] for k in COMPARED}
+    assert "projector type 'idefics3' is not served yet" in got["log"] and "serving the model without it" in got["log"]
+    url = f"{{hub}}/{SMOLVLM_REPO}/resolve/main/mmproj-tiny-smolvlm-f16.gguf"
+    want, got = _pair(vision_repos, reference_binary, ["-m", str(twin("q4_1").gguf), "--mmproj-url", url])
+    _record("mmproj-url-type-refused", ["--mmproj-url"], want, got, ("served", "requests", "cache"))
+    assert (want["served"], want["vision"], got["served"]) == (True, True, False)
+    assert (got["requests"], got["cache"]) == (want["requests"], want["cache"])  # (the same fetch, then the refusal)
+    assert "projector type 'idefics3' is not served yet" in got["log"]

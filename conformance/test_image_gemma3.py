@@ -1,5 +1,6 @@
 """Gemma 3 images, differential (issue 33's second family): b10621 and mlxcel on the same command line,
-`-m gemma3.F32.gguf --mmproj mmproj-gemma3-twin-f32.gguf` (b10621's defaults otherwise), the same requests.
+`-m gemma3.F32.gguf --mmproj mmproj-gemma3-twin-f32.gguf` plus the projector's tuning flags (TUNING: inert on a
+fixed-size tower in b10621, shown against b10621 without them), b10621's defaults otherwise, the same requests.
 
 Server state: one slot, the gemma3 family twin's F32 GGUF and the Gemma 3 vision twin's projector
 (fixtures/gemma3_vision_twin.py); every request with cache_prompt off, so each is a cold prompt.
@@ -31,9 +32,25 @@ def pair(reference_binary):
     from fixtures.gemma3_vision_twin import gemma3_mmproj
 
     gguf = family_twin("gemma3").gguf
-    args = ["--mmproj", str(gemma3_mmproj()), "-np", "1"]
+    args = ["--mmproj", str(gemma3_mmproj()), "-np", "1", *TUNING]
     with started(reference_server(reference_binary, gguf, args), mlxcel_server(str(gguf), args)) as urls:
         yield urls
+
+
+# the projector's placement and sizing flags: for dynamic-resolution towers (which mlxcel refuses at startup) and
+# batching ones; a fixed-size SigLIP tower on the CPU takes none of them (clip.cpp set_limit_image_tokens,
+# clip_support_batch false, no GPU)
+TUNING = [
+    "--image-min-tokens",
+    "64",
+    "--image-max-tokens",
+    "256",
+    "--mtmd-batch-max-tokens",
+    "8",
+    "--no-mmproj-offload",
+    "-mmdev",
+    "none",
+]
 
 
 def _complete(pair, image: bytes, prompt: str = PROMPT) -> tuple[dict, dict]:
@@ -163,3 +180,22 @@ def test_an_integrated_gemma3_checkpoint_answers_as_the_gguf_pair_on_b10621(inte
         "image_url": {"url": "data:image/png;base64," + base64.b64encode(png(seed=5)).decode()},
     }
     _chat(integrated, [{"role": "user", "content": [image, {"type": "text", "text": "Describe this picture."}]}])
+
+
+def test_the_projectors_tuning_flags_leave_a_fixed_size_image_as_b10621_leaves_it(pair, integrated):
+    """b10621 with TUNING (pair) answers an image exactly as b10621 without them (integrated's reference: the same
+    GGUF and projector), so the flags are inert there for this tower, as they are in mlxcel (whose answer with
+    them is b10621's: _complete)."""
+    from fixtures.gemma3_vision_twin import N_IMAGE_TOKENS, png
+
+    body = {
+        "prompt": {"prompt_string": PROMPT, "multimodal_data": [base64.b64encode(png(seed=11)).decode()]},
+        "n_predict": 8,
+        "temperature": 0,
+        "n_probs": 5,
+        "cache_prompt": False,
+    }
+    tuned, plain = (loopback.post(u + "/completion", json=body, timeout=300).json() for u in (pair[0], integrated[0]))
+    assert tuned["completion_probabilities"] == plain["completion_probabilities"]
+    assert tuned["tokens_evaluated"] == plain["tokens_evaluated"] > N_IMAGE_TOKENS
+    _complete(pair, png(seed=11))

@@ -10,7 +10,8 @@ Placeholders in args and env: {port} (a free port per side), {tmp} (the side's o
 {certs} (a self-signed test certificate and key, made by the test),
 {gguf} (the twin's GGUF, which both sides are given verbatim), {repo}, {sock} ({tmp}/server.sock),
 {draft_q4_1} and {draft_f32} (a twin's GGUF as a draft model),
-{mmproj} (a projector b10621 loads, fixtures/projector.py), {damaged} (the directory of damaged GGUF copies).
+{mmproj} (a projector b10621 loads, fixtures/projector.py), {mmproj_idefics3} (the same tower as a projector
+type b10621 serves and mlxcel refuses), {damaged} (the directory of damaged GGUF copies).
 Unless a case says otherwise, "-m MODEL --alias NAME --host 127.0.0.1 --port {port}" comes first: the reference's
 MODEL is the twin's GGUF, mlxcel's its MLX checkpoint.
 """
@@ -279,6 +280,10 @@ def _values(case: StartupCase, side: Side, workdir: Path, extra: dict[str, str] 
         from fixtures.projector import projector_gguf
 
         values["mmproj"] = str(projector_gguf())
+    if any("{mmproj_idefics3}" in a for a in case.args):
+        from fixtures.projector import projector_gguf
+
+        values["mmproj_idefics3"] = str(projector_gguf("idefics3"))
     if any("{control_vector}" in a for a in case.args):
         from fixtures.control_vector import control_vector_gguf
 
