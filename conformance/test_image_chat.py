@@ -285,3 +285,34 @@ def test_a_symlink_out_of_the_media_path_is_read_by_b10621_and_refused_by_mlxcel
         [{"path": "$.status", "kind": "value", "reference": s1, "mlxcel": s2}],
         "pytest conformance/test_image_chat.py -k symlink",
     )
+
+
+def test_a_prompt_cut_between_two_cached_images_is_answered_where_b10621_fails(pair):
+    """Server state: the pair's one slot, its cache holding an earlier test's prompt (no image at this position).
+
+    [C, D, text] then [C, text]: the cached prompt is kept up to the end of C, which is where D begins.
+    b10621's server_tokens::keep_first takes a cut between two image spans for a cut inside one
+    (tokens[n - 1] and tokens[n] both media, n - 1 not a chunk's start) and fails the request with a 500 "got
+    exception: Chunk not found"; mlxcel keeps C's span and answers, as b10621 answers the same prompt cold.
+    Evidence of --mmproj's by_design divergence (case image-cut-between-cached-images)."""
+    from oracle.evidence import divergence_record
+
+    c, d = _image(_png_uri(seed=21)), _image(_png_uri(seed=22))
+    for base in pair:
+        assert _ask(base, [c, d, _text("Both?")])[0] == 200
+    (s1, want), (s2, got) = (_ask(base, [c, _text("One?")]) for base in pair)
+    assert (s1, want["error"]["message"]) == (500, "got exception: Chunk not found"), want
+    assert s2 == 200, got
+    assert got["usage"]["prompt_tokens_details"]["cached_tokens"] > 16  # (C's span reused)
+    (s1, cold), (s2, mine_cold) = (_ask(base, [c, _text("One?")], cache_prompt=False) for base in pair)
+    assert s1 == s2 == 200
+    assert got["choices"][0]["message"]["content"] == cold["choices"][0]["message"]["content"]
+    assert got["choices"][0]["logprobs"] == mine_cold["choices"][0]["logprobs"]  # (a hit is bitwise its cold run)
+    divergence_record(
+        "image-cut-between-cached-images",
+        ["--mmproj"],
+        "f32",
+        "/v1/chat/completions",
+        [{"path": "$.status", "kind": "value", "reference": 500, "mlxcel": 200}],
+        "pytest conformance/test_image_chat.py -k cut_between_two_cached_images",
+    )
