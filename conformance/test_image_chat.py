@@ -316,3 +316,20 @@ def test_a_prompt_cut_between_two_cached_images_is_answered_where_b10621_fails(p
         [{"path": "$.status", "kind": "value", "reference": 500, "mlxcel": 200}],
         "pytest conformance/test_image_chat.py -k cut_between_two_cached_images",
     )
+
+
+def test_images_past_the_context_are_refused_in_b10621s_words(reference_binary, twin_f32):
+    """Server state: a fresh pair with -c 256 (one slot). Fifteen images of 16 tokens and the text are 271 tokens:
+    refused before any decoding with b10621's 400 exceed_context_size_error, its counts (the images' tokens
+    counted), the same body."""
+    from fixtures.llava_twin import llava_mmproj
+
+    args = ["--mmproj", str(llava_mmproj()), "-np", "1", "-c", "256"]
+    with started(
+        reference_server(reference_binary, twin_f32.gguf, args), mlxcel_server(str(twin_f32.gguf), args)
+    ) as urls:
+        parts = [_image(_png_uri(seed=s)) for s in range(15)] + [_text("hi")]
+        (s1, want), (s2, got) = (_ask(base, parts) for base in urls)
+    assert s1 == 400 and want["error"]["type"] == "exceed_context_size_error", want
+    assert (s2, got) == (s1, want)
+    assert want["error"]["n_prompt_tokens"] > 15 * 16
