@@ -504,8 +504,9 @@ def test_every_refusal_is_one_line_naming_option_value_reason_and_alternative():
         assert lines[0].startswith(f"error: {' '.join(argv)}: {rule.reason}"), lines[0]
         assert rule.alternative in lines[0]
     assert (
-        len(checked) >= 9
-    )  # (fewer as options become served: 11 at issue 30's --path and --perf, 9 at #33's projector)
+        len(checked) >= 8
+    )  # (fewer as options become served: 11 at issue 30's --path and --perf, 9 at #33's projector, 8 at #34's
+    # --spec-default)
 
 
 INERT = [
@@ -743,15 +744,22 @@ def test_the_embedding_preset_points_at_the_bundled_encoder():
     assert line.endswith("`mlxcel-server -m all-minilm-l6-v2 --port 8011 -np 32 --embedding`")
 
 
-def test_the_twelfth_preset_is_speculative_and_refuses():
-    assert refused("--spec-default") == [
-        (
-            "error: --spec-default: b10621's preset turns on n-gram speculative decoding (ngram-mod, n_match 24, n_min "
-            "48, n_max 64); mlxcel drafts with a draft model (draft-simple) or by n-gram lookup (ngram-simple); the "
-            "stateful n-gram drafters (ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache) and the MTP, EAGLE-3, "
-            "DFlash and DSpark heads are not implemented; pass --spec-type draft-simple with --spec-draft-model FILE"
-        )
-    ]
+def test_the_twelfth_preset_turns_on_ngram_mod_where_it_stands():
+    """--spec-default pushes ngram-mod (n_match 24, n_min 48, n_max 64) as b10621's handler does: a knob after it
+    overrides it, one before is overridden; the type is added to --spec-type's."""
+    from server.cli.startup import ngram_config, speculative_config
+    from server.engine.ngram_drafters import ModParams
+
+    assert refused("--spec-default") == []
+    for argv, want in (
+        (["--spec-default"], ModParams(24, 48, 64)),
+        (["--spec-default", "--spec-ngram-mod-n-max", "32"], ModParams(24, 48, 32)),
+        (["--spec-ngram-mod-n-max", "32", "--spec-default"], ModParams(24, 48, 64)),
+    ):
+        args = parse(*argv)
+        types, _ = speculative_config(args, None, "p")
+        assert types == ["none", "ngram-mod"]
+        assert ngram_config(args, types, "p").mod == want
 
 
 def test_control_vectors_are_served():
@@ -780,23 +788,22 @@ def test_log_prompts_dir_is_served_and_made_as_the_option_is_read(tmp_path):
 @pytest.mark.parametrize(
     "argv",
     [
-        ("--spec-type", "ngram-mod"),
         ("--spec-type", "draft-mtp,ngram-simple"),
-        ("--spec-type", "draft-simple,ngram-cache"),
-        ("--spec-type", "ngram-map-k"),
+        ("--spec-type", "draft-simple,draft-eagle3"),
+        ("--spec-type", "draft-dflash"),
     ],
 )
-def test_speculative_selectors_other_than_draft_simple_refuse(argv):
+def test_speculative_heads_refuse(argv):
     assert refused(*argv) == [
         (
-            f"error: {' '.join(argv)}: mlxcel drafts with a draft model (draft-simple) or by "
-            "n-gram lookup (ngram-simple); the stateful n-gram drafters (ngram-map-k, ngram-map-k4v, "
-            "ngram-mod, ngram-cache) and the MTP, EAGLE-3, DFlash and DSpark heads are not "
-            "implemented; pass --spec-type ngram-simple, or draft-simple with --spec-draft-model "
-            "FILE, or leave it out"
+            f"error: {' '.join(argv)}: mlxcel drafts with a draft model (draft-simple) or by n-gram lookup "
+            "(ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache); the MTP, EAGLE-3, DFlash and DSpark "
+            "heads are not implemented; pass an n-gram type (ngram-mod, ...), or draft-simple with "
+            "--spec-draft-model FILE, or leave it out"
         )
     ]
-    assert refused("--spec-type", "none", "--spec-type", "ngram-mod") != []  # every use counts, as upstream appends
+    assert refused("--spec-type", "none", "--spec-type", "draft-mtp") != []  # every use counts, as upstream appends
+    assert refused("--spec-type", "ngram-mod,ngram-map-k,ngram-map-k4v,ngram-cache,ngram-simple,draft-simple") == []
 
 
 def test_a_draft_model_and_draft_simple_are_served():

@@ -9,6 +9,7 @@ import pytest
 from fixtures.families import in_turn
 from server.backends import open_backend
 from server.engine.engine import Engine, EngineConfig
+from server.engine.ngram_drafters import CacheParams, MapParams, ModParams, NgramDrafters
 from server.engine.speculative import DraftConfig, NgramSimple, Speculator, draft_max, top_choice, vocab_mismatch
 from server.engine.types import FinalEvent, GenerationRequest, SamplingParams, TokenEvent
 from server.models.loader import load_checkpoint
@@ -211,19 +212,36 @@ def test_ngram_simple_copies_what_followed_the_latest_earlier_occurrence():
 
 
 def test_the_speculator_takes_the_first_draft_in_priority_order_cut_to_the_bound():
-    class Fixed:
-        def __init__(self, draft):
-            self.draft = draft
+    """common_speculative_draft and _accept: the first non-empty draft in priority order, cut to the round's bound;
+    every drafter sees the prompt (begin), the one whose draft was verified alone hears the acceptance."""
 
-        def new_state(self):
-            return None
+    class Fixed:
+        n_max = 4
+
+        def __init__(self, draft):
+            self.draft, self.heard = draft, []
+
+        def new_state(self, slot):
+            return slot
+
+        def begin(self, state, prompt):
+            self.heard.append(("begin", state, len(prompt)))
 
         def propose(self, *_):
             return list(self.draft)
 
-    spec = Speculator([Fixed([]), Fixed([1, 2, 3, 4]), Fixed([9])], n_max=4)
-    assert spec.propose(spec.new_state(), [], 0, 2) == [1, 2]
-    assert spec.propose(spec.new_state(), [], 0, 0) == [1, 2, 3, 4]
+        def accept(self, state, n):
+            self.heard.append(("accept", state, n))
+
+    sources = [Fixed([]), Fixed([1, 2, 3, 4]), Fixed([9])]
+    spec = Speculator(sources)
+    state = spec.new_state(3)
+    spec.begin(state, [5, 6])
+    assert spec.propose(state, [], 0, 2) == [1, 2]
+    spec.accept(state, 1)
+    assert spec.propose(spec.new_state(3), [], 0, 0) == [1, 2, 3, 4]
+    assert [s.heard for s in sources] == [[("begin", 3, 2)], [("begin", 3, 2), ("accept", 3, 1)], [("begin", 3, 2)]]
+    assert spec.n_max == 4
 
 
 async def test_ngram_simple_output_is_token_identical_and_drafts_on_repetition(make_engine):
@@ -234,6 +252,34 @@ async def test_ngram_simple_output_is_token_identical_and_drafts_on_repetition(m
     request = GenerationRequest(tuple(tok.tokenize(text, True, True)), n_predict=40, ignore_eos=True)
     want, _ = await _run(plain, request)
     got, final = await _run(drafted, request)
+    assert got == want
+    assert final.n_draft > 0 and final.n_draft_accepted > 0
+
+
+@pytest.mark.parametrize(
+    "ngram",
+    [
+        NgramDrafters(map_k=MapParams(3, 8)),
+        NgramDrafters(map_k4v=MapParams(3, 8, 2)),
+        NgramDrafters(mod=ModParams(4, 2, 16)),
+        NgramDrafters(cache=CacheParams()),
+    ],
+    ids=["map-k", "map-k4v", "mod", "cache"],
+)
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+async def test_stateful_ngram_drafters_leave_the_output_plain_decodings(make_engine, ngram, temperature):
+    """Greedy and seeded: every emitted token is the target sampler's draw (a draft token is taken where it equals
+    it), so the tokens are plain decoding's; and they draft on repetition (and some are taken)."""
+    make, tok = make_engine
+    text = "Repeat after me exactly: red green blue yellow. red green blue yellow. red green blue yellow. red"
+    request = GenerationRequest(
+        tuple(tok.tokenize(text, True, True)),
+        n_predict=40,
+        ignore_eos=True,
+        sampling=SamplingParams(temperature=temperature, seed=7),
+    )
+    want, _ = await _run(make(), request)
+    got, final = await _run(make(ngram=ngram), request)
     assert got == want
     assert final.n_draft > 0 and final.n_draft_accepted > 0
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from fastapi import APIRouter, Request
@@ -85,6 +86,16 @@ def speculative_props(config) -> dict | None:
     if config.ngram_simple is not None:
         out["types"].append("ngram-simple")
         out["ngram_simple"] = {"size_n": config.ngram_simple[0], "size_m": config.ngram_simple[1]}
+    ngram = config.ngram
+    for name, params in (
+        ("ngram-map-k", ngram.map_k),
+        ("ngram-map-k4v", ngram.map_k4v),
+        ("ngram-mod", ngram.mod),
+        ("ngram-cache", ngram.cache),
+    ):
+        if params is not None:
+            out["types"].append(name)
+            out[name.replace("-", "_")] = dataclasses.asdict(params)
     if config.draft is not None:
         out["types"].append("draft-simple")
         draft = config.draft

@@ -253,6 +253,41 @@ MLXCEL: dict[str, dict] = {
     "--spec-draft-p-min": _s(
         "spec_draft_p_min", "minimum speculative decoding probability (greedy) (default: 0.00)", "0.00"
     ),
+    **{
+        f"--spec-ngram-{kind}-{knob}": _s(
+            f"spec_ngram_{kind.replace('-', '_')}_{knob.replace('-', '_')}",
+            f"{what} for {kind.replace('-', '_')} speculative decoding (default: {default})",
+            default,
+        )
+        for kind in ("map-k", "map-k4v")
+        for knob, what, default in (
+            ("size-n", "ngram size N, length of the lookup n-gram,", 12),
+            ("size-m", "ngram size M, length of the draft m-gram,", 48),
+            ("min-hits", "minimum hits of a key n-gram", 1),
+        )
+    },
+    "--spec-ngram-mod-n-match": _s(
+        "spec_ngram_mod_n_match", "ngram-mod lookup length, tokens matched (default: 24)", 24
+    ),
+    "--spec-ngram-mod-n-min": _s("spec_ngram_mod_n_min", "minimum ngram-mod draft length (default: 48)", 48),
+    "--spec-ngram-mod-n-max": _s("spec_ngram_mod_n_max", "maximum ngram-mod draft length (default: 64)", 64),
+    "--spec-default": _s(
+        "spec_default",
+        "enable default speculative decoding config (ngram-mod: n_match 24, n_min 48, n_max 64)",
+        False,
+        action=_preset(dict(spec_ngram_mod_n_match=24, spec_ngram_mod_n_min=48, spec_ngram_mod_n_max=64)),
+    ),
+    "--lookup-cache-static": _s(
+        "lookup_cache_static",
+        "path to static lookup cache for ngram-cache speculative decoding (read, never written)",
+        "",
+    ),
+    "--lookup-cache-dynamic": _s(
+        "lookup_cache_dynamic",
+        "path to dynamic lookup cache for ngram-cache speculative decoding (read, never written: as "
+        "llama-server, which updates it only in llama-lookup)",
+        "",
+    ),
     "--tags": _s("tags", "comma-separated model tags (informational, reported by GET /v1/models)", action=_SortedSet),
     "--ctx-size": _s("ctx_size", "size of the prompt context (default: 0, 0 = loaded from model)", 0),
     "--predict": _s("predict", "number of tokens to predict (default: -1, -1 = infinity)", -1),

@@ -216,12 +216,11 @@ _GGUF = (
 )
 _GGUF_ALT = "pass -hf REPO[:QUANT], or -m FILE.gguf -mu URL (a GGUF is converted once into the cache)"
 _SPEC = (
-    "mlxcel drafts with a draft model (draft-simple) or by n-gram lookup (ngram-simple); the stateful "
-    "n-gram drafters (ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache) and the MTP, EAGLE-3, DFlash and "
-    "DSpark heads are not implemented"
+    "mlxcel drafts with a draft model (draft-simple) or by n-gram lookup (ngram-simple, ngram-map-k, "
+    "ngram-map-k4v, ngram-mod, ngram-cache); the MTP, EAGLE-3, DFlash and DSpark heads are not implemented"
 )
-_SPEC_ALT = "pass --spec-type ngram-simple, or draft-simple with --spec-draft-model FILE, or leave it out"
-SERVED_SPEC_TYPES = {"none", "draft-simple", "ngram-simple"}
+_SPEC_ALT = "pass an n-gram type (ngram-mod, ...), or draft-simple with --spec-draft-model FILE, or leave it out"
+SERVED_SPEC_TYPES = {"none", "draft-simple", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"}
 
 
 def _preset(repo: str, mlx: str, flags: str, why: str) -> Rule:
@@ -360,10 +359,6 @@ RULES: dict[str, Rule] = {
         "--port 8014 -c 0 --jinja",
         _NO_VISION,
     ),
-    "--spec-default": _refuse(
-        "b10621's preset turns on n-gram speculative decoding (ngram-mod, n_match 24, n_min 48, n_max 64); " + _SPEC,
-        "pass --spec-type draft-simple with --spec-draft-model FILE",
-    ),
     # ----- control vectors, LoRA -----
     "--lora-init-without-apply": _inert(
         "--lora-init-without-apply: b10621's server applies its adapters' scales "
@@ -381,14 +376,12 @@ RULES: dict[str, Rule] = {
     "--mtmd-batch-max-tokens": _inert("every value: LLaVA's tower encodes one image at a time, as b10621's does"),
     "--spec-type": _only(
         lambda v: set(spec_types(v)) <= SERVED_SPEC_TYPES,
-        "none, draft-simple",
+        "none, draft-simple and the n-gram types",
         _SPEC,
         _SPEC_ALT,
         check=_spec_types_check,
         accumulates=True,
     ),
-    "--lookup-cache-static": _inert("every value: it feeds the ngram-cache drafter, which mlxcel refuses to select"),
-    "--lookup-cache-dynamic": _inert("every value: it feeds the ngram-cache drafter, which mlxcel refuses to select"),
     "--draft": _refuse("removed upstream", "", check=_removed("use --spec-draft-n-max or --spec-ngram-mod-n-max")),
     "--draft-min": _refuse("removed upstream", "", check=_removed("use --spec-draft-n-min or --spec-ngram-mod-n-min")),
     "--spec-ngram-size-n": _refuse("removed upstream", "", check=_removed("use the respective --spec-ngram-*-size-n")),
@@ -400,7 +393,7 @@ RULES: dict[str, Rule] = {
 
 _DRAFT_TUNING = (
     "every value without a draft model (it configures nothing then, as upstream); with one, the "
-    "values the target's own option accepts (the n-gram knobs: every value, their drafters are refused)"
+    "values the target's own option accepts (--spec-ngram-simple-min-hits: ngram-simple reads no hit count)"
 )
 for _id, _check in {
     "--spec-draft-threads": None,
@@ -423,16 +416,7 @@ for _id, _check in {
     "--spec-draft-backend-sampling": None,
     "--spec-draft-device": _device_check,
     "--spec-draft-ngl": _gpu_layers_check,
-    "--spec-ngram-mod-n-min": _range(0, 1024, "ngram n-min must be between 0 and 1024 inclusive"),
-    "--spec-ngram-mod-n-max": _range(0, 1024, "ngram n-max must be between 0 and 1024 inclusive"),
-    "--spec-ngram-mod-n-match": _range(1, 1024, "ngram size N must be between 1 and 1024 inclusive"),
     "--spec-ngram-simple-min-hits": _range(1, None, "ngram min hits must be at least 1"),
-    "--spec-ngram-map-k-size-n": _range(1, 1024, "ngram size N must be between 1 and 1024 inclusive"),
-    "--spec-ngram-map-k-size-m": _range(1, 1024, "ngram size M must be between 1 and 1024 inclusive"),
-    "--spec-ngram-map-k-min-hits": _range(1, None, "ngram min hits must be at least 1"),
-    "--spec-ngram-map-k4v-size-n": _range(1, 1024, "ngram size N must be between 1 and 1024 inclusive"),
-    "--spec-ngram-map-k4v-size-m": _range(1, 1024, "ngram size M must be between 1 and 1024 inclusive"),
-    "--spec-ngram-map-k4v-min-hits": _range(1, None, "ngram min hits must be at least 1"),
 }.items():
     RULES[_id] = _inert(_DRAFT_TUNING, check=_check)
 
@@ -531,6 +515,15 @@ ACTED_ON_CHECKS: dict[str, Callable[[object], None]] = {
     "--spec-draft-p-min": _stof_check,
     "--spec-ngram-simple-size-n": _range(1, 1024, "ngram size N must be between 1 and 1024 inclusive"),
     "--spec-ngram-simple-size-m": _range(1, 1024, "ngram size M must be between 1 and 1024 inclusive"),
+    "--spec-ngram-mod-n-min": _range(0, 1024, "ngram n-min must be between 0 and 1024 inclusive"),
+    "--spec-ngram-mod-n-max": _range(0, 1024, "ngram n-max must be between 0 and 1024 inclusive"),
+    "--spec-ngram-mod-n-match": _range(1, 1024, "ngram size N must be between 1 and 1024 inclusive"),
+    "--spec-ngram-map-k-size-n": _range(1, 1024, "ngram size N must be between 1 and 1024 inclusive"),
+    "--spec-ngram-map-k-size-m": _range(1, 1024, "ngram size M must be between 1 and 1024 inclusive"),
+    "--spec-ngram-map-k-min-hits": _range(1, None, "ngram min hits must be at least 1"),
+    "--spec-ngram-map-k4v-size-n": _range(1, 1024, "ngram size N must be between 1 and 1024 inclusive"),
+    "--spec-ngram-map-k4v-size-m": _range(1, 1024, "ngram size M must be between 1 and 1024 inclusive"),
+    "--spec-ngram-map-k4v-min-hits": _range(1, None, "ngram min hits must be at least 1"),
     "--rope-scaling": _in("--rope-scaling", "none", "linear", "yarn"),
     "--yarn-ext-factor": _stof_check,
     "--yarn-attn-factor": _stof_check,

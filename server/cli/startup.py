@@ -36,6 +36,14 @@ from ..chat.params import ChatSettings
 from ..encoder.startup import EncoderModeError, encoder_config
 from ..encoder.worker import EncoderWorker
 from ..engine.engine import Engine, EngineConfig
+from ..engine.ngram_drafters import (
+    CacheParams,
+    LookupCacheError,
+    MapParams,
+    ModParams,
+    NgramDrafters,
+    load_lookup_cache,
+)
 from ..engine.slot_files import Identity
 from ..engine.speculative import DraftConfig, vocab_mismatch
 from ..grammar.json_schema import json_schema_to_grammar
@@ -131,6 +139,7 @@ def build_state(args, prog: str, auth, cors, vertex, ranks=None):  # noqa: C901
         raise StartupRefusal(str(exc)) from None
     spec_types, draft = speculative_config(args, tokenizer, prog)
     ngram_simple = ngram_simple_config(args) if "ngram-simple" in spec_types else None
+    ngram = ngram_config(args, spec_types, prog)
     if encoder is not None:
         engine: Engine | EncoderWorker = EncoderWorker(checkpoint, encoder)
         log.warning(
@@ -170,6 +179,7 @@ def build_state(args, prog: str, auth, cors, vertex, ranks=None):  # noqa: C901
                 control_vector_layers=layers,
                 draft=draft,
                 ngram_simple=ngram_simple,
+                ngram=ngram,
                 kv=kv,
                 ctx_checkpoints=args.ctx_checkpoints,
                 checkpoint_min_step=args.checkpoint_min_step,
@@ -526,6 +536,8 @@ def speculative_config(args, tokenizer, prog: str):
     for g in args.given:
         if g.option == "--spec-type":
             types += spec_types(g.value)
+        elif g.option == "--spec-default":  # (b10621's preset pushes ngram-mod where it stands)
+            types.append("ngram-mod")
     model = args.spec_draft_model or ""
     if "draft-simple" not in types:
         if model:
@@ -632,6 +644,36 @@ def yarn_flags(args):
         beta_fast=stof(args.yarn_beta_fast),
         beta_slow=stof(args.yarn_beta_slow),
         orig_ctx=int(args.yarn_orig_ctx or 0),
+    )
+
+
+def ngram_config(args, types: list[str], prog: str) -> NgramDrafters:
+    """The stateful n-gram drafters --spec-type (or --spec-default) turns on, with their tuning as b10621's
+    handlers leave it (the last value given; --spec-default sets ngram-mod's where it stands). A lookup cache that
+    cannot be read stops the start in one line (b10621 aborts)."""
+
+    def map_params(kind: str) -> MapParams:
+        key = f"spec_ngram_{kind}_"
+        return MapParams(
+            int(getattr(args, key + "size_n")), int(getattr(args, key + "size_m")), int(getattr(args, key + "min_hits"))
+        )
+
+    cache = None
+    if "ngram-cache" in types:
+        cache = CacheParams(args.lookup_cache_static or "", args.lookup_cache_dynamic or "")
+        for which, path in (("static", cache.static), ("dynamic", cache.dynamic)):
+            try:
+                if path:
+                    load_lookup_cache(Path(path))
+            except (OSError, LookupCacheError):
+                raise StartupRefusal(f"{prog}: error: failed to open {which} lookup cache: {path}") from None
+    return NgramDrafters(
+        map_k=map_params("map_k") if "ngram-map-k" in types else None,
+        map_k4v=map_params("map_k4v") if "ngram-map-k4v" in types else None,
+        mod=ModParams(int(args.spec_ngram_mod_n_match), int(args.spec_ngram_mod_n_min), int(args.spec_ngram_mod_n_max))
+        if "ngram-mod" in types
+        else None,
+        cache=cache,
     )
 
 

@@ -25,6 +25,7 @@ import numpy as np
 from .. import blas, cpu_kernels
 from ..engine.commands import MetricsSnapshot
 from ..engine.metrics import ServerMetrics
+from ..engine.ngram_drafters import NgramDrafters
 from ..engine.types import EngineInfo
 from ..models.bert import BertEncoder, NativeBert
 
@@ -43,6 +44,7 @@ class EncoderConfig:
     sleep_idle_seconds: int = -1  # --sleep-idle-seconds: free the model after this long idle (-1: never)
     # where the HTTP layer reads an engine's drafters (GET /props): an encoder server drafts nothing
     ngram_simple: ClassVar[None] = None
+    ngram: ClassVar[NgramDrafters] = NgramDrafters()
     draft: ClassVar[None] = None
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from ..backends.distributed import Ranks
 from ..models.kv_numerics import KVNumerics
 from ..models.yarn import YarnFlags
+from .ngram_drafters import NgramDrafters
 from .speculative import DraftConfig
 
 
@@ -35,6 +36,7 @@ class EngineConfig:
     control_vector_layers: tuple[int, int] = (0, 0)
     draft: DraftConfig | None = None  # --spec-draft-model with --spec-type draft-simple
     ngram_simple: tuple[int, int] | None = None  # --spec-type ngram-simple: (size_n, size_m)
+    ngram: NgramDrafters = NgramDrafters()  # --spec-type ngram-map-k, -map-k4v, -mod, -cache and their tuning
     kv: KVNumerics = KVNumerics()  # -ctk, -ctv, -fa; this default a float32 cache (the CLI passes b10621's: f16)
     mlock: bool = False  # --mlock / --load-mode mlock|mmap+mlock: the weights locked in RAM once loaded
     # b10621's context checkpoints (-ctxcp, --checkpoint-min-step, --swa-full): where a sliding-window model's

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..backends import Backend, load_backend
+from .ngram_drafters import NgramCache, NgramDrafters, NgramMap, NgramMod
 from .process_token import TokenProcessor
 from .running import Running
 from .scheduler import Sequence
@@ -19,20 +20,33 @@ from .types import TokenProbs
 log = logging.getLogger("mlxcel.engine")
 
 
-def load_drafters(draft: DraftConfig | None, ngram_simple: tuple[int, int] | None) -> Speculator | None:
-    """The drafters, in b10621's priority order (n-gram first); the draft model loaded beside the target."""
+def load_drafters(
+    draft: DraftConfig | None, ngram_simple: tuple[int, int] | None, ngram: NgramDrafters
+) -> Speculator | None:
+    """The drafters, in b10621's priority order (ngram-simple, -map-k, -map-k4v, -mod, -cache, then the draft
+    model); the draft model loaded beside the target."""
     sources: list = []
-    n_max = 0
     if ngram_simple is not None:
         sources.append(NgramSimple(*ngram_simple))
-        n_max = max(n_max, ngram_simple[1])
+    if ngram.map_k is not None:
+        sources.append(NgramMap(ngram.map_k, key_only=True))
+    if ngram.map_k4v is not None:
+        sources.append(NgramMap(ngram.map_k4v, key_only=False))
+    if ngram.mod is not None:
+        sources.append(NgramMod(ngram.mod))
+    if ngram.cache is not None:
+        sources.append(NgramCache(ngram.cache))
     if draft is not None:
         sources.append(Drafter(load_backend(Path(draft.model), kv=draft.kv), draft))
-        n_max = max(n_max, draft.n_max)
         log.info(
             "draft model loaded: %s (n_max %d, n_min %d, p_min %g)", draft.model, draft.n_max, draft.n_min, draft.p_min
         )
-    return Speculator(sources, n_max) if sources else None
+    return Speculator(sources) if sources else None
+
+
+def text_tokens(tokens: list[int]) -> list[int]:
+    """b10621's get_text_tokens: an image's positions left out (the drafters see text alone)."""
+    return tokens if all(t >= 0 for t in tokens) else [t for t in tokens if t >= 0]
 
 
 def draft_state_bytes(drafter: Speculator | None) -> Callable[[int, int], int]:
@@ -53,14 +67,21 @@ class Speculation:
         run: Running = seq.payload
         return draft_max(self.n_ctx, slot_tokens(seq), run.request.n_predict, seq.n_decoded)
 
+    def begin(self, seq: Sequence) -> None:
+        """A request's prompt is processed (b10621's SLOT_STATE_DONE_PROMPT): each drafter sees it, with the
+        slot's state (kept across requests: b10621's drafters keep theirs per sequence id)."""
+        run: Running = seq.payload
+        run.drafts.state = self.drafter.new_state(seq.slot)
+        self.drafter.begin(run.drafts.state, text_tokens(list(seq.prompt)))
+
     def round(self, seq: Sequence, n_max: int) -> None:
         """One round for a sequence out of any decode batch, its adapters' scales set."""
         run: Running = seq.payload
         backend, drafter, d = self.backend, self.drafter, run.drafts
         if d.state is None:
-            d.state = drafter.new_state()
+            d.state = drafter.new_state(seq.slot)
         # after a context shift the draft cache keeps its common prefix with the shifted tokens and is fed the rest
-        draft = drafter.propose(d.state, cached_tokens(seq), run.last_token, n_max)
+        draft = drafter.propose(d.state, text_tokens(cached_tokens(seq)), run.last_token, n_max)
         d.n_draft += len(draft)
         if not draft:
             run.logits = backend.decode(run.cache, run.last_token)
@@ -78,6 +99,7 @@ class Speculation:
             if i == len(draft) or drawn[0] != draft[i]:
                 break
         backend.trim(run.cache, n_past + len(ids))
+        drafter.accept(d.state, len(ids) - 1)
         self._count(run, len(ids) - 1)
         # b10621 reports no candidates for a verified round's tokens: probability 1, an empty list
         probs = TokenProbs(1.0, ()) if run.request.n_probs > 0 else None

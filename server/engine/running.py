@@ -11,6 +11,7 @@ from ..grammar.constraint import GrammarMatcher
 from .provenance import Provenance
 from .reasoning_budget import ReasoningBudget
 from .sampling import Chain
+from .speculative import SpecState
 from .stopping import TextStream
 from .types import ErrorEvent, Event, FinalEvent, GenerationRequest, ScoreEvent, Timings
 
@@ -85,7 +86,7 @@ class Draws:
 class DraftStats:
     """Speculative decoding of one generation: the drafters' state and b10621's counters."""
 
-    state: list | None = None  # each drafter's state for this sequence (the draft model's cache)
+    state: SpecState | None = None  # each drafter's state for this sequence (its slot's, or the draft model's cache)
     n_draft: int = 0  # draft tokens proposed (b10621's n_draft_tokens)
     n_accepted: int = 0
     n_rounds: int = 0  # verification rounds (b10621's n_draft_verif_steps)

@@ -1,5 +1,6 @@
-"""Speculative decoding: b10621's draft-simple drafter (a draft model) and its ngram-simple drafter
-(common/speculative.cpp, common/ngram-map.cpp), tried in b10621's order (n-gram first).
+"""Speculative decoding: b10621's draft-simple drafter (a draft model), its ngram-simple drafter
+(common/speculative.cpp, common/ngram-map.cpp) and the stateful n-gram drafters (ngram_drafters.py), tried in
+b10621's order (n-gram first).
 
 Before a sequence's next decode step the draft model proposes up to n_max tokens, greedily, stopping early
 where its top candidate's probability (softmax over its 10 best, the drafter's top-k 10 sampler) falls under
@@ -89,11 +90,23 @@ class NgramSimple:
     in the sequence's own tokens; the size_m tokens that followed the latest earlier occurrence are the draft
     (none when fewer than size_n of them exist). Stateless: it keeps nothing per sequence."""
 
+    name = "ngram-simple"
+
     def __init__(self, size_n: int = 12, size_m: int = 48):
         self.size_n, self.size_m = size_n, size_m
 
-    def new_state(self) -> None:
+    @property
+    def n_max(self) -> int:
+        return self.size_m
+
+    def new_state(self, _slot: int | None = None) -> None:
         return None
+
+    def begin(self, _state: None, _prompt: list[int]) -> None:
+        pass
+
+    def accept(self, _state: None, _n_accepted: int) -> None:
+        pass
 
     def propose(self, _state: None, history: list[int], last: int, _n_max: int) -> list[int]:
         n, m, cur = self.size_n, self.size_m, len(history)
@@ -115,23 +128,43 @@ class NgramSimple:
         return [] if count < n else draft
 
 
+@dataclass
+class SpecState:
+    """One sequence's drafters' states (a stateful drafter's are its slot's, kept across requests) and which
+    drafter made the draft being verified (b10621's impl_last: it alone hears the acceptance)."""
+
+    states: list
+    last: int | None = None
+
+
 class Speculator:
     """The drafters b10621 would run, in its priority order: each round takes the first non-empty draft,
-    cut to the round's bound (common_speculative_draft)."""
+    cut to the round's bound (common_speculative_draft); every drafter sees each request's prompt (begin), the
+    one whose draft was verified hears how many the target took (accept)."""
 
-    def __init__(self, sources: list, n_max: int):
+    def __init__(self, sources: list, n_max: int | None = None):
         self.sources = sources
-        self.n_max = n_max  # common_speculative_n_max: the per-position statistics' length
+        # common_speculative_n_max: the per-position statistics' length
+        self.n_max = n_max if n_max is not None else max((s.n_max for s in sources), default=0)
 
-    def new_state(self) -> list:
-        return [source.new_state() for source in self.sources]
+    def new_state(self, slot: int | None = None) -> SpecState:
+        return SpecState([source.new_state(slot) for source in self.sources])
 
-    def propose(self, states: list, history: list[int], last: int, n_max: int) -> list[int]:
-        for source, state in zip(self.sources, states, strict=False):
-            draft = source.propose(state, history, last, n_max)
+    def begin(self, state: SpecState, prompt: list[int]) -> None:
+        for source, s in zip(self.sources, state.states, strict=True):
+            source.begin(s, prompt)
+
+    def propose(self, state: SpecState, history: list[int], last: int, n_max: int) -> list[int]:
+        for i, (source, s) in enumerate(zip(self.sources, state.states, strict=True)):
+            draft = source.propose(s, history, last, n_max)
             if draft:
+                state.last = i
                 return draft[:n_max] if n_max > 0 else draft
         return []
+
+    def accept(self, state: SpecState, n_accepted: int) -> None:
+        if state.last is not None:
+            self.sources[state.last].accept(state.states[state.last], n_accepted)
 
 
 class Drafter:
@@ -139,12 +172,25 @@ class Drafter:
     (`fed`); each round it is brought to the target's tokens first (trimmed to their common prefix, the rest
     fed), as b10621's draft context runs every batch the target runs."""
 
+    name = "draft-simple"
+
     def __init__(self, runner: Backend, config: DraftConfig):
         self.runner = runner  # the draft model's backend
         self.config = config
 
-    def new_state(self) -> DraftState:
+    @property
+    def n_max(self) -> int:
+        return self.config.n_max
+
+    def new_state(self, _slot: int | None = None) -> DraftState:
+        """A cache per request (the draft model's KV is not kept across requests)."""
         return DraftState(self.runner.new_cache())
+
+    def begin(self, _state: DraftState, _prompt: list[int]) -> None:
+        pass
+
+    def accept(self, _state: DraftState, _n_accepted: int) -> None:
+        pass
 
     def propose(self, state: DraftState, history: list[int], last: int, n_max: int) -> list[int]:
         """The draft after `history` (the target's tokens in its cache) and `last` (the token sampled last, not

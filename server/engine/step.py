@@ -94,6 +94,8 @@ class EngineStep:
                 progressed.pop(chunk.seq.rid)
                 forked = [self._fork(chunk.seq, c) for c in chunk.seq.children if c.held and c.slot is not None]
                 for seq in (chunk.seq, *forked):
+                    if self.speculation is not None:  # (b10621's common_speculative_begin, before the first draw)
+                        self.speculation.begin(seq)
                     tokens.sample(seq)
         for seq in progressed.values():  # prompts still being processed: one progress event per step
             tokens.progress(seq)

@@ -13,6 +13,7 @@ image): `non_causal`.
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -124,8 +125,6 @@ class Gemma3Encoder:
         """An integrated Gemma 3 checkpoint's tower and projector (config.json model_type gemma3), computed as the
         projector GGUF `convert_hf_to_gguf.py --mmproj` writes from it (Gemma3VisionModel: its defaults, its
         scale factor from preprocessor_config's image_seq_length)."""
-        import json
-
         vision = config.get("vision_config") or {}
         file = path / "preprocessor_config.json"
         pre = json.loads(file.read_text()) if file.is_file() else {}
