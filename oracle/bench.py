@@ -391,14 +391,33 @@ def run(
 
 
 SPEC_ARGS = ["-md", "{draft_q4_1}", "--spec-type", "draft-simple"]  # {draft_q4_1}: oracle/processes.py
+# --drafters: each drafter's command line (b10621's defaults unless the drafter needs a shorter n-gram to draft on
+# three-prompt runs); --spec-prompts: free text (PROMPT and two more) or repetitive text (lists, code, a phrase)
+DRAFTERS = {
+    "draft-simple": SPEC_ARGS,
+    "ngram-simple": ["--spec-type", "ngram-simple"],
+    "ngram-map-k": ["--spec-type", "ngram-map-k"],
+    "ngram-map-k4v": ["--spec-type", "ngram-map-k4v"],
+    "ngram-mod": ["--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "8", "--spec-ngram-mod-n-min", "4"],
+    "ngram-cache": ["--spec-type", "ngram-cache"],
+}
+_CODE = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef mul(a, b):\n    return a * b\n\n"
+SPEC_PROMPTS = {
+    "free": (PROMPT, "def fibonacci(n):", "The history of the Roman Empire begins with"),
+    "repetitive": (
+        "Count: " + ", ".join(str(i) for i in range(1, 40)) + ", " + ", ".join(str(i) for i in range(1, 30)),
+        _CODE * 3 + "def add(a, b):\n",
+        "The quick brown fox jumps over the lazy dog. " * 6,
+    ),
+}
 
 
-async def measure_decode(url: str, n_predict: int) -> dict:
+async def measure_decode(url: str, n_predict: int, prompts: tuple[str, ...] = SPEC_PROMPTS["free"]) -> dict:
     """One-stream greedy decode tokens/s over three prompts, and the draft counts the server reports."""
     out: dict = {"decode_tps_1": [], "draft_acceptance": []}
     async with loopback.AsyncClient(limits=httpx.Limits(max_keepalive_connections=0)) as client:
         await _one(client, url, {"prompt": PROMPT, "n_predict": 4, "temperature": 0})  # warm up
-        for prompt in (PROMPT, "def fibonacci(n):", "The history of the Roman Empire begins with"):
+        for prompt in prompts:
             body = {
                 "prompt": prompt,
                 "n_predict": n_predict,
@@ -415,8 +434,11 @@ async def measure_decode(url: str, n_predict: int) -> dict:
     return {k: statistics.median(v) for k, v in out.items() if v}
 
 
-def run_speculative(twin_kind: str, n_predict: int, reps: int) -> dict:
-    """Both servers plain and with the Q4_1 draft, side by side: decode tokens/s and the speedups."""
+def run_speculative(
+    twin_kind: str, n_predict: int, reps: int, spec_args: list[str] = SPEC_ARGS, prompts: str = "free"
+) -> dict:
+    """Both servers plain and with a drafter (default: the Q4_1 draft), side by side: decode tokens/s and the
+    speedups."""
     from fixtures.twins import twin
 
     from .reference import build_reference
@@ -426,8 +448,8 @@ def run_speculative(twin_kind: str, n_predict: int, reps: int) -> dict:
     servers = {
         ("reference", "plain"): reference_server(build_reference(), t.gguf, args),
         ("mlxcel", "plain"): mlxcel_server(t.mlx_model, args),
-        ("reference", "draft"): reference_server(build_reference(), t.gguf, [*args, *SPEC_ARGS]),
-        ("mlxcel", "draft"): mlxcel_server(t.mlx_model, [*args, *SPEC_ARGS]),
+        ("reference", "draft"): reference_server(build_reference(), t.gguf, [*args, *spec_args]),
+        ("mlxcel", "draft"): mlxcel_server(t.mlx_model, [*args, *spec_args]),
     }
     samples: dict = {key: [] for key in servers}
     try:
@@ -436,11 +458,13 @@ def run_speculative(twin_kind: str, n_predict: int, reps: int) -> dict:
         for rep in range(reps):
             order = list(servers) if rep % 2 == 0 else list(reversed(servers))
             for key in order:
-                samples[key].append(asyncio.run(measure_decode(servers[key].base_url, n_predict)))
+                samples[key].append(
+                    asyncio.run(measure_decode(servers[key].base_url, n_predict, SPEC_PROMPTS[prompts]))
+                )
     finally:
         for proc in servers.values():
             proc.cleanup()
-    out: dict = {"args": SPEC_ARGS}
+    out: dict = {"args": spec_args, "prompts": prompts}
     for (name, mode), runs in samples.items():
         for k in runs[0]:
             out.setdefault(name, {})[f"{k}_{mode}"] = summarize([r[k] for r in runs])
@@ -542,6 +566,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--no-anchor", action="store_true", help="skip mlx_lm.server")
     p.add_argument("--no-speculative", action="store_true", help="skip the speculative-decoding pair")
     p.add_argument("--speculative-only", action="store_true", help="run the speculative-decoding pair alone")
+    p.add_argument(
+        "--drafters",
+        default="draft-simple",
+        help=f"with --speculative-only: comma-separated drafters, each its own pair ({','.join(DRAFTERS)})",
+    )
+    p.add_argument("--spec-prompts", choices=list(SPEC_PROMPTS), default="free")
     p.add_argument("--out", help="the JSON written (default reports/bench/<date>-<commit>.json)")
     p.add_argument("--table", action="store_true", help="then regenerate docs/cpu-speed.md's table from it")
     p.add_argument(
@@ -560,7 +590,12 @@ def main(argv: list[str] | None = None) -> None:
     twins: dict = {}
     for kind in args.twin:
         if args.speculative_only:
-            twins[kind] = {"speculative": run_speculative(kind, args.n_predict, args.reps)}
+            twins[kind] = {
+                "speculative": {
+                    name: run_speculative(kind, args.n_predict, args.reps, DRAFTERS[name], args.spec_prompts)
+                    for name in args.drafters.split(",")
+                }
+            }
             print(json.dumps(twins[kind]["speculative"], indent=1))
             continue
         results = run(kind, args.n_predict, args.reps, anchor=not args.no_anchor, groups=groups)

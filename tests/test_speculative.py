@@ -296,3 +296,10 @@ def test_props_report_the_drafters_this_server_runs_and_nothing_without_them():
         "ngram_simple": {"size_n": 3, "size_m": 8},
         "draft": {"model": "SmolLM2-draft", "n_max": 5, "n_min": 1, "p_min": 0.5},
     }
+    ngram = EngineConfig(ngram=NgramDrafters(map_k4v=MapParams(4, 8, 2), mod=ModParams(), cache=CacheParams("s.bin")))
+    assert speculative_props(ngram) == {
+        "types": ["ngram-map-k4v", "ngram-mod", "ngram-cache"],
+        "ngram_map_k4v": {"size_n": 4, "size_m": 8, "min_hits": 2},
+        "ngram_mod": {"n_match": 24, "n_min": 48, "n_max": 64},
+        "ngram_cache": {"static": "s.bin", "dynamic": ""},
+    }
