@@ -371,9 +371,15 @@ RULES: dict[str, Rule] = {
     # ----- embeddings, multimodal, observability, router: other issues' surfaces -----
     "--mmproj-offload": _inert("every form: the projector runs on the CPU (numpy), as b10621's CPU build runs it"),
     "--mmproj-device": _inert("every value: the projector runs on the CPU (numpy), as b10621's CPU build runs it"),
-    "--image-min-tokens": _inert("every value: they size dynamic-resolution images; LLaVA's are one fixed size"),
-    "--image-max-tokens": _inert("every value: they size dynamic-resolution images; LLaVA's are one fixed size"),
-    "--mtmd-batch-max-tokens": _inert("every value: LLaVA's tower encodes one image at a time, as b10621's does"),
+    "--image-min-tokens": _inert(
+        "every value: they size dynamic-resolution images; the towers mlxcel serves take one fixed size, as in b10621"
+    ),
+    "--image-max-tokens": _inert(
+        "every value: they size dynamic-resolution images; the towers mlxcel serves take one fixed size, as in b10621"
+    ),
+    "--mtmd-batch-max-tokens": _inert(
+        "every value: the towers mlxcel serves encode one image at a time, as b10621's do (no batching tower)"
+    ),
     "--spec-type": _only(
         lambda v: set(spec_types(v)) <= SERVED_SPEC_TYPES,
         "none, draft-simple and the n-gram types",
