@@ -1,0 +1,36 @@
+"""The speculative drafters' table in docs/speculative.md, from `mlxcel-oracle bench --speculative-only --drafters
+...` JSON: per drafter, each server's plain and drafted one-stream decode (medians) and its own speedup."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def table(path: Path) -> str:
+    data = json.loads(path.read_text())
+    lines = [
+        "| drafter | reference plain | reference drafted | reference speedup | mlxcel plain | mlxcel drafted "
+        "| mlxcel speedup | acceptance |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for kind, results in data["twins"].items():
+        for name, r in results["speculative"].items():
+            ref, mine = r["reference"], r["mlxcel"]
+            acc = mine.get("draft_acceptance_draft", {}).get("median", 0.0)
+            lines.append(
+                f"| {name} ({kind}, {r.get('prompts', 'free')}) | {ref['decode_tps_1_plain']['median']:.1f} "
+                f"| {ref['decode_tps_1_draft']['median']:.1f} | {ref['speedup']:.2f} "
+                f"| {mine['decode_tps_1_plain']['median']:.1f} | {mine['decode_tps_1_draft']['median']:.1f} "
+                f"| {mine['speedup']:.2f} | {acc:.2f} |"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    print(table(Path((argv or sys.argv[1:])[0])))
+
+
+if __name__ == "__main__":
+    main()
