@@ -1084,14 +1084,15 @@ void cblas_sgemm(int order, int trans_a, int trans_b, int m, int n, int k, float
                  const float *b, int ldb, float beta, float *c, int ldc) {
 #if X86
     if (have_avx2 && m > SMALL_M && order == ROW_MAJOR && trans_a == NO_TRANS && k > 0) {
-        /* a prompt's product over a GGUF's K-quant weight: its rows as a decode step's rows (int8_dot.c's tiles
-         * and panels), each the same function of its row as it is there. The legacy blocks (Q4_0, Q8_0, ...) and
-         * affine groups too where AVX-512 VNNI's panels take them: AVX2 has no tile kernel for them, and one row
-         * at a time their integer path ran at half the BLAS's float rate, so there a prompt's stay float; and
-         * Q2_K / Q3_K's always (int8_dot.c has one-row kernels only for them). */
+        /* a prompt's product over a GGUF's K-quant or legacy-block weight (Q5_0, Q5_1, Q8_0): its rows as a
+         * decode step's rows (int8_dot.c's tiles and panels), each the same function of its row as it is there,
+         * so a cache hit gives the cold run's logits. Affine groups (Q4_0 / Q4_1 imports, MLX checkpoints) too
+         * where AVX-512 VNNI's panels take them: AVX2 has no tile kernel for them, and one row at a time their
+         * integer path ran at half the BLAS's float rate, so there a prompt's stay float; and Q2_K / Q3_K's
+         * always (int8_dot.c has one-row kernels only for them). */
         struct quant_weight w;
         if (quant_find(b, trans_b == TRANS, k, n, ldb, &w) && w.int8 && w.ggml != GGML_F16 &&
-            (w.ggml >= GGML_Q4_K || (w.ggml < GGML_Q2_K && mlxcel_int8_vnni())) &&
+            (w.ggml >= GGML_Q4_K || (w.ggml >= GGML_Q5_0 && w.ggml <= GGML_Q8_0) || (!w.ggml && mlxcel_int8_vnni())) &&
             small_quant(&w, m, alpha, a, lda, beta, c, ldc)) {
             quant_calls++;
             return;

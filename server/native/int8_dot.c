@@ -276,6 +276,41 @@ AVX2 static float dot_legacy(int type, const uint8_t *w, const struct acts *a, i
     return acc + bias;
 }
 
+/* four activation rows (m .. m + 3) against one weight row: each block's values read once for the four, each
+ * row's steps dot_legacy's in its order (so each output is bitwise its one-row product): AVX2's prompts over
+ * the legacy blocks stay on the integer path, as ggml multiplies them (128 rows x 2048 x 2048 on a 2-core AVX2
+ * machine: Q8_0 16.7 ms against 15.8 for the float BLAS over the same values, Q5_0 24.6) */
+AVX2 static void dot_legacy_tile(int type, const uint8_t *w, const struct acts *a, int m, float out[4]) {
+    const struct legacy_layout l = legacy(type);
+    const __m128i excess = _mm_set1_epi32(legacy_excess(type, 0));
+    const __m256i ones = _mm256_set1_epi16(1);
+    const int8_t *x[4] = {act_q(a, m), act_q(a, m + 1), act_q(a, m + 2), act_q(a, m + 3)};
+    const float *dx[4] = {act_scales(a, m), act_scales(a, m + 1), act_scales(a, m + 2), act_scales(a, m + 3)};
+    const float *xs[4] = {act_sums(a, m), act_sums(a, m + 1), act_sums(a, m + 2), act_sums(a, m + 3)};
+    const int32_t *is[4] = {act_isums(a, m), act_isums(a, m + 1), act_isums(a, m + 2), act_isums(a, m + 3)};
+    __m128 acc = _mm_setzero_ps(), bias = _mm_setzero_ps(); /* lane r: row m + r's */
+    for (int c = 0; c < a->chunks; c++, w += l.bytes) {
+        _mm_prefetch((const char *)w + PREFETCH_BYTES, _MM_HINT_T0);
+        const __m256i v = legacy_values(type, w, l), av = _mm256_abs_epi8(v);
+        __m256i sums[4];
+        for (int r = 0; r < 4; r++) {
+            const __m256i xq = _mm256_loadu_si256((const __m256i *)(x[r] + (size_t)c * QK));
+            const __m256i p16 =
+                type == GGML_Q8_0 ? _mm256_maddubs_epi16(av, _mm256_sign_epi8(xq, v)) : _mm256_maddubs_epi16(v, xq);
+            sums[r] = _mm256_madd_epi16(p16, ones);
+        }
+        /* the four rows' integer totals at once (integer sums: the same totals as hsum_i32x8's, in any order) */
+        const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(sums[0], sums[1]), _mm256_hadd_epi32(sums[2], sums[3]));
+        __m128i totals = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+        totals = _mm_sub_epi32(totals, _mm_mullo_epi32(excess, _mm_set_epi32(is[3][c], is[2][c], is[1][c], is[0][c])));
+        const __m128 d = _mm_mul_ps(_mm_set1_ps(f16(w)), _mm_set_ps(dx[3][c], dx[2][c], dx[1][c], dx[0][c]));
+        acc = _mm_fmadd_ps(d, _mm_cvtepi32_ps(totals), acc); /* each lane dot_legacy's fmaf */
+        if (l.m >= 0)
+            bias = _mm_fmadd_ps(_mm_set1_ps(f16(w + l.m)), _mm_set_ps(xs[3][c], xs[2][c], xs[1][c], xs[0][c]), bias);
+    }
+    _mm_storeu_ps(out, _mm_add_ps(acc, bias));
+}
+
 /* ---- K-quants (block layouts: ggml_blocks.c) ---------------------------------------------------------------- */
 
 /* a Q4_K / Q5_K block's twelve bytes of six-bit scales and mins as eight scales, then eight mins (get_scale_min_k4,
@@ -978,6 +1013,13 @@ AVX2 static void int8_task(void *ctx, int task) {
             continue;
         }
         int m = 0;
+        if (is_legacy(w->ggml))
+            for (; m + TILE <= t->M; m += TILE)
+                for (int j = jb; j < je; j++) {
+                    float s[TILE];
+                    dot_legacy_tile(w->ggml, w->q + (size_t)j * w->row_bytes, &t->a, m, s);
+                    for (int r = 0; r < TILE; r++) put(t, m + r, j, s[r]);
+                }
         if (k_blocks(w) && tiled(w))
             for (; m + TILE <= t->M; m += TILE)
                 for (int j = jb; j < je; j++) {
