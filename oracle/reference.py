@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from fixtures.twins import build_once, cache_root, sha256_file
+from server.cachedir import stamp_matches
 
 # the build we run is pinned once, in the manifest's pin.json
 _PIN = json.loads(
@@ -110,29 +111,43 @@ def build_reference(jobs: int | None = None, log=sys.stderr) -> Path:
         if not os.access(override, os.X_OK):
             raise ReferenceBuildError(f"{BINARY_ENV}={override} is not an executable file")
         return Path(override)
-    return _built("llama-server", reference_dir(), jobs, log)
+    return _built("llama-server", reference_dir(), jobs, log, companion="llama-quantize")
+
+
+def quantize_dir() -> Path:
+    return cache_root() / "reference" / f"quantize-{SDIST_SHA256[:12]}"
 
 
 def quantize_binary(jobs: int | None = None, log=sys.stderr) -> Path:
-    """The reference's llama-quantize (what makes the quantized twins, fixtures/families.py), built on first use
-    in a build of its own: adding it to llama-server's would change that binary's recipe, which would unbind the
-    recordings (oracle/live.py)."""
-    return _built("llama-quantize", cache_root() / "reference" / f"quantize-{SDIST_SHA256[:12]}", jobs, log)
+    """The reference's llama-quantize (what makes the quantized twins, fixtures/families.py): built beside
+    llama-server (build_reference), else on first use in a build of its own."""
+    return _built("llama-quantize", quantize_dir(), jobs, log)
 
 
-def _built(target: str, where: Path, jobs: int | None, log) -> Path:
+def _recipe(target: str) -> dict:
+    return {"sdist_sha256": SDIST_SHA256, "cmake_flags": list(CMAKE_FLAGS), "target": target}
+
+
+def _built(target: str, where: Path, jobs: int | None, log, companion: str | None = None) -> Path:
+    """`target` built once into `where`. `companion` (llama-quantize beside llama-server): compiled in the same
+    build from the same objects where its own cache entry is missing, ~20 s where a build of its own recompiled
+    libllama (~7 minutes cold on two cores). Each binary keeps its own recipe, so llama-server's, to which the
+    recordings are bound (oracle/live.py), is the same with or without it."""
     _check_tools()
     src = source_tree()
-    recipe = {"sdist_sha256": SDIST_SHA256, "cmake_flags": list(CMAKE_FLAGS), "target": target}
+    recipe = _recipe(target)
+    companion_dir = quantize_dir() if companion == "llama-quantize" else None
+    also = companion if companion and companion_dir and not stamp_matches(companion_dir, _recipe(companion)) else None
 
     def build(tmp: Path) -> None:
         # the build folder lives in the cache (never the temp directory): an interrupted build leaves nothing
         # elsewhere and the next one resumes it; it goes once the binary is in place
         bdir = build_dir(target)
         n = str(jobs or os.cpu_count() or 2)
+        targets = [target, also] if also else [target]
         steps = [
             ("configure", ["cmake", "-S", str(src), "-B", str(bdir), *CMAKE_FLAGS]),
-            ("compile", ["cmake", "--build", str(bdir), "--target", target, "-j", n]),
+            ("compile", ["cmake", "--build", str(bdir), "--target", *targets, "-j", n]),
         ]
         for stage, cmd in steps:
             print(f"reference build: {stage}: {' '.join(cmd)}", file=log, flush=True)
@@ -142,6 +157,12 @@ def _built(target: str, where: Path, jobs: int | None, log) -> Path:
                 last = [ln for ln in output.splitlines() if ln.strip()][-1:] or ["no output"]
                 raise ReferenceBuildError(f"building {target} failed ({' '.join(cmd[:2])}): {last[0]}")
         shutil.copy2(bdir / "bin" / target, tmp / target)
+        if also and companion_dir is not None:
+
+            def place(out: Path) -> None:
+                shutil.copy2(bdir / "bin" / also, out / also)
+
+            build_once(companion_dir, _recipe(also), place)
         shutil.rmtree(bdir, ignore_errors=True)  # ~700 MB of objects, not needed once the binary is copied
 
     return build_once(where, recipe, build) / target

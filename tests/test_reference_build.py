@@ -78,3 +78,37 @@ def test_an_interrupted_build_step_takes_its_processes_with_it(tmp_path):
 def test_the_build_folder_is_in_the_cache(monkeypatch, tmp_path):
     monkeypatch.setenv("MLXCEL_CACHE_DIR", str(tmp_path / "cache"))
     assert reference.build_dir().is_relative_to(tmp_path / "cache")
+
+
+def test_llama_quantize_comes_from_the_server_build_where_it_is_missing(monkeypatch, tmp_path):
+    """A cold cache's llama-server build compiles llama-quantize in the same build (one libllama, not two: ~7
+    minutes of a cold CI run), each binary under its own recipe; a cached quantizer is not rebuilt."""
+    import io
+
+    monkeypatch.setenv("MLXCEL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv(reference.BINARY_ENV, raising=False)
+    monkeypatch.setattr(reference, "source_tree", lambda: tmp_path / "src")
+    compiled: list[list[str]] = []
+
+    def fake_step(stage, cmd, log):
+        if stage == "compile":
+            compiled.append(cmd[cmd.index("--target") + 1 : cmd.index("-j")])
+            bdir = reference.build_dir(cmd[cmd.index("--target") + 1]) / "bin"
+            bdir.mkdir(parents=True, exist_ok=True)
+            for t in compiled[-1]:
+                (bdir / t).write_text(f"binary {t}")
+        return 0, ""
+
+    monkeypatch.setattr(reference, "_run_with_progress", fake_step)
+    server = reference.build_reference(log=io.StringIO())
+    assert compiled == [["llama-server", "llama-quantize"]]
+    quantize = reference.quantize_binary(log=io.StringIO())
+    assert compiled == [["llama-server", "llama-quantize"]]  # (taken from the cache, not built again)
+    assert quantize.read_text() == "binary llama-quantize" and server.read_text() == "binary llama-server"
+    assert reference.stamp_matches(server.parent, reference._recipe("llama-server"))
+    assert reference.stamp_matches(quantize.parent, reference._recipe("llama-quantize"))
+    import shutil
+
+    shutil.rmtree(server.parent)  # a server rebuilt beside a cached quantizer compiles the server alone
+    reference.build_reference(log=io.StringIO())
+    assert compiled[-1] == ["llama-server"]
