@@ -49,6 +49,23 @@ def reference_live(key: str, recorded: bool = True) -> bool:
     return live.live(key, recorded)
 
 
+def pytest_collection_modifyitems(config, items):
+    """The rotation (oracle/rotation.py): in CI, the slow suites' tests of this landing's third; the test functions
+    that lost some are listed beside the evidence for the manifest's gate."""
+    from oracle import rotation
+    from oracle.evidence import evidence_dir
+
+    turn = rotation.landing()
+    keep, rotated = rotation.select([item.nodeid for item in items], turn)
+    if turn is None:
+        return
+    dropped = [item for item, k in zip(items, keep, strict=True) if not k]
+    items[:] = [item for item, k in zip(items, keep, strict=True) if k]
+    config.hook.pytest_deselected(items=dropped)
+    rotation.write_rotated(rotated, evidence_dir())
+    config._mlxcel_rotation = (turn, len(dropped))
+
+
 def pytest_collection_finish(session):
     """How many server states (own-server pairs) the selected corpus cases need: shown as [pair i/n]."""
     from oracle.corpus import server_states
@@ -274,6 +291,14 @@ def pytest_terminal_summary(terminalreporter):
     """The reliability suites' figures (tests/reliability/figures.py), printed and written to a JSON file."""
     from tests.reliability import figures
 
+    rotation = getattr(terminalreporter.config, "_mlxcel_rotation", None)
+    if rotation is not None:
+        from fixtures.families import ROTATION
+
+        terminalreporter.write_line(
+            f"rotation: turn {rotation[0]} of {ROTATION}: {rotation[1]} tests of the rotating suites left to the "
+            "other landings (oracle/rotation.py)"
+        )
     path = figures.write()
     if path is not None:
         terminalreporter.section("reliability figures")

@@ -113,14 +113,21 @@ def cmd_bind(_: argparse.Namespace) -> int:
 
 def cmd_verify(_: argparse.Namespace) -> int:
     entries = [e for es in _manifest_entries().values() for e in es]
+    from .rotation import read_rotated
+
     records = load_records()
-    failures = verify(entries, records)
+    rotated = read_rotated(evidence_dir())
+    failures = verify(entries, records, rotated)
     for f in failures:
         print(f, file=sys.stderr)
     live = sum(r.get("reference_source") == "live" for r in records)
+    backed = {eid for r in records for eid in r["entries"]}
+    waiting = sum(1 for e in entries if e.get("test") in rotated and e["id"] not in backed)
     print(
         f"verify: {len(records)} evidence records ({live} against the live reference, {len(records) - live} "
-        "against its bound recordings); "
+        "against its bound recordings)"
+        + (f"; {waiting} entries of rotated-out tests checked in another landing" if waiting else "")
+        + "; "
         + ("ok" if not failures else f"{len(failures)} entr{'y' if len(failures) == 1 else 'ies'} not backed")
     )
     return 1 if failures else 0

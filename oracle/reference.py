@@ -18,8 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from fixtures.twins import build_once, cache_root, sha256_file
-from server.cachedir import stamp_matches
+from fixtures.twins import build_once, cache_root, sha256_file, stamp_matches
 
 # the build we run is pinned once, in the manifest's pin.json
 _PIN = json.loads(

@@ -1,0 +1,82 @@
+"""The rotation: the slow suites a CI landing runs a third of, so that `nox -s tests` fits its 30-minute budget.
+
+Each suite named in ROTATING runs, in CI (MLXCEL_LIVE_SHARE K/N, noxfile.py), the tests whose place among its
+collected tests is K mod ROTATION modulo ROTATION: every test runs at least once in every ROTATION landings in a
+row, as the families rotate (fixtures/families.py in_turn) and as the recorded cases meet the live reference once
+in N. A developer's run (MLXCEL_LIVE_SHARE unset or "all") and MLXCEL_ALL_TWINS=1 run every test.
+
+The manifest's gate (`mlxcel-oracle verify`) then finds no evidence from this landing for an entry whose cases were
+rotated out: the test functions with rotated-out tests are listed beside the evidence (ROTATED_FILE), and an entry
+that names one of them is not failed for missing evidence (a record that differs still fails it), as its cases
+meet the gate in another landing.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+# the slow suites that rotate (the junit times of a cold run on a 2-core AVX2 machine, 2026-12-07, in seconds);
+# the corpus does not: every manifest entry's main evidence comes from it on every landing
+ROTATING = (
+    "conformance/test_startup.py",  # 178 (156 start-ups, both servers each)
+    "conformance/test_hf_download.py",  # 136
+    "tests/test_speculative.py",  # 94
+    "tests/test_serving_ranks.py",  # 81 (servers of 2 and 3 processes)
+    "conformance/test_ngram_drafters.py",  # 58
+    "tests/reliability/test_security.py",  # 54
+    "tests/test_decode_step.py",  # 49
+    "tests/test_lora.py",  # 46
+    "tests/reliability/test_faults.py",  # 44
+    "conformance/test_embeddings.py",  # 40
+    "conformance/test_image_chat.py",  # 40
+    "conformance/test_audio_chat.py",  # 37
+    "tests/test_engine_batching.py",  # 34
+    "tests/reliability/test_fuzz.py",  # 31
+)
+ROTATED_FILE = "rotated.lst"  # beside the evidence records (not *.json: those are records)
+
+
+def landing() -> int | None:
+    """This landing's turn (0 .. ROTATION - 1), or None: every test runs."""
+    from fixtures.families import ROTATION
+
+    share = os.environ.get("MLXCEL_LIVE_SHARE", "all")
+    if os.environ.get("MLXCEL_ALL_TWINS") or "/" not in share:
+        return None
+    return int(share.split("/")[0]) % ROTATION
+
+
+def _suite(nodeid: str) -> str | None:
+    path = nodeid.split("::", 1)[0]
+    return path if path in ROTATING else None
+
+
+def select(nodeids: list[str], turn: int | None) -> tuple[list[bool], list[str]]:
+    """Which of the collected tests run this landing (in their order), and the test functions that lost some."""
+    from fixtures.families import ROTATION
+
+    keep, seen, rotated = [], {}, []
+    for nodeid in nodeids:
+        suite = _suite(nodeid)
+        if suite is None or turn is None:
+            keep.append(True)
+            continue
+        place = seen[suite] = seen.get(suite, -1) + 1
+        keep.append(place % ROTATION == turn)
+        function = nodeid.split("[", 1)[0]
+        if not keep[-1] and function not in rotated:
+            rotated.append(function)
+    return keep, rotated
+
+
+def write_rotated(functions: list[str], directory: Path) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / ROTATED_FILE).write_text("".join(f + "\n" for f in functions), encoding="utf-8")
+
+
+def read_rotated(directory: Path) -> set[str]:
+    try:
+        return {ln.strip() for ln in (directory / ROTATED_FILE).read_text(encoding="utf-8").splitlines() if ln.strip()}
+    except OSError:
+        return set()
