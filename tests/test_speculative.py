@@ -303,3 +303,23 @@ def test_props_report_the_drafters_this_server_runs_and_nothing_without_them():
         "ngram_mod": {"n_match": 24, "n_min": 48, "n_max": 64},
         "ngram_cache": {"static": "s.bin", "dynamic": ""},
     }
+
+
+def test_the_drafts_cache_types_act_on_the_draft_model(twin_f32):
+    """-ctkd / -ctvd (with -fa) give the draft model's cache its types: the draft's backend holds them, and its
+    logits after a prompt are those of a q8_0 key cache, not the float cache's (the oracle case
+    speculative-draft-kv-types compares the drafts' counts with b10621's)."""
+    from server.engine.drafting import load_drafters
+    from server.models.kv_numerics import KVNumerics
+
+    tok = ModelTokenizer(twin_f32.mlx_dir)
+    prompt = tok.tokenize("def fibonacci(n):\n    if n < 2:\n        return n\n", True, True)
+    logits = {}
+    for name, kv in (("typed", KVNumerics("q8_0", "bf16", False)), ("float", None)):
+        spec = load_drafters(DraftConfig(str(twin_f32.mlx_dir), kv=kv), None, NgramDrafters())
+        assert spec is not None
+        runner = spec.sources[-1].runner
+        assert runner.kv == kv
+        logits[name] = np.array(runner.prefill(runner.new_cache(), prompt))
+    assert not np.array_equal(logits["typed"], logits["float"])
+    assert logits["typed"].argmax() == logits["float"].argmax()  # (the same model, a cache's rounding apart)

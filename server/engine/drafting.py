@@ -39,7 +39,12 @@ def load_drafters(
     if draft is not None:
         sources.append(Drafter(load_backend(Path(draft.model), kv=draft.kv), draft))
         log.info(
-            "draft model loaded: %s (n_max %d, n_min %d, p_min %g)", draft.model, draft.n_max, draft.n_min, draft.p_min
+            "draft model loaded: %s (n_max %d, n_min %d, p_min %g; %s)",
+            draft.model,
+            draft.n_max,
+            draft.n_min,
+            draft.p_min,
+            draft.kv.describe() if draft.kv else "KV cache in float32",
         )
     return Speculator(sources) if sources else None
 
