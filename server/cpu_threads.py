@@ -16,6 +16,8 @@ import ctypes
 import errno
 import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from . import blas
@@ -94,6 +96,9 @@ def _mask(entries: list | None) -> tuple[bool, ...] | None:
 class ThreadConfig:
     decode: CpuParams
     batch: CpuParams
+    # --spec-draft-threads / --spec-draft-threads-batch: the draft model's steps (0: not given, the target's -t /
+    # -tb, as postprocess_cpu_params gives the draft's roles the target's; < 0: every thread)
+    draft: tuple[int, int] = (0, 0)
 
     @classmethod
     def from_args(cls, args) -> ThreadConfig:
@@ -112,7 +117,11 @@ class ThreadConfig:
             int(args.prio_batch) if args.prio_batch is not None else decode.prio,
             int(args.poll_batch) if args.poll_batch is not None else decode.poll,
         )
-        return cls(decode, batch)
+        td, tbd = getattr(args, "spec_draft_threads", None), getattr(args, "spec_draft_threads_batch", None)
+        if not (getattr(args, "spec_draft_model", None) or getattr(args, "spec_draft_hf", None)):
+            td = tbd = None  # (without a draft model they configure nothing, in b10621 too)
+        draft = (0 if td is None else td if td > 0 else -1, 0 if tbd is None else tbd if tbd > 0 else -1)
+        return cls(decode, batch, draft)
 
     def pool(self) -> CpuParams:
         """The pool's placement: generation's where it asks for one, else the batch role's (its threads aside)."""
@@ -164,16 +173,37 @@ def apply(config: ThreadConfig) -> int:
         max(d.threads, 0), max(b.threads, 0), mask, GGML_MAX_N_THREADS if d.mask else 0, d.strict, d.prio, d.poll
     )
     blas.set_threads(b.threads if b.threads > 0 else n)
+    if hasattr(native, "mlxcel_pool_draft_config"):
+        n = native.mlxcel_pool_draft_config(*config.draft)
     if hasattr(native, "mlxcel_attention_split"):  # a one-row step's keys split as b10621's -t threads split them
         native.mlxcel_attention_split(config.decode.threads if config.decode.threads > 0 else physical_cores())
     log.info(
-        "CPU threads: %d for generation, %d for prompts (a pool of %d)%s",
+        "CPU threads: %d for generation, %d for prompts (a pool of %d)%s%s",
         d.threads if 0 < d.threads < n else n,
         b.threads if 0 < b.threads < n else n,
         n,
         "" if d.mask is None else ", placed by the CPU mask" + (" (strict)" if d.strict else ""),
+        ""
+        if config.draft == (0, 0)
+        else "; a draft model's steps: %s for generation, %s for prompts"
+        % tuple(str(t if 0 < t < n else n) if t else "the target's" for t in config.draft),
     )
     return n
+
+
+@contextmanager
+def draft_steps() -> Iterator[None]:
+    """The calling thread's jobs on the draft's thread counts (--spec-draft-threads / -batch) while it runs the
+    draft model, as b10621 runs the draft context on its own threadpools."""
+    native = blas.STATE.native
+    if native is None or not hasattr(native, "mlxcel_pool_draft"):
+        yield
+        return
+    was = native.mlxcel_pool_draft(1)
+    try:
+        yield
+    finally:
+        native.mlxcel_pool_draft(was)
 
 
 NODES = "/sys/devices/system/node"

@@ -815,11 +815,14 @@ def test_a_draft_model_and_draft_simple_are_served():
 def test_with_a_draft_model_its_runtime_options_are_held_to_the_targets():
     assert refused("-td", "4", "-ctkd", "q8_0", "-devd", "none") == []  # no draft: they configure nothing
     assert refused("-md", "d", "-td", "-1", "-ctkd", "f16", "-ngld", "99", "-devd", "none") == []
-    assert refused("-md", "d", "-td", "4", "-ctkd", "q8_0") == [
-        "error: -td 4: the draft model runs on the target's CPU thread pool, which -t / -tb size and -C / -Cr / "
-        "--cpu-strict / --prio / --poll place (the draft model's placement); leave it out, and size or place the pool "
-        "with the target's options",
-    ]  # (-ctkd q8_0: the draft's cache is block-quantized, as the target's -ctk q8_0 makes its own)
+    # -td / -tbd act (the draft's steps on their thread counts: tests/test_cpu_threads.py); -ctkd q8_0: the draft's
+    # cache is block-quantized, as the target's -ctk q8_0 makes its own
+    assert refused("-md", "d", "-td", "4", "-tbd", "2", "-ctkd", "q8_0") == []
+    assert refused("-md", "d", "-Cd", "3") == [
+        "error: -Cd 3: the draft model runs on the target's CPU thread pool (on -td / -tbd of its threads), which "
+        "-C / -Cr / --cpu-strict / --prio / --poll place (the draft model's placement); leave it out, and size or "
+        "place the pool with the target's options",
+    ]
 
 
 def test_speculative_tuning_is_inert_and_checked_as_b10621(capsys):

@@ -151,3 +151,31 @@ def test_t_sets_the_parts_a_one_row_step_splits_its_keys_into_past_256_cells(twi
         assert mx.array_equal(step(300, "3"), step(300, "3")).item()
     finally:
         apply(_config())
+
+
+def test_a_draft_models_steps_run_on_td_threads():
+    """-td / -tbd (b10621's draft threadpools, the target's counts where not given): the calling thread's jobs take
+    -td's count while it runs the draft model (server/engine/speculative.py Drafter.propose), -t's otherwise;
+    without a draft model they configure nothing, as in b10621."""
+    from server.cpu_threads import draft_steps
+
+    native = blas.STATE.native
+    if native is None or not hasattr(native, "mlxcel_pool_draft"):
+        pytest.skip("mlxcel's kernels are not loaded")
+    assert _config("-td", "1").draft == (0, 0)  # (no draft model)
+    assert _config("-md", "d", "-td", "0").draft == (-1, 0)  # (<= 0: every thread, as hardware_concurrency)
+    try:
+        n = apply(_config("-md", "d", "-t", "2", "-td", "1", "-tbd", "2"))
+        assert n >= 2 and native.mlxcel_pool_width() == 2
+        with draft_steps():
+            assert native.mlxcel_pool_width() == 1
+            with draft_steps():  # (nested: the outer phase comes back)
+                assert native.mlxcel_pool_width() == 1
+            assert native.mlxcel_pool_width() == 1
+        assert native.mlxcel_pool_width() == 2
+        apply(_config("-md", "d", "-t", "1"))  # -td not given: the draft's steps on the target's -t
+        with draft_steps():
+            assert native.mlxcel_pool_width() == 1
+    finally:
+        apply(_config())
+    assert native.mlxcel_pool_width() == native.mlxcel_threads()

@@ -578,6 +578,15 @@ MLXCEL: dict[str, dict] = {
     "--threads-batch": _s(
         "threads_batch", "number of threads to use during batch and prompt processing (default: same as -t)"
     ),
+    "--spec-draft-threads": _s(
+        "spec_draft_threads",
+        "number of threads to use during generation (default: same as --threads); the draft model's steps",
+    ),
+    "--spec-draft-threads-batch": _s(
+        "spec_draft_threads_batch",
+        "number of threads to use during batch and prompt processing (default: same as --threads-draft); the "
+        "draft model's prompt rows",
+    ),
     "--cpu-mask": _s(
         help='CPU affinity mask: arbitrarily long hex. Complements cpu-range (default: "")',
         dest="cpu_mask_args",

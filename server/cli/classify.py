@@ -402,8 +402,6 @@ _DRAFT_TUNING = (
     "values the target's own option accepts (--spec-ngram-simple-min-hits: ngram-simple reads no hit count)"
 )
 for _id, _check in {
-    "--spec-draft-threads": None,
-    "--spec-draft-threads-batch": None,
     "--spec-draft-cpu-mask": None,
     "--spec-draft-cpu-range": None,
     "--spec-draft-cpu-strict": None,
@@ -429,8 +427,6 @@ for _id, _check in {
 # with a draft model, the draft's runtime options are held to the target's analogue: what that one accepts as
 # inert, and its refusal otherwise (the draft never changes a token, but a placement asked for is not ignored)
 DRAFT_ANALOGUES = {
-    "--spec-draft-threads": "--threads",
-    "--spec-draft-threads-batch": "--threads-batch",
     "--spec-draft-cpu-mask": "--cpu-mask",
     "--spec-draft-cpu-mask-batch": "--cpu-mask-batch",
     "--spec-draft-cpu-range": "--cpu-range",
@@ -449,16 +445,14 @@ DRAFT_ANALOGUES = {
 }
 
 
-# the draft model runs on the target's CPU thread pool (server/cpu_threads.py): its own pool options are inert at
-# their defaults and refused otherwise
+# the draft model runs on the target's CPU thread pool (server/cpu_threads.py), its jobs on -td / -tbd's thread
+# counts (they act: cpu_threads.draft_steps); its placement options are inert at their defaults, refused otherwise
 _DRAFT_POOL = (
-    "the draft model runs on the target's CPU thread pool, which -t / -tb size and -C / -Cr / --cpu-strict / "
-    "--prio / --poll place"
+    "the draft model runs on the target's CPU thread pool (on -td / -tbd of its threads), which -C / -Cr / "
+    "--cpu-strict / --prio / --poll place"
 )
 _DRAFT_POOL_ALT = "leave it out, and size or place the pool with the target's options"
 DRAFT_POOL_RULES: dict[str, Rule] = {
-    "--threads": _only(lambda v: v <= 0, "values <= 0 (every thread)", _DRAFT_POOL, _DRAFT_POOL_ALT),
-    "--threads-batch": _only(lambda v: v <= 0, "values <= 0 (every thread)", _DRAFT_POOL, _DRAFT_POOL_ALT),
     "--cpu-mask": _refuse(_DRAFT_POOL, _DRAFT_POOL_ALT),
     "--cpu-mask-batch": _refuse(_DRAFT_POOL, _DRAFT_POOL_ALT),
     "--cpu-range": _refuse(_DRAFT_POOL, _DRAFT_POOL_ALT),

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..backends.base import Backend
+from ..cpu_threads import draft_steps
 from ..models.kv_numerics import KVNumerics
 from ..models.tokenizer import ModelTokenizer
 
@@ -194,7 +195,11 @@ class Drafter:
 
     def propose(self, state: DraftState, history: list[int], last: int, n_max: int) -> list[int]:
         """The draft after `history` (the target's tokens in its cache) and `last` (the token sampled last, not
-        yet in it): at most min(n_max, --spec-draft-n-max) tokens."""
+        yet in it): at most min(n_max, --spec-draft-n-max) tokens, on the draft's CPU threads (-td / -tbd)."""
+        with draft_steps():
+            return self._propose(state, history, last, n_max)
+
+    def _propose(self, state: DraftState, history: list[int], last: int, n_max: int) -> list[int]:
         runner, cfg = self.runner, self.config
         keep = len(state.fed)
         if state.fed != history[:keep]:  # usually a prefix already (one slice compare); else where they part

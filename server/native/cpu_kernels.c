@@ -81,14 +81,17 @@ enum { SPIN = 20000, MAX_THREADS = 64 };
 /* -t / -tb (0: every thread of the pool), --poll's spin rounds (server/cpu_threads.py: mlxcel_pool_config) */
 static struct {
     int decode, batch;
+    int draft_decode, draft_batch; /* -td / -tbd (0: the target's; < 0: every thread) */
     atomic_int spins;
-} cfg = {0, 0, SPIN};
+} cfg = {0, 0, 0, 0, SPIN};
 static pthread_t workers[MAX_THREADS];
 static _Thread_local int batch_phase; /* the calling thread computes a prompt's rows (-tb's threads) */
+static _Thread_local int draft_phase; /* the calling thread runs the draft model (-td / -tbd's threads) */
 
 /* the threads a job of the calling thread may use */
 static int pool_width(void) {
-    const int want = batch_phase ? cfg.batch : cfg.decode;
+    const int own = batch_phase ? cfg.batch : cfg.decode, draft = batch_phase ? cfg.draft_batch : cfg.draft_decode;
+    const int want = draft_phase && draft != 0 ? draft : own;
     return want > 0 && want < pool.n ? want : pool.n;
 }
 
@@ -212,6 +215,23 @@ int mlxcel_pool_place(int worker, const unsigned char *mask, int n) {
     const int err = pthread_setaffinity_np(workers[worker], sizeof set, &set);
     if (err != 0) fprintf(stderr, "warning: pthread_setaffinity_np() failed: %s\n", strerror(err));
     return err != 0 ? -1 : 0;
+}
+
+/* --spec-draft-threads / --spec-draft-threads-batch (0: the target's -t / -tb; < 0: every thread), the pool
+ * grown to them */
+int mlxcel_pool_draft_config(int decode, int batch) {
+    const int want = decode > batch ? decode : batch;
+    if (want > pool.n) pool.n = pool_grow(pool.n, want);
+    atomic_store(&pool.active, pool.n);
+    cfg.draft_decode = decode, cfg.draft_batch = batch;
+    return pool.n;
+}
+
+/* the calling thread runs the draft model (1: the draft's thread counts) or not (0); the previous value */
+int mlxcel_pool_draft(int on) {
+    const int was = draft_phase;
+    draft_phase = on;
+    return was;
 }
 
 /* the calling thread computes a prompt's rows (1: -tb's threads) or not (0); the previous value */
