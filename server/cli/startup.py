@@ -660,13 +660,14 @@ def ngram_config(args, types: list[str], prog: str) -> NgramDrafters:
 
     cache = None
     if "ngram-cache" in types:
-        cache = CacheParams(args.lookup_cache_static or "", args.lookup_cache_dynamic or "")
-        for which, path in (("static", cache.static), ("dynamic", cache.dynamic)):
+        paths = {"static": args.lookup_cache_static or "", "dynamic": args.lookup_cache_dynamic or ""}
+        tables = {}
+        for which, path in paths.items():
             try:
-                if path:
-                    load_lookup_cache(Path(path))
+                tables[which] = load_lookup_cache(Path(path)) if path else {}
             except (OSError, LookupCacheError):
                 raise StartupRefusal(f"{prog}: error: failed to open {which} lookup cache: {path}") from None
+        cache = CacheParams(paths["static"], paths["dynamic"], (tables["static"], tables["dynamic"]))
     return NgramDrafters(
         map_k=map_params("map_k") if "ngram-map-k" in types else None,
         map_k4v=map_params("map_k4v") if "ngram-map-k4v" in types else None,

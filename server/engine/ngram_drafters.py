@@ -485,6 +485,8 @@ class CacheParams:
 
     static: str = ""
     dynamic: str = ""
+    # the files' tables as the start-up read them (checking that they can be read): not read twice
+    loaded: tuple[NgramTable, NgramTable] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass
@@ -501,8 +503,11 @@ class NgramCache:
     n_max = CACHE_N_DRAFT
 
     def __init__(self, params: CacheParams):
-        self.static = load_lookup_cache(Path(params.static)) if params.static else {}
-        self.dynamic = load_lookup_cache(Path(params.dynamic)) if params.dynamic else {}
+        if params.loaded is not None:
+            self.static, self.dynamic = params.loaded
+        else:
+            self.static = load_lookup_cache(Path(params.static)) if params.static else {}
+            self.dynamic = load_lookup_cache(Path(params.dynamic)) if params.dynamic else {}
         self._slots: dict[int, CacheSlot] = {}
 
     def new_state(self, slot: int | None) -> CacheSlot:
