@@ -71,8 +71,11 @@ def select(nodeids: list[str], turn: int | None) -> tuple[list[bool], list[str]]
 
 
 def write_rotated(functions: list[str], directory: Path) -> None:
+    """Appended (the run's evidence directory is emptied before it): a pytest run inside the run, a test's, adds
+    its own list to the run's rather than replacing it."""
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / ROTATED_FILE).write_text("".join(f + "\n" for f in functions), encoding="utf-8")
+    with (directory / ROTATED_FILE).open("a", encoding="utf-8") as f:
+        f.write("".join(fn + "\n" for fn in functions))
 
 
 def read_rotated(directory: Path) -> set[str]:

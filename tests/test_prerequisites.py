@@ -40,7 +40,10 @@ def pytester_env():
     root = Path(__file__).resolve().parents[1]
 
     def run(**env):
-        base = {k: v for k, v in os.environ.items() if k not in ("CI", "MLXCEL_ORACLE_OFFLINE")}
+        # (no live share: the rotation, oracle/rotation.py, would leave the one test out; no evidence directory: a
+        # run inside a run writes none into the outer run's)
+        drop = ("CI", "MLXCEL_ORACLE_OFFLINE", "MLXCEL_LIVE_SHARE", "MLXCEL_EVIDENCE_DIR")
+        base = {k: v for k, v in os.environ.items() if k not in drop}
         return subprocess.run(
             [
                 sys.executable,

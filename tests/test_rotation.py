@@ -45,3 +45,9 @@ def test_the_gate_lets_a_rotated_entry_wait_but_never_a_difference(tmp_path):
     assert [f.entry for f in verify([entry], [], set())] == ["--x"]  # (a full run: it needs its evidence)
     differs = {"case": "c0", "entries": ["--x"], "identical": False, "divergences": [], "reproduce": "r"}
     assert [f.entry for f in verify([entry], [differs], rotated)] == ["--x"]
+
+
+def test_a_run_inside_the_run_adds_to_the_list_never_replaces_it(tmp_path):
+    rotation.write_rotated(["a.py::f", "b.py::g"], tmp_path)
+    rotation.write_rotated(["c.py::h"], tmp_path)
+    assert rotation.read_rotated(tmp_path) == {"a.py::f", "b.py::g", "c.py::h"}
