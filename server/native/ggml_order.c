@@ -41,13 +41,28 @@ ORDER_AVX2 static void tinyblas_one(const struct gemm_args *a, int r, int j) {
 ORDER_AVX2 static void gemm_task(void *ctx, int task) {
     const struct gemm_args *a = ctx;
     const int j0 = task * OUTPUTS_PER_TASK, j1 = j0 + OUTPUTS_PER_TASK < a->N ? j0 + OUTPUTS_PER_TASK : a->N, K = a->K;
-    if (a->vec_dot) { /* each weight row once from memory, for every activation row while it is in cache */
-        for (int j = j0; j < j1; j++)
-            for (int r = 0; r < a->M; r++) {
-                float *y = a->y + (size_t)r * a->ldy;
-                const float s = ggml_dot_vec(a->wt + (size_t)j * a->ldw, a->x + (size_t)r * a->ldx, K);
-                y[j] = a->accumulate ? y[j] + s : s;
+    if (a->vec_dot) { /* each weight row once from memory, for every activation row while it is in cache; two
+                       * rows at a time (a verify pass's): each sum still vec_dot's alone */
+        const int np = K & ~31;
+        for (int j = j0; j < j1; j++) {
+            const float *w = a->wt + (size_t)j * a->ldw;
+            int r = 0;
+            for (; r + 2 <= a->M; r += 2) {
+                const float *x0 = a->x + (size_t)r * a->ldx, *x1 = x0 + a->ldx;
+                float s[2];
+                ggml_dot_steps2(w, x0, x1, np, s);
+                for (int b = 0; b < 2; b++) {
+                    float *y = a->y + (size_t)(r + b) * a->ldy;
+                    const float v = ggml_dot_tail(w, b ? x1 : x0, np, K, s[b]);
+                    y[j] = a->accumulate ? y[j] + v : v;
+                }
             }
+            for (; r < a->M; r++) {
+                float *y = a->y + (size_t)r * a->ldy;
+                const float v = ggml_dot_vec(w, a->x + (size_t)r * a->ldx, K);
+                y[j] = a->accumulate ? y[j] + v : v;
+            }
+        }
         return;
     }
     int r = 0;

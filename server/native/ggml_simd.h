@@ -38,6 +38,43 @@ GGML_SIMD_AVX2 static inline float ggml_dot_steps(const float *x, const float *y
     return _mm_cvtss_f32(_mm_hadd_ps(t1, t1));
 }
 
+/* ggml_dot_steps of x against two rows y0 and y1 at once (x's loads shared, eight independent FMA chains where one
+ * row's four wait on the FMA's latency): each sum bitwise ggml_dot_steps(x, yi, np) */
+GGML_SIMD_AVX2 static inline void ggml_dot_steps2(const float *x, const float *y0, const float *y1, int np,
+                                                  float out[2]) {
+    __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    __m256 b[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int i = 0; i < np; i += 32)
+        for (int j = 0; j < 4; j++) {
+            const __m256 xv = _mm256_loadu_ps(x + i + 8 * j);
+            a[j] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(y0 + i + 8 * j), a[j]);
+            b[j] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(y1 + i + 8 * j), b[j]);
+        }
+    __m256 *s[2] = {a, b};
+    for (int r = 0; r < 2; r++) {
+        __m256 *t = s[r];
+        t[0] = _mm256_add_ps(t[0], t[2]);
+        t[1] = _mm256_add_ps(t[1], t[3]);
+        t[0] = _mm256_add_ps(t[0], t[1]);
+        const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(t[0]), _mm256_extractf128_ps(t[0], 1));
+        const __m128 t1 = _mm_hadd_ps(t0, t0);
+        out[r] = _mm_cvtss_f32(_mm_hadd_ps(t1, t1));
+    }
+}
+
+/* ggml_dot_vec's leftovers after the 32-wide steps, continuing `sum` (its element order) */
+static inline float ggml_dot_tail(const float *x, const float *y, int np, int n, float sum) {
+    int i = np;
+    for (; i + 8 <= n; i += 8)
+        for (int j = i; j < i + 8; j++) sum = ggml_unfused_madd(x[j], y[j], sum);
+    if (i + 4 <= n) {
+        for (int j = i; j < i + 4; j++) sum = ggml_unfused_madd(x[j], y[j], sum);
+        i += 4;
+    }
+    for (; i < n; i++) sum = fmaf(x[i], y[i], sum);
+    return sum;
+}
+
 GGML_SIMD_AVX2 static inline float ggml_dot_vec(const float *x, const float *y, int n) { /* ggml_vec_dot_f32 */
     const int np = n & ~31;
     float sum = ggml_dot_steps(x, y, np);
