@@ -62,8 +62,10 @@ GGML_SIMD_AVX2 static inline void ggml_dot_steps2(const float *x, const float *y
     }
 }
 
-/* ggml_dot_vec's leftovers after the 32-wide steps, continuing `sum` (its element order) */
-static inline float ggml_dot_tail(const float *x, const float *y, int np, int n, float sum) {
+/* ggml_dot_vec's leftovers after the 32-wide steps, continuing `sum`, as GCC compiles vec.cpp's `sumf += x[i]*y[i]`:
+ * an in-order (fold-left) vectorized loop, products then sums, 8 at a time, then once 4, then one FMA each (the
+ * scalar epilogue is contracted) */
+GGML_SIMD_AVX2 static inline float ggml_dot_tail(const float *x, const float *y, int np, int n, float sum) {
     int i = np;
     for (; i + 8 <= n; i += 8)
         for (int j = i; j < i + 8; j++) sum = ggml_unfused_madd(x[j], y[j], sum);
@@ -77,18 +79,7 @@ static inline float ggml_dot_tail(const float *x, const float *y, int np, int n,
 
 GGML_SIMD_AVX2 static inline float ggml_dot_vec(const float *x, const float *y, int n) { /* ggml_vec_dot_f32 */
     const int np = n & ~31;
-    float sum = ggml_dot_steps(x, y, np);
-    /* the leftovers as GCC compiles vec.cpp's `sumf += x[i]*y[i]`: an in-order (fold-left) vectorized loop,
-     * products then sums, 8 at a time, then once 4, then one FMA each (the scalar epilogue is contracted) */
-    int i = np;
-    for (; i + 8 <= n; i += 8)
-        for (int j = i; j < i + 8; j++) sum = ggml_unfused_madd(x[j], y[j], sum);
-    if (i + 4 <= n) {
-        for (int j = i; j < i + 4; j++) sum = ggml_unfused_madd(x[j], y[j], sum);
-        i += 4;
-    }
-    for (; i < n; i++) sum = fmaf(x[i], y[i], sum);
-    return sum;
+    return ggml_dot_tail(x, y, np, n, ggml_dot_steps(x, y, np));
 }
 
 /* ARM's optimized-routines expf in 8 lanes: the algorithm ggml_v_expf runs under AVX2 + FMA. */
