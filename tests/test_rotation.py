@@ -51,3 +51,17 @@ def test_a_run_inside_the_run_adds_to_the_list_never_replaces_it(tmp_path):
     rotation.write_rotated(["a.py::f", "b.py::g"], tmp_path)
     rotation.write_rotated(["c.py::h"], tmp_path)
     assert rotation.read_rotated(tmp_path) == {"a.py::f", "b.py::g", "c.py::h"}
+
+
+def test_a_by_design_entry_whose_pinning_case_waits_is_not_called_supported(tmp_path):
+    """A by_design entry's difference is pinned by one case; other cases (a corpus case) may agree. With the pinning
+    case rotated out, the agreeing records alone do not fail the entry; in a full run they do."""
+    entry = {"id": "--z", "state": "by_design", "test": f"{SUITE}::test_startup_case"}
+    same = {"case": "c1", "entries": ["--z"], "identical": True, "divergences": [], "reproduce": "r"}
+    rotation.write_rotated([f"{SUITE}::test_startup_case"], tmp_path)
+    assert verify([entry], [same], rotation.read_rotated(tmp_path)) == []
+    elsewhere = {**entry, "test": f"{SUITE}::test_another_function"}  # (the pointer's suite lost tests: may wait)
+    assert verify([elsewhere], [same], rotation.read_rotated(tmp_path)) == []
+    corpus = {**entry, "test": "conformance/test_corpus.py::test_corpus_case"}  # (a suite that does not rotate)
+    assert [f.entry for f in verify([corpus], [same], rotation.read_rotated(tmp_path))] == ["--z"]
+    assert [f.message for f in verify([entry], [same], set())] == ["the oracle saw no difference: it is supported"]
