@@ -1,8 +1,8 @@
 """The rotation: the slow suites a CI landing runs a third of, so that `nox -s tests` fits its 30-minute budget.
 
 Each suite named in ROTATING runs, in CI (MLXCEL_LIVE_SHARE K/N, noxfile.py), the tests whose place among its
-collected tests is K mod ROTATION modulo ROTATION: every test runs at least once in every ROTATION landings in a
-row, as the families rotate (fixtures/families.py in_turn) and as the recorded cases meet the live reference once
+collected tests, modulo ROTATION (3), is the landing's turn K mod ROTATION: every test runs at least once in every
+ROTATION landings in a row, as the families rotate (fixtures/families.py in_turn) and as the recorded cases meet the live reference once
 in N. A developer's run (MLXCEL_LIVE_SHARE unset or "all") and MLXCEL_ALL_TWINS=1 run every test.
 
 The manifest's gate (`mlxcel-oracle verify`) then finds no evidence from this landing for an entry whose cases were
@@ -13,7 +13,6 @@ meet the gate in another landing.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 # the slow suites that rotate (the junit times of a cold run on a 2-core AVX2 machine, 2026-12-07, in seconds);
@@ -38,13 +37,10 @@ ROTATED_FILE = "rotated.lst"  # beside the evidence records (not *.json: those a
 
 
 def landing() -> int | None:
-    """This landing's turn (0 .. ROTATION - 1), or None: every test runs."""
-    from fixtures.families import ROTATION
+    """This landing's turn (0 .. ROTATION - 1), or None: every test runs (the families' turn)."""
+    from fixtures.families import landing_turn
 
-    share = os.environ.get("MLXCEL_LIVE_SHARE", "all")
-    if os.environ.get("MLXCEL_ALL_TWINS") or "/" not in share:
-        return None
-    return int(share.split("/")[0]) % ROTATION
+    return landing_turn()
 
 
 def _suite(nodeid: str) -> str | None:
