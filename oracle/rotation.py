@@ -16,7 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 
 # the slow suites that rotate (the junit times of a cold run on a 2-core AVX2 machine, 2026-12-07, in seconds);
-# the corpus does not: every manifest entry's main evidence comes from it on every landing
+# the corpus does not: every manifest entry's main evidence comes from it on every landing. A rotating suite takes
+# no third of its own inside (fixtures/families.py in_turn): both at once would leave some cases out of every landing
 ROTATING = (
     "conformance/test_startup.py",  # 178 (156 start-ups, both servers each)
     "conformance/test_hf_download.py",  # 136

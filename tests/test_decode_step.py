@@ -6,7 +6,6 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from fixtures.families import this_landing
 from server.backends import open_backend
 from server.models.decode_step import DecodeStep
 from server.models.loader import load_checkpoint
@@ -151,8 +150,8 @@ def test_a_decode_step_never_calls_the_blas(runner):
     assert blas.blas_calls() > before
 
 
-# (each CI landing takes a third of the families, as conformance/test_families.py: fixtures/families.py)
-@pytest.mark.parametrize("family", this_landing(["llama3", "phi3", "qwen2.5", "qwen3", "qwen3-moe", "smollm3"]))
+# (each CI landing takes a third of the module's tests: oracle/rotation.py)
+@pytest.mark.parametrize("family", ["llama3", "phi3", "qwen2.5", "qwen3", "qwen3-moe", "smollm3"])
 def test_llama_shaped_families_step_natively_as_mlx_computes(family):
     """Llama 3's rope_freqs, Qwen2's q|k|v biases, Qwen3's q and k norms, Phi-3's fused weights (its q scaled
     before attention) and SmolLM3's rope-less fourth layer: the family twin opens on the native steps, whose prefill and decode give MLX's greedy
@@ -161,7 +160,7 @@ def test_llama_shaped_families_step_natively_as_mlx_computes(family):
     _native_against_mlx(family, TOKENS[:30], [504, 3458, 282, 4649, 314], 1e-4)
 
 
-@pytest.mark.parametrize("family", this_landing(["gemma2", "gemma3"]))
+@pytest.mark.parametrize("family", ["gemma2", "gemma3"])
 def test_gemma_families_step_natively_past_the_window_as_mlx_computes(family):
     """Gemma 2's capped scores and logits, Gemma 3's q and k norms and its sliding layers' own rope base, both
     families' post norms, GeGLU and sliding window (32 positions): the twin opens on the native steps, whose

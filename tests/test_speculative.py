@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fixtures.families import in_turn
 from server.backends import open_backend
 from server.engine.engine import Engine, EngineConfig
 from server.engine.ngram_drafters import CacheParams, MapParams, ModParams, NgramDrafters
@@ -106,7 +105,7 @@ _PLAIN_RUNS: dict[tuple, list[int]] = {}  # plain decoding's answer per request:
 async def test_greedy_output_is_token_identical_with_a_quantized_draft(make_engine, twin_q4_1, n_max):
     make, tok = make_engine
     drafted, plain = make(draft=DraftConfig(str(twin_q4_1.mlx_dir), n_max=n_max)), None
-    for prompt in in_turn(PROMPTS):  # (a third of the prompts per CI landing, in turn; all outside CI)
+    for prompt in PROMPTS:  # (the module rotates by thirds in CI: oracle/rotation.py)
         request = GenerationRequest(tuple(tok.tokenize(prompt, True, True)), n_predict=40, ignore_eos=True)
         if request.prompt_tokens not in _PLAIN_RUNS:
             plain = plain or make()

@@ -13,7 +13,6 @@ import time
 
 import pytest
 
-from fixtures.families import in_turn
 from oracle import loopback
 from server.api.auth import PUBLIC_PATHS, key_matches
 from tests.reliability import figures
@@ -326,9 +325,9 @@ FILE_OPTIONS = [
 ]
 
 
-# two starts of the server each (~2.7 s): a CI landing takes a third of them in turn (fixtures/families.py in_turn),
-# every option once in three landings; a developer's run takes them all
-@pytest.mark.parametrize("option", in_turn(FILE_OPTIONS))
+# two starts of the server each (~2.7 s): a CI landing takes a third of them in turn (the module rotates:
+# oracle/rotation.py), every option once in three landings; a developer's run takes them all
+@pytest.mark.parametrize("option", FILE_OPTIONS)
 def test_a_file_option_pointed_outside_never_prints_the_file(twin_q4_1, option):
     """Every file-taking option given /etc/passwd, then a climbing relative path: the server reads what it reads
     of it (every file option is read before the socket binds) and stops, at its option check or at the port
