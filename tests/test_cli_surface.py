@@ -875,3 +875,16 @@ def test_a_unified_kv_gives_each_slot_the_whole_context():
         ns = parse(*argv)
         assert unified_kv(ns) is unified, argv
         assert slot_context(ns.ctx_size, 0 if unified_kv(ns) else ns.parallel) == n_ctx, argv
+
+
+def test_a_draft_models_inert_options_each_get_a_log_line():
+    """With a draft model, the options that place or tune what mlxcel's draft does not have are accepted with one
+    line each (server/cli/startup.py logs them); without one they configure nothing and say nothing."""
+    from server.cli.classify import draft_inert_notices
+
+    given = build_parser("mlxcel-server").parse_args(["-md", "d", "-ngld", "99", "-devd", "none", "-td", "2"]).given
+    assert draft_inert_notices(given) == [
+        "-ngld 99: accepted, changes nothing here: the draft runs whole on MLX's device, as the target does",
+        "-devd none: accepted, changes nothing here: the draft runs whole on MLX's device, as the target does",
+    ]  # (-td acts: not listed)
+    assert draft_inert_notices(build_parser("mlxcel-server").parse_args(["-ngld", "99"]).given) == []

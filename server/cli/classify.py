@@ -481,6 +481,29 @@ def draft_refusals(given: list[Given]) -> list[str]:
     return out
 
 
+# the draft model's options that place or tune what mlxcel's draft does not have: accepted, one log line each
+_DRAFT_INERT_WHY = {
+    "--spec-draft-ngl": "the draft runs whole on MLX's device, as the target does",
+    "--spec-draft-device": "the draft runs whole on MLX's device, as the target does",
+    "--spec-draft-p-split": "b10621 parses it and no drafter of its reads it",
+    "--spec-draft-backend-sampling": "mlxcel picks the draft's top-k on the host (the same pick)",
+    "--spec-draft-cpu-moe": "as the target's own option: its experts stay with the rest",
+    "--spec-draft-n-cpu-moe": "as the target's own option: its experts stay with the rest",
+    "--spec-draft-override-tensor": "as the target's own option: no buffer type to place a tensor in",
+}
+
+
+def draft_inert_notices(given: list[Given]) -> list[str]:
+    """With a draft model, one line for each of its options that change nothing in mlxcel (the draft's cache
+    types and thread counts act; its placement is held to the target's: draft_refusals)."""
+    if not any(g.option in ("--spec-draft-model", "--spec-draft-hf") and g.value for g in given):
+        return []
+    last = {g.option: g for g in given}
+    return [
+        f"{last[o].shown()}: accepted, changes nothing here: {why}" for o, why in _DRAFT_INERT_WHY.items() if o in last
+    ]
+
+
 def _parallel_check(v) -> None:
     if v == 0:
         raise ValueError("error: invalid value for n_parallel\n")

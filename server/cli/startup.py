@@ -66,7 +66,7 @@ from ..tools.host import ToolError, make_runtime
 from ..transport import AT_SHUTDOWN, HttpServer, TransportError, announce_listening
 from . import offload
 from .args import build_parser
-from .classify import load_mode, refusals, spec_types
+from .classify import draft_inert_notices, load_mode, refusals, spec_types
 from .projector import ProjectorRefused, load_projector
 from .webui_build import built_dist
 
@@ -539,6 +539,8 @@ def speculative_config(args, tokenizer, prog: str):
         elif g.option == "--spec-default":  # (b10621's preset pushes ngram-mod where it stands)
             types.append("ngram-mod")
     model = args.spec_draft_model or ""
+    for line in draft_inert_notices(args.given):
+        log.info("draft model: %s", line)
     if "draft-simple" not in types:
         if model:
             log.warning(
