@@ -3,6 +3,8 @@ output is the plain decoding's, token for token, whatever the draft proposes."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -37,11 +39,13 @@ async def _run(engine: Engine, request: GenerationRequest) -> tuple[list[int], F
     return tokens, final
 
 
-def test_a_verify_pass_gives_each_row_bitwise_the_decode_steps_logits(twin_f32):
+@pytest.mark.parametrize("repeat", [1, 5], ids=["8-rows", "41-rows-one-pass"])
+def test_a_verify_pass_gives_each_row_bitwise_the_decode_steps_logits(twin_f32, repeat):
     runner = open_backend(load_checkpoint(twin_f32.mlx_dir))
     tok = ModelTokenizer(twin_f32.mlx_dir)
     prompt = tok.tokenize("The quick brown fox", True, True)
-    more = tok.tokenize(" jumps over the lazy dog and runs", False, False)
+    more = tok.tokenize(" jumps over the lazy dog and runs" * repeat + " away" * (repeat > 1), False, False)
+    assert len(more) <= runner.step.max_rows  # (the native step takes the whole draft in one pass)
     plain = runner.new_cache()
     runner.prefill(plain, prompt)
     stepped = [np.array(runner.decode(plain, t)) for t in more]
@@ -302,6 +306,9 @@ def test_props_report_the_drafters_this_server_runs_and_nothing_without_them():
         "ngram_mod": {"n_match": 24, "n_min": 48, "n_max": 64},
         "ngram_cache": {"static": "s.bin", "dynamic": ""},
     }
+    # the lookup tables read at startup are the drafter's state, not options: /props shows the files only
+    read = EngineConfig(ngram=NgramDrafters(cache=CacheParams("s.bin", loaded=({(1, 2, -1, -1): {}}, {}))))
+    assert json.loads(json.dumps(speculative_props(read)))["ngram_cache"] == {"static": "s.bin", "dynamic": ""}
 
 
 def test_the_drafts_cache_types_act_on_the_draft_model(twin_f32):

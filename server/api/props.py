@@ -95,7 +95,10 @@ def speculative_props(config) -> dict | None:
     ):
         if params is not None:
             out["types"].append(name)
-            out[name.replace("-", "_")] = dataclasses.asdict(params)
+            # the options only (ngram-cache's tables read at startup are state, not shown: repr=False)
+            out[name.replace("-", "_")] = {
+                f.name: getattr(params, f.name) for f in dataclasses.fields(params) if f.repr
+            }
     if config.draft is not None:
         out["types"].append("draft-simple")
         draft = config.draft

@@ -258,10 +258,15 @@ class MLXBackend:
     def verify(self, cache: LayerCaches, tokens: list[int]) -> Logits:
         self._settle()
         out = []
-        for start in range(0, len(tokens), FEW_ROWS):
-            out.append(self._verify_chunk(cache, tokens[start : start + FEW_ROWS]))
+        rows = self._verify_rows()
+        for start in range(0, len(tokens), rows):
+            out.append(self._verify_chunk(cache, tokens[start : start + rows]))
             cache.n += len(out[-1])
         return out[0] if len(out) == 1 else mx.concatenate(out, axis=0)
+
+    def _verify_rows(self) -> int:
+        """The rows of one verify pass (a longer draft is verified in several)."""
+        return FEW_ROWS
 
     def _verify_chunk(self, cache: LayerCaches, chunk: list[int]) -> mx.array:
         logits = self._forward(cache, [chunk])[0].astype(mx.float32)

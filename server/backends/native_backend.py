@@ -108,7 +108,11 @@ class NativeBackend(MLXBackend):
             return self._step(batch, tokens)
         return super().decode_rows(batch, tokens)
 
+    def _verify_rows(self) -> int:
+        # the native step's verify takes up to its max_rows (in ggml's order, a long draft in one pass)
+        return self._step.max_rows if self.native_decode and self._native() else super()._verify_rows()
+
     def _verify_chunk(self, cache: LayerCaches, chunk: list[int]) -> mx.array:
-        if self.native_decode and self._native() and self._step.takes_sequence(cache, len(chunk)):
+        if self.native_decode and self._native() and self._step.takes_sequence(cache, len(chunk), self._step.max_rows):
             return self._step.verify(cache, chunk)
         return super()._verify_chunk(cache, chunk)

@@ -40,6 +40,9 @@ from .yarn import YarnRoPE
 
 _MX_DTYPES = {np.dtype(np.float16): mx.float16, np.dtype(np.float32): mx.float32, np.dtype(np.uint8): mx.uint8}
 MAX_ROWS = 16  # the few-row products' limit (cpu_kernels.c SMALL_M): more rows decode through MLX
+# a verify pass's rows where every product is summed in ggml's order (row by row, whatever the row count): a long
+# draft (ngram-mod's run to 64) is verified in one pass over the weights, as b10621 verifies it in one ubatch
+VERIFY_ROWS = 128
 _VOID_P = ctypes.c_void_p
 
 
@@ -202,6 +205,7 @@ class DecodeStep:
         weakref.finalize(self, native.mlxcel_step_model_free, self.handle)
         self.layers, self.kv_heads, self.head_dim, self.vocab = dims[0], dims[3], dims[4], dims[6]
         self.hidden = dims[1]
+        self.max_rows = dims[9]  # (a verify pass's rows at most: VERIFY_ROWS in ggml's order, else MAX_ROWS)
         self.ggml_order = bool(dims[13])
         self.interleaved = False  # (set_family: a llama GGUF's heads in their interleaved order)
         # the caches' storage (kv_numerics.storage_dtype): an f16 cache in 16 bits, a block type's rows in bytes
@@ -283,6 +287,8 @@ class DecodeStep:
         if order is None and any(m is not None and len(m) == 8 for m in moes):  # (float32 experts: ggml's order only)
             return None
         dims.append(int(order is not None))
+        if order is not None:
+            dims[9] = VERIFY_ROWS
         step = cls(dims, [eps, base, scale, attn_scale, *yarn], weights + (order or []))
         step.set_split(splits, type(embed) in (KernelQuantEmbedding, GGMLEmbedding))
         step.set_moe(moes)

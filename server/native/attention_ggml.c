@@ -394,12 +394,18 @@ static void plain_row(const struct kv_args *a, const float *q, const void *qq, s
  * (to 256 there: zeros, which add nothing). vt: D x padded keys, p: padded keys. Returns 0, or -1 where the
  * product's order does not apply. */
 F16C static int ggml_plain_head(const struct kv_args *a, int b, int h, struct kv_rows kh, struct kv_rows vh, int first,
-                                float *vt, float *p, float *kbuf, float *qr, void *qq) {
+                                float *vt, float *p, float *kbuf, float *qr, void *qq, float *kw) {
     const int D = a->D, keys = a->T - first, padded = (keys + 31) & ~31;
     for (int j = 0; j < padded; j++) { /* V^T, zero past the keys */
         const float *vj = j < keys ? kv_row(vh, j, kbuf, D) : NULL;
         for (int d = 0; d < D; d++) vt[(size_t)d * padded + j] = vj ? vj[d] : 0.0f;
     }
+    if (kw) /* several rows: each key widened (and put in ggml's dims) once for all of them */
+        for (int j = 0; j < keys; j++) {
+            const float *kj = kv_row(kh, j, kbuf, D);
+            if (a->ggml_dims) to_ggml_dims(kj, kw + (size_t)j * D, D);
+            else memcpy(kw + (size_t)j * D, kj, sizeof(float) * (size_t)D);
+        }
     const float cap = a->softcap;
     for (int i = 0; i < a->L; i++) {
         float *o = a->out + (((size_t)b * a->L + i) * a->H + h) * D;
@@ -422,6 +428,8 @@ F16C static int ggml_plain_head(const struct kv_args *a, int b, int h, struct kv
             float s;
             if (kh.block) {
                 s = mlxcel_kv_dot(kh.block, kv_at(kh, j), qq, D);
+            } else if (kw) {
+                s = a->k_type == KV_F16 ? dot_ggml_f16(qr, kw + (size_t)j * D, D) : ggml_dot_vec(qr, kw + (size_t)j * D, D);
             } else {
                 const float *kj = kv_row(kh, j, kbuf, D);
                 if (a->ggml_dims) { to_ggml_dims(kj, kbuf + D, D); kj = kbuf + D; }
@@ -590,11 +598,12 @@ static void kv_head(void *ctx, int task) {
     const size_t qq_floats = a->k_block ? (size_t)(D / 32 * 36 + 3) / 4 + 1 : 0;
 #if KV_X86
     if (a->ggml_plain && keys > 0) {
-        const size_t padded = (size_t)((keys + 31) & ~31);
-        float *vt = mlxcel_thread_floats(BUFFER_SCORES, padded * (D + 1) + 3 * (size_t)D + qq_floats);
+        const size_t padded = (size_t)((keys + 31) & ~31), widened = a->L > 1 && !a->k_block ? (size_t)keys * D : 0;
+        float *vt = mlxcel_thread_floats(BUFFER_SCORES, padded * (D + 1) + 3 * (size_t)D + qq_floats + widened);
         if (!vt) { a->failed = 1; return; }
         float *p = vt + padded * D, *kbuf = p + padded, *qr = kbuf + 2 * D, *qq = qr + D;
-        if (ggml_plain_head(a, b, h, kr, vr, first, vt, p, kbuf, qr, qq) == 0) return;
+        float *kw = widened ? qq + qq_floats : NULL;
+        if (ggml_plain_head(a, b, h, kr, vr, first, vt, p, kbuf, qr, qq, kw) == 0) return;
     }
 #endif
     float *scratch = mlxcel_thread_floats(BUFFER_SCORES, (size_t)7 * D + (size_t)(keys > 0 ? keys : 1) + qq_floats);

@@ -187,12 +187,13 @@ static int run_rows(const struct step_model *m, int B, const int *tokens, const 
         }
         struct attention_mask mask = layer_mask(m, w);
         mask.split = B == 1; /* a ubatch of one row: b10621 may split its keys */
-        if (one_seq)
-            for (int b = 0; b < B && status == 0; b++)
-                status = mlxcel_attention_masked(q + (size_t)b * H * D, (long)H * D, D, D, keys[l], st[0], st[1],
-                                                 st[2], values[l], st[3], st[4], st[5], 1, H, Hkv, 1, pos[b] + 1, D,
-                                                 attention_scale(m), NULL, att + (size_t)b * H * D, m->k_type,
-                                                 m->v_type, attention_flags(m), 1, mask);
+        if (one_seq) /* the rows as one query block of L = B causal rows (row b sees positions up to pos[b]):
+                      * each row summed as its lone decode step sums it (its keys' padding adds exact zeros), the
+                      * head's values transposed once for all of them */
+            status = mlxcel_attention_masked(q, (long)B * H * D, D, (long)H * D, keys[l], st[0], st[1], st[2],
+                                             values[l], st[3], st[4], st[5], 1, H, Hkv, B, pos[B - 1] + 1, D,
+                                             attention_scale(m), NULL, att, m->k_type, m->v_type, attention_flags(m),
+                                             1, mask);
         else /* each row's attention summed as a lone decode step's (b10621 decodes sequences together in one
               * ubatch, over one cache whose cells interleave them: no order to match there; a row's logits are
               * then bitwise the same alone, batched or verified) */

@@ -17,7 +17,7 @@
 
 #if defined(__x86_64__)
 #include "ggml_simd.h" /* ggml_hsum8 (tinyBLAS), ggml_dot_vec (ggml_vec_dot_f32) */
-#define ORDER_AVX2 __attribute__((target("avx2,fma")))
+#define ORDER_AVX2 GGML_SIMD_AVX2
 
 struct gemm_args {
     int M, N, K, accumulate, vec_dot;
@@ -41,12 +41,44 @@ ORDER_AVX2 static void tinyblas_one(const struct gemm_args *a, int r, int j) {
 ORDER_AVX2 static void gemm_task(void *ctx, int task) {
     const struct gemm_args *a = ctx;
     const int j0 = task * OUTPUTS_PER_TASK, j1 = j0 + OUTPUTS_PER_TASK < a->N ? j0 + OUTPUTS_PER_TASK : a->N, K = a->K;
-    if (a->vec_dot) { /* each weight row once from memory, for every activation row while it is in cache; two
-                       * rows at a time (a verify pass's): each sum still vec_dot's alone */
-        const int np = K & ~31;
-        for (int j = j0; j < j1; j++) {
+    if (a->vec_dot) { /* a verify pass's rows, each sum still vec_dot's alone (ggml_dot_steps_tile): tiles of
+                       * three weight rows x four activation rows, over blocks of activation rows that stay in L1
+                       * while the task's weight rows (in L2 after the first block) pass */
+        /* (under twelve rows the weights' one pass from memory bounds the product: two rows at a time read them
+         * in order, where the tiles' chains would stride) */
+        const int np = K & ~31, M4 = a->M >= 12 ? a->M & ~3 : 0;
+        int block = (6144 / K) & ~3;
+        block = block < 4 ? 4 : block > 16 ? 16 : block;
+        for (int r0 = 0; r0 < M4; r0 += block)
+            for (int j = j0; j < j1;) {
+                const int nw = j + 3 <= j1 ? 3 : 1;
+                const float *const w[3] = {a->wt + (size_t)j * a->ldw, a->wt + (size_t)(j + nw / 3) * a->ldw,
+                                           a->wt + (size_t)(j + 2 * (nw / 3)) * a->ldw};
+                if (r0 == 0) /* the next rows' first touch (from memory): fetched ahead, in order, where the tile's
+                              * chains would read every other line, strided */
+                    for (int n = j + nw; n < j + nw + 3 && n < j1; n++)
+                        for (int k = 0; k < K; k += 16)
+                            _mm_prefetch((const char *)(a->wt + (size_t)n * a->ldw + k), _MM_HINT_T0);
+                for (int r = r0; r < r0 + block && r < M4; r += 4) {
+                    const float *const x[4] = {a->x + (size_t)r * a->ldx, a->x + (size_t)(r + 1) * a->ldx,
+                                               a->x + (size_t)(r + 2) * a->ldx, a->x + (size_t)(r + 3) * a->ldx};
+                    float s[3][4];
+                    if (nw == 3)
+                        ggml_dot_steps_tile(3, w, x, np, s);
+                    else
+                        ggml_dot_steps_tile(1, w, x, np, s);
+                    for (int i = 0; i < nw; i++)
+                        for (int b = 0; b < 4; b++) {
+                            float *y = a->y + (size_t)(r + b) * a->ldy;
+                            const float v = ggml_dot_tail(w[i], x[b], np, K, s[i][b]);
+                            y[j + i] = a->accumulate ? y[j + i] + v : v;
+                        }
+                }
+                j += nw;
+            }
+        for (int j = j0; j < j1; j++) { /* the rows after the last four (a decode step's one row) */
             const float *w = a->wt + (size_t)j * a->ldw;
-            int r = 0;
+            int r = M4;
             for (; r + 2 <= a->M; r += 2) {
                 const float *x0 = a->x + (size_t)r * a->ldx, *x1 = x0 + a->ldx;
                 float s[2];
@@ -74,12 +106,14 @@ ORDER_AVX2 static void gemm_task(void *ctx, int task) {
             __m256 c[3][4];
             for (int b = 0; b < 3; b++)
                 for (int i = 0; i < 4; i++) c[b][i] = _mm256_setzero_ps();
-            for (int k = 0; k < K; k += 8) {
-                const __m256 wv[4] = {_mm256_loadu_ps(w0 + k), _mm256_loadu_ps(w1 + k), _mm256_loadu_ps(w2 + k),
-                                      _mm256_loadu_ps(w3 + k)};
+            const float *const w[4] = {w0, w1, w2, w3};
+            for (int k = 0; k < K; k += 8) { /* the three activations held, each weight loaded for its three FMAs
+                                              * (twelve sums and four vectors: AVX2's sixteen registers) */
                 const __m256 xv[3] = {_mm256_loadu_ps(x0 + k), _mm256_loadu_ps(x1 + k), _mm256_loadu_ps(x2 + k)};
-                for (int b = 0; b < 3; b++)
-                    for (int i = 0; i < 4; i++) c[b][i] = _mm256_fmadd_ps(wv[i], xv[b], c[b][i]);
+                for (int i = 0; i < 4; i++) {
+                    const __m256 wv = _mm256_loadu_ps(w[i] + k);
+                    for (int b = 0; b < 3; b++) c[b][i] = _mm256_fmadd_ps(wv, xv[b], c[b][i]);
+                }
             }
             for (int b = 0; b < 3; b++) {
                 float *y = a->y + (size_t)(r + b) * a->ldy;

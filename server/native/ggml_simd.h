@@ -62,6 +62,41 @@ GGML_SIMD_AVX2 static inline void ggml_dot_steps2(const float *x, const float *y
     }
 }
 
+/* ggml_dot_steps for a tile of nw (1 to 3) weight rows w[] and four activation rows y[] (a verify pass's rows).
+ * Accumulator chain c (the elements 8c .. 8c + 7 of each 32-wide step) is independent of the other three, so the
+ * tile runs one chain at a time: its 4 nw sums in registers, each weight and activation load shared (seven loads
+ * for twelve FMAs at nw = 3, where ggml_dot_steps2 needs three for two); then each output's four chains reduce as
+ * GGML_F32x8_REDUCE. Each out[i][r] is bitwise ggml_dot_steps(w[i], y[r], np). Inlined with a constant nw. */
+GGML_SIMD_AVX2 static inline __attribute__((always_inline)) void ggml_dot_steps_tile(int nw, const float *const w[3],
+                                                                                       const float *const y[4], int np,
+                                                                                       float out[3][4]) {
+    __m256 chains[4][3][4];
+    for (int c = 0; c < 4; c++) {
+        __m256 s[3][4];
+        for (int i = 0; i < nw; i++)
+            for (int r = 0; r < 4; r++) s[i][r] = _mm256_setzero_ps();
+        for (int k = 8 * c; k < np; k += 32) {
+            __m256 wv[3];
+            for (int i = 0; i < nw; i++) wv[i] = _mm256_loadu_ps(w[i] + k);
+            for (int r = 0; r < 4; r++) {
+                const __m256 yv = _mm256_loadu_ps(y[r] + k);
+                for (int i = 0; i < nw; i++) s[i][r] = _mm256_fmadd_ps(wv[i], yv, s[i][r]);
+            }
+        }
+        for (int i = 0; i < nw; i++)
+            for (int r = 0; r < 4; r++) chains[c][i][r] = s[i][r];
+    }
+    for (int i = 0; i < nw; i++)
+        for (int r = 0; r < 4; r++) {
+            __m256 t0 = _mm256_add_ps(chains[0][i][r], chains[2][i][r]);
+            const __m256 t1 = _mm256_add_ps(chains[1][i][r], chains[3][i][r]);
+            t0 = _mm256_add_ps(t0, t1);
+            const __m128 h0 = _mm_add_ps(_mm256_castps256_ps128(t0), _mm256_extractf128_ps(t0, 1));
+            const __m128 h1 = _mm_hadd_ps(h0, h0);
+            out[i][r] = _mm_cvtss_f32(_mm_hadd_ps(h1, h1));
+        }
+}
+
 /* ggml_dot_vec's leftovers after the 32-wide steps, continuing `sum`, as GCC compiles vec.cpp's `sumf += x[i]*y[i]`:
  * an in-order (fold-left) vectorized loop, products then sums, 8 at a time, then once 4, then one FMA each (the
  * scalar epilogue is contracted) */
