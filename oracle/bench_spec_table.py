@@ -8,13 +8,20 @@ import sys
 from pathlib import Path
 
 
-def table(path: Path) -> str:
-    data = json.loads(path.read_text())
+def table(*paths: Path) -> str:
+    """One table over several runs (a repetitive-text run's rows, then a free-text one's...)."""
     lines = [
         "| drafter | reference plain | reference drafted | reference speedup | mlxcel plain | mlxcel drafted "
         "| mlxcel speedup | acceptance |",
         "|---|---|---|---|---|---|---|---|",
     ]
+    for data in (json.loads(p.read_text()) for p in paths):
+        lines += _rows(data)
+    return "\n".join(lines)
+
+
+def _rows(data: dict) -> list[str]:
+    lines = []
     for kind, results in data["twins"].items():
         for name, r in results["speculative"].items():
             ref, mine = r["reference"], r["mlxcel"]
@@ -25,11 +32,11 @@ def table(path: Path) -> str:
                 f"| {mine['decode_tps_1_plain']['median']:.1f} | {mine['decode_tps_1_draft']['median']:.1f} "
                 f"| {mine['speedup']:.2f} | {acc:.2f} |"
             )
-    return "\n".join(lines)
+    return lines
 
 
 def main(argv: list[str] | None = None) -> None:
-    print(table(Path((argv or sys.argv[1:])[0])))
+    print(table(*(Path(a) for a in (argv or sys.argv[1:]))))
 
 
 if __name__ == "__main__":
