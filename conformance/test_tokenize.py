@@ -53,3 +53,18 @@ _fragments = st.one_of(
 def test_tokenize_matches_reference_on_generated_text(reference_q4_1, mlxcel_q4_1, parts, parse_special):
     body = {"content": "".join(parts), "parse_special": parse_special}
     assert _tokenize(reference_q4_1, body) == _tokenize(mlxcel_q4_1, body)
+
+
+# bytes SmolLM2's byte-level vocabulary has no symbol for (control characters, a 4-byte character's lead byte),
+# alone, between pieces that would merge, beside a control token's spelling
+GAPS = ["]\x16{", "a\x16b", "x\x04\x06y", " ]\x16{ x", "hello\U00040000world", "<|im_start|>\x16user\x1d<|im_end|>"]
+
+
+@pytest.mark.reference
+@pytest.mark.parametrize("parse_special", [True, False])
+@pytest.mark.parametrize("content", GAPS)
+def test_bytes_without_a_symbol_split_and_vanish_as_in_b10621(reference_q4_1, mlxcel_q4_1, content, parse_special):
+    body = {"content": content, "parse_special": parse_special}
+    mine = _tokenize(mlxcel_q4_1, body)
+    assert mine == _tokenize(reference_q4_1, body)
+    assert mine[1]["tokens"]  # (not a refusal both servers give)

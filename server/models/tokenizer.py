@@ -110,8 +110,43 @@ class ModelTokenizer:
 
     def tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
         tok = self._parse if parse_special else self._literal
-        ids = tok.encode(text, add_special_tokens=False).ids
+        encoding = tok.encode(text, add_special_tokens=False)
+        ids = encoding.ids
+        if self._gaps and not self._gaps.isdisjoint(text.encode("utf-8", "surrogatepass")):
+            ids = self._across_gaps(tok, text, ids, encoding.offsets)
         return self.with_special(ids) if add_special else ids
+
+    @cached_property
+    def _gaps(self) -> frozenset[int]:
+        """The bytes a byte-level BPE vocabulary has no symbol for (SmolLM2's: six control characters and bytes
+        that lead no UTF-8 character): llama.cpp's BPE merges nothing across one, then drops it (its byte has no
+        token), where `tokenizers` drops it first and merges its neighbours."""
+        if self.wordpiece or self.sentencepiece:
+            return frozenset()
+        vocab = self._parse.get_vocab(with_added_tokens=False)
+        return frozenset(b for c, b in _byte_decoder().items() if c not in vocab)
+
+    def _across_gaps(self, tok: Tokenizer, text: str, ids: list[int], offsets: list) -> list[int]:
+        """The text's tokens as llama_vocab's BPE session gives them where it holds a byte without a symbol: the
+        added tokens as matched, each stretch between them pre-tokenized, each piece cut at those bytes and its
+        parts merged alone."""
+        out: list[int] = []
+        at = 0
+        for token, (start, end) in zip(ids, offsets, strict=True):
+            if token in self.added_ids:
+                out += self._stretch(tok, text[at:start])
+                out.append(token)
+                at = end
+        return out + self._stretch(tok, text[at:])
+
+    def _stretch(self, tok: Tokenizer, text: str) -> list[int]:
+        gap = {c for c, b in _byte_decoder().items() if b in self._gaps}
+        out: list[int] = []
+        for piece, _ in tok.pre_tokenizer.pre_tokenize_str(text) if text else ():
+            for part in re.split(f"[{''.join(map(re.escape, sorted(gap)))}]", piece):
+                if part:
+                    out += [t.id for t in tok.model.tokenize(part)]
+        return out
 
     def with_special(self, ids: list[int]) -> list[int]:
         if self.wordpiece:
