@@ -25,12 +25,12 @@ def _rows(data: dict) -> list[str]:
     for kind, results in data["twins"].items():
         for name, r in results["speculative"].items():
             ref, mine = r["reference"], r["mlxcel"]
-            acc = mine.get("draft_acceptance_draft", {}).get("median", 0.0)
+            acc = mine.get("draft_acceptance_draft", {}).get("median")
             lines.append(
                 f"| {name} ({kind}, {r.get('prompts', 'free')}) | {ref['decode_tps_1_plain']['median']:.1f} "
                 f"| {ref['decode_tps_1_draft']['median']:.1f} | {ref['speedup']:.2f} "
                 f"| {mine['decode_tps_1_plain']['median']:.1f} | {mine['decode_tps_1_draft']['median']:.1f} "
-                f"| {mine['speedup']:.2f} | {acc:.2f} |"
+                f"| {mine['speedup']:.2f} | {'-' if acc is None else f'{acc:.2f}'} |"
             )
     return lines
 
