@@ -464,10 +464,15 @@ def run_speculative(
     finally:
         for proc in servers.values():
             proc.cleanup()
-    out: dict = {"args": spec_args, "prompts": prompts}
+    return {"args": spec_args, "prompts": prompts, **summarize_speculative(samples)}
+
+
+def summarize_speculative(samples: dict) -> dict:
+    """Each (server, mode)'s repetitions summarized, each server's drafted/plain speedup and the drafted ratio.
+    A figure some repetitions lack (the draft acceptance of a drafter that drafts from the second repetition on,
+    having learnt the prompt's continuation) is summarized over those that have it."""
+    out: dict = {}
     for (name, mode), runs in samples.items():
-        # (a figure some repetitions lack, the draft acceptance of a drafter that drafts from the second on, is
-        # summarized over the others)
         for k in dict.fromkeys(k for r in runs for k in r):
             out.setdefault(name, {})[f"{k}_{mode}"] = summarize([r[k] for r in runs if k in r])
     for name in ("reference", "mlxcel"):

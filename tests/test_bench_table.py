@@ -171,3 +171,35 @@ def test_an_anchor_figure_past_its_time_gives_up_the_ones_that_hold_its_work():
     summary, errors = anchor_summary(runs)
     assert summary == {"decode_tps_1": {"min": 2.0, "median": 3.0, "max": 4.0}}
     assert errors == ["prompt_tps_512: timed out after 180 s"]
+
+
+def test_a_drafters_acceptance_from_its_later_repetitions_is_kept_and_the_table_marks_none(tmp_path):
+    """A drafter that learns across requests drafts from the second repetition on: its acceptance is summarized
+    over those repetitions, not dropped with the first's keys; a drafter that never drafted shows '-'."""
+    from oracle import bench, bench_spec_table
+
+    plain = [{"decode_tps_1": 40.0}, {"decode_tps_1": 42.0}, {"decode_tps_1": 41.0}]
+    learnt = [
+        {"decode_tps_1": 40.0},
+        {"decode_tps_1": 120.0, "draft_acceptance": 1.0},
+        {"decode_tps_1": 118.0, "draft_acceptance": 0.9},
+    ]
+    never = [{"decode_tps_1": 41.0}] * 3
+    out = bench.summarize_speculative(
+        {
+            ("reference", "plain"): plain,
+            ("mlxcel", "plain"): plain,
+            ("reference", "draft"): learnt,
+            ("mlxcel", "draft"): never,
+        }
+    )
+    assert out["reference"]["draft_acceptance_draft"] == {"min": 0.9, "median": 0.95, "max": 1.0}
+    assert out["reference"]["speedup"] == pytest.approx(118.0 / 41.0)
+    assert "draft_acceptance_draft" not in out["mlxcel"]
+    runs = []
+    for name in ("a", "b"):  # the table reads several runs (a repetitive-text one, a free-text one)
+        runs.append(tmp_path / f"{name}.json")
+        runs[-1].write_text(json.dumps({"twins": {"f32": {"speculative": {"ngram-mod": {"prompts": name, **out}}}}}))
+    rows = bench_spec_table.table(*runs).splitlines()
+    assert [r.split(" | ")[0] for r in rows[2:]] == ["| ngram-mod (f32, a)", "| ngram-mod (f32, b)"]
+    assert rows[2].endswith("| 2.88 | 41.0 | 41.0 | 1.00 | - |")
