@@ -139,11 +139,16 @@ class ModelTokenizer:
                 at = end
         return out + self._stretch(tok, text[at:])
 
+    @cached_property
+    def _gap_symbols(self) -> re.Pattern[str]:
+        """The gap bytes' symbols (GPT-2's byte-level alphabet), as one character class to cut pieces at."""
+        gap = sorted(c for c, b in _byte_decoder().items() if b in self._gaps)
+        return re.compile(f"[{''.join(map(re.escape, gap))}]")
+
     def _stretch(self, tok: Tokenizer, text: str) -> list[int]:
-        gap = {c for c, b in _byte_decoder().items() if b in self._gaps}
         out: list[int] = []
         for piece, _ in tok.pre_tokenizer.pre_tokenize_str(text) if text else ():
-            for part in re.split(f"[{''.join(map(re.escape, sorted(gap)))}]", piece):
+            for part in self._gap_symbols.split(piece):
                 if part:
                     out += [t.id for t in tok.model.tokenize(part)]
         return out

@@ -76,7 +76,7 @@ ORDER_AVX2 static void gemm_task(void *ctx, int task) {
                 }
                 j += nw;
             }
-        for (int j = j0; j < j1; j++) { /* the rows after the last four (a decode step's one row) */
+        for (int j = j0; j < j1; j++) { /* the rows no tile took (every row under twelve: a decode step's one) */
             const float *w = a->wt + (size_t)j * a->ldw;
             int r = M4;
             for (; r + 2 <= a->M; r += 2) {
