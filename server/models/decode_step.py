@@ -205,6 +205,10 @@ class DecodeStep:
         weakref.finalize(self, native.mlxcel_step_model_free, self.handle)
         self.layers, self.kv_heads, self.head_dim, self.vocab = dims[0], dims[3], dims[4], dims[6]
         self.hidden = dims[1]
+        # the layers whose inputs each pass copies out (an EAGLE-3 head's target features: set_capture), and the
+        # last pass's copies (rows x (layers x hidden), float32)
+        self.capture_layers: tuple[int, ...] = ()
+        self.captured: np.ndarray | None = None
         self.max_rows = dims[9]  # (a verify pass's rows at most: VERIFY_ROWS in ggml's order, else MAX_ROWS)
         self.ggml_order = bool(dims[13])
         self.interleaved = False  # (set_family: a llama GGUF's heads in their interleaved order)
@@ -294,6 +298,29 @@ class DecodeStep:
         step.set_moe(moes)
         step.set_family(extras, factors, model)
         return step
+
+    def set_capture(self, layers: tuple[int, ...]) -> None:
+        """Each pass from now on copies its rows' residual streams as they enter these layers (() : none)."""
+        if any(not 0 <= layer < self.layers for layer in layers) or len(layers) > 4:
+            raise ValueError(f"layers {list(layers)} to capture in a {self.layers}-layer model")
+        self.native.mlxcel_step_capture.argtypes = [_VOID_P, ctypes.c_int, _VOID_P, _VOID_P]
+        self.capture_layers, self.captured = tuple(layers), None
+
+    def _capture_into(self, rows: int) -> np.ndarray | None:
+        """The buffer a pass of `rows` copies its captured layers' inputs into (set on the model), or None."""
+        n = len(self.capture_layers)
+        if not n:
+            return None
+        buf = np.empty((rows, n * self.hidden), np.float32)
+        layers = (ctypes.c_int * n)(*self.capture_layers)
+        if self.native.mlxcel_step_capture(self.handle, n, layers, _VOID_P(buf.ctypes.data)) != 0:
+            raise ValueError("capture layers the native step refuses")
+        return buf
+
+    def _captured(self, buf: np.ndarray | None) -> None:
+        if buf is not None:
+            self.native.mlxcel_step_capture(self.handle, 0, None, None)
+            self.captured = buf
 
     def set_moe(self, moes: list[list | None]) -> None:
         """The layers whose feed-forward is a mixture of experts (mlxcel_step_layer_moe)."""
@@ -478,6 +505,7 @@ class DecodeStep:
         keys, values, strides = self._pointers(caches, index, rows, 1)
         logits = np.empty((rows, self.vocab), np.float32)
         n = len(caches)
+        capture = self._capture_into(rows)
         status = self.native.mlxcel_step(
             self.handle,
             rows,
@@ -490,6 +518,7 @@ class DecodeStep:
             (ctypes.c_long * len(strides))(*strides),
             _VOID_P(logits.ctypes.data),
         )
+        self._captured(capture)
         if status != 0:
             raise MemoryError("decode step")
         if type(first_cache) is KVCache:
@@ -510,6 +539,7 @@ class DecodeStep:
         rows, index, n = len(tokens), caches[0].offset, len(caches)
         keys, values, strides = self._pointers(caches, index, 1, rows)
         given = _VOID_P(tokens.ctypes.data) if isinstance(tokens, np.ndarray) else (ctypes.c_int * rows)(*tokens)
+        capture = self._capture_into(rows)
         status = native_fn(
             self.handle,
             rows,
@@ -520,6 +550,7 @@ class DecodeStep:
             (ctypes.c_long * len(strides))(*strides),
             None if logits is None else _VOID_P(logits.ctypes.data),
         )
+        self._captured(capture)
         if status != 0:
             raise MemoryError(what)
         for c in caches:

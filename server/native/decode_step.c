@@ -45,6 +45,20 @@ void *mlxcel_step_model(const int *dims, const float *params, const float *const
 
 void mlxcel_step_model_free(void *model) { free(model); }
 
+/* The passes to come copy each row's residual stream as it enters layers[0..n-1] (each under the model's layer
+ * count) into buf, row r's k-th at buf + (r n + k) hidden; n 0 or buf NULL: no copies. The buffer is the caller's,
+ * large enough for a pass's rows. Returns 0, or -1 for n or a layer out of range. */
+int mlxcel_step_capture(void *model, int n, const int *layers, float *buf) {
+    struct step_model *m = model;
+    if (n < 0 || n > MAX_CAPTURE) return -1;
+    for (int k = 0; k < n; k++)
+        if (layers[k] < 0 || layers[k] >= m->layers) return -1;
+    for (int k = 0; k < n; k++) m->capture_layer[k] = layers[k];
+    m->n_capture = buf ? n : 0;
+    m->capture = n ? buf : NULL;
+    return 0;
+}
+
 /* What a llama-shaped family adds to a layer (NULL: none): q|k|v biases ((heads + 2 kv_heads) head_dim floats),
  * per-head q and k norm weights (head_dim each), and whether the layer turns no rope. The weights stay the
  * caller's. Returns 0, or -1 for a layer out of range. */
@@ -165,6 +179,7 @@ static int run_rows(const struct step_model *m, int B, const int *tokens, const 
     for (int l = 0; l < m->layers && status == 0; l++) {
         const struct step_layer *w = &m->layer[l];
         const long *st = strides + 6 * l;
+        capture_rows(m, l, x, B);
         for (int b = 0; b < B; b++) rms_norm(x + (size_t)b * E, w->attn_norm, h + (size_t)b * E, E, m->eps);
         qkv_columns(m, w, B, 0, nqkv, h, E, qkv, 1);
         for (int b = 0; b < B; b++) { /* q turned; k turned and v copied into the caches at the row's place */

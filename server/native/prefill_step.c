@@ -141,6 +141,7 @@ static int prefill_rows(const struct step_model *m, int L, const int *tokens, co
         const struct step_layer *w = &m->layer[l];
         const long *st = strides + 6 * l;
         const int last = l == m->layers - 1;
+        capture_rows(m, l, x, L);
         norm_rows(x, w->attn_norm, h, L, E, m->eps);
         const float *layer_rope = angles + (size_t)(ropes == 2 && w->sliding) * L * 2 * half;
         struct rope_args r = {m, w, qkv, layer_rope, q, keys[l], values[l], st, L, index, 0};

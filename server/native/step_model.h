@@ -35,6 +35,8 @@ struct step_layer {
     const float *wq_t, *wk_t, *wv_t, *wg_t, *wu_t;
 };
 
+#define MAX_CAPTURE 4
+
 struct step_model {
     int layers, hidden, heads, kv_heads, head_dim, inter, vocab, rope_dims, tied, max_rows;
     int k_type, v_type, flash; /* the KV cache's types (KV_F32...) and flash attention (attention_ggml.c) */
@@ -52,6 +54,10 @@ struct step_model {
      * logits' soft caps, the sliding window of the sliding layers and their rope's base and scale */
     float embed_scale, attn_softcap, final_softcap, swa_base, swa_scale;
     int geglu, window;
+    /* rows' residual streams copied out as a pass enters these layers (an EAGLE-3 head's target features:
+     * mlxcel_step_capture); capture NULL: none. Row r's k-th layer at capture + (r n_capture + k) hidden. */
+    float *capture;
+    int n_capture, capture_layer[MAX_CAPTURE];
     struct step_layer layer[];
 };
 
@@ -59,6 +65,15 @@ struct step_model;
 /* rows of h (normed) through a layer's mixture of experts, added to the residual x (moe_ggml.c); 0, or -1 */
 HIDDEN int mlxcel_moe_rows(const struct step_model *m, const struct step_layer *w, int rows, const float *h, float *x,
                            int ubatch);
+
+/* The B rows of x (hidden wide) copied to the capture where layer l is one captured (mlxcel_step_capture) */
+static inline void capture_rows(const struct step_model *m, int l, const float *x, int B) {
+    for (int k = 0; m->capture && k < m->n_capture; k++)
+        if (m->capture_layer[k] == l)
+            for (int b = 0; b < B; b++)
+                memcpy(m->capture + ((size_t)b * m->n_capture + k) * m->hidden, x + (size_t)b * m->hidden,
+                       sizeof(float) * m->hidden);
+}
 
 /* out = x / rms(x) * w, as ggml's rms_norm then mul */
 static inline void rms_norm(const float *x, const float *w, float *out, int n, float eps) {
