@@ -16,6 +16,17 @@ Batch = Any  # several sequences' caches merged for one decode pass
 Logits = Any  # rows x vocab, float32; row i of a result is `logits[i:i + 1]`
 
 
+@dataclass(frozen=True)
+class TargetPass:
+    """One pass over a sequence whose layer inputs are captured (an EAGLE-3 head's features): its first position,
+    its tokens (None: embedding rows, an image's) and the rows' captured inputs (rows x captured layers x hidden;
+    None where the pass ran without the capture)."""
+
+    first: int
+    tokens: list[int] | None
+    features: Any
+
+
 class BackendRefusal(RuntimeError):
     """The model cannot be served by this backend (said once, at load, in one line)."""
 

@@ -67,9 +67,11 @@ class MLXSnapshot:
 
 
 class LayerCaches(list):
-    """One sequence's per-layer mlx-lm caches, and how many positions they hold."""
+    """One sequence's per-layer mlx-lm caches, and how many positions they hold; where the backend captures layer
+    inputs, the passes over them not yet taken (`passes`, backends/native_backend.py)."""
 
     n: int = 0
+    passes: list | None = None
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from ..models.decode_step import MAX_ROWS, DecodeStep
 from ..models.kv_numerics import KVNumerics
 from ..models.loader import LoadedModel
 from ..models.prefill_step import PrefillStep
-from .base import BackendRefusal, Capabilities, Logits
+from .base import BackendRefusal, Capabilities, Logits, TargetPass
 from .mlx_backend import LayerCaches, MLXBackend
 
 _BLOCK_PASSES = (
@@ -34,6 +34,7 @@ class NativeBackend(MLXBackend):
         self._prefill_step = PrefillStep(step)
         # which passes may run natively (tests switch them off to compare with MLX's passes)
         self.native_decode = self.native_prefill = True
+        self.capturing = False  # (capture(): each pass's layer inputs kept on its cache)
         super().__init__(loaded, n_batch=n_batch, kv=kv)
         self.pipeline = False  # the kernels' steps are synchronous: nothing runs ahead on the CPU
 
@@ -84,14 +85,48 @@ class NativeBackend(MLXBackend):
         """Whether the kernels may run this pass: they know the base weights only."""
         return not self.steered and (self.lora is None or not self.lora.engaged())
 
+    # --- captured layer inputs (an EAGLE-3 head's features) ----------------------------------------------------
+
+    def capture(self, layers: tuple[int, ...]) -> None:
+        """From now on every native pass copies its rows' inputs to these layers, kept on the sequence's cache as
+        TargetPass records (`take_passes`); decode steps then run one sequence a pass."""
+        self._step.set_capture(layers)
+        self.capturing = True
+
+    @property
+    def hidden_size(self) -> int:
+        return self._step.hidden
+
+    def embed_tokens(self, tokens: mx.array) -> mx.array:
+        """The model's token embedding rows (float32), as its input layer reads them."""
+        return self.model.model.embed_tokens(tokens).astype(mx.float32)
+
+    def take_passes(self, cache: LayerCaches) -> list[TargetPass]:
+        """The passes over this cache since the last take, in order."""
+        passes, cache.passes = cache.passes or [], [] if self.capturing else None
+        return passes
+
+    def _record(self, cache: LayerCaches, first: int, tokens: list[int] | None, native: bool) -> None:
+        if self.capturing:
+            if cache.passes is None:
+                cache.passes = []
+            cache.passes.append(TargetPass(first, tokens, self._step.captured if native and tokens else None))
+
+    def can_batch(self, caches: list[LayerCaches]) -> bool:
+        return not self.capturing and super().can_batch(caches)
+
     def _prefill_chunk(self, cache: LayerCaches, chunk: list[int], last: bool) -> mx.array | None:
         if self.native_prefill and self._native() and self._step.takes_sequence(cache, len(chunk), None):
-            return self._prefill_step(cache, chunk, last)
+            logits = self._prefill_step(cache, chunk, last)
+            self._record(cache, cache.n, list(chunk), True)
+            return logits
+        self._record(cache, cache.n, list(chunk), False)
         return super()._prefill_chunk(cache, chunk, last)
 
     def _rows_chunk(
         self, cache: LayerCaches, chunk: np.ndarray, last: bool, non_causal: bool = False
     ) -> mx.array | None:
+        self._record(cache, cache.n, None, False)
         if self.native_prefill and self._native() and self._step.takes_sequence(cache, len(chunk), None):
             return self._prefill_step.rows(cache, chunk, last, non_causal)
         return super()._rows_chunk(cache, chunk, last, non_causal)
@@ -99,8 +134,10 @@ class NativeBackend(MLXBackend):
     def decode(self, cache: LayerCaches, token: int) -> Logits:
         if self.native_decode and self._native() and self._step.takes_rows(cache, 1):
             logits = self._step(cache, [token])
+            self._record(cache, cache.n, [token], True)
             cache.n += 1
             return logits
+        self._record(cache, cache.n, [token], False)
         return super().decode(cache, token)
 
     def decode_rows(self, batch: list, tokens: list[int]) -> Logits:
@@ -114,5 +151,8 @@ class NativeBackend(MLXBackend):
 
     def _verify_chunk(self, cache: LayerCaches, chunk: list[int]) -> mx.array:
         if self.native_decode and self._native() and self._step.takes_sequence(cache, len(chunk), self._step.max_rows):
-            return self._step.verify(cache, chunk)
+            logits = self._step.verify(cache, chunk)
+            self._record(cache, cache.n, list(chunk), True)
+            return logits
+        self._record(cache, cache.n, list(chunk), False)
         return super()._verify_chunk(cache, chunk)

@@ -216,11 +216,24 @@ _GGUF = (
 )
 _GGUF_ALT = "pass -hf REPO[:QUANT], or -m FILE.gguf -mu URL (a GGUF is converted once into the cache)"
 _SPEC = (
-    "mlxcel drafts with a draft model (draft-simple) or by n-gram lookup (ngram-simple, ngram-map-k, "
-    "ngram-map-k4v, ngram-mod, ngram-cache); the MTP, EAGLE-3, DFlash and DSpark heads are not implemented"
+    "mlxcel drafts with a draft model (draft-simple), an EAGLE-3 head (draft-eagle3) or by n-gram lookup "
+    "(ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache); the MTP, DFlash and DSpark heads are not "
+    "implemented"
 )
-_SPEC_ALT = "pass an n-gram type (ngram-mod, ...), or draft-simple with --spec-draft-model FILE, or leave it out"
-SERVED_SPEC_TYPES = {"none", "draft-simple", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"}
+_SPEC_ALT = (
+    "pass an n-gram type (ngram-mod, ...), or draft-simple or draft-eagle3 with --spec-draft-model FILE, or leave "
+    "it out"
+)
+SERVED_SPEC_TYPES = {
+    "none",
+    "draft-simple",
+    "draft-eagle3",
+    "ngram-simple",
+    "ngram-map-k",
+    "ngram-map-k4v",
+    "ngram-mod",
+    "ngram-cache",
+}
 
 
 def _preset(repo: str, mlx: str, flags: str, why: str) -> Rule:
@@ -382,7 +395,7 @@ RULES: dict[str, Rule] = {
     ),
     "--spec-type": _only(
         lambda v: set(spec_types(v)) <= SERVED_SPEC_TYPES,
-        "none, draft-simple and the n-gram types",
+        "none, draft-simple, draft-eagle3 and the n-gram types",
         _SPEC,
         _SPEC_ALT,
         check=_spec_types_check,

@@ -541,6 +541,8 @@ def speculative_config(args, tokenizer, prog: str):
     model = args.spec_draft_model or ""
     for line in draft_inert_notices(args.given):
         log.info("draft model: %s", line)
+    if "draft-eagle3" in types and "draft-simple" not in types:
+        return types, eagle3_config(args, model, prog)
     if "draft-simple" not in types:
         if model:
             log.warning(
@@ -566,6 +568,25 @@ def speculative_config(args, tokenizer, prog: str):
         n_min=args.spec_draft_n_min,
         p_min=stof(args.spec_draft_p_min),
         kv=kv_numerics(args, draft=True),
+    )
+
+
+def eagle3_config(args, model: str, prog: str) -> DraftConfig | None:
+    """--spec-type draft-eagle3 with -md: the head's GGUF (a local file) and the draft tuning; without -md b10621
+    logs that the head needs a draft context and serves without it, as mlxcel does."""
+    if not model:
+        log.error("failed to initialize speculative decoding context: draft-eagle3 requires a draft context")
+        return None
+    path = Path(model)
+    if not path.is_file():
+        raise StartupRefusal(f"{prog}: error: failed to load draft model, '{model}': an EAGLE-3 head is a GGUF file")
+    return DraftConfig(
+        str(path),
+        n_max=args.spec_draft_n_max,
+        n_min=args.spec_draft_n_min,
+        p_min=stof(args.spec_draft_p_min),
+        kv=kv_numerics(args, draft=True),
+        kind="draft-eagle3",
     )
 
 

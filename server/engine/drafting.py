@@ -8,7 +8,10 @@ import logging
 from pathlib import Path
 from typing import Callable
 
-from ..backends import Backend, load_backend
+from ..backends import Backend, BackendRefusal, load_backend
+from ..models.eagle3_head import Eagle3Head, HeadRefusal
+from ..models.kv_numerics import KVNumerics
+from .eagle3_drafter import Eagle3Drafter
 from .ngram_drafters import NgramCache, NgramDrafters, NgramMap, NgramMod
 from .process_token import TokenProcessor
 from .running import Running
@@ -21,10 +24,10 @@ log = logging.getLogger("mlxcel.engine")
 
 
 def load_drafters(
-    draft: DraftConfig | None, ngram_simple: tuple[int, int] | None, ngram: NgramDrafters
+    draft: DraftConfig | None, ngram_simple: tuple[int, int] | None, ngram: NgramDrafters, target: Backend
 ) -> Speculator | None:
     """The drafters, in b10621's priority order (ngram-simple, -map-k, -map-k4v, -mod, -cache, then the draft
-    model); the draft model loaded beside the target."""
+    model or EAGLE-3 head); the draft model loaded beside the target, a head over the target's captured features."""
     sources: list = []
     if ngram_simple is not None:
         sources.append(NgramSimple(*ngram_simple))
@@ -36,7 +39,9 @@ def load_drafters(
         sources.append(NgramMod(ngram.mod))
     if ngram.cache is not None:
         sources.append(NgramCache(ngram.cache))
-    if draft is not None:
+    if draft is not None and draft.kind == "draft-eagle3":
+        sources.append(load_eagle3(draft, target))
+    elif draft is not None:
         sources.append(Drafter(load_backend(Path(draft.model), kv=draft.kv), draft))
         log.info(
             "draft model loaded: %s (n_max %d, n_min %d, p_min %g; %s)",
@@ -47,6 +52,35 @@ def load_drafters(
             draft.kv.describe() if draft.kv else "KV cache in float32",
         )
     return Speculator(sources) if sources else None
+
+
+def load_eagle3(draft: DraftConfig, target: Backend) -> Eagle3Drafter:
+    """The EAGLE-3 head over the target's captured layer inputs (the native steps' only: BackendRefusal else)."""
+    try:
+        head = Eagle3Head.load(Path(draft.model), target.n_vocab)
+    except (HeadRefusal, OSError) as exc:
+        raise BackendRefusal(f"failed to load draft model, '{draft.model}': {exc}") from None
+    capture = getattr(target, "capture", None)
+    if capture is None:
+        raise BackendRefusal("draft-eagle3 reads the target's hidden states from mlxcel's native CPU steps, which do "
+                             "not run this model")
+    if head.target_width != target.hidden_size:
+        raise BackendRefusal(f"the EAGLE-3 head reads {head.target_width}-wide hidden states, the target's are "
+                             f"{target.hidden_size}")
+    capture(head.target_layers)
+    kv = draft.kv or KVNumerics.from_flags("f16", "f16", None)
+    log.info(
+        "EAGLE-3 head loaded: %s (target layers %s, draft vocab %s; n_max %d, n_min %d, p_min %g; %s)",
+        draft.model,
+        list(head.target_layers),
+        "the target's" if head.d2t is None else len(head.d2t),
+        draft.n_max,
+        draft.n_min,
+        draft.p_min,
+        kv.describe(),
+    )
+    embed = target.embed_tokens
+    return Eagle3Drafter(head, embed, kv, draft.n_max, draft.n_min, draft.p_min)
 
 
 def text_tokens(tokens: list[int]) -> list[int]:
@@ -85,6 +119,8 @@ class Speculation:
         backend, drafter, d = self.backend, self.drafter, run.drafts
         if d.state is None:
             d.state = drafter.new_state(seq.slot)
+        if drafter.captures:  # (b10621 processes each target batch as it runs: here before the drafts read them)
+            drafter.process(d.state, backend.take_passes(run.cache))
         # after a context shift the draft cache keeps its common prefix with the shifted tokens and is fed the rest
         draft = drafter.propose(d.state, text_tokens(cached_tokens(seq)), run.last_token, n_max)
         d.n_draft += len(draft)
@@ -103,6 +139,8 @@ class Speculation:
             ids.append(drawn[0])
             if i == len(draft) or drawn[0] != draft[i]:
                 break
+        if drafter.captures:
+            drafter.process(d.state, backend.take_passes(run.cache))
         backend.trim(run.cache, n_past + len(ids))
         drafter.accept(d.state, len(ids) - 1)
         self._count(run, len(ids) - 1)

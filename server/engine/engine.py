@@ -262,7 +262,7 @@ class Engine:
         if c.mlock:
             weight_lock.lock(backend.weights())
         self.adapters.attach(backend)
-        drafter = load_drafters(c.draft, c.ngram_simple, c.ngram)
+        drafter = load_drafters(c.draft, c.ngram_simple, c.ngram, backend)
         self.states.backend = backend
         self.states.draft_bytes = draft_state_bytes(drafter)
         self.actions.n_vocab = backend.n_vocab

@@ -34,6 +34,7 @@ class DraftConfig:
     n_min: int = 0  # --spec-draft-n-min
     p_min: float = 0.0  # --spec-draft-p-min
     kv: KVNumerics | None = None  # -ctkd, -ctvd, -fa (None: a float32 cache)
+    kind: str = "draft-simple"  # or "draft-eagle3": model is then an EAGLE-3 head's GGUF
 
 
 def draft_max(n_ctx: int, n_tokens: int, n_predict: int, n_decoded: int) -> int:
@@ -162,6 +163,18 @@ class Speculator:
                 state.last = i
                 return draft[:n_max] if n_max > 0 else draft
         return []
+
+    def process(self, state: SpecState, passes: list) -> None:
+        """The target's passes over the sequence since the last call (common_speculative_process), to the drafters
+        that read the target's features (draft-eagle3)."""
+        for source, s in zip(self.sources, state.states, strict=True):
+            if hasattr(source, "process"):
+                source.process(s, passes)
+
+    @property
+    def captures(self) -> tuple[int, ...]:
+        """The target layers whose inputs a drafter reads (() : none)."""
+        return next((s.head.target_layers for s in self.sources if hasattr(s, "process")), ())
 
     def accept(self, state: SpecState, n_accepted: int) -> None:
         if state.last is not None:
