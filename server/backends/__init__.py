@@ -18,7 +18,7 @@ from ..models.kv_numerics import KVNumerics
 from ..models.loader import LoadedModel, load_checkpoint, release_sources
 from ..models.yarn import YarnFlags
 from . import distributed
-from .base import Backend, BackendLost, BackendRefusal, Capabilities
+from .base import Backend, BackendLost, BackendRefusal, Capabilities, FeatureCapture
 from .distributed import Ranks
 from .memory import hand_back
 from .micro_batches import MicroBatched
@@ -29,6 +29,7 @@ __all__ = [
     "Backend",
     "BackendLost",
     "BackendRefusal",
+    "FeatureCapture",
     "Capabilities",
     "Ranks",
     "hand_back",

@@ -27,6 +27,21 @@ class TargetPass:
     features: Any
 
 
+@runtime_checkable
+class FeatureCapture(Protocol):
+    """A backend whose passes can keep their rows' inputs to some layers (the native steps': an EAGLE-3 head's
+    features, backends/native_backend.py)."""
+
+    @property
+    def hidden_size(self) -> int: ...
+
+    def capture(self, layers: tuple[int, ...]) -> None: ...
+
+    def take_passes(self, cache: Cache) -> list[TargetPass]: ...
+
+    def embed_tokens(self, tokens: Any) -> Any: ...
+
+
 class BackendRefusal(RuntimeError):
     """The model cannot be served by this backend (said once, at load, in one line)."""
 

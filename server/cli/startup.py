@@ -532,17 +532,14 @@ def speculative_config(args, tokenizer, prog: str):
     """(--spec-type's types as b10621 accumulates them, the draft model's DraftConfig or None). Drafting needs
     both a draft model and draft-simple; b10621 logs and serves without it where one is missing or the draft's
     vocabulary is not the target's, and so does mlxcel. Raises StartupRefusal for a draft it cannot load."""
-    types = ["none"]
-    for g in args.given:
-        if g.option == "--spec-type":
-            types += spec_types(g.value)
-        elif g.option == "--spec-default":  # (b10621's preset pushes ngram-mod where it stands)
-            types.append("ngram-mod")
+    types = given_spec_types(args)
     model = args.spec_draft_model or ""
     for line in draft_inert_notices(args.given):
         log.info("draft model: %s", line)
-    if "draft-eagle3" in types and "draft-simple" not in types:
-        return types, eagle3_config(args, model, prog)
+    if "draft-eagle3" in types:
+        if "draft-simple" not in types:
+            return types, eagle3_config(args, model, prog)
+        log.warning("draft-simple and draft-eagle3 read one draft model: mlxcel drafts with draft-simple")
     if "draft-simple" not in types:
         if model:
             log.warning(
@@ -569,6 +566,17 @@ def speculative_config(args, tokenizer, prog: str):
         p_min=stof(args.spec_draft_p_min),
         kv=kv_numerics(args, draft=True),
     )
+
+
+def given_spec_types(args) -> list[str]:
+    """--spec-type's types as b10621 accumulates them (--spec-default's ngram-mod where it stands)."""
+    types = ["none"]
+    for g in args.given:
+        if g.option == "--spec-type":
+            types += spec_types(g.value)
+        elif g.option == "--spec-default":
+            types.append("ngram-mod")
+    return types
 
 
 def eagle3_config(args, model: str, prog: str) -> DraftConfig | None:

@@ -8,7 +8,7 @@ import logging
 from pathlib import Path
 from typing import Callable
 
-from ..backends import Backend, BackendRefusal, load_backend
+from ..backends import Backend, BackendRefusal, FeatureCapture, load_backend
 from ..models.eagle3_head import Eagle3Head, HeadRefusal
 from ..models.kv_numerics import KVNumerics
 from .eagle3_drafter import Eagle3Drafter
@@ -60,14 +60,15 @@ def load_eagle3(draft: DraftConfig, target: Backend) -> Eagle3Drafter:
         head = Eagle3Head.load(Path(draft.model), target.n_vocab)
     except (HeadRefusal, OSError) as exc:
         raise BackendRefusal(f"failed to load draft model, '{draft.model}': {exc}") from None
-    capture = getattr(target, "capture", None)
-    if capture is None:
-        raise BackendRefusal("draft-eagle3 reads the target's hidden states from mlxcel's native CPU steps, which do "
-                             "not run this model")
+    if not isinstance(target, FeatureCapture):
+        raise BackendRefusal(
+            "draft-eagle3 reads the target's hidden states from mlxcel's native CPU steps, which do not run this model"
+        )
     if head.target_width != target.hidden_size:
-        raise BackendRefusal(f"the EAGLE-3 head reads {head.target_width}-wide hidden states, the target's are "
-                             f"{target.hidden_size}")
-    capture(head.target_layers)
+        raise BackendRefusal(
+            f"the EAGLE-3 head reads {head.target_width}-wide hidden states, the target's are {target.hidden_size}"
+        )
+    target.capture(head.target_layers)
     kv = draft.kv or KVNumerics.from_flags("f16", "f16", None)
     log.info(
         "EAGLE-3 head loaded: %s (target layers %s, draft vocab %s; n_max %d, n_min %d, p_min %g; %s)",
@@ -97,6 +98,8 @@ def draft_state_bytes(drafter: Speculator | None) -> Callable[[int, int], int]:
 class Speculation:
     def __init__(self, drafter: Speculator, backend: Backend, tokens: TokenProcessor, n_ctx: int):
         self.drafter, self.backend, self.tokens, self.n_ctx = drafter, backend, tokens, n_ctx
+        # the target's passes, for a drafter that reads its features (draft-eagle3)
+        self.capture = backend if drafter.captures and isinstance(backend, FeatureCapture) else None
 
     def n_max(self, seq: Sequence) -> int:
         """How many tokens this decode step may draft (0: it decodes plainly): b10621's get_n_draft_max, for a
@@ -119,8 +122,8 @@ class Speculation:
         backend, drafter, d = self.backend, self.drafter, run.drafts
         if d.state is None:
             d.state = drafter.new_state(seq.slot)
-        if drafter.captures:  # (b10621 processes each target batch as it runs: here before the drafts read them)
-            drafter.process(d.state, backend.take_passes(run.cache))
+        if self.capture is not None:  # (b10621 processes each target batch as it runs: here before drafts read them)
+            drafter.process(d.state, self.capture.take_passes(run.cache))
         # after a context shift the draft cache keeps its common prefix with the shifted tokens and is fed the rest
         draft = drafter.propose(d.state, text_tokens(cached_tokens(seq)), run.last_token, n_max)
         d.n_draft += len(draft)
@@ -139,8 +142,8 @@ class Speculation:
             ids.append(drawn[0])
             if i == len(draft) or drawn[0] != draft[i]:
                 break
-        if drafter.captures:
-            drafter.process(d.state, backend.take_passes(run.cache))
+        if self.capture is not None:
+            drafter.process(d.state, self.capture.take_passes(run.cache))
         backend.trim(run.cache, n_past + len(ids))
         drafter.accept(d.state, len(ids) - 1)
         self._count(run, len(ids) - 1)

@@ -29,6 +29,7 @@ from .gguf_reader import FastGGUFReader
 from .kv_numerics import KVNumerics, round_to
 
 ARCH = "eagle3"
+F32, BF16 = 0, 30  # GGML types
 
 
 class HeadRefusal(ValueError):
@@ -84,40 +85,15 @@ class Eagle3Head:
             f = reader.fields.get(name)
             return default if f is None else f.contents()
 
-        if key("general.architecture") != ARCH:
-            raise HeadRefusal(f"'{path}' is no EAGLE-3 head (general.architecture {key('general.architecture')})")
-        layers = tuple(int(x) for x in key(f"{ARCH}.target_layers", []))
-        if len(layers) != 3:
-            raise HeadRefusal("EAGLE3 requires exactly 3 entries in 'extract_layers'")
-        if key(f"{ARCH}.norm_before_fc", False):
-            raise HeadRefusal("an EAGLE-3 head with norm_before_fc (EAGLE-3.1) is not served by mlxcel yet")
-        if int(key(f"{ARCH}.block_count", 1)) != 1:
-            raise HeadRefusal("an EAGLE-3 head has one decoder layer")
-        n_head, n_kv = int(key(f"{ARCH}.attention.head_count")), int(key(f"{ARCH}.attention.head_count_kv"))
         tensors = {t.name: t for t in reader.tensors}
-        if "output.weight" not in tensors:
-            raise HeadRefusal("an EAGLE-3 head without its own lm_head (the target's) is not served by mlxcel yet")
-        if any(int(t.tensor_type) not in (0, 30) and t.name != "d2t" for t in tensors.values()):
-            raise HeadRefusal("an EAGLE-3 head of other than F32 or BF16 tensors is not served by mlxcel yet")
-        weights = {}
-        for name, t in tensors.items():
-            if name == "d2t":
-                continue
-            data = np.asarray(t.data)
-            if int(t.tensor_type) == 30:  # BF16: the upper halves of float32s
-                data = (data.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
-            data = data.reshape([int(x) for x in reversed(t.shape)]) if data.ndim == 1 and len(t.shape) > 1 else data
-            if name == "blk.0.attn_q.weight":
-                data = permute_rows(data, n_head)
-            elif name == "blk.0.attn_k.weight":
-                data = permute_rows(data, n_kv)
-            weights[name] = mx.array(np.ascontiguousarray(data, np.float32))
+        _check(path, key, tensors)
+        n_head, n_kv = int(key(f"{ARCH}.attention.head_count")), int(key(f"{ARCH}.attention.head_count_kv"))
         d2t = np.asarray(tensors["d2t"].data, np.int64).reshape(-1) if "d2t" in tensors else None
         if d2t is not None and (d2t.min() < 0 or d2t.max() >= target_vocab):
             raise HeadRefusal("the EAGLE-3 head's d2t names ids outside the target's vocabulary")
         width = int(key(f"{ARCH}.embedding_length"))
         return cls(
-            target_layers=layers,
+            target_layers=tuple(int(x) for x in key(f"{ARCH}.target_layers")),
             target_width=int(key(f"{ARCH}.target_hidden_size")),
             width=width,
             n_head=n_head,
@@ -126,7 +102,7 @@ class Eagle3Head:
             eps=float(key(f"{ARCH}.attention.layer_norm_rms_epsilon")),
             rope_base=float(key(f"{ARCH}.rope.freq_base", 10000.0)),
             norm_before_residual=bool(key(f"{ARCH}.norm_before_residual", False)),
-            weights=weights,
+            weights=_weights(tensors, n_head, n_kv),
             d2t=d2t,
             vocab=target_vocab,
         )
@@ -153,7 +129,9 @@ class Eagle3Head:
         w = self.weights
         n, H, Hkv, D = len(tokens), self.n_head, self.n_kv, self.head_dim
         cache.trim(first_pos)
-        e = embed(mx.array(tokens)).astype(mx.float32)
+        ids = mx.array(tokens)
+        own = w.get("token_embd.weight")  # (a head with its own embedding: Llama 3.3 70B's)
+        e = embed(ids).astype(mx.float32) if own is None else mx.take(own, ids, axis=0)
         g_norm = self._norm(g, "blk.0.attn_norm_2.weight")
         x = mx.concatenate([self._norm(e, "blk.0.attn_norm.weight"), g_norm], axis=-1)
         q = (x @ w["blk.0.attn_q.weight"].T).reshape(1, n, H, D).transpose(0, 2, 1, 3)
@@ -181,6 +159,43 @@ class Eagle3Head:
         full = np.full((n, self.vocab), -np.inf, np.float32)
         full[:, self.d2t] = draft
         return full, prenorm
+
+
+def _check(path: Path, key: Callable, tensors: dict) -> None:
+    """b10621's refusals of a head (llama_model_eagle3::load_arch_hparams) and mlxcel's of what it does not run."""
+    if key("general.architecture") != ARCH:
+        raise HeadRefusal(f"'{path}' is no EAGLE-3 head (general.architecture {key('general.architecture')})")
+    if key(f"{ARCH}.target_layers") is None:
+        raise HeadRefusal("EAGLE3 model requires 'extract_layers' in GGUF metadata")
+    if len(key(f"{ARCH}.target_layers")) != 3:
+        raise HeadRefusal("EAGLE3 requires exactly 3 entries in 'extract_layers'")
+    if int(key(f"{ARCH}.block_count", 1)) != 1:
+        raise HeadRefusal("an EAGLE-3 head has one decoder layer")
+    if key(f"{ARCH}.norm_before_fc", False):
+        raise HeadRefusal("an EAGLE-3 head with norm_before_fc (EAGLE-3.1) is not served by mlxcel yet")
+    if "output.weight" not in tensors:
+        raise HeadRefusal("an EAGLE-3 head without its own lm_head (the target's) is not served by mlxcel yet")
+    if any(name.startswith("rope_freqs") for name in tensors):
+        raise HeadRefusal("an EAGLE-3 head with llama3 rope scaling (rope_freqs) is not served by mlxcel yet")
+    if any(int(t.tensor_type) not in (F32, BF16) for name, t in tensors.items() if name != "d2t"):
+        raise HeadRefusal("an EAGLE-3 head of other than F32 or BF16 tensors is not served by mlxcel yet")
+
+
+def _weights(tensors: dict, n_head: int, n_kv: int) -> dict[str, mx.array]:
+    """The head's float tensors by GGUF name, q and k rows back in HF's rotate-half order."""
+    weights = {}
+    for name, t in tensors.items():
+        if name == "d2t":
+            continue
+        data = np.asarray(t.data)
+        if int(t.tensor_type) == BF16:  # the upper halves of float32s
+            data = (data.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+        if name == "blk.0.attn_q.weight":
+            data = permute_rows(data, n_head)
+        elif name == "blk.0.attn_k.weight":
+            data = permute_rows(data, n_kv)
+        weights[name] = mx.array(np.ascontiguousarray(data, np.float32))
+    return weights
 
 
 def nn_silu(x: mx.array) -> mx.array:
