@@ -789,17 +789,18 @@ def test_log_prompts_dir_is_served_and_made_as_the_option_is_read(tmp_path):
     "argv",
     [
         ("--spec-type", "draft-mtp,ngram-simple"),
-        ("--spec-type", "draft-simple,draft-eagle3"),
+        ("--spec-type", "draft-simple,draft-mtp"),
         ("--spec-type", "draft-dflash"),
+        ("--spec-type", "draft-eagle3,draft-dspark"),
     ],
 )
 def test_speculative_heads_refuse(argv):
     assert refused(*argv) == [
         (
-            f"error: {' '.join(argv)}: mlxcel drafts with a draft model (draft-simple) or by n-gram lookup "
-            "(ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache); the MTP, EAGLE-3, DFlash and DSpark "
-            "heads are not implemented; pass an n-gram type (ngram-mod, ...), or draft-simple with "
-            "--spec-draft-model FILE, or leave it out"
+            f"error: {' '.join(argv)}: mlxcel drafts with a draft model (draft-simple), an EAGLE-3 head "
+            "(draft-eagle3) or by n-gram lookup (ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache); "
+            "the MTP, DFlash and DSpark heads are not implemented; pass an n-gram type (ngram-mod, ...), or "
+            "draft-simple or draft-eagle3 with --spec-draft-model FILE, or leave it out"
         )
     ]
     assert refused("--spec-type", "none", "--spec-type", "draft-mtp") != []  # every use counts, as upstream appends
@@ -808,6 +809,7 @@ def test_speculative_heads_refuse(argv):
 
 def test_a_draft_model_and_draft_simple_are_served():
     assert refused("-md", "draft", "--spec-type", "draft-simple", "--spec-draft-n-max", "8") == []
+    assert refused("-md", "head.gguf", "--spec-type", "draft-eagle3", "--spec-draft-n-max", "8") == []
     assert refused("--spec-type", "ngram-simple,draft-simple", "--spec-ngram-simple-size-n", "4") == []
     assert refused("-hfd", "a/b") == []  # fetched as -hf fetches (conformance/test_hf_download.py)
 

@@ -1,8 +1,9 @@
 """The EAGLE-3 head twin (fixtures/eagle3_twin.py) is what b10621's converter writes for such a checkpoint: the
 arch, keys and tensor names its own gguf-py (the sdist's, which knows MODEL_ARCH.EAGLE3; the installed one does
 not) gives the HF checkpoint's tensors through conversion/llama.py's EAGLE-3 path, the shapes
-src/models/eagle3.cpp loads, d2t as absolute target ids; and the reference loads it as an eagle3 draft and
-drafts with it without changing its greedy output."""
+src/models/eagle3.cpp loads, d2t as absolute target ids; and the reference loads it as an eagle3 draft, drafts
+with it and takes some of its drafts (fixtures/eagle3_fit.py fits it to the target) without changing its greedy
+output."""
 
 from __future__ import annotations
 
@@ -213,7 +214,9 @@ def test_the_reference_drafts_with_the_head_and_keeps_its_greedy_output(referenc
     assert f"EAGLE3 using d2t mapping (draft_vocab_size = {DRAFT_VOCAB})" in log
     assert "adding speculative implementation 'draft-eagle3'" in log
     timings = answers["eagle3"]["timings"]
-    assert timings["draft_n"] > 0 and 0 <= timings["draft_n_accepted"] <= timings["draft_n"]
+    assert (
+        timings["draft_n"] > 0 and 0 < timings["draft_n_accepted"] < timings["draft_n"]
+    )  # (fitted: agrees, sometimes)
     assert "draft_n" not in answers["plain"]["timings"]
     assert answers["eagle3"]["content"] == answers["plain"]["content"]
     assert answers["eagle3"]["tokens_predicted"] == answers["plain"]["tokens_predicted"] == 32

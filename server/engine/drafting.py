@@ -68,8 +68,13 @@ def load_eagle3(draft: DraftConfig, target: Backend) -> Eagle3Drafter:
         raise BackendRefusal(
             f"the EAGLE-3 head reads {head.target_width}-wide hidden states, the target's are {target.hidden_size}"
         )
-    target.capture(head.target_layers)
     kv = draft.kv or KVNumerics.from_flags("f16", "f16", None)
+    if kv.blocks:
+        raise BackendRefusal(
+            f"-ctkd {kv.k_type} -ctvd {kv.v_type}: an EAGLE-3 head's KV cache in a block type is not served by mlxcel "
+            "yet: use a float type (f16, b10621's default)"
+        )
+    target.capture(head.target_layers)
     log.info(
         "EAGLE-3 head loaded: %s (target layers %s, draft vocab %s; n_max %d, n_min %d, p_min %g; %s)",
         draft.model,
