@@ -395,6 +395,7 @@ SPEC_ARGS = ["-md", "{draft_q4_1}", "--spec-type", "draft-simple"]  # {draft_q4_
 # three-prompt runs); --spec-prompts: free text (PROMPT and two more) or repetitive text (lists, code, a phrase)
 DRAFTERS = {
     "draft-simple": SPEC_ARGS,
+    "draft-eagle3": ["-md", "{eagle3_head}", "--spec-type", "draft-eagle3"],  # (the F32 twin's head: --twin f32)
     "ngram-simple": ["--spec-type", "ngram-simple"],
     "ngram-map-k": ["--spec-type", "ngram-map-k"],
     "ngram-map-k4v": ["--spec-type", "ngram-map-k4v"],

@@ -50,6 +50,10 @@ def _fixture_paths(arg: str, side: str) -> str:
         from fixtures.twins import twin
 
         arg = arg.replace("{draft_q4_1}", str(twin("q4_1").gguf)).replace("{draft_f32}", str(twin("f32").gguf))
+    if "{eagle3_head}" in arg:  # the EAGLE-3 head twin's GGUF (fixtures/eagle3_twin.py), read by both
+        from fixtures.eagle3_twin import eagle3_twin
+
+        arg = arg.replace("{eagle3_head}", str(eagle3_twin()))
     if "{control_vector}" in arg:  # the seeded control vector GGUF (fixtures/control_vector.py), read by both
         from fixtures.control_vector import control_vector_gguf
 

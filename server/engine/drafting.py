@@ -24,7 +24,10 @@ log = logging.getLogger("mlxcel.engine")
 
 
 def load_drafters(
-    draft: DraftConfig | None, ngram_simple: tuple[int, int] | None, ngram: NgramDrafters, target: Backend
+    draft: DraftConfig | None,
+    ngram_simple: tuple[int, int] | None,
+    ngram: NgramDrafters,
+    target: Backend | None = None,
 ) -> Speculator | None:
     """The drafters, in b10621's priority order (ngram-simple, -map-k, -map-k4v, -mod, -cache, then the draft
     model or EAGLE-3 head); the draft model loaded beside the target, a head over the target's captured features."""
@@ -40,6 +43,8 @@ def load_drafters(
     if ngram.cache is not None:
         sources.append(NgramCache(ngram.cache))
     if draft is not None and draft.kind == "draft-eagle3":
+        if target is None:
+            raise BackendRefusal("draft-eagle3 reads the target model's hidden states: no target given")
         sources.append(load_eagle3(draft, target))
     elif draft is not None:
         sources.append(Drafter(load_backend(Path(draft.model), kv=draft.kv), draft))
