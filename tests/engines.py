@@ -9,6 +9,7 @@ from typing import Callable, Iterator
 
 from server.backends.fake import FakeBackend
 from server.engine.engine import Engine, EngineConfig
+from server.engine.types import FinalEvent, GenerationRequest, TokenEvent
 from server.models.tokenizer import ModelTokenizer
 
 
@@ -54,3 +55,15 @@ def engine_factory(checkpoint: Path) -> Iterator[tuple[Callable[..., Engine], Mo
     finally:
         for e in engines:
             e.stop(wait=60)
+
+
+async def tokens_and_final(engine: Engine, request: GenerationRequest) -> tuple[list[int], FinalEvent]:
+    """A request's generated tokens, in order, and its final event."""
+    tokens, final = [], None
+    async for ev in engine.submit(request):
+        if isinstance(ev, TokenEvent):
+            tokens.append(ev.token)
+        elif isinstance(ev, FinalEvent):
+            final = ev
+    assert final is not None
+    return tokens, final

@@ -12,12 +12,12 @@ import pytest
 from server.backends import open_backend
 from server.engine.eagle3_drafter import Eagle3Drafter, Eagle3State
 from server.engine.speculative import DraftConfig
-from server.engine.types import FinalEvent, GenerationRequest, SamplingParams, TokenEvent
+from server.engine.types import GenerationRequest, SamplingParams
 from server.models.eagle3_head import Eagle3Head, HeadCache, HeadRefusal
 from server.models.kv_numerics import KVNumerics
 from server.models.loader import load_checkpoint
 from server.models.tokenizer import ModelTokenizer
-from tests.engines import engine_factory
+from tests.engines import engine_factory, tokens_and_final
 
 LAYERS = (2, 15, 27)
 
@@ -141,17 +141,6 @@ def test_the_deferred_boundary_is_b10621s():
     assert d.calls[6:] == [([11, 12], 0), ([13], 2)] and fresh.pending_pos == 3
 
 
-async def _run(engine, request):
-    tokens, final = [], None
-    async for ev in engine.submit(request):
-        if isinstance(ev, TokenEvent):
-            tokens.append(ev.token)
-        elif isinstance(ev, FinalEvent):
-            final = ev
-    assert final is not None
-    return tokens, final
-
-
 @pytest.mark.heavy
 async def test_output_is_plain_decodings_greedy_and_seeded(twin_f32, head_gguf):
     with engine_factory(twin_f32.mlx_dir) as (make, tok):
@@ -164,8 +153,8 @@ async def test_output_is_plain_decodings_greedy_and_seeded(twin_f32, head_gguf):
             ("def add(a, b):", SamplingParams(temperature=0.8, seed=42)),
         ):
             request = GenerationRequest(tuple(tok.tokenize(prompt, True, True)), n_predict=40, sampling=sampling)
-            want, _ = await _run(plain, request)
-            got, final = await _run(drafted, request)
+            want, _ = await tokens_and_final(plain, request)
+            got, final = await tokens_and_final(drafted, request)
             assert got == want, prompt
             assert final.n_draft > 0
             accepted += final.n_draft_accepted

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from server.backends import open_backend
-from server.engine.engine import Engine, EngineConfig
+from server.engine.engine import EngineConfig
 from server.engine.ngram_drafters import CacheParams, MapParams, ModParams, NgramDrafters
 from server.engine.speculative import DraftConfig, NgramSimple, Speculator, draft_max, top_choice, vocab_mismatch
-from server.engine.types import FinalEvent, GenerationRequest, SamplingParams, TokenEvent
+from server.engine.types import GenerationRequest, SamplingParams
 from server.models.loader import load_checkpoint
 from server.models.tokenizer import ModelTokenizer
-from tests.engines import engine_factory
+from tests.engines import engine_factory, tokens_and_final
 
 pytestmark = pytest.mark.heavy  # in-process engine runs on the real twins: nox -s tests, not unit
 
@@ -26,17 +26,6 @@ PROMPTS = ["The capital of France is", "Once upon a time", "def fibonacci(n):", 
 def make_engine(twin_f32):
     with engine_factory(twin_f32.mlx_dir) as made:
         yield made
-
-
-async def _run(engine: Engine, request: GenerationRequest) -> tuple[list[int], FinalEvent]:
-    tokens, final = [], None
-    async for ev in engine.submit(request):
-        if isinstance(ev, TokenEvent):
-            tokens.append(ev.token)
-        elif isinstance(ev, FinalEvent):
-            final = ev
-    assert final is not None
-    return tokens, final
 
 
 @pytest.mark.parametrize("repeat", [1, 5], ids=["8-rows", "41-rows-one-pass"])
@@ -113,9 +102,9 @@ async def test_greedy_output_is_token_identical_with_a_quantized_draft(make_engi
         request = GenerationRequest(tuple(tok.tokenize(prompt, True, True)), n_predict=40, ignore_eos=True)
         if request.prompt_tokens not in _PLAIN_RUNS:
             plain = plain or make()
-            _PLAIN_RUNS[request.prompt_tokens], _ = await _run(plain, request)
+            _PLAIN_RUNS[request.prompt_tokens], _ = await tokens_and_final(plain, request)
         want = _PLAIN_RUNS[request.prompt_tokens]
-        got, final = await _run(drafted, request)
+        got, final = await tokens_and_final(drafted, request)
         assert got == want, prompt
         assert final.n_decoded == 40
         assert final.n_draft > 0 and 0 < final.n_draft_accepted <= final.n_draft
@@ -127,8 +116,8 @@ async def test_seeded_sampling_output_is_identical_too(make_engine, twin_q4_1):
     drafted = make(draft=DraftConfig(str(twin_q4_1.mlx_dir), n_max=4))
     sampling = SamplingParams(temperature=0.8, top_k=40, top_p=0.95, seed=1234)
     request = GenerationRequest(tuple(tok.tokenize(PROMPTS[1], True, True)), n_predict=48, sampling=sampling)
-    want, _ = await _run(plain, request)
-    got, final = await _run(drafted, request)
+    want, _ = await tokens_and_final(plain, request)
+    got, final = await tokens_and_final(drafted, request)
     assert got == want
     assert final.n_draft > 0
 
@@ -137,9 +126,9 @@ async def test_the_draft_never_crosses_the_token_budget_or_the_context(make_engi
     make, tok = make_engine
     drafted = make(n_ctx=64, draft=DraftConfig(str(twin_q4_1.mlx_dir), n_max=8))
     prompt = tuple(tok.tokenize(PROMPTS[0], True, True))
-    tokens, final = await _run(drafted, GenerationRequest(prompt, n_predict=7, ignore_eos=True))
+    tokens, final = await tokens_and_final(drafted, GenerationRequest(prompt, n_predict=7, ignore_eos=True))
     assert len(tokens) == final.n_decoded == 7
-    tokens, final = await _run(drafted, GenerationRequest(prompt, ignore_eos=True))
+    tokens, final = await tokens_and_final(drafted, GenerationRequest(prompt, ignore_eos=True))
     assert final.stop_type == "limit" and final.truncated
     assert final.n_tokens_cached + 1 == 64
 
@@ -152,11 +141,11 @@ async def test_drafting_goes_on_after_a_context_shift_and_the_output_stays_plain
     plain = make(n_ctx=64, ctx_shift=True)
     drafted = make(n_ctx=64, ctx_shift=True, draft=DraftConfig(str(twin_q4_1.mlx_dir), n_max=3))
     request = GenerationRequest(prompt, n_predict=120, ignore_eos=True)  # shifted twice
-    want, plain_final = await _run(plain, request)
-    got, final = await _run(drafted, request)
+    want, plain_final = await tokens_and_final(plain, request)
+    got, final = await tokens_and_final(drafted, request)
     assert got == want and final.truncated and plain_final.truncated
     before = GenerationRequest(prompt, n_predict=64 - len(prompt) - 2, ignore_eos=True)  # ends before any shift
-    _, unshifted = await _run(drafted, before)
+    _, unshifted = await tokens_and_final(drafted, before)
     assert not unshifted.truncated
     # drafts accepted after the shifts too (measured: 86 against 42 before any shift)
     assert final.n_draft_accepted > unshifted.n_draft_accepted + 20, (
@@ -169,7 +158,7 @@ async def test_a_draft_of_the_target_itself_is_always_accepted(make_engine, twin
     make, tok = make_engine
     drafted = make(draft=DraftConfig(str(twin_f32.mlx_dir), n_max=3))
     request = GenerationRequest(tuple(tok.tokenize(PROMPTS[2], True, True)), n_predict=25, ignore_eos=True)
-    _, final = await _run(drafted, request)
+    _, final = await tokens_and_final(drafted, request)
     assert final.n_draft_accepted == final.n_draft > 0
 
 
@@ -177,10 +166,10 @@ async def test_n_min_drops_short_drafts_and_p_min_stops_them(make_engine, twin_q
     make, tok = make_engine
     none = make(draft=DraftConfig(str(twin_q4_1.mlx_dir), n_max=3, n_min=4))
     request = GenerationRequest(tuple(tok.tokenize(PROMPTS[3], True, True)), n_predict=12, ignore_eos=True)
-    _, final = await _run(none, request)
+    _, final = await tokens_and_final(none, request)
     assert final.n_draft == 0
     sure = make(draft=DraftConfig(str(twin_q4_1.mlx_dir), n_max=3, p_min=1.01))
-    _, final = await _run(sure, request)
+    _, final = await tokens_and_final(sure, request)
     assert final.n_draft == 0
 
 
@@ -253,8 +242,8 @@ async def test_ngram_simple_output_is_token_identical_and_drafts_on_repetition(m
     drafted = make(ngram_simple=(3, 8))
     text = "Repeat after me exactly: red green blue yellow. red green blue yellow. red green blue yellow. red"
     request = GenerationRequest(tuple(tok.tokenize(text, True, True)), n_predict=40, ignore_eos=True)
-    want, _ = await _run(plain, request)
-    got, final = await _run(drafted, request)
+    want, _ = await tokens_and_final(plain, request)
+    got, final = await tokens_and_final(drafted, request)
     assert got == want
     assert final.n_draft > 0 and final.n_draft_accepted > 0
 
@@ -281,8 +270,8 @@ async def test_stateful_ngram_drafters_leave_the_output_plain_decodings(make_eng
         ignore_eos=True,
         sampling=SamplingParams(temperature=0.8, seed=7),
     )
-    want, _ = await _run(make(), request)
-    got, final = await _run(make(ngram=ngram), request)
+    want, _ = await tokens_and_final(make(), request)
+    got, final = await tokens_and_final(make(ngram=ngram), request)
     assert got == want
     assert final.n_draft > 0 and final.n_draft_accepted > 0
 
