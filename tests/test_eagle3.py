@@ -68,7 +68,7 @@ def test_the_head_loads_from_the_converters_gguf(head_gguf, twin_f32):
     head = Eagle3Head.load(head_gguf, 49152)
     assert head.target_layers == LAYERS and head.target_width == head.width == 576
     assert (head.n_head, head.n_kv, head.head_dim) == (9, 3, 64)
-    assert head.d2t is not None and len(head.d2t) == 2048 and np.all(np.diff(head.d2t) > 0)
+    assert head.d2t is not None and len(head.d2t) == 2048 and np.all(np.diff(head.d2t) > 0) and head.ordered
     with pytest.raises(HeadRefusal, match="is no EAGLE-3 head"):
         Eagle3Head.load(twin_f32.gguf, 49152)
     with pytest.raises(HeadRefusal, match="outside the target's vocabulary"):
@@ -102,6 +102,8 @@ class _Recorder(Eagle3Drafter):
 
 
 class _Head:
+    d2t, ordered = np.arange(10), True  # (draft ids the target's)
+
     @staticmethod
     def encode(features):
         return mx.array(features)

@@ -106,7 +106,7 @@ class Eagle3Drafter:
         logits, pre = self._decode(st, [last], st.pending_g[None], st.pending_pos)
         draft: list[int] = []
         while True:
-            token, p = top_choice(logits[0])
+            token, p = self._pick(logits)
             if p < self.p_min:
                 break
             draft.append(token)
@@ -115,6 +115,14 @@ class Eagle3Drafter:
             logits, pre = self._decode(st, [token], pre, st.pending_pos + len(draft))
         st.cache.trim(len(history))  # (the server's seq_rm past the target's positions)
         return draft if len(draft) >= self.n_min else []
+
+    def _pick(self, logits: np.ndarray) -> tuple[int, float]:
+        """The draft sampler's pick (top of the 10 best) as a target id, and its probability among them."""
+        head = self.head
+        if head.ordered and head.d2t is not None:  # (over the draft vocab: the 49k-wide scatter spared)
+            token, p = top_choice(logits[0])
+            return int(head.d2t[token]), p
+        return top_choice(head.target_logits(logits[:1])[0])
 
     def accept(self, st: Eagle3State, n_accepted: int) -> None:
         """accept(): the pending row moves to the first not accepted; the head's KV past it is dropped (the

@@ -76,6 +76,9 @@ class Eagle3Head:
     weights: dict[str, mx.array]  # the GGUF's names; q and k rows in HF's rotate-half order
     d2t: np.ndarray | None  # draft id -> target id (None: the draft vocab is the target's)
     vocab: int  # the target's vocabulary size
+    # whether the draft ids keep the target ids' order (d2t ascending, or none): the first of equal logits is then
+    # the same in either vocabulary, and a pick over the draft's logits is the pick over the target's
+    ordered: bool = True
 
     @classmethod
     def load(cls, path: Path, target_vocab: int) -> Eagle3Head:
@@ -105,6 +108,7 @@ class Eagle3Head:
             weights=_weights(tensors, n_head, n_kv),
             d2t=d2t,
             vocab=target_vocab,
+            ordered=d2t is None or bool(np.all(np.diff(d2t) > 0)),
         )
 
     def _norm(self, x: mx.array, name: str) -> mx.array:
@@ -153,12 +157,15 @@ class Eagle3Head:
         prenorm = mid + ffn
         logits = self._norm(prenorm, "output_norm.weight") @ w["output.weight"].T
         mx.eval(prenorm, logits)
-        draft = np.array(logits, np.float32)
+        return np.array(logits, np.float32), prenorm
+
+    def target_logits(self, draft: np.ndarray) -> np.ndarray:
+        """Rows of draft-vocab logits over the target's vocabulary: each at its d2t id, every other id -inf."""
         if self.d2t is None:
-            return draft, prenorm
-        full = np.full((n, self.vocab), -np.inf, np.float32)
+            return draft
+        full = np.full((draft.shape[0], self.vocab), -np.inf, np.float32)
         full[:, self.d2t] = draft
-        return full, prenorm
+        return full
 
 
 def _check(path: Path, key: Callable, tensors: dict) -> None:
