@@ -75,6 +75,21 @@ def test_the_head_loads_from_the_converters_gguf(head_gguf, twin_f32):
         Eagle3Head.load(head_gguf, 1000)
 
 
+def _toy_head(d2t: list[int]) -> Eagle3Head:
+    ids = np.array(d2t)
+    return Eagle3Head((0, 1, 2), 4, 4, 1, 1, 4, 1e-5, 1e4, False, {}, ids, 32, ordered=bool(np.all(np.diff(ids) > 0)))
+
+
+def test_the_draft_sampler_picks_as_over_the_targets_vocabulary():
+    from server.engine.speculative import top_choice
+
+    logits = np.array([[1.0, 2.0, 2.0, 0.5]], np.float32)  # (a tie: the first of equals in the target's order)
+    ordered = Eagle3Drafter(_toy_head([3, 7, 9, 20]), None, KVNumerics())  # type: ignore[arg-type]
+    assert ordered._pick(logits) == top_choice(ordered.head.target_logits(logits)[0]) and ordered._pick(logits)[0] == 7
+    shuffled = Eagle3Drafter(_toy_head([9, 7, 3, 20]), None, KVNumerics())  # type: ignore[arg-type]
+    assert not shuffled.head.ordered and shuffled._pick(logits)[0] == 3  # (id 3 before 7 in the target's order)
+
+
 def test_a_head_cache_forgets_from_a_position_on():
     cache = HeadCache()
     k = mx.zeros((1, 3, 4, 64))
