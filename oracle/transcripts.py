@@ -7,11 +7,15 @@ import json
 import os
 from pathlib import Path
 
+from server.cachedir import cache_root
+
 from .corpus import TRANSCRIPT_DIR
 from .diff import diff_exchanges
 from .exchange import Exchange, OracleRequest
 
 RECORD_ENV = "MLXCEL_ORACLE_RECORD"
+# the cache root in a recording (a fixture's path in a reply: a LoRA's, a router's model): each machine reads its own
+CACHE_MARK = "{MLXCEL_CACHE}"
 OFFLINE_ENV = "MLXCEL_ORACLE_OFFLINE"
 
 
@@ -27,10 +31,16 @@ def transcript_path(name: str, directory: Path = TRANSCRIPT_DIR) -> Path:
     return directory / f"{name}.json"
 
 
+def _root() -> str:
+    """This machine's cache root as it appears inside a recording's JSON text."""
+    return json.dumps(str(cache_root()))[1:-1]
+
+
 def record(name: str, request: OracleRequest, exchange: Exchange, directory: Path = TRANSCRIPT_DIR) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     doc = {"case": name, "request_sha256": request.sha256(), "reference": exchange.to_record()}
-    transcript_path(name, directory).write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    text = json.dumps(doc, indent=1, ensure_ascii=False).replace(_root(), CACHE_MARK)
+    transcript_path(name, directory).write_text(text + "\n", encoding="utf-8")
 
 
 def is_current(name: str, request: OracleRequest, directory: Path = TRANSCRIPT_DIR) -> bool:
@@ -46,7 +56,7 @@ def load(name: str, request: OracleRequest, directory: Path = TRANSCRIPT_DIR) ->
     path = transcript_path(name, directory)
     if not path.is_file():
         raise TranscriptMissing(f"no recorded transcript for {name}: run `mlxcel-oracle record` with the binary")
-    doc = json.loads(path.read_text(encoding="utf-8"))
+    doc = json.loads(path.read_text(encoding="utf-8").replace(CACHE_MARK, _root()))
     if doc["request_sha256"] != request.sha256():
         raise TranscriptDrift(f"{name}: the request changed since it was recorded: re-record it")
     return Exchange.from_record(doc["reference"])
