@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from server.cachedir import cache_root
+from fixtures.twins import cache_root
 
 from .corpus import TRANSCRIPT_DIR
 from .diff import diff_exchanges
