@@ -22,6 +22,7 @@ from typing import Callable
 
 import mlx.core as mx
 import numpy as np
+from mlx import nn
 
 from .. import cpu_kernels
 from .gguf_quants import permute_rows
@@ -151,7 +152,7 @@ class Eagle3Head:
         attended = attended.transpose(0, 2, 1, 3).reshape(n, H * D)
         mid = attended @ w["blk.0.attn_output.weight"].T + (g_norm if self.norm_before_residual else g)
         h = self._norm(mid, "blk.0.ffn_norm.weight")
-        ffn = (nn_silu(h @ w["blk.0.ffn_gate.weight"].T) * (h @ w["blk.0.ffn_up.weight"].T)) @ w[
+        ffn = (nn.silu(h @ w["blk.0.ffn_gate.weight"].T) * (h @ w["blk.0.ffn_up.weight"].T)) @ w[
             "blk.0.ffn_down.weight"
         ].T
         prenorm = mid + ffn
@@ -203,7 +204,3 @@ def _weights(tensors: dict, n_head: int, n_kv: int) -> dict[str, mx.array]:
             data = permute_rows(data, n_kv)
         weights[name] = mx.array(np.ascontiguousarray(data, np.float32))
     return weights
-
-
-def nn_silu(x: mx.array) -> mx.array:
-    return x * mx.sigmoid(x)
