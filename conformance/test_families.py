@@ -40,6 +40,10 @@ TRACE_BOUND = 1e-4  # issue 29: F32 with f32 KV (and within it at b10621's defau
 # gemma_step.py): its activations are b10621's, so b10621's float16 KV cache rounds alike and the pairs run at
 # b10621's defaults (no numerics flag: f16 KV cache, flash attention auto), the configuration users run, within the
 # same 1e-4 (the issue asks 1e-3 there; measured ~2e-5, docs/models.md).
+# Qwen3.5 runs through MLX (its Gated DeltaNet layers have no native step): its attention reads the f16 cache with
+# ggml-cpu's kernel, but the prompt's rows are scored in one pass, not as b10621's decode steps; at b10621's
+# defaults it is held to the issue's 1e-3 (measured 4.4e-4; 4.8e-5 with -fa off -ctk f32 -ctv f32).
+TRACE_BOUNDS = {"qwen3.5": 1e-3}
 
 
 def _post(base: str, path: str, body: dict) -> httpx.Response:
@@ -114,7 +118,8 @@ def test_family_twin_agrees_with_the_reference(reference_binary, family):
     for fmt, ts in traces.items():
         assert sum(t.decided for t in ts) >= 32, (fmt, [t.decided for t in ts])
         assert [t.disagreements_at_decided for t in ts] == [0] * len(PROMPTS), fmt
-        assert max(t.max_abs_delta_logprob for t in ts) <= TRACE_BOUND, (fmt, [t.max_abs_delta_logprob for t in ts])
+        bound = TRACE_BOUNDS.get(family, TRACE_BOUND)
+        assert max(t.max_abs_delta_logprob for t in ts) <= bound, (fmt, [t.max_abs_delta_logprob for t in ts])
 
 
 # CI's pairs: the families whose quantized tensors are laid out their own way (llama's permuted q/k rows, phi3's

@@ -70,6 +70,7 @@ def _remappings() -> tuple[dict, dict]:
 OWN_MODELS = {
     "gemma2": "server.models.gemma2_swa",  # the sliding window mlx-lm's Gemma 2 does not apply
     "gemma3_text": "server.models.gemma3_window",  # b10621's embedding scale; plain caches on every layer
+    "qwen3_5": "server.models.qwen35",  # a GGUF's Gated DeltaNet tensors as b10621 lays them out
 }
 
 

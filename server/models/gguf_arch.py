@@ -113,12 +113,23 @@ class ArchSpec:
     norm_shift: float = 0.0  # what the converter added to every norm weight
     # the architecture's own `{arch}.*` keys, read into mlx-lm's config as llama_model::load_hparams reads them
     arch_config: Callable[[HParams, FieldOf], dict] | None = None
+    # the blocks past the trunk (`{arch}.nextn_predict_layers`: an MTP block, src/models/qwen35.cpp) -> the HF
+    # checkpoint's `mtp.*` names (the trunk's model leaves them to server/models/mtp_head.py)
+    nextn: dict[str, str] = field(default_factory=dict)
+    # GGUF tensor name suffix -> the shape the checkpoint holds it in, from the GGUF's (a conv1d's kernel axis)
+    reshape: dict[str, Callable[[tuple], tuple]] = field(default_factory=dict)
+    mlxcel_flags: dict = field(
+        default_factory=dict
+    )  # config["mlxcel"] entries its model reads (server/models/qwen35.py)
 
-    def hf_name(self, gguf_name: str) -> str:
+    def hf_name(self, gguf_name: str, n_trunk: int | None = None) -> str:
         if gguf_name in _TOP:
             return _TOP[gguf_name]
         parts = gguf_name.split(".", 2)
-        if len(parts) == 3 and parts[0] == "blk" and parts[2] in self.block:
+        if len(parts) == 3 and parts[0] == "blk" and n_trunk is not None and int(parts[1]) >= n_trunk:
+            if int(parts[1]) == n_trunk and parts[2] in self.nextn:
+                return self.nextn[parts[2]]
+        elif len(parts) == 3 and parts[0] == "blk" and parts[2] in self.block:
             return f"model.layers.{parts[1]}.{self.block[parts[2]]}"
         raise ImportRefused(f"tensor '{gguf_name}' has no known mapping for architecture '{self.gguf}'")
 
@@ -227,6 +238,58 @@ def _qwen3moe_config(hp: HParams, key: FieldOf) -> dict:
     }
 
 
+_QWEN35_BLOCK = {  # conversion/qwen.py Qwen3_5TextModel's names, read back (server/models/qwen35.py has the layout)
+    "attn_norm.weight": "input_layernorm.weight",
+    "post_attention_norm.weight": "post_attention_layernorm.weight",
+    **{k: v for k, v in _COMMON_BLOCK.items() if k.startswith(("attn_q", "attn_k", "attn_v", "attn_output", "ffn_"))},
+    **_QK_NORMS,
+    "attn_qkv.weight": "linear_attn.in_proj_qkv.weight",
+    "attn_gate.weight": "linear_attn.in_proj_z.weight",
+    "ssm_beta.weight": "linear_attn.in_proj_b.weight",
+    "ssm_alpha.weight": "linear_attn.in_proj_a.weight",
+    "ssm_conv1d.weight": "linear_attn.conv1d.weight",
+    "ssm_dt.bias": "linear_attn.dt_bias",
+    "ssm_a": "linear_attn.ssm_a",
+    "ssm_norm.weight": "linear_attn.norm.weight",
+    "ssm_out.weight": "linear_attn.out_proj.weight",
+}
+_QWEN35_NEXTN = {
+    "nextn.eh_proj.weight": "mtp.fc.weight",
+    "nextn.enorm.weight": "mtp.pre_fc_norm_embedding.weight",
+    "nextn.hnorm.weight": "mtp.pre_fc_norm_hidden.weight",
+    "nextn.shared_head_norm.weight": "mtp.norm.weight",
+    **{k: f"mtp.layers.0.{v}" for k, v in _QWEN35_BLOCK.items() if not v.startswith("linear_attn.")},
+}
+
+
+def _qwen35_config(hp: HParams, key: FieldOf) -> dict:
+    """src/models/qwen35.cpp's hyperparameters as mlx-lm's qwen3_5 reads them (a flat config is its text config):
+    the trunk is block_count less the MTP blocks; the rope NeoX over rope.dimension_count dims (IMROPE on text
+    positions, its sections all one position); the layer kinds by full_attention_interval."""
+    n_nextn = int(key("nextn_predict_layers", 0) or 0)
+    if key("attention.recurrent_layers") is not None:
+        raise ImportRefused("qwen35 with an explicit recurrent-layer list is not supported")
+    if int(key("ssm.state_size")) * int(key("ssm.time_step_rank")) != int(key("ssm.inner_size")):
+        raise ImportRefused("qwen35 with value heads of another size than its key heads is not supported")
+    n_rot = int(key("rope.dimension_count", hp.head_dim))
+    return {
+        "num_hidden_layers": hp.n_layer - n_nextn,
+        "linear_num_key_heads": int(key("ssm.group_count")),
+        "linear_num_value_heads": int(key("ssm.time_step_rank")),
+        "linear_key_head_dim": int(key("ssm.state_size")),
+        "linear_value_head_dim": int(key("ssm.state_size")),
+        "linear_conv_kernel_dim": int(key("ssm.conv_kernel")),
+        "full_attention_interval": int(key("full_attention_interval", 4)),
+        "attention_bias": False,
+        "rope_parameters": {
+            "type": "default",
+            "rope_theta": hp.rope_theta,
+            "partial_rotary_factor": n_rot / hp.head_dim,
+        },
+        "mtp_num_hidden_layers": n_nextn,
+    }
+
+
 ARCHITECTURES: dict[str, ArchSpec] = {
     spec.gguf: spec
     for spec in (
@@ -279,6 +342,17 @@ ARCHITECTURES: dict[str, ArchSpec] = {
             permute_qk=False,
             block={**_MOE_BLOCK, **_QK_NORMS},
             arch_config=_qwen3moe_config,
+        ),
+        ArchSpec(
+            "qwen35",
+            "qwen3_5",
+            "Qwen3_5ForCausalLM",
+            permute_qk=False,
+            block=_QWEN35_BLOCK,
+            arch_config=_qwen35_config,
+            nextn=_QWEN35_NEXTN,
+            reshape={"ssm_conv1d.weight": lambda shape: (*shape, 1)},  # (C, K) -> mlx's Conv1d (C, K, 1)
+            mlxcel_flags={"ggml_delta_net": True},
         ),
     )
 }

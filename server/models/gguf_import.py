@@ -95,15 +95,19 @@ def _converted_tensors(
     "ggml:<type>" for a weight kept as the file's K-quant blocks (blocks True)."""
     permuted = {"attn_q.weight": hp.n_head, "attn_k.weight": hp.n_head_kv, "attn_q.bias": hp.n_head}
     permuted["attn_k.bias"] = hp.n_head_kv
+    n_trunk = hp.n_layer - int(_field(reader, f"{spec.gguf}.nextn_predict_layers", 0) or 0) if spec.nextn else None
     for i, t in enumerate(reader.tensors):
         if progress is not None and i:
             progress("tensors", i, len(reader.tensors))
         if t.name == ROPE_FREQS:
             continue
-        n_head = permuted.get(t.name.split(".", 2)[-1]) if spec.permute_qk else None
-        for name, arr, bits in _converted_tensor(t, spec.hf_name(t.name), n_head, dtype, blocks):
+        suffix = t.name.split(".", 2)[-1]
+        n_head = permuted.get(suffix) if spec.permute_qk else None
+        for name, arr, bits in _converted_tensor(t, spec.hf_name(t.name, n_trunk), n_head, dtype, blocks):
             if spec.norm_shift and name.endswith("norm.weight"):
                 arr = arr - np.float32(spec.norm_shift)  # exact for a stored value >= 0.5 (module docstring)
+            if suffix in spec.reshape and bits is None:
+                arr = arr.reshape(spec.reshape[suffix](arr.shape))
             yield name, arr, bits
 
 
@@ -246,6 +250,7 @@ def convert_gguf(  # noqa: C901
         "n_params": sum(int(t.n_elements) for t in reader.tensors),
         "size": sum(int(t.n_elements) * 4 if dtype == "f32" else int(t.n_bytes) for t in reader.tensors),
     }
+    config["mlxcel"].update(spec.mlxcel_flags)
     if kept:
         config["mlxcel"][KEPT_KEY] = kept
     factors = next((t for t in reader.tensors if t.name == ROPE_FREQS), None)

@@ -98,9 +98,10 @@ def apply(model, numerics: KVNumerics) -> None:
     from mlx_lm.models import gemma2, gemma3_text  # deferred: (mlx-lm's models, loaded with the model)
 
     from .cpu_layers import KernelAttention  # deferred: cpu_layers imports this module (KVNumerics, stored)
+    from .qwen35 import CacheTypedAttention
 
     # (Gemma's attention runs as mlx-lm's through MLX; its native steps take the numerics: gemma_step.py)
-    kinds = (KernelAttention, gemma2.Attention, gemma3_text.Attention)
+    kinds = (KernelAttention, gemma2.Attention, gemma3_text.Attention, CacheTypedAttention)
     for _, module in model.named_modules():
         if isinstance(module, kinds):
             module.kv_numerics = numerics
