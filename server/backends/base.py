@@ -27,6 +27,12 @@ class TargetPass:
     features: Any
 
 
+class PassSource(Protocol):
+    """A backend that records its passes over a sequence's cache (a drafter that reads them: engine/drafting.py)."""
+
+    def take_passes(self, cache: Cache) -> list[TargetPass]: ...
+
+
 @runtime_checkable
 class FeatureCapture(Protocol):
     """A backend whose passes can keep their rows' inputs to some layers (the native steps': an EAGLE-3 head's
@@ -61,6 +67,9 @@ class Capabilities:
     row_invariant: bool  # a row's logits are bitwise the same alone or batched
     turn_keys: bool  # cached keys can move to other positions (context shift, n_cache_reuse)
     few_rows: int  # a prompt chunk of up to this many rows sums as decode steps do (engine/provenance.py)
+    # a verify pass's positions can be forgotten (trim after verify), though the caches do not rewind otherwise:
+    # recurrent layers that keep each verified row's state (b10621's n_rs_seq states for drafts)
+    draft_rewind: bool = False
     adapters: bool = True  # LoRA adapters can be attached
     control_vectors: bool = True  # control vectors can be attached
 

@@ -23,7 +23,7 @@ from mlx_lm.models import cache as mlx_cache
 from ..models import control_vector, cpu_layers, kv_numerics, lora
 from ..models.kv_numerics import KVNumerics
 from ..models.loader import LoadedModel
-from .base import BackendRefusal, Capabilities, Logits
+from .base import BackendRefusal, Capabilities, Logits, TargetPass
 from .state_size import row_bytes, state_bytes
 
 log = logging.getLogger("mlxcel.backend")
@@ -90,6 +90,8 @@ def _trunk_and_head(model: nn.Module) -> tuple[nn.Module, Callable[[mx.array], m
     """An mlx-lm llama-shaped model's transformer trunk and output head, or None for another model. The model's
     own call runs the head on every position of a prompt (512 x vocab x hidden multiply-adds for a 512-token
     chunk, about a fifth of its work) where a prompt needs the last position's logits only."""
+    if hasattr(model, "trunk_and_head"):  # (a model of mlxcel's own that says which: models/qwen35.py)
+        return model.trunk_and_head()
     if not cpu_layers.llama_shaped(model):
         return None
     trunk = model.model
@@ -155,12 +157,14 @@ class MLXBackend:
         self.pipeline = self._on_device_argmax and self.capabilities.rewind
         self._pending: _Pending | None = None
         self._last_decode: tuple[LayerCaches, mx.array] | None = None
+        self.capturing_outputs = False  # every pass keeps its rows' final hidden states (an MTP block reads them)
 
     def _capabilities(self, kinds: tuple[str, ...]) -> Capabilities:
         batch = all(k.batch for k in self._kinds)
         return Capabilities(
             cache_kinds=kinds,
             rewind=all(k.rewind for k in self._kinds),
+            draft_rewind=set(kinds) <= {"KVCache", "ArraysCache"} and getattr(self.model, "step_states", False),
             batch_rows=DECODE_BATCH_ROWS if batch else 1,
             row_invariant=False,
             turn_keys=all(k.turn for k in self._kinds) and self._turnable(),
@@ -204,6 +208,7 @@ class MLXBackend:
         if non_causal:
             raise BackendRefusal("an image decoded non-causally (Gemma 3's) runs on the native steps only")
         trunk, head = self._split
+        self._record_outputs(cache, None, None)
         hidden = trunk(None, cache=cache, input_embeddings=mx.array(chunk)[None])
         if not last:
             mx.eval(hidden)
@@ -219,6 +224,7 @@ class MLXBackend:
             return logits
         trunk, head = self._split
         hidden = trunk(mx.array([chunk]), cache=cache)
+        self._record_outputs(cache, list(chunk), hidden)
         if not last:
             mx.eval(hidden)
             return None
@@ -234,10 +240,44 @@ class MLXBackend:
             self._last_decode = (cache, pending.logits)
             return pending.logits
         self._settle()
-        logits = self._forward(cache, [[token]])[:, -1, :].astype(mx.float32)
+        if self.capturing_outputs:
+            logits = self._outputs_pass(cache, [token])[-1:]
+        else:
+            logits = self._forward(cache, [[token]])[:, -1, :].astype(mx.float32)
         cache.n += 1
         self._last_decode = (cache, logits)
         return logits
+
+    def _outputs_pass(self, cache: LayerCaches, tokens: list[int]) -> mx.array:
+        """Every row's logits (float32), the rows' final hidden states recorded."""
+        assert self._split is not None
+        trunk, head = self._split
+        hidden = trunk(mx.array([tokens]), cache=cache)
+        self._record_outputs(cache, tokens, hidden)
+        logits = head(hidden)[0].astype(mx.float32)
+        mx.eval(logits)
+        return logits
+
+    # --- the final hidden states of every pass (an MTP block's input: engine/mtp_drafter.py) ------------------
+
+    def capture_outputs(self) -> None:
+        """From now on every pass keeps its rows' final hidden states (after the output norm), as TargetPass
+        records on the sequence's cache (`take_passes`); decode steps then run one sequence a pass."""
+        if self._split is None:
+            raise BackendRefusal("this model's final hidden states are not reachable in mlxcel")
+        self.capturing_outputs = True
+        self.pipeline = False
+
+    def take_passes(self, cache: LayerCaches) -> list[TargetPass]:
+        """The passes over this cache since the last take, in order."""
+        passes, cache.passes = cache.passes or [], []
+        return passes
+
+    def _record_outputs(self, cache: LayerCaches, tokens: list[int] | None, hidden: mx.array | None) -> None:
+        if self.capturing_outputs:
+            if cache.passes is None:
+                cache.passes = []
+            cache.passes.append(TargetPass(cache.n, tokens, None if hidden is None else hidden[0]))
 
     def _settle(self) -> None:
         """Withdraw a step issued ahead (its position trimmed from its cache) before a cache is used otherwise."""
@@ -261,9 +301,16 @@ class MLXBackend:
         self._settle()
         out = []
         rows = self._verify_rows()
-        for start in range(0, len(tokens), rows):
-            out.append(self._verify_chunk(cache, tokens[start : start + rows]))
-            cache.n += len(out[-1])
+        states = [c for c in cache if type(c) is mlx_cache.ArraysCache] if self.capabilities.draft_rewind else []
+        for c in states:  # (StepStatesDeltaNet: each row's state kept, the one before them first)
+            vars(c).update(keep_steps=True, steps=[(c[0], c[1])], steps_first=cache.n)
+        try:
+            for start in range(0, len(tokens), rows):
+                out.append(self._verify_chunk(cache, tokens[start : start + rows]))
+                cache.n += len(out[-1])
+        finally:
+            for c in states:
+                vars(c)["keep_steps"] = False
         return out[0] if len(out) == 1 else mx.concatenate(out, axis=0)
 
     def _verify_rows(self) -> int:
@@ -271,6 +318,8 @@ class MLXBackend:
         return FEW_ROWS
 
     def _verify_chunk(self, cache: LayerCaches, chunk: list[int]) -> mx.array:
+        if self.capturing_outputs:
+            return self._outputs_pass(cache, chunk)
         logits = self._forward(cache, [chunk])[0].astype(mx.float32)
         mx.eval(logits)
         return logits
@@ -360,7 +409,15 @@ class MLXBackend:
         """Forget every position from n on (a rejected draft's): the next write lands at n."""
         self._settle()
         for c in cache:
-            c.trim(max(c.offset - n, 0))
+            if type(c) is mlx_cache.ArraysCache:  # back to a state its last verify kept (draft_rewind)
+                steps, first = getattr(c, "steps", None), getattr(c, "steps_first", 0)
+                if n < cache.n:
+                    if not steps or not first <= n < first + len(steps):
+                        raise ValueError(f"a recurrent state at {n} of {cache.n} positions was not kept")
+                    c[0], c[1] = steps[n - first]
+                vars(c)["steps"] = None
+            else:
+                c.trim(max(c.offset - n, 0))
         cache.n = min(cache.n, n)
 
     # --- moving cached keys (a plain rope only) ---------------------------------------------------------------
@@ -438,7 +495,11 @@ class MLXBackend:
     # sequences decode together (tests/test_engine_batching.py).
 
     def can_batch(self, caches: list[LayerCaches]) -> bool:
-        return self.capabilities.batch_rows > 1 and all(type(c) is mlx_cache.KVCache for cache in caches for c in cache)
+        return (
+            not self.capturing_outputs
+            and self.capabilities.batch_rows > 1
+            and all(type(c) is mlx_cache.KVCache for cache in caches for c in cache)
+        )
 
     def batch_merge(self, caches: list[LayerCaches]) -> list:
         self._settle()

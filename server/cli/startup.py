@@ -540,6 +540,8 @@ def speculative_config(args, tokenizer, prog: str):
         if "draft-simple" not in types:
             return types, eagle3_config(args, model, prog)
         log.warning("draft-simple and draft-eagle3 read one draft model: mlxcel drafts with draft-simple")
+    elif "draft-mtp" in types and "draft-simple" not in types:
+        return types, mtp_config(args, model, prog)
     if "draft-simple" not in types:
         if model:
             log.warning(
@@ -577,6 +579,24 @@ def given_spec_types(args) -> list[str]:
         elif g.option == "--spec-default":
             types.append("ngram-mod")
     return types
+
+
+def mtp_config(args, model: str, prog: str) -> DraftConfig:
+    """--spec-type draft-mtp: the target's own MTP block (b10621 builds the MTP draft context on the target model
+    when no -md is given) and the draft tuning."""
+    if model:
+        raise StartupRefusal(
+            f"{prog}: error: failed to load draft model, '{model}': an MTP draft model of its own (-md with draft-mtp) "
+            "is not served by mlxcel yet: leave -md out to draft with the model's own MTP layers"
+        )
+    return DraftConfig(
+        "",
+        n_max=args.spec_draft_n_max,
+        n_min=args.spec_draft_n_min,
+        p_min=stof(args.spec_draft_p_min),
+        kv=kv_numerics(args, draft=True),
+        kind="draft-mtp",
+    )
 
 
 def eagle3_config(args, model: str, prog: str) -> DraftConfig | None:

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Callable
+from typing import Callable, cast
 
 from ..backends import Backend, BackendRefusal, FeatureCapture, load_backend
+from ..backends.base import PassSource
 from ..models.eagle3_head import Eagle3Head, HeadRefusal
 from ..models.kv_numerics import KVNumerics
+from ..models.mtp_head import MTPHead, MTPRefusal, MTPRunner
 from .eagle3_drafter import Eagle3Drafter
+from .mtp_drafter import MTPDrafter
 from .ngram_drafters import NgramCache, NgramDrafters, NgramMap, NgramMod
 from .process_token import TokenProcessor
 from .running import Running
@@ -42,10 +45,10 @@ def load_drafters(
         sources.append(NgramMod(ngram.mod))
     if ngram.cache is not None:
         sources.append(NgramCache(ngram.cache))
-    if draft is not None and draft.kind == "draft-eagle3":
+    if draft is not None and draft.kind in ("draft-eagle3", "draft-mtp"):
         if target is None:
-            raise BackendRefusal("draft-eagle3 reads the target model's hidden states: no target given")
-        sources.append(load_eagle3(draft, target))
+            raise BackendRefusal(f"{draft.kind} reads the target model's hidden states: no target given")
+        sources.append(load_eagle3(draft, target) if draft.kind == "draft-eagle3" else load_mtp(draft, target))
     elif draft is not None:
         sources.append(Drafter(load_backend(Path(draft.model), kv=draft.kv), draft))
         log.info(
@@ -57,6 +60,38 @@ def load_drafters(
             draft.kv.describe() if draft.kv else "KV cache in float32",
         )
     return Speculator(sources) if sources else None
+
+
+def load_mtp(draft: DraftConfig, target: Backend) -> MTPDrafter:
+    """The target's own MTP block (b10621's MTP draft context on the target model), over the final hidden states
+    of the target's passes."""
+    from ..backends.mlx_backend import MLXBackend
+
+    loaded = getattr(target, "loaded", None)
+    if not isinstance(target, MLXBackend) or loaded is None or not hasattr(loaded.model, "trunk_and_head"):
+        raise BackendRefusal("context type MTP requested but model doesn't contain MTP layers")
+    try:
+        head = MTPHead.load(loaded.path, loaded.config)
+    except MTPRefusal as exc:
+        raise BackendRefusal(f"context type MTP requested but {exc}") from None
+    kv = draft.kv or KVNumerics.from_flags("f16", "f16", None)
+    if kv.blocks:
+        raise BackendRefusal(
+            f"-ctkd {kv.k_type} -ctvd {kv.v_type}: an MTP block's KV cache in a block type is not served by mlxcel "
+            "yet: use a float type (f16, b10621's default)"
+        )
+    head.set_numerics(kv)
+    trunk, output = loaded.model.trunk_and_head()
+    target.capture_outputs()
+    log.info(
+        "MTP draft head loaded from the target model (n_max %d, n_min %d, p_min %g; %s)",
+        draft.n_max,
+        draft.n_min,
+        draft.p_min,
+        kv.describe(),
+    )
+    runner = MTPRunner(head, trunk.embed_tokens, output)
+    return MTPDrafter(runner, int(loaded.model.language_model.args.hidden_size), draft.n_max, draft.n_min, draft.p_min)
 
 
 def load_eagle3(draft: DraftConfig, target: Backend) -> Eagle3Drafter:
@@ -109,12 +144,14 @@ class Speculation:
     def __init__(self, drafter: Speculator, backend: Backend, tokens: TokenProcessor, n_ctx: int):
         self.drafter, self.backend, self.tokens, self.n_ctx = drafter, backend, tokens, n_ctx
         # the target's passes, for a drafter that reads its features (draft-eagle3)
-        self.capture = backend if drafter.captures and isinstance(backend, FeatureCapture) else None
+        reads = drafter.reads_outputs or (drafter.captures and isinstance(backend, FeatureCapture))
+        self.capture = cast(PassSource, backend) if reads else None
 
     def n_max(self, seq: Sequence) -> int:
         """How many tokens this decode step may draft (0: it decodes plainly): b10621's get_n_draft_max, for a
         sequence whose cache forgets rejected positions (rewind)."""
-        if not self.backend.capabilities.rewind:
+        caps = self.backend.capabilities
+        if not (caps.rewind or caps.draft_rewind):
             return 0
         run: Running = seq.payload
         return draft_max(self.n_ctx, slot_tokens(seq), run.request.n_predict, seq.n_decoded)

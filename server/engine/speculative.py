@@ -34,7 +34,7 @@ class DraftConfig:
     n_min: int = 0  # --spec-draft-n-min
     p_min: float = 0.0  # --spec-draft-p-min
     kv: KVNumerics | None = None  # -ctkd, -ctvd, -fa (None: a float32 cache)
-    kind: str = "draft-simple"  # or "draft-eagle3": model is then an EAGLE-3 head's GGUF
+    kind: str = "draft-simple"  # or "draft-eagle3": model is then an EAGLE-3 head's GGUF; "draft-mtp": the target's
 
 
 def draft_max(n_ctx: int, n_tokens: int, n_predict: int, n_decoded: int) -> int:
@@ -174,7 +174,12 @@ class Speculator:
     @property
     def captures(self) -> tuple[int, ...]:
         """The target layers whose inputs a drafter reads (() : none)."""
-        return next((s.head.target_layers for s in self.sources if hasattr(s, "process")), ())
+        return next((s.head.target_layers for s in self.sources if hasattr(s, "process") and hasattr(s, "head")), ())
+
+    @property
+    def reads_outputs(self) -> bool:
+        """A drafter reads the target's final hidden states (draft-mtp)."""
+        return any(getattr(s, "reads_outputs", False) for s in self.sources)
 
     def accept(self, state: SpecState, n_accepted: int) -> None:
         if state.last is not None:

@@ -27,7 +27,26 @@ ModelArgs = qwen3_5.ModelArgs
 GGML_LAYOUT = "ggml_delta_net"  # config["mlxcel"] key the GGUF importer sets
 
 
-class GgmlGatedDeltaNet(qwen3_5.GatedDeltaNet):
+class StepStatesDeltaNet(qwen3_5.GatedDeltaNet):
+    """mlx-lm's Gated DeltaNet that, on a cache marked `keep_steps` (a verify pass: backends/mlx_backend.py), runs
+    its rows one at a time, each as a decode step computes it, and keeps the state after each (`cache.steps`, the
+    state before them first): a rejected draft's positions are forgotten by going back to one of them, as b10621's
+    recurrent memory keeps n_rs_seq states per sequence for its drafts (llama-memory-recurrent.cpp)."""
+
+    def __call__(self, inputs: mx.array, mask: mx.array | None = None, cache: Any | None = None) -> mx.array:
+        if cache is None or not getattr(cache, "keep_steps", False):
+            return self.rows(inputs, mask, cache)
+        outs = []
+        for t in range(inputs.shape[1]):
+            outs.append(self.rows(inputs[:, t : t + 1], None if mask is None else mask[:, t : t + 1], cache))
+            cache.steps.append((cache[0], cache[1]))
+        return mx.concatenate(outs, axis=1)
+
+    def rows(self, inputs: mx.array, mask: mx.array | None, cache: Any | None) -> mx.array:
+        return super().__call__(inputs, mask, cache)
+
+
+class GgmlGatedDeltaNet(StepStatesDeltaNet):
     """mlx-lm's Gated DeltaNet over ggml's tensors: ssm_a, and tiled value heads."""
 
     def __init__(self, config: qwen3_5.TextModelArgs):
@@ -35,7 +54,7 @@ class GgmlGatedDeltaNet(qwen3_5.GatedDeltaNet):
         del self.A_log
         self.ssm_a = mx.zeros(self.num_v_heads)
 
-    def __call__(self, inputs: mx.array, mask: mx.array | None = None, cache: Any | None = None) -> mx.array:
+    def rows(self, inputs: mx.array, mask: mx.array | None, cache: Any | None) -> mx.array:
         B, S, _ = inputs.shape
         qkv = self.in_proj_qkv(inputs)
         z = self.in_proj_z(inputs).reshape(B, S, self.num_v_heads, self.head_v_dim)
@@ -119,12 +138,19 @@ def _kernels_on() -> bool:
 
 
 class Model(qwen3_5.Model):
+    step_states = True  # its recurrent layers keep a verify pass's states (StepStatesDeltaNet)
+
     def __init__(self, args: ModelArgs):
         super().__init__(args)
         text_args = self.language_model.args
         ggml = (args.text_config.get("mlxcel") or {}).get(GGML_LAYOUT)
         for layer in self.language_model.model.layers:
-            if layer.is_linear and ggml:
-                layer.linear_attn = GgmlGatedDeltaNet(text_args)
-            elif not layer.is_linear:
+            if layer.is_linear:
+                layer.linear_attn = (GgmlGatedDeltaNet if ggml else StepStatesDeltaNet)(text_args)
+            else:
                 layer.self_attn = CacheTypedAttention(text_args)
+
+    def trunk_and_head(self) -> tuple[nn.Module, Any]:
+        """The trunk (its output the final norm's: what the head and an MTP block read) and the output head."""
+        lm = self.language_model
+        return lm.model, (lm.model.embed_tokens.as_linear if lm.args.tie_word_embeddings else lm.lm_head)
