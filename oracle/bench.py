@@ -396,6 +396,7 @@ SPEC_ARGS = ["-md", "{draft_q4_1}", "--spec-type", "draft-simple"]  # {draft_q4_
 DRAFTERS = {
     "draft-simple": SPEC_ARGS,
     "draft-eagle3": ["-md", "{eagle3_head}", "--spec-type", "draft-eagle3"],  # (the F32 twin's head: --twin f32)
+    "draft-mtp": ["--spec-type", "draft-mtp"],  # (a model's own MTP block: --twin qwen3.5)
     "ngram-simple": ["--spec-type", "ngram-simple"],
     "ngram-map-k": ["--spec-type", "ngram-map-k"],
     "ngram-map-k4v": ["--spec-type", "ngram-map-k4v"],
@@ -440,17 +441,23 @@ def run_speculative(
 ) -> dict:
     """Both servers plain and with a drafter (default: the Q4_1 draft), side by side: decode tokens/s and the
     speedups."""
+    from fixtures.families import FAMILIES, family_twin
     from fixtures.twins import twin
 
     from .reference import build_reference
 
-    t = twin(twin_kind)
+    if twin_kind in FAMILIES:  # (a family twin: its F32 GGUF and its MLX checkpoint)
+        family = family_twin(twin_kind)
+        gguf, mlx_model = family.gguf, str(family.mlx_dir)
+    else:
+        t = twin(twin_kind)
+        gguf, mlx_model = t.gguf, t.mlx_model
     args = [*COMMON_ARGS, "--parallel", "1"]
     servers = {
-        ("reference", "plain"): reference_server(build_reference(), t.gguf, args),
-        ("mlxcel", "plain"): mlxcel_server(t.mlx_model, args),
-        ("reference", "draft"): reference_server(build_reference(), t.gguf, [*args, *spec_args]),
-        ("mlxcel", "draft"): mlxcel_server(t.mlx_model, [*args, *spec_args]),
+        ("reference", "plain"): reference_server(build_reference(), gguf, args),
+        ("mlxcel", "plain"): mlxcel_server(mlx_model, args),
+        ("reference", "draft"): reference_server(build_reference(), gguf, [*args, *spec_args]),
+        ("mlxcel", "draft"): mlxcel_server(mlx_model, [*args, *spec_args]),
     }
     samples: dict = {key: [] for key in servers}
     try:
@@ -564,7 +571,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="mlxcel-oracle bench", description=__doc__.splitlines()[0])
     p.add_argument(
         "--twin",
-        choices=["q4_1", "f32"],
+        choices=["q4_1", "f32", "qwen3.5"],  # (qwen3.5: the family twin, with --speculative-only --drafters draft-mtp)
         nargs="+",
         default=["f32"],
         help="one or more twins, measured one after the other into one JSON",

@@ -25,6 +25,7 @@ ROTATING = (
     "tests/test_serving_ranks.py",  # 81 (servers of 2 and 3 processes)
     "conformance/test_ngram_drafters.py",  # 58
     "conformance/test_eagle3_drafter.py",  # 36 (warm; 2 cases, 3 servers each)
+    "conformance/test_mtp_drafter.py",  # (2 cases, 3 servers each, the Qwen3.5 twin)
     "tests/reliability/test_security.py",  # 54
     "tests/test_decode_step.py",  # 49
     "tests/test_lora.py",  # 46

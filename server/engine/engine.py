@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..backends import Backend, BackendLost, hand_back, load_backend
+from ..backends import Backend, BackendLost, BackendRefusal, hand_back, load_backend
 from ..grammar.constraint import GrammarVocab
 from ..models import weight_lock
 from . import commands as cmd
@@ -338,7 +338,8 @@ class Engine:
             n_stream = 1 if c.kv_unified else c.n_slots  # b10621: one stream with -kvu, else one per slot
             log.info("%s", self._loaded.backend.kv_report(self.info.n_ctx, n_stream, c.n_slots))
         except Exception as exc:  # the server reports load failures and exits
-            self.load_error = f"{type(exc).__name__}: {exc}"
+            # (a refusal is a sentence for the user; anything else is named by its type)
+            self.load_error = str(exc) if isinstance(exc, BackendRefusal) else f"{type(exc).__name__}: {exc}"
             log.error("failed to load model: %s", self.load_error)
             self.ready.set()
             return
