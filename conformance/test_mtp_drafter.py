@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from oracle import loopback
-from oracle.evidence import live_record
+from conformance.drafted_pairs import answers, counts, record
 from oracle.processes import mlxcel_server, reference_server, started
 
 pytestmark = pytest.mark.reference
@@ -33,11 +32,6 @@ CASES = {
 }
 
 
-def _counts(answer: dict) -> tuple[int, int]:
-    t = answer["timings"]
-    return t.get("draft_n", 0), t.get("draft_n_accepted", 0)
-
-
 @pytest.mark.parametrize("case", list(CASES))
 def test_mtp_drafts_and_acceptances_are_b10621s(case, reference_binary):
     from fixtures.families import family_twin
@@ -49,20 +43,12 @@ def test_mtp_drafts_and_acceptances_are_b10621s(case, reference_binary):
     seen = []
     with started(ref, mine, plain) as urls:
         for body in REQUESTS:
-            want, got, undrafted = (loopback.post(u + "/completion", json=body, timeout=600).json() for u in urls)
-            assert "error" not in want and "error" not in got, (want, got)
+            want, got, undrafted = answers(urls, body)
             same = want["content"] == got["content"] == undrafted["content"]
-            seen.append((same, _counts(want), _counts(got)))
-    identical = all(same and w == g for same, w, g in seen)
+            seen.append((same, counts(want), counts(got)))
     given = sorted({a for a in args if a.startswith("--spec-draft") or a == "--spec-type"})
-    live_record(
-        f"mtp-drafter-{case}",
-        given,
-        "qwen3.5",
-        "/completion",
-        identical,
-        [] if identical else [{"path": "$.timings.draft_n", "kind": "value", "reference": str(seen)}],
-        f"pytest conformance/test_mtp_drafter.py -k {case}",
+    identical = record(
+        f"mtp-drafter-{case}", given, "qwen3.5", f"pytest conformance/test_mtp_drafter.py -k {case}", seen
     )
     assert identical, seen
     assert all(w[0] > 0 for _, w, _ in seen), seen  # (not vacuous: drafts made, taken and refused)

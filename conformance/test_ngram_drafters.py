@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 
+from conformance.drafted_pairs import answers, counts, record
 from oracle import loopback
-from oracle.evidence import live_record
 from oracle.processes import mlxcel_server, reference_server, started
 
 pytestmark = pytest.mark.reference
@@ -82,17 +82,6 @@ def _lookup_files(reference_binary, twin_f32, tmp_path) -> dict[str, str]:
     }
 
 
-def _answers(urls, body: dict) -> tuple[dict, dict]:
-    want, got = (loopback.post(u + "/completion", json=body, timeout=600).json() for u in urls)
-    assert "error" not in want and "error" not in got, (want, got)
-    return want, got
-
-
-def _counts(answer: dict) -> tuple[int, int]:
-    t = answer["timings"]
-    return t.get("draft_n", 0), t.get("draft_n_accepted", 0)
-
-
 @pytest.mark.parametrize("case", list(CASES))
 def test_drafts_and_acceptances_are_b10621s(case, reference_binary, twin_f32, tmp_path):
     args = ["-np", "1", *CASES[case]]
@@ -103,21 +92,18 @@ def test_drafts_and_acceptances_are_b10621s(case, reference_binary, twin_f32, tm
     seen = []
     with started(ref, mine) as urls:
         for prompt in [*PROMPTS, THIRD] if case == "map-k4v" else PROMPTS:
-            want, got = _answers(urls, {"prompt": prompt, "n_predict": 40, "temperature": 0})
-            seen.append((want["content"] == got["content"], _counts(want), _counts(got)))
+            want, got = answers(urls, {"prompt": prompt, "n_predict": 40, "temperature": 0})
+            seen.append((want["content"] == got["content"], counts(want), counts(got)))
         if case == "mod":  # seeded sampling: each draw is the sampler's, a draft token taken where it equals it
             body = {"prompt": PROMPTS[1], "n_predict": 48, "temperature": 0.8, "seed": 42}
-            want, got = _answers(urls, body)
-            seen.append((want["content"] == got["content"], _counts(want), _counts(got)))
-    identical = all(same and w == g for same, w, g in seen)
-    live_record(
+            want, got = answers(urls, body)
+            seen.append((want["content"] == got["content"], counts(want), counts(got)))
+    identical = record(
         f"ngram-drafters-{case}",
         _entries(case, args),
         "f32",
-        "/completion",
-        identical,
-        [] if identical else [{"path": "$.timings.draft_n", "kind": "value", "reference": str(seen)}],
         f"pytest conformance/test_ngram_drafters.py -k {case}",
+        seen,
     )
     assert identical, seen
     assert any(w[1] > 0 for _, w, _ in seen), seen  # (drafts made and taken: the case is not vacuous)

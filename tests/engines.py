@@ -9,7 +9,7 @@ from typing import Callable, Iterator
 
 from server.backends.fake import FakeBackend
 from server.engine.engine import Engine, EngineConfig
-from server.engine.types import FinalEvent, GenerationRequest, TokenEvent
+from server.engine.types import FinalEvent, GenerationRequest, SamplingParams, TokenEvent
 from server.models.tokenizer import ModelTokenizer
 
 
@@ -67,3 +67,20 @@ async def tokens_and_final(engine: Engine, request: GenerationRequest) -> tuple[
             final = ev
     assert final is not None
     return tokens, final
+
+
+async def drafted_as_plain(
+    plain: Engine, drafted: Engine, tok: ModelTokenizer, cases: list[tuple[str, SamplingParams]], n_predict: int = 40
+) -> tuple[int, int]:
+    """Each (prompt, sampling) answered by both engines: the drafting one's tokens must be the plain one's, with
+    drafts made on every prompt. Returns the drafted and accepted totals."""
+    drafted_n = accepted = 0
+    for prompt, sampling in cases:
+        request = GenerationRequest(tuple(tok.tokenize(prompt, True, True)), n_predict=n_predict, sampling=sampling)
+        want, _ = await tokens_and_final(plain, request)
+        got, final = await tokens_and_final(drafted, request)
+        assert got == want, prompt
+        assert final.n_draft > 0, prompt
+        drafted_n += final.n_draft
+        accepted += final.n_draft_accepted
+    return drafted_n, accepted

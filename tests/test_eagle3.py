@@ -12,12 +12,12 @@ import pytest
 from server.backends import open_backend
 from server.engine.eagle3_drafter import Eagle3Drafter, Eagle3State
 from server.engine.speculative import DraftConfig
-from server.engine.types import GenerationRequest, SamplingParams
+from server.engine.types import SamplingParams
 from server.models.eagle3_head import Eagle3Head, HeadCache, HeadRefusal
 from server.models.kv_numerics import KVNumerics
 from server.models.loader import load_checkpoint
 from server.models.tokenizer import ModelTokenizer
-from tests.engines import engine_factory, tokens_and_final
+from tests.engines import drafted_as_plain, engine_factory
 
 LAYERS = (2, 15, 27)
 
@@ -163,16 +163,14 @@ async def test_output_is_plain_decodings_greedy_and_seeded(twin_f32, head_gguf):
     with engine_factory(twin_f32.mlx_dir) as (make, tok):
         plain = make()
         drafted = make(draft=DraftConfig(str(head_gguf), n_max=4, kind="draft-eagle3"))
-        accepted = 0
-        for prompt, sampling in (
-            ("Count: 1, 2, 3, 4, 5,", SamplingParams(temperature=0.0)),
-            ("The history of the Roman Empire begins with", SamplingParams(temperature=0.0)),
-            ("def add(a, b):", SamplingParams(temperature=0.8, seed=42)),
-        ):
-            request = GenerationRequest(tuple(tok.tokenize(prompt, True, True)), n_predict=40, sampling=sampling)
-            want, _ = await tokens_and_final(plain, request)
-            got, final = await tokens_and_final(drafted, request)
-            assert got == want, prompt
-            assert final.n_draft > 0
-            accepted += final.n_draft_accepted
+        _, accepted = await drafted_as_plain(
+            plain,
+            drafted,
+            tok,
+            [
+                ("Count: 1, 2, 3, 4, 5,", SamplingParams(temperature=0.0)),
+                ("The history of the Roman Empire begins with", SamplingParams(temperature=0.0)),
+                ("def add(a, b):", SamplingParams(temperature=0.8, seed=42)),
+            ],
+        )
         assert accepted > 0  # (the fitted head agrees with the target sometimes: the accept path ran)

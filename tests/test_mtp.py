@@ -14,12 +14,12 @@ import pytest
 from server.backends import BackendRefusal, load_backend
 from server.engine.drafting import load_mtp
 from server.engine.speculative import DraftConfig
-from server.engine.types import GenerationRequest, SamplingParams
+from server.engine.types import SamplingParams
 from server.models.architectures import read_config
 from server.models.kv_numerics import KVNumerics
 from server.models.mtp_head import MTPHead, MTPRefusal
 from server.models.store import converted_gguf
-from tests.engines import engine_factory, tokens_and_final
+from tests.engines import drafted_as_plain, engine_factory
 
 PROMPT = [785, 3974, 13876, 38835, 34208, 916, 279, 15678, 5562, 13]
 
@@ -83,17 +83,14 @@ async def test_output_is_plain_decodings_greedy_and_seeded(qwen35):
     with engine_factory(Path(qwen35.mlx_dir)) as (make, tok):
         plain = make()
         drafted = make(draft=DraftConfig("", n_max=3, kind="draft-mtp"))
-        accepted = drafted_n = 0
-        for prompt, sampling in (
-            ("The quick brown fox jumps over the lazy dog. The quick brown fox", SamplingParams(temperature=0.0)),
-            ("Once upon a time, in a small village,", SamplingParams(temperature=0.0)),
-            ("def fibonacci(n):", SamplingParams(temperature=0.8, seed=42)),
-        ):
-            request = GenerationRequest(tuple(tok.tokenize(prompt, True, True)), n_predict=40, sampling=sampling)
-            want, _ = await tokens_and_final(plain, request)
-            got, final = await tokens_and_final(drafted, request)
-            assert got == want, prompt
-            assert final.n_draft > 0
-            accepted += final.n_draft_accepted
-            drafted_n += final.n_draft
+        drafted_n, accepted = await drafted_as_plain(
+            plain,
+            drafted,
+            tok,
+            [
+                ("The quick brown fox jumps over the lazy dog. The quick brown fox", SamplingParams(temperature=0.0)),
+                ("Once upon a time, in a small village,", SamplingParams(temperature=0.0)),
+                ("def fibonacci(n):", SamplingParams(temperature=0.8, seed=42)),
+            ],
+        )
         assert 0 < accepted < drafted_n  # (drafts taken and refused: both paths ran)
