@@ -73,6 +73,6 @@ def test_startup_case(case, request):
         f"{result.mlxcel.said[-600:]}\nReproduce: {case.reproduce()}"
     )
     if case.mlxcel_says is not None:  # the refusal (or notice) mlxcel prints, pinned word for word
-        assert result.mlxcel.pinned(case.mlxcel_says) in result.mlxcel.said.splitlines(), result.mlxcel.said[-1500:]
+        assert result.mlxcel.pinned(case.mlxcel_says) in result.mlxcel.lines(), result.mlxcel.said[-1500:]
     elif result.mlxcel.outcome == "exits" and result.mlxcel.exit_status:
         pytest.fail(f"{case.name}: mlxcel refused and the case pins no diagnostic: {result.mlxcel.said[-600:]}")

@@ -162,9 +162,20 @@ def _built(target: str, where: Path, jobs: int | None, log, companion: str | Non
                 shutil.copy2(bdir / "bin" / also, out / also)
 
             build_once(companion_dir, _recipe(also), place)
+        _keep_ui(bdir / "tools" / "ui" / "dist", log)
         shutil.rmtree(bdir, ignore_errors=True)  # ~700 MB of objects, not needed once the binary is copied
 
     return build_once(where, recipe, build) / target
+
+
+def _keep_ui(dist: Path, log) -> None:
+    """The web UI this build made with npm (the same sources and steps as `mlxcel webui`): handed to mlxcel's cache
+    through its command line, so that it is not built twice."""
+    mlxcel = shutil.which("mlxcel")
+    if mlxcel is None or not (dist / "index.html").is_file():
+        return
+    done = subprocess.run([mlxcel, "webui", "build", "--from", str(dist)], capture_output=True, text=True)
+    print(f"reference build: web UI kept for mlxcel ({done.stdout.strip() or done.stderr.strip()})", file=log)
 
 
 def build_dir(target: str = "llama-server") -> Path:

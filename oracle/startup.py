@@ -54,6 +54,9 @@ DEFAULT_NORMALIZE = ("clocks", "id_slot")
 _LISTENING = re.compile(r"listening on ((?:https?|unix)://\S+?)(?: |$)", re.MULTILINE)
 
 
+LOG_PREFIX = re.compile(r"^\d+\.\d+\.\d+\.\d+ [DIWE] ")  # mlxcel's and b10621's log lines: clock, level
+
+
 @dataclass(frozen=True)
 class StartupCase:
     name: str
@@ -126,6 +129,12 @@ class Observation:
     output: dict[str, Any] = field(default_factory=dict)  # the observed properties of what it printed
     said: str = ""  # its last printed lines (shown in reports, never compared)
     values: dict[str, str] = field(default_factory=dict)  # the placeholders' values on this side (not recorded)
+
+    def lines(self) -> list[str]:
+        """What this side printed, line by line, each log line also without its clock and level (a pin names the
+        sentence, not when it was said)."""
+        said = self.said.splitlines()
+        return said + [LOG_PREFIX.sub("", ln) for ln in said if LOG_PREFIX.match(ln)]
 
     def pinned(self, text: str) -> str:
         """A pinned line with this side's placeholder values filled in."""

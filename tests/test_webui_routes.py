@@ -4,8 +4,10 @@ served while the model loads), and --no-ui. The real UI in a browser: tests/test
 
 from __future__ import annotations
 
+import json
 import threading
 import types
+from pathlib import Path
 
 import httpx
 import pytest
@@ -92,3 +94,26 @@ async def test_no_ui_and_no_build_serve_nothing_at_the_root(dist):
             r = await c.get("/", headers=GZ)
             assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"
             assert (await c.get("/favicon.svg", headers=GZ)).status_code == 404
+
+
+def test_a_dist_the_reference_build_made_is_taken_as_it_is(tmp_path, monkeypatch, capsys):
+    """`mlxcel webui build --from DIR` (what oracle/reference.py hands over after its own npm build): copied, its
+    gzip twins and index made, no npm run; a folder without a built UI is refused in one line."""
+    from server.cli import webui_build
+
+    monkeypatch.setenv("MLXCEL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(webui_build, "_npm", lambda *a, **k: pytest.fail("npm ran"))
+    built = tmp_path / "dist"
+    (built / "assets").mkdir(parents=True)
+    (built / "index.html").write_text("<html>ui</html>")
+    (built / "assets" / "app.js").write_text("console.log(1)")
+    assert webui_build.main(["build", "--from", str(built)]) == 0
+    dist = Path(capsys.readouterr().out.strip())
+    assert (dist / "index.html").read_text() == "<html>ui</html>"
+    assert sorted(json.loads((dist / "_gzip" / "assets.json").read_text())) == ["assets/app.js", "index.html"]
+    assert webui_build.built_dist() == dist
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.setenv("MLXCEL_CACHE_DIR", str(tmp_path / "other"))
+    assert webui_build.main(["build", "--from", str(empty)]) == 1
+    assert capsys.readouterr().err.strip().endswith(f"mlxcel webui: error: {empty} holds no built UI (no index.html)")

@@ -110,12 +110,20 @@ def gzip_tree(dist: Path) -> int:
     return len(files)
 
 
-def build(log=sys.stderr) -> Path:
-    """The built UI's dist/ (built now if needed)."""
-    src = _sources()
+def build(log=sys.stderr, built: Path | None = None) -> Path:
+    """The built UI's dist/ (built now if needed). built: a dist/ the reference's own build made from the same
+    sources with the same two npm steps (scripts/ui-assets.cmake: LLAMA_UI_OUT_DIR, LLAMA_BUILD_NUMBER), taken as
+    it is instead of running npm again (two minutes of a cold CI run)."""
     work = cache_root() / "webui" / "work"  # node_modules kept between builds, as the reference's WORK_DIR
 
     def run(tmp: Path) -> None:
+        if built is not None:
+            if not (built / "index.html").is_file():
+                raise WebUIBuildError(f"{built} holds no built UI (no index.html)")
+            shutil.copytree(built, tmp / "dist", ignore=shutil.ignore_patterns(GZIP_DIR))
+            print(f"web UI: the reference build's ({built}): {gzip_tree(tmp / 'dist')} assets gzipped", file=log)
+            return
+        src = _sources()
         if work.exists():
             for entry in work.iterdir():
                 if entry.name != "node_modules":
@@ -137,12 +145,16 @@ def build(log=sys.stderr) -> Path:
 
 
 def main(argv: list[str]) -> int:
-    """`mlxcel webui`: build the UI into the cache (once) and print where it is."""
+    """`mlxcel webui`: build the UI into the cache (once) and print where it is; `--from DIR`: take the dist/ the
+    reference's build made (oracle/reference.py passes it) where none is cached yet."""
+    built = None
+    if len(argv) >= 2 and argv[-2] == "--from":
+        built, argv = Path(argv[-1]), argv[:-2]
     if argv not in ([], ["build"]):
-        print("usage: mlxcel webui [build]", file=sys.stderr)
+        print("usage: mlxcel webui [build] [--from DIR]", file=sys.stderr)
         return 2
     try:
-        print(build())
+        print(build(built=built))
     except WebUIBuildError as exc:
         print(f"mlxcel webui: error: {exc}", file=sys.stderr)
         return 1

@@ -10,6 +10,7 @@ from typing import Callable, cast
 
 from ..backends import Backend, BackendRefusal, FeatureCapture, load_backend
 from ..backends.base import PassSource
+from ..backends.mlx_backend import MLXBackend
 from ..models.eagle3_head import Eagle3Head, HeadRefusal
 from ..models.kv_numerics import KVNumerics
 from ..models.mtp_head import MTPHead, MTPRefusal, MTPRunner
@@ -65,8 +66,6 @@ def load_drafters(
 def load_mtp(draft: DraftConfig, target: Backend) -> MTPDrafter:
     """The target's own MTP block (b10621's MTP draft context on the target model), over the final hidden states
     of the target's passes."""
-    from ..backends.mlx_backend import MLXBackend
-
     loaded = getattr(target, "loaded", None)
     if not isinstance(target, MLXBackend) or loaded is None or not hasattr(loaded.model, "trunk_and_head"):
         raise BackendRefusal("context type MTP requested but model doesn't contain MTP layers")

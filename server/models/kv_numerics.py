@@ -98,7 +98,7 @@ def apply(model, numerics: KVNumerics) -> None:
     from mlx_lm.models import gemma2, gemma3_text  # deferred: (mlx-lm's models, loaded with the model)
 
     from .cpu_layers import KernelAttention  # deferred: cpu_layers imports this module (KVNumerics, stored)
-    from .qwen35 import CacheTypedAttention
+    from .qwen35 import CacheTypedAttention  # deferred: qwen35 imports this module (KVNumerics, stored)
 
     # (Gemma's attention runs as mlx-lm's through MLX; its native steps take the numerics: gemma_step.py)
     kinds = (KernelAttention, gemma2.Attention, gemma3_text.Attention, CacheTypedAttention)
