@@ -41,6 +41,7 @@ from .corpus import REPO_ROOT
 from .diff import DiffReport, Divergence, diff_exchanges, diff_values
 from .exchange import Exchange, OracleRequest
 from .normalize import REGISTRY
+from .transcripts import marked, unmarked
 
 STARTUP_DIR = REPO_ROOT / "fixtures" / "startup"
 STARTUP_TRANSCRIPTS = REPO_ROOT / "fixtures" / "transcripts" / "startup"
@@ -412,7 +413,7 @@ def recorded_reference(case: StartupCase) -> Observation:
     path = _transcript(case.name)
     if not path.is_file():
         raise LookupError(f"no recorded reference startup for {case.name}: run it once with the binary")
-    doc = json.loads(path.read_text(encoding="utf-8"))
+    doc = json.loads(unmarked(path.read_text(encoding="utf-8")))  # (the cache root: each machine's own)
     if doc["fingerprint"] != case.fingerprint():
         raise LookupError(f"{case.name}: the case changed since it was recorded: run it with the binary")
     return Observation.from_record(doc["reference"])
@@ -421,7 +422,7 @@ def recorded_reference(case: StartupCase) -> Observation:
 def record_reference(case: StartupCase, obs: Observation) -> None:
     STARTUP_TRANSCRIPTS.mkdir(parents=True, exist_ok=True)
     doc = {"case": case.name, "fingerprint": case.fingerprint(), "reference": obs.to_record()}
-    _transcript(case.name).write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    _transcript(case.name).write_text(marked(json.dumps(doc, indent=1, ensure_ascii=False)) + "\n", encoding="utf-8")
 
 
 def reference_live_or_recorded(case: StartupCase, live: Observation | None) -> tuple[Observation, str]:

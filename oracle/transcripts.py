@@ -36,10 +36,20 @@ def _root() -> str:
     return json.dumps(str(cache_root()))[1:-1]
 
 
+def marked(text: str) -> str:
+    """A recording's JSON text with this machine's cache root named by the mark (oracle/startup.py's too)."""
+    return text.replace(_root(), CACHE_MARK)
+
+
+def unmarked(text: str) -> str:
+    """A recording's JSON text with the mark read back as this machine's cache root."""
+    return text.replace(CACHE_MARK, _root())
+
+
 def record(name: str, request: OracleRequest, exchange: Exchange, directory: Path = TRANSCRIPT_DIR) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     doc = {"case": name, "request_sha256": request.sha256(), "reference": exchange.to_record()}
-    text = json.dumps(doc, indent=1, ensure_ascii=False).replace(_root(), CACHE_MARK)
+    text = marked(json.dumps(doc, indent=1, ensure_ascii=False))
     transcript_path(name, directory).write_text(text + "\n", encoding="utf-8")
 
 
@@ -56,7 +66,7 @@ def load(name: str, request: OracleRequest, directory: Path = TRANSCRIPT_DIR) ->
     path = transcript_path(name, directory)
     if not path.is_file():
         raise TranscriptMissing(f"no recorded transcript for {name}: run `mlxcel-oracle record` with the binary")
-    doc = json.loads(path.read_text(encoding="utf-8").replace(CACHE_MARK, _root()))
+    doc = json.loads(unmarked(path.read_text(encoding="utf-8")))
     if doc["request_sha256"] != request.sha256():
         raise TranscriptDrift(f"{name}: the request changed since it was recorded: re-record it")
     return Exchange.from_record(doc["reference"])
