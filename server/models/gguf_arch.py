@@ -47,6 +47,8 @@ _TOP = {
 }
 # tensors that are parameters of the rope, not weights: read into the config
 ROPE_FREQS = "rope_freqs.weight"
+# config["mlxcel"] key of a checkpoint whose Gated DeltaNet tensors keep the GGUF's layout (models/qwen35.py)
+GGML_LAYOUT = "ggml_delta_net"
 
 
 @dataclass(frozen=True)
@@ -118,9 +120,8 @@ class ArchSpec:
     nextn: dict[str, str] = field(default_factory=dict)
     # GGUF tensor name suffix -> the shape the checkpoint holds it in, from the GGUF's (a conv1d's kernel axis)
     reshape: dict[str, Callable[[tuple], tuple]] = field(default_factory=dict)
-    mlxcel_flags: dict = field(
-        default_factory=dict
-    )  # config["mlxcel"] entries its model reads (server/models/qwen35.py)
+    # config["mlxcel"] entries its model reads (server/models/qwen35.py: GGML_LAYOUT)
+    mlxcel_flags: dict = field(default_factory=dict)
 
     def hf_name(self, gguf_name: str, n_trunk: int | None = None) -> str:
         if gguf_name in _TOP:
@@ -352,7 +353,7 @@ ARCHITECTURES: dict[str, ArchSpec] = {
             arch_config=_qwen35_config,
             nextn=_QWEN35_NEXTN,
             reshape={"ssm_conv1d.weight": lambda shape: (*shape, 1)},  # (C, K) -> mlx's Conv1d (C, K, 1)
-            mlxcel_flags={"ggml_delta_net": True},
+            mlxcel_flags={GGML_LAYOUT: True},
         ),
     )
 }

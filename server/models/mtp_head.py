@@ -21,7 +21,8 @@ from mlx_lm.models.base import create_attention_mask
 from mlx_lm.models.cache import KVCache
 
 from .kv_numerics import KVNumerics
-from .qwen35 import GGML_LAYOUT, CacheTypedAttention
+from .gguf_arch import GGML_LAYOUT
+from .qwen35 import CacheTypedAttention
 
 PREFIX = "mtp."
 # every mtp.* norm (HF's 1 + w): the two before fc, the last one, the layer's four

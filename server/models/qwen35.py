@@ -21,10 +21,10 @@ from mlx_lm.models.qwen3_next import Qwen3NextAttention
 
 from .. import blas, cpu_kernels
 from .cpu_layers import KernelAttention
+from .gguf_arch import GGML_LAYOUT
 from .kv_numerics import KVNumerics, stored
 
 ModelArgs = qwen3_5.ModelArgs
-GGML_LAYOUT = "ggml_delta_net"  # config["mlxcel"] key the GGUF importer sets
 
 
 class StepStatesDeltaNet(qwen3_5.GatedDeltaNet):
