@@ -20,8 +20,8 @@ from mlx_lm.models import qwen3_5
 from mlx_lm.models.base import create_attention_mask
 from mlx_lm.models.cache import KVCache
 
-from .kv_numerics import KVNumerics
 from .gguf_arch import GGML_LAYOUT
+from .kv_numerics import KVNumerics
 from .qwen35 import CacheTypedAttention
 
 PREFIX = "mtp."
