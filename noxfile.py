@@ -5,7 +5,8 @@ from __future__ import annotations
 import nox
 
 nox.options.sessions = ["tests"]
-LINTED = ("server", "oracle", "compat", "conformance", "tests", "fixtures", "noxfile.py", "conftest.py")
+PACKAGES = ("server", "oracle", "compat", "conformance", "tests", "fixtures")
+LINTED = (*PACKAGES, "noxfile.py", "conftest.py")
 nox.options.default_venv_backend = "venv"
 
 
@@ -72,6 +73,12 @@ def lint(session: nox.Session) -> None:
     _static_checks(session)
 
 
+def _compile(session: nox.Session) -> None:
+    """The repo's modules compiled once: where PYTHONDONTWRITEBYTECODE is set (this CI image sets it), every
+    server a test starts would otherwise compile all of them again (~0.4 s of each start, ~0.9 s of a refusal's)."""
+    session.run("python", "-m", "compileall", "-q", *PACKAGES, "conftest.py", env={"PYTHONDONTWRITEBYTECODE": ""})
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     """Every test: the unit tier, the reliability suites, then conformance against the reference (built once,
@@ -82,6 +89,7 @@ def tests(session: nox.Session) -> None:
     session.run("python", "-m", "compat.claims")
     session.run("mlxcel-oracle", "reference")  # build (or reuse) the reference before the clock of any test
     session.run("mlxcel", "webui")  # llama.cpp's web UI, built once from the same sdist (npm), cached beside it
+    _compile(session)
     evidence = ".oracle/evidence"
     session.run("rm", "-rf", evidence, external=True)
     env = {"MLXCEL_EVIDENCE_DIR": evidence, "MLXCEL_LIVE_SHARE": _live_share(session)}
@@ -109,6 +117,7 @@ def unit(session: nox.Session) -> None:
     """The fast tier (under 5 minutes): tests/ without the reference binary, the reliability suites or the heavy
     in-process engine suites (marker heavy)."""
     session.install("-e", ".[test]")
+    _compile(session)
     session.run("pytest", "-q", "-p", "no:cacheprovider", *UNIT, *session.posargs)
 
 
