@@ -42,6 +42,9 @@ ROTATING = (
     "tests/test_mtp.py",  # 32 (the Qwen3.5 twin built, cold)
     "conformance/test_completion_greedy.py",  # 23
     "tests/test_eagle3_twin.py",  # 15
+    # added 2026-12-07 afternoon (draft-dflash; warm seconds on the same machine)
+    "conformance/test_dflash_drafter.py",  # 120 (3 cases, 3 servers each)
+    "tests/test_dflash.py",  # 49 (its draft twin's fit ~10 s over the shared features, cold)
 )
 ROTATED_FILE = "rotated.lst"  # beside the evidence records (not *.json: those are records)
 

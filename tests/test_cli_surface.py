@@ -788,24 +788,25 @@ def test_log_prompts_dir_is_served_and_made_as_the_option_is_read(tmp_path):
 @pytest.mark.parametrize(
     "argv",
     [
-        ("--spec-type", "draft-dflash"),
+        ("--spec-type", "draft-dspark"),
         ("--spec-type", "draft-eagle3,draft-dspark"),
-        ("--spec-type", "draft-mtp,draft-dflash"),
+        ("--spec-type", "draft-mtp,draft-dspark"),
     ],
 )
 def test_speculative_heads_refuse(argv):
     assert refused(*argv) == [
         (
             f"error: {' '.join(argv)}: mlxcel drafts with a draft model (draft-simple), an EAGLE-3 head "
-            "(draft-eagle3), a Qwen3.5 model's own MTP block (draft-mtp) or by n-gram lookup (ngram-simple, "
-            "ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache); the DFlash and DSpark heads are not implemented; "
-            "pass an n-gram type (ngram-mod, ...), draft-simple or draft-eagle3 with --spec-draft-model FILE, "
-            "draft-mtp with a model that has MTP layers, or leave it out"
+            "(draft-eagle3), a DFlash draft (draft-dflash), a Qwen3.5 model's own MTP block (draft-mtp) or by n-gram "
+            "lookup (ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache); the DSpark head is not "
+            "implemented; pass an n-gram type (ngram-mod, ...), draft-simple, draft-eagle3 or draft-dflash with "
+            "--spec-draft-model FILE, draft-mtp with a model that has MTP layers, or leave it out"
         )
     ]
-    assert refused("--spec-type", "none", "--spec-type", "draft-dflash") != []  # every use counts, as upstream appends
+    assert refused("--spec-type", "none", "--spec-type", "draft-dspark") != []  # every use counts, as upstream appends
     assert refused("--spec-type", "ngram-mod,ngram-map-k,ngram-map-k4v,ngram-cache,ngram-simple,draft-simple") == []
     assert refused("--spec-type", "draft-mtp,ngram-simple") == []
+    assert refused("--spec-type", "draft-dflash") == refused("--spec-type", "draft-eagle3,draft-dflash") == []
 
 
 def test_a_draft_model_and_draft_simple_are_served():

@@ -35,8 +35,8 @@ class PassSource(Protocol):
 
 @runtime_checkable
 class FeatureCapture(Protocol):
-    """A backend whose passes can keep their rows' inputs to some layers (the native steps': an EAGLE-3 head's
-    features, backends/native_backend.py)."""
+    """A backend whose passes can keep their rows' inputs to some layers (the native steps': an EAGLE-3 head's or a
+    DFlash draft's features, backends/native_backend.py), and lend its embedding and output head."""
 
     @property
     def hidden_size(self) -> int: ...
@@ -46,6 +46,8 @@ class FeatureCapture(Protocol):
     def take_passes(self, cache: Cache) -> list[TargetPass]: ...
 
     def embed_tokens(self, tokens: Any) -> Any: ...
+
+    def output_head(self, rows: Any) -> Any: ...
 
 
 class BackendRefusal(RuntimeError):

@@ -101,6 +101,12 @@ class NativeBackend(MLXBackend):
         """The model's token embedding rows (float32), as its input layer reads them."""
         return self.model.model.embed_tokens(tokens).astype(mx.float32)
 
+    def output_head(self, rows: mx.array) -> mx.array:
+        """The model's output head over normed rows (its logits): what a DFlash draft reads, as b10621's through
+        the target context."""
+        assert self._split is not None  # (a native step runs llama-shaped models only)
+        return self._split[1](rows)
+
     def take_passes(self, cache: LayerCaches) -> list[TargetPass]:
         """The passes over this cache since the last take, in order."""
         passes, cache.passes = cache.passes or [], [] if self.capturing else None

@@ -216,19 +216,20 @@ _GGUF = (
 )
 _GGUF_ALT = "pass -hf REPO[:QUANT], or -m FILE.gguf -mu URL (a GGUF is converted once into the cache)"
 _SPEC = (
-    "mlxcel drafts with a draft model (draft-simple), an EAGLE-3 head (draft-eagle3), a Qwen3.5 model's own MTP "
-    "block (draft-mtp) or by n-gram lookup (ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache); the "
-    "DFlash and DSpark heads are not implemented"
+    "mlxcel drafts with a draft model (draft-simple), an EAGLE-3 head (draft-eagle3), a DFlash draft "
+    "(draft-dflash), a Qwen3.5 model's own MTP block (draft-mtp) or by n-gram lookup (ngram-simple, ngram-map-k, "
+    "ngram-map-k4v, ngram-mod, ngram-cache); the DSpark head is not implemented"
 )
 _SPEC_ALT = (
-    "pass an n-gram type (ngram-mod, ...), draft-simple or draft-eagle3 with --spec-draft-model FILE, draft-mtp "
-    "with a model that has MTP layers, or leave it out"
+    "pass an n-gram type (ngram-mod, ...), draft-simple, draft-eagle3 or draft-dflash with --spec-draft-model "
+    "FILE, draft-mtp with a model that has MTP layers, or leave it out"
 )
 SERVED_SPEC_TYPES = {
     "none",
     "draft-simple",
     "draft-eagle3",
     "draft-mtp",
+    "draft-dflash",
     "ngram-simple",
     "ngram-map-k",
     "ngram-map-k4v",
@@ -396,7 +397,7 @@ RULES: dict[str, Rule] = {
     ),
     "--spec-type": _only(
         lambda v: set(spec_types(v)) <= SERVED_SPEC_TYPES,
-        "none, draft-simple, draft-eagle3, draft-mtp and the n-gram types",
+        "none, draft-simple, draft-eagle3, draft-mtp, draft-dflash and the n-gram types",
         _SPEC,
         _SPEC_ALT,
         check=_spec_types_check,

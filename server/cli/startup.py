@@ -536,10 +536,13 @@ def speculative_config(args, tokenizer, prog: str):
     model = args.spec_draft_model or ""
     for line in draft_inert_notices(args.given):
         log.info("draft model: %s", line)
-    if "draft-eagle3" in types:
+    if types == ["none"] and model:
+        types = types_from_gguf(model) or types
+    head = next((t for t in ("draft-eagle3", "draft-dflash") if t in types), None)
+    if head is not None:
         if "draft-simple" not in types:
-            return types, eagle3_config(args, model, prog)
-        log.warning("draft-simple and draft-eagle3 read one draft model: mlxcel drafts with draft-simple")
+            return types, head_config(args, model, prog, head)
+        log.warning("draft-simple and %s read one draft model: mlxcel drafts with draft-simple", head)
     elif "draft-mtp" in types and "draft-simple" not in types:
         return types, mtp_config(args, model, prog)
     if "draft-simple" not in types:
@@ -549,9 +552,14 @@ def speculative_config(args, tokenizer, prog: str):
                 "leaves it unused; mlxcel does not load it)"
             )
         return types, None
+    return types, draft_model_config(args, model, tokenizer, prog)
+
+
+def draft_model_config(args, model: str, tokenizer, prog: str) -> DraftConfig | None:
+    """draft-simple's draft model: None (logged) where none is given or its vocabulary is not the target's."""
     if not model:
         log.error("failed to initialize speculative decoding context: draft-simple requires a draft context")
-        return types, None
+        return None
     try:
         checkpoint = resolve_model(model)
         draft_tokenizer = ModelTokenizer(checkpoint)
@@ -560,8 +568,8 @@ def speculative_config(args, tokenizer, prog: str):
     mismatch = vocab_mismatch(tokenizer, draft_tokenizer)
     if mismatch:
         log.error("the target and draft vocabs are not compatible (%s): speculative decoding is off", mismatch)
-        return types, None
-    return types, DraftConfig(
+        return None
+    return DraftConfig(
         str(checkpoint),
         n_max=args.spec_draft_n_max,
         n_min=args.spec_draft_n_min,
@@ -599,22 +607,46 @@ def mtp_config(args, model: str, prog: str) -> DraftConfig:
     )
 
 
-def eagle3_config(args, model: str, prog: str) -> DraftConfig | None:
-    """--spec-type draft-eagle3 with -md: the head's GGUF (a local file) and the draft tuning; without -md b10621
-    logs that the head needs a draft context and serves without it, as mlxcel does."""
+def types_from_gguf(model: str) -> list[str]:
+    """common_speculative_types_from_gguf: the type a draft GGUF names when --spec-type is left at its default
+    (a DFlash draft: draft-dflash, or draft-dspark with a Markov head; a model whose last block is an MTP one:
+    draft-mtp); [] for any other file."""
+    from ..models.gguf_reader import FastGGUFReader  # deferred: gguf-py, read only for a draft GGUF
+
+    try:
+        reader = FastGGUFReader(model)
+    except (OSError, ValueError, IndexError):
+        return []
+    field = reader.fields.get("general.architecture")
+    arch = field.contents() if field is not None else None
+    names = {t.name for t in reader.tensors}
+    if arch == "dflash":
+        return ["draft-dspark" if "markov_w1.weight" in names else "draft-dflash"]
+    blocks = reader.fields.get(f"{arch}.block_count")
+    if blocks is not None and f"blk.{int(blocks.contents()) - 1}.nextn.eh_proj.weight" in names:
+        return ["draft-mtp"]
+    return []
+
+
+HEAD_FILES = {"draft-eagle3": "an EAGLE-3 head", "draft-dflash": "a DFlash draft"}
+
+
+def head_config(args, model: str, prog: str, kind: str) -> DraftConfig | None:
+    """--spec-type draft-eagle3 or draft-dflash with -md: the head's GGUF (a local file) and the draft tuning;
+    without -md b10621 serves without it (no draft context: the type is skipped), as mlxcel does, saying so."""
     if not model:
-        log.error("failed to initialize speculative decoding context: draft-eagle3 requires a draft context")
+        log.error("failed to initialize speculative decoding context: %s requires a draft context", kind)
         return None
     path = Path(model)
     if not path.is_file():
-        raise StartupRefusal(f"{prog}: error: failed to load draft model, '{model}': an EAGLE-3 head is a GGUF file")
+        raise StartupRefusal(f"{prog}: error: failed to load draft model, '{model}': {HEAD_FILES[kind]} is a GGUF file")
     return DraftConfig(
         str(path),
         n_max=args.spec_draft_n_max,
         n_min=args.spec_draft_n_min,
         p_min=stof(args.spec_draft_p_min),
         kv=kv_numerics(args, draft=True),
-        kind="draft-eagle3",
+        kind=kind,
     )
 
 

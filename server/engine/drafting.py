@@ -11,9 +11,11 @@ from typing import Callable, cast
 from ..backends import Backend, BackendRefusal, FeatureCapture, load_backend
 from ..backends.base import PassSource
 from ..backends.mlx_backend import MLXBackend
+from ..models.dflash_head import DFlashDraft, DraftRefusal
 from ..models.eagle3_head import Eagle3Head, HeadRefusal
 from ..models.kv_numerics import KVNumerics
 from ..models.mtp_head import MTPHead, MTPRefusal, MTPRunner
+from .dflash_drafter import DFlashDrafter
 from .eagle3_drafter import Eagle3Drafter
 from .mtp_drafter import MTPDrafter
 from .ngram_drafters import NgramCache, NgramDrafters, NgramMap, NgramMod
@@ -46,10 +48,10 @@ def load_drafters(
         sources.append(NgramMod(ngram.mod))
     if ngram.cache is not None:
         sources.append(NgramCache(ngram.cache))
-    if draft is not None and draft.kind in ("draft-eagle3", "draft-mtp"):
+    if draft is not None and draft.kind in HEAD_LOADERS:
         if target is None:
             raise BackendRefusal(f"{draft.kind} reads the target model's hidden states: no target given")
-        sources.append(load_eagle3(draft, target) if draft.kind == "draft-eagle3" else load_mtp(draft, target))
+        sources.append(HEAD_LOADERS[draft.kind](draft, target))
     elif draft is not None:
         sources.append(Drafter(load_backend(Path(draft.model), kv=draft.kv), draft))
         log.info(
@@ -126,6 +128,53 @@ def load_eagle3(draft: DraftConfig, target: Backend) -> Eagle3Drafter:
     )
     embed = target.embed_tokens
     return Eagle3Drafter(head, embed, kv, draft.n_max, draft.n_min, draft.p_min)
+
+
+def load_dflash(draft: DraftConfig, target: Backend) -> DFlashDrafter:
+    """The DFlash draft over the target's captured layer inputs, its embedding and output head (the native
+    steps' only: BackendRefusal else)."""
+    try:
+        dflash = DFlashDraft.load(Path(draft.model), target.n_vocab)
+    except (DraftRefusal, OSError) as exc:
+        raise BackendRefusal(f"failed to load draft model, '{draft.model}': {exc}") from None
+    if not isinstance(target, FeatureCapture):
+        raise BackendRefusal(
+            "draft-dflash reads the target's hidden states from mlxcel's native CPU steps, which do not run this model"
+        )
+    if dflash.width != target.hidden_size:
+        raise BackendRefusal(
+            f"the DFlash draft is {dflash.width} wide, the target {target.hidden_size}: it reads the target's "
+            "embedding and head"
+        )
+    kv = draft.kv or KVNumerics.from_flags("f16", "f16", None)
+    if kv.blocks:
+        raise BackendRefusal(
+            f"-ctkd {kv.k_type} -ctvd {kv.v_type}: a DFlash draft's KV cache in a block type is not served by mlxcel "
+            "yet: use a float type (f16, b10621's default)"
+        )
+    try:
+        target.capture(dflash.target_layers)
+    except ValueError as exc:
+        raise BackendRefusal(f"DFlash: {exc}") from None
+    log.info(
+        "DFlash draft loaded: %s (target layers %s, block %d, mask token %d; n_max %d, n_min %d, p_min %g; %s)",
+        draft.model,
+        list(dflash.target_layers),
+        dflash.block_size,
+        dflash.mask_token,
+        draft.n_max,
+        draft.n_min,
+        draft.p_min,
+        kv.describe(),
+    )
+    return DFlashDrafter(dflash, target.embed_tokens, target.output_head, kv, draft.n_max, draft.n_min, draft.p_min)
+
+
+HEAD_LOADERS: dict[str, Callable[[DraftConfig, Backend], object]] = {
+    "draft-eagle3": load_eagle3,
+    "draft-mtp": load_mtp,
+    "draft-dflash": load_dflash,
+}
 
 
 def text_tokens(tokens: list[int]) -> list[int]:

@@ -61,6 +61,11 @@ class Eagle3Drafter:
     def n_max(self) -> int:
         return self._n_max
 
+    @property
+    def target_layers(self) -> tuple[int, ...]:
+        """The target layers whose inputs the head reads."""
+        return self.head.target_layers
+
     def new_state(self, slot: int | None = None) -> Eagle3State:
         if slot is None:
             return Eagle3State()

@@ -174,7 +174,7 @@ class Speculator:
     @property
     def captures(self) -> tuple[int, ...]:
         """The target layers whose inputs a drafter reads (() : none)."""
-        return next((s.head.target_layers for s in self.sources if hasattr(s, "process") and hasattr(s, "head")), ())
+        return next((s.target_layers for s in self.sources if hasattr(s, "target_layers")), ())
 
     @property
     def reads_outputs(self) -> bool:
