@@ -25,27 +25,33 @@ REQUESTS = [
     {"prompt": BASE + " the founding of Rome", "n_predict": 48, "temperature": 0},  # (its prefix reused)
     {"prompt": "Count: 1, 2, 3,", "n_predict": 48, "temperature": 0.8, "seed": 42},
 ]
-CASES = {
-    "defaults": ["--spec-type", "draft-dflash"],
-    "tuned": [
-        "--spec-type",
-        "draft-dflash",
-        "--spec-draft-n-max",
-        "5",
-        "--spec-draft-p-min",
-        "0.11",
-        "--spec-draft-n-min",
-        "2",
-    ],
-    "type-from-gguf-clamped": ["--spec-draft-n-max", "12", "-ctkd", "f32", "-ctvd", "f32"],
+CASES = {  # case: (the draft twin, its flags)
+    "defaults": ("dflash", ["--spec-type", "draft-dflash"]),
+    "tuned": (
+        "dflash",
+        [
+            "--spec-type",
+            "draft-dflash",
+            "--spec-draft-n-max",
+            "5",
+            "--spec-draft-p-min",
+            "0.11",
+            "--spec-draft-n-min",
+            "2",
+        ],
+    ),
+    "type-from-gguf-clamped": ("dflash", ["--spec-draft-n-max", "12", "-ctkd", "f32", "-ctvd", "f32"]),
+    "dspark-defaults": ("dspark", ["--spec-type", "draft-dspark"]),
+    "dspark-type-from-gguf-confidence": ("dspark", ["--spec-draft-p-min", "0.5", "--spec-draft-n-max", "6"]),
 }
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_dflash_drafts_and_acceptances_are_b10621s(case, reference_binary, twin_f32):
-    from fixtures.dflash_twin import dflash_twin
+def test_dflash_and_dspark_drafts_and_acceptances_are_b10621s(case, reference_binary, twin_f32):
+    from fixtures.dflash_twin import dflash_twin, dspark_twin
 
-    args = ["-np", "1", "-md", str(dflash_twin()), *CASES[case]]
+    draft, flags = CASES[case]
+    args = ["-np", "1", "-md", str(dflash_twin() if draft == "dflash" else dspark_twin()), *flags]
     ref, mine = reference_server(reference_binary, twin_f32.gguf, args), mlxcel_server(str(twin_f32.gguf), args)
     plain = mlxcel_server(str(twin_f32.gguf), ["-np", "1"])
     seen = []

@@ -14,7 +14,7 @@ from conftest import require
 from oracle.reference import SOURCE_SUBDIR
 from server.cachedir import cache_root
 from server.cli.args import MLXCEL, build_parser
-from server.cli.classify import RULES, refusals
+from server.cli.classify import RULES, check_value, refusals
 from server.cli.parse import MLXCEL_OWN
 from server.options import BY_ID, OPTIONS
 
@@ -785,28 +785,12 @@ def test_log_prompts_dir_is_served_and_made_as_the_option_is_read(tmp_path):
     assert target.is_dir()
 
 
-@pytest.mark.parametrize(
-    "argv",
-    [
-        ("--spec-type", "draft-dspark"),
-        ("--spec-type", "draft-eagle3,draft-dspark"),
-        ("--spec-type", "draft-mtp,draft-dspark"),
-    ],
-)
-def test_speculative_heads_refuse(argv):
-    assert refused(*argv) == [
-        (
-            f"error: {' '.join(argv)}: mlxcel drafts with a draft model (draft-simple), an EAGLE-3 head "
-            "(draft-eagle3), a DFlash draft (draft-dflash), a Qwen3.5 model's own MTP block (draft-mtp) or by n-gram "
-            "lookup (ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache); the DSpark head is not "
-            "implemented; pass an n-gram type (ngram-mod, ...), draft-simple, draft-eagle3 or draft-dflash with "
-            "--spec-draft-model FILE, draft-mtp with a model that has MTP layers, or leave it out"
-        )
-    ]
-    assert refused("--spec-type", "none", "--spec-type", "draft-dspark") != []  # every use counts, as upstream appends
+def test_every_speculative_type_is_served_and_an_unknown_one_is_b10621s_error():
+    for types in ("draft-dflash", "draft-dspark", "draft-eagle3,draft-dspark", "draft-mtp,ngram-simple"):
+        assert refused("--spec-type", types) == []
     assert refused("--spec-type", "ngram-mod,ngram-map-k,ngram-map-k4v,ngram-cache,ngram-simple,draft-simple") == []
-    assert refused("--spec-type", "draft-mtp,ngram-simple") == []
-    assert refused("--spec-type", "draft-dflash") == refused("--spec-type", "draft-eagle3,draft-dflash") == []
+    with pytest.raises(ValueError, match="^unknown speculative type: draft-medusa$"):
+        check_value("--spec-type", "ngram-mod,draft-medusa")
 
 
 def test_a_draft_model_and_draft_simple_are_served():

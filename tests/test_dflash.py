@@ -1,7 +1,8 @@
-"""draft-dflash (server/engine/dflash_drafter.py, server/models/dflash_head.py): the draft loads from the
-converter's GGUF as its checkpoint holds it (and refuses what it cannot run, in one line), a draft GGUF names its
-type when --spec-type is left out, the first mask row reads the injected context, the cache keeps the accepted
-positions' cells only (b10621's seq_rm after the block and after a verify), and the output is plain decoding's.
+"""draft-dflash and draft-dspark (server/engine/dflash_drafter.py, server/models/dflash_head.py): the draft loads
+from the converter's GGUF as its checkpoint holds it (and refuses what it cannot run, in one line), a draft GGUF
+names its type when --spec-type is left out, the first mask row reads the injected context, DSpark's Markov chain
+biases each row by the previous row's pick, the cache keeps the accepted positions' cells only (b10621's seq_rm
+after the block and after a verify), and the output is plain decoding's.
 conformance/test_dflash_drafter.py holds the draft counts to b10621's."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import json
 import shutil
 from pathlib import Path
 
+import mlx.core as mx
 import numpy as np
 import pytest
 
@@ -34,6 +36,13 @@ def draft_gguf():
 
 
 @pytest.fixture(scope="module")
+def dspark_gguf():
+    from fixtures.dflash_twin import dspark_twin
+
+    return dspark_twin()
+
+
+@pytest.fixture(scope="module")
 def target(twin_f32):
     return open_backend(load_checkpoint(twin_f32.mlx_dir))
 
@@ -51,6 +60,41 @@ def test_the_draft_loads_from_the_converters_gguf_as_its_checkpoint_holds_it(dra
     hf = load_file(str(dflash_checkpoint() / "model.safetensors"))
     assert sorted(gguf_name(n) for n in hf) == sorted(draft.weights)
     assert [n for n in hf if not np.array_equal(np.array(draft.weights[gguf_name(n)]), hf[n])] == []
+
+
+def test_the_dspark_draft_loads_its_markov_head_from_the_converters_gguf(dspark_gguf):
+    from safetensors.numpy import load_file
+
+    from fixtures.dflash_twin import dflash_checkpoint, gguf_name
+
+    draft = DFlashDraft.load(dspark_gguf, 49152)
+    assert draft.markov and draft.sample_from_anchor
+    hf = load_file(str(dflash_checkpoint(dspark=True) / "model.safetensors"))
+    assert {"markov_w1.weight", "markov_w2.weight", "conf_proj.weight", "conf_proj.bias"} <= set(draft.weights)
+    assert [n for n in hf if not np.array_equal(np.array(draft.weights[gguf_name(n)]), hf[n])] == []
+
+
+def test_the_markov_chain_biases_each_row_by_the_previous_rows_pick(dspark_gguf):
+    """build_dspark_markov_head in numpy: row i gets w2 . w1[prev], prev the anchor then each biased row's argmax;
+    its confidence is sigmoid(conf_proj . [normed row; w1[prev]] + b)."""
+    draft = DFlashDraft.load(dspark_gguf, 49152)
+    w = {k: np.array(v, np.float64) for k, v in draft.weights.items() if k.startswith(("markov", "conf"))}
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal((4, 49152)).astype(np.float32) * 10
+    normed = rng.standard_normal((4, 576)).astype(np.float32)
+    anchor = 28  # (',': a token whose bigram the head codes)
+    assert np.abs(w["markov_w1.weight"][anchor]).max() > 0
+    logits, conf = draft._markov(anchor, mx.array(base), mx.array(normed))
+    prev, picks = anchor, []
+    for i in range(4):
+        code = w["markov_w1.weight"][prev]
+        row = base[i] + w["markov_w2.weight"] @ code
+        z = w["conf_proj.weight"][0] @ np.concatenate([normed[i], code]) + w["conf_proj.bias"][0]
+        np.testing.assert_allclose(logits[i], row, rtol=1e-5, atol=1e-3)
+        np.testing.assert_allclose(conf[i], 1 / (1 + np.exp(-z)), rtol=1e-5)
+        prev = int(np.argmax(row))
+        picks.append(prev)
+    assert [int(np.argmax(r)) for r in logits] == picks and len(set(picks)) > 1
 
 
 def _converted(tmp_path: Path, twin_f32, edit) -> Path:
@@ -90,10 +134,11 @@ class _Target:
     n_vocab = 49152
 
 
-def test_a_draft_gguf_names_its_spec_type(draft_gguf, twin_f32):
+def test_a_draft_gguf_names_its_spec_type(draft_gguf, dspark_gguf, twin_f32):
     from fixtures.eagle3_twin import eagle3_twin
 
     assert types_from_gguf(str(draft_gguf)) == ["draft-dflash"]
+    assert types_from_gguf(str(dspark_gguf)) == ["draft-dspark"]
     assert types_from_gguf(str(eagle3_twin())) == []  # (b10621 auto-detects DFlash, DSpark and MTP only)
     assert types_from_gguf(str(twin_f32.gguf)) == []
     assert types_from_gguf("/nonexistent.gguf") == []
@@ -125,7 +170,7 @@ def test_the_first_mask_row_reads_the_injected_context(draft_gguf, target):
         rows.append(
             draft.block(
                 st.cache, [last, draft.mask_token], len(ids), target.embed_tokens, target.output_head, drafter.numerics
-            )[1]
+            )[0][1]
         )
     assert np.abs(rows[0] - rows[1]).max() > 0.5
 
@@ -151,17 +196,22 @@ def test_the_cache_keeps_the_accepted_positions_only(draft_gguf, target):
     assert st.cache.positions == list(range(n + 2))  # (the verify's rows past the accepted one and its bonus)
 
 
-def test_n_max_and_n_min_are_clamped_to_the_block(draft_gguf, target):
+def test_n_max_and_n_min_are_clamped_to_the_block(draft_gguf, dspark_gguf, target):
     draft = DFlashDraft.load(draft_gguf, target.n_vocab)
     drafter = DFlashDrafter(draft, target.embed_tokens, target.output_head, KVNumerics(), n_max=12, n_min=9)
-    assert (drafter.n_max, drafter.n_min) == (7, 7)
+    assert (drafter.n_max, drafter.n_min) == (7, 7)  # (a block of 8 rows: the anchor and 7 masks)
+    spark = DFlashDraft.load(dspark_gguf, target.n_vocab)
+    drafter = DFlashDrafter(spark, target.embed_tokens, target.output_head, KVNumerics(), n_max=12, dspark=True)
+    assert drafter.n_max == 8  # (DSpark samples from the anchor: every row of the block drafts)
 
 
 @pytest.mark.heavy
-async def test_output_is_plain_decodings_greedy_and_seeded(twin_f32, draft_gguf):
+@pytest.mark.parametrize("kind", ["draft-dflash", "draft-dspark"])
+async def test_output_is_plain_decodings_greedy_and_seeded(twin_f32, draft_gguf, dspark_gguf, kind):
+    gguf = draft_gguf if kind == "draft-dflash" else dspark_gguf
     with engine_factory(twin_f32.mlx_dir) as (make, tok):
         plain = make()
-        drafted = make(draft=DraftConfig(str(draft_gguf), n_max=4, kind="draft-dflash"))
+        drafted = make(draft=DraftConfig(str(gguf), n_max=4, kind=kind))
         drafted_n, accepted = await drafted_as_plain(
             plain,
             drafted,

@@ -238,6 +238,12 @@ MLXCEL: dict[str, dict] = {
         "file (converted once); it drafts when the speculative types "
         "include draft-simple (default: unused)",
     ),
+    "--spec-type": _s(
+        "spec_type",
+        "comma-separated list of types of speculative decoding to use (default: none); every type is served, "
+        "each use appending (server/engine/drafting.py)",
+        "none",
+    ),
     "--spec-draft-n-max": _s("spec_draft_n_max", "number of tokens to draft for speculative decoding (default: 3)", 3),
     "--spec-draft-n-min": _s(
         "spec_draft_n_min", "minimum number of draft tokens to use for speculative decoding (default: 0)", 0

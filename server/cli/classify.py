@@ -215,29 +215,6 @@ _GGUF = (
     "(-m FILE -mu URL)"
 )
 _GGUF_ALT = "pass -hf REPO[:QUANT], or -m FILE.gguf -mu URL (a GGUF is converted once into the cache)"
-_SPEC = (
-    "mlxcel drafts with a draft model (draft-simple), an EAGLE-3 head (draft-eagle3), a DFlash draft "
-    "(draft-dflash), a Qwen3.5 model's own MTP block (draft-mtp) or by n-gram lookup (ngram-simple, ngram-map-k, "
-    "ngram-map-k4v, ngram-mod, ngram-cache); the DSpark head is not implemented"
-)
-_SPEC_ALT = (
-    "pass an n-gram type (ngram-mod, ...), draft-simple, draft-eagle3 or draft-dflash with --spec-draft-model "
-    "FILE, draft-mtp with a model that has MTP layers, or leave it out"
-)
-SERVED_SPEC_TYPES = {
-    "none",
-    "draft-simple",
-    "draft-eagle3",
-    "draft-mtp",
-    "draft-dflash",
-    "ngram-simple",
-    "ngram-map-k",
-    "ngram-map-k4v",
-    "ngram-mod",
-    "ngram-cache",
-}
-
-
 def _preset(repo: str, mlx: str, flags: str, why: str) -> Rule:
     return _refuse(
         f"b10621's preset serves the GGUF repository {repo}; {why}",
@@ -395,14 +372,6 @@ RULES: dict[str, Rule] = {
     "--mtmd-batch-max-tokens": _inert(
         "every value: the towers mlxcel serves encode one image at a time, as b10621's do (no batching tower)"
     ),
-    "--spec-type": _only(
-        lambda v: set(spec_types(v)) <= SERVED_SPEC_TYPES,
-        "none, draft-simple, draft-eagle3, draft-mtp, draft-dflash and the n-gram types",
-        _SPEC,
-        _SPEC_ALT,
-        check=_spec_types_check,
-        accumulates=True,
-    ),
     "--draft": _refuse("removed upstream", "", check=_removed("use --spec-draft-n-max or --spec-ngram-mod-n-max")),
     "--draft-min": _refuse("removed upstream", "", check=_removed("use --spec-draft-n-min or --spec-ngram-mod-n-min")),
     "--spec-ngram-size-n": _refuse("removed upstream", "", check=_removed("use the respective --spec-ngram-*-size-n")),
@@ -549,6 +518,7 @@ ACTED_ON_CHECKS: dict[str, Callable[[object], None]] = {
     "--rope-scale": _stof_check,
     "--rope-freq-base": _stof_check,
     "--rope-freq-scale": _stof_check,
+    "--spec-type": _spec_types_check,  # (every type is served: the drafters, server/engine/drafting.py)
     "--spec-draft-n-max": _range(0, None),
     "--spec-draft-p-min": _stof_check,
     "--spec-ngram-simple-size-n": _range(1, 1024, "ngram size N must be between 1 and 1024 inclusive"),

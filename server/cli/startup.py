@@ -538,7 +538,7 @@ def speculative_config(args, tokenizer, prog: str):
         log.info("draft model: %s", line)
     if types == ["none"] and model:
         types = types_from_gguf(model) or types
-    head = next((t for t in ("draft-eagle3", "draft-dflash") if t in types), None)
+    head = next((t for t in ("draft-eagle3", "draft-dflash", "draft-dspark") if t in types), None)
     if head is not None:
         if "draft-simple" not in types:
             return types, head_config(args, model, prog, head)
@@ -628,11 +628,11 @@ def types_from_gguf(model: str) -> list[str]:
     return []
 
 
-HEAD_FILES = {"draft-eagle3": "an EAGLE-3 head", "draft-dflash": "a DFlash draft"}
+HEAD_FILES = {"draft-eagle3": "an EAGLE-3 head", "draft-dflash": "a DFlash draft", "draft-dspark": "a DSpark draft"}
 
 
 def head_config(args, model: str, prog: str, kind: str) -> DraftConfig | None:
-    """--spec-type draft-eagle3 or draft-dflash with -md: the head's GGUF (a local file) and the draft tuning;
+    """--spec-type draft-eagle3, draft-dflash or draft-dspark with -md: the head's GGUF (a local file) and the draft tuning;
     without -md b10621 serves without it (no draft context: the type is skipped), as mlxcel does, saying so."""
     if not model:
         log.error("failed to initialize speculative decoding context: %s requires a draft context", kind)

@@ -1,11 +1,14 @@
-"""b10621's draft-dflash drafter (common/speculative.cpp common_speculative_impl_draft_dflash) over a DFlash draft
-(models/dflash_head.py) and the target's captured layer inputs.
+"""b10621's draft-dflash and draft-dspark drafter (common/speculative.cpp common_speculative_impl_draft_dflash) over
+a DFlash draft (models/dflash_head.py) and the target's captured layer inputs.
 
 Every row a target pass processes (`process`: the prompt, each decode, each verify's rejected drafts too) is fused
 and injected into the draft's KV cache at its position. Drafting (`propose`) decodes one block [last sampled
 token, MASK x n_max] at the positions after the target's (n_max the drafter's own, whatever the slot's room) and
 reads rows 1.. greedily: the top of each row's 10 best, stopping under p_min; fewer than n_min drafts none; the
-round then keeps at most the slot's room. The block's cells go again right after (the server's seq_rm past the
+round then keeps at most the slot's room. draft-dspark (`dspark`) reads a draft that samples from the anchor from
+rows 0.. of a block of n_max rows (the anchor row predicts the next token), stopping where the Markov head's
+confidence falls under p_min (with p_min 0 it never stops) and never checking the top-10 probability. The block's
+cells go again right after (the server's seq_rm past the
 target's positions), and a verify's rejected rows at accept (seq_rm at the target's next position): the cache
 then holds the accepted positions' features only.
 
@@ -35,7 +38,6 @@ class DFlashState:
 
 
 class DFlashDrafter:
-    name = "draft-dflash"
 
     def __init__(
         self,
@@ -46,14 +48,17 @@ class DFlashDrafter:
         n_max: int = 3,
         n_min: int = 0,
         p_min: float = 0.0,
+        dspark: bool = False,
     ):
         self.draft, self.embed, self.head, self.numerics = draft, embed, head, numerics
-        # (b10621 clamps both to the block's mask rows, with a warning)
-        self._n_max, self.n_min = min(n_max, draft.block_size - 1), min(n_min, draft.block_size - 1)
+        self.dspark, self.name = dspark, "draft-dspark" if dspark else "draft-dflash"
+        self.from_anchor = dspark and draft.sample_from_anchor  # (the block's rows all drafts: no leading anchor)
+        # (b10621 clamps both to the block's drafting rows, with a warning)
+        rows = draft.block_size if self.from_anchor else draft.block_size - 1
+        self._n_max, self.n_min = min(n_max, rows), min(n_min, rows)
         if self._n_max < n_max or self.n_min < n_min:
             log.warning(
-                "draft-dflash: the draft's block holds %d mask rows: --spec-draft-n-max / -n-min clamped to it",
-                draft.block_size - 1,
+                "%s: the draft's block drafts %d rows: --spec-draft-n-max / -n-min clamped to it", self.name, rows
             )
         self.p_min = p_min
         self._slots: dict[int, DFlashState] = {}
@@ -94,12 +99,18 @@ class DFlashDrafter:
         n = len(history)
         if st.cache.pos_max < 0:
             return []
-        tokens = [last] + [self.draft.mask_token] * self._n_max
-        logits = self.draft.block(st.cache, tokens, n, self.embed, self.head, self.numerics)
+        tokens = [last] + [self.draft.mask_token] * (self._n_max - 1 if self.from_anchor else self._n_max)
+        logits, confidences = self.draft.block(st.cache, tokens, n, self.embed, self.head, self.numerics)
         st.cache.trim(n)  # (the server's seq_rm past the target's positions: the block's cells go)
         draft: list[int] = []
-        for row in logits[1:]:
-            token, p = top_choice(row)
+        first = 0 if self.from_anchor else 1
+        for i in range(first, len(tokens)):
+            if self.dspark:
+                if self.p_min > 0 and confidences is not None and confidences[i] < self.p_min:
+                    break
+                draft.append(top_choice(logits[i])[0])
+                continue
+            token, p = top_choice(logits[i])
             if p < self.p_min:
                 break
             draft.append(token)

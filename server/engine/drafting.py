@@ -139,7 +139,7 @@ def load_dflash(draft: DraftConfig, target: Backend) -> DFlashDrafter:
         raise BackendRefusal(f"failed to load draft model, '{draft.model}': {exc}") from None
     if not isinstance(target, FeatureCapture):
         raise BackendRefusal(
-            "draft-dflash reads the target's hidden states from mlxcel's native CPU steps, which do not run this model"
+            f"{draft.kind} reads the target's hidden states from mlxcel's native CPU steps, which do not run this model"
         )
     if dflash.width != target.hidden_size:
         raise BackendRefusal(
@@ -156,8 +156,12 @@ def load_dflash(draft: DraftConfig, target: Backend) -> DFlashDrafter:
         target.capture(dflash.target_layers)
     except ValueError as exc:
         raise BackendRefusal(f"DFlash: {exc}") from None
+    dspark = draft.kind == "draft-dspark"
+    if dspark and not dflash.markov:
+        log.warning("draft-dspark over a DFlash draft without a Markov head: no confidences, --spec-draft-p-min unused")
     log.info(
-        "DFlash draft loaded: %s (target layers %s, block %d, mask token %d; n_max %d, n_min %d, p_min %g; %s)",
+        "%s draft loaded: %s (target layers %s, block %d, mask token %d; n_max %d, n_min %d, p_min %g; %s)",
+        "DSpark" if dflash.markov else "DFlash",
         draft.model,
         list(dflash.target_layers),
         dflash.block_size,
@@ -167,13 +171,16 @@ def load_dflash(draft: DraftConfig, target: Backend) -> DFlashDrafter:
         draft.p_min,
         kv.describe(),
     )
-    return DFlashDrafter(dflash, target.embed_tokens, target.output_head, kv, draft.n_max, draft.n_min, draft.p_min)
+    return DFlashDrafter(
+        dflash, target.embed_tokens, target.output_head, kv, draft.n_max, draft.n_min, draft.p_min, dspark
+    )
 
 
 HEAD_LOADERS: dict[str, Callable[[DraftConfig, Backend], object]] = {
     "draft-eagle3": load_eagle3,
     "draft-mtp": load_mtp,
     "draft-dflash": load_dflash,
+    "draft-dspark": load_dflash,
 }
 
 

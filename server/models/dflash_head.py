@@ -10,6 +10,9 @@ non-causal), then llama's feed-forward; the rows' logits through the output norm
 block's cells are written to the cache like b10621's (their keys then read by the block itself) and dropped
 again by the caller (`DraftCache.trim`).
 
+A DSpark draft is a DFlash draft with a Markov head (low-rank bigram biases chained greedily along the block)
+and a confidence head, applied to the block's logits where the GGUF holds them (`_markov`).
+
 The KV cache stores keys and values as the draft context's cache type rounds them, and attention rounds what
 ggml-cpu rounds over that type (models/kv_numerics.py: b10621's draft context defaults to f16 and flash
 attention).
@@ -82,6 +85,14 @@ class DFlashDraft:
     block_size: int
     mask_token: int
     weights: dict[str, mx.array]  # the GGUF's names
+    # DSpark's Markov head (markov_w1/w2, conf_proj) applies where the GGUF has it; its first biased row is the
+    # anchor's where the draft samples from the anchor (dflash.sample_from_anchor, true unless written false)
+    sample_from_anchor: bool = True
+
+    @property
+    def markov(self) -> bool:
+        """Whether the draft has DSpark's Markov and confidence heads."""
+        return "markov_w1.weight" in self.weights
 
     @classmethod
     def load(cls, path: Path, target_vocab: int) -> DFlashDraft:
@@ -111,6 +122,7 @@ class DFlashDraft:
             block_size=int(key(f"{ARCH}.block_size", 16)),
             mask_token=int(mask),
             weights=_weights(tensors),
+            sample_from_anchor=bool(key(f"{ARCH}.sample_from_anchor", True)),
         )
 
     def _w(self, layer: int, name: str) -> mx.array:
@@ -150,9 +162,10 @@ class DFlashDraft:
         embed: Callable[[mx.array], mx.array],
         head: Callable[[mx.array], mx.array],
         numerics: KVNumerics,
-    ) -> np.ndarray:
+    ) -> tuple[np.ndarray, np.ndarray | None]:
         """The block's rows (tokens at first..) decoded over the cache and themselves, every row seeing every
-        cell; their cells stay in the cache. Returns the rows' logits over the target's vocabulary (float32)."""
+        cell; their cells stay in the cache. Returns the rows' logits over the target's vocabulary (float32) and,
+        for a DSpark draft, their confidences (None else)."""
         n, D = len(tokens), self.head_dim
         cache.trim(first)
         x = embed(mx.array(tokens)).astype(mx.float32)
@@ -174,9 +187,36 @@ class DFlashDraft:
                 @ self._w(layer, "ffn_down").T
             )
         cache.positions.extend(range(first, first + n))
-        logits = head(mx.fast.rms_norm(x, self.weights["output_norm.weight"], self.eps)).astype(mx.float32)
-        mx.eval(logits)
-        return np.array(logits, np.float32)
+        normed = mx.fast.rms_norm(x, self.weights["output_norm.weight"], self.eps)
+        logits = head(normed).astype(mx.float32)
+        if not self.markov:
+            mx.eval(logits)
+            return np.array(logits, np.float32), None
+        return self._markov(tokens[0], logits, normed)
+
+    def _markov(self, anchor: int, logits: mx.array, normed: mx.array) -> tuple[np.ndarray, np.ndarray]:
+        """DSpark's head (dflash.cpp build_dspark_markov_head), greedy in-graph: from the first drafted row on,
+        each row's logits get the bias w2 . w1[prev] (prev: the anchor, then the argmax of the row before, biased)
+        and a confidence sigmoid(conf_proj . [its normed output; w1[prev]] + b). Returns the rows' logits and
+        confidences (a row left unbiased: its confidence the sigmoid of its first logit, as b10621 pads it)."""
+        w = self.weights
+        w1, w2, proj = w["markov_w1.weight"], w["markov_w2.weight"], w["conf_proj.weight"]
+        bias_c = w.get("conf_proj.bias")
+        begin = 0 if self.sample_from_anchor else 1
+        rows = [logits[i] for i in range(begin)]
+        confs = [mx.sigmoid(logits[i, :1]) for i in range(begin)]
+        prev = anchor
+        for i in range(begin, logits.shape[0]):
+            code = w1[prev]
+            row = logits[i] + w2 @ code
+            conf = proj @ mx.concatenate([normed[i], code])
+            confs.append(mx.sigmoid(conf if bias_c is None else conf + bias_c))
+            rows.append(row)
+            mx.eval(row)
+            prev = int(np.argmax(np.array(row)))  # (ggml_argmax: the first of equals, as numpy's)
+        out, conf_rows = mx.stack(rows), mx.concatenate(confs)
+        mx.eval(out, conf_rows)
+        return np.array(out, np.float32), np.array(conf_rows, np.float32)
 
 
 def _check(path: Path, key: Callable, tensors: dict) -> None:
@@ -196,8 +236,6 @@ def _check(path: Path, key: Callable, tensors: dict) -> None:
 
 def _check_served(key: Callable, tensors: dict) -> None:
     """What mlxcel does not run yet (b10621 does): one line each."""
-    if "markov_w1.weight" in tensors:
-        raise DraftRefusal("a DSpark draft (its Markov head) is not served by mlxcel yet")
     if "token_embd.weight" in tensors or "output.weight" in tensors or "d2t" in tensors:
         raise DraftRefusal(
             "a DFlash draft with its own embedding, output head or draft vocabulary is not served by mlxcel yet"
