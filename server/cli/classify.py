@@ -215,6 +215,8 @@ _GGUF = (
     "(-m FILE -mu URL)"
 )
 _GGUF_ALT = "pass -hf REPO[:QUANT], or -m FILE.gguf -mu URL (a GGUF is converted once into the cache)"
+
+
 def _preset(repo: str, mlx: str, flags: str, why: str) -> Rule:
     return _refuse(
         f"b10621's preset serves the GGUF repository {repo}; {why}",

@@ -38,7 +38,6 @@ class DFlashState:
 
 
 class DFlashDrafter:
-
     def __init__(
         self,
         draft: DFlashDraft,
