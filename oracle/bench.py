@@ -398,6 +398,7 @@ DRAFTERS = {
     "draft-eagle3": ["-md", "{eagle3_head}", "--spec-type", "draft-eagle3"],  # (the F32 twin's head: --twin f32)
     "draft-mtp": ["--spec-type", "draft-mtp"],  # (a model's own MTP block: --twin qwen3.5)
     "draft-dflash": ["-md", "{dflash_draft}", "--spec-type", "draft-dflash"],  # (the F32 twin's draft: --twin f32)
+    "draft-dspark": ["-md", "{dspark_draft}", "--spec-type", "draft-dspark"],  # (the F32 twin's draft: --twin f32)
     "ngram-simple": ["--spec-type", "ngram-simple"],
     "ngram-map-k": ["--spec-type", "ngram-map-k"],
     "ngram-map-k4v": ["--spec-type", "ngram-map-k4v"],

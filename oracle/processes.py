@@ -54,10 +54,10 @@ def _fixture_paths(arg: str, side: str) -> str:
         from fixtures.eagle3_twin import eagle3_twin
 
         arg = arg.replace("{eagle3_head}", str(eagle3_twin()))
-    if "{dflash_draft}" in arg:  # the DFlash draft twin's GGUF (fixtures/dflash_twin.py), read by both
-        from fixtures.dflash_twin import dflash_twin
+    if "{dflash_draft}" in arg or "{dspark_draft}" in arg:  # the DFlash / DSpark draft twins (fixtures/dflash_twin.py)
+        from fixtures.dflash_twin import dflash_twin, dspark_twin
 
-        arg = arg.replace("{dflash_draft}", str(dflash_twin()))
+        arg = arg.replace("{dflash_draft}", str(dflash_twin())).replace("{dspark_draft}", str(dspark_twin()))
     if "{control_vector}" in arg:  # the seeded control vector GGUF (fixtures/control_vector.py), read by both
         from fixtures.control_vector import control_vector_gguf
 
