@@ -254,8 +254,11 @@ async def chat_control(request: Request):
 @router.post("/chat/completions")
 @router.post("/v1/chat/completions")
 async def chat_completions(request: Request):
-    state = request.app.state.mlxcel
-    body = await read_json_object(request)
+    return await chat_answer(request.app.state.mlxcel, await read_json_object(request))
+
+
+async def chat_answer(state, body: dict):
+    """The answer to a chat completion body (JSON, or an SSE stream): the route's, and `mlxcel chat`'s."""
     native, info = chat_request(body, chat_settings(state))
     files = await read_all(tuple(MediaRef(url, uri) for url, uri in info.media), state.settings.media_path)
     shape = chat_shape(

@@ -752,5 +752,12 @@ def build_parser(prog: str) -> CompatParser:
             help=f"mlxcel's own: the model split over N ranks started by mlx.launch, {split} parallel "
             "(default: tensor parallel over every rank; docs/scaling-out.md)",
         )
+    p.add_argument(
+        "--estimate-memory",
+        dest="estimate_memory",
+        action="store_true",
+        help="mlxcel's own: print the resident memory this command line takes at its peak (weights, KV cache at "
+        "-c/-np and the cache types, compute buffers) and exit; where b10621's --fit on sizes to the device",
+    )
     p.add_argument(DUMP_FLAG, action="store_true", help=argparse.SUPPRESS)
     return p

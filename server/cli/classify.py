@@ -268,7 +268,8 @@ RULES: dict[str, Rule] = {
         check=_in("--flash-attn", *TRUTHY, *FALSEY, *AUTOY, message="error: unknown value for {option}: '{v}'\n"),
     ),
     "--fit": _inert(
-        "on, off: mlxcel never adjusts unset arguments to fit device memory, and on is upstream's default",
+        "on, off: mlxcel never adjusts unset arguments to fit device memory, and on is upstream's default; "
+        "`mlxcel estimate` (or --estimate-memory) says what the sizes given take",
         check=_in("--fit", *TRUTHY, *FALSEY, message="error: unknown value for {option}: '{v}'\n"),
     ),
     "--fit-target": _inert("any margin: nothing to fit on a CPU-only host, and mlxcel never fits arguments"),

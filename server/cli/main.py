@@ -26,9 +26,8 @@ def serve(argv: list[str], prog: str = "mlxcel-server") -> int:
     # native kernels (which a fresh cache directory would compile first, ~15 s)
     args = parser.parse_args(argv)
     blas.activate()  # before anything imports mlx
-    if args.dump_flag_surface or args.list_devices:
-        _print_and_exit(args, parser, prog)
-        return 0
+    if args.dump_flag_surface or args.list_devices or args.estimate_memory:
+        return _print_and_exit(args, parser, prog)
     threads = ThreadConfig.from_args(args)
     # every option classified before a model is resolved or a weight read
     refused = [*refusals(args.given), *filter(None, [threads.refusal()])]
@@ -189,15 +188,20 @@ def _apply_process_options(args, threads: ThreadConfig) -> None:
         make_dir(args.log_prompts_dir)
 
 
-def _print_and_exit(args, parser, prog: str) -> None:
-    """The options that print and exit: the flag surface (mlxcel's own), --list-devices (b10621 lists its devices
-    and exits as it parses the option)."""
+def _print_and_exit(args, parser, prog: str) -> int:
+    """The options that print and exit: the flag surface and --estimate-memory (mlxcel's own), --list-devices
+    (b10621 lists its devices and exits as it parses the option); the exit status."""
     if args.dump_flag_surface:
         print(dump(parser, prog))
-        return
-    from .offload import list_devices  # deferred: it imports mlx
+        return 0
+    if args.list_devices:
+        from .offload import list_devices  # deferred: it imports mlx
 
-    print(list_devices(), end="")
+        print(list_devices(), end="")
+        return 0
+    from .estimate_cmd import report  # deferred: the model's resolution
+
+    return report(args, prog)
 
 
 def convert(argv: list[str]) -> int:
@@ -242,6 +246,10 @@ def server_main() -> None:
 
 MLXCEL_COMMANDS = {  # `mlxcel COMMAND ...`: what each does, for --help
     "serve": "serve a model: b10621's llama-server command line (mlxcel serve --help lists it)",
+    "generate": "continue a prompt, streamed to the terminal: mlxcel generate -m MODEL -p PROMPT [server options]",
+    "chat": "chat with a model in its own template, in the terminal: mlxcel chat -m MODEL [server options]",
+    "estimate": "the memory mlxcel-server takes with these options at its peak: mlxcel estimate -m MODEL -c N ...",
+    "inspect": "what a GGUF, an MLX checkpoint or a store name holds and what mlxcel does with it [--json]",
     "convert": "convert a GGUF file into an MLX checkpoint: mlxcel convert MODEL.gguf OUT_DIR [--dtype f32]",
     "download": "fetch <owner>/<name> from the hub into the model store [--hf-token TOKEN]",
     "list": "the bundled models and the store's snapshots, by the name -m accepts",
@@ -271,6 +279,19 @@ def mlxcel_main() -> None:
         _exit(serve(argv[1:], "mlxcel serve"))
     if argv[:1] == ["convert"]:
         sys.exit(convert(argv[1:]))
+    if argv[:1] in (["generate"], ["chat"]):
+        # deferred: only these commands load a model in this process
+        from . import chat_repl, generate
+
+        _exit((generate.main if argv[0] == "generate" else chat_repl.main)(argv[1:]))
+    if argv[:1] == ["estimate"]:
+        from .estimate_cmd import main as estimate  # deferred: the model's resolution
+
+        sys.exit(estimate(argv[1:]))
+    if argv[:1] == ["inspect"]:
+        from .inspect_cmd import main as inspect  # deferred: gguf's reader
+
+        sys.exit(inspect(argv[1:]))
     if argv[:1] == ["webui"]:
         from .webui_build import main as webui  # deferred: only this subcommand builds the UI
 

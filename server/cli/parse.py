@@ -25,6 +25,7 @@ MLXCEL_OWN = {
     "--lora-fuse": ("lora_fuse", False),
     "--tp-size": ("tp_size", True),
     "--pp-size": ("pp_size", True),
+    "--estimate-memory": ("estimate_memory", False),
 }
 OWN_WHOLE_NUMBERS = frozenset({"--tp-size", "--pp-size"})
 
