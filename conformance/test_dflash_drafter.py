@@ -43,15 +43,17 @@ CASES = {  # case: (the draft twin, its flags)
     "type-from-gguf-clamped": ("dflash", ["--spec-draft-n-max", "12", "-ctkd", "f32", "-ctvd", "f32"]),
     "dspark-defaults": ("dspark", ["--spec-type", "draft-dspark"]),
     "dspark-type-from-gguf-confidence": ("dspark", ["--spec-draft-p-min", "0.5", "--spec-draft-n-max", "6"]),
+    "dspark-own-embedding-head-2k-vocab": ("reduced", ["--spec-type", "draft-dspark"]),
 }
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_dflash_and_dspark_drafts_and_acceptances_are_b10621s(case, reference_binary, twin_f32):
-    from fixtures.dflash_twin import dflash_twin, dspark_twin
+    from fixtures.dflash_twin import dflash_twin, dspark_twin, reduced_dspark_twin
 
     draft, flags = CASES[case]
-    args = ["-np", "1", "-md", str(dflash_twin() if draft == "dflash" else dspark_twin()), *flags]
+    gguf = {"dflash": dflash_twin, "dspark": dspark_twin, "reduced": reduced_dspark_twin}[draft]()
+    args = ["-np", "1", "-md", str(gguf), *flags]
     ref, mine = reference_server(reference_binary, twin_f32.gguf, args), mlxcel_server(str(twin_f32.gguf), args)
     plain = mlxcel_server(str(twin_f32.gguf), ["-np", "1"])
     seen = []

@@ -74,6 +74,44 @@ def test_the_dspark_draft_loads_its_markov_head_from_the_converters_gguf(dspark_
     assert [n for n in hf if not np.array_equal(np.array(draft.weights[gguf_name(n)]), hf[n])] == []
 
 
+def test_a_reduced_vocabulary_draft_reads_its_own_embedding_and_head(twin_f32, target):
+    """A DSpark export with a 2k draft vocabulary: its own embedding (not the target's), its own head whose rows
+    land on their d2t ids, every other id -inf (b10621's scatter), the Markov bias scattered alike."""
+    from safetensors.numpy import load_file
+
+    from fixtures.dflash_twin import dflash_checkpoint, gguf_name, reduced_dspark_twin
+
+    draft = DFlashDraft.load(reduced_dspark_twin(), target.n_vocab)
+    hf = load_file(str(dflash_checkpoint(reduced=True) / "model.safetensors"))
+    assert draft.d2t is not None and np.array_equal(draft.d2t, hf["d2t"] + np.arange(2048))
+    assert (
+        np.all(np.diff(draft.d2t) > 0)
+        and hf["t2d"].sum() == 2048
+        and np.array_equal(np.flatnonzero(hf["t2d"]), draft.d2t)
+    )
+    assert [
+        n for n in hf if n not in ("d2t", "t2d") and not np.array_equal(np.array(draft.weights[gguf_name(n)]), hf[n])
+    ] == []
+    drafter = DFlashDrafter(draft, target.embed_tokens, target.output_head, KVNumerics.from_flags("f16", "f16", None))
+    ids, cache, last = _prompt_passes(target, draft, "Count: 1, 2, 3, 4, 5,")
+    st = drafter.new_state()
+    drafter.process(st, target.take_passes(cache))
+    logits, conf = draft.block(
+        st.cache, [last, draft.mask_token], len(ids), target.embed_tokens, target.output_head, drafter.numerics
+    )
+    off = np.ones(target.n_vocab, dtype=bool)
+    off[draft.d2t] = False
+    assert np.all(np.isneginf(logits[:, off])) and np.all(np.isfinite(logits[:, draft.d2t])) and conf is not None
+    st.cache.trim(len(ids))
+    shared = DFlashDraft(
+        **{**draft.__dict__, "weights": {k: v for k, v in draft.weights.items() if k != "token_embd.weight"}}
+    )
+    other, _ = shared.block(
+        st.cache, [last, draft.mask_token], len(ids), target.embed_tokens, target.output_head, drafter.numerics
+    )
+    assert np.abs(logits[:, draft.d2t] - other[:, draft.d2t]).max() > 0.01  # (its own embedding is read)
+
+
 def test_the_markov_chain_biases_each_row_by_the_previous_rows_pick(dspark_gguf):
     """build_dspark_markov_head in numpy: row i gets w2 . w1[prev], prev the anchor then each biased row's argmax;
     its confidence is sigmoid(conf_proj . [normed row; w1[prev]] + b)."""

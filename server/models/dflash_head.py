@@ -1,6 +1,7 @@
 """A DFlash draft (b10621's src/models/dflash.cpp) loaded from the GGUF its converter writes, on MLX.
 
-The draft is an encoder and a small decoder with no embedding or output head of its own (it reads the target's).
+The draft is an encoder and a small decoder that reads the target's embedding and output head unless it has its
+own (a reduced draft vocabulary's head: its rows land on their d2t ids, every other id -inf).
 The encoder (`encode`) fuses the target's inputs to a few layers (rows x n_layers x target width) into g rows:
 `fc`, then an RMS norm (`enc.output_norm`). Injection (`inject`) writes each g row straight into every decoder
 layer's KV cache at the target's position (k: `wk`, per-head RMS norm, NeoX rope; v: `wv`), computing no
@@ -88,6 +89,9 @@ class DFlashDraft:
     # DSpark's Markov head (markov_w1/w2, conf_proj) applies where the GGUF has it; its first biased row is the
     # anchor's where the draft samples from the anchor (dflash.sample_from_anchor, true unless written false)
     sample_from_anchor: bool = True
+    # a reduced draft vocabulary: draft id -> target id (its own output head's rows); None: the target's vocabulary
+    d2t: np.ndarray | None = None
+    vocab: int = 0  # the target's vocabulary size
 
     @property
     def markov(self) -> bool:
@@ -123,6 +127,8 @@ class DFlashDraft:
             mask_token=int(mask),
             weights=_weights(tensors),
             sample_from_anchor=bool(key(f"{ARCH}.sample_from_anchor", True)),
+            d2t=_d2t(tensors, target_vocab),
+            vocab=target_vocab,
         )
 
     def _w(self, layer: int, name: str) -> mx.array:
@@ -168,7 +174,8 @@ class DFlashDraft:
         for a DSpark draft, their confidences (None else)."""
         n, D = len(tokens), self.head_dim
         cache.trim(first)
-        x = embed(mx.array(tokens)).astype(mx.float32)
+        own = self.weights.get("token_embd.weight")  # (a draft with its own embedding reads it, not the target's)
+        x = embed(mx.array(tokens)).astype(mx.float32) if own is None else mx.take(own, mx.array(tokens), axis=0)
         for layer in range(self.n_layer):
             h = mx.fast.rms_norm(x, self._w(layer, "attn_norm"), self.eps)
             q = self._heads(h @ self._w(layer, "attn_q").T, self.n_head, self._w(layer, "attn_q_norm"))
@@ -188,11 +195,20 @@ class DFlashDraft:
             )
         cache.positions.extend(range(first, first + n))
         normed = mx.fast.rms_norm(x, self.weights["output_norm.weight"], self.eps)
-        logits = head(normed).astype(mx.float32)
+        output = self.weights.get("output.weight")  # (its own head, over the draft vocabulary where d2t maps it)
+        logits = self._scattered(head(normed).astype(mx.float32) if output is None else normed @ output.T, -np.inf)
         if not self.markov:
             mx.eval(logits)
             return np.array(logits, np.float32), None
         return self._markov(tokens[0], logits, normed)
+
+    def _scattered(self, rows: mx.array, fill: float) -> mx.array:
+        """Draft-vocabulary rows over the target's vocabulary: each at its d2t id, every other id `fill`."""
+        if self.d2t is None:
+            return rows
+        full = mx.full((rows.shape[0], self.vocab), fill, mx.float32)
+        full[:, mx.array(self.d2t)] = rows
+        return full
 
     def _markov(self, anchor: int, logits: mx.array, normed: mx.array) -> tuple[np.ndarray, np.ndarray]:
         """DSpark's head (dflash.cpp build_dspark_markov_head), greedy in-graph: from the first drafted row on,
@@ -208,7 +224,7 @@ class DFlashDraft:
         prev = anchor
         for i in range(begin, logits.shape[0]):
             code = w1[prev]
-            row = logits[i] + w2 @ code
+            row = logits[i] + self._scattered((w2 @ code)[None], 0.0)[0]  # (-inf off the draft vocabulary stays)
             conf = proj @ mx.concatenate([normed[i], code])
             confs.append(mx.sigmoid(conf if bias_c is None else conf + bias_c))
             rows.append(row)
@@ -236,22 +252,34 @@ def _check(path: Path, key: Callable, tensors: dict) -> None:
 
 def _check_served(key: Callable, tensors: dict) -> None:
     """What mlxcel does not run yet (b10621 does): one line each."""
-    if "token_embd.weight" in tensors or "output.weight" in tensors or "d2t" in tensors:
-        raise DraftRefusal(
-            "a DFlash draft with its own embedding, output head or draft vocabulary is not served by mlxcel yet"
-        )
     if key(f"{ARCH}.attention.sliding_window") is not None or key(f"{ARCH}.hyper_connection.count") is not None:
         raise DraftRefusal("a DFlash draft with sliding-window or hyper-connection layers is not served by mlxcel yet")
     if key(f"{ARCH}.rope.scaling.type") not in (None, "none") or "fc.scale" in tensors:
         raise DraftRefusal("a DFlash draft with rope scaling or a scaled fc is not served by mlxcel yet")
-    if any(int(t.tensor_type) not in (F32, BF16) for t in tensors.values()):
+    if any(int(t.tensor_type) not in (F32, BF16) for name, t in tensors.items() if name != "d2t"):
         raise DraftRefusal("a DFlash draft of other than F32 or BF16 tensors is not served by mlxcel yet")
+
+
+def _d2t(tensors: dict, target_vocab: int) -> np.ndarray | None:
+    """A reduced draft vocabulary's target ids (the converter writes them absolute, I64), checked as b10621's
+    graph needs them: one per row of the draft's own output head, inside the target's vocabulary."""
+    if "d2t" not in tensors:
+        return None
+    ids = np.asarray(tensors["d2t"].data, np.int64).reshape(-1)
+    output = tensors.get("output.weight")
+    if output is None or int(np.asarray(output.data).shape[0]) != ids.size:
+        raise DraftRefusal("the DFlash draft's d2t needs its own output head of one row per draft token")
+    if ids.min() < 0 or ids.max() >= target_vocab:
+        raise DraftRefusal("the DFlash draft's d2t names ids outside the target's vocabulary")
+    return ids
 
 
 def _weights(tensors: dict) -> dict[str, mx.array]:
     """The draft's float tensors by GGUF name (HF's layout: the converter permutes no rows for NeoX rope)."""
     weights = {}
     for name, t in tensors.items():
+        if name == "d2t":
+            continue
         data = np.asarray(t.data)
         if int(t.tensor_type) == BF16:  # the upper halves of float32s
             data = (data.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
