@@ -280,3 +280,28 @@ def test_the_servers_estimate_memory_prints_the_same_and_exits(twin_q4_1):
     lines = got.stdout.splitlines()
     assert lines[0].startswith(f"mlxcel-server: {twin_q4_1.mlx_model}: 4096 cells x 1 unified stream, K f16 / V f16")
     assert lines[-1].lstrip().startswith("peak") and "MiB" in lines[-1]
+
+
+# --- bench: llama-bench's figures ------------------------------------------------------------------------------
+
+
+def test_bench_times_whole_prompts_and_generations_each_repetition(twin_q4_1):
+    got = mlxcel("bench", "-m", twin_q4_1.mlx_model, "-p", "32", "-n", "8", "-r", "2", "-o", "json")
+    assert got.returncode == 0, got.stderr
+    pp, tg = json.loads(got.stdout)
+    assert pp["test"] == "pp32" and pp["prompt_n"] == [32, 32]  # (the prompt cache off: every run whole)
+    assert tg["test"] == "tg8" and tg["predicted_n"] == [8, 8]
+    assert all(s > 0 for s in pp["samples_ts"] + tg["samples_ts"])
+    md = mlxcel("bench", "-m", twin_q4_1.mlx_model, "-p", "16", "-n", "0", "-r", "1").stdout.splitlines()
+    assert [c.strip() for c in md[0].strip("|").split("|")] == [
+        "model",
+        "size",
+        "params",
+        "backend",
+        "threads",
+        "test",
+        "t/s",
+    ]
+    assert len(md) == 3 and md[2].split("|")[6].strip() == "pp16" and "±" in md[2]
+    bad = mlxcel("bench", "-m", twin_q4_1.mlx_model, "-r", "x")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1

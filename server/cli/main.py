@@ -249,6 +249,7 @@ MLXCEL_COMMANDS = {  # `mlxcel COMMAND ...`: what each does, for --help
     "generate": "continue a prompt, streamed to the terminal: mlxcel generate -m MODEL -p PROMPT [server options]",
     "chat": "chat with a model in its own template, in the terminal: mlxcel chat -m MODEL [server options]",
     "estimate": "the memory mlxcel-server takes with these options at its peak: mlxcel estimate -m MODEL -c N ...",
+    "bench": "llama-bench's pp512 / tg128 figures for a model on this machine: mlxcel bench -m MODEL [-p N -n N -r N]",
     "inspect": "what a GGUF, an MLX checkpoint or a store name holds and what mlxcel does with it [--json]",
     "convert": "convert a GGUF file into an MLX checkpoint: mlxcel convert MODEL.gguf OUT_DIR [--dtype f32]",
     "download": "fetch <owner>/<name> from the hub into the model store [--hf-token TOKEN]",
@@ -284,6 +285,10 @@ def mlxcel_main() -> None:
         from . import chat_repl, generate
 
         _exit((generate.main if argv[0] == "generate" else chat_repl.main)(argv[1:]))
+    if argv[:1] == ["bench"]:
+        from .bench_cmd import main as bench  # deferred: only this command loads a model to time it
+
+        _exit(bench(argv[1:]))
     if argv[:1] == ["estimate"]:
         from .estimate_cmd import main as estimate  # deferred: the model's resolution
 
