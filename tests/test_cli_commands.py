@@ -227,7 +227,7 @@ def test_inspect_on_a_path_that_is_nothing():
 
 def test_mlxcel_help_lists_the_commands():
     out = mlxcel("--help").stdout
-    assert all(f"  {name} " in out for name in ("generate", "chat", "inspect"))
+    assert all(f"  {name} " in out for name in ("generate", "chat", "inspect", "estimate", "bench"))
 
 
 # --- estimate: within 10% of the measured peak ------------------------------------------------------------------
