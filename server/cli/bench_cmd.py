@@ -20,7 +20,7 @@ import numpy as np
 
 from ..cpu_threads import physical_cores
 from ..errors import UpstreamError
-from .local import Local, OptionError, Own, load, take_own
+from .local import Local, Own, command_line, load
 
 PROG = "mlxcel bench"
 OWN = (
@@ -42,17 +42,17 @@ as mean ± standard deviation over the repetitions, after one warm-up run.
 
 
 def main(argv: list[str]) -> int:
+    parsed = command_line(argv, OWN, PROG, USAGE)
+    if isinstance(parsed, int):
+        return parsed
+    own, rest = parsed
     try:
-        own, rest = take_own(argv, OWN)
         n_prompt, n_gen, reps = (
             _count(own[k], default) for k, default in (("n_prompt", 512), ("n_gen", 128), ("reps", 5))
         )
-    except (OptionError, ValueError) as exc:
+    except ValueError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
-    if own["help"]:
-        print(USAGE, end="")
-        return 0
     if own["output"] not in (None, "md", "json") or reps < 1:
         print(f"{PROG}: error: -o takes md or json, -r a count of 1 or more", file=sys.stderr)
         return 2

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from ..errors import UpstreamError
-from .local import Local, OptionError, Own, load, speeds, sse_objects, take_own
+from .local import Local, Own, command_line, load, speeds, sse_objects
 from .parse import process_escapes
 
 PROG = "mlxcel chat"
@@ -89,14 +89,10 @@ def read_message(stdin: TextIO, out: TextIO, multiline: bool) -> str | None:
 
 
 def main(argv: list[str]) -> int:
-    try:
-        own, rest = take_own(argv, OWN)
-    except OptionError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return 2
-    if own["help"]:
-        print(USAGE, end="")
-        return 0
+    parsed = command_line(argv, OWN, PROG, USAGE)
+    if isinstance(parsed, int):
+        return parsed
+    own, rest = parsed
     local = load(rest, PROG)
     if isinstance(local, int):
         return local

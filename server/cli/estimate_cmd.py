@@ -11,20 +11,24 @@ from pathlib import Path
 
 from .. import blas
 from .args import build_parser
-from .local import Own, take_own
+from .local import Own, command_line
 
 PROG = "mlxcel estimate"
 
 
+OWN = (Own("json", ("--json",), value=False), Own("help", ("-h", "--help"), value=False))
+USAGE = f"""usage: {PROG} -m MODEL [llama-server's options: -c, -np, -ctk, -ctv, -ub, ...] [--json]
+
+The resident memory `mlxcel-server` takes with these options, at a full context: the runtime, the weights, the KV
+cache and the compute buffers (and the load's own peak).
+"""
+
+
 def main(argv: list[str]) -> int:
-    own, rest = take_own(argv, (Own("json", ("--json",), value=False), Own("help", ("-h", "--help"), value=False)))
-    if own["help"]:
-        print(
-            f"usage: {PROG} -m MODEL [llama-server's options: -c, -np, -ctk, -ctv, -ub, ...] [--json]\n\n"
-            "The resident memory `mlxcel-server` takes with these options, at a full context: the runtime, the\n"
-            "weights, the KV cache and the compute buffers (and the load's own peak).\n"
-        )
-        return 0
+    parsed = command_line(argv, OWN, PROG, USAGE)
+    if isinstance(parsed, int):
+        return parsed
+    own, rest = parsed
     args = build_parser(PROG).parse_args(rest)
     return report(args, PROG, as_json=own["json"])
 

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from ..errors import UpstreamError
-from .local import Local, OptionError, Own, load, speeds, sse_objects, take_own
+from .local import Local, Own, command_line, load, speeds, sse_objects
 from .parse import process_escapes
 
 PROG = "mlxcel generate"
@@ -38,14 +38,10 @@ llama-server's options set the request (mlxcel serve --help lists them): -n N to
 
 
 def main(argv: list[str]) -> int:
-    try:
-        own, rest = take_own(argv, OWN)
-    except OptionError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return 2
-    if own["help"]:
-        print(USAGE, end="")
-        return 0
+    parsed = command_line(argv, OWN, PROG, USAGE)
+    if isinstance(parsed, int):
+        return parsed
+    own, rest = parsed
     if (own["prompt"] is None) == (own["file"] is None):
         print(f"{PROG}: error: give the prompt with -p PROMPT or -f FILE", file=sys.stderr)
         return 2

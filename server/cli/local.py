@@ -61,6 +61,20 @@ def take_own(argv: list[str], options: tuple[Own, ...]) -> tuple[dict, list[str]
     return got, rest
 
 
+def command_line(argv: list[str], options: tuple[Own, ...], prog: str, usage: str) -> tuple[dict, list[str]] | int:
+    """A command's own options (one with dest "help" prints `usage`) and llama-server's rest; or the exit status
+    after the usage or a one-line error."""
+    try:
+        own, rest = take_own(argv, options)
+    except OptionError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2
+    if own.get("help"):
+        print(usage, end="")
+        return 0
+    return own, rest
+
+
 @dataclass
 class Local:
     """A loaded model's server state (api/state.py AppState) and the command line it came from."""
