@@ -45,6 +45,12 @@ ROTATING = (
     # added 2026-12-07 afternoon (draft-dflash; warm seconds on the same machine)
     "conformance/test_dflash_drafter.py",  # 120 (3 cases, 3 servers each)
     "tests/test_dflash.py",  # 49 (its draft twin's fit ~10 s over the shared features, cold)
+    # added 2026-12-07 evening (a warm run at 32m32s on a slow day: junit seconds of that run)
+    "tests/test_cli_commands.py",  # 53 (model loads for generate, chat, estimate, bench)
+    "conformance/test_kv_trace.py",  # 20
+    "tests/test_model_loading.py",  # 19
+    "conformance/test_router_sse.py",  # 17
+    "conformance/test_long_prompts.py",  # 16
 )
 ROTATED_FILE = "rotated.lst"  # beside the evidence records (not *.json: those are records)
 

@@ -213,11 +213,23 @@ def test_inspect_says_why_a_file_is_not_served(tmp_path):
     assert bad.stderr.startswith("mlxcel inspect: error: ")
 
 
-def test_inspect_names_a_draft_head_for_what_it_is():
-    from fixtures.dflash_twin import dflash_twin
+def test_inspect_names_a_draft_head_for_what_it_is(tmp_path):
+    """A header as the converter writes a DFlash draft's (architecture dflash; inspect reads no tensor data)."""
+    import gguf
+    import numpy as np
 
-    got = json.loads(mlxcel("inspect", str(dflash_twin()), "--json").stdout)
+    path = tmp_path / "draft.gguf"
+    w = gguf.GGUFWriter(str(path), arch="dflash")
+    w.add_block_count(1)
+    w.add_tensor("fc.weight", np.zeros((4, 8), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    got = json.loads(mlxcel("inspect", str(path), "--json").stdout)
     assert got["architecture"] == "dflash" and "--spec-draft-model" in got["verdict"]
+    assert got["tensors"] == [{"dtype": "F32", "count": 1, "elements": 32, "nbytes": 128}]
+    assert got["tokenizer"] == [["tokenizer", "none in the file"]] and got["template"] is None
 
 
 def test_inspect_on_a_path_that_is_nothing():

@@ -175,7 +175,19 @@ def test_mlxcel_help_lists_the_commands():
     got = _mlxcel("--help")
     assert got.returncode == 0 and got.stderr == ""
     commands = [line.split()[0] for line in got.stdout.split("commands:\n")[1].split("\n\n")[0].splitlines()]
-    assert commands == ["serve", "convert", "download", "list", "rm", "webui"]
+    assert commands == [
+        "serve",
+        "generate",
+        "chat",
+        "estimate",
+        "bench",
+        "inspect",
+        "convert",
+        "download",
+        "list",
+        "rm",
+        "webui",
+    ]
     wrong = _mlxcel("frobnicate")
     assert wrong.returncode == 2 and wrong.stderr == got.stdout
 

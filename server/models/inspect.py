@@ -134,10 +134,12 @@ def _scalar(value) -> str:
 def _gguf_tokenizer(reader) -> tuple[list[tuple[str, str]], str | None, str | None]:
     """(the tokenizer's facts, its chat template, why mlxcel cannot build it or None)."""
 
+    if _field(reader, "tokenizer.ggml.tokens") is None:  # (a draft head's, a vocab-less file)
+        return [("tokenizer", "none in the file")], None, "no tokenizer in the file"
     try:
         vocab = read_vocab(reader)
-    except (KeyError, ValueError, IndexError) as exc:
-        return [("tokenizer", "none")], None, f"no tokenizer ({exc})"
+    except (KeyError, ValueError, IndexError, TypeError) as exc:
+        return [("tokenizer", "unreadable")], None, f"an unreadable tokenizer ({type(exc).__name__}: {exc})"
     facts = [
         ("model", vocab.model or "-"),
         ("pre-tokenizer", vocab.pre or "-"),
