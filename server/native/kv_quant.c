@@ -215,6 +215,16 @@ int mlxcel_kv_dequantize_row(int type, const void *in, float *y, long n) {
     const uint8_t *x = in;
     const long bytes = mlxcel_kv_block_bytes(type);
     if (!bytes || n % QK || type == KV_Q8_1) return -1;
+    if (type == KV_Q8_0) { /* the hot one (a q8_0 V cache, every row read per query): a loop the compiler vectorizes */
+        for (long b = 0; b < n / QK; b++, x += bytes, y += QK) {
+            uint16_t dh;
+            memcpy(&dh, x, 2);
+            const float d = from_half(dh);
+            const int8_t *q = (const int8_t *)(x + 2);
+            for (int j = 0; j < QK; j++) y[j] = (float)q[j] * d;
+        }
+        return 0;
+    }
     for (long b = 0; b < n / QK; b++, x += bytes, y += QK) {
         uint16_t dh, mh = 0;
         uint32_t qh = 0;
@@ -287,7 +297,40 @@ static float hsum8(const float a[8]) {
 /* K . Q for a cache row of `type` and a query row quantized to its vec_dot type (q8_0; q8_1 for q4_1, q5_1), n
  * values: ggml's AVX2 vec_dot_<type>_q8 sum for sum (per-lane fma over the blocks, iq4_nl's two accumulators
  * over even and odd blocks, the _1 types' m * s terms summed apart) */
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+/* q8_0 keys . a q8_0 query as ggml's AVX2 ggml_vec_dot_q8_0_q8_0 forms it: per block the 8 lanes' exact integer
+ * sums of elements 4l .. 4l + 3 (mul_sum_i8_pairs_float: sign, maddubs, madd; q8_0 holds no -128), one fma each
+ * with the two scales' product, then hsum8: each lane, and so the sum, as block_partials' loop computes it. */
+__attribute__((target("avx2,fma"))) static float q8_0_dot_avx2(const uint8_t *x, const uint8_t *y, long nb) {
+    __m256 acc = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (long b = 0; b < nb; b++, x += 34, y += 34) {
+        uint16_t xd, yd;
+        memcpy(&xd, x, 2);
+        memcpy(&yd, y, 2);
+        const __m256 d = _mm256_set1_ps(from_half(xd) * from_half(yd));
+        const __m256i qx = _mm256_loadu_si256((const __m256i *)(x + 2)), qy = _mm256_loadu_si256((const __m256i *)(y + 2));
+        const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx)), ones);
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot), acc);
+    }
+    float a[8];
+    _mm256_storeu_ps(a, acc);
+    return hsum8(a);
+}
+
+static int q8_0_simd(void) {
+    static int ok = -1;
+    if (ok < 0) ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return ok;
+}
+#endif
+
 float mlxcel_kv_dot(int type, const void *k, const void *q, long n) {
+#if defined(__x86_64__)
+    if (type == KV_Q8_0 && q8_0_simd()) return q8_0_dot_avx2(k, q, n / QK);
+#endif
     const long kb = mlxcel_kv_block_bytes(type), qb = (type == KV_Q4_1 || type == KV_Q5_1) ? 36 : 34;
     const uint8_t *x = k, *y = q;
     float acc[2][8] = {{0}}, summs = 0.0f;
