@@ -270,16 +270,21 @@ static void block_partials(int type, const uint8_t *x, const int8_t *qy, int32_t
     if (type == KV_Q5_0) memcpy(&qh, x + 2, 4);
     if (type == KV_Q5_1) memcpy(&qh, x + 4, 4);
     const uint8_t *nib = x + (type == KV_Q4_1 ? 4 : type == KV_Q5_0 ? 6 : type == KV_Q5_1 ? 8 : 2);
-    for (int j = 0; j < QK; j++) {
-        const int lo = j < QK / 2, n4 = lo ? nib[j] & 0x0F : nib[j - QK / 2] >> 4, h = (int)((qh >> j) & 1u) << 4;
-        switch (type) {
-        case KV_Q8_0: v[j] = ((const int8_t *)(x + 2))[j]; break;
-        case KV_Q4_0: v[j] = (int8_t)(n4 - 8); break;
-        case KV_Q4_1: v[j] = (int8_t)n4; break;
-        case KV_Q5_0: v[j] = (int8_t)((n4 | h) - 16); break;
-        case KV_Q5_1: v[j] = (int8_t)(n4 | h); break;
-        case KV_IQ4_NL: v[j] = IQ4NL[n4]; break;
-        }
+    if (type == KV_Q8_0) {
+        memcpy(v, x + 2, QK);
+    } else { /* the nibbles (low ones first), then each type's offset, high bit or table: one loop per type */
+        int n4[QK];
+        for (int j = 0; j < QK / 2; j++) n4[j] = nib[j] & 0x0F, n4[j + QK / 2] = nib[j] >> 4;
+        if (type == KV_Q4_0)
+            for (int j = 0; j < QK; j++) v[j] = (int8_t)(n4[j] - 8);
+        else if (type == KV_Q4_1)
+            for (int j = 0; j < QK; j++) v[j] = (int8_t)n4[j];
+        else if (type == KV_Q5_0)
+            for (int j = 0; j < QK; j++) v[j] = (int8_t)((n4[j] | (int)((qh >> j) & 1u) << 4) - 16);
+        else if (type == KV_Q5_1)
+            for (int j = 0; j < QK; j++) v[j] = (int8_t)(n4[j] | (int)((qh >> j) & 1u) << 4);
+        else
+            for (int j = 0; j < QK; j++) v[j] = IQ4NL[n4[j]];
     }
     for (int l = 0; l < 8; l++) {
         p[l] = 0;
