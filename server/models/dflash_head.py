@@ -30,7 +30,7 @@ import numpy as np
 from mlx import nn
 
 from .. import cpu_kernels
-from .gguf_reader import FastGGUFReader
+from .gguf_reader import header_of
 from .kv_numerics import KVNumerics, round_to
 
 ARCH = "dflash"
@@ -100,13 +100,7 @@ class DFlashDraft:
 
     @classmethod
     def load(cls, path: Path, target_vocab: int) -> DFlashDraft:
-        reader = FastGGUFReader(str(path))
-
-        def key(name: str, default=None):
-            f = reader.fields.get(name)
-            return default if f is None else f.contents()
-
-        tensors = {t.name: t for t in reader.tensors}
+        key, tensors = header_of(path)
         _check(path, key, tensors)
         n_head, n_kv = int(key(f"{ARCH}.attention.head_count")), int(key(f"{ARCH}.attention.head_count_kv"))
         width = int(key(f"{ARCH}.embedding_length"))

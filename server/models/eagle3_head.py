@@ -26,7 +26,7 @@ from mlx import nn
 
 from .. import cpu_kernels
 from .gguf_quants import permute_rows
-from .gguf_reader import FastGGUFReader
+from .gguf_reader import header_of
 from .kv_numerics import KVNumerics, round_to
 
 ARCH = "eagle3"
@@ -83,13 +83,7 @@ class Eagle3Head:
 
     @classmethod
     def load(cls, path: Path, target_vocab: int) -> Eagle3Head:
-        reader = FastGGUFReader(str(path))
-
-        def key(name: str, default=None):
-            f = reader.fields.get(name)
-            return default if f is None else f.contents()
-
-        tensors = {t.name: t for t in reader.tensors}
+        key, tensors = header_of(path)
         _check(path, key, tensors)
         n_head, n_kv = int(key(f"{ARCH}.attention.head_count")), int(key(f"{ARCH}.attention.head_count_kv"))
         d2t = np.asarray(tensors["d2t"].data, np.int64).reshape(-1) if "d2t" in tensors else None

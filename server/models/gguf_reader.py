@@ -40,3 +40,14 @@ class FastGGUFReader(gguf.GGUFReader):
                 self._progress(offs)
         data_idxs = list(range(3, len(parts), 2))  # each string's bytes
         return offs - orig_offs, parts, data_idxs, [gguf.GGUFValueType(raw_type), _STRING]
+
+
+def header_of(path) -> tuple[Callable, dict]:
+    """A GGUF's metadata as `key(name, default=None)` and its tensors by name (data mapped, not read)."""
+    reader = FastGGUFReader(str(path))
+
+    def key(name: str, default=None):
+        f = reader.fields.get(name)
+        return default if f is None else f.contents()
+
+    return key, {t.name: t for t in reader.tensors}
